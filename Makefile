@@ -1,0 +1,47 @@
+# The two commands of the README:
+#   make run    creates the environment and runs every study notebook (quick profile) into outputs/
+#   make test   creates the environment and runs the tests (what .ci/run calls)
+# Options: PROFILE=smoke|quick|paper, ONLY="random_pruning ...", PYTHON=python3.11, HEADPRUNE_DATA_DIR=<data root>
+
+PYTHON ?= python3
+VENV ?= .venv
+PROFILE ?= quick
+ONLY ?=
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# real data beside the checkout (../shared/data) when present; the user's own setting wins
+HEADPRUNE_DATA_DIR ?= $(if $(wildcard ../shared/data/glue),$(abspath ../shared/data),)
+export HEADPRUNE_DATA_DIR
+export TRANSFORMERS_VERBOSITY ?= error
+export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
+
+.PHONY: env run test test-fast bench lab clean-env
+
+env: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch is pinned in pyproject.toml (torch==2.13.0): pip takes the CPU build, never a CUDA one
+	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (headprune)" >/dev/null
+	touch $(STAMP)
+
+run: env
+	$(PY) -m headprune_utils.run --profile $(PROFILE) $(if $(ONLY),--only $(ONLY),)
+
+test: env
+	$(PY) -m pytest -q -ra
+
+test-fast: env
+	$(PY) -m pytest -q -ra -m "not smoke and not model and not data"
+
+bench: env
+	$(PY) benchmarks/finetune_throughput.py
+
+lab: env
+	$(VENV)/bin/jupyter lab notebooks/
+
+clean-env:
+	rm -rf $(VENV)

@@ -1,0 +1,20 @@
+"""headprune_utils: gates, pruning, scores, data and results for the attention-head pruning studies.
+
+Modules (each named after what it holds):
+    architecture  where the heads live in BERT-family encoders; original head ids after pruning
+    gates         the head-gate context manager (zero / uniform / mean ablation), head means
+    pruning       physical removal of heads from the weights
+    masks         pure mask functions (random masks, budgets)
+    models        loading encoders (embedded MiniLM, local folders, hub ids), device choice
+    data          GLUE tasks from a local root or the hub; deterministic subsets
+    metrics       the official GLUE metrics
+    batching      tokenising, length-grouped dynamically padded batches
+    training      fine-tuning with a fixed mask, evaluation
+    results       atomic, resumable, fingerprinted result cells and run metadata
+    paths         every output path
+    config        strict parameters and profiles (params/<profile>.yaml)
+    plotting      seaborn figures, saved with their data
+    run           the papermill batch runner (python -m headprune_utils.run)
+    studies/      one module per study notebook
+"""
+__version__ = "0.1.0"

@@ -1,0 +1,146 @@
+"""Strict parameters: profiles in ``params/<profile>.yaml`` override a study's typed defaults.
+
+Each study declares its parameters as a frozen dataclass (the defaults are the quick CPU profile and
+equal the notebook's ``parameters`` cell). :func:`validate` REJECTS unknown keys and wrong types with a
+message naming the key, the expected type and the allowed values, before any heavy work starts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+
+from .paths import params_dir
+
+PROFILES = ("smoke", "quick", "paper")
+
+
+class ParameterError(ValueError):
+    pass
+
+
+def _type_name(tp) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in get_args(tp))
+    if origin in (list, tuple):
+        return f"list[{_type_name(get_args(tp)[0])}]"
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in get_args(tp))
+    if tp is type(None):
+        return "None"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _check(value: Any, tp) -> Any:
+    """``value`` converted to ``tp`` (int -> float only), or raise TypeError."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise TypeError
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for arg in get_args(tp):
+            try:
+                return _check(value, arg)
+            except TypeError:
+                continue
+        raise TypeError
+    if tp is type(None):
+        if value is not None:
+            raise TypeError
+        return None
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise TypeError
+        (inner,) = get_args(tp)[:1]
+        return [_check(v, inner) for v in value]
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise TypeError
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise TypeError
+        return value
+    if isinstance(value, tp):
+        return value
+    raise TypeError
+
+
+def validate(cls, params: dict[str, Any], where: str = "parameters"):
+    """An instance of the dataclass ``cls`` from ``params`` (missing keys take the defaults)."""
+    if not isinstance(params, dict):
+        raise ParameterError(f"{where}: expected a mapping of parameter names to values, got {type(params).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(params) - fields)
+    if unknown:
+        hints_txt = []
+        for k in unknown:
+            close = difflib.get_close_matches(k, sorted(fields), n=1)
+            hints_txt.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ParameterError(f"{where}: unknown parameter(s) {', '.join(hints_txt)}; known: {', '.join(sorted(fields))}")
+    values = {}
+    for name, value in params.items():
+        try:
+            values[name] = _check(value, hints[name])
+        except TypeError:
+            raise ParameterError(
+                f"{where}: parameter {name!r} must be {_type_name(hints[name])}, got {value!r} "
+                f"({type(value).__name__})"
+            ) from None
+    obj = cls(**values)
+    check = getattr(obj, "check", None)
+    if callable(check):
+        check()  # cross-field and model-dependent checks, e.g. budgets
+    return obj
+
+
+def profile_path(profile: str) -> Path:
+    return params_dir() / f"{profile}.yaml"
+
+
+def load_profile(profile: str) -> dict[str, dict[str, Any]]:
+    """``{study: overrides}`` from ``params/<profile>.yaml``."""
+    path = profile_path(profile)
+    if not path.exists():
+        known = sorted(p.stem for p in params_dir().glob("*.yaml"))
+        raise ParameterError(f"unknown profile {profile!r}: {path.name} not found in params/ (known: {', '.join(known)})")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict) or not all(isinstance(v, dict) or v is None for v in data.values()):
+        raise ParameterError(f"{path.name}: expected 'study_name: {{parameter: value, ...}}' sections")
+    return {k: (v or {}) for k, v in data.items()}
+
+
+def study_overrides(profile: str, study: str) -> dict[str, Any]:
+    return dict(load_profile(profile).get(study, {}))
+
+
+def as_dict(obj) -> dict[str, Any]:
+    return dataclasses.asdict(obj)
+
+
+def notebook_parameters(namespace: dict[str, Any], before: set[str], skip: tuple[str, ...] = ("profile",)) -> dict[str, Any]:
+    """The parameters a notebook received: names defined since ``before`` (its first cell's globals).
+
+    Catches keys that papermill injected but the notebook does not declare (papermill only warns):
+    they then reach :func:`validate` and are rejected there.
+    """
+    names = set(namespace) - set(before) - set(skip)
+    return {k: namespace[k] for k in sorted(names) if not k.startswith("_")}

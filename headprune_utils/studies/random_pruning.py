@@ -1,0 +1,378 @@
+"""Study 1: random head pruning (Budhraja et al. 2020, claim 1; Michel et al. 2019's regime).
+
+Cells: task x regime x fraction x seed, each independent (a cluster engine can run them anywhere):
+
+- ``mask_then_finetune`` (Budhraja et al.): prune a random ``fraction`` of all heads of the
+  pre-trained model, then fine-tune with the mask fixed.
+- ``finetune_then_mask`` (Michel et al.): fine-tune the full model (seed ``s``), then prune a random
+  ``fraction`` of its heads and evaluate without retraining.
+
+Masks of seed ``s`` are nested across fractions and shared by both regimes and all tasks (paired
+comparisons). The fine-tuned full model of (task, seed) is the ``fraction = 0`` cell of the first
+regime; its checkpoint is cached under ``cache/`` so the second regime reuses it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from .. import batching, data, masks, models, training
+from ..architecture import head_shape
+from ..config import ParameterError, as_dict
+from ..gates import head_gates, head_means
+from ..paths import StudyPaths
+from ..pruning import prune_heads
+from ..results import ResultStore, atomic_write_json, fingerprint, run_metadata
+
+STUDY = "random_pruning"
+Regime = Literal["mask_then_finetune", "finetune_then_mask"]
+REGIMES: tuple[str, ...] = ("mask_then_finetune", "finetune_then_mask")
+
+
+@dataclass(frozen=True)
+class RandomPruningConfig:
+    """Parameters of the study; the defaults are the quick CPU profile (MiniLM, data subsets)."""
+
+    model: str = "minilm"                       # "minilm" (embedded), a local folder, or a hub id (bert-base-uncased)
+    tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])  # GLUE names, or ["all"] = every available task
+    fractions: list[float] = field(default_factory=lambda: [0.0, 0.3, 0.6, 0.9])  # share of ALL heads pruned, in [0, 1]
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # seed s: mask, classifier init, data order
+    regimes: list[Regime] = field(default_factory=lambda: list(REGIMES))
+    ablation: Literal["zero", "uniform", "mean"] = "zero"  # what a pruned head outputs (see gates.py)
+    train_size: int | None = 400                # training examples per task (None: all)
+    dev_size: int | None = 400                  # dev examples per task (None: all)
+    subset_seed: int = 0                        # which examples form the subsets (fixed across seeds)
+    epochs: int = 3
+    batch_size: int = 16
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    max_length: int = 128                       # truncation only; batches are padded to their own longest
+    freeze_word_embeddings: bool = True         # quick profile: fewer trainable parameters, faster on a CPU
+    device: str = "auto"                        # "auto" (CUDA when present), "cpu", "cuda"
+    data_dir: str | None = None                 # GLUE root; None: $HEADPRUNE_DATA_DIR, else the hub
+    allow_hub: bool = True                      # fall back to the Hugging Face hub for missing tasks
+    tolerance: float = 0.02                     # analysis only: a drop up to this (score units) counts as "limited"
+    progress: bool = True
+
+    def check(self) -> None:
+        """Cheap checks of names and budgets (loads the model's config only)."""
+        bad = [r for r in self.regimes if r not in REGIMES]
+        if bad or not self.regimes:
+            raise ParameterError(f"regimes must be a non-empty list of {REGIMES}, got {self.regimes}")
+        if not self.seeds:
+            raise ParameterError("seeds must not be empty")
+        if not self.fractions:
+            raise ParameterError("fractions must not be empty")
+        if len(set(self.fractions)) != len(self.fractions) or len(set(self.seeds)) != len(self.seeds):
+            raise ParameterError("fractions and seeds must not repeat")
+        for name in ("train_size", "dev_size"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ParameterError(f"{name} must be a positive integer or None, got {v}")
+        for name in ("epochs", "batch_size", "max_length"):
+            if getattr(self, name) < 1:
+                raise ParameterError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ParameterError(f"lr must be > 0, got {self.lr}")
+        if not self.tasks:
+            raise ParameterError("tasks must not be empty")
+        if self.tasks != ["all"]:
+            for t in self.tasks:
+                try:
+                    data.get_task(t)
+                except ValueError as exc:
+                    raise ParameterError(str(exc)) from None
+        try:
+            data.resolve_data_dir(self.data_dir)  # a named but missing folder is an error now, not later
+        except data.DataUnavailableError as exc:
+            raise ParameterError(f"data_dir: {exc}") from None
+        if self.tasks != ["all"] and not self.allow_hub:
+            avail = data.task_availability([data.get_task(t).name for t in self.tasks], self.data_dir)
+            gone = [f"{t} {s}" for t, v in avail.items() for s, ok in v.items() if not ok]
+            if gone:
+                raise ParameterError(f"tasks: no local data for {', '.join(gone)} and allow_hub is false")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ParameterError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+        n_layers, n_heads = head_shape(models.load_config(self.model))
+        for f in self.fractions:
+            try:
+                masks.n_pruned_for_fraction(f, n_layers, n_heads)
+            except masks.BudgetError as exc:
+                raise ParameterError(f"fractions: {exc}") from None
+
+
+def resolve_tasks(cfg: RandomPruningConfig) -> tuple[list[str], dict[str, str]]:
+    """(tasks to run, {task: why unavailable}). ``["all"]`` means every task with train and dev data."""
+    names = list(data.TASKS) if cfg.tasks == ["all"] else [data.get_task(t).name for t in cfg.tasks]
+    avail = data.task_availability(names, cfg.data_dir, allow_hub=False)
+    runnable, missing = [], {}
+    for t in names:
+        if avail[t]["train"] and avail[t]["dev"]:
+            runnable.append(t)
+        elif cfg.allow_hub and cfg.tasks != ["all"]:
+            runnable.append(t)  # explicitly asked for: try the hub, fail loudly if that fails
+        else:
+            missing[t] = "no local " + " and ".join(s for s in ("train", "dev") if not avail[t][s]) + " split"
+    if not runnable:
+        raise data.DataUnavailableError(f"none of the tasks {names} has data: {missing}")
+    return runnable, missing
+
+
+def plan_cells(cfg: RandomPruningConfig, tasks: list[str]) -> list[dict]:
+    """Every cell of the study, ordered so that shared work (the full fine-tuned model) is reused."""
+    cells = []
+    for task in tasks:
+        for seed in cfg.seeds:
+            for regime in REGIMES:
+                if regime not in cfg.regimes:
+                    continue
+                for f in sorted(cfg.fractions):
+                    cells.append({"task": task, "regime": regime, "fraction": float(f), "seed": int(seed)})
+    return cells
+
+
+def result_params(cfg: RandomPruningConfig) -> dict:
+    """The parameters that change a cell's result (fingerprinted); not progress/device/lists of cells."""
+    d = as_dict(cfg)
+    for k in ("tasks", "fractions", "seeds", "regimes", "progress", "device", "data_dir", "allow_hub", "tolerance"):
+        d.pop(k)
+    return d
+
+
+class _Context:
+    """Data, tokenizer and cached checkpoints shared by the cells of one process."""
+
+    def __init__(self, cfg: RandomPruningConfig, paths: StudyPaths, device: torch.device):
+        self.cfg, self.paths, self.device = cfg, paths, device
+        self.tokenizer = models.load_tokenizer(cfg.model)
+        self._data: dict[str, tuple] = {}
+        self.shape = head_shape(models.load_config(cfg.model))
+
+    def task_data(self, task: str):
+        if task not in self._data:
+            spec = data.get_task(task)
+            tr = data.subset(data.load_task(task, "train", self.cfg.data_dir, allow_hub=self.cfg.allow_hub),
+                             self.cfg.train_size, self.cfg.subset_seed)
+            dv = data.subset(data.load_task(task, "dev", self.cfg.data_dir, allow_hub=self.cfg.allow_hub),
+                             self.cfg.dev_size, self.cfg.subset_seed)
+            mx = self.cfg.max_length
+            self._data[task] = (spec, batching.encode(self.tokenizer, tr, mx), batching.encode(self.tokenizer, dv, mx), tr.source, dv.source)
+        return self._data[task]
+
+    def fresh_model(self, task: str, seed: int):
+        spec = self.task_data(task)[0]
+        model = models.load_classifier(self.cfg.model, spec.num_labels, device=self.device, seed=seed)
+        if self.cfg.freeze_word_embeddings:
+            model.get_input_embeddings().weight.requires_grad_(False)
+        return model
+
+    def checkpoint_path(self, task: str, seed: int):
+        return self.paths.cache / f"finetuned__task={task}__seed={seed}__{fingerprint(result_params(self.cfg))}.pt"
+
+
+def _train_config(cfg: RandomPruningConfig) -> training.TrainConfig:
+    return training.TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
+                                weight_decay=cfg.weight_decay, warmup_ratio=cfg.warmup_ratio,
+                                max_grad_norm=cfg.max_grad_norm)
+
+
+def cell_mask(shape: tuple[int, int], fraction: float, seed: int) -> torch.Tensor:
+    n_layers, n_heads = shape
+    return masks.random_mask(n_layers, n_heads, masks.n_pruned_for_fraction(fraction, n_layers, n_heads), seed)
+
+
+def _finetune_masked(ctx: _Context, task: str, seed: int, mask: torch.Tensor, desc: str):
+    """A fresh model, pruned by ``mask`` (physically for "zero", else gated), fine-tuned; returns (model, history)."""
+    cfg = ctx.cfg
+    spec, tr, dv, *_ = ctx.task_data(task)
+    model = ctx.fresh_model(task, seed)
+    gates, means = None, None
+    if bool((mask < 1).any()):
+        if cfg.ablation == "zero":
+            prune_heads(model, mask)  # same outputs as zero gates, and faster
+        else:
+            gates = mask.to(ctx.device)
+            if cfg.ablation == "mean":
+                means = head_means(model, (b for _, b in batching.iterate(tr, batching.eval_batches(tr.lengths, 64), ctx.device)))
+    history = training.finetune(model, tr, task, _train_config(cfg), seed, dev=dv, gates=gates,
+                                ablation=cfg.ablation, means=means, progress=cfg.progress, desc=desc)
+    return model, history
+
+
+def _full_model(ctx: _Context, task: str, seed: int):
+    """The fine-tuned unpruned model of (task, seed), from the cache or trained now (and cached)."""
+    path = ctx.checkpoint_path(task, seed)
+    model = ctx.fresh_model(task, seed)
+    if path.exists():
+        model.load_state_dict(torch.load(path, map_location=ctx.device, weights_only=True))
+        return model.eval(), None
+    n_layers, n_heads = ctx.shape
+    model, history = _finetune_masked(ctx, task, seed, torch.ones(n_layers, n_heads), f"{task} s{seed} full")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(model.state_dict(), tmp)
+    tmp.replace(path)
+    return model, history
+
+
+def _row(task, spec, history, metrics, mask, seconds) -> dict:
+    return {
+        "score": metrics["score"],
+        **{k: v for k, v in metrics.items() if k != "score"},
+        "metric": spec.main_metric,
+        "n_heads_pruned": int((mask == 0).sum()),
+        "n_heads_total": int(mask.numel()),
+        "mask": masks.mask_to_string(mask),
+        "history": history,
+        "seconds": seconds,
+    }
+
+
+def run_cell(ctx: _Context, cell: dict) -> dict:
+    """Compute one cell's result (pure of the store; the caller saves it)."""
+    cfg = ctx.cfg
+    task, regime, fraction, seed = cell["task"], cell["regime"], cell["fraction"], cell["seed"]
+    spec, tr, dv, *_ = ctx.task_data(task)
+    mask = cell_mask(ctx.shape, fraction, seed)
+    t0 = time.perf_counter()
+    if regime == "mask_then_finetune":
+        if fraction == 0:
+            model, history = _full_model(ctx, task, seed)
+            if history is None:  # cached: the score is re-measured, the history is not available
+                history = []
+        else:
+            model, history = _finetune_masked(ctx, task, seed, mask, f"{task} s{seed} f{fraction:g}")
+        metrics = training.evaluate(model, dv, task, 128)
+    else:
+        model, _ = _full_model(ctx, task, seed)
+        means = None
+        if cfg.ablation == "mean":
+            means = head_means(model, (b for _, b in batching.iterate(tr, batching.eval_batches(tr.lengths, 64), ctx.device)))
+        metrics = training.evaluate(model, dv, task, 128, gates=mask.to(ctx.device), ablation=cfg.ablation, means=means)
+        history = []
+    from ..metrics import main_score
+
+    metrics = {**metrics, "score": main_score(task, metrics)}
+    return _row(task, spec, history, metrics, mask, time.perf_counter() - t0)
+
+
+def run_study(cfg: RandomPruningConfig, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
+    """Run every cell not yet done (resuming), write tables and metadata; returns the tidy results."""
+    paths = (paths or StudyPaths(STUDY, profile)).ensure()
+    device = models.resolve_device(cfg.device)
+    tasks, missing = resolve_tasks(cfg)
+    store = ResultStore(paths.cells, fingerprint(result_params(cfg)))
+    store.check_compatible()
+    cells = plan_cells(cfg, tasks)
+    todo = [c for c in cells if not store.has(c)]
+    t0 = time.perf_counter()
+    if todo:
+        ctx = _Context(cfg, paths, device)
+        for cell in tqdm(todo, desc=f"{STUDY} cells", disable=not cfg.progress, mininterval=30):
+            store.put(cell, run_cell(ctx, cell))
+    table = store.table(cells)
+    durations = {"this_run": time.perf_counter() - t0, "cells_total": float(table["seconds"].sum()),
+                 "cells_computed_now": len(todo), "cells_reused": len(cells) - len(todo)}
+    seeds = list(cfg.seeds)
+    meta = run_metadata(STUDY, profile, {**as_dict(cfg), "tasks_run": tasks, "tasks_unavailable": missing},
+                        seeds, device, durations)
+    atomic_write_json(paths.meta, meta)
+    return table
+
+
+def summarise(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Mean score per task x regime x fraction, with a t-interval over seeds and the drop from fraction 0."""
+    from scipy import stats
+
+    rows = []
+    for (task, regime, fraction), g in table.groupby(["task", "regime", "fraction"]):
+        s = g["score"].to_numpy(dtype=float)
+        n = len(s)
+        mean = float(np.mean(s))
+        half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * stats.sem(s)) if n > 1 else float("nan")
+        rows.append({"task": task, "regime": regime, "fraction": fraction, "metric": g["metric"].iloc[0],
+                     "n_seeds": n, "mean": mean, "ci_low": mean - half, "ci_high": mean + half,
+                     "n_heads_pruned": int(g["n_heads_pruned"].iloc[0])})
+    out = pd.DataFrame(rows)
+    base = out[out["fraction"] == 0].set_index(["task", "regime"])["mean"]
+    out["drop_from_full"] = [base.get((t, r), np.nan) - m for t, r, m in zip(out["task"], out["regime"], out["mean"])]
+    return out.sort_values(["task", "regime", "fraction"]).reset_index(drop=True)
+
+
+def paired_drop(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Per task x regime x fraction: the drop from the full model paired by seed, with a bootstrap CI."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for (task, regime), g in table.groupby(["task", "regime"]):
+        full = g[g["fraction"] == 0].set_index("seed")["score"]
+        for fraction, gf in g[g["fraction"] > 0].groupby("fraction"):
+            d = (full - gf.set_index("seed")["score"]).dropna().to_numpy(dtype=float)
+            if len(d) == 0:
+                continue
+            boots = rng.choice(d, size=(n_boot, len(d)), replace=True).mean(axis=1)
+            lo, hi = np.quantile(boots, [(1 - confidence) / 2, (1 + confidence) / 2])
+            rows.append({"task": task, "regime": regime, "fraction": fraction, "n_seeds": len(d),
+                         "mean_drop": float(d.mean()), "boot_ci_low": float(lo), "boot_ci_high": float(hi)})
+    return pd.DataFrame(rows)
+
+
+def prunable_fraction(drops: pd.DataFrame, tolerance: float) -> pd.DataFrame:
+    """Per task x regime: the largest fraction whose mean drop (and every smaller one's) is <= tolerance."""
+    rows = []
+    for (task, regime), g in drops.groupby(["task", "regime"]):
+        best = 0.0
+        for _, r in g.sort_values("fraction").iterrows():
+            if r["mean_drop"] <= tolerance:
+                best = float(r["fraction"])
+            else:
+                break
+        rows.append({"task": task, "regime": regime, "max_fraction_within_tolerance": best, "tolerance": tolerance})
+    return pd.DataFrame(rows)
+
+
+def findings(summary: pd.DataFrame, drops: pd.DataFrame, cfg: RandomPruningConfig) -> str:
+    """The run's findings as Markdown, every number computed from the tables."""
+    lines = []
+    prunable = prunable_fraction(drops, cfg.tolerance)
+    for task, g in summary.groupby("task"):
+        metric = g["metric"].iloc[0]
+        lines.append(f"**{task}** ({metric}, dev subset of {cfg.dev_size or 'all'} examples, {g['n_seeds'].max()} seeds):")
+        for regime, gr in g.groupby("regime"):
+            full = gr[gr["fraction"] == 0]["mean"]
+            parts = []
+            for _, r in gr[gr["fraction"] > 0].sort_values("fraction").iterrows():
+                d = drops[(drops["task"] == task) & (drops["regime"] == regime) & (drops["fraction"] == r["fraction"])]
+                ci = f" (paired drop {d['mean_drop'].iloc[0]:+.3f}, bootstrap 95% CI [{d['boot_ci_low'].iloc[0]:+.3f}, {d['boot_ci_high'].iloc[0]:+.3f}])" if len(d) else ""
+                parts.append(f"{100 * r['fraction']:.0f}% pruned ({r['n_heads_pruned']} heads): {r['mean']:.3f}{ci}")
+            p = prunable[(prunable["task"] == task) & (prunable["regime"] == regime)]
+            within = f"{100 * p['max_fraction_within_tolerance'].iloc[0]:.0f}%" if len(p) else "n/a"
+            base = f"{full.iloc[0]:.3f}" if len(full) else "n/a"
+            lines.append(f"- {REGIME_NAMES[regime]}: full model {base}; " + "; ".join(parts)
+                         + f". Largest fraction tested with a mean drop <= {cfg.tolerance:g}: **{within}**.")
+        lines.append("")
+    a = prunable[prunable["regime"] == "mask_then_finetune"]
+    b = prunable[prunable["regime"] == "finetune_then_mask"]
+    if len(a):
+        lines.append(
+            f"Claim 1 (a large fraction of heads can be pruned at random with limited effect, when the model is "
+            f"fine-tuned after masking): at this scale the largest fraction within tolerance is "
+            + ", ".join(f"{r.task} {100 * r.max_fraction_within_tolerance:.0f}%" for r in a.itertuples())
+            + (f"; without retraining it is " + ", ".join(f"{r.task} {100 * r.max_fraction_within_tolerance:.0f}%" for r in b.itertuples()) if len(b) else "")
+            + ". Fractions are only those tested; seeds are few, so intervals are wide."
+        )
+    return "\n".join(lines)
+
+
+REGIME_NAMES = {
+    "mask_then_finetune": "mask, then fine-tune",
+    "finetune_then_mask": "fine-tune, then mask (no retraining)",
+}

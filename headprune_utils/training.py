@@ -1,0 +1,174 @@
+"""Fine-tuning with a fixed head mask, and evaluation.
+
+AdamW (no decay on biases and LayerNorm weights), linear warm-up then linear decay, gradient
+clipping, evaluation after every epoch. Pruned heads stay pruned throughout: either physically removed
+before training (``pruning.prune_heads``; the fast way for ``"zero"`` ablation) or gated inside
+``gates.head_gates`` for the whole run (any ablation). The same seed gives the same numbers on the CPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from .batching import Encoded, eval_batches, iterate, train_batches
+from .gates import Ablation, head_gates
+from .metrics import compute_metrics, main_score
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 3
+    batch_size: int = 32
+    lr: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    eval_batch_size: int = 128
+    group_by_length: bool = True
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def set_seed(seed: int) -> None:
+    """The one place that seeds Python, NumPy and torch."""
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _gate_context(model, gates, ablation, means):
+    if gates is None:
+        return contextlib.nullcontext()
+    return head_gates(model, gates, ablation=ablation, means=means)
+
+
+@torch.no_grad()
+def predict(model: nn.Module, enc: Encoded, batch_size: int = 128) -> np.ndarray:
+    """Predictions in the original order: class ids, or float scores for a regression head."""
+    model.eval()
+    device = model_device(model)
+    preds = np.empty(len(enc), dtype=np.float64)
+    for index, batch in iterate(enc, eval_batches(enc.lengths, batch_size), device):
+        batch.pop("labels")
+        logits = model(**batch).logits
+        if logits.shape[-1] == 1:
+            p = logits.squeeze(-1).float().cpu().numpy()
+        else:
+            p = logits.argmax(-1).cpu().numpy()
+        preds[index] = p
+    return preds
+
+
+def evaluate(
+    model: nn.Module,
+    enc: Encoded,
+    task: str,
+    batch_size: int = 128,
+    gates: torch.Tensor | None = None,
+    ablation: Ablation = "zero",
+    means: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """The task's official metrics on ``enc`` (with ``gates`` applied when given)."""
+    with _gate_context(model, gates, ablation, means):
+        preds = predict(model, enc, batch_size)
+    labels = enc.labels
+    if preds.dtype != labels.dtype and not np.issubdtype(labels.dtype, np.floating):
+        preds = preds.astype(labels.dtype)
+    return compute_metrics(task, preds, labels)
+
+
+def _optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, foreach=True)
+
+
+def linear_schedule(step: int, total: int, warmup: int) -> float:
+    if step < warmup:
+        return (step + 1) / max(1, warmup)
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def finetune(
+    model: nn.Module,
+    train: Encoded,
+    task: str,
+    cfg: TrainConfig,
+    seed: int,
+    dev: Encoded | None = None,
+    gates: torch.Tensor | None = None,
+    ablation: Ablation = "zero",
+    means: torch.Tensor | None = None,
+    progress: bool = True,
+    desc: str = "fine-tune",
+) -> list[dict]:
+    """Fine-tune ``model`` in place; returns one record per epoch (train loss, dev metrics, seconds).
+
+    ``gates`` (``[n_layers, n_heads]``, fixed, no grad) stay applied during training and evaluation.
+    """
+    set_seed(seed)
+    device = model_device(model)
+    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    warmup = int(round(cfg.warmup_ratio * total))
+    opt = _optimizer(model, cfg)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: linear_schedule(s, total, warmup))
+    lengths = train.lengths
+    history = []
+    bar = tqdm(total=total, desc=desc, disable=not progress, mininterval=10, leave=False)
+    step = 0
+    try:
+        with _gate_context(model, gates, ablation, means):
+            for epoch in range(cfg.epochs):
+                start = time.perf_counter()
+                model.train()
+                losses, n_tokens = [], 0
+                batches = train_batches(lengths, cfg.batch_size, seed=seed * 1000 + epoch,
+                                        group_by_length=cfg.group_by_length)
+                for _, batch in iterate(train, batches, device):
+                    loss = model(**batch).loss
+                    loss.backward()
+                    if cfg.max_grad_norm > 0:
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                    opt.step()
+                    sched.step()
+                    opt.zero_grad(set_to_none=True)
+                    losses.append(loss.item())
+                    n_tokens += int(batch["attention_mask"].sum())
+                    step += 1
+                    bar.update(1)
+                record = {
+                    "epoch": epoch + 1,
+                    "train_loss": float(np.mean(losses)),
+                    "train_seconds": time.perf_counter() - start,
+                    "train_tokens": n_tokens,
+                }
+                if dev is not None:
+                    t0 = time.perf_counter()
+                    metrics = evaluate(model, dev, task, cfg.eval_batch_size)  # gates already applied
+                    record.update({f"dev_{k}": v for k, v in metrics.items()})
+                    record["dev_score"] = main_score(task, metrics)
+                    record["eval_seconds"] = time.perf_counter() - t0
+                history.append(record)
+    finally:
+        bar.close()
+        model.eval()
+    return history

@@ -1,0 +1,79 @@
+"""Every study notebook executed headlessly through papermill with the smoke profile."""
+from __future__ import annotations
+
+import json
+import re
+
+import nbformat
+import pytest
+
+from headprune_utils import run
+from headprune_utils.paths import StudyPaths
+from headprune_utils.studies import STUDIES, Study
+
+pytestmark = pytest.mark.smoke
+MACHINE_PATHS = re.compile(r"(/work/|/root/|/home/|/tmp/|site-packages)")
+
+
+@pytest.fixture(scope="module")
+def smoke_outputs(tmp_path_factory, data_root):
+    out = tmp_path_factory.mktemp("outputs")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HEADPRUNE_OUTPUT_DIR", str(out))
+    mp.setenv("HEADPRUNE_DATA_DIR", str(data_root))
+    try:
+        code = run.main(["--profile", "smoke", "--no-progress"])
+    finally:
+        mp.undo()
+    return code, out
+
+
+@pytest.mark.parametrize("name", list(STUDIES))
+def test_notebook_runs_and_writes_its_outputs(smoke_outputs, name):
+    code, out = smoke_outputs
+    assert code == 0
+    paths = StudyPaths(name, "smoke", root=out)
+    nb = nbformat.read(paths.notebook, as_version=4)
+    assert nb.metadata["papermill"]["parameters"]["profile"] == "smoke"
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            assert o.get("output_type") != "error", o
+            text = json.dumps(o)
+            assert not MACHINE_PATHS.search(text), f"machine-specific path in an output: {text[:300]}"
+    assert nb.metadata["papermill"]["input_path"].startswith("notebooks/")
+    metrics = json.loads(paths.metrics.read_text())
+    assert metrics["study"] == name and metrics["n_cells"] > 0
+    assert list(paths.figures.glob("*.png")), "figures"
+    for fig in paths.figures.glob("*.png"):
+        assert paths.table(fig.stem).exists(), f"the data of {fig.name} is saved beside it"
+    meta = json.loads(paths.meta.read_text())
+    assert meta["profile"] == "smoke" and meta["git_revision"]
+
+
+def test_a_failing_notebook_names_the_cell(tmp_path, monkeypatch, capsys):
+    nb = nbformat.v4.new_notebook()
+    p = nbformat.v4.new_code_cell("profile = 'x'")
+    p.metadata["tags"] = ["parameters"]
+    nb.cells = [p, nbformat.v4.new_code_cell("1 + 1"), nbformat.v4.new_code_cell("raise ValueError('broken on purpose')")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    (tmp_path / "nb").mkdir()
+    nbformat.write(nb, tmp_path / "nb" / "broken.ipynb")
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "smoke.yaml").write_text("broken: {}\n")
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class NoParams:
+        pass
+
+    monkeypatch.setattr(run, "STUDIES", {"broken": Study("broken", "broken.ipynb", __name__, "NoParams")})
+    monkeypatch.setattr(Study, "config_class", lambda self: NoParams)
+    monkeypatch.setattr(run, "notebooks_dir", lambda: tmp_path / "nb")
+    monkeypatch.setattr("headprune_utils.config.params_dir", lambda: tmp_path / "p")
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
+    assert run.main(["--profile", "smoke", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "broken.ipynb" in err, err
+    assert "cell 3" in err, err
+    assert "broken.ipynb" in err and "cell 3" in err and "raise ValueError" in err and "broken on purpose" in err
+    assert (tmp_path / "out" / "broken" / "smoke" / "broken.ipynb").exists(), "the failed notebook is kept"

@@ -1,0 +1,60 @@
+"""Atomic, keyed, fingerprinted results."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from headprune_utils.paths import StudyPaths
+from headprune_utils.results import (ResultStore, StaleResultsError, atomic_write_json, cell_key, fingerprint,
+                                     run_metadata)
+
+
+def test_cell_key_is_stable_and_safe():
+    cell = {"task": "SST-2", "regime": "mask_then_finetune", "fraction": 0.5, "seed": 1}
+    assert cell_key(cell) == "fraction=0.5__regime=mask_then_finetune__seed=1__task=SST-2"
+    assert cell_key(dict(reversed(list(cell.items())))) == cell_key(cell)
+    assert "/" not in cell_key({"model": "a/b c"})
+
+
+def test_store_put_get_table_and_fingerprint(tmp_path):
+    store = ResultStore(tmp_path / "cells", fingerprint({"lr": 1e-4}))
+    store.check_compatible()  # empty: fine
+    cells = [{"task": "A", "seed": s} for s in range(3)]
+    for c in cells[:2]:
+        store.put(c, {"score": 0.5 + c["seed"]})
+    assert store.has(cells[0]) and not store.has(cells[2])
+    assert store.get(cells[1])["result"]["score"] == 1.5
+    table = store.table(cells[:2])
+    assert list(table["score"]) == [0.5, 1.5] and list(table["task"]) == ["A", "A"]
+    assert not list((tmp_path / "cells").glob("*.tmp")), "no temporary files left behind"
+    other = ResultStore(tmp_path / "cells", fingerprint({"lr": 2e-4}))
+    with pytest.raises(StaleResultsError, match="other parameters.*Nothing was overwritten"):
+        other.check_compatible()
+
+
+def test_atomic_write_leaves_old_file_on_failure(tmp_path):
+    path = tmp_path / "x.json"
+    atomic_write_json(path, {"a": 1})
+    with pytest.raises(TypeError):
+        atomic_write_json(path, {"a": object()})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
+
+
+def test_run_metadata_records_what_the_brief_asks(tmp_path):
+    meta = run_metadata("s", "quick", {"lr": 1.0}, [0, 1], "cpu", {"total": 1.0})
+    for key in ("params", "seeds", "device", "packages", "git_revision", "durations_seconds", "params_fingerprint"):
+        assert key in meta
+    assert meta["packages"]["torch"].startswith("2.13")
+    assert "/" not in json.dumps(meta["params"])
+
+
+def test_paths_layout(tmp_path):
+    p = StudyPaths("random_pruning", "quick", root=tmp_path)
+    assert p.dir == tmp_path / "random_pruning" / "quick"
+    assert p.figure("a").parent == p.figures and p.table("a").suffix == ".csv"
+    assert not p.dir.exists()
+    p.ensure()
+    assert p.cells.is_dir() and p.cache.is_dir()

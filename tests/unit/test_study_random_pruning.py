@@ -1,0 +1,111 @@
+"""Study 1 end to end on a tiny local model and synthetic data: determinism, resume, no silent overwrite."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from headprune_utils import batching, data, models, training
+from headprune_utils.config import validate
+from headprune_utils.paths import StudyPaths
+from headprune_utils.results import StaleResultsError
+from headprune_utils.studies import random_pruning as study
+
+
+def config(model_dir, data_root, **kw):
+    base = dict(model=str(model_dir), tasks=["SST-2"], fractions=[0.0, 0.5], seeds=[0, 1], train_size=None,
+                dev_size=None, epochs=2, batch_size=8, lr=1e-3, device="cpu", data_dir=str(data_root),
+                allow_hub=False, progress=False)
+    return validate(study.RandomPruningConfig, {**base, **kw})
+
+
+def test_finetune_same_seed_same_numbers(tiny_model_dir, tiny_glue_root):
+    tok = models.load_tokenizer(str(tiny_model_dir))
+    tr = batching.encode(tok, data.load_task("SST-2", "train", tiny_glue_root, allow_hub=False))
+    dv = batching.encode(tok, data.load_task("SST-2", "dev", tiny_glue_root, allow_hub=False))
+    runs = []
+    for _ in range(2):
+        model = models.load_classifier(str(tiny_model_dir), 2, device="cpu", seed=0)
+        hist = training.finetune(model, tr, "SST-2", training.TrainConfig(epochs=2, batch_size=8, lr=1e-3), seed=0,
+                                 dev=dv, progress=False)
+        runs.append((hist, [p.detach().clone() for p in model.parameters()]))
+    (h1, p1), (h2, p2) = runs
+    assert len(h1) == 2 and "dev_accuracy" in h1[0] and "train_loss" in h1[1]
+    assert [r["train_loss"] for r in h1] == [r["train_loss"] for r in h2]
+    assert [r["dev_accuracy"] for r in h1] == [r["dev_accuracy"] for r in h2]
+    assert all(torch.equal(a, b) for a, b in zip(p1, p2))
+
+
+def test_interrupted_study_resumes_without_redoing_work(tiny_model_dir, tiny_glue_root, tmp_path, monkeypatch):
+    cfg = config(tiny_model_dir, tiny_glue_root)
+    n_cells = len(study.plan_cells(cfg, ["SST-2"]))
+    assert n_cells == 8
+    # an uninterrupted reference run
+    ref = study.run_study(cfg, "test", StudyPaths(study.STUDY, "ref", root=tmp_path))
+
+    real = study.run_cell
+    calls = []
+
+    def interrupted(ctx, cell):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(cell)
+        return real(ctx, cell)
+
+    paths = StudyPaths(study.STUDY, "test", root=tmp_path)
+    monkeypatch.setattr(study, "run_cell", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        study.run_study(cfg, "test", paths)
+    assert len(list(paths.cells.glob("*.json"))) == 3
+    assert not list(paths.cells.glob("*.tmp"))
+
+    calls.clear()
+    monkeypatch.setattr(study, "run_cell", lambda ctx, cell: calls.append(cell) or real(ctx, cell))
+    table = study.run_study(cfg, "test", paths)
+    assert len(calls) == n_cells - 3, "only the unfinished cells run again"
+    assert len(table) == n_cells
+    key = ["task", "regime", "fraction", "seed"]
+    a = table.sort_values(key).reset_index(drop=True)
+    b = ref.sort_values(key).reset_index(drop=True)
+    np.testing.assert_allclose(a["score"], b["score"], atol=1e-9)
+
+    calls.clear()
+    study.run_study(cfg, "test", paths)
+    assert calls == [], "a finished study recomputes nothing"
+
+    # other result-changing parameters: refuse, touch nothing
+    before = sorted(p.read_text() for p in paths.cells.glob("*.json"))
+    with pytest.raises(StaleResultsError):
+        study.run_study(config(tiny_model_dir, tiny_glue_root, lr=5e-4), "test", paths)
+    assert sorted(p.read_text() for p in paths.cells.glob("*.json")) == before
+    meta = paths.meta.read_text()
+    assert '"git_revision"' in meta and '"seeds"' in meta
+
+
+def test_study_tables_and_regimes(tiny_model_dir, tiny_glue_root, tmp_path):
+    cfg = config(tiny_model_dir, tiny_glue_root, fractions=[0.0, 0.25, 1.0], seeds=[0, 1, 2], epochs=1)
+    table = study.run_study(cfg, "t", StudyPaths(study.STUDY, "t", root=tmp_path))
+    # the unpruned cells of both regimes are the same fine-tuned model
+    full = table[table["fraction"] == 0].pivot(index="seed", columns="regime", values="score")
+    np.testing.assert_allclose(full["mask_then_finetune"], full["finetune_then_mask"])
+    # fraction 1.0: every head pruned, the model still runs
+    assert (table[table["fraction"] == 1.0]["n_heads_pruned"] == 12).all()
+    summary = study.summarise(table)
+    assert set(summary.columns) >= {"mean", "ci_low", "ci_high", "drop_from_full"}
+    assert (summary["ci_low"] <= summary["mean"]).all() and (summary["mean"] <= summary["ci_high"]).all()
+    drops = study.paired_drop(table)
+    assert len(drops) == 2 * 2  # 2 regimes x 2 nonzero fractions
+    for _, r in drops.iterrows():
+        g = table[(table["regime"] == r["regime"])]
+        d = g[g["fraction"] == 0].set_index("seed")["score"] - g[g["fraction"] == r["fraction"]].set_index("seed")["score"]
+        assert r["mean_drop"] == pytest.approx(d.mean())
+    text = study.findings(summary, drops, cfg)
+    assert "SST-2" in text and "Claim 1" in text
+
+
+def test_unavailable_task_is_reported_not_crashed(tiny_model_dir, tiny_glue_root):
+    cfg = config(tiny_model_dir, tiny_glue_root, tasks=["all"])
+    tasks, missing = study.resolve_tasks(cfg)
+    assert tasks == ["SST-2"]
+    assert "MNLI" in missing and "CoLA" in missing
