@@ -23,9 +23,9 @@ env: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# torch is pinned in pyproject.toml (torch==2.13.0): pip takes the CPU build, never a CUDA one
+	# torch is pinned in pyproject.toml (torch==2.13.0); on the project's CPU machines pip takes the local CPU build
 	$(PY) -m pip install --quiet -e ".[dev]"
-	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (headprune)" >/dev/null
+	$(PY) -m ipykernel install --sys-prefix --name headprune --display-name "Python 3 (headprune)" >/dev/null
 	touch $(STAMP)
 
 run: env

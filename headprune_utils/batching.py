@@ -47,6 +47,20 @@ def encode(tokenizer, data, max_length: int = 128) -> Encoded:
     )
 
 
+def standardize_labels(train: Encoded, *others: Encoded) -> tuple[float, float]:
+    """Standardise regression targets in place with the TRAINING mean and std; returns (mean, std).
+
+    A fresh regression head starts near 0 and AdamW moves its bias by about ``lr`` per step, so raw
+    STS-B targets (0-5) are out of reach in a few hundred steps. Pearson and Spearman correlations are
+    invariant to this affine map, so reported scores are unchanged; predictions are in standard units.
+    """
+    mean = float(np.mean(train.labels))
+    std = float(np.std(train.labels)) or 1.0
+    for enc in (train, *others):
+        enc.labels = ((np.asarray(enc.labels, dtype=np.float64) - mean) / std).astype(np.float32)
+    return mean, std
+
+
 def eval_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """Indices sorted by length (longest first), cut into batches."""
     order = np.argsort(-lengths, kind="stable")

@@ -143,4 +143,15 @@ def notebook_parameters(namespace: dict[str, Any], before: set[str], skip: tuple
     they then reach :func:`validate` and are rejected there.
     """
     names = set(namespace) - set(before) - set(skip)
-    return {k: namespace[k] for k in sorted(names) if not k.startswith("_")}
+    return {k: namespace[k] for k in sorted(names) if not k.startswith("_") and _is_plain_data(namespace[k])}
+
+
+def _is_plain_data(value: Any) -> bool:
+    """Parameters are plain data; imports, functions and the notebook's own objects (re-run in one kernel) are not."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_plain_data(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain_data(v) for k, v in value.items())
+    return False

@@ -34,6 +34,8 @@ def score_vs_fraction(summary: pd.DataFrame, raw: pd.DataFrame | None = None) ->
             if raw is not None:
                 r = raw[(raw["task"] == task) & (raw["regime"] == regime)]
                 ax.scatter(100 * r["fraction"], r["score"], color=color, s=10, alpha=0.5)
+        if "chance" in s:
+            ax.axhline(s["chance"].iloc[0], color="grey", linestyle="--", linewidth=1, label="constant predictor")
         ax.set_title(task)
         ax.set_xlabel("heads pruned (%)")
         ax.set_ylabel(s["metric"].iloc[0])

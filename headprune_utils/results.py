@@ -41,11 +41,18 @@ def atomic_write_text(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
@@ -132,17 +139,17 @@ class ResultStore:
 
 
 def git_revision() -> str:
+    """``HEAD``'s commit, with ``-dirty`` when tracked files other than ``outputs/`` differ from it."""
     root = project_root()
     try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        head = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!outputs"],
+                               cwd=root, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    if not rev:
-        return "unknown"
-    return rev + ("-dirty" if dirty else "")
+    return head.stdout.strip() + ("-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
 
 
 def package_versions() -> dict[str, str]:
@@ -165,12 +172,27 @@ def device_description(device) -> dict:
     return info
 
 
-def run_metadata(study: str, profile: str, params: dict, seed_list: list[int], device, durations: dict) -> dict:
+def portable(value):
+    """``value`` with absolute paths made relative to the project (or cut to their last part)."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(v) for v in value]
+    if isinstance(value, str) and os.path.isabs(value):
+        from .paths import relative_to_project
+
+        return relative_to_project(Path(value))
+    return value
+
+
+def run_metadata(study: str, profile: str, params: dict, seed_list: list[int], device, durations: dict,
+                 results_fingerprint: str) -> dict:
+    """What the brief asks beside every result: parameters, seeds, device, versions, git revision, durations."""
     return {
         "study": study,
         "profile": profile,
-        "params": params,
-        "params_fingerprint": fingerprint(params),
+        "params": portable(params),
+        "results_fingerprint": results_fingerprint,  # the one the result cells carry
         "seeds": seed_list,
         "device": device_description(device),
         "packages": package_versions(),

@@ -13,7 +13,9 @@ non-zero exit naming the notebook and the cell; the executed notebook (with the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import threading
 import sys
 import time
 from pathlib import Path
@@ -28,6 +30,39 @@ QUIET_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
     "PYDEVD_DISABLE_FILE_VALIDATION": "1",
 }
+
+
+KERNEL = "headprune"
+
+
+class CellProgress:
+    """A terminal progress bar over the result cells a study has written (polled in a thread)."""
+
+    def __init__(self, cells_dir: Path, total: int, desc: str, interval: float = 2.0):
+        self.cells_dir, self.total, self.desc, self.interval = cells_dir, total, desc, interval
+        self._stop = threading.Event()
+
+    def _count(self) -> int:
+        return len(list(self.cells_dir.glob("*.json"))) if self.cells_dir.exists() else 0
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.bar.update(min(self._count(), self.total) - self.bar.n)
+
+    def __enter__(self):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=self.total, initial=min(self._count(), self.total), desc=self.desc, unit="cell")
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.bar.update(min(self._count(), self.total) - self.bar.n)
+        self.bar.close()
+        return False
 
 
 class StudyFailed(RuntimeError):
@@ -87,27 +122,62 @@ def execute_study(name: str, profile: str, overrides: dict, progress: bool = Tru
     paths.dir.mkdir(parents=True, exist_ok=True)
     root = project_root()
     src = notebooks_dir() / study.notebook
-    # relative paths, run from the project root: nothing machine-specific lands in the executed notebook
+    # executed into a side file, renamed over the earlier notebook only on success: a failed or refused
+    # run never replaces earlier results
+    running = paths.notebook.with_suffix(".running.ipynb")
+    failed = paths.notebook.with_suffix(".failed.ipynb")
     t0 = time.perf_counter()
     cwd = os.getcwd()
-    os.chdir(root)
+    os.chdir(root)  # relative paths, run from the project root: nothing machine-specific in the notebook
+    parameters = {**overrides, "profile": profile}
+    watcher = contextlib.nullcontext()
+    if progress:
+        # the runner shows progress from the finished result cells; the notebook itself stays free of bars
+        parameters["progress"] = False
+        cfg = validate(study.config_class(), overrides, where=name)
+        watcher = CellProgress(paths.cells, study.n_cells(cfg), desc=f"{name} cells")
     try:
-        pm.execute_notebook(
-            _relative(src), _relative(paths.notebook),
-            parameters={**overrides, "profile": profile},
-            kernel_name="python3", progress_bar=progress, log_output=False, cwd=".",
-        )
+        with watcher:
+            pm.execute_notebook(
+                _relative(src), _relative(running), parameters=parameters,
+                kernel_name=kernel_name(), cwd=".", progress_bar=False, log_output=False,
+            )
     except PapermillExecutionError as exc:
-        first_line = _failed_cell_first_line(paths.notebook)
+        running.replace(failed)
+        first_line = _failed_cell_first_line(failed)
         raise StudyFailed(
             f"study {name!r} failed in notebook {_relative(src)}, cell {exc.cell_index} "
             f"(0-based, the injected-parameters cell included; the cell starts {first_line!r}): "
             f"{exc.ename}: {exc.evalue}\n"
-            f"the executed notebook with the traceback: {_relative(paths.notebook)}"
+            f"the executed notebook with the traceback: {_relative(failed)}"
         ) from None
     finally:
         os.chdir(cwd)
+    _finalise(running, paths.notebook)
+    failed.unlink(missing_ok=True)
     return time.perf_counter() - t0
+
+
+def _finalise(running: Path, final: Path) -> None:
+    """Record the final name in papermill's metadata and move the notebook into place atomically."""
+    import nbformat
+
+    nb = nbformat.read(running, as_version=4)
+    nb.metadata.setdefault("papermill", {})["output_path"] = _relative(final)
+    nbformat.write(nb, running)
+    running.replace(final)
+
+
+def kernel_name() -> str:
+    """The project's own kernel (``make env`` installs it into the venv) when present, else ``python3``."""
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        if KERNEL in KernelSpecManager().find_kernel_specs():
+            return KERNEL
+    except Exception:  # no kernelspec machinery: papermill will say what is missing
+        pass
+    return "python3"
 
 
 def main(argv: list[str] | None = None) -> int:

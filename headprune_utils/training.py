@@ -30,7 +30,7 @@ class TrainConfig:
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     max_grad_norm: float = 1.0
-    eval_batch_size: int = 128
+    eval_batch_size: int = 32
     group_by_length: bool = True
 
     def as_dict(self) -> dict:
@@ -98,7 +98,10 @@ def _optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
             continue
         (no_decay if p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, foreach=True)
+    # fused AdamW: one pass over the parameters per step (foreach makes ~10 on a CPU: 30% of a MiniLM step)
+    params = [p for g in groups for p in g["params"]]
+    fused = bool(params) and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    return torch.optim.AdamW(groups, lr=cfg.lr, **({"fused": True} if fused else {"foreach": True}))
 
 
 def linear_schedule(step: int, total: int, warmup: int) -> float:

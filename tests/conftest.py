@@ -104,7 +104,8 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     tok = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
     tok.save_pretrained(folder)
     torch.manual_seed(0)
-    cfg = tiny_config("bert", vocab_size=len(vocab))
+    # dropout on: the same-seed and resume tests must exercise the seeding of dropout too
+    cfg = tiny_config("bert", vocab_size=len(vocab), hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
     BertModel(cfg).save_pretrained(folder)  # an encoder without a task head, like the real checkpoints
     return folder
 

@@ -1,4 +1,8 @@
-"""One module per study notebook. ``STUDIES`` is the registry the batch runner executes, in order."""
+"""One module per study notebook. ``STUDIES`` is the registry the batch runner executes, in order.
+
+Each study module provides a frozen parameters dataclass (with a ``progress: bool`` field) and
+``n_cells(cfg)``; its notebook's ``parameters`` cell equals the dataclass defaults (a test checks it).
+"""
 from __future__ import annotations
 
 import importlib
@@ -14,6 +18,10 @@ class Study:
 
     def config_class(self):
         return getattr(importlib.import_module(self.module), self.config)
+
+    def n_cells(self, cfg) -> int:
+        """How many result cells a run with ``cfg`` has (for the batch runner's progress bar)."""
+        return importlib.import_module(self.module).n_cells(cfg)
 
 
 STUDIES: dict[str, Study] = {

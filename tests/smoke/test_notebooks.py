@@ -71,9 +71,14 @@ def test_a_failing_notebook_names_the_cell(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(run, "notebooks_dir", lambda: tmp_path / "nb")
     monkeypatch.setattr("headprune_utils.config.params_dir", lambda: tmp_path / "p")
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
+    earlier = tmp_path / "out" / "broken" / "smoke" / "broken.ipynb"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("an earlier, successful run")
     assert run.main(["--profile", "smoke", "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert "broken.ipynb" in err, err
     assert "cell 3" in err, err
     assert "broken.ipynb" in err and "cell 3" in err and "raise ValueError" in err and "broken on purpose" in err
-    assert (tmp_path / "out" / "broken" / "smoke" / "broken.ipynb").exists(), "the failed notebook is kept"
+    assert (tmp_path / "out" / "broken" / "smoke" / "broken.failed.ipynb").exists(), "the failed notebook is kept"
+    assert earlier.read_text() == "an earlier, successful run", "a failed run never replaces earlier results"
+    assert "broken.failed.ipynb" in err

@@ -27,3 +27,11 @@ def test_notebook_is_clean_and_parameters_match_defaults(name):
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
                 for f in dataclasses.fields(study.config_class())}
     assert values == defaults
+
+
+@pytest.mark.parametrize("name", list(STUDIES))
+def test_study_follows_the_registry_convention(name):
+    study = STUDIES[name]
+    fields = {f.name: f.type for f in dataclasses.fields(study.config_class())}
+    assert "progress" in fields, "the runner turns notebook progress bars off through this parameter"
+    assert callable(getattr(__import__(study.module, fromlist=["n_cells"]), "n_cells"))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -44,11 +45,15 @@ def test_atomic_write_leaves_old_file_on_failure(tmp_path):
 
 
 def test_run_metadata_records_what_the_brief_asks(tmp_path):
-    meta = run_metadata("s", "quick", {"lr": 1.0}, [0, 1], "cpu", {"total": 1.0})
-    for key in ("params", "seeds", "device", "packages", "git_revision", "durations_seconds", "params_fingerprint"):
+    outside = str(tmp_path / "my_model")
+    meta = run_metadata("s", "quick", {"lr": 1.0, "model": outside, "tasks": ["SST-2"]}, [0, 1], "cpu",
+                        {"total": 1.0}, "abc")
+    for key in ("params", "seeds", "device", "packages", "git_revision", "durations_seconds", "results_fingerprint"):
         assert key in meta
     assert meta["packages"]["torch"].startswith("2.13")
-    assert "/" not in json.dumps(meta["params"])
+    assert meta["params"]["model"] == "my_model", "absolute paths are not recorded"
+    assert str(tmp_path) not in json.dumps(meta)
+    assert meta["git_revision"] == "unknown" or re.fullmatch(r"[0-9a-f]{40}(-dirty)?", meta["git_revision"])
 
 
 def test_paths_layout(tmp_path):

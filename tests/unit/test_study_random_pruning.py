@@ -101,7 +101,15 @@ def test_study_tables_and_regimes(tiny_model_dir, tiny_glue_root, tmp_path):
         d = g[g["fraction"] == 0].set_index("seed")["score"] - g[g["fraction"] == r["fraction"]].set_index("seed")["score"]
         assert r["mean_drop"] == pytest.approx(d.mean())
     text = study.findings(summary, drops, cfg)
-    assert "SST-2" in text and "Claim 1" in text
+    assert "SST-2" in text and "constant predictor" in text
+    gains = study.regime_difference(table)
+    assert len(gains) == 2  # 2 nonzero fractions x 1 task
+    for _, r in gains.iterrows():
+        p = table[table["fraction"] == r["fraction"]].pivot(index="seed", columns="regime", values="score")
+        assert r["mean_gain_of_retraining"] == pytest.approx((p["mask_then_finetune"] - p["finetune_then_mask"]).mean())
+    v = study.verdicts(drops, gains, cfg)
+    assert list(v.columns) == ["claim", "our result", "verdict"] and len(v) == 2
+    assert v["verdict"].iloc[0].endswith("at this scale")
 
 
 def test_unavailable_task_is_reported_not_crashed(tiny_model_dir, tiny_glue_root):
@@ -109,3 +117,32 @@ def test_unavailable_task_is_reported_not_crashed(tiny_model_dir, tiny_glue_root
     tasks, missing = study.resolve_tasks(cfg)
     assert tasks == ["SST-2"]
     assert "MNLI" in missing and "CoLA" in missing
+
+
+@pytest.mark.parametrize("ablation", ["uniform", "mean"])
+def test_gated_ablations_are_trained_and_evaluated_with_their_gates(tiny_model_dir, tiny_glue_root, tmp_path,
+                                                                    monkeypatch, ablation):
+    """With "uniform"/"mean" the heads stay in the weights: every pruned cell must be scored WITH its gates."""
+    cfg = config(tiny_model_dir, tiny_glue_root, fractions=[0.0, 0.5], seeds=[0], epochs=1, ablation=ablation)
+    seen = []
+    real_eval, real_ft = training.evaluate, training.finetune
+
+    def evaluate(model, enc, task, batch_size=128, gates=None, ablation="zero", means=None):
+        seen.append(("eval", gates is not None, ablation, means is not None))
+        return real_eval(model, enc, task, batch_size, gates=gates, ablation=ablation, means=means)
+
+    def finetune(*a, gates=None, ablation="zero", means=None, **k):
+        seen.append(("train", gates is not None, ablation, means is not None))
+        return real_ft(*a, gates=gates, ablation=ablation, means=means, **k)
+
+    monkeypatch.setattr(training, "evaluate", evaluate)
+    monkeypatch.setattr(training, "finetune", finetune)
+    table = study.run_study(cfg, "t", StudyPaths(study.STUDY, "t", root=tmp_path))
+    need_means = ablation == "mean"
+    # full model: trained and scored without gates; pruned cells: gated in training (regime a) and scoring (both)
+    assert seen.count(("train", False, ablation, False)) == 1
+    assert seen.count(("train", True, ablation, need_means)) == 1
+    # regime a at 0.5, regime b at 0.5, and regime b at 0 (all-ones gates) are scored with gates
+    assert seen.count(("eval", True, ablation, need_means)) == 3
+    assert seen.count(("eval", False, ablation, False)) == 1  # regime a at 0: nothing pruned
+    assert len(table) == 4
