@@ -420,7 +420,7 @@ def main(argv=None) -> int:
         f"median {result['ratio_ours_over_trainer_median']:.2f}",
         f"all runs (s): ours {', '.join(f'{t:.2f}' for t in ours['seconds'])}; "
         f"Trainer {', '.join(f'{t:.2f}' for t in trainer['seconds'])}",
-        f"Trainer optimizer: {result['trainer']['optim']}; ours: torch AdamW (foreach); "
+        f"Trainer optimizer: {result['trainer']['optim']}; ours: torch AdamW (fused, see training._optimizer); "
         f"warm-up {result['warmup_steps']} steps both",
         "MFU: " + FLOP_FORMULA + "; achieved = FLOPs / training seconds; MFU = achieved / matmul peak.",
     ]

