@@ -138,18 +138,25 @@ class ResultStore:
         return pd.DataFrame(rows)
 
 
-def git_revision() -> str:
-    """``HEAD``'s commit, with ``-dirty`` when tracked files other than ``outputs/`` differ from it."""
+def git_state() -> dict:
+    """``HEAD``'s commit and the tracked files (outside ``outputs/``) that differ from it."""
     root = project_root()
     try:
         head = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
-            return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!outputs"],
-                               cwd=root, capture_output=True, text=True, timeout=10)
+            return {"revision": "unknown", "modified": []}
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!outputs"],
+                                cwd=root, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head.stdout.strip() + ("-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
+        return {"revision": "unknown", "modified": []}
+    modified = [line[3:] for line in status.stdout.splitlines() if line.strip()] if status.returncode == 0 else []
+    return {"revision": head.stdout.strip(), "modified": modified}
+
+
+def git_revision() -> str:
+    """``HEAD``'s commit, with ``-dirty`` when tracked files other than ``outputs/`` differ from it."""
+    state = git_state()
+    return state["revision"] + ("-dirty" if state["modified"] else "")
 
 
 def package_versions() -> dict[str, str]:
@@ -197,6 +204,7 @@ def run_metadata(study: str, profile: str, params: dict, seed_list: list[int], d
         "device": device_description(device),
         "packages": package_versions(),
         "git_revision": git_revision(),
+        "git_modified_files": git_state()["modified"],  # what "-dirty" means, if it is there
         "written_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "durations_seconds": durations,
         "argv0": Path(sys.argv[0]).name if sys.argv else "",

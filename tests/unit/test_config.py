@@ -88,3 +88,28 @@ def test_committed_profiles_are_valid_offline():
 
     paper = load_profile("paper")
     assert set(paper) <= set(STUDIES)
+
+
+def test_fresh_moves_earlier_results_aside_and_keeps_them(tmp_path, monkeypatch):
+    from headprune_utils.paths import StudyPaths
+
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
+    paths = StudyPaths("random_pruning", "quick")
+    paths.ensure()
+    (paths.cells / "a.json").write_text("{}")
+    backup = run.move_aside(paths)
+    assert not paths.dir.exists()
+    assert backup.parent == paths.dir.parent and backup.name.startswith("quick.bak-")
+    assert (backup / "cells" / "a.json").read_text() == "{}"
+    assert run.move_aside(paths) is None  # nothing to move
+
+
+def test_cell_progress_counts_finished_cells(tmp_path):
+    cells = tmp_path / "cells"
+    cells.mkdir()
+    (cells / "done.json").write_text("{}")
+    with run.CellProgress(cells, total=3, desc="t", interval=0.05) as progress:
+        assert progress.bar.n == 1
+        (cells / "two.json").write_text("{}")
+        (cells / "ignored.tmp").write_text("")
+    assert progress.bar.n == 2
