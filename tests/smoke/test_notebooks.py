@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+import tempfile
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -12,7 +15,9 @@ from headprune_utils.paths import StudyPaths
 from headprune_utils.studies import STUDIES, Study
 
 pytestmark = pytest.mark.smoke
-MACHINE_PATHS = re.compile(r"(/work/|/root/|/home/|/tmp/|site-packages)")
+# this machine's own absolute paths: the checkout, the interpreter, home, the temp folder
+MACHINE_PATHS = re.compile("|".join(re.escape(p) for p in {
+    str(Path(__file__).resolve().parents[2]), sys.prefix, str(Path.home()), tempfile.gettempdir()}) + "|site-packages")
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +53,8 @@ def test_notebook_runs_and_writes_its_outputs(smoke_outputs, name):
         assert paths.table(fig.stem).exists(), f"the data of {fig.name} is saved beside it"
     meta = json.loads(paths.meta.read_text())
     assert meta["profile"] == "smoke" and meta["git_revision"]
+    for f in [paths.meta, paths.metrics, *paths.tables.glob("*.csv")]:
+        assert not MACHINE_PATHS.search(f.read_text()), f"machine-specific path in {f.name}"
 
 
 def test_a_failing_notebook_names_the_cell(tmp_path, monkeypatch, capsys):
