@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault(k, v)
     try:
         plan = validate_profile(args.profile, args.only)
-    except (ParameterError, Exception) as exc:  # every validation failure is a clear, early stop
+    except Exception as exc:  # every validation failure (parameters, model, data) is a clear, early stop
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.check:
