@@ -1,0 +1,86 @@
+"""Layer-location pruning strategies as pure functions: (model shape, budget, seed) -> mask.
+
+Groundwork for the layer-strategy study (Budhraja et al. claim 3). Every strategy prunes exactly
+``n_prune`` heads (the same budget), as ``[n_layers, n_heads]`` masks (1 = kept, 0 = pruned).
+
+Layer groups for any depth: ``bottom`` and ``top`` are the first and last ``n_layers // 3`` layers,
+``middle`` the rest (6 layers: 2/2/2; 12: 4/4/4; 7: 2/3/2).
+
+How a budget is spread: each strategy orders ALL layers by preference and prunes whole layers in that
+order; a budget that does not fill whole layers prunes the remaining heads of the next layer in the order,
+chosen at random (seeded). So "top" at a budget above the top group's size continues into the layers just
+below it, and every strategy meets every budget from 0 to all heads.
+
+- ``random``: heads uniformly at random over all layers (``masks.random_mask``);
+- ``top`` / ``bottom``: from the last / first layer inwards;
+- ``middle``: from the centre outwards;
+- ``top_bottom``: alternately from both ends, so the middle goes last (avoids the middle);
+- ``consecutive``: the ``ceil(n_prune / n_heads)`` layers form one contiguous block at a seeded position;
+- ``spread``: the same number of layers, as evenly spaced as possible (first and last included).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .masks import check_budget, random_mask
+
+STRATEGIES: tuple[str, ...] = ("random", "top", "bottom", "middle", "top_bottom", "consecutive", "spread")
+
+
+def layer_groups(n_layers: int) -> dict[str, list[int]]:
+    if n_layers < 1:
+        raise ValueError(f"n_layers must be >= 1, got {n_layers}")
+    k = n_layers // 3
+    return {"bottom": list(range(k)), "middle": list(range(k, n_layers - k)),
+            "top": list(range(n_layers - k, n_layers))}
+
+
+def layer_order(strategy: str, n_layers: int, n_layers_needed: int, seed: int) -> list[int]:
+    """The layers a strategy prunes first, in order (a permutation of all layers)."""
+    layers = list(range(n_layers))
+    if strategy == "top":
+        return layers[::-1]
+    if strategy == "bottom":
+        return layers
+    if strategy == "middle":
+        centre = (n_layers - 1) / 2
+        return sorted(layers, key=lambda l: (abs(l - centre), l))
+    if strategy == "top_bottom":
+        order, lo, hi = [], 0, n_layers - 1
+        while lo <= hi:
+            order.append(hi)
+            if lo != hi:
+                order.append(lo)
+            hi, lo = hi - 1, lo + 1
+        return order
+    k = max(1, min(n_layers_needed, n_layers))
+    if strategy == "consecutive":
+        start = int(np.random.default_rng(seed).integers(0, n_layers - k + 1))
+        chosen = list(range(start, start + k))
+    elif strategy == "spread":
+        chosen = [0] if k == 1 else sorted({round(i * (n_layers - 1) / (k - 1)) for i in range(k)})
+    else:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
+    return chosen + [l for l in layers if l not in chosen]
+
+
+def strategy_mask(strategy: str, n_layers: int, n_heads: int, n_prune: int, seed: int) -> torch.Tensor:
+    """Prune ``n_prune`` heads by ``strategy`` (see the module docstring)."""
+    check_budget(n_prune, n_layers, n_heads)
+    if strategy == "random":
+        return random_mask(n_layers, n_heads, n_prune, seed)
+    order = layer_order(strategy, n_layers, math.ceil(n_prune / n_heads), seed)
+    mask = torch.ones(n_layers, n_heads)
+    rng = np.random.default_rng(seed)
+    left = n_prune
+    for layer in order:
+        if left == 0:
+            break
+        take = min(left, n_heads)
+        heads = np.arange(n_heads) if take == n_heads else rng.choice(n_heads, size=take, replace=False)
+        mask[layer, torch.as_tensor(heads)] = 0.0
+        left -= take
+    return mask
