@@ -117,7 +117,7 @@ def present_mask(model: nn.Module) -> torch.Tensor:
     return mask
 
 
-def key_padding_mask_from_call(base: nn.Module, args: tuple, kwargs: dict) -> torch.Tensor | None:
+def key_padding_mask_from_call(args: tuple, kwargs: dict) -> torch.Tensor | None:
     """The 2-D ``attention_mask`` ([batch, seq], 1 = real token) a base model was called with."""
     mask = kwargs.get("attention_mask")
     if mask is None and len(args) >= 2:

@@ -28,7 +28,7 @@ from typing import Iterable, Iterator, Literal
 import torch
 from torch import nn
 
-from .architecture import _base, attention_sites, head_shape, kept_heads
+from .architecture import _base, attention_sites, head_shape, kept_heads, key_padding_mask_from_call
 
 Ablation = Literal["zero", "uniform", "mean"]
 ABLATIONS: tuple[str, ...] = ("zero", "uniform", "mean")
@@ -70,9 +70,7 @@ def head_gates(
     state: dict = {}  # per-forward captures: key padding mask, value projections per layer
 
     def capture_mask(module, args, kwargs):
-        from .architecture import key_padding_mask_from_call
-
-        state["key_mask"] = key_padding_mask_from_call(module, args, kwargs)
+        state["key_mask"] = key_padding_mask_from_call(args, kwargs)
 
     def make_value_hook(layer: int):
         def hook(module, args, output):

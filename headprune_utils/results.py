@@ -153,12 +153,6 @@ def git_state() -> dict:
     return {"revision": head.stdout.strip(), "modified": modified}
 
 
-def git_revision() -> str:
-    """``HEAD``'s commit, with ``-dirty`` when tracked files other than ``outputs/`` differ from it."""
-    state = git_state()
-    return state["revision"] + ("-dirty" if state["modified"] else "")
-
-
 def package_versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in PACKAGES:
@@ -186,8 +180,6 @@ def portable(value):
     if isinstance(value, (list, tuple)):
         return [portable(v) for v in value]
     if isinstance(value, str) and os.path.isabs(value):
-        from .paths import relative_to_project
-
         return relative_to_project(Path(value))
     return value
 
@@ -195,6 +187,7 @@ def portable(value):
 def run_metadata(study: str, profile: str, params: dict, seed_list: list[int], device, durations: dict,
                  results_fingerprint: str) -> dict:
     """What the brief asks beside every result: parameters, seeds, device, versions, git revision, durations."""
+    git = git_state()
     return {
         "study": study,
         "profile": profile,
@@ -203,8 +196,8 @@ def run_metadata(study: str, profile: str, params: dict, seed_list: list[int], d
         "seeds": seed_list,
         "device": device_description(device),
         "packages": package_versions(),
-        "git_revision": git_revision(),
-        "git_modified_files": git_state()["modified"],  # what "-dirty" means, if it is there
+        "git_revision": git["revision"] + ("-dirty" if git["modified"] else ""),
+        "git_modified_files": git["modified"],  # what "-dirty" means, if it is there
         "written_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "durations_seconds": durations,
         "argv0": Path(sys.argv[0]).name if sys.argv else "",

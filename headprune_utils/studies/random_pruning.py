@@ -188,6 +188,7 @@ class StudyContext:
         self._data: dict[str, tuple] = {}
         self.shape = head_shape(models.load_config(cfg.model))
         self.last_full: tuple | None = None  # ((task, seed), the fine-tuned full model) most recently used
+        self.full_means: tuple | None = None  # ((task, seed), its mean-ablation values)
 
     def task_data(self, task: str):
         if task not in self._data:
@@ -313,7 +314,11 @@ def run_cell(ctx: StudyContext, cell: dict) -> dict:
         metrics = training.evaluate(model, dv, task, EVAL_BATCH, gates=gates, ablation=cfg.ablation, means=means)
     else:
         model, _ = _full_model(ctx, task, seed)
-        means = _means(ctx, model, tr) if cfg.ablation == "mean" else None
+        means = None
+        if cfg.ablation == "mean":  # the full model's means, computed once per (task, seed)
+            if ctx.full_means is None or ctx.full_means[0] != (task, seed):
+                ctx.full_means = ((task, seed), _means(ctx, model, tr))
+            means = ctx.full_means[1]
         metrics = training.evaluate(model, dv, task, EVAL_BATCH, gates=mask.to(ctx.device), ablation=cfg.ablation, means=means)
         history = []
     metrics = {**metrics, "score": main_score(task, metrics), "chance": chance_score(task, tr, dv)}
@@ -363,6 +368,13 @@ def summarise(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     return out.sort_values(["task", "regime", "fraction"]).reset_index(drop=True)
 
 
+def _bootstrap_ci(d: np.ndarray, rng: np.random.Generator, n_boot: int, confidence: float) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the mean of the paired differences ``d``."""
+    boots = rng.choice(d, size=(n_boot, len(d)), replace=True).mean(axis=1)
+    lo, hi = np.quantile(boots, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(lo), float(hi)
+
+
 def paired_drop(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Per task x regime x fraction: the drop from the full model paired by seed, with a bootstrap CI."""
     rng = np.random.default_rng(seed)
@@ -373,8 +385,7 @@ def paired_drop(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 200
             d = (full - gf.set_index("seed")["score"]).dropna().to_numpy(dtype=float)
             if len(d) == 0:
                 continue
-            boots = rng.choice(d, size=(n_boot, len(d)), replace=True).mean(axis=1)
-            lo, hi = np.quantile(boots, [(1 - confidence) / 2, (1 + confidence) / 2])
+            lo, hi = _bootstrap_ci(d, rng, n_boot, confidence)
             rows.append({"task": task, "regime": regime, "fraction": fraction, "n_seeds": len(d),
                          "mean_drop": float(d.mean()), "boot_ci_low": float(lo), "boot_ci_high": float(hi)})
     return pd.DataFrame(rows)
@@ -403,8 +414,7 @@ def regime_difference(table: pd.DataFrame, confidence: float = 0.95, n_boot: int
         if not set(REGIMES) <= set(p.columns):
             continue
         d = (p["mask_then_finetune"] - p["finetune_then_mask"]).dropna().to_numpy(dtype=float)
-        boots = rng.choice(d, size=(n_boot, len(d)), replace=True).mean(axis=1)
-        lo, hi = np.quantile(boots, [(1 - confidence) / 2, (1 + confidence) / 2])
+        lo, hi = _bootstrap_ci(d, rng, n_boot, confidence)
         rows.append({"task": task, "fraction": fraction, "n_seeds": len(d), "mean_gain_of_retraining": float(d.mean()),
                      "boot_ci_low": float(lo), "boot_ci_high": float(hi)})
     return pd.DataFrame(rows)
