@@ -7,7 +7,8 @@ Layout, for a study ``S`` run with profile ``P``::
     outputs/S/P/tables/*.csv     tidy tables
     outputs/S/P/run_meta.json    parameters, seed, device, package versions, git revision, durations
     outputs/S/P/cells/*.json     one finished result cell each (resume state; not committed)
-    outputs/S/P/cache/           fine-tuned checkpoints shared by cells (not committed)
+    outputs/S/P/cache/           a study's own model caches (not committed)
+    outputs/_finetuned/P/        fine-tuned unpruned models shared by every study of profile P (not committed)
 
 The root is ``$HEADPRUNE_OUTPUT_DIR`` when set, else ``outputs/`` of the project checkout (the
 folder holding ``pyproject.toml`` above this package), else ``./outputs``.
@@ -73,6 +74,11 @@ class StudyPaths:
     @property
     def cache(self) -> Path:
         return self.dir / "cache"
+
+    @property
+    def finetuned_cache(self) -> Path:
+        """Fine-tuned unpruned checkpoints shared by every study of this profile (keyed by what training depends on)."""
+        return (self.root or outputs_root()) / "_finetuned" / self.profile
 
     @property
     def meta(self) -> Path:

@@ -17,6 +17,10 @@ below it, and every strategy meets every budget from 0 to all heads.
 - ``top_bottom``: alternately from both ends, so the middle goes last (avoids the middle);
 - ``consecutive``: the ``ceil(n_prune / n_heads)`` layers form one contiguous block at a seeded position;
 - ``spread``: the same number of layers, as evenly spaced as possible (first and last included).
+
+Importance strategies (:func:`importance_mask`, scores in, mask out): ``least_important`` /
+``most_important`` prune the heads with the lowest / highest scores (e.g. Michel et al.'s gradient
+importance of the fine-tuned model, normalised per layer), ties broken by head position.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import torch
 from .masks import check_budget, random_mask
 
 STRATEGIES: tuple[str, ...] = ("random", "top", "bottom", "middle", "top_bottom", "consecutive", "spread")
+IMPORTANCE_STRATEGIES: tuple[str, ...] = ("least_important", "most_important")
 
 
 def layer_groups(n_layers: int) -> dict[str, list[int]]:
@@ -84,3 +89,23 @@ def strategy_mask(strategy: str, n_layers: int, n_heads: int, n_prune: int, seed
         mask[layer, torch.as_tensor(heads)] = 0.0
         left -= take
     return mask
+
+
+def importance_mask(scores: torch.Tensor, n_prune: int, prune: str = "least_important") -> torch.Tensor:
+    """Prune the ``n_prune`` heads with the lowest (``"least_important"``) or highest (``"most_important"``)
+    ``scores`` (``[n_layers, n_heads]``); equal scores go in head order (layer-major)."""
+    if prune not in IMPORTANCE_STRATEGIES:
+        raise ValueError(f"prune must be one of {IMPORTANCE_STRATEGIES}, got {prune!r}")
+    scores = torch.as_tensor(scores, dtype=torch.float64)
+    if scores.ndim != 2:
+        raise ValueError(f"scores must be [n_layers, n_heads], got shape {list(scores.shape)}")
+    if torch.isnan(scores).any():
+        raise ValueError("scores contain NaN (absent heads): rank the heads of an unpruned model")
+    n_layers, n_heads = scores.shape
+    check_budget(n_prune, n_layers, n_heads)
+    flat = scores.flatten().numpy()
+    key = flat if prune == "least_important" else -flat
+    order = np.lexsort((np.arange(flat.size), key))  # by score, then by position
+    mask = torch.ones(n_layers * n_heads)
+    mask[torch.as_tensor(order[:n_prune])] = 0.0
+    return mask.view(n_layers, n_heads)

@@ -9,11 +9,10 @@ Cells: task x regime x fraction x seed, each independent (a cluster engine can r
 
 Masks of seed ``s`` are nested across fractions and shared by both regimes and all tasks (paired
 comparisons). The fine-tuned full model of (task, seed) is the ``fraction = 0`` cell of the first
-regime; its checkpoint is cached under ``cache/`` so the second regime reuses it.
+regime; its checkpoint is cached (``common.Workbench``) so the second regime, and other studies, reuse it.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Literal
@@ -23,119 +22,38 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from .. import batching, data, masks, models, training
-from ..architecture import head_shape
+from .. import masks, models, training
 from ..config import ParameterError, as_dict
-from ..gates import head_means
-from ..metrics import compute_metrics, main_score
+from ..metrics import main_score
 from ..paths import StudyPaths
-from ..pruning import prune_heads
 from ..results import ResultStore, atomic_write_json, fingerprint, run_metadata
+from . import common
 
 STUDY = "random_pruning"
-EVAL_BATCH = 32  # forward-only batches; on a CPU larger ones are no faster
+EVAL_BATCH = common.EVAL_BATCH
 Regime = Literal["mask_then_finetune", "finetune_then_mask"]
 REGIMES: tuple[str, ...] = ("mask_then_finetune", "finetune_then_mask")
+# Bump when a code change alters this study's results: old cells then no longer match.
+RESULTS_VERSION = 2
 
 
 @dataclass(frozen=True)
-class RandomPruningConfig:
-    """Parameters of the study; the defaults are the quick CPU profile (MiniLM, data subsets)."""
+class RandomPruningConfig(common.GlueStudyConfig):
+    """Parameters of the study (the shared ones in ``common.GlueStudyConfig``); defaults = the quick profile."""
 
-    model: str = "minilm"                       # "minilm" (embedded), a local folder, or a hub id (bert-base-uncased)
-    tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])  # GLUE names, or ["all"] = every available task
     fractions: list[float] = field(default_factory=lambda: [0.0, 0.3, 0.6, 0.9])  # share of ALL heads pruned, in [0, 1]
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # seed s: mask, classifier init, data order
     regimes: list[Regime] = field(default_factory=lambda: list(REGIMES))
-    ablation: Literal["zero", "uniform", "mean"] = "zero"  # what a pruned head outputs (see gates.py)
-    train_size: int | None = 300                # training examples per task (None: all)
-    dev_size: int | None = 300                  # dev examples per task (None: all)
-    subset_seed: int = 0                        # which examples form the subsets (fixed across seeds)
-    epochs: int = 3
-    batch_size: int = 16
-    lr: float = 1e-4
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
-    max_length: int = 128                       # truncation only; batches are padded to their own longest
-    freeze_word_embeddings: bool = True         # quick profile: fewer trainable parameters, faster on a CPU
-    eval_every_epoch: bool = False              # dev scores after every epoch (history); the final score is always measured
-    device: str = "auto"                        # "auto" (CUDA when present), "cpu", "cuda"
-    data_dir: str | None = None                 # GLUE root; None: $HEADPRUNE_DATA_DIR, else the hub
-    allow_hub: bool = True                      # fall back to the Hugging Face hub for missing tasks
     tolerance: float = 0.02                     # analysis only: a drop up to this (score units) counts as "limited"
-    progress: bool = True
 
     def check(self) -> None:
-        """Cheap checks of names and budgets (loads the model's config only)."""
         bad = [r for r in self.regimes if r not in REGIMES]
         if bad or not self.regimes:
             raise ParameterError(f"regimes must be a non-empty list of {REGIMES}, got {self.regimes}")
-        if not self.seeds:
-            raise ParameterError("seeds must not be empty")
-        if not self.fractions:
-            raise ParameterError("fractions must not be empty")
-        if len(set(self.fractions)) != len(self.fractions) or len(set(self.seeds)) != len(self.seeds):
-            raise ParameterError("fractions and seeds must not repeat")
-        for name in ("train_size", "dev_size"):
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise ParameterError(f"{name} must be a positive integer or None, got {v}")
-        for name in ("epochs", "batch_size", "max_length"):
-            if getattr(self, name) < 1:
-                raise ParameterError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise ParameterError(f"lr must be > 0, got {self.lr}")
-        if not self.tasks:
-            raise ParameterError("tasks must not be empty")
-        if self.tasks != ["all"]:
-            for t in self.tasks:
-                try:
-                    data.get_task(t)
-                except ValueError as exc:
-                    raise ParameterError(str(exc)) from None
-        try:
-            data.resolve_data_dir(self.data_dir)  # a named but missing folder is an error now, not later
-        except data.DataUnavailableError as exc:
-            raise ParameterError(f"data_dir: {exc}") from None
-        if self.tasks != ["all"] and not self.allow_hub:
-            avail = data.task_availability([data.get_task(t).name for t in self.tasks], self.data_dir)
-            gone = [f"{t} {s}" for t, v in avail.items() for s, ok in v.items() if not ok]
-            if gone:
-                raise ParameterError(f"tasks: no local data for {', '.join(gone)} and allow_hub is false")
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ParameterError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
-        try:
-            models.resolve_device(self.device)
-        except ValueError as exc:
-            raise ParameterError(f"device: {exc}") from None
-        if self.tasks != ["all"]:
-            names = [data.get_task(t).name for t in self.tasks]
-            if len(set(names)) != len(names):
-                raise ParameterError(f"tasks name the same task twice: {self.tasks}")
-        n_layers, n_heads = head_shape(models.load_config(self.model))
-        for f in self.fractions:
-            try:
-                masks.n_pruned_for_fraction(f, n_layers, n_heads)
-            except masks.BudgetError as exc:
-                raise ParameterError(f"fractions: {exc}") from None
+        super().check()
+        self.check_fractions("fractions", self.fractions)
 
 
-def resolve_tasks(cfg: RandomPruningConfig) -> tuple[list[str], dict[str, str]]:
-    """(tasks to run, {task: why unavailable}). ``["all"]`` means every task with train and dev data."""
-    names = list(data.TASKS) if cfg.tasks == ["all"] else [data.get_task(t).name for t in cfg.tasks]
-    avail = data.task_availability(names, cfg.data_dir, allow_hub=False)
-    runnable, missing = [], {}
-    for t in names:
-        if avail[t]["train"] and avail[t]["dev"]:
-            runnable.append(t)
-        elif cfg.allow_hub and cfg.tasks != ["all"]:
-            runnable.append(t)  # explicitly asked for: try the hub, fail loudly if that fails
-        else:
-            missing[t] = "no local " + " and ".join(s for s in ("train", "dev") if not avail[t][s]) + " split"
-    if not runnable:
-        raise data.DataUnavailableError(f"none of the tasks {names} has data: {missing}")
-    return runnable, missing
+resolve_tasks = common.resolve_tasks
 
 
 def plan_cells(cfg: RandomPruningConfig, tasks: list[str]) -> list[dict]:
@@ -151,128 +69,17 @@ def plan_cells(cfg: RandomPruningConfig, tasks: list[str]) -> list[dict]:
     return cells
 
 
-# Bump when a code change alters results (e.g. the optimizer, label handling): old cells then no longer match.
-RESULTS_VERSION = 2
-
-
 def n_cells(cfg: RandomPruningConfig) -> int:
     return len(plan_cells(cfg, resolve_tasks(cfg)[0]))
 
 
-def result_params(cfg: RandomPruningConfig, device: torch.device) -> dict:
-    """What a cell's result depends on besides the cell itself (fingerprinted).
-
-    The parameters minus the cell axes and display options; plus the device type (CPU and CUDA draw
-    different dropout streams), where the data comes from (a local root or the hub may differ), and the
-    code's RESULTS_VERSION.
-    """
-    d = as_dict(cfg)
-    for k in ("tasks", "fractions", "seeds", "regimes", "progress", "device", "data_dir", "allow_hub", "tolerance"):
-        d.pop(k)
-    d["device_type"] = torch.device(device).type
-    d["data_source"] = "local" if data.resolve_data_dir(cfg.data_dir) is not None else "hub"
-    d["results_version"] = RESULTS_VERSION
-    return d
-
-
 def study_fingerprint(cfg: RandomPruningConfig, device: torch.device) -> str:
-    return fingerprint(result_params(cfg, device))
-
-
-class StudyContext:
-    """Data, tokenizer and cached checkpoints shared by the cells of one process."""
-
-    def __init__(self, cfg: RandomPruningConfig, paths: StudyPaths, device: torch.device):
-        self.cfg, self.paths, self.device = cfg, paths, device
-        self.tokenizer = models.load_tokenizer(cfg.model)
-        self._data: dict[str, tuple] = {}
-        self.shape = head_shape(models.load_config(cfg.model))
-        self.last_full: tuple | None = None  # ((task, seed), the fine-tuned full model) most recently used
-        self.full_means: tuple | None = None  # ((task, seed), its mean-ablation values)
-
-    def task_data(self, task: str):
-        if task not in self._data:
-            spec = data.get_task(task)
-            tr = data.subset(data.load_task(task, "train", self.cfg.data_dir, allow_hub=self.cfg.allow_hub),
-                             self.cfg.train_size, self.cfg.subset_seed)
-            dv = data.subset(data.load_task(task, "dev", self.cfg.data_dir, allow_hub=self.cfg.allow_hub),
-                             self.cfg.dev_size, self.cfg.subset_seed)
-            mx = self.cfg.max_length
-            etr, edv = batching.encode(self.tokenizer, tr, mx), batching.encode(self.tokenizer, dv, mx)
-            if spec.is_regression:
-                batching.standardize_labels(etr, edv)
-            self._data[task] = (spec, etr, edv, tr.source, dv.source)
-        return self._data[task]
-
-    def fresh_model(self, task: str, seed: int):
-        spec = self.task_data(task)[0]
-        model = models.load_classifier(self.cfg.model, spec.num_labels, device=self.device, seed=seed)
-        if self.cfg.freeze_word_embeddings:
-            model.get_input_embeddings().weight.requires_grad_(False)
-        return model
-
-    def checkpoint_path(self, task: str, seed: int):
-        return self.paths.cache / f"finetuned__task={task}__seed={seed}__{study_fingerprint(self.cfg, self.device)}.pt"
-
-
-def _train_config(cfg: RandomPruningConfig) -> training.TrainConfig:
-    return training.TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
-                                weight_decay=cfg.weight_decay, warmup_ratio=cfg.warmup_ratio,
-                                max_grad_norm=cfg.max_grad_norm)
+    return fingerprint(common.result_params(cfg, device, RESULTS_VERSION, drop=("fractions", "regimes", "tolerance")))
 
 
 def cell_mask(shape: tuple[int, int], fraction: float, seed: int) -> torch.Tensor:
     n_layers, n_heads = shape
     return masks.random_mask(n_layers, n_heads, masks.n_pruned_for_fraction(fraction, n_layers, n_heads), seed)
-
-
-def _finetune_masked(ctx: StudyContext, task: str, seed: int, mask: torch.Tensor, desc: str):
-    """A fresh model, pruned by ``mask`` (physically for "zero", else gated), fine-tuned.
-
-    Returns (model, history, gates, means): evaluate with the same ``gates``/``means`` (None when the heads
-    were removed physically).
-    """
-    cfg = ctx.cfg
-    spec, tr, dv, *_ = ctx.task_data(task)
-    model = ctx.fresh_model(task, seed)
-    gates, means = None, None
-    if bool((mask < 1).any()):
-        if cfg.ablation == "zero":
-            prune_heads(model, mask)  # same outputs as zero gates, and faster
-        else:
-            gates = mask.to(ctx.device)
-            if cfg.ablation == "mean":
-                means = _means(ctx, model, tr)
-    history = training.finetune(model, tr, task, _train_config(cfg), seed,
-                                dev=dv if cfg.eval_every_epoch else None, gates=gates,
-                                ablation=cfg.ablation, means=means, progress=cfg.progress, desc=desc)
-    return model, history, gates, means
-
-
-def _means(ctx: StudyContext, model, enc) -> torch.Tensor:
-    """Mean-ablation values: each head's mean output over the task's training subset."""
-    return head_means(model, (b for _, b in batching.iterate(enc, batching.eval_batches(enc.lengths, 64), ctx.device)))
-
-
-def _full_model(ctx: StudyContext, task: str, seed: int):
-    """The fine-tuned unpruned model of (task, seed), from the cache or trained now (and cached)."""
-    if ctx.last_full is not None and ctx.last_full[0] == (task, seed):
-        return ctx.last_full[1], None  # consecutive cells of one (task, seed) share it; gates never modify it
-    path = ctx.checkpoint_path(task, seed)
-    history = None
-    if path.exists():
-        model = ctx.fresh_model(task, seed)
-        model.load_state_dict(torch.load(path, map_location=ctx.device, weights_only=True))
-        model.eval()
-    else:
-        n_layers, n_heads = ctx.shape
-        model, history, _, _ = _finetune_masked(ctx, task, seed, torch.ones(n_layers, n_heads), f"{task} s{seed} full")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save(model.state_dict(), tmp)
-        tmp.replace(path)
-    ctx.last_full = ((task, seed), model)
-    return model, history
 
 
 def _row(task, spec, history, metrics, mask, seconds) -> dict:
@@ -288,16 +95,7 @@ def _row(task, spec, history, metrics, mask, seconds) -> dict:
     }
 
 
-def chance_score(task: str, train, dev) -> float:
-    """The score of a constant predictor: the training subset's majority class (0 for a regression's correlation)."""
-    if data.get_task(task).is_regression:
-        return 0.0
-    values, counts = np.unique(train.labels, return_counts=True)
-    preds = np.full(len(dev.labels), values[np.argmax(counts)])
-    return float(main_score(task, compute_metrics(task, preds, np.asarray(dev.labels))))
-
-
-def run_cell(ctx: StudyContext, cell: dict) -> dict:
+def run_cell(ctx: common.Workbench, cell: dict) -> dict:
     """Compute one cell's result (pure of the store; the caller saves it)."""
     cfg = ctx.cfg
     task, regime, fraction, seed = cell["task"], cell["regime"], cell["fraction"], cell["seed"]
@@ -307,21 +105,16 @@ def run_cell(ctx: StudyContext, cell: dict) -> dict:
     if regime == "mask_then_finetune":
         gates = means = None
         if fraction == 0:
-            model, history = _full_model(ctx, task, seed)
-            history = history or []  # from the cache: the score is re-measured, the history is not kept
+            model, history, _ = ctx.full_model(task, seed)
         else:
-            model, history, gates, means = _finetune_masked(ctx, task, seed, mask, f"{task} s{seed} f{fraction:g}")
+            model, history, gates, means = ctx.finetune_masked(task, seed, mask, f"{task} s{seed} f{fraction:g}")
         metrics = training.evaluate(model, dv, task, EVAL_BATCH, gates=gates, ablation=cfg.ablation, means=means)
     else:
-        model, _ = _full_model(ctx, task, seed)
-        means = None
-        if cfg.ablation == "mean":  # the full model's means, computed once per (task, seed)
-            if ctx.full_means is None or ctx.full_means[0] != (task, seed):
-                ctx.full_means = ((task, seed), _means(ctx, model, tr))
-            means = ctx.full_means[1]
+        model, _, _ = ctx.full_model(task, seed)
+        means = ctx.full_means(task, seed) if cfg.ablation == "mean" else None
         metrics = training.evaluate(model, dv, task, EVAL_BATCH, gates=mask.to(ctx.device), ablation=cfg.ablation, means=means)
         history = []
-    metrics = {**metrics, "score": main_score(task, metrics), "chance": chance_score(task, tr, dv)}
+    metrics = {**metrics, "score": main_score(task, metrics), "chance": common.chance_score(task, tr, dv)}
     return _row(task, spec, history, metrics, mask, time.perf_counter() - t0)
 
 
@@ -336,7 +129,7 @@ def run_study(cfg: RandomPruningConfig, profile: str, paths: StudyPaths | None =
     todo = [c for c in cells if not store.has(c)]
     t0 = time.perf_counter()
     if todo:
-        ctx = StudyContext(cfg, paths, device)
+        ctx = common.Workbench(cfg, device, paths.finetuned_cache)
         for cell in tqdm(todo, desc=f"{STUDY} cells", disable=not cfg.progress, mininterval=30):
             store.put(cell, run_cell(ctx, cell))
     table = store.table(cells)

@@ -62,3 +62,23 @@ def test_bad_budgets_and_names():
         strategy_mask("top", 6, 12, 150, seed=0)
     with pytest.raises(ValueError, match="unknown strategy"):
         strategy_mask("sideways", 6, 12, 10, seed=0)
+
+
+def test_importance_masks_by_hand():
+    from headprune_utils.strategies import importance_mask
+
+    scores = torch.tensor([[0.5, 0.1, 0.9], [0.3, 0.1, 0.7]])
+    least = importance_mask(scores, 3, "least_important")
+    assert least.tolist() == [[1, 0, 1], [0, 0, 1]]  # 0.1 (0,1), 0.1 (1,1) in head order, then 0.3
+    most = importance_mask(scores, 2, "most_important")
+    assert most.tolist() == [[1, 1, 0], [1, 1, 0]]
+    assert importance_mask(scores, 0).sum() == 6 and importance_mask(scores, 6).sum() == 0
+    # nested across budgets (one ranking)
+    for n in range(6):
+        assert ((importance_mask(scores, n + 1) <= importance_mask(scores, n))).all()
+    with pytest.raises(BudgetError):
+        importance_mask(scores, 7)
+    with pytest.raises(ValueError, match="NaN"):
+        importance_mask(torch.tensor([[float("nan"), 1.0]]), 1)
+    with pytest.raises(ValueError, match="prune must be"):
+        importance_mask(scores, 1, "random")

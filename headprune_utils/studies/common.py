@@ -1,0 +1,287 @@
+"""What the GLUE fine-tuning studies share: their common parameters, task resolution, data, fresh and
+fine-tuned models (one checkpoint cache for all studies), fine-tuning under a fixed mask.
+
+A study's parameters dataclass subclasses :class:`GlueStudyConfig` and adds its own axes (fractions,
+strategies, budgets, ...); its ``check()`` calls ``super().check()`` first.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+
+from .. import batching, data, masks, models, training
+from ..architecture import head_shape
+from ..config import ParameterError, as_dict
+from ..gates import head_means
+from ..metrics import compute_metrics, main_score
+from ..pruning import prune_heads
+from ..results import fingerprint
+
+EVAL_BATCH = 32  # forward-only batches; on a CPU larger ones are no faster
+# Bump when a code change alters what fine-tuning produces (optimizer, label handling, data order):
+# cached fine-tuned models and every study's result cells then no longer match.
+TRAINING_VERSION = 2
+
+
+@dataclass(frozen=True)
+class GlueStudyConfig:
+    """Parameters every GLUE fine-tuning study has; the defaults are the quick CPU profile."""
+
+    model: str = "minilm"                       # "minilm" (embedded), a local folder, or a hub id (bert-base-uncased)
+    tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])  # GLUE names, or ["all"] = every available task
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # seed s: mask, classifier init, data order
+    ablation: Literal["zero", "uniform", "mean"] = "zero"  # what a pruned head outputs (see gates.py)
+    train_size: int | None = 300                # training examples per task (None: all)
+    dev_size: int | None = 300                  # dev examples per task (None: all)
+    subset_seed: int = 0                        # which examples form the subsets (fixed across seeds)
+    epochs: int = 3
+    batch_size: int = 16
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    max_length: int = 128                       # truncation only; batches are padded to their own longest
+    freeze_word_embeddings: bool = True         # quick profile: fewer trainable parameters, faster on a CPU
+    eval_every_epoch: bool = False              # dev scores after every epoch (history); the final score is always measured
+    device: str = "auto"                        # "auto" (CUDA when present), "cpu", "cuda"
+    data_dir: str | None = None                 # GLUE root; None: $HEADPRUNE_DATA_DIR, else the hub
+    allow_hub: bool = True                      # fall back to the Hugging Face hub for missing tasks
+    progress: bool = True
+
+    # parameters that change no number of a cell (display, where data comes from, the cell axes of the base)
+    _NOT_RESULTS = ("tasks", "seeds", "progress", "device", "data_dir", "allow_hub")
+
+    def check(self) -> None:
+        """Cheap checks of names and sizes (loads the model's config only)."""
+        if not self.seeds:
+            raise ParameterError("seeds must not be empty")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ParameterError("seeds must not repeat")
+        for name in ("train_size", "dev_size"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ParameterError(f"{name} must be a positive integer or None, got {v}")
+        for name in ("epochs", "batch_size", "max_length"):
+            if getattr(self, name) < 1:
+                raise ParameterError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ParameterError(f"lr must be > 0, got {self.lr}")
+        if not self.tasks:
+            raise ParameterError("tasks must not be empty")
+        if self.tasks != ["all"]:
+            for t in self.tasks:
+                try:
+                    data.get_task(t)
+                except ValueError as exc:
+                    raise ParameterError(str(exc)) from None
+            names = [data.get_task(t).name for t in self.tasks]
+            if len(set(names)) != len(names):
+                raise ParameterError(f"tasks name the same task twice: {self.tasks}")
+        try:
+            data.resolve_data_dir(self.data_dir)  # a named but missing folder is an error now, not later
+        except data.DataUnavailableError as exc:
+            raise ParameterError(f"data_dir: {exc}") from None
+        if self.tasks != ["all"] and not self.allow_hub:
+            avail = data.task_availability([data.get_task(t).name for t in self.tasks], self.data_dir)
+            gone = [f"{t} {s}" for t, v in avail.items() for s, ok in v.items() if not ok]
+            if gone:
+                raise ParameterError(f"tasks: no local data for {', '.join(gone)} and allow_hub is false")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ParameterError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+        try:
+            models.resolve_device(self.device)
+        except ValueError as exc:
+            raise ParameterError(f"device: {exc}") from None
+
+    def head_shape(self) -> tuple[int, int]:
+        """``(n_layers, n_heads)`` of the model (reads its config only)."""
+        return head_shape(models.load_config(self.model))
+
+    def check_fractions(self, name: str, fractions: list[float]) -> None:
+        """Every fraction is a possible budget for this model."""
+        if not fractions:
+            raise ParameterError(f"{name} must not be empty")
+        if len(set(fractions)) != len(fractions):
+            raise ParameterError(f"{name} must not repeat")
+        n_layers, n_heads = self.head_shape()
+        for f in fractions:
+            try:
+                masks.n_pruned_for_fraction(f, n_layers, n_heads)
+            except masks.BudgetError as exc:
+                raise ParameterError(f"{name}: {exc}") from None
+
+
+def resolve_tasks(cfg: GlueStudyConfig) -> tuple[list[str], dict[str, str]]:
+    """(tasks to run, {task: why unavailable}). ``["all"]`` means every task with train and dev data."""
+    names = list(data.TASKS) if cfg.tasks == ["all"] else [data.get_task(t).name for t in cfg.tasks]
+    avail = data.task_availability(names, cfg.data_dir, allow_hub=False)
+    runnable, missing = [], {}
+    for t in names:
+        if avail[t]["train"] and avail[t]["dev"]:
+            runnable.append(t)
+        elif cfg.allow_hub and cfg.tasks != ["all"]:
+            runnable.append(t)  # explicitly asked for: try the hub, fail loudly if that fails
+        else:
+            missing[t] = "no local " + " and ".join(s for s in ("train", "dev") if not avail[t][s]) + " split"
+    if not runnable:
+        raise data.DataUnavailableError(f"none of the tasks {names} has data: {missing}")
+    return runnable, missing
+
+
+def result_params(cfg: GlueStudyConfig, device: torch.device, version: int, drop: tuple[str, ...] = ()) -> dict:
+    """What a cell's result depends on besides the cell itself (fingerprinted).
+
+    The parameters minus the cell axes (``drop``) and display options; plus the device type (CPU and CUDA
+    draw different dropout streams), where the data comes from (a local root or the hub may differ), and
+    the code's versions (``version``: the study's; TRAINING_VERSION: fine-tuning's).
+    """
+    d = as_dict(cfg)
+    for k in (*GlueStudyConfig._NOT_RESULTS, *drop):
+        d.pop(k, None)
+    d["device_type"] = torch.device(device).type
+    d["data_source"] = "local" if data.resolve_data_dir(cfg.data_dir) is not None else "hub"
+    d["results_version"] = version
+    d["training_version"] = TRAINING_VERSION
+    return d
+
+
+def training_fingerprint(cfg: GlueStudyConfig, device: torch.device) -> str:
+    """What a fine-tuned UNPRUNED model depends on: the key of the checkpoint cache shared by all studies."""
+    keys = ("model", "train_size", "subset_seed", "epochs", "batch_size", "lr", "weight_decay", "warmup_ratio",
+            "max_grad_norm", "max_length", "freeze_word_embeddings")
+    d = {k: getattr(cfg, k) for k in keys}
+    d["device_type"] = torch.device(device).type
+    d["data_source"] = "local" if data.resolve_data_dir(cfg.data_dir) is not None else "hub"
+    d["training_version"] = TRAINING_VERSION
+    return fingerprint(d)
+
+
+def train_config(cfg: GlueStudyConfig) -> training.TrainConfig:
+    return training.TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
+                                weight_decay=cfg.weight_decay, warmup_ratio=cfg.warmup_ratio,
+                                max_grad_norm=cfg.max_grad_norm)
+
+
+class Workbench:
+    """Data, tokenizer and fine-tuned models shared by the cells of one process.
+
+    Fine-tuned unpruned models are cached on disk in ``cache_dir`` (``StudyPaths.finetuned_cache``: one
+    folder per profile) keyed by :func:`training_fingerprint`, so every study of a batch run reuses the
+    same (task, seed) model.
+    """
+
+    def __init__(self, cfg: GlueStudyConfig, device: torch.device, cache_dir: Path):
+        self.cfg, self.device = cfg, device
+        self.cache_dir = Path(cache_dir)
+        self.tokenizer = models.load_tokenizer(cfg.model)
+        self._data: dict[str, tuple] = {}
+        self.shape = cfg.head_shape()
+        self._last_full: tuple | None = None  # ((task, seed), model, history) most recently used
+        self._means: dict = {}  # (task, seed) -> mean-ablation values of the full model (last one only)
+
+    def task_data(self, task: str):
+        """``(spec, train Encoded, dev Encoded, train source, dev source)`` of the task's subsets."""
+        if task not in self._data:
+            spec = data.get_task(task)
+            tr = data.subset(data.load_task(task, "train", self.cfg.data_dir, allow_hub=self.cfg.allow_hub),
+                             self.cfg.train_size, self.cfg.subset_seed)
+            dv = data.subset(data.load_task(task, "dev", self.cfg.data_dir, allow_hub=self.cfg.allow_hub),
+                             self.cfg.dev_size, self.cfg.subset_seed)
+            mx = self.cfg.max_length
+            etr, edv = batching.encode(self.tokenizer, tr, mx), batching.encode(self.tokenizer, dv, mx)
+            if spec.is_regression:
+                batching.standardize_labels(etr, edv)
+            self._data[task] = (spec, etr, edv, tr.source, dv.source)
+        return self._data[task]
+
+    def fresh_model(self, task: str, seed: int):
+        """The pre-trained model with a new classifier head (initialised by ``seed``)."""
+        spec = self.task_data(task)[0]
+        model = models.load_classifier(self.cfg.model, spec.num_labels, device=self.device, seed=seed)
+        if self.cfg.freeze_word_embeddings:
+            model.get_input_embeddings().weight.requires_grad_(False)
+        return model
+
+    def checkpoint_path(self, task: str, seed: int) -> Path:
+        return self.cache_dir / f"finetuned__task={task}__seed={seed}__{training_fingerprint(self.cfg, self.device)}.pt"
+
+    def finetune_masked(self, task: str, seed: int, mask: torch.Tensor, desc: str):
+        """A fresh model, pruned by ``mask`` (physically for "zero", else gated), fine-tuned.
+
+        Returns (model, history, gates, means): evaluate with the same ``gates``/``means`` (None when the
+        heads were removed physically).
+        """
+        cfg = self.cfg
+        spec, tr, dv, *_ = self.task_data(task)
+        model = self.fresh_model(task, seed)
+        gates, means = None, None
+        if bool((mask < 1).any()):
+            if cfg.ablation == "zero":
+                prune_heads(model, mask)  # same outputs as zero gates, and faster
+            else:
+                gates = mask.to(self.device)
+                if cfg.ablation == "mean":
+                    means = self.means(model, tr)
+        history = training.finetune(model, tr, task, train_config(cfg), seed,
+                                    dev=dv if cfg.eval_every_epoch else None, gates=gates,
+                                    ablation=cfg.ablation, means=means, progress=cfg.progress, desc=desc)
+        return model, history, gates, means
+
+    def means(self, model, enc) -> torch.Tensor:
+        """Mean-ablation values: each head's mean output over ``enc`` (the task's training subset)."""
+        return head_means(model, (b for _, b in batching.iterate(enc, batching.eval_batches(enc.lengths, 64), self.device)))
+
+    def full_means(self, task: str, seed: int) -> torch.Tensor:
+        """The fine-tuned full model's mean-ablation values, computed once per (task, seed)."""
+        if (task, seed) not in self._means:
+            self._means = {(task, seed): self.means(self.full_model(task, seed)[0], self.task_data(task)[1])}
+        return self._means[(task, seed)]
+
+    def full_model(self, task: str, seed: int):
+        """(model, history, trained_now) of the fine-tuned unpruned model of (task, seed).
+
+        From memory, the disk cache, or trained now and cached. Gates never modify it; callers must not
+        change its weights (copy it first).
+        """
+        if self._last_full is not None and self._last_full[0] == (task, seed):
+            return self._last_full[1], self._last_full[2], False
+        path = self.checkpoint_path(task, seed)
+        trained_now = False
+        if path.exists():
+            model = self.fresh_model(task, seed)
+            saved = torch.load(path, map_location=self.device, weights_only=True)
+            model.load_state_dict(saved["state_dict"])
+            history = saved.get("history", [])
+            model.eval()
+        else:
+            n_layers, n_heads = self.shape
+            model, history, _, _ = self.finetune_masked(task, seed, torch.ones(n_layers, n_heads), f"{task} s{seed} full")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            torch.save({"state_dict": model.state_dict(), "history": history}, tmp)
+            tmp.replace(path)
+            trained_now = True
+        self._last_full = ((task, seed), model, history)
+        return model, history, trained_now
+
+
+def batches(enc: batching.Encoded, device: torch.device, limit: int | None = None) -> list[dict]:
+    """Length-sorted batches (with labels, on ``device``) of the first ``limit`` examples of ``enc`` (all when None)."""
+    if limit is not None and limit < len(enc):
+        enc = batching.Encoded(enc.input_ids[:limit], enc.token_type_ids[:limit] if enc.token_type_ids else None,
+                               enc.labels[:limit], enc.pad_id)
+    return [b for _, b in batching.iterate(enc, batching.eval_batches(enc.lengths, EVAL_BATCH), device)]
+
+
+def chance_score(task: str, train, dev) -> float:
+    """The score of a constant predictor: the training subset's majority class (0 for a regression's correlation)."""
+    if data.get_task(task).is_regression:
+        return 0.0
+    values, counts = np.unique(train.labels, return_counts=True)
+    preds = np.full(len(dev.labels), values[np.argmax(counts)])
+    return float(main_score(task, compute_metrics(task, preds, np.asarray(dev.labels))))
+
