@@ -5,6 +5,12 @@ Modules (each named after what it holds):
     gates         the head-gate context manager (zero / uniform / mean ablation), head means
     pruning       physical removal of heads from the weights
     masks         pure mask functions (random masks, budgets)
+    strategies    layer-location and importance pruning strategies: (shape, budget, seed) -> mask
+    mask_sweep    many masks of one model evaluated together, reusing the work they share
+    importance    Michel et al.'s gradient head importance
+    attention     per-head attention maps (any attention backend, pruned models) and Jensen-Shannon distances
+    head_weights  each head's own parameters and their relative change
+    stats         t-intervals, bootstrap CIs, sign-flip and permutation tests, Gini
     models        loading encoders (embedded MiniLM, local folders, hub ids), device choice
     data          GLUE tasks from a local root or the hub; deterministic subsets
     metrics       the official GLUE metrics
@@ -15,6 +21,6 @@ Modules (each named after what it holds):
     config        strict parameters and profiles (params/<profile>.yaml)
     plotting      seaborn figures, saved with their data
     run           the papermill batch runner (python -m headprune_utils.run)
-    studies/      one module per study notebook
+    studies/      one module per study notebook (common: what the GLUE fine-tuning studies share)
 """
 __version__ = "0.1.0"

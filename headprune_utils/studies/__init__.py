@@ -28,5 +28,7 @@ STUDIES: dict[str, Study] = {
     s.name: s
     for s in [
         Study("random_pruning", "01_random_pruning.ipynb", "headprune_utils.studies.random_pruning", "RandomPruningConfig"),
+        Study("layer_strategies", "02_layer_strategies.ipynb", "headprune_utils.studies.layer_strategies", "LayerStrategiesConfig"),
+        Study("compensation", "03_compensation.ipynb", "headprune_utils.studies.compensation", "CompensationConfig"),
     ]
 }

@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from .. import masks, models, training
+from .. import masks, models, stats, training
 from ..config import ParameterError, as_dict
 from ..metrics import main_score
 from ..paths import StudyPaths
@@ -144,16 +144,11 @@ def run_study(cfg: RandomPruningConfig, profile: str, paths: StudyPaths | None =
 
 def summarise(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """Mean score per task x regime x fraction, with a t-interval over seeds and the drop from fraction 0."""
-    from scipy import stats
-
     rows = []
     for (task, regime, fraction), g in table.groupby(["task", "regime", "fraction"]):
-        s = g["score"].to_numpy(dtype=float)
-        n = len(s)
-        mean = float(np.mean(s))
-        half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * stats.sem(s)) if n > 1 else float("nan")
+        mean, lo, hi = stats.t_interval(g["score"].to_numpy(dtype=float), confidence)
         rows.append({"task": task, "regime": regime, "fraction": fraction, "metric": g["metric"].iloc[0],
-                     "n_seeds": n, "mean": mean, "ci_low": mean - half, "ci_high": mean + half,
+                     "n_seeds": len(g), "mean": mean, "ci_low": lo, "ci_high": hi,
                      "n_heads_pruned": int(g["n_heads_pruned"].iloc[0]), "chance": float(g["chance"].iloc[0])})
     out = pd.DataFrame(rows)
     base = out[out["fraction"] == 0].set_index(["task", "regime"])["mean"]
@@ -161,16 +156,8 @@ def summarise(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     return out.sort_values(["task", "regime", "fraction"]).reset_index(drop=True)
 
 
-def _bootstrap_ci(d: np.ndarray, rng: np.random.Generator, n_boot: int, confidence: float) -> tuple[float, float]:
-    """Percentile-bootstrap interval of the mean of the paired differences ``d``."""
-    boots = rng.choice(d, size=(n_boot, len(d)), replace=True).mean(axis=1)
-    lo, hi = np.quantile(boots, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return float(lo), float(hi)
-
-
 def paired_drop(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Per task x regime x fraction: the drop from the full model paired by seed, with a bootstrap CI."""
-    rng = np.random.default_rng(seed)
     rows = []
     for (task, regime), g in table.groupby(["task", "regime"]):
         full = g[g["fraction"] == 0].set_index("seed")["score"]
@@ -178,7 +165,7 @@ def paired_drop(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 200
             d = (full - gf.set_index("seed")["score"]).dropna().to_numpy(dtype=float)
             if len(d) == 0:
                 continue
-            lo, hi = _bootstrap_ci(d, rng, n_boot, confidence)
+            lo, hi = stats.bootstrap_ci(d, confidence, n_boot, seed)
             rows.append({"task": task, "regime": regime, "fraction": fraction, "n_seeds": len(d),
                          "mean_drop": float(d.mean()), "boot_ci_low": float(lo), "boot_ci_high": float(hi)})
     return pd.DataFrame(rows)
@@ -200,14 +187,13 @@ def prunable_fraction(drops: pd.DataFrame, tolerance: float) -> pd.DataFrame:
 
 def regime_difference(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Per task x fraction > 0: score(mask, then fine-tune) - score(fine-tune, then mask), paired by seed."""
-    rng = np.random.default_rng(seed)
     rows = []
     for (task, fraction), g in table[table["fraction"] > 0].groupby(["task", "fraction"]):
         p = g.pivot(index="seed", columns="regime", values="score")
         if not set(REGIMES) <= set(p.columns):
             continue
         d = (p["mask_then_finetune"] - p["finetune_then_mask"]).dropna().to_numpy(dtype=float)
-        lo, hi = _bootstrap_ci(d, rng, n_boot, confidence)
+        lo, hi = stats.bootstrap_ci(d, confidence, n_boot, seed)
         rows.append({"task": task, "fraction": fraction, "n_seeds": len(d), "mean_gain_of_retraining": float(d.mean()),
                      "boot_ci_low": float(lo), "boot_ci_high": float(hi)})
     return pd.DataFrame(rows)

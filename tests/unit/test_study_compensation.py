@@ -1,0 +1,100 @@
+"""Study 3 end to end on a tiny local model; its statistics on hand-made per-head tables."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headprune_utils.config import ParameterError, validate
+from headprune_utils.masks import mask_from_string, mask_to_string
+from headprune_utils.paths import StudyPaths
+from headprune_utils.studies import compensation as study
+
+
+def config(model_dir, data_root, **kw):
+    base = dict(model=str(model_dir), tasks=["SST-2"], seeds=[0, 1], strategies=["random", "middle"], budgets=[0.5],
+                train_size=None, dev_size=None, probe_size=8, n_resamples=200, epochs=1, batch_size=8, lr=1e-3,
+                device="cpu", data_dir=str(data_root), allow_hub=False, progress=False)
+    return validate(study.CompensationConfig, {**base, **kw})
+
+
+def test_cells_measure_every_kept_head_and_only_those(tiny_model_dir, tiny_glue_root, tmp_path):
+    cfg = config(tiny_model_dir, tiny_glue_root)
+    table = study.run_study(cfg, "t", StudyPaths(study.STUDY, "t", root=tmp_path))
+    assert len(table) == 2 * 3
+    for r in table.itertuples():
+        kept = mask_from_string(r.mask).numpy().astype(bool)
+        for measure in study.MEASURES:
+            grid = np.array([[np.nan if v is None else v for v in row] for row in getattr(r, measure)], dtype=float)
+            assert np.isfinite(grid[kept]).all(), (r.strategy, measure)
+            assert np.isnan(grid[~kept]).all(), (r.strategy, measure)
+            assert (grid[kept] >= 0).all()
+        wc = np.array([[np.nan if v is None else v for v in row] for row in r.weight_change], dtype=float)
+        assert (wc[kept] > 0).all(), "fine-tuning moved every kept head"
+    heads = study.per_head(table)
+    assert set(heads["measure"]) == set(study.MEASURES)
+    n_kept = sum(int(mask_from_string(m).sum()) for m in table[table["strategy"] != "none"]["mask"])
+    assert len(heads[heads["measure"] == "weight_change"]) == n_kept
+    tests = study.spread_tests(heads, n_boot=200)
+    assert len(tests) == 2 * 2 * 3  # seeds x strategies x measures
+    assert tests["excess_p"].between(0, 1).all()
+    pool = study.pooled(tests)
+    v = study.verdicts(pool)
+    assert len(v) == 2 * len(pool) and v["verdict"].str.endswith("at this scale").all()
+
+
+def synthetic(concentrated: bool, n_seeds: int = 4, seed: int = 0) -> pd.DataFrame:
+    """Runs on a 2 x 6 grid: the unpruned runs change every head by about 1 (noise 5%); the pruned run prunes
+    the first 3 heads of layer 0 and changes the kept heads by 1.5x — evenly, or all on one head."""
+    rng = np.random.default_rng(seed)
+    mask = np.ones((2, 6))
+    mask[0, :3] = 0
+    rows = []
+    grid = lambda a, m: [[float(v) if k else None for v, k in zip(r, kr)] for r, kr in zip(a.tolist(), m.astype(bool).tolist())]
+    for s in range(n_seeds):
+        base = 1 + 0.05 * rng.standard_normal((2, 6))
+        full = {m: grid(base * (1 + 0.05 * rng.standard_normal((2, 6))), np.ones((2, 6))) for m in study.MEASURES}
+        rows.append({"task": "A", "seed": s, "strategy": "none", "budget": 0.0, "mask": mask_to_string(np.ones((2, 6))),
+                     **full})
+        factor = np.ones((2, 6))
+        if concentrated:
+            factor[1, 5] = 10.0
+        else:
+            factor *= 1.5
+        pruned = {m: grid(base * factor * (1 + 0.05 * rng.standard_normal((2, 6))), mask) for m in study.MEASURES}
+        rows.append({"task": "A", "seed": s, "strategy": "random", "budget": 0.25, "mask": mask_to_string(mask), **pruned})
+    return pd.DataFrame(rows)
+
+
+def test_equal_spread_is_told_from_a_concentrated_one():
+    even = study.pooled(study.spread_tests(study.per_head(synthetic(False)), n_boot=500))
+    conc = study.pooled(study.spread_tests(study.per_head(synthetic(True)), n_boot=500))
+    e = even.set_index("measure").loc["weight_change"]
+    c = conc.set_index("measure").loc["weight_change"]
+    assert abs(e["excess_dispersion"]) < 0.05
+    assert c["excess_dispersion"] > 0.2 and c["excess_dispersion_ci_low"] > 0
+    assert e["excess_fisher_p"] > 0.05 and e["excess_dispersion_ci_low"] < 0 < e["excess_dispersion_ci_high"]
+    ve = study.verdicts(even).iloc[0]["verdict"]
+    vc = study.verdicts(conc).iloc[0]["verdict"]
+    assert ve.startswith("supported") and vc.startswith("not supported")
+
+
+def test_per_head_extra_change_by_hand():
+    t = synthetic(False, n_seeds=2)
+    heads = study.per_head(t)
+    h = heads[(heads["measure"] == "weight_change") & (heads["seed"] == 0) & (heads["layer"] == 1) & (heads["head"] == 2)].iloc[0]
+    runs = t.set_index(["seed", "strategy"])
+    p, f, o = runs.loc[(0, "random"), "weight_change"][1][2], runs.loc[(0, "none"), "weight_change"][1][2], \
+        runs.loc[(1, "none"), "weight_change"][1][2]
+    assert h["x"] == pytest.approx(np.log(p / o)) and h["x_noise"] == pytest.approx(np.log(f / o))
+    assert h["pruned_in_layer"] == 0 and h["pruned_adjacent"] == 3
+    assert len(heads[(heads["measure"] == "weight_change") & (heads["seed"] == 0)]) == 9  # kept heads only
+
+
+def test_bad_parameters(tiny_model_dir, tiny_glue_root):
+    with pytest.raises(ParameterError, match="at least 2 seeds"):
+        config(tiny_model_dir, tiny_glue_root, seeds=[0])
+    with pytest.raises(ParameterError, match=r"\(0, 1\)"):
+        config(tiny_model_dir, tiny_glue_root, budgets=[1.0])
+    with pytest.raises(ParameterError, match="strategies"):
+        config(tiny_model_dir, tiny_glue_root, strategies=["least_important"])

@@ -1,0 +1,111 @@
+"""Study 2 end to end on a tiny local model and synthetic data; its statistics on hand-made tables."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headprune_utils.config import ParameterError, validate
+from headprune_utils.masks import mask_from_string
+from headprune_utils.paths import StudyPaths
+from headprune_utils.studies import layer_strategies as study
+
+
+def config(model_dir, data_root, **kw):
+    base = dict(model=str(model_dir), tasks=["SST-2"], seeds=[0, 1], budgets=[0.25, 0.5], finetune_budgets=[0.5],
+                train_size=None, dev_size=None, epochs=1, batch_size=8, lr=1e-3, device="cpu",
+                data_dir=str(data_root), allow_hub=False, progress=False)
+    return validate(study.LayerStrategiesConfig, {**base, **kw})
+
+
+def test_every_strategy_meets_the_same_budget_and_shared_evaluation_changes_nothing(tiny_model_dir, tiny_glue_root, tmp_path):
+    cfg = config(tiny_model_dir, tiny_glue_root)
+    table = study.run_study(cfg, "t", StudyPaths(study.STUDY, "t", root=tmp_path))
+    n_strat = len(study.ALL_STRATEGIES)
+    # per seed: eval regime 1 + 9 x 2 budgets, fine-tune regime 1 + 9 x 1
+    assert len(table) == 2 * ((1 + 2 * n_strat) + (1 + n_strat))
+    for (regime, budget), g in table.groupby(["regime", "budget"]):
+        assert g["n_heads_pruned"].nunique() == 1, (regime, budget)
+        assert g["n_heads_pruned"].iloc[0] == round(budget * 12)
+        for m in g["mask"]:
+            assert int((mask_from_string(m) == 0).sum()) == round(budget * 12)
+    # the fine-tuned full model is the reference of both regimes
+    ref = table[table["strategy"] == "none"].pivot(index="seed", columns="regime", values="score")
+    np.testing.assert_allclose(ref["mask_then_finetune"], ref["finetune_then_mask"])
+    # importance strategies prune different heads than each other (least vs most)
+    e = table[(table["regime"] == "finetune_then_mask") & (table["budget"] == 0.25) & (table["seed"] == 0)].set_index("strategy")
+    assert e.loc["least_important", "mask"] != e.loc["most_important", "mask"]
+
+    plain_cfg = config(tiny_model_dir, tiny_glue_root, shared_evaluation=False, regimes=["finetune_then_mask"])
+    plain = study.run_study(plain_cfg, "p", StudyPaths(study.STUDY, "p", root=tmp_path))
+    key = ["regime", "strategy", "budget", "seed"]
+    a = table[table["regime"] == "finetune_then_mask"].sort_values(key).reset_index(drop=True)
+    b = plain.sort_values(key).reset_index(drop=True)
+    assert list(a["mask"]) == list(b["mask"])
+    np.testing.assert_allclose(a["score"], b["score"], atol=1e-12)
+
+    # analysis runs on the real table
+    summary = study.summarise(table)
+    assert (summary["ci_low"] <= summary["mean"] + 1e-12).all()
+    contr = study.contrasts(table)
+    assert set(contr["contrast"]) == {c.name for c in study.CONTRASTS}
+    v = study.verdicts(contr, cfg)
+    assert len(v) == len(study.CONTRASTS) * 2 and v["verdict"].str.endswith("at this scale").all()
+    rows = study.example_masks(table)
+    assert len(rows) == n_strat * 2 * 12
+
+
+def test_resume_computes_nothing_twice(tiny_model_dir, tiny_glue_root, tmp_path, monkeypatch):
+    cfg = config(tiny_model_dir, tiny_glue_root, seeds=[0], strategies=["random", "top"], budgets=[0.5])
+    paths = StudyPaths(study.STUDY, "t", root=tmp_path)
+    study.run_study(cfg, "t", paths)
+    calls = []
+    monkeypatch.setattr(study, "run_cells", lambda *a, **k: calls.append(a) or [])
+    monkeypatch.setattr(study, "run_cell", lambda *a, **k: calls.append(a) or {})
+    table = study.run_study(cfg, "t", paths)
+    assert calls == [] and len(table) == 2 * 3
+
+
+def table_from_diffs(diffs: dict[str, list[float]], base: float = 0.8) -> pd.DataFrame:
+    """A results table with 2 tasks x 2 budgets x 3 seeds, strategy scores = base + the given offsets."""
+    rows = []
+    for task in ("A", "B"):
+        for budget in (0.25, 0.5):
+            for seed in range(3):
+                for st, offs in diffs.items():
+                    rows.append({"task": task, "regime": "finetune_then_mask", "strategy": st, "budget": budget,
+                                 "seed": seed, "score": base + offs[seed], "metric": "accuracy", "chance": 0.5,
+                                 "n_heads_pruned": 1})
+    return pd.DataFrame(rows)
+
+
+def test_contrasts_and_verdicts_on_hand_made_tables():
+    cfg = study.LayerStrategiesConfig(equivalence_margin=0.02)
+    clear = table_from_diffs({"top_bottom": [0.10, 0.12, 0.11], "middle": [0.0, 0.0, 0.0],
+                              "top": [0.001, 0.0, -0.001], "bottom": [0.0, 0.001, 0.0],
+                              "spread": [0.0, 0.0, 0.0], "consecutive": [0.05, 0.06, 0.04]})
+    c = study.contrasts(clear)
+    pooled = c[c["task"] == "all"].set_index("contrast")
+    assert pooled.loc["avoid the middle", "mean_diff"] == pytest.approx(0.11)
+    assert pooled.loc["avoid the middle", "n_pairs"] == 12
+    assert pooled.loc["avoid the middle", "sign_flip_p"] < 0.01
+    per = c[(c["contrast"] == "avoid the middle") & (c["task"] == "A") & (c["budget"] == 0.25)]
+    assert per["mean_diff"].iloc[0] == pytest.approx(0.11) and per["n_pairs"].iloc[0] == 3
+    v = study.verdicts(c, cfg).set_index("claim")["verdict"]
+    verdict = {cn.name: v[cn.claim] for cn in study.CONTRASTS if cn.claim in v}
+    assert verdict["avoid the middle"].startswith("supported")
+    assert verdict["top vs bottom"].startswith("supported (CI within")
+    assert verdict["avoid consecutive layers"].startswith("contradicted")
+    # contrasts whose strategies did not run are left out, not invented
+    assert "most important vs random" not in set(c["contrast"])
+
+
+def test_bad_parameters_fail_before_any_work(tiny_model_dir, tiny_glue_root):
+    with pytest.raises(ParameterError, match="strategies"):
+        config(tiny_model_dir, tiny_glue_root, strategies=["topp"])
+    with pytest.raises(ParameterError, match="0 is the reference"):
+        config(tiny_model_dir, tiny_glue_root, budgets=[0.0, 0.5])
+    with pytest.raises(ParameterError, match="budgets"):
+        config(tiny_model_dir, tiny_glue_root, finetune_budgets=[1.5])
+    with pytest.raises(ParameterError, match="unknown parameter"):
+        validate(study.LayerStrategiesConfig, {"budget": [0.5]})
