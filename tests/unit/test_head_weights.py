@@ -22,7 +22,7 @@ def test_a_change_to_one_head_is_seen_in_that_head_only():
         att.output.dense.weight[:, 0:d] *= 2.0     # head 0 of layer 1 (output columns)
     ch = relative_change(before, after)
     q = before.bert.encoder.layer[1].attention.self.query
-    w, b = q.weight[2 * d:3 * d], q.bias[2 * d:3 * d]
+    w, b = q.weight.detach()[2 * d:3 * d], q.bias.detach()[2 * d:3 * d]
     expect_q = math.sqrt(0.25 * w.numel()) / math.sqrt(float(w.pow(2).sum() + b.pow(2).sum()))
     assert math.isclose(float(ch["query"][1, 2]), expect_q, rel_tol=1e-12)
     assert math.isclose(float(ch["output"][1, 0]), 1.0, rel_tol=1e-12)  # doubled: ||W|| / ||W||
