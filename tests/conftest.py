@@ -96,12 +96,14 @@ WORDS = ("the a film movie good bad great awful plot acting boring fun was is no
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A tiny random BERT with a real (small) WordPiece tokenizer, saved as a local model folder."""
-    from transformers import BertModel, BertTokenizerFast
+    from transformers import BertModel, BertTokenizer
 
     folder = tmp_path_factory.mktemp("tiny_bert")
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tok = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    # transformers v5: `vocab=` (a path or a dict); the v4 keyword `vocab_file` is ignored, leaving 5 tokens
+    tok = BertTokenizer(vocab=str(folder / "vocab.txt"), do_lower_case=True)
+    assert len(tok) == len(vocab)
     tok.save_pretrained(folder)
     torch.manual_seed(0)
     # dropout on: the same-seed and resume tests must exercise the seeding of dropout too
