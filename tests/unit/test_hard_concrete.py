@@ -1,0 +1,141 @@
+"""Hard Concrete gates and L0 training: closed forms, limits, physical-pruning equivalence, a short training."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conftest import tiny_inputs, tiny_model
+from headprune_utils.gates import head_gates
+from headprune_utils.hard_concrete import HardConcreteGates, l0_train
+from headprune_utils.pruning import prune_heads
+
+BETA, GAMMA, ZETA = 0.33, -0.1, 1.1
+
+
+def test_defaults_and_init_open_probability():
+    g = HardConcreteGates(3, 4)
+    assert (g.beta, g.gamma, g.zeta) == (BETA, GAMMA, ZETA)
+    torch.testing.assert_close(g.open_prob(), torch.full((3, 4), 0.9))
+    want = math.log(9) + BETA * math.log(-GAMMA / ZETA)
+    torch.testing.assert_close(g.log_alpha.detach(), torch.full((3, 4), want))
+    assert bool((g.eval()() == 1).all())  # starts open at test time
+    assert HardConcreteGates(2, 2, init_log_alpha=-1.0).log_alpha.detach().eq(-1.0).all()
+    with pytest.raises(ValueError):
+        HardConcreteGates(2, 2, gamma=0.1)
+
+
+def test_expected_l0_value_and_gradient_match_the_hand_formula():
+    torch.manual_seed(0)
+    g = HardConcreteGates(3, 4)
+    with torch.no_grad():
+        g.log_alpha.copy_(torch.randn(3, 4) * 2)
+    la = g.log_alpha.detach().double()
+    s = torch.sigmoid(la - BETA * math.log(-GAMMA / ZETA))
+    l0 = g.expected_l0()
+    assert l0.detach().item() == pytest.approx(float(s.sum()), rel=1e-6)
+    l0.backward()
+    torch.testing.assert_close(g.log_alpha.grad.double(), s * (1 - s), rtol=1e-5, atol=1e-7)
+
+
+def test_samples_in_unit_interval_and_exact_zero_one_shares_match_closed_forms():
+    torch.manual_seed(0)
+    values = torch.tensor([[-3.0, -1.0, 0.0], [0.5, 1.5, 3.0]])
+    g = HardConcreteGates(2, 3)
+    with torch.no_grad():
+        g.log_alpha.copy_(values)
+    g.train()
+    n = 20000
+    with torch.no_grad():
+        z = torch.stack([g() for _ in range(n)])  # [n, 2, 3]
+    assert bool((z >= 0).all()) and bool((z <= 1).all())
+    p_open = (z > 0).double().mean(0)
+    p_one = (z == 1).double().mean(0)
+    want_open = torch.sigmoid(values.double() - BETA * math.log(-GAMMA / ZETA))
+    want_one = torch.sigmoid(values.double() - BETA * math.log((1 - GAMMA) / (ZETA - 1)))
+    tol = 4.5 * torch.sqrt(0.25 / torch.tensor(float(n)))  # > 4 standard errors
+    assert bool(((p_open - want_open).abs() < tol).all()), (p_open, want_open)
+    assert bool(((p_one - want_one).abs() < tol).all()), (p_one, want_one)
+    torch.testing.assert_close(want_open.sum(), g.expected_l0().double().detach())
+    # the samples are differentiable in log_alpha
+    g.zero_grad()
+    g().sum().backward()
+    assert g.log_alpha.grad is not None and bool(torch.isfinite(g.log_alpha.grad).all())
+
+
+def test_deterministic_gates_follow_the_test_time_estimator():
+    g = HardConcreteGates(1, 4)
+    with torch.no_grad():
+        g.log_alpha.copy_(torch.tensor([[-2.0, -0.1, 0.1, 2.0]]))
+    est = torch.clamp(torch.sigmoid(g.log_alpha.detach()) * (ZETA - GAMMA) + GAMMA, 0, 1)
+    torch.testing.assert_close(g.test_time_estimate().detach(), est)
+    assert g.deterministic().tolist() == [[0.0, 0.0, 1.0, 1.0]]  # threshold 0.5 <=> log_alpha > 0
+    assert g.deterministic(threshold=0.9).tolist() == [[0.0, 0.0, 0.0, 1.0]]
+    g.eval()
+    assert torch.equal(g(), g.deterministic())
+
+
+def logits(model, batch, gates=None):
+    with torch.no_grad():
+        if gates is None:
+            return model(**batch).logits
+        with head_gates(model, gates):
+            return model(**batch).logits
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_large_log_alpha_gives_ones_and_the_untouched_model(training):
+    model = tiny_model(initializer_range=0.2)
+    batch = tiny_inputs()
+    g = HardConcreteGates.for_model(model, init_log_alpha=50.0).train(training)
+    z = g()
+    assert bool((z == 1).all())
+    torch.testing.assert_close(logits(model, batch, z), logits(model, batch), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_very_negative_log_alpha_equals_physical_pruning(training):
+    model = tiny_model(initializer_range=0.2)
+    batch = tiny_inputs()
+    mask = torch.tensor([[1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 0, 1]], dtype=torch.float32)
+    g = HardConcreteGates.for_model(model).train(training)
+    with torch.no_grad():
+        g.log_alpha.copy_(torch.where(mask == 1, 50.0, -50.0))
+    z = g()
+    assert torch.equal(z, mask)
+    gated = logits(model, batch, z)
+    pruned = prune_heads(tiny_model(initializer_range=0.2), mask)
+    torch.testing.assert_close(gated, logits(pruned, batch), rtol=1e-5, atol=1e-5)
+
+
+def train_batches():
+    return [{**tiny_inputs(batch=3, seq=9, seed=s), "labels": torch.tensor([0, 2, 1])} for s in (1, 2, 3)]
+
+
+def test_l0_train_large_lambda_closes_gates_and_leaves_a_frozen_model_alone():
+    torch.manual_seed(0)
+    model = tiny_model(initializer_range=0.2)
+    before = [p.detach().clone() for p in model.parameters()]
+    g = HardConcreteGates.for_model(model)
+    res = l0_train(model, g, train_batches(), lam=10.0, steps=40, lr=0.1)
+    assert len(res.history) == 40 and res.history[0]["open"] == 12
+    assert res.history[-1]["expected_l0"] < res.history[0]["expected_l0"]
+    assert res.mask.shape == (3, 4) and int(res.mask.sum()) == 0
+    assert not g.training and model.training is False
+    assert all(p.requires_grad and p.grad is None for p in model.parameters())
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+
+
+def test_l0_train_lambda_zero_keeps_gates_open_and_can_finetune_the_model():
+    torch.manual_seed(0)
+    model = tiny_model(initializer_range=0.2)
+    g = HardConcreteGates.for_model(model)
+    res = l0_train(model, g, train_batches(), lam=0.0, epochs=4, lr=0.05)
+    assert len(res.history) == 12 and int(res.mask.sum()) == 12
+    assert all(h["open"] == 12 for h in res.history)
+    # train_model=True also moves the model's weights
+    before = [p.detach().clone() for p in model.parameters()]
+    l0_train(model, g, train_batches(), lam=0.0, steps=2, train_model=True, model_lr=1e-3)
+    assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
+    assert not model.training

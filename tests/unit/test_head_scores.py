@@ -1,0 +1,179 @@
+"""Head scores (confidence, entropy, ablation importance, relevance, rank agreement) on hand-built maps
+and tiny random models."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from conftest import tiny_inputs, tiny_model
+from headprune_utils.attention import attention_maps
+from headprune_utils.batching import Encoded
+from headprune_utils.head_scores import (
+    ablation_importance, confidence, confidence_from_maps, entropy, entropy_from_maps, query_mask, rank_agreement,
+    relevance,
+)
+from headprune_utils.importance import head_importance
+from headprune_utils.metrics import main_score
+from headprune_utils.pruning import prune_heads
+from headprune_utils.training import evaluate
+
+ATT = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]])  # lengths 5 and 4
+
+
+def hand_maps():
+    """One layer, 3 heads: 0 one-hot on key 0, 1 uniform over the real keys, 2 absent (NaN)."""
+    b, s = ATT.shape
+    a = torch.zeros(b, 3, s, s)
+    a[:, 0, :, 0] = 1.0
+    for i, n in enumerate(ATT.sum(1).tolist()):
+        a[i, 1, :, :n] = 1.0 / n
+    a[:, 2] = float("nan")
+    return [a]
+
+
+def test_query_mask_drops_first_last_padding_and_special_ids():
+    ids = torch.tensor([[2, 7, 3, 8, 3], [2, 9, 9, 3, 0]])
+    q = query_mask(ATT, ids)
+    assert q.tolist() == [[False, True, True, True, False], [False, True, True, False, False]]
+    q = query_mask(ATT, ids, special_ids={3})
+    assert q.tolist() == [[False, True, False, True, False], [False, True, True, False, False]]
+    assert query_mask(ATT, exclude_special=False).tolist() == ATT.bool().tolist()
+    with pytest.raises(ValueError, match="input_ids"):
+        query_mask(ATT, special_ids={3})
+
+
+def test_confidence_and_entropy_from_hand_maps():
+    maps = hand_maps()
+    q = query_mask(ATT)  # 3 queries in the first row (n = 5), 2 in the second (n = 4)
+    conf = confidence_from_maps(maps, q)
+    assert conf.shape == (1, 3)
+    assert conf[0, 0] == pytest.approx(1.0)
+    assert conf[0, 1] == pytest.approx((3 * (1 / 5) + 2 * (1 / 4)) / 5)  # token-weighted, pooled
+    assert math.isnan(conf[0, 2])
+    ent = entropy_from_maps(maps, q)
+    assert ent[0, 0] == pytest.approx(0.0, abs=1e-7)
+    assert ent[0, 1] == pytest.approx((3 * math.log(5) + 2 * math.log(4)) / 5, rel=1e-6)
+    assert math.isnan(ent[0, 2])
+    with pytest.raises(ValueError, match="no query"):
+        confidence_from_maps(maps, torch.zeros_like(q))
+
+
+def batches():
+    return [tiny_inputs(batch=3, seq=9, seed=1), tiny_inputs(batch=2, seq=6, seed=2)]
+
+
+@pytest.mark.parametrize("exclude_special", [True, False])
+def test_streaming_confidence_and_entropy_equal_pooled_maps(exclude_special):
+    model = tiny_model(initializer_range=0.5)
+    bs = batches()
+    got_c = confidence(model, bs, exclude_special=exclude_special)
+    got_e = entropy(model, bs, exclude_special=exclude_special)
+    # by hand: every query's max / entropy, pooled over the two batches
+    mx, ent = [], []
+    for b in bs:
+        q = query_mask(b["attention_mask"], exclude_special=exclude_special)
+        per_layer = [(a.amax(-1), -(a * a.clamp_min(1e-30).log()).sum(-1)) for a in attention_maps(model, b)]
+        mx.append(torch.stack([m.permute(1, 0, 2)[:, q] for m, _ in per_layer]))  # [L, H, n_q]
+        ent.append(torch.stack([e.permute(1, 0, 2)[:, q] for _, e in per_layer]))
+    torch.testing.assert_close(got_c, torch.cat(mx, -1).mean(-1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got_e, torch.cat(ent, -1).mean(-1), rtol=1e-5, atol=1e-5)
+    assert got_c.shape == (3, 4) and bool((got_c <= 1).all()) and bool((got_c > 0).all())
+
+
+def test_confidence_is_nan_for_pruned_heads():
+    model = prune_heads(tiny_model(), torch.tensor([[1, 0, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0]]))
+    c = confidence(model, batches())
+    assert torch.isnan(c[0, 1]) and bool(torch.isnan(c[2]).all())
+    assert int(torch.isnan(c).sum()) == 5
+
+
+def tiny_encoded(n=12, seed=3):
+    rng = np.random.default_rng(seed)
+    ids = [[2] + rng.integers(5, 120, size=int(rng.integers(3, 9))).tolist() + [3] for _ in range(n)]
+    return Encoded(input_ids=ids, token_type_ids=None, labels=rng.integers(0, 3, size=n), pad_id=0)
+
+
+def test_ablation_importance_equals_one_gated_evaluation_per_head():
+    model = tiny_model(initializer_range=0.5)
+    prune_heads(model, torch.tensor([[1, 1, 1, 1], [1, 0, 1, 1], [1, 1, 1, 1]]))
+    enc = tiny_encoded()
+    got = ablation_importance(model, enc, "MNLI", batch_size=5)
+    assert got.shape == (3, 4) and torch.isnan(got[1, 1]) and int(torch.isnan(got).sum()) == 1
+    full = main_score("MNLI", evaluate(model, enc, "MNLI"))
+    want = torch.full((3, 4), float("nan"))
+    for layer, head in [(l, h) for l in range(3) for h in range(4) if (l, h) != (1, 1)]:
+        m = torch.ones(3, 4)
+        m[layer, head] = 0
+        want[layer, head] = full - main_score("MNLI", evaluate(model, enc, "MNLI", gates=m))
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert bool((got[~torch.isnan(got)] != 0).any())  # the case is not vacuous
+
+
+def labelled_batches():
+    a = {**tiny_inputs(batch=3, seq=9, seed=1), "labels": torch.tensor([0, 2, 1])}
+    b = {**tiny_inputs(batch=2, seq=7, seed=2), "labels": torch.tensor([1, 1])}
+    return [a, b]
+
+
+def test_relevance_unnormalised_equals_per_example_gate_gradient():
+    """Gradient x context of a head = d loss / d gate at gate 1 (zero ablation), so the unnormalised relevance
+    equals Michel et al.'s per-example importance without layer normalisation."""
+    model = tiny_model(dtype=torch.float64, initializer_range=0.2)
+    before = [p.detach().clone() for p in model.parameters()]
+    got = relevance(model, labelled_batches(), normalize=False)
+    want = head_importance(model, labelled_batches(), per_example=True, normalize_layers=False)
+    torch.testing.assert_close(got.double(), want.double(), rtol=1e-4, atol=1e-7)
+    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+
+
+def test_relevance_normalised_rows_sum_to_one_and_pruned_heads_are_nan():
+    model = tiny_model(initializer_range=0.2)
+    prune_heads(model, torch.tensor([[1, 1, 0, 1], [1, 1, 1, 1], [1, 1, 1, 1]]))
+    for p in model.parameters():  # a frozen model must work too
+        p.requires_grad_(False)
+    for target in ("loss", "top_logit"):
+        r = relevance(model, labelled_batches(), target=target)
+        assert torch.isnan(r[0, 2])
+        torch.testing.assert_close(torch.nansum(r, dim=1), torch.ones(3))
+        assert bool((r[~torch.isnan(r)] >= 0).all())
+
+
+def test_relevance_top_logit_matches_per_example_gradient_of_the_top_logit():
+    from headprune_utils.gates import head_gates
+
+    model = tiny_model(dtype=torch.float64, initializer_range=0.2)
+    bs = labelled_batches()
+    got = relevance(model, bs, normalize=False, target="top_logit")
+    total, n = torch.zeros(3, 4, dtype=torch.float64), 0
+    for b in bs:
+        for i, length in enumerate(b["attention_mask"].sum(1).tolist()):
+            g = torch.ones(3, 4, dtype=torch.float64, requires_grad=True)
+            with head_gates(model, g):
+                logits = model(input_ids=b["input_ids"][i : i + 1, :length]).logits
+            (grad,) = torch.autograd.grad(logits.max(), g)
+            total += grad.abs()
+            n += 1
+    torch.testing.assert_close(got.double(), total / n, rtol=1e-4, atol=1e-7)
+
+
+def test_rank_agreement_matches_scipy_and_skips_nan():
+    a = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    b = -a
+    c = torch.tensor([[3.0, 1.0, 2.0], [float("nan"), 6.0, 4.0]])
+    df = rank_agreement({"a": a, "b": b, "c": c})
+    assert list(df[["a", "b"]].itertuples(index=False, name=None)) == [("a", "b"), ("a", "c"), ("b", "c")]
+    ab = df.iloc[0]
+    assert ab.spearman == pytest.approx(-1.0) and ab.kendall == pytest.approx(-1.0) and ab.n == 6
+    ac = df.iloc[1]
+    keep = ~torch.isnan(c.flatten())
+    x, y = a.flatten()[keep].numpy(), c.flatten()[keep].numpy()
+    assert ac.n == 5
+    assert ac.spearman == pytest.approx(stats.spearmanr(x, y)[0])
+    assert ac.kendall_p == pytest.approx(stats.kendalltau(x, y)[1])
+    with pytest.raises(ValueError, match="shapes"):
+        rank_agreement({"a": a, "d": torch.zeros(3, 2)})
