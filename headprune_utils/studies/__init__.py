@@ -30,5 +30,7 @@ STUDIES: dict[str, Study] = {
         Study("random_pruning", "01_random_pruning.ipynb", "headprune_utils.studies.random_pruning", "RandomPruningConfig"),
         Study("layer_strategies", "02_layer_strategies.ipynb", "headprune_utils.studies.layer_strategies", "LayerStrategiesConfig"),
         Study("compensation", "03_compensation.ipynb", "headprune_utils.studies.compensation", "CompensationConfig"),
+        Study("redundancy_patterns", "04_redundancy_patterns.ipynb", "headprune_utils.studies.redundancy_patterns", "RedundancyConfig"),
+        Study("zero_shot_pruning", "05_zero_shot_pruning.ipynb", "headprune_utils.studies.zero_shot", "ZeroShotConfig"),
     ]
 }

@@ -118,6 +118,10 @@ class Context(common.Workbench):
             self._importance = {(task, seed): importance.head_importance(model, batches).cpu()}
         return self._importance[(task, seed)]
 
+    def cell_mask(self, cell: dict) -> torch.Tensor:
+        """The cell's mask (studies built on this one add strategies by overriding this method)."""
+        return cell_mask(self, cell)
+
 
 def cell_mask(ctx: Context, cell: dict) -> torch.Tensor:
     """The cell's ``[n_layers, n_heads]`` mask (1 = kept)."""
@@ -166,7 +170,7 @@ def run_cells(ctx: Context, cells: list[dict], shared: bool = True) -> list[dict
         model = ctx.full_model(task, seed)[0]
         dv = ctx.task_data(task)[2]
         means = ctx.full_means(task, seed) if cfg.ablation == "mean" else None
-        cell_masks = {i: cell_mask(ctx, cells[i]) for i in evals}
+        cell_masks = {i: ctx.cell_mask(cells[i]) for i in evals}
         t0 = time.perf_counter()
         if shared and len(evals) > 1:
             metrics = mask_sweep.evaluate_masks(model, dv, task, cell_masks, common.EVAL_BATCH,
@@ -181,7 +185,7 @@ def run_cells(ctx: Context, cells: list[dict], shared: bool = True) -> list[dict
         if cell["regime"] != "mask_then_finetune":
             continue
         t0 = time.perf_counter()
-        mask = cell_mask(ctx, cell)
+        mask = ctx.cell_mask(cell)
         task, seed = cell["task"], cell["seed"]
         dv = ctx.task_data(task)[2]
         gates = means = None
@@ -338,7 +342,7 @@ def verdicts(contr: pd.DataFrame, cfg: LayerStrategiesConfig, alpha: float = 0.0
     return pd.DataFrame(rows)
 
 
-def example_masks(table: pd.DataFrame, seed: int | None = None) -> pd.DataFrame:
+def example_masks(table: pd.DataFrame, seed: int | None = None, order: tuple[str, ...] = ALL_STRATEGIES) -> pd.DataFrame:
     """One mask per strategy x budget (of ``seed``, default the smallest; evaluation-only regime, first task)
     as rows (strategy, budget, layer, head, kept) for the mask picture."""
     t = table[(table["strategy"] != "none")]
@@ -348,7 +352,7 @@ def example_masks(table: pd.DataFrame, seed: int | None = None) -> pd.DataFrame:
     t = t[(t["seed"] == seed) & (t["task"] == t["task"].iloc[0])]
     t = t[t["regime"] == ("finetune_then_mask" if (t["regime"] == "finetune_then_mask").any() else "mask_then_finetune")]
     rows = []
-    order = {s: i for i, s in enumerate(ALL_STRATEGIES)}
+    order = {s: i for i, s in enumerate(order)}
     for (strategy, budget), g in sorted(t.groupby(["strategy", "budget"]), key=lambda kv: (order[kv[0][0]], kv[0][1])):
         m = masks.mask_from_string(g["mask"].iloc[0])
         for layer in range(m.shape[0]):

@@ -1,0 +1,479 @@
+"""Study 4: attention redundancy patterns (Bian et al. 2021), the Five Ws and How.
+
+A redundancy matrix holds the distance between every pair of heads' attention maps on a probe (a set of
+inputs), averaged over its sentences (``redundancy.py`` defines the six distances; ``clustering.py``
+clusters heads and compares matrices). Cells are (model, probe) pairs; each stores the matrices of every
+distance on the two halves of its probe (so the split-half agreement, the probe-noise ceiling of every
+comparison, comes for free; the full matrix is the sentence-weighted mean of the halves):
+
+- What/How: the pre-trained model on generic text (``generic``: single sentences pooled from the probe tasks'
+  dev splits), every distance; how the distances agree.
+- Where: the clusters of the pre-trained model's matrix (``cluster_metric``).
+- When: the pre-trained vs the fine-tuned model (``tasks`` x ``seeds``, the fine-tuned models shared with
+  studies 1-3) on the same task inputs (``task-<T>`` probes): phase independence.
+- Who: the pre-trained model on every probe task's dev inputs and on random token sequences
+  (``random-<r>``): task independence.
+- Why: the pre-trained model after brief continued masked-LM training with dropout ``p`` (``mlm.py`` says what
+  this is and is not), on the generic probe, against seed-to-seed variation at the same ``p``.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy import stats as sps
+from tqdm import tqdm
+
+from .. import batching, clustering, data, mlm, models, probes, redundancy
+from ..config import ParameterError, as_dict
+from ..paths import StudyPaths
+from ..results import ResultStore, atomic_write_json, fingerprint, run_metadata
+from . import common
+
+STUDY = "redundancy_patterns"
+RESULTS_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RedundancyConfig(common.GlueStudyConfig):
+    """Parameters of the study (the shared ones, used for the fine-tuned models, in ``common.GlueStudyConfig``)."""
+
+    metrics: list[str] = field(default_factory=lambda: list(redundancy.METRICS))  # distances (redundancy.METRICS)
+    probe_size: int = 64                        # sentences per probe (two halves: the split-half ceiling)
+    probe_max_length: int = 64                  # probe inputs truncated to this many tokens (sentence distances cost ~n^3)
+    probe_tasks: list[str] = field(default_factory=lambda: ["all"])  # "Who": tasks whose dev inputs probe the model; ["all"]: every task with local dev data
+    random_probes: int = 2                      # probes of random token sequences (seeds 0, 1, ...)
+    cluster_metric: str = "js"                  # the distance clustered and drawn in detail
+    k_min: int = 2                              # clusters tried (silhouette criterion): k_min..k_max
+    k_max: int = 16
+    dropouts: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.3])  # "Why": dropout of continued MLM training
+    mlm_seeds: list[int] = field(default_factory=lambda: [0, 1])  # MLM runs per dropout (seed-to-seed variation)
+    mlm_steps: int = 150                        # encoder steps of continued MLM training
+    mlm_head_steps: int = 100                   # steps training a new MLM head alone first (0: the checkpoint has one)
+    mlm_lr: float = 1e-4
+    mlm_batch_size: int = 32
+    mlm_text_size: int = 4000                   # training sentences (pooled GLUE train text, labels unused)
+    n_permutations: int = 999                   # Mantel test permutations
+    n_null: int = 99                            # shuffled matrices for the silhouette null (cluster structure)
+
+    def check(self) -> None:
+        unknown = [m for m in self.metrics if m not in redundancy.METRICS]
+        if unknown or not self.metrics or len(set(self.metrics)) != len(self.metrics):
+            raise ParameterError(f"metrics must be distinct names from {list(redundancy.METRICS)}, got {self.metrics}")
+        if self.cluster_metric not in self.metrics:
+            raise ParameterError(f"cluster_metric {self.cluster_metric!r} must be one of metrics {self.metrics}")
+        if self.probe_max_length < 4:
+            raise ParameterError(f"probe_max_length must be >= 4, got {self.probe_max_length}")
+        if self.probe_size < 4:
+            raise ParameterError(f"probe_size must be >= 4 (two halves of >= 2 sentences), got {self.probe_size}")
+        if self.random_probes < 0:
+            raise ParameterError(f"random_probes must be >= 0, got {self.random_probes}")
+        if not 2 <= self.k_min <= self.k_max:
+            raise ParameterError(f"need 2 <= k_min <= k_max, got {self.k_min}, {self.k_max}")
+        if any(not 0.0 <= p < 1.0 for p in self.dropouts) or len(set(self.dropouts)) != len(self.dropouts):
+            raise ParameterError(f"dropouts must be distinct values in [0, 1), got {self.dropouts}")
+        if self.dropouts and (not self.mlm_seeds or len(set(self.mlm_seeds)) != len(self.mlm_seeds)):
+            raise ParameterError("mlm_seeds must be a non-empty list of distinct seeds when dropouts are given")
+        for name in ("mlm_steps", "mlm_batch_size", "mlm_text_size"):
+            if getattr(self, name) < 1:
+                raise ParameterError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.mlm_head_steps < 0 or not self.mlm_lr > 0:
+            raise ParameterError("mlm_head_steps must be >= 0 and mlm_lr > 0")
+        if self.n_permutations < 99 or self.n_null < 19:
+            raise ParameterError(f"n_permutations must be >= 99 and n_null >= 19, got {self.n_permutations}, {self.n_null}")
+        if self.probe_tasks != ["all"]:
+            for t in self.probe_tasks:
+                try:
+                    data.get_task(t)
+                except ValueError as exc:
+                    raise ParameterError(f"probe_tasks: {exc}") from None
+        super().check()
+        n_layers, n_heads = self.head_shape()
+        if self.k_max > n_layers * n_heads - 1:
+            raise ParameterError(f"k_max must be < the number of heads ({n_layers * n_heads}), got {self.k_max}")
+
+
+# ------------------------------------------------------------------------------------------------ cells
+
+def resolve_probe_tasks(cfg: RedundancyConfig) -> list[str]:
+    """Tasks whose dev inputs probe the model: ``probe_tasks`` (``["all"]``: every task with local dev data,
+    else every task from the hub) plus the fine-tuning tasks (their pre-trained matrices anchor "When")."""
+    if cfg.probe_tasks == ["all"]:
+        avail = data.task_availability(list(data.TASKS), cfg.data_dir, allow_hub=False)
+        names = [t for t in data.TASKS if avail[t]["dev"]]
+        if not names and cfg.allow_hub:
+            names = list(data.TASKS)
+    else:
+        names = [data.get_task(t).name for t in cfg.probe_tasks]
+    fine = common.resolve_tasks(cfg)[0]
+    return names + [t for t in fine if t not in names]
+
+
+def plan_cells(cfg: RedundancyConfig) -> list[dict]:
+    cells = [{"model": "pretrained", "probe": "generic"}]
+    cells += [{"model": "pretrained", "probe": f"random-{r}"} for r in range(cfg.random_probes)]
+    cells += [{"model": "pretrained", "probe": f"task-{t}"} for t in resolve_probe_tasks(cfg)]
+    for t in common.resolve_tasks(cfg)[0]:
+        cells += [{"model": f"finetuned-{t}-s{s}", "probe": f"task-{t}"} for s in cfg.seeds]
+    for s in cfg.mlm_seeds if cfg.dropouts else []:
+        cells += [{"model": f"mlm-p{p:g}-s{s}", "probe": "generic"} for p in cfg.dropouts]
+    return cells
+
+
+def n_cells(cfg: RedundancyConfig) -> int:
+    return len(plan_cells(cfg))
+
+
+def study_fingerprint(cfg: RedundancyConfig, device: torch.device) -> str:
+    return fingerprint(common.result_params(cfg, device, RESULTS_VERSION,
+                                            drop=("probe_tasks", "random_probes", "dropouts", "mlm_seeds",
+                                                  "cluster_metric", "k_min", "k_max", "n_permutations", "n_null")))
+
+
+class Context(common.Workbench):
+    """The Workbench plus the probes and the prepared MLM models of one process."""
+
+    def __init__(self, cfg: RedundancyConfig, device: torch.device, cache_dir):
+        super().__init__(cfg, device, cache_dir)
+        self._probes: dict[str, batching.Encoded] = {}
+        self._pretrained = None
+        self._mlm_base: tuple[int, torch.nn.Module] | None = None
+
+    def probe(self, name: str) -> batching.Encoded:
+        cfg = self.cfg
+        if name not in self._probes:
+            if name == "generic":
+                enc = probes.glue_text(self.tokenizer, resolve_probe_tasks(cfg), "dev", cfg.probe_size, cfg.subset_seed,
+                                       cfg.probe_max_length, cfg.data_dir, cfg.allow_hub)
+            elif name.startswith("random-"):
+                enc = probes.random_tokens(self.tokenizer, self.probe("generic").lengths, int(name.split("-", 1)[1]))
+            elif name.startswith("task-"):
+                enc = probes.task_text(self.tokenizer, name.split("-", 1)[1], "dev", cfg.probe_size, cfg.subset_seed,
+                                       cfg.probe_max_length, cfg.data_dir, cfg.allow_hub)
+            else:
+                raise ValueError(f"unknown probe {name!r}")
+            self._probes[name] = enc
+        return self._probes[name]
+
+    def pretrained(self):
+        if self._pretrained is None:
+            self._pretrained = models.load_classifier(self.cfg.model, 2, device=self.device, seed=0).eval()
+        return self._pretrained
+
+    def mlm_model(self, dropout: float, seed: int):
+        """The MLM-trained encoder of (dropout, seed) and its training record."""
+        cfg = self.cfg
+        text = probes.glue_text(self.tokenizer, resolve_probe_tasks(cfg), "train", cfg.mlm_text_size, cfg.subset_seed,
+                                min(cfg.max_length, 64), cfg.data_dir, cfg.allow_hub) if "mlm_text" not in self._probes \
+            else self._probes["mlm_text"]
+        self._probes["mlm_text"] = text
+        if self._mlm_base is None or self._mlm_base[0] != seed:
+            base, head_hist = mlm.prepare_mlm(cfg.model, text, self.tokenizer, seed, cfg.mlm_head_steps,
+                                              cfg.mlm_batch_size, device=self.device, progress=cfg.progress)
+            self._mlm_base = (seed, base, head_hist)
+        model = copy.deepcopy(self._mlm_base[1])
+        hist = mlm.continue_mlm(model, text, self.tokenizer, dropout, cfg.mlm_steps, seed, cfg.mlm_batch_size,
+                                cfg.mlm_lr, progress=cfg.progress)
+        return model.base_model, {**self._mlm_base[2], **{k: v for k, v in hist.items() if k != "loss"}}
+
+
+def _halves(enc: batching.Encoded) -> tuple[batching.Encoded, batching.Encoded]:
+    n = len(enc) // 2
+
+    def part(sl):
+        return batching.Encoded(enc.input_ids[sl], enc.token_type_ids[sl] if enc.token_type_ids else None,
+                                enc.labels[sl], enc.pad_id)
+
+    return part(slice(0, n)), part(slice(n, None))
+
+
+def probe_matrices(model, enc: batching.Encoded, metrics: list[str], device) -> dict:
+    """{metric: {"a": upper triangle on the first half, "b": on the second}, "n_a", "n_b"} (lists, 7 decimals)."""
+    out: dict = {}
+    for half_name, half in zip(("a", "b"), _halves(enc)):
+        mats = redundancy.redundancy_matrices(model, common.batches(half, device), metrics)
+        for m in metrics:
+            out.setdefault(m, {})[half_name] = np.round(clustering.upper(mats[m]), 7).tolist()
+        out[f"n_{half_name}"] = len(half)
+    return out
+
+
+def run_cell(ctx: Context, cell: dict) -> dict:
+    t0 = time.perf_counter()
+    name, extra = cell["model"], {}
+    if name == "pretrained":
+        model = ctx.pretrained()
+    elif name.startswith("finetuned-"):
+        task, s = name[len("finetuned-"):].rsplit("-s", 1)
+        model = ctx.full_model(task, int(s))[0]
+    elif name.startswith("mlm-"):
+        p, s = name[len("mlm-p"):].rsplit("-s", 1)
+        model, extra = ctx.mlm_model(float(p), int(s))
+    else:
+        raise ValueError(f"unknown model {name!r}")
+    mats = probe_matrices(model, ctx.probe(cell["probe"]), list(ctx.cfg.metrics), ctx.device)
+    return {"matrices": mats, **extra, "seconds": time.perf_counter() - t0}
+
+
+def run_study(cfg: RedundancyConfig, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
+    """Run every cell not yet done (resuming), write the metadata; returns one row per cell."""
+    paths = (paths or StudyPaths(STUDY, profile)).ensure()
+    device = models.resolve_device(cfg.device)
+    store = ResultStore(paths.cells, study_fingerprint(cfg, device))
+    store.check_compatible()
+    cells = plan_cells(cfg)
+    todo = [c for c in cells if not store.has(c)]
+    t0 = time.perf_counter()
+    if todo:
+        ctx = Context(cfg, device, paths.finetuned_cache)
+        for cell in tqdm(todo, desc=f"{STUDY} cells", disable=not cfg.progress, mininterval=30):
+            store.put(cell, run_cell(ctx, cell))
+    table = store.table(cells)
+    durations = {"this_run": time.perf_counter() - t0, "cells_total": float(table["seconds"].sum()),
+                 "cells_computed_now": len(todo), "cells_reused": len(cells) - len(todo)}
+    meta = run_metadata(STUDY, profile, {**as_dict(cfg), "tasks_run": common.resolve_tasks(cfg)[0],
+                                         "probe_tasks_run": resolve_probe_tasks(cfg)},
+                        list(cfg.seeds), device, durations, store.fingerprint)
+    atomic_write_json(paths.meta, meta)
+    return table
+
+
+# ---------------------------------------------------------------------------------------------- analysis
+
+def _square(upper: list[float], n: int) -> np.ndarray:
+    out = np.zeros((n, n))
+    out[np.triu_indices(n, k=1)] = upper
+    return out + out.T
+
+
+class Matrices:
+    """The cells' matrices: ``get(model, probe, metric, half="full"|"a"|"b") -> [N, N]``."""
+
+    def __init__(self, table: pd.DataFrame, shape: tuple[int, int]):
+        self.shape = shape
+        self.n = shape[0] * shape[1]
+        self._cells = {(r.model, r.probe): r.matrices for r in table.itertuples()}
+        self.extra = table.drop(columns=["matrices"]).set_index(["model", "probe"])
+
+    def keys(self) -> list[tuple[str, str]]:
+        return list(self._cells)
+
+    def get(self, model: str, probe: str, metric: str, half: str = "full") -> np.ndarray:
+        c = self._cells[(model, probe)]
+        if half in ("a", "b"):
+            return _square(c[metric][half], self.n)
+        wa, wb = c["n_a"], c["n_b"]
+        return (wa * _square(c[metric]["a"], self.n) + wb * _square(c[metric]["b"], self.n)) / (wa + wb)
+
+    def split_half(self, model: str, probe: str, metric: str) -> float:
+        """Mantel r between the two halves of the probe: the ceiling of any comparison on this probe."""
+        return clustering.mantel(self.get(model, probe, metric, "a"), self.get(model, probe, metric, "b"), n_perm=0)[0]
+
+
+def metric_agreement(mats: Matrices, metrics: list[str], n_perm: int, model: str = "pretrained",
+                     probe: str = "generic") -> pd.DataFrame:
+    """Mantel (Pearson and Spearman) between the matrices of every two distances, and each one's split-half r."""
+    rows = []
+    for i, a in enumerate(metrics):
+        for b in metrics[i:]:
+            if a == b:
+                r, p = mats.split_half(model, probe, a), np.nan
+                rows.append({"metric_a": a, "metric_b": b, "pearson_r": r, "spearman_r": np.nan, "mantel_p": p,
+                             "what": "split-half agreement of one distance"})
+                continue
+            A, B = mats.get(model, probe, a), mats.get(model, probe, b)
+            r, p = clustering.mantel(A, B, n_perm)
+            rs, _ = clustering.mantel(A, B, n_perm=0, method="spearman")
+            rows.append({"metric_a": a, "metric_b": b, "pearson_r": r, "spearman_r": rs, "mantel_p": p,
+                         "what": "two distances"})
+    return pd.DataFrame(rows)
+
+
+def summary_stats(mats: Matrices, metrics: list[str]) -> pd.DataFrame:
+    """Per cell and distance: mean, median and spread of the off-diagonal distances (lower = more redundant)."""
+    rows = []
+    for model, probe in mats.keys():
+        for m in metrics:
+            u = clustering.upper(mats.get(model, probe, m))
+            rows.append({"model": model, "probe": probe, "metric": m, "mean": float(u.mean()),
+                         "median": float(np.median(u)), "sd": float(u.std()), "min": float(u.min()),
+                         "max": float(u.max())})
+    return pd.DataFrame(rows)
+
+
+def where(mats: Matrices, cfg: RedundancyConfig, model: str = "pretrained", probe: str = "generic"):
+    """(clusters, a one-row table about them, silhouette by k, outlier heads).
+
+    Outlier heads (``clustering.outliers``: mean distance to the others far above the rest) are set aside
+    and listed; the other heads are clustered (average linkage, k by silhouette). The table says how clear the
+    structure is (the silhouette against a null of the same distances shuffled, ``n_null`` matrices), how
+    clusters align with layers (adjusted Rand index with the heads' layers; share of within-cluster pairs in
+    the same layer against all pairs) and with spectral clustering at the same k. ``labels`` in the returned
+    clusters are over the kept heads; ``heads`` maps them back to flat head ids.
+    """
+    d_all = mats.get(model, probe, cfg.cluster_metric)
+    out = clustering.outliers(d_all)
+    heads = np.flatnonzero(~out)
+    d = d_all[np.ix_(heads, heads)]
+    k_range = (cfg.k_min, min(cfg.k_max, len(heads) - 1))
+    cl = clustering.cluster_heads(d, k_range=k_range)
+    null = clustering.silhouette_null(d, k_range, n_perm=cfg.n_null)
+    n_layers, n_heads = mats.shape
+    layer = np.repeat(np.arange(n_layers), n_heads)[heads]
+    same_layer = layer[:, None] == layer[None, :]
+    same_cluster = cl.labels[:, None] == cl.labels[None, :]
+    iu = np.triu_indices(len(heads), k=1)
+    within = same_cluster[iu]
+    spectral = clustering.spectral_heads(d, cl.k)
+    names = [f"{h // n_heads}.{h % n_heads}" for h in np.flatnonzero(out)]
+    info = {
+        "metric": cfg.cluster_metric, "n_outliers": int(out.sum()), "outlier_heads": " ".join(names) or "none",
+        "k": cl.k, "silhouette": cl.silhouette,
+        "silhouette_null_mean": float(null.mean()), "silhouette_null_p": float((1 + (null >= cl.silhouette - 1e-12).sum()) / (1 + len(null))),
+        "cluster_sizes": " ".join(str(int(s)) for s in sorted(cl.sizes(), reverse=True)),
+        "ari_with_layer": clustering.adjusted_rand(cl.labels, layer),
+        "same_layer_share_within_clusters": float(same_layer[iu][within].mean()) if within.any() else np.nan,
+        "same_layer_share_all_pairs": float(same_layer[iu].mean()),
+        "ari_hierarchical_vs_spectral": clustering.adjusted_rand(cl.labels, spectral),
+        "mean_within_cluster_distance": float(d[iu][within].mean()) if within.any() else np.nan,
+        "mean_between_cluster_distance": float(d[iu][~within].mean()) if (~within).any() else np.nan,
+    }
+    sil = pd.DataFrame({"k": list(cl.silhouette_by_k), "silhouette": list(cl.silhouette_by_k.values())})
+    return cl, heads, pd.DataFrame([info]), sil
+
+
+def flat_labels(cl: clustering.Clusters, heads: np.ndarray, n: int) -> np.ndarray:
+    """``[n]`` cluster id per flat head id; 0 for the outlier heads set aside."""
+    out = np.zeros(n, dtype=int)
+    out[heads] = cl.labels
+    return out
+
+
+def _k(d: np.ndarray, cfg: RedundancyConfig) -> int:
+    """The silhouette-chosen number of clusters after setting outlier heads aside (as :func:`where`)."""
+    keep = ~clustering.outliers(d)
+    return clustering.cluster_heads(d[np.ix_(keep, keep)], k_range=(cfg.k_min, min(cfg.k_max, int(keep.sum()) - 1)),
+                                    order=False).k
+
+
+def when(mats: Matrices, cfg: RedundancyConfig, tasks: list[str]) -> pd.DataFrame:
+    """Per fine-tuned model and distance: Mantel r (p) between the pre-trained and the fine-tuned matrix on the
+    same task inputs, with the probe's split-half ceiling (pre-trained)."""
+    rows = []
+    for t in tasks:
+        for s in cfg.seeds:
+            ft = f"finetuned-{t}-s{s}"
+            for m in cfg.metrics:
+                r, p = clustering.mantel(mats.get("pretrained", f"task-{t}", m), mats.get(ft, f"task-{t}", m),
+                                         cfg.n_permutations)
+                rows.append({"task": t, "seed": s, "metric": m, "mantel_r": r, "mantel_p": p,
+                             "split_half_r": mats.split_half("pretrained", f"task-{t}", m)})
+    return pd.DataFrame(rows)
+
+
+def who(mats: Matrices, cfg: RedundancyConfig, probe_names: list[str]) -> pd.DataFrame:
+    """Mantel r (p) between the pre-trained model's matrices on every two probes, per distance."""
+    rows = []
+    for m in cfg.metrics:
+        for i, a in enumerate(probe_names):
+            for b in probe_names[i + 1:]:
+                r, p = clustering.mantel(mats.get("pretrained", a, m), mats.get("pretrained", b, m), cfg.n_permutations)
+                rows.append({"metric": m, "probe_a": a, "probe_b": b, "mantel_r": r, "mantel_p": p})
+    return pd.DataFrame(rows)
+
+
+def why(mats: Matrices, cfg: RedundancyConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, tests). Per MLM run and distance: the mean off-diagonal distance (lower = more redundant),
+    the Mantel r with the pre-trained model's matrix, the clusters' k. Tests per distance: the OLS slope of
+    the mean distance on the dropout ratio (runs as points) and the mean |difference| of mean distance between
+    runs of the same seed at different ratios against runs of different seeds at the same ratio."""
+    runs = []
+    for p in cfg.dropouts:
+        for s in cfg.mlm_seeds:
+            name = f"mlm-p{p:g}-s{s}"
+            for m in cfg.metrics:
+                d = mats.get(name, "generic", m)
+                runs.append({"dropout": p, "seed": s, "metric": m, "mean_distance": float(clustering.upper(d).mean()),
+                             "mantel_r_vs_pretrained": clustering.mantel(d, mats.get("pretrained", "generic", m), 0)[0],
+                             "k": _k(d, cfg) if m == cfg.cluster_metric else np.nan,
+                             "mlm_loss_last": float(mats.extra.loc[(name, "generic"), "loss_last"])})
+    runs = pd.DataFrame(runs)
+    base = {m: float(clustering.upper(mats.get("pretrained", "generic", m)).mean()) for m in cfg.metrics}
+    runs["pretrained_mean_distance"] = runs["metric"].map(base)
+    tests = []
+    for m, g in runs.groupby("metric"):
+        row = {"metric": m, "n_runs": len(g)}
+        if g["dropout"].nunique() > 1:
+            fit = sps.linregress(g["dropout"], g["mean_distance"])
+            row.update({"slope_per_unit_dropout": fit.slope, "slope_p": fit.pvalue,
+                        "slope_ci_low": fit.slope - 1.96 * fit.stderr, "slope_ci_high": fit.slope + 1.96 * fit.stderr})
+            by = g.pivot(index="seed", columns="dropout", values="mean_distance")
+            between_p = [abs(by[a] - by[b]).mean() for i, a in enumerate(by.columns) for b in by.columns[i + 1:]]
+            between_s = ([abs(by.iloc[i] - by.iloc[j]).mean() for i in range(len(by)) for j in range(i + 1, len(by))]
+                         if len(by) > 1 else [np.nan])
+            row.update({"mean_abs_diff_between_dropouts": float(np.mean(between_p)),
+                        "mean_abs_diff_between_seeds": float(np.mean(between_s)) if len(by) > 1 else np.nan})
+        tests.append(row)
+    return runs, pd.DataFrame(tests)
+
+
+def verdicts(agree: pd.DataFrame, where_info: pd.DataFrame, when_t: pd.DataFrame, who_t: pd.DataFrame,
+             why_tests: pd.DataFrame, cfg: RedundancyConfig, alpha: float = 0.05, strong: float = 0.8) -> pd.DataFrame:
+    """"claim - our result - verdict" rows. "Alike" = Mantel p < alpha for every comparison; "the same" =
+    also mean r >= ``strong`` (stated, and beside the split-half ceiling)."""
+    rows = []
+
+    def alike(t: pd.DataFrame) -> str:
+        if t.empty:
+            return "not run"
+        sig = bool((t["mantel_p"] < alpha).all())
+        if sig and t["mantel_r"].mean() >= strong:
+            return "supported"
+        return "partly supported (alike but not the same)" if sig else "not supported"
+
+    w = where_info.iloc[0]
+    rows.append({"W": "What/How", "claim": "the distance functions show the same redundancy structure",
+                 "our result": "; ".join(f"{r.metric_a}~{r.metric_b} r={r.pearson_r:.2f}"
+                                         for r in agree[agree["what"] == "two distances"].itertuples()),
+                 "verdict": alike(agree[agree["what"] == "two distances"].rename(columns={"pearson_r": "mantel_r"}))})
+    beats_null = w["silhouette_null_p"] < alpha
+    clear = beats_null and w["silhouette"] > 0.25
+    rows.append({"W": "Where", "claim": "heads form clear clusters of mutually redundant heads",
+                 "our result": (f"{w['metric']}: {w['n_outliers']} outlier head(s) set aside ({w['outlier_heads']}); "
+                                f"k = {w['k']} by silhouette ({w['silhouette']:.2f}; shuffled-distance null "
+                                f"{w['silhouette_null_mean']:.2f}, p = {w['silhouette_null_p']:.3g}), sizes {w['cluster_sizes']}; "
+                                f"within/between-cluster distance {w['mean_within_cluster_distance']:.3f}/"
+                                f"{w['mean_between_cluster_distance']:.3f}; ARI with layers {w['ari_with_layer']:.2f}; "
+                                f"hierarchical vs spectral ARI {w['ari_hierarchical_vs_spectral']:.2f}"),
+                 "verdict": ("supported" if clear else "partly supported (more structure than chance, but weak)"
+                             if beats_null else "not supported")
+                            + " (criteria: silhouette above the shuffled null, p < 0.05, and above 0.25, Kaufman & "
+                              "Rousseeuw's threshold of a weak but real structure; above 0.5 would be reasonable)"})
+    rows.append({"W": "When", "claim": "the patterns are the same before and after fine-tuning (phase-independent)",
+                 "our result": "; ".join(f"{m}: r={g['mantel_r'].mean():.2f} (min {g['mantel_r'].min():.2f}, split-half "
+                                         f"{g['split_half_r'].mean():.2f}), max p={g['mantel_p'].max():.3g}"
+                                         for m, g in when_t.groupby("metric")),
+                 "verdict": alike(when_t)})
+    tasks_only = who_t[who_t["probe_a"].str.startswith("task-") & who_t["probe_b"].str.startswith("task-")]
+    vs_random = who_t[(who_t["probe_a"].str.startswith("random-") ^ who_t["probe_b"].str.startswith("random-"))
+                      & ~(who_t["probe_a"] == "generic") & ~(who_t["probe_b"] == "generic")]
+    for name, t in (("across GLUE tasks (task-agnostic)", tasks_only), ("on random token sequences vs task inputs", vs_random)):
+        rows.append({"W": "Who", "claim": f"the patterns are the same {name}",
+                     "our result": "; ".join(f"{m}: mean r={g['mantel_r'].mean():.2f} (min {g['mantel_r'].min():.2f}), "
+                                             f"max p={g['mantel_p'].max():.3g}" for m, g in t.groupby("metric")),
+                     "verdict": alike(t)})
+    if not why_tests.empty and "slope_p" in why_tests:
+        res = "; ".join(f"{r.metric}: slope {r.slope_per_unit_dropout:+.4f} per unit p (p={r.slope_p:.3g}), |diff| between "
+                        f"dropouts {r.mean_abs_diff_between_dropouts:.4f} vs between seeds {r.mean_abs_diff_between_seeds:.4f}"
+                        for r in why_tests.itertuples())
+        moved = why_tests[(why_tests["slope_p"] < alpha)
+                          & (why_tests["mean_abs_diff_between_dropouts"] > why_tests["mean_abs_diff_between_seeds"])]
+        v = (f"supported for {len(moved)}/{len(why_tests)} distances" if len(moved) else "not supported") + \
+            " in continued MLM training (not pre-training)"
+        rows.append({"W": "Why", "claim": "dropout changes redundancy (Bian et al.: pre-training dropout)",
+                     "our result": res, "verdict": v})
+    return pd.DataFrame(rows)

@@ -1,0 +1,276 @@
+"""Study 5: zero-shot pruning from redundancy clusters (Bian et al. 2021).
+
+Heads are chosen with NO task data: the pre-trained model's redundancy matrix (distance ``metric`` on a probe
+of random token sequences, or of generic text) is clustered with ``linkage`` into as many clusters as heads are
+kept, and each cluster's medoid is kept (``clustering.zero_shot_mask``). The mask is the same for every task and
+seed. Baselines at the same budgets: ``random`` (the seed's random heads) and ``least_important`` (Michel et
+al.'s gradient importance of the task's fine-tuned model on its training subset: it DOES use task data).
+
+Cells are those of study 2 (``layer_strategies``: task x regime x strategy x budget x seed, with the full model
+as the reference cell), with the strategy ``zero_shot`` added; the regimes are "mask, then fine-tune" (the
+paper's protocol: the mask is fixed during fine-tuning) and, cheaply, "fine-tune, then mask".
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy import stats as sps
+from tqdm import tqdm
+
+from .. import clustering, masks, models, probes, redundancy, stats, strategies
+from ..config import ParameterError, as_dict
+from ..paths import StudyPaths
+from ..results import ResultStore, atomic_write_json, fingerprint, run_metadata
+from . import common, layer_strategies
+from .layer_strategies import REGIME_NAMES, REGIMES, Regime, run_cell, run_cells
+
+STUDY = "zero_shot_pruning"
+RESULTS_VERSION = 1
+METHODS: tuple[str, ...] = ("zero_shot", "random", "least_important")
+
+
+@dataclass(frozen=True)
+class ZeroShotConfig(common.GlueStudyConfig):
+    """Parameters of the study (the shared ones in ``common.GlueStudyConfig``); defaults = the quick profile."""
+
+    fractions: list[float] = field(default_factory=lambda: [0.5, 0.75])  # share of ALL heads pruned
+    methods: list[str] = field(default_factory=lambda: list(METHODS))  # zero_shot, random, least_important
+    regimes: list[Regime] = field(default_factory=lambda: list(REGIMES))  # mask_then_finetune (the paper's), finetune_then_mask
+    probe: Literal["random", "generic"] = "random"  # what the zero-shot matrix is read on: random token sequences, or GLUE text
+    probe_size: int = 64                        # sequences in the probe
+    probe_max_length: int = 64                  # probe sequences truncated to this many tokens
+    probe_seed: int = 0                         # which random sequences / sentences
+    metric: str = "js"                          # the distance clustered (redundancy.METRICS)
+    linkage: Literal["average", "complete", "single", "weighted"] = "average"
+    importance_size: int | None = 1000          # training examples for the gradient importance baseline (None: all)
+    shared_evaluation: bool = True              # evaluation-only masks of one model evaluated together (mask_sweep)
+    equivalence_margin: float = 0.02            # analysis only: comparable means within this many score units of the full model
+
+    def check(self) -> None:
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown or not self.methods or len(set(self.methods)) != len(self.methods):
+            raise ParameterError(f"methods must be distinct names from {METHODS}, got {self.methods}")
+        bad = [r for r in self.regimes if r not in REGIMES]
+        if bad or not self.regimes:
+            raise ParameterError(f"regimes must be a non-empty list of {REGIMES}, got {self.regimes}")
+        if self.metric not in redundancy.METRICS:
+            raise ParameterError(f"metric must be one of {redundancy.METRICS}, got {self.metric!r}")
+        if self.probe not in ("random", "generic"):
+            raise ParameterError(f"probe must be 'random' or 'generic', got {self.probe!r}")
+        if self.probe_max_length < 4:
+            raise ParameterError(f"probe_max_length must be >= 4, got {self.probe_max_length}")
+        if self.probe_size < 2:
+            raise ParameterError(f"probe_size must be >= 2, got {self.probe_size}")
+        if self.importance_size is not None and self.importance_size < 1:
+            raise ParameterError(f"importance_size must be a positive integer or None, got {self.importance_size}")
+        if not self.equivalence_margin >= 0:
+            raise ParameterError(f"equivalence_margin must be >= 0, got {self.equivalence_margin}")
+        super().check()
+        self.check_fractions("fractions", self.fractions)
+        if any(not 0 < f < 1 for f in self.fractions):
+            raise ParameterError(f"fractions must be in (0, 1) (0 is the reference, always run), got {self.fractions}")
+
+
+def plan_cells(cfg: ZeroShotConfig, tasks: list[str]) -> list[dict]:
+    cells = []
+    for task in tasks:
+        for seed in cfg.seeds:
+            for regime in REGIMES:
+                if regime not in cfg.regimes:
+                    continue
+                cells.append({"task": task, "regime": regime, "strategy": "none", "budget": 0.0, "seed": int(seed)})
+                for f in sorted(cfg.fractions):
+                    for m in cfg.methods:
+                        cells.append({"task": task, "regime": regime, "strategy": m, "budget": float(f), "seed": int(seed)})
+    return cells
+
+
+def n_cells(cfg: ZeroShotConfig) -> int:
+    return len(plan_cells(cfg, common.resolve_tasks(cfg)[0]))
+
+
+def study_fingerprint(cfg: ZeroShotConfig, device: torch.device) -> str:
+    return fingerprint(common.result_params(cfg, device, RESULTS_VERSION,
+                                            drop=("fractions", "methods", "regimes", "shared_evaluation", "equivalence_margin")))
+
+
+def zero_shot_matrix(cfg: ZeroShotConfig, model, tokenizer, device) -> np.ndarray:
+    """The pre-trained model's ``[N, N]`` redundancy matrix (``cfg.metric``) on the task-free probe."""
+    if cfg.probe == "random":
+        # lengths of real sentences (GLUE text), so only the tokens are random; fallback: a fixed spread
+        try:
+            ref = probes.glue_text(tokenizer, ["SST-2", "CoLA", "MRPC", "RTE", "STS-B"], "dev", cfg.probe_size,
+                                   cfg.probe_seed, cfg.probe_max_length, cfg.data_dir, allow_hub=cfg.allow_hub)
+            lengths = ref.lengths
+        except Exception:  # no text anywhere: lengths 8..48, the typical GLUE range
+            lengths = np.random.default_rng(cfg.probe_seed).integers(8, 49, cfg.probe_size)
+        enc = probes.random_tokens(tokenizer, lengths, cfg.probe_seed)
+    else:
+        enc = probes.glue_text(tokenizer, ["SST-2", "CoLA", "MRPC", "RTE", "STS-B"], "dev", cfg.probe_size,
+                               cfg.probe_seed, cfg.probe_max_length, cfg.data_dir, allow_hub=cfg.allow_hub)
+    return redundancy.redundancy_matrices(model, common.batches(enc, device), [cfg.metric])[cfg.metric]
+
+
+class Context(layer_strategies.Context):
+    """Study 2's context plus the zero-shot masks (one matrix per process, computed on first use)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._matrix: np.ndarray | None = None
+
+    def matrix(self) -> np.ndarray:
+        if self._matrix is None:
+            model = models.load_classifier(self.cfg.model, 2, device=self.device, seed=0)
+            self._matrix = zero_shot_matrix(self.cfg, model, self.tokenizer, self.device)
+        return self._matrix
+
+    def cell_mask(self, cell: dict) -> torch.Tensor:
+        if cell["strategy"] != "zero_shot":
+            return super().cell_mask(cell)
+        n_layers, n_heads = self.shape
+        n_keep = n_layers * n_heads - masks.n_pruned_for_fraction(cell["budget"], n_layers, n_heads)
+        return clustering.zero_shot_mask(self.matrix(), n_keep, self.shape, self.cfg.linkage)
+
+
+def run_study(cfg: ZeroShotConfig, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
+    """Run every cell not yet done (resuming), write the metadata; returns the tidy results."""
+    paths = (paths or StudyPaths(STUDY, profile)).ensure()
+    device = models.resolve_device(cfg.device)
+    tasks, missing = common.resolve_tasks(cfg)
+    store = ResultStore(paths.cells, study_fingerprint(cfg, device))
+    store.check_compatible()
+    cells = plan_cells(cfg, tasks)
+    todo = [c for c in cells if not store.has(c)]
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for c in todo:
+        groups[(c["task"], c["seed"])].append(c)
+    t0 = time.perf_counter()
+    if todo:
+        ctx = Context(cfg, device, paths.finetuned_cache)
+        bar = tqdm(total=len(todo), desc=f"{STUDY} cells", disable=not cfg.progress, mininterval=30)
+        for group in groups.values():
+            evals = [c for c in group if c["regime"] == "finetune_then_mask"]
+            for cell, row in zip(evals, run_cells(ctx, evals, shared=cfg.shared_evaluation)):
+                store.put(cell, row)
+            bar.update(len(evals))
+            for cell in (c for c in group if c["regime"] == "mask_then_finetune"):
+                store.put(cell, run_cell(ctx, cell))
+                bar.update(1)
+        bar.close()
+    table = store.table(cells)
+    durations = {"this_run": time.perf_counter() - t0, "cells_total": float(table["seconds"].sum()),
+                 "cells_computed_now": len(todo), "cells_reused": len(cells) - len(todo)}
+    meta = run_metadata(STUDY, profile, {**as_dict(cfg), "tasks_run": tasks, "tasks_unavailable": missing},
+                        list(cfg.seeds), device, durations, store.fingerprint)
+    atomic_write_json(paths.meta, meta)
+    return table
+
+
+# ---------------------------------------------------------------------------------------------- analysis
+
+summarise = layer_strategies.summarise
+
+
+def example_masks(table: pd.DataFrame, seed: int | None = None) -> pd.DataFrame:
+    """One mask per method x budget (seed ``seed``, default the smallest; first task) as rows for the picture."""
+    return layer_strategies.example_masks(table, seed, order=METHODS)
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """``a - b`` paired by (task, regime, budget, seed); ``b = "none"``: the full model of the same (task, seed)."""
+
+    name: str
+    claim: str
+    a: str
+    b: str
+    expect: Literal["equal", "greater", "not_worse"]
+
+
+CONTRASTS: tuple[Contrast, ...] = (
+    Contrast("zero-shot vs full model", "Bian et al.: most heads can be pruned zero-shot with comparable fine-tuned "
+             "scores", "zero_shot", "none", "not_worse"),
+    Contrast("zero-shot vs random", "Bian et al.: zero-shot pruning from redundancy clusters beats random pruning",
+             "zero_shot", "random", "greater"),
+    Contrast("zero-shot vs gradient importance", "Zero-shot pruning (no task data) is no worse than gradient-importance "
+             "pruning (task data)", "zero_shot", "least_important", "not_worse"),
+    Contrast("random vs full model", "Reference: random pruning keeps comparable fine-tuned scores",
+             "random", "none", "not_worse"),
+)
+
+
+def paired(table: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
+    """Rows (task, regime, budget, seed, diff = score_a - score_b); ``b="none"`` pairs with the full model."""
+    t = table[table["strategy"] == a][["task", "regime", "budget", "seed", "score"]]
+    if b == "none":
+        ref = table[table["strategy"] == "none"][["task", "regime", "seed", "score"]]
+        m = t.merge(ref, on=["task", "regime", "seed"], suffixes=("_a", "_b"))
+    else:
+        ref = table[table["strategy"] == b][["task", "regime", "budget", "seed", "score"]]
+        m = t.merge(ref, on=["task", "regime", "budget", "seed"], suffixes=("_a", "_b"))
+    m["diff"] = m["score_a"] - m["score_b"]
+    return m[["task", "regime", "budget", "seed", "diff"]]
+
+
+def contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Every contrast per task x regime x budget (paired over seeds), per regime x budget pooled over tasks
+    (``task="all"``), and per regime over everything (``task="all", budget="all"``)."""
+    rows = []
+    for c in CONTRASTS:
+        d = paired(table, c.a, c.b)
+        if d.empty:
+            continue
+        groups = [((t, r, b), g) for (t, r, b), g in d.groupby(["task", "regime", "budget"])]
+        groups += [(("all", r, b), g) for (r, b), g in d.groupby(["regime", "budget"])]
+        groups += [(("all", r, "all"), g) for r, g in d.groupby("regime")]
+        for (task, regime, budget), g in groups:
+            x = g["diff"].to_numpy(dtype=float)
+            lo, hi = stats.bootstrap_ci(x, confidence, n_boot, seed) if len(x) > 1 else (np.nan, np.nan)
+            t_p = float(sps.ttest_1samp(x, 0.0).pvalue) if len(x) > 1 and np.std(x) > 1e-12 else np.nan
+            rows.append({"contrast": c.name, "a": c.a, "b": c.b, "expect": c.expect, "task": task, "regime": regime,
+                         "budget": budget, "n_pairs": len(x), "mean_diff": float(x.mean()), "boot_ci_low": lo,
+                         "boot_ci_high": hi, "t_test_p": t_p, "sign_flip_p": stats.sign_flip_test(x, seed=seed)})
+    return pd.DataFrame(rows)
+
+
+def verdicts(contr: pd.DataFrame, cfg: ZeroShotConfig, alpha: float = 0.05) -> pd.DataFrame:
+    """"claim - setting - our result - verdict" per contrast, regime and budget (pooled over tasks)."""
+    rows = []
+    pooled = contr[(contr["task"] == "all") & (contr["budget"] != "all")]
+    for c in CONTRASTS:
+        for r in pooled[pooled["contrast"] == c.name].itertuples():
+            per = contr[(contr["contrast"] == c.name) & (contr["regime"] == r.regime) & (contr["task"] != "all")
+                        & (contr["budget"] == r.budget)]
+            detail = "; ".join(f"{p.task}: {p.mean_diff:+.3f} [{p.boot_ci_low:+.3f}, {p.boot_ci_high:+.3f}]"
+                               for p in per.itertuples())
+            b = "full model" if c.b == "none" else c.b
+            result = (f"{c.a} - {b} = {r.mean_diff:+.3f}, 95% CI [{r.boot_ci_low:+.3f}, {r.boot_ci_high:+.3f}], "
+                      f"sign-flip p = {r.sign_flip_p:.3g} over {r.n_pairs} pairs (task x seed). Per task: {detail}")
+            rows.append({"claim": c.claim, "regime": REGIME_NAMES[r.regime], "heads pruned": f"{100 * float(r.budget):.0f}%",
+                         "our result": result,
+                         "verdict": layer_strategies._verdict(c.expect, r, cfg.equivalence_margin, alpha) + " at this scale"})
+    return pd.DataFrame(rows)
+
+
+def mask_overlap(table: pd.DataFrame) -> pd.DataFrame:
+    """How much the methods' masks agree: per regime x budget x task x seed, the share of pruned heads that
+    zero-shot shares with each other method (Jaccard index of the pruned sets), and how many layers each
+    method's mask touches and empties."""
+    rows = []
+    t = table[table["strategy"] != "none"]
+    for (task, regime, budget, seed), g in t.groupby(["task", "regime", "budget", "seed"]):
+        pruned = {r.strategy: masks.mask_from_string(r.mask) < 1 for r in g.itertuples()}
+        for m, p in pruned.items():
+            row = {"task": task, "regime": regime, "budget": budget, "seed": seed, "method": m,
+                   "layers_touched": int(p.any(dim=1).sum()), "layers_emptied": int(p.all(dim=1).sum())}
+            if "zero_shot" in pruned and m != "zero_shot":
+                z = pruned["zero_shot"]
+                row["jaccard_with_zero_shot"] = float((z & p).sum() / max(1, int((z | p).sum())))
+            rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,135 @@
+"""Study 4 end to end on a tiny local model; its analysis on hand-made matrices."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headprune_utils import clustering, redundancy
+from headprune_utils.config import ParameterError, validate
+from headprune_utils.paths import StudyPaths
+from headprune_utils.studies import redundancy_patterns as study
+
+
+def config(model_dir, data_root, **kw):
+    base = dict(model=str(model_dir), tasks=["SST-2"], seeds=[0, 1], probe_tasks=["SST-2"], probe_size=8,
+                random_probes=1, k_max=4, dropouts=[0.0, 0.3], mlm_seeds=[0], mlm_steps=2, mlm_head_steps=2,
+                mlm_batch_size=8, mlm_text_size=32, n_permutations=99, n_null=19, train_size=None, dev_size=None,
+                epochs=1, batch_size=8, lr=1e-3, device="cpu", data_dir=str(data_root), allow_hub=False, progress=False)
+    return validate(study.RedundancyConfig, {**base, **kw})
+
+
+def test_bad_parameters_are_refused_early(tiny_model_dir, tiny_glue_root):
+    with pytest.raises(ParameterError, match="metrics"):
+        config(tiny_model_dir, tiny_glue_root, metrics=["js", "nope"])
+    with pytest.raises(ParameterError, match="cluster_metric"):
+        config(tiny_model_dir, tiny_glue_root, metrics=["js"], cluster_metric="dcor")
+    with pytest.raises(ParameterError, match="dropouts"):
+        config(tiny_model_dir, tiny_glue_root, dropouts=[0.1, 1.0])
+    with pytest.raises(ParameterError, match="k_max"):
+        config(tiny_model_dir, tiny_glue_root, k_max=12)  # the tiny model has 3 x 4 = 12 heads
+    with pytest.raises(ParameterError, match="probe_tasks"):
+        config(tiny_model_dir, tiny_glue_root, probe_tasks=["SST-3"])
+
+
+def test_study_runs_end_to_end_and_resumes(tiny_model_dir, tiny_glue_root, tmp_path):
+    cfg = config(tiny_model_dir, tiny_glue_root)
+    paths = StudyPaths(study.STUDY, "t", root=tmp_path)
+    table = study.run_study(cfg, "t", paths)
+    cells = study.plan_cells(cfg)
+    assert len(table) == len(cells) == study.n_cells(cfg) == 1 + 1 + 1 + 2 + 2
+    mats = study.Matrices(table, (3, 4))
+    for model, probe in mats.keys():
+        for m in redundancy.METRICS:
+            full, a, b = (mats.get(model, probe, m, h) for h in ("full", "a", "b"))
+            assert full.shape == (12, 12) and np.allclose(full, full.T) and (np.diag(full) == 0).all()
+            assert (full >= 0).all() and (full <= 1 + 1e-9).all()
+            assert np.allclose(full, (a + b) / 2, atol=1e-6)  # two halves of 4 sentences each
+    # the fine-tuned models changed the maps; the pre-trained matrix on the task probe is that of the probe
+    assert not np.allclose(mats.get("pretrained", "task-SST-2", "js"), mats.get("finetuned-SST-2-s0", "task-SST-2", "js"))
+    again = study.run_study(cfg, "t", paths)  # resumes: every cell reused
+    assert again["seconds"].tolist() == table["seconds"].tolist()
+    cl, heads, info, sil = study.where(mats, cfg)
+    assert info["k"].iloc[0] == cl.k and len(sil) >= 1
+    when_t = study.when(mats, cfg, ["SST-2"])
+    assert len(when_t) == 2 * len(cfg.metrics) and when_t["mantel_p"].between(0, 1).all()
+    who_t = study.who(mats, cfg, ["generic", "random-0", "task-SST-2"])
+    assert len(who_t) == 3 * len(cfg.metrics)
+    runs, tests = study.why(mats, cfg)
+    assert len(runs) == 2 * len(cfg.metrics) and "slope_per_unit_dropout" in tests
+    agree = study.metric_agreement(mats, list(cfg.metrics), 99)
+    v = study.verdicts(agree, info, when_t, who_t, tests, cfg)
+    assert list(v["W"]) == ["What/How", "Where", "When", "Who", "Who", "Why"]
+
+
+def fake_table(mats_by_cell: dict, n_a: int = 4, n_b: int = 4) -> pd.DataFrame:
+    rows = []
+    for (model, probe), by_metric in mats_by_cell.items():
+        rows.append({"model": model, "probe": probe, "seconds": 0.0,
+                     "matrices": {**{m: {"a": clustering.upper(a).tolist(), "b": clustering.upper(b).tolist()}
+                                     for m, (a, b) in by_metric.items()}, "n_a": n_a, "n_b": n_b}})
+    return pd.DataFrame(rows)
+
+
+def sym(rng, n=12, base=None, noise=0.0):
+    x = rng.random((n, n)) if base is None else base + noise * rng.standard_normal((n, n))
+    x = np.abs((x + x.T) / 2)
+    np.fill_diagonal(x, 0)
+    return x
+
+
+def test_matrices_weight_the_halves_by_their_sentences():
+    rng = np.random.default_rng(0)
+    a, b = sym(rng), sym(rng)
+    mats = study.Matrices(fake_table({("pretrained", "generic"): {"js": (a, b)}}, n_a=1, n_b=3), (3, 4))
+    assert np.allclose(mats.get("pretrained", "generic", "js"), (a + 3 * b) / 4)
+    assert np.allclose(mats.get("pretrained", "generic", "js", "a"), a)
+
+
+def test_phase_independence_verdict_follows_the_matrices(tiny_model_dir, tiny_glue_root):
+    """A fine-tuned matrix equal to the pre-trained one (plus little noise) is 'supported'; an unrelated one
+    is 'not supported'."""
+    cfg = config(tiny_model_dir, tiny_glue_root, metrics=["js"], cluster_metric="js", seeds=[0], n_permutations=199)
+    rng = np.random.default_rng(1)
+    pre = sym(rng)
+    cells_same = {("pretrained", "task-SST-2"): {"js": (pre, pre)},
+                  ("finetuned-SST-2-s0", "task-SST-2"): {"js": (sym(rng, base=pre, noise=0.01),) * 2}}
+    cells_other = {("pretrained", "task-SST-2"): {"js": (pre, pre)},
+                   ("finetuned-SST-2-s0", "task-SST-2"): {"js": (sym(rng),) * 2}}
+    same = study.when(study.Matrices(fake_table(cells_same), (3, 4)), cfg, ["SST-2"])
+    other = study.when(study.Matrices(fake_table(cells_other), (3, 4)), cfg, ["SST-2"])
+    assert same["mantel_r"].iloc[0] > 0.95 and same["mantel_p"].iloc[0] < 0.01
+    assert other["mantel_p"].iloc[0] > 0.01
+    empty = pd.DataFrame(columns=["metric", "probe_a", "probe_b", "mantel_r", "mantel_p"])
+    info = pd.DataFrame([{"metric": "js", "n_outliers": 0, "outlier_heads": "none", "k": 2, "silhouette": 0.6,
+                          "silhouette_null_mean": 0.2, "silhouette_null_p": 0.01, "cluster_sizes": "6 6",
+                          "ari_with_layer": 0.0, "ari_hierarchical_vs_spectral": 1.0,
+                          "mean_within_cluster_distance": 0.1, "mean_between_cluster_distance": 0.9}])
+    agree = pd.DataFrame(columns=["metric_a", "metric_b", "pearson_r", "mantel_p", "what"])
+    v_same = study.verdicts(agree, info, same, empty, pd.DataFrame(), cfg).set_index("W")
+    v_other = study.verdicts(agree, info, other, empty, pd.DataFrame(), cfg).set_index("W")
+    assert v_same.loc["When", "verdict"] == "supported"
+    assert v_other.loc["When", "verdict"] == "not supported"
+    assert v_same.loc["Where", "verdict"].startswith("supported")
+
+
+def test_dropout_analysis_on_hand_made_runs(tiny_model_dir, tiny_glue_root):
+    """Mean distance falling with dropout by more than the seeds differ: the slope is negative and significant."""
+    cfg = config(tiny_model_dir, tiny_glue_root, metrics=["js"], cluster_metric="js", dropouts=[0.0, 0.1, 0.3],
+                 mlm_seeds=[0, 1])
+    rng = np.random.default_rng(2)
+    base = 0.2 + sym(rng) * 0.6
+    cells = {("pretrained", "generic"): {"js": (base, base)}}
+    rows_extra = {}
+    for p in cfg.dropouts:
+        for s in cfg.mlm_seeds:
+            m = np.clip(base * (1 - p) + 0.001 * s, 0, 1)
+            np.fill_diagonal(m, 0)
+            cells[(f"mlm-p{p:g}-s{s}", "generic")] = {"js": (m, m)}
+            rows_extra[f"mlm-p{p:g}-s{s}"] = 5.0
+    table = fake_table(cells)
+    table["loss_last"] = table["model"].map(rows_extra)
+    runs, tests = study.why(study.Matrices(table, (3, 4)), cfg)
+    t = tests.set_index("metric").loc["js"]
+    assert t["slope_per_unit_dropout"] < 0 and t["slope_p"] < 0.01
+    assert t["mean_abs_diff_between_dropouts"] > 10 * t["mean_abs_diff_between_seeds"]

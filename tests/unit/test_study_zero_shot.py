@@ -1,0 +1,82 @@
+"""Study 5 end to end on a tiny local model; its contrasts on hand-made score tables."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from headprune_utils import clustering, models
+from headprune_utils.config import ParameterError, validate
+from headprune_utils.masks import mask_from_string
+from headprune_utils.paths import StudyPaths
+from headprune_utils.studies import zero_shot as study
+
+
+def config(model_dir, data_root, **kw):
+    base = dict(model=str(model_dir), tasks=["SST-2"], seeds=[0, 1], fractions=[0.5], probe_size=8,
+                train_size=None, dev_size=None, epochs=1, batch_size=8, lr=1e-3, importance_size=16,
+                device="cpu", data_dir=str(data_root), allow_hub=False, progress=False)
+    return validate(study.ZeroShotConfig, {**base, **kw})
+
+
+def test_bad_parameters_are_refused_early(tiny_model_dir, tiny_glue_root):
+    with pytest.raises(ParameterError, match="methods"):
+        config(tiny_model_dir, tiny_glue_root, methods=["zero_shot", "oracle"])
+    with pytest.raises(ParameterError, match="fractions"):
+        config(tiny_model_dir, tiny_glue_root, fractions=[0.0, 0.5])
+    with pytest.raises(ParameterError, match="metric"):
+        config(tiny_model_dir, tiny_glue_root, metric="euclid")
+    with pytest.raises(ParameterError, match="probe"):
+        config(tiny_model_dir, tiny_glue_root, probe="wiki")
+
+
+def test_study_runs_end_to_end(tiny_model_dir, tiny_glue_root, tmp_path):
+    cfg = config(tiny_model_dir, tiny_glue_root)
+    table = study.run_study(cfg, "t", StudyPaths(study.STUDY, "t", root=tmp_path))
+    assert len(table) == study.n_cells(cfg) == 2 * 2 * (1 + 3)  # seeds x regimes x (full + 3 methods)
+    zs = table[table["strategy"] == "zero_shot"]
+    assert zs["mask"].nunique() == 1, "the zero-shot mask uses no task data and no seed"
+    mask = mask_from_string(zs["mask"].iloc[0])
+    assert int((mask == 0).sum()) == 6  # 50 % of 12 heads
+    # it is the medoid mask of the pre-trained model's matrix on random token sequences
+    tok = models.load_tokenizer(str(tiny_model_dir))
+    model = models.load_classifier(str(tiny_model_dir), 2, device="cpu", seed=0)
+    d = study.zero_shot_matrix(cfg, model, tok, torch.device("cpu"))
+    assert torch.equal(mask, clustering.zero_shot_mask(d, 6, (3, 4)))
+    rnd = table[table["strategy"] == "random"].groupby("seed")["mask"].first()
+    assert rnd.nunique() == 2, "random masks change with the seed"
+    contr = study.contrasts(table)
+    assert set(contr["contrast"]) == {c.name for c in study.CONTRASTS}
+    v = study.verdicts(contr, cfg)
+    assert len(v) == len(study.CONTRASTS) * 2 and v["verdict"].str.endswith("at this scale").all()
+    ov = study.mask_overlap(table)
+    assert ov.loc[ov["method"] == "zero_shot", "layers_touched"].iloc[0] >= 1
+
+
+def test_paired_contrasts_against_the_full_model_and_between_methods():
+    rows = []
+    rng = np.random.default_rng(0)
+    for task in ("A", "B"):
+        for seed in range(4):
+            full = 0.8 + 0.01 * rng.standard_normal()
+            rows.append({"task": task, "regime": "mask_then_finetune", "strategy": "none", "budget": 0.0, "seed": seed,
+                         "score": full})
+            for f, drop_z, drop_r in ((0.5, 0.005, 0.10), (0.75, 0.05, 0.20)):
+                rows.append({"task": task, "regime": "mask_then_finetune", "strategy": "zero_shot", "budget": f,
+                             "seed": seed, "score": full - drop_z})
+                rows.append({"task": task, "regime": "mask_then_finetune", "strategy": "random", "budget": f,
+                             "seed": seed, "score": full - drop_r})
+    table = pd.DataFrame(rows)
+    d = study.paired(table, "zero_shot", "none")
+    assert len(d) == 2 * 4 * 2 and np.allclose(d.loc[d["budget"] == 0.5, "diff"], -0.005)
+    contr = study.contrasts(table)
+    pooled = contr[(contr["task"] == "all") & (contr["budget"] != "all")].set_index(["contrast", "budget"])
+    assert pooled.loc[("zero-shot vs random", 0.5), "mean_diff"] == pytest.approx(0.095)
+    cfg = study.ZeroShotConfig.__new__(study.ZeroShotConfig)
+    object.__setattr__(cfg, "equivalence_margin", 0.02)
+    v = study.verdicts(contr, cfg).set_index(["claim", "heads pruned"])
+    comparable = study.CONTRASTS[0].claim
+    assert v.loc[(comparable, "50%"), "verdict"].startswith("supported")
+    assert v.loc[(comparable, "75%"), "verdict"].startswith("contradicted")
+    assert v.loc[(study.CONTRASTS[1].claim, "50%"), "verdict"].startswith("supported")
