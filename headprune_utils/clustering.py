@@ -5,7 +5,10 @@ Every matrix here is a square ``[N, N]`` distance matrix over FLAT head ids (lay
 
 - :func:`cluster_heads`: agglomerative clustering with average linkage (UPGMA; it uses the distances as they
   are, no Euclidean embedding needed). The number of clusters, when not given, is the ``k`` in ``k_range``
-  with the largest mean silhouette width (Rousseeuw 1987) computed on the same precomputed distances.
+  with the largest mean silhouette width (Rousseeuw 1987) computed on the same precomputed distances, over
+  the heads in clusters of at least ``min_size`` heads (smaller clusters hold "unique" heads, reported as
+  such: see :func:`core_silhouette`). :func:`silhouette_null` gives the criterion's value on shuffled
+  distances (no structure), to judge an observed one against.
 - :func:`spectral_heads`: spectral clustering of the affinity ``1 - D`` (a check that the structure is not an
   artefact of the linkage).
 - :func:`mantel`: how alike two matrices are: the correlation of their upper triangles, with a Mantel
@@ -67,21 +70,58 @@ def silhouette(d: np.ndarray, labels: np.ndarray) -> float:
 @dataclass
 class Clusters:
     labels: np.ndarray          # [N] cluster id (1..k) of each flat head id
-    k: int                      # number of clusters
+    k: int                      # number of clusters of the tree cut (small ones included)
     order: np.ndarray           # [N] flat head ids in dendrogram leaf order (for ordered heatmaps)
     linkage: np.ndarray         # SciPy linkage matrix
-    silhouette: float           # mean silhouette width of ``labels``
+    silhouette: float           # mean silhouette width over the heads in clusters of >= min_size heads
     silhouette_by_k: dict[int, float]  # the criterion over the k tried (empty when k was given)
+    min_size: int = 1           # clusters smaller than this hold "unique" heads, not structure
 
     def sizes(self) -> np.ndarray:
         return np.bincount(self.labels)[1:]
 
+    @property
+    def core(self) -> np.ndarray:
+        """``[N]`` bool: heads in clusters of at least ``min_size`` heads."""
+        return self.sizes()[self.labels - 1] >= self.min_size
+
+    @property
+    def n_groups(self) -> int:
+        """Clusters of at least ``min_size`` heads."""
+        return int((self.sizes() >= self.min_size).sum())
+
+
+def core_silhouette(d: np.ndarray, labels: np.ndarray, min_size: int = 1) -> float:
+    """Silhouette of a partition whose clusters of fewer than ``min_size`` heads hold "unique" heads: the
+    silhouette width of each head in a cluster of >= ``min_size`` heads, computed among those clusters only,
+    averaged over ALL heads with the unique heads counting 0 (as scikit-learn counts a singleton). NaN when
+    fewer than two clusters have ``min_size`` heads. With ``min_size=1`` it is the plain mean silhouette.
+
+    Why: one head unlike every other, split off as its own cluster, makes the rest look well separated (their
+    nearest other cluster is far away) and dominates the plain criterion; here the other clusters are judged
+    against each other, and setting heads aside is not free (they count 0)."""
+    from sklearn.metrics import silhouette_samples
+
+    d = check_distance(d)
+    labels = np.asarray(labels)
+    sizes = np.bincount(labels)
+    core = sizes[labels] >= min_size
+    if len(np.unique(labels[core])) < 2:
+        return float("nan")
+    if min_size <= 1:
+        return silhouette(d, labels)
+    sub = labels[core]
+    if len(np.unique(sub)) > len(sub) - 1:
+        return float("nan")
+    return float(silhouette_samples(d[np.ix_(core, core)], sub, metric="precomputed").sum() / len(labels))
+
 
 def cluster_heads(d: np.ndarray, k: int | None = None, k_range: tuple[int, int] = (2, 20),
-                  method: str = "average", order: bool = True) -> Clusters:
-    """Agglomerative clustering of heads; ``k=None`` picks the k in ``k_range`` (inclusive) with the
-    largest mean silhouette width (ties: the smaller k). ``order=False`` skips the optimal leaf ordering
-    (``Clusters.order`` is then the plain dendrogram order)."""
+                  method: str = "average", order: bool = True, min_size: int = 1) -> Clusters:
+    """Agglomerative clustering of heads. ``k=None`` picks the k in ``k_range`` (inclusive) with the largest
+    :func:`core_silhouette` (clusters of fewer than ``min_size`` heads set aside; ties: the smaller k; when no
+    cut has two clusters of ``min_size`` heads, the smallest k, with a NaN silhouette). ``order=False`` skips
+    the optimal leaf ordering (``Clusters.order`` is then the plain dendrogram order)."""
     d = check_distance(d)
     n = d.shape[0]
     z = linkage(d, method)
@@ -91,31 +131,24 @@ def cluster_heads(d: np.ndarray, k: int | None = None, k_range: tuple[int, int] 
         if lo > hi:
             raise ValueError(f"k_range {k_range} leaves no k between 2 and N - 1 = {n - 1}")
         for kk in range(lo, hi + 1):
-            tried[kk] = silhouette(d, hierarchy.fcluster(z, kk, criterion="maxclust"))
-        best = max(tried.values())
-        k = min(kk for kk, s in tried.items() if s >= best - 1e-12)
+            tried[kk] = core_silhouette(d, hierarchy.fcluster(z, kk, criterion="maxclust"), min_size)
+        valid = {kk: s for kk, s in tried.items() if np.isfinite(s)}
+        if valid:
+            best = max(valid.values())
+            k = min(kk for kk, s in valid.items() if s >= best - 1e-12)
+        else:
+            k = lo
     if not 1 <= k <= n:
         raise ValueError(f"k must be between 1 and N = {n}, got {k}")
     labels = hierarchy.fcluster(z, k, criterion="maxclust")
     if order:
         z = hierarchy.optimal_leaf_ordering(z, squareform(d, checks=False))
     return Clusters(labels=labels, k=int(len(np.unique(labels))), order=np.asarray(hierarchy.leaves_list(z)), linkage=z,
-                    silhouette=silhouette(d, labels), silhouette_by_k=tried)
-
-
-def outliers(d: np.ndarray, factor: float = 3.0) -> np.ndarray:
-    """``[N]`` bool: heads whose mean distance to all others is above ``Q3 + factor * IQR`` of those means
-    (Tukey's far-out rule with ``factor=3``): heads unlike every other head, which would otherwise be split off
-    as singleton clusters and dominate a silhouette criterion."""
-    d = check_distance(d)
-    n = d.shape[0]
-    mean = d.sum(axis=1) / (n - 1)
-    q1, q3 = np.percentile(mean, [25, 75])
-    return mean > q3 + factor * (q3 - q1)
+                    silhouette=core_silhouette(d, labels, min_size), silhouette_by_k=tried, min_size=min_size)
 
 
 def silhouette_null(d: np.ndarray, k_range: tuple[int, int], method: str = "average", n_perm: int = 99,
-                    seed: int = 0) -> np.ndarray:
+                    seed: int = 0, min_size: int = 1) -> np.ndarray:
     """Best silhouette (over ``k_range``, as :func:`cluster_heads` chooses) of ``n_perm`` matrices whose
     upper-triangle entries are shuffled: the same distances with no structure. Compare the observed best
     silhouette with it (``p = (1 + #null >= observed) / (1 + n_perm)``)."""
@@ -127,7 +160,7 @@ def silhouette_null(d: np.ndarray, k_range: tuple[int, int], method: str = "aver
     for i in range(n_perm):
         m = np.zeros_like(d)
         m[iu] = rng.permutation(d[iu])
-        out[i] = cluster_heads(m + m.T, k_range=k_range, method=method, order=False).silhouette
+        out[i] = cluster_heads(m + m.T, k_range=k_range, method=method, order=False, min_size=min_size).silhouette
     return out
 
 

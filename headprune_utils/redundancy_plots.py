@@ -45,15 +45,15 @@ def matrix_heatmaps(mats: dict[str, np.ndarray], order: np.ndarray, shape: tuple
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     for ax in axes.ravel()[n:]:
         ax.axis("off")
-    fig.suptitle("distance between heads (same head order in every panel; dark = redundant)", fontsize="small")
+    fig.suptitle("distance between heads (same head order in every panel; yellow = small distance = redundant)", fontsize="small")
     fig.tight_layout()
     return fig
 
 
 def dendrogram_heatmap(d: np.ndarray, linkage: np.ndarray, labels: np.ndarray, order: np.ndarray,
                        names: list[str], metric: str) -> plt.Figure:
-    """Dendrogram (average linkage) beside the matrix ordered by it, clusters outlined. ``d``, ``labels``,
-    ``names`` are over the clustered heads (``order`` indexes them)."""
+    """Dendrogram (average linkage) beside the matrix ordered by it, groups outlined (label 0: unique heads,
+    not outlined). ``d``, ``labels``, ``names`` are over all heads (``order`` indexes them)."""
     sns.set_theme(style="white", context="notebook")
     fig, (ax_d, ax_m) = plt.subplots(1, 2, figsize=(13, 6.5), gridspec_kw={"width_ratios": [1, 2.2]})
     hierarchy.dendrogram(linkage, ax=ax_d, orientation="left", no_labels=True, color_threshold=None,
@@ -68,21 +68,22 @@ def dendrogram_heatmap(d: np.ndarray, linkage: np.ndarray, labels: np.ndarray, o
     start = 0
     for i in range(1, len(lab) + 1):
         if i == len(lab) or lab[i] != lab[start]:
-            ax_m.add_patch(plt.Rectangle((start - 0.5, start - 0.5), i - start, i - start, fill=False, edgecolor="red", linewidth=1))
+            if lab[start] > 0:
+                ax_m.add_patch(plt.Rectangle((start - 0.5, start - 0.5), i - start, i - start, fill=False, edgecolor="red", linewidth=1))
             start = i
     names = np.asarray(names)[order]
     step = max(1, len(names) // 36)
     ax_m.set_yticks(range(0, len(names), step))
     ax_m.set_yticklabels(names[::step], fontsize=6)
     ax_m.set_xticks([])
-    ax_m.set_title(f"{METRIC_LABELS.get(metric, metric)}, ordered by the dendrogram; red = clusters (layer.head)", fontsize="small")
+    ax_m.set_title(f"{METRIC_LABELS.get(metric, metric)}, ordered by the dendrogram; red = groups (layer.head)", fontsize="small")
     fig.colorbar(im, ax=ax_m, fraction=0.046, pad=0.04)
     fig.tight_layout()
     return fig
 
 
 def cluster_map(labels: np.ndarray, shape: tuple[int, int]) -> plt.Figure:
-    """Layer x head grid, each head coloured and numbered by its cluster (0: an outlier head, white)."""
+    """Layer x head grid, each head coloured and numbered by its group (0: a unique head, white)."""
     n_layers, n_heads = shape
     grid = np.asarray(labels).reshape(shape)
     k = int(grid.max())
@@ -97,7 +98,7 @@ def cluster_map(labels: np.ndarray, shape: tuple[int, int]) -> plt.Figure:
     ax.set_yticks(range(n_layers))
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
-    ax.set_title(f"cluster of each head (k = {k}; 0 = outlier head, set aside)", fontsize="small")
+    ax.set_title(f"group of each head ({k} groups; 0 = unique head)", fontsize="small")
     fig.tight_layout()
     return fig
 

@@ -6,6 +6,7 @@ strategies, budgets, ...); its ``check()`` calls ``super().check()`` first.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -19,7 +20,7 @@ from ..config import ParameterError, as_dict
 from ..gates import head_means
 from ..metrics import compute_metrics, main_score
 from ..pruning import prune_heads
-from ..results import fingerprint
+from ..results import atomic_write_json, fingerprint
 
 EVAL_BATCH = 32  # forward-only batches; on a CPU larger ones are no faster
 # Bump when a code change alters what fine-tuning produces (optimizer, label handling, data order):
@@ -230,6 +231,30 @@ class Workbench:
                                     dev=dv if cfg.eval_every_epoch else None, gates=gates,
                                     ablation=cfg.ablation, means=means, progress=cfg.progress, desc=desc)
         return model, history, gates, means
+
+    def masked_scores_path(self, task: str, seed: int, mask: torch.Tensor) -> Path:
+        cfg = self.cfg
+        key = fingerprint({"training": training_fingerprint(cfg, self.device), "task": task, "seed": int(seed),
+                           "mask": masks.mask_to_string(mask), "ablation": cfg.ablation, "dev_size": cfg.dev_size,
+                           "max_length": cfg.max_length, "eval_every_epoch": cfg.eval_every_epoch,
+                           "training_version": TRAINING_VERSION})
+        return self.cache_dir / "masked" / f"scores__task={task}__seed={seed}__{key}.json"
+
+    def masked_scores(self, task: str, seed: int, mask: torch.Tensor, desc: str) -> tuple[dict, list[dict]]:
+        """(dev metrics, history) of the pre-trained model pruned by ``mask`` and fine-tuned (mask, then
+        fine-tune), cached on disk beside the fine-tuned full models: keyed by everything the numbers depend
+        on (training parameters, task, seed, mask, ablation, dev subset), so studies that fine-tune the same
+        mask share one run."""
+        path = self.masked_scores_path(task, seed, mask)
+        if path.exists():
+            saved = json.loads(path.read_text())
+            return saved["metrics"], saved["history"]
+        model, history, gates, means = self.finetune_masked(task, seed, mask, desc)
+        metrics = training.evaluate(model, self.task_data(task)[2], task, EVAL_BATCH, gates=gates,
+                                    ablation=self.cfg.ablation, means=means)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, {"metrics": metrics, "history": history})
+        return metrics, history
 
     def means(self, model, enc) -> torch.Tensor:
         """Mean-ablation values: each head's mean output over ``enc`` (the task's training subset)."""

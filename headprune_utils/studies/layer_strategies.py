@@ -191,10 +191,11 @@ def run_cells(ctx: Context, cells: list[dict], shared: bool = True) -> list[dict
         gates = means = None
         if cell["strategy"] == "none":
             model, history, _ = ctx.full_model(task, seed)
+            metrics = training.evaluate(model, dv, task, common.EVAL_BATCH, gates=gates, ablation=cfg.ablation, means=means)
         else:
-            model, history, gates, means = ctx.finetune_masked(
-                task, seed, mask, f"{task} s{seed} {cell['strategy']} {cell['budget']:g}")
-        metrics = training.evaluate(model, dv, task, common.EVAL_BATCH, gates=gates, ablation=cfg.ablation, means=means)
+            # the same (task, seed, mask) fine-tuned in another study (5 shares study 2's random and importance
+            # masks) is read back, not trained again
+            metrics, history = ctx.masked_scores(task, seed, mask, f"{task} s{seed} {cell['strategy']} {cell['budget']:g}")
         out[i] = _row(ctx, cell, metrics, mask, history, time.perf_counter() - t0)
     return [out[i] for i in range(len(cells))]
 

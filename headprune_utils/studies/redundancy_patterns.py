@@ -52,13 +52,14 @@ class RedundancyConfig(common.GlueStudyConfig):
     k_max: int = 16
     dropouts: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.3])  # "Why": dropout of continued MLM training
     mlm_seeds: list[int] = field(default_factory=lambda: [0, 1])  # MLM runs per dropout (seed-to-seed variation)
-    mlm_steps: int = 150                        # encoder steps of continued MLM training
+    mlm_steps: int = 100                        # encoder steps of continued MLM training
     mlm_head_steps: int = 100                   # steps training a new MLM head alone first (0: the checkpoint has one)
     mlm_lr: float = 1e-4
-    mlm_batch_size: int = 32
+    mlm_batch_size: int = 16
     mlm_text_size: int = 4000                   # training sentences (pooled GLUE train text, labels unused)
     n_permutations: int = 999                   # Mantel test permutations
     n_null: int = 99                            # shuffled matrices for the silhouette null (cluster structure)
+    min_cluster_size: int = 3                   # smaller clusters hold "unique" heads, not structure (see clustering.core_silhouette)
 
     def check(self) -> None:
         unknown = [m for m in self.metrics if m not in redundancy.METRICS]
@@ -72,6 +73,8 @@ class RedundancyConfig(common.GlueStudyConfig):
             raise ParameterError(f"probe_size must be >= 4 (two halves of >= 2 sentences), got {self.probe_size}")
         if self.random_probes < 0:
             raise ParameterError(f"random_probes must be >= 0, got {self.random_probes}")
+        if self.min_cluster_size < 1:
+            raise ParameterError(f"min_cluster_size must be >= 1, got {self.min_cluster_size}")
         if not 2 <= self.k_min <= self.k_max:
             raise ParameterError(f"need 2 <= k_min <= k_max, got {self.k_min}, {self.k_max}")
         if any(not 0.0 <= p < 1.0 for p in self.dropouts) or len(set(self.dropouts)) != len(self.dropouts):
@@ -113,6 +116,19 @@ def resolve_probe_tasks(cfg: RedundancyConfig) -> list[str]:
     return names + [t for t in fine if t not in names]
 
 
+def text_tasks(cfg: RedundancyConfig, split: str) -> list[str]:
+    """The probe tasks that have ``split`` locally (QNLI has no local train split); all of them when none
+    has it and the hub is allowed."""
+    names = resolve_probe_tasks(cfg)
+    avail = data.task_availability(names, cfg.data_dir, allow_hub=False)
+    local = [t for t in names if avail[t][split]]
+    if local:
+        return local
+    if cfg.allow_hub:
+        return names
+    raise data.DataUnavailableError(f"no probe task has a local {split} split: {names}")
+
+
 def plan_cells(cfg: RedundancyConfig) -> list[dict]:
     cells = [{"model": "pretrained", "probe": "generic"}]
     cells += [{"model": "pretrained", "probe": f"random-{r}"} for r in range(cfg.random_probes)]
@@ -131,7 +147,8 @@ def n_cells(cfg: RedundancyConfig) -> int:
 def study_fingerprint(cfg: RedundancyConfig, device: torch.device) -> str:
     return fingerprint(common.result_params(cfg, device, RESULTS_VERSION,
                                             drop=("probe_tasks", "random_probes", "dropouts", "mlm_seeds",
-                                                  "cluster_metric", "k_min", "k_max", "n_permutations", "n_null")))
+                                                  "cluster_metric", "k_min", "k_max", "n_permutations", "n_null",
+                                                  "min_cluster_size")))
 
 
 class Context(common.Workbench):
@@ -147,7 +164,7 @@ class Context(common.Workbench):
         cfg = self.cfg
         if name not in self._probes:
             if name == "generic":
-                enc = probes.glue_text(self.tokenizer, resolve_probe_tasks(cfg), "dev", cfg.probe_size, cfg.subset_seed,
+                enc = probes.glue_text(self.tokenizer, text_tasks(cfg, "dev"), "dev", cfg.probe_size, cfg.subset_seed,
                                        cfg.probe_max_length, cfg.data_dir, cfg.allow_hub)
             elif name.startswith("random-"):
                 enc = probes.random_tokens(self.tokenizer, self.probe("generic").lengths, int(name.split("-", 1)[1]))
@@ -167,7 +184,7 @@ class Context(common.Workbench):
     def mlm_model(self, dropout: float, seed: int):
         """The MLM-trained encoder of (dropout, seed) and its training record."""
         cfg = self.cfg
-        text = probes.glue_text(self.tokenizer, resolve_probe_tasks(cfg), "train", cfg.mlm_text_size, cfg.subset_seed,
+        text = probes.glue_text(self.tokenizer, text_tasks(cfg, "train"), "train", cfg.mlm_text_size, cfg.subset_seed,
                                 min(cfg.max_length, 64), cfg.data_dir, cfg.allow_hub) if "mlm_text" not in self._probes \
             else self._probes["mlm_text"]
         self._probes["mlm_text"] = text
@@ -306,58 +323,62 @@ def summary_stats(mats: Matrices, metrics: list[str]) -> pd.DataFrame:
 
 
 def where(mats: Matrices, cfg: RedundancyConfig, model: str = "pretrained", probe: str = "generic"):
-    """(clusters, a one-row table about them, silhouette by k, outlier heads).
+    """(clusters, a one-row table about them, the criterion by k).
 
-    Outlier heads (``clustering.outliers``: mean distance to the others far above the rest) are set aside
-    and listed; the other heads are clustered (average linkage, k by silhouette). The table says how clear the
-    structure is (the silhouette against a null of the same distances shuffled, ``n_null`` matrices), how
-    clusters align with layers (adjusted Rand index with the heads' layers; share of within-cluster pairs in
-    the same layer against all pairs) and with spectral clustering at the same k. ``labels`` in the returned
-    clusters are over the kept heads; ``heads`` maps them back to flat head ids.
+    Average-linkage clustering of the ``cluster_metric`` matrix; k by the silhouette of the clusters of at
+    least ``min_cluster_size`` heads (``clustering.core_silhouette``: smaller clusters hold "unique" heads,
+    listed, counting 0). The table says how clear the structure is (that silhouette against the same
+    criterion on ``n_null`` matrices of the same distances shuffled over head pairs), how the clusters align
+    with layers (adjusted Rand index with the heads' layers; share of within-cluster pairs in the same layer
+    against all pairs) and with spectral clustering at the same number of groups (on the grouped heads).
     """
-    d_all = mats.get(model, probe, cfg.cluster_metric)
-    out = clustering.outliers(d_all)
-    heads = np.flatnonzero(~out)
-    d = d_all[np.ix_(heads, heads)]
-    k_range = (cfg.k_min, min(cfg.k_max, len(heads) - 1))
-    cl = clustering.cluster_heads(d, k_range=k_range)
-    null = clustering.silhouette_null(d, k_range, n_perm=cfg.n_null)
+    d = mats.get(model, probe, cfg.cluster_metric)
+    k_range = (cfg.k_min, cfg.k_max)
+    cl = clustering.cluster_heads(d, k_range=k_range, min_size=cfg.min_cluster_size)
+    null = clustering.silhouette_null(d, k_range, n_perm=cfg.n_null, min_size=cfg.min_cluster_size)
     n_layers, n_heads = mats.shape
+    core = cl.core
+    heads = np.flatnonzero(core)
     layer = np.repeat(np.arange(n_layers), n_heads)[heads]
-    same_layer = layer[:, None] == layer[None, :]
-    same_cluster = cl.labels[:, None] == cl.labels[None, :]
+    lab = cl.labels[heads]
+    dc = d[np.ix_(heads, heads)]
     iu = np.triu_indices(len(heads), k=1)
-    within = same_cluster[iu]
-    spectral = clustering.spectral_heads(d, cl.k)
-    names = [f"{h // n_heads}.{h % n_heads}" for h in np.flatnonzero(out)]
+    same_layer = (layer[:, None] == layer[None, :])[iu]
+    within = (lab[:, None] == lab[None, :])[iu]
+    spectral = clustering.spectral_heads(dc, cl.n_groups) if cl.n_groups >= 2 else lab
+    unique = [f"{h // n_heads}.{h % n_heads}" for h in np.flatnonzero(~core)]
+    null_ok = np.isfinite(null)
+    sil = cl.silhouette
     info = {
-        "metric": cfg.cluster_metric, "n_outliers": int(out.sum()), "outlier_heads": " ".join(names) or "none",
-        "k": cl.k, "silhouette": cl.silhouette,
-        "silhouette_null_mean": float(null.mean()), "silhouette_null_p": float((1 + (null >= cl.silhouette - 1e-12).sum()) / (1 + len(null))),
-        "cluster_sizes": " ".join(str(int(s)) for s in sorted(cl.sizes(), reverse=True)),
-        "ari_with_layer": clustering.adjusted_rand(cl.labels, layer),
-        "same_layer_share_within_clusters": float(same_layer[iu][within].mean()) if within.any() else np.nan,
-        "same_layer_share_all_pairs": float(same_layer[iu].mean()),
-        "ari_hierarchical_vs_spectral": clustering.adjusted_rand(cl.labels, spectral),
-        "mean_within_cluster_distance": float(d[iu][within].mean()) if within.any() else np.nan,
-        "mean_between_cluster_distance": float(d[iu][~within].mean()) if (~within).any() else np.nan,
+        "metric": cfg.cluster_metric, "min_cluster_size": cfg.min_cluster_size, "k_cut": cl.k, "n_groups": cl.n_groups,
+        "group_sizes": " ".join(str(int(s)) for s in sorted(cl.sizes()[cl.sizes() >= cl.min_size], reverse=True)),
+        "n_unique_heads": len(unique), "unique_heads": " ".join(unique) or "none",
+        "silhouette": sil, "silhouette_null_mean": float(np.nanmean(null)) if null_ok.any() else np.nan,
+        # a shuffled matrix without two groups (NaN) counts as not reaching the observed value
+        "silhouette_null_p": float((1 + np.sum(null[null_ok] >= sil - 1e-12)) / (1 + len(null))) if np.isfinite(sil) else np.nan,
+        "ari_with_layer": clustering.adjusted_rand(lab, layer),
+        "same_layer_share_within_clusters": float(same_layer[within].mean()) if within.any() else np.nan,
+        "same_layer_share_all_pairs": float(same_layer.mean()),
+        "ari_hierarchical_vs_spectral": clustering.adjusted_rand(lab, spectral),
+        "mean_within_cluster_distance": float(dc[iu][within].mean()) if within.any() else np.nan,
+        "mean_between_cluster_distance": float(dc[iu][~within].mean()) if (~within).any() else np.nan,
     }
-    sil = pd.DataFrame({"k": list(cl.silhouette_by_k), "silhouette": list(cl.silhouette_by_k.values())})
-    return cl, heads, pd.DataFrame([info]), sil
+    crit = pd.DataFrame({"k": list(cl.silhouette_by_k), "silhouette": list(cl.silhouette_by_k.values())})
+    return cl, pd.DataFrame([info]), crit
 
 
-def flat_labels(cl: clustering.Clusters, heads: np.ndarray, n: int) -> np.ndarray:
-    """``[n]`` cluster id per flat head id; 0 for the outlier heads set aside."""
-    out = np.zeros(n, dtype=int)
-    out[heads] = cl.labels
+def group_labels(cl: clustering.Clusters) -> np.ndarray:
+    """``[N]`` cluster id per flat head id, renumbered 1.. over the groups; 0 for unique heads."""
+    out = np.zeros(len(cl.labels), dtype=int)
+    core = cl.core
+    ids = {c: i + 1 for i, c in enumerate(np.unique(cl.labels[core]))}
+    out[core] = [ids[c] for c in cl.labels[core]]
     return out
 
 
 def _k(d: np.ndarray, cfg: RedundancyConfig) -> int:
-    """The silhouette-chosen number of clusters after setting outlier heads aside (as :func:`where`)."""
-    keep = ~clustering.outliers(d)
-    return clustering.cluster_heads(d[np.ix_(keep, keep)], k_range=(cfg.k_min, min(cfg.k_max, int(keep.sum()) - 1)),
-                                    order=False).k
+    """The number of groups (clusters of >= ``min_cluster_size`` heads) chosen as in :func:`where`."""
+    return clustering.cluster_heads(d, k_range=(cfg.k_min, cfg.k_max), order=False, min_size=cfg.min_cluster_size).n_groups
 
 
 def when(mats: Matrices, cfg: RedundancyConfig, tasks: list[str]) -> pd.DataFrame:
@@ -435,20 +456,30 @@ def verdicts(agree: pd.DataFrame, where_info: pd.DataFrame, when_t: pd.DataFrame
             return "supported"
         return "partly supported (alike but not the same)" if sig else "not supported"
 
+    pairs = agree[agree["what"] == "two distances"].rename(columns={"pearson_r": "mantel_r"})
+    kind = {m: "token" if m in redundancy.TOKEN_METRICS else "sentence" for m in redundancy.METRICS}
+    families = (("token-based distances agree with each other", "token", "token"),
+                ("sentence-based distances agree with each other", "sentence", "sentence"),
+                ("token-based and sentence-based distances agree", "token", "sentence"))
+    for claim, ka, kb in families:
+        t = pairs[[{kind[a], kind[b]} == {ka, kb} for a, b in zip(pairs["metric_a"], pairs["metric_b"])]]
+        if t.empty:
+            continue
+        rows.append({"W": "What/How", "claim": f"{claim} (the same heads redundant; our check, the paper uses both kinds)",
+                     "our result": "; ".join(f"{r.metric_a}~{r.metric_b} r={r.mantel_r:.2f} (p={r.mantel_p:.3g})"
+                                             for r in t.itertuples()),
+                     "verdict": alike(t)})
     w = where_info.iloc[0]
-    rows.append({"W": "What/How", "claim": "the distance functions show the same redundancy structure",
-                 "our result": "; ".join(f"{r.metric_a}~{r.metric_b} r={r.pearson_r:.2f}"
-                                         for r in agree[agree["what"] == "two distances"].itertuples()),
-                 "verdict": alike(agree[agree["what"] == "two distances"].rename(columns={"pearson_r": "mantel_r"}))})
-    beats_null = w["silhouette_null_p"] < alpha
+    beats_null = bool(w["silhouette_null_p"] < alpha) if np.isfinite(w["silhouette_null_p"]) else False
     clear = beats_null and w["silhouette"] > 0.25
     rows.append({"W": "Where", "claim": "heads form clear clusters of mutually redundant heads",
-                 "our result": (f"{w['metric']}: {w['n_outliers']} outlier head(s) set aside ({w['outlier_heads']}); "
-                                f"k = {w['k']} by silhouette ({w['silhouette']:.2f}; shuffled-distance null "
-                                f"{w['silhouette_null_mean']:.2f}, p = {w['silhouette_null_p']:.3g}), sizes {w['cluster_sizes']}; "
-                                f"within/between-cluster distance {w['mean_within_cluster_distance']:.3f}/"
-                                f"{w['mean_between_cluster_distance']:.3f}; ARI with layers {w['ari_with_layer']:.2f}; "
-                                f"hierarchical vs spectral ARI {w['ari_hierarchical_vs_spectral']:.2f}"),
+                 "our result": (f"{w['metric']}: {w['n_groups']} groups of >= {w['min_cluster_size']} heads (sizes "
+                                f"{w['group_sizes']}) and {w['n_unique_heads']} unique head(s) ({w['unique_heads']}); "
+                                f"silhouette {w['silhouette']:.2f} (shuffled-distance null {w['silhouette_null_mean']:.2f}, "
+                                f"p = {w['silhouette_null_p']:.3g}); within/between-group distance "
+                                f"{w['mean_within_cluster_distance']:.3f}/{w['mean_between_cluster_distance']:.3f}; "
+                                f"ARI with layers {w['ari_with_layer']:.2f}; hierarchical vs spectral ARI "
+                                f"{w['ari_hierarchical_vs_spectral']:.2f}"),
                  "verdict": ("supported" if clear else "partly supported (more structure than chance, but weak)"
                              if beats_null else "not supported")
                             + " (criteria: silhouette above the shuffled null, p < 0.05, and above 0.25, Kaufman & "

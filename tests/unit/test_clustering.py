@@ -67,13 +67,23 @@ def test_spectral_clustering_agrees_on_clear_blocks():
     assert clustering.adjusted_rand(lab, np.repeat([0, 1, 2], 6)) == pytest.approx(1.0)
 
 
-def test_outliers_flags_a_head_unlike_all_others():
-    d = blocks([6, 6], between=0.5)
-    d = np.pad(d, ((0, 1), (0, 1)), constant_values=5.0)
+def test_a_single_unlike_head_does_not_make_the_structure():
+    """Two real groups plus one head far from all: the plain silhouette prefers splitting off that head
+    (k = 2: 12 + 1); with min_size=3 the criterion finds the two groups and sets the lone head aside."""
+    d = blocks([6, 6], within=0.3, between=0.6, noise=0.05)
+    d = np.pad(d, ((0, 1), (0, 1)), constant_values=0.99)
     d[-1, -1] = 0
-    out = clustering.outliers(d)
-    assert out.tolist() == [False] * 12 + [True]
-    assert not clustering.outliers(blocks([6, 6])).any()
+    plain = clustering.cluster_heads(d, k_range=(2, 6))
+    assert sorted(plain.sizes().tolist()) == [1, 12]
+    core = clustering.cluster_heads(d, k_range=(2, 6), min_size=3)
+    assert core.n_groups == 2 and core.core.tolist() == [True] * 12 + [False]
+    assert clustering.adjusted_rand(core.labels[:12], np.repeat([0, 1], 6)) == pytest.approx(1.0)
+    from sklearn.metrics import silhouette_samples
+    expect = silhouette_samples(d[:12, :12], core.labels[:12], metric="precomputed").sum() / 13  # the lone head counts 0
+    assert core.silhouette == pytest.approx(expect)
+    # no cut with two groups of >= 7 heads: NaN silhouette, the smallest k
+    none = clustering.cluster_heads(d, k_range=(2, 4), min_size=7)
+    assert np.isnan(none.silhouette) and none.k == 2
 
 
 def test_silhouette_null_is_below_real_structure():

@@ -49,8 +49,10 @@ def test_study_runs_end_to_end_and_resumes(tiny_model_dir, tiny_glue_root, tmp_p
     assert not np.allclose(mats.get("pretrained", "task-SST-2", "js"), mats.get("finetuned-SST-2-s0", "task-SST-2", "js"))
     again = study.run_study(cfg, "t", paths)  # resumes: every cell reused
     assert again["seconds"].tolist() == table["seconds"].tolist()
-    cl, heads, info, sil = study.where(mats, cfg)
-    assert info["k"].iloc[0] == cl.k and len(sil) >= 1
+    cl, info, crit = study.where(mats, cfg)
+    assert info["k_cut"].iloc[0] == cl.k and info["n_groups"].iloc[0] == cl.n_groups and len(crit) >= 1
+    labels = study.group_labels(cl)
+    assert ((labels == 0) == ~cl.core).all() and set(labels[labels > 0]) == set(range(1, cl.n_groups + 1))
     when_t = study.when(mats, cfg, ["SST-2"])
     assert len(when_t) == 2 * len(cfg.metrics) and when_t["mantel_p"].between(0, 1).all()
     who_t = study.who(mats, cfg, ["generic", "random-0", "task-SST-2"])
@@ -59,7 +61,7 @@ def test_study_runs_end_to_end_and_resumes(tiny_model_dir, tiny_glue_root, tmp_p
     assert len(runs) == 2 * len(cfg.metrics) and "slope_per_unit_dropout" in tests
     agree = study.metric_agreement(mats, list(cfg.metrics), 99)
     v = study.verdicts(agree, info, when_t, who_t, tests, cfg)
-    assert list(v["W"]) == ["What/How", "Where", "When", "Who", "Who", "Why"]
+    assert list(v["W"]) == ["What/How"] * 3 + ["Where", "When", "Who", "Who", "Why"]
 
 
 def fake_table(mats_by_cell: dict, n_a: int = 4, n_b: int = 4) -> pd.DataFrame:
@@ -101,8 +103,9 @@ def test_phase_independence_verdict_follows_the_matrices(tiny_model_dir, tiny_gl
     assert same["mantel_r"].iloc[0] > 0.95 and same["mantel_p"].iloc[0] < 0.01
     assert other["mantel_p"].iloc[0] > 0.01
     empty = pd.DataFrame(columns=["metric", "probe_a", "probe_b", "mantel_r", "mantel_p"])
-    info = pd.DataFrame([{"metric": "js", "n_outliers": 0, "outlier_heads": "none", "k": 2, "silhouette": 0.6,
-                          "silhouette_null_mean": 0.2, "silhouette_null_p": 0.01, "cluster_sizes": "6 6",
+    info = pd.DataFrame([{"metric": "js", "min_cluster_size": 3, "n_groups": 2, "group_sizes": "6 6", "n_unique_heads": 0,
+                          "unique_heads": "none", "k_cut": 2, "silhouette": 0.6,
+                          "silhouette_null_mean": 0.2, "silhouette_null_p": 0.01,
                           "ari_with_layer": 0.0, "ari_hierarchical_vs_spectral": 1.0,
                           "mean_within_cluster_distance": 0.1, "mean_between_cluster_distance": 0.9}])
     agree = pd.DataFrame(columns=["metric_a", "metric_b", "pearson_r", "mantel_p", "what"])

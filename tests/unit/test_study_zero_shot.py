@@ -80,3 +80,27 @@ def test_paired_contrasts_against_the_full_model_and_between_methods():
     assert v.loc[(comparable, "50%"), "verdict"].startswith("supported")
     assert v.loc[(comparable, "75%"), "verdict"].startswith("contradicted")
     assert v.loc[(study.CONTRASTS[1].claim, "50%"), "verdict"].startswith("supported")
+
+
+def test_masked_fine_tuning_is_shared_between_studies(tiny_model_dir, tiny_glue_root, tmp_path, monkeypatch):
+    """A (task, seed, mask) fine-tuned once is read back by the next study: the same numbers, no training."""
+    from headprune_utils import training
+    from headprune_utils.studies import common
+
+    cfg = config(tiny_model_dir, tiny_glue_root)
+    mask = torch.ones(3, 4)
+    mask[1, :3] = 0
+    ctx = common.Workbench(cfg, torch.device("cpu"), tmp_path)
+    metrics, history = ctx.masked_scores("SST-2", 0, mask, "t")
+    assert ctx.masked_scores_path("SST-2", 0, mask).exists()
+    # the same as fine-tuning and evaluating directly
+    model, hist2, gates, means = ctx.finetune_masked("SST-2", 0, mask, "t")
+    direct = training.evaluate(model, ctx.task_data("SST-2")[2], "SST-2", common.EVAL_BATCH)
+    assert direct == metrics and len(hist2) == len(history)
+    other = common.Workbench(cfg, torch.device("cpu"), tmp_path)
+    monkeypatch.setattr(other, "finetune_masked", lambda *a, **k: pytest.fail("trained again"))
+    assert other.masked_scores("SST-2", 0, mask, "t") == (metrics, history)
+    mask2 = mask.clone()
+    mask2[2, 0] = 0
+    assert ctx.masked_scores_path("SST-2", 0, mask2) != ctx.masked_scores_path("SST-2", 0, mask)
+    assert ctx.masked_scores_path("SST-2", 1, mask) != ctx.masked_scores_path("SST-2", 0, mask)
