@@ -471,7 +471,15 @@ def verdicts(agree: pd.DataFrame, where_info: pd.DataFrame, when_t: pd.DataFrame
                      "verdict": alike(t)})
     w = where_info.iloc[0]
     beats_null = bool(w["silhouette_null_p"] < alpha) if np.isfinite(w["silhouette_null_p"]) else False
-    clear = beats_null and w["silhouette"] > 0.25
+    sil = w["silhouette"]
+    if beats_null and sil > 0.5:
+        where_v = "supported (a reasonable structure: silhouette above 0.5)"
+    elif beats_null and sil > 0.25:
+        where_v = "partly supported (real but weak structure: silhouette 0.25-0.5)"
+    elif beats_null:
+        where_v = "partly supported (more structure than chance, but no substantial structure: silhouette below 0.25)"
+    else:
+        where_v = "not supported (no more structure than the shuffled distances)"
     rows.append({"W": "Where", "claim": "heads form clear clusters of mutually redundant heads",
                  "our result": (f"{w['metric']}: {w['n_groups']} groups of >= {w['min_cluster_size']} heads (sizes "
                                 f"{w['group_sizes']}) and {w['n_unique_heads']} unique head(s) ({w['unique_heads']}); "
@@ -480,10 +488,7 @@ def verdicts(agree: pd.DataFrame, where_info: pd.DataFrame, when_t: pd.DataFrame
                                 f"{w['mean_within_cluster_distance']:.3f}/{w['mean_between_cluster_distance']:.3f}; "
                                 f"ARI with layers {w['ari_with_layer']:.2f}; hierarchical vs spectral ARI "
                                 f"{w['ari_hierarchical_vs_spectral']:.2f}"),
-                 "verdict": ("supported" if clear else "partly supported (more structure than chance, but weak)"
-                             if beats_null else "not supported")
-                            + " (criteria: silhouette above the shuffled null, p < 0.05, and above 0.25, Kaufman & "
-                              "Rousseeuw's threshold of a weak but real structure; above 0.5 would be reasonable)"})
+                 "verdict": where_v + "; thresholds of Kaufman & Rousseeuw, null p < 0.05"})
     rows.append({"W": "When", "claim": "the patterns are the same before and after fine-tuning (phase-independent)",
                  "our result": "; ".join(f"{m}: r={g['mantel_r'].mean():.2f} (min {g['mantel_r'].min():.2f}, split-half "
                                          f"{g['split_half_r'].mean():.2f}), max p={g['mantel_p'].max():.3g}"

@@ -113,7 +113,11 @@ def test_phase_independence_verdict_follows_the_matrices(tiny_model_dir, tiny_gl
     v_other = study.verdicts(agree, info, other, empty, pd.DataFrame(), cfg).set_index("W")
     assert v_same.loc["When", "verdict"] == "supported"
     assert v_other.loc["When", "verdict"] == "not supported"
-    assert v_same.loc["Where", "verdict"].startswith("supported")
+    assert v_same.loc["Where", "verdict"].startswith("supported")  # silhouette 0.6, null p 0.01
+    weak = info.assign(silhouette=0.3)
+    assert study.verdicts(agree, weak, same, empty, pd.DataFrame(), cfg).set_index("W").loc["Where", "verdict"].startswith("partly")
+    chance = info.assign(silhouette_null_p=0.2)
+    assert study.verdicts(agree, chance, same, empty, pd.DataFrame(), cfg).set_index("W").loc["Where", "verdict"].startswith("not")
 
 
 def test_dropout_analysis_on_hand_made_runs(tiny_model_dir, tiny_glue_root):
