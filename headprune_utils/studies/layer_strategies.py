@@ -202,20 +202,30 @@ def run_cells(ctx: Context, cells: list[dict], shared: bool = True) -> list[dict
 
 def run_study(cfg: LayerStrategiesConfig, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
     """Run every cell not yet done (resuming), write the metadata; returns the tidy results."""
-    paths = (paths or StudyPaths(STUDY, profile)).ensure()
+    return run_strategy_study(cfg, profile, paths, STUDY, plan_cells, study_fingerprint, Context)
+
+
+def run_strategy_study(cfg, profile: str, paths: StudyPaths | None, study: str, plan, fingerprint_of,
+                       context_cls) -> pd.DataFrame:
+    """The run of a study made of this study's cells (task x regime x strategy x budget x seed): resume from
+    the stored cells, evaluate each (task, seed)'s evaluation-only cells together, fine-tune the others one by
+    one (each stored when done), write the metadata. ``plan(cfg, tasks)`` lists the cells,
+    ``fingerprint_of(cfg, device)`` keys the results, ``context_cls(cfg, device, cache_dir)`` makes the masks
+    (zero_shot.py runs its own strategies through here)."""
+    paths = (paths or StudyPaths(study, profile)).ensure()
     device = models.resolve_device(cfg.device)
     tasks, missing = common.resolve_tasks(cfg)
-    store = ResultStore(paths.cells, study_fingerprint(cfg, device))
+    store = ResultStore(paths.cells, fingerprint_of(cfg, device))
     store.check_compatible()
-    cells = plan_cells(cfg, tasks)
+    cells = plan(cfg, tasks)
     todo = [c for c in cells if not store.has(c)]
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for c in todo:
         groups[(c["task"], c["seed"])].append(c)
     t0 = time.perf_counter()
     if todo:
-        ctx = Context(cfg, device, paths.finetuned_cache)
-        bar = tqdm(total=len(todo), desc=f"{STUDY} cells", disable=not cfg.progress, mininterval=30)
+        ctx = context_cls(cfg, device, paths.finetuned_cache)
+        bar = tqdm(total=len(todo), desc=f"{study} cells", disable=not cfg.progress, mininterval=30)
         for group in groups.values():
             evals = [c for c in group if c["regime"] == "finetune_then_mask"]
             for cell, row in zip(evals, run_cells(ctx, evals, shared=cfg.shared_evaluation)):
@@ -228,7 +238,7 @@ def run_study(cfg: LayerStrategiesConfig, profile: str, paths: StudyPaths | None
     table = store.table(cells)
     durations = {"this_run": time.perf_counter() - t0, "cells_total": float(table["seconds"].sum()),
                  "cells_computed_now": len(todo), "cells_reused": len(cells) - len(todo)}
-    meta = run_metadata(STUDY, profile, {**as_dict(cfg), "tasks_run": tasks, "tasks_unavailable": missing},
+    meta = run_metadata(study, profile, {**as_dict(cfg), "tasks_run": tasks, "tasks_unavailable": missing},
                         list(cfg.seeds), device, durations, store.fingerprint)
     atomic_write_json(paths.meta, meta)
     return table

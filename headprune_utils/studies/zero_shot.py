@@ -12,8 +12,6 @@ paper's protocol: the mask is fixed during fine-tuning) and, cheaply, "fine-tune
 """
 from __future__ import annotations
 
-import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -21,14 +19,13 @@ import numpy as np
 import pandas as pd
 import torch
 from scipy import stats as sps
-from tqdm import tqdm
 
-from .. import clustering, masks, models, probes, redundancy, stats, strategies
-from ..config import ParameterError, as_dict
+from .. import clustering, masks, models, probes, redundancy, stats
+from ..config import ParameterError
 from ..paths import StudyPaths
-from ..results import ResultStore, atomic_write_json, fingerprint, run_metadata
+from ..results import fingerprint
 from . import common, layer_strategies
-from .layer_strategies import REGIME_NAMES, REGIMES, Regime, run_cell, run_cells
+from .layer_strategies import REGIME_NAMES, REGIMES, Regime
 
 STUDY = "zero_shot_pruning"
 RESULTS_VERSION = 1
@@ -140,36 +137,7 @@ class Context(layer_strategies.Context):
 
 def run_study(cfg: ZeroShotConfig, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
     """Run every cell not yet done (resuming), write the metadata; returns the tidy results."""
-    paths = (paths or StudyPaths(STUDY, profile)).ensure()
-    device = models.resolve_device(cfg.device)
-    tasks, missing = common.resolve_tasks(cfg)
-    store = ResultStore(paths.cells, study_fingerprint(cfg, device))
-    store.check_compatible()
-    cells = plan_cells(cfg, tasks)
-    todo = [c for c in cells if not store.has(c)]
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for c in todo:
-        groups[(c["task"], c["seed"])].append(c)
-    t0 = time.perf_counter()
-    if todo:
-        ctx = Context(cfg, device, paths.finetuned_cache)
-        bar = tqdm(total=len(todo), desc=f"{STUDY} cells", disable=not cfg.progress, mininterval=30)
-        for group in groups.values():
-            evals = [c for c in group if c["regime"] == "finetune_then_mask"]
-            for cell, row in zip(evals, run_cells(ctx, evals, shared=cfg.shared_evaluation)):
-                store.put(cell, row)
-            bar.update(len(evals))
-            for cell in (c for c in group if c["regime"] == "mask_then_finetune"):
-                store.put(cell, run_cell(ctx, cell))
-                bar.update(1)
-        bar.close()
-    table = store.table(cells)
-    durations = {"this_run": time.perf_counter() - t0, "cells_total": float(table["seconds"].sum()),
-                 "cells_computed_now": len(todo), "cells_reused": len(cells) - len(todo)}
-    meta = run_metadata(STUDY, profile, {**as_dict(cfg), "tasks_run": tasks, "tasks_unavailable": missing},
-                        list(cfg.seeds), device, durations, store.fingerprint)
-    atomic_write_json(paths.meta, meta)
-    return table
+    return layer_strategies.run_strategy_study(cfg, profile, paths, STUDY, plan_cells, study_fingerprint, Context)
 
 
 # ---------------------------------------------------------------------------------------------- analysis
