@@ -259,7 +259,8 @@ def summarise(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Contrast:
-    """``a - b`` paired by (task, budget, seed); ``expect``: what the claim predicts of the difference."""
+    """``a - b`` paired by (task, budget, seed) (study 5: ``b = "none"`` is the full model of the same task and
+    seed); ``expect``: what the claim predicts of the difference."""
 
     name: str
     claim: str
@@ -298,17 +299,27 @@ def contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000,
     """Every contrast per task x regime x budget (paired over seeds), and pooled per regime ("all" tasks
     and budgets: paired over task x budget x seed). Mean difference, percentile-bootstrap CI, paired t-test
     p and sign-flip permutation p."""
+    return contrast_table(CONTRASTS, lambda a, b: _paired(table, a, b), confidence, n_boot, seed)
+
+
+def contrast_table(contrast_list, pair, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0,
+                   pool_per_budget: bool = False) -> pd.DataFrame:
+    """The statistics of paired contrasts. ``pair(a, b)`` gives rows (task, regime, budget, seed, diff); each
+    contrast is summarised per task x regime x budget, pooled over tasks per regime x budget when
+    ``pool_per_budget`` (``task="all"``), and pooled over everything per regime (``task="all", budget="all"``)."""
     rows = []
-    for c in CONTRASTS:
-        d = _paired(table, c.a, c.b)
+    for c in contrast_list:
+        d = pair(c.a, c.b)
         if d.empty:
             continue
         groups = [((t, r, b), g) for (t, r, b), g in d.groupby(["task", "regime", "budget"])]
+        if pool_per_budget:
+            groups += [(("all", r, b), g) for (r, b), g in d.groupby(["regime", "budget"])]
         groups += [(("all", r, "all"), g) for r, g in d.groupby("regime")]
         for (task, regime, budget), g in groups:
             x = g["diff"].to_numpy(dtype=float)
             lo, hi = stats.bootstrap_ci(x, confidence, n_boot, seed) if len(x) > 1 else (np.nan, np.nan)
-            t_p = float(sps.ttest_1samp(x, 0.0).pvalue) if len(x) > 1 and np.std(x) > 0 else np.nan
+            t_p = float(sps.ttest_1samp(x, 0.0).pvalue) if len(x) > 1 and np.std(x) > 1e-12 else np.nan
             rows.append({"contrast": c.name, "a": c.a, "b": c.b, "expect": c.expect, "task": task, "regime": regime,
                          "budget": budget, "n_pairs": len(x), "mean_diff": float(x.mean()), "boot_ci_low": lo,
                          "boot_ci_high": hi, "t_test_p": t_p, "sign_flip_p": stats.sign_flip_test(x, seed=seed)})

@@ -18,9 +18,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import torch
-from scipy import stats as sps
 
-from .. import clustering, masks, models, probes, redundancy, stats
+from .. import clustering, masks, models, probes, redundancy
 from ..config import ParameterError
 from ..paths import StudyPaths
 from ..results import fingerprint
@@ -150,16 +149,7 @@ def example_masks(table: pd.DataFrame, seed: int | None = None) -> pd.DataFrame:
     return layer_strategies.example_masks(table, seed, order=METHODS)
 
 
-@dataclass(frozen=True)
-class Contrast:
-    """``a - b`` paired by (task, regime, budget, seed); ``b = "none"``: the full model of the same (task, seed)."""
-
-    name: str
-    claim: str
-    a: str
-    b: str
-    expect: Literal["equal", "greater", "not_worse"]
-
+Contrast = layer_strategies.Contrast
 
 CONTRASTS: tuple[Contrast, ...] = (
     Contrast("zero-shot vs full model", "Bian et al.: most heads can be pruned zero-shot with comparable fine-tuned "
@@ -189,22 +179,8 @@ def paired(table: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
 def contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Every contrast per task x regime x budget (paired over seeds), per regime x budget pooled over tasks
     (``task="all"``), and per regime over everything (``task="all", budget="all"``)."""
-    rows = []
-    for c in CONTRASTS:
-        d = paired(table, c.a, c.b)
-        if d.empty:
-            continue
-        groups = [((t, r, b), g) for (t, r, b), g in d.groupby(["task", "regime", "budget"])]
-        groups += [(("all", r, b), g) for (r, b), g in d.groupby(["regime", "budget"])]
-        groups += [(("all", r, "all"), g) for r, g in d.groupby("regime")]
-        for (task, regime, budget), g in groups:
-            x = g["diff"].to_numpy(dtype=float)
-            lo, hi = stats.bootstrap_ci(x, confidence, n_boot, seed) if len(x) > 1 else (np.nan, np.nan)
-            t_p = float(sps.ttest_1samp(x, 0.0).pvalue) if len(x) > 1 and np.std(x) > 1e-12 else np.nan
-            rows.append({"contrast": c.name, "a": c.a, "b": c.b, "expect": c.expect, "task": task, "regime": regime,
-                         "budget": budget, "n_pairs": len(x), "mean_diff": float(x.mean()), "boot_ci_low": lo,
-                         "boot_ci_high": hi, "t_test_p": t_p, "sign_flip_p": stats.sign_flip_test(x, seed=seed)})
-    return pd.DataFrame(rows)
+    return layer_strategies.contrast_table(CONTRASTS, lambda a, b: paired(table, a, b), confidence, n_boot, seed,
+                                           pool_per_budget=True)
 
 
 def verdicts(contr: pd.DataFrame, cfg: ZeroShotConfig, alpha: float = 0.05) -> pd.DataFrame:
