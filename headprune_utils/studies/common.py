@@ -7,12 +7,15 @@ strategies, budgets, ...); its ``check()`` calls ``super().check()`` first.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import pandas as pd
 import torch
+from tqdm import tqdm
 
 from .. import batching, data, masks, models, training
 from ..architecture import head_shape
@@ -20,7 +23,8 @@ from ..config import ParameterError, as_dict
 from ..gates import head_means
 from ..metrics import compute_metrics, main_score
 from ..pruning import prune_heads
-from ..results import atomic_write_json, fingerprint
+from ..paths import StudyPaths
+from ..results import ResultStore, atomic_write_json, fingerprint, run_metadata
 
 EVAL_BATCH = 32  # forward-only batches; on a CPU larger ones are no faster
 # Bump when a code change alters what fine-tuning produces (optimizer, label handling, data order):
@@ -292,6 +296,44 @@ class Workbench:
             trained_now = True
         self._last_full = ((task, seed), model, history)
         return model, history, trained_now
+
+
+def run_study_cells(study: str, cfg, profile: str, paths: StudyPaths | None, cells: list[dict], fingerprint_of,
+                    context_cls, run_one=None, run_todo=None, extra_params: dict | None = None) -> pd.DataFrame:
+    """What every study's run does around its cells: open the result store (refusing results made with other
+    parameters), compute the cells not yet stored, each stored when done (an interrupted run resumes), and
+    write the run's metadata (parameters, seeds, device, versions, git revision, durations).
+
+    ``fingerprint_of(cfg, device)`` keys the results; ``context_cls(cfg, device, cache_dir)`` is made once, and
+    only when a cell is missing; then either ``run_one(ctx, cell) -> result`` per missing cell, or
+    ``run_todo(ctx, store, todo, bar)`` for studies that compute several cells together (it must ``store.put``
+    each and advance ``bar``). ``extra_params`` are recorded beside the parameters. Returns one row per cell.
+    """
+    paths = (paths or StudyPaths(study, profile)).ensure()
+    device = models.resolve_device(cfg.device)
+    store = ResultStore(paths.cells, fingerprint_of(cfg, device))
+    store.check_compatible()
+    todo = [c for c in cells if not store.has(c)]
+    t0 = time.perf_counter()
+    if todo:
+        ctx = context_cls(cfg, device, paths.finetuned_cache)
+        bar = tqdm(total=len(todo), desc=f"{study} cells", disable=not cfg.progress, mininterval=30)
+        try:
+            if run_todo is not None:
+                run_todo(ctx, store, todo, bar)
+            else:
+                for cell in todo:
+                    store.put(cell, run_one(ctx, cell))
+                    bar.update(1)
+        finally:
+            bar.close()
+    table = store.table(cells)
+    durations = {"this_run": time.perf_counter() - t0, "cells_total": float(table["seconds"].sum()),
+                 "cells_computed_now": len(todo), "cells_reused": len(cells) - len(todo)}
+    meta = run_metadata(study, profile, {**as_dict(cfg), **(extra_params or {})}, list(cfg.seeds), device,
+                        durations, store.fingerprint)
+    atomic_write_json(paths.meta, meta)
+    return table
 
 
 def batches(enc: batching.Encoded, device: torch.device, limit: int | None = None) -> list[dict]:

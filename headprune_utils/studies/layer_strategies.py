@@ -25,13 +25,12 @@ import numpy as np
 import pandas as pd
 import torch
 from scipy import stats as sps
-from tqdm import tqdm
 
-from .. import importance, mask_sweep, masks, models, stats, strategies, training
-from ..config import ParameterError, as_dict
+from .. import importance, mask_sweep, masks, stats, strategies, training
+from ..config import ParameterError
 from ..metrics import main_score
 from ..paths import StudyPaths
-from ..results import ResultStore, atomic_write_json, fingerprint, run_metadata
+from ..results import fingerprint
 from . import common
 
 STUDY = "layer_strategies"
@@ -207,25 +206,16 @@ def run_study(cfg: LayerStrategiesConfig, profile: str, paths: StudyPaths | None
 
 def run_strategy_study(cfg, profile: str, paths: StudyPaths | None, study: str, plan, fingerprint_of,
                        context_cls) -> pd.DataFrame:
-    """The run of a study made of this study's cells (task x regime x strategy x budget x seed): resume from
-    the stored cells, evaluate each (task, seed)'s evaluation-only cells together, fine-tune the others one by
-    one (each stored when done), write the metadata. ``plan(cfg, tasks)`` lists the cells,
-    ``fingerprint_of(cfg, device)`` keys the results, ``context_cls(cfg, device, cache_dir)`` makes the masks
-    (zero_shot.py runs its own strategies through here)."""
-    paths = (paths or StudyPaths(study, profile)).ensure()
-    device = models.resolve_device(cfg.device)
+    """The run of a study made of this study's cells (task x regime x strategy x budget x seed): each (task,
+    seed)'s evaluation-only cells are evaluated together, the others fine-tuned one by one (each stored when
+    done). ``plan(cfg, tasks)`` lists the cells, ``fingerprint_of(cfg, device)`` keys the results,
+    ``context_cls(cfg, device, cache_dir)`` makes the masks (zero_shot.py runs its own strategies through here)."""
     tasks, missing = common.resolve_tasks(cfg)
-    store = ResultStore(paths.cells, fingerprint_of(cfg, device))
-    store.check_compatible()
-    cells = plan(cfg, tasks)
-    todo = [c for c in cells if not store.has(c)]
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for c in todo:
-        groups[(c["task"], c["seed"])].append(c)
-    t0 = time.perf_counter()
-    if todo:
-        ctx = context_cls(cfg, device, paths.finetuned_cache)
-        bar = tqdm(total=len(todo), desc=f"{study} cells", disable=not cfg.progress, mininterval=30)
+
+    def run_todo(ctx, store, todo, bar):
+        groups: dict[tuple, list[dict]] = defaultdict(list)
+        for c in todo:
+            groups[(c["task"], c["seed"])].append(c)
         for group in groups.values():
             evals = [c for c in group if c["regime"] == "finetune_then_mask"]
             for cell, row in zip(evals, run_cells(ctx, evals, shared=cfg.shared_evaluation)):
@@ -234,14 +224,9 @@ def run_strategy_study(cfg, profile: str, paths: StudyPaths | None, study: str, 
             for cell in (c for c in group if c["regime"] == "mask_then_finetune"):
                 store.put(cell, run_cell(ctx, cell))  # saved one by one: an interrupted run resumes here
                 bar.update(1)
-        bar.close()
-    table = store.table(cells)
-    durations = {"this_run": time.perf_counter() - t0, "cells_total": float(table["seconds"].sum()),
-                 "cells_computed_now": len(todo), "cells_reused": len(cells) - len(todo)}
-    meta = run_metadata(study, profile, {**as_dict(cfg), "tasks_run": tasks, "tasks_unavailable": missing},
-                        list(cfg.seeds), device, durations, store.fingerprint)
-    atomic_write_json(paths.meta, meta)
-    return table
+
+    return common.run_study_cells(study, cfg, profile, paths, plan(cfg, tasks), fingerprint_of, context_cls,
+                                  run_todo=run_todo, extra_params={"tasks_run": tasks, "tasks_unavailable": missing})
 
 
 # ---------------------------------------------------------------------------------------------- analysis

@@ -20,13 +20,12 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import torch
-from tqdm import tqdm
 
-from .. import masks, models, stats, training
-from ..config import ParameterError, as_dict
+from .. import masks, stats, training
+from ..config import ParameterError
 from ..metrics import main_score
 from ..paths import StudyPaths
-from ..results import ResultStore, atomic_write_json, fingerprint, run_metadata
+from ..results import fingerprint
 from . import common
 
 STUDY = "random_pruning"
@@ -119,27 +118,11 @@ def run_cell(ctx: common.Workbench, cell: dict) -> dict:
 
 
 def run_study(cfg: RandomPruningConfig, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
-    """Run every cell not yet done (resuming), write tables and metadata; returns the tidy results."""
-    paths = (paths or StudyPaths(STUDY, profile)).ensure()
-    device = models.resolve_device(cfg.device)
+    """Run every cell not yet done (resuming), write the metadata; returns the tidy results."""
     tasks, missing = resolve_tasks(cfg)
-    store = ResultStore(paths.cells, study_fingerprint(cfg, device))
-    store.check_compatible()
-    cells = plan_cells(cfg, tasks)
-    todo = [c for c in cells if not store.has(c)]
-    t0 = time.perf_counter()
-    if todo:
-        ctx = common.Workbench(cfg, device, paths.finetuned_cache)
-        for cell in tqdm(todo, desc=f"{STUDY} cells", disable=not cfg.progress, mininterval=30):
-            store.put(cell, run_cell(ctx, cell))
-    table = store.table(cells)
-    durations = {"this_run": time.perf_counter() - t0, "cells_total": float(table["seconds"].sum()),
-                 "cells_computed_now": len(todo), "cells_reused": len(cells) - len(todo)}
-    seeds = list(cfg.seeds)
-    meta = run_metadata(STUDY, profile, {**as_dict(cfg), "tasks_run": tasks, "tasks_unavailable": missing},
-                        seeds, device, durations, store.fingerprint)
-    atomic_write_json(paths.meta, meta)
-    return table
+    return common.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg, tasks), study_fingerprint,
+                                  common.Workbench, run_one=run_cell,
+                                  extra_params={"tasks_run": tasks, "tasks_unavailable": missing})
 
 
 def summarise(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:

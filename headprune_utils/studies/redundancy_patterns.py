@@ -26,12 +26,11 @@ import numpy as np
 import pandas as pd
 import torch
 from scipy import stats as sps
-from tqdm import tqdm
 
 from .. import batching, clustering, data, mlm, models, probes, redundancy
-from ..config import ParameterError, as_dict
+from ..config import ParameterError
 from ..paths import StudyPaths
-from ..results import ResultStore, atomic_write_json, fingerprint, run_metadata
+from ..results import fingerprint
 from . import common
 
 STUDY = "redundancy_patterns"
@@ -238,25 +237,10 @@ def run_cell(ctx: Context, cell: dict) -> dict:
 
 def run_study(cfg: RedundancyConfig, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
     """Run every cell not yet done (resuming), write the metadata; returns one row per cell."""
-    paths = (paths or StudyPaths(STUDY, profile)).ensure()
-    device = models.resolve_device(cfg.device)
-    store = ResultStore(paths.cells, study_fingerprint(cfg, device))
-    store.check_compatible()
-    cells = plan_cells(cfg)
-    todo = [c for c in cells if not store.has(c)]
-    t0 = time.perf_counter()
-    if todo:
-        ctx = Context(cfg, device, paths.finetuned_cache)
-        for cell in tqdm(todo, desc=f"{STUDY} cells", disable=not cfg.progress, mininterval=30):
-            store.put(cell, run_cell(ctx, cell))
-    table = store.table(cells)
-    durations = {"this_run": time.perf_counter() - t0, "cells_total": float(table["seconds"].sum()),
-                 "cells_computed_now": len(todo), "cells_reused": len(cells) - len(todo)}
-    meta = run_metadata(STUDY, profile, {**as_dict(cfg), "tasks_run": common.resolve_tasks(cfg)[0],
-                                         "probe_tasks_run": resolve_probe_tasks(cfg)},
-                        list(cfg.seeds), device, durations, store.fingerprint)
-    atomic_write_json(paths.meta, meta)
-    return table
+    return common.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg), study_fingerprint, Context,
+                                  run_one=run_cell,
+                                  extra_params={"tasks_run": common.resolve_tasks(cfg)[0],
+                                                "probe_tasks_run": resolve_probe_tasks(cfg)})
 
 
 # ---------------------------------------------------------------------------------------------- analysis
