@@ -273,8 +273,3 @@ def zero_shot_mask(d: np.ndarray, n_keep: int, shape: tuple[int, int], method: s
     mask = torch.zeros(n)
     mask[torch.as_tensor(keep[:n_keep])] = 1.0
     return mask.view(n_layers, n_heads)
-
-
-def flat_to_grid(values: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
-    """``[N]`` per flat head id -> ``[n_layers, n_heads]``."""
-    return np.asarray(values).reshape(shape)
