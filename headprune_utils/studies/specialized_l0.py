@@ -1,0 +1,443 @@
+"""Study 6: head importance, specialized heads and L0-gate pruning (Voita et al. 2019) on BERT-family encoders.
+
+Cells (independent, keyed, resumable):
+
+- ``{"kind": "roles", "task": "pretrained"}``: the specialized-head measurements of the PRE-TRAINED encoder
+  (the reference: are roles a property of the encoder, kept through fine-tuning?).
+- ``{"kind": "scores", "task", "seed"}``: every head score of the fine-tuned full model of (task, seed)
+  (``Workbench.full_model``, shared with studies 1-5) on ``score_size`` examples of the task's TRAINING subset
+  (gradient importance, first-order relevance, ablation importance, confidence, entropy), its dev score, and
+  its specialized-head measurements on UD English-EWT. Roles are measured on each fine-tuned model because
+  the question is whether the heads the L0 gates of THAT model keep are the specialized ones; the pre-trained
+  cell shows how much fine-tuning moved them.
+- ``{"kind": "l0", "task", "seed", "lam"}``: Hard Concrete gates trained on the fine-tuned model (frozen by
+  default) with ``task loss + lam * expected open gates``; the deterministic 0/1 mask, its dev score, the
+  final ``log_alpha`` and open probabilities; and the baselines at the SAME head count on the same model
+  without retraining: ``n_random_baselines`` random masks and the least-important heads by gradient importance
+  (``strategies.importance_mask``), evaluated together (``mask_sweep``).
+
+Measurements are stored raw (shares, accuracies, p-values); the role thresholds are analysis parameters.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .. import batching, data, head_scores, importance, mask_sweep, masks, models, specialized, strategies, training
+from ..architecture import head_shape as head_shape_of
+from ..attention import attention_maps
+from ..config import ParameterError
+from ..hard_concrete import HardConcreteGates, l0_train
+from ..metrics import main_score
+from ..paths import StudyPaths
+from ..results import fingerprint
+from . import common
+from .specialized_l0_analysis import (  # the analysis: pure functions over the table
+    ROLE_NAMES, SCORES, VOITA_FRACTION, agreement_summary, curve_contrasts, head_score_table, l0_curve, role_counts,
+    rare_ratio_sensitivity, role_map_data, role_stability, role_table, roles_at_budget, score_agreement, score_map_data, survival_heads,
+    survival_map_data, survival_tests, survival_with_roles, sweep_summary, verdicts,
+)
+
+__all__ = [
+    "STUDY", "SpecializedL0Config", "Context", "plan_cells", "n_cells", "study_fingerprint", "role_thresholds",
+    "head_roles", "confidence_entropy", "ablation_loss", "run_roles_cell", "run_scores_cell", "run_l0_cell",
+    "run_study",
+    # the analysis (specialized_l0_analysis), re-exported so the notebook needs one module
+    "ROLE_NAMES", "SCORES", "VOITA_FRACTION", "agreement_summary", "curve_contrasts", "head_score_table", "l0_curve",
+    "rare_ratio_sensitivity", "role_counts", "role_map_data", "role_stability", "role_table", "roles_at_budget",
+    "score_agreement", "score_map_data", "survival_heads", "survival_map_data", "survival_tests",
+    "survival_with_roles", "sweep_summary", "verdicts",
+]
+
+STUDY = "specialized_heads_l0"
+RESULTS_VERSION = 1
+ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_ratio", "rare_alpha", "equivalence_margin",
+                 "n_permutations")
+
+
+@dataclass(frozen=True)
+class SpecializedL0Config(common.GlueStudyConfig):
+    """Parameters of the study (the shared ones in ``common.GlueStudyConfig``); defaults = the quick profile."""
+
+    score_size: int | None = 128                # training examples for gradient importance, relevance, confidence, entropy (None: all)
+    ablation_size: int | None = 24              # training examples for the ablation importance (one evaluation per head; None: all)
+    ablation_measure: Literal["loss", "score"] = "loss"  # ablation importance as the increase of the task loss, or the drop of the task score
+    relevance_target: Literal["loss", "top_logit"] = "top_logit"  # what first-order relevance differentiates (Voita et al.: the top-1 logit)
+    ud_split: Literal["train", "dev", "test"] = "dev"  # UD English-EWT split the roles are measured on
+    ud_sentences: int | None = 200              # its first sentences (None: all)
+    relations: list[str] = field(default_factory=lambda: ["nsubj", "obj", "amod", "advmod"])  # UD relations of the syntactic heads
+    rare_corpus: Literal["ud_train", "task_train"] = "ud_train"  # word-piece frequencies: UD EWT train, or the task's training subset
+    lambdas: list[float] = field(default_factory=lambda: [0.003, 0.01, 0.03, 0.08])  # L0 penalty per open gate (loss units); larger: fewer heads
+    l0_steps: int | None = 20                   # optimiser steps of the gates (None: l0_epochs passes over the training subset)
+    l0_epochs: int = 1                          # passes over the training subset when l0_steps is None
+    l0_batch_size: int = 8                      # examples per gate step
+    l0_lr: float = 0.15                         # Adam on log_alpha
+    temperature: float = 0.33                   # Hard Concrete beta (Voita et al.)
+    stretch_low: float = -0.1                   # stretch interval (gamma, zeta) = (stretch_low, stretch_high)
+    stretch_high: float = 1.1
+    l0_train_model: bool = False                # False: only the gates train (the model frozen, cheap); True: the model too
+    l0_model_lr: float = 2e-5                   # the model's learning rate when l0_train_model
+    n_random_baselines: int = 1                 # random masks per L0 mask, at its head count
+    positional_threshold: float = 0.9           # analysis: positional if max attention on prev/next for at least this share of tokens
+    syntactic_margin: float = 0.10              # analysis: syntactic if accuracy beats the best fixed-offset baseline by at least this
+    rare_ratio: float = 4.0                     # analysis: rare-word if share at least ratio x chance ...
+    rare_alpha: float = 0.01                    # ... and the one-sided binomial p < alpha
+    equivalence_margin: float = 0.02            # analysis: "little loss" means within this many score units of the full model
+    n_permutations: int = 10000                 # analysis: permutations of the survival test
+
+    def check(self) -> None:
+        for name in ("score_size", "ablation_size", "ud_sentences", "l0_steps"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ParameterError(f"{name} must be a positive integer or None, got {v}")
+        for name in ("l0_epochs", "l0_batch_size", "n_random_baselines", "n_permutations"):
+            if getattr(self, name) < 1:
+                raise ParameterError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lambdas or len(set(self.lambdas)) != len(self.lambdas) or any(not l >= 0 for l in self.lambdas):
+            raise ParameterError(f"lambdas must be distinct numbers >= 0, got {self.lambdas}")
+        if not self.relations or len(set(self.relations)) != len(self.relations) or not all(self.relations):
+            raise ParameterError(f"relations must be distinct non-empty UD relation names, got {self.relations}")
+        for name in ("l0_lr", "l0_model_lr", "temperature"):
+            if not getattr(self, name) > 0:
+                raise ParameterError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not (self.stretch_low < 0 and self.stretch_high > 1):
+            raise ParameterError(f"need stretch_low < 0 < 1 < stretch_high, got ({self.stretch_low}, {self.stretch_high})")
+        if not 0 < self.positional_threshold <= 1:
+            raise ParameterError(f"positional_threshold must be in (0, 1], got {self.positional_threshold}")
+        if not 0 < self.rare_alpha < 1 or not self.rare_ratio > 0:
+            raise ParameterError(f"need 0 < rare_alpha < 1 and rare_ratio > 0, got {self.rare_alpha}, {self.rare_ratio}")
+        if not self.syntactic_margin >= 0 or not self.equivalence_margin >= 0:
+            raise ParameterError("syntactic_margin and equivalence_margin must be >= 0")
+        super().check()
+        # the UD files, now: a missing treebank must stop the run before any model is loaded
+        for split in {self.ud_split, *(["train"] if self.rare_corpus == "ud_train" else [])}:
+            path = ud_path(self.data_dir, split)
+            if path is None or not path.is_file():
+                where = "no data root is set" if path is None else f"{path} is missing"
+                raise ParameterError(f"UD English-EWT {split} split needed (ud_split / rare_corpus), but {where}: set "
+                                     "HEADPRUNE_DATA_DIR (or data_dir) to a folder holding "
+                                     "ud_english_ewt/en_ewt-ud-{train,dev,test}.conllu")
+
+
+def ud_path(data_dir, split: str):
+    """``<data root>/ud_english_ewt/en_ewt-ud-<split>.conllu`` (None without a data root)."""
+    root = data.resolve_data_dir(data_dir)
+    return None if root is None else root / "ud_english_ewt" / f"en_ewt-ud-{split}.conllu"
+
+
+def role_thresholds(cfg: SpecializedL0Config) -> dict:
+    """The keyword arguments of :func:`role_table` from the parameters."""
+    return {"positional_threshold": cfg.positional_threshold, "syntactic_margin": cfg.syntactic_margin,
+            "rare_ratio": cfg.rare_ratio, "rare_alpha": cfg.rare_alpha}
+
+
+def plan_cells(cfg: SpecializedL0Config, tasks: list[str]) -> list[dict]:
+    """The pre-trained roles cell, then per (task, seed) its scores cell and one L0 cell per lambda (ascending)."""
+    cells = [{"kind": "roles", "task": "pretrained"}]
+    for task in tasks:
+        for seed in cfg.seeds:
+            cells.append({"kind": "scores", "task": task, "seed": int(seed)})
+            for lam in sorted(cfg.lambdas):
+                cells.append({"kind": "l0", "task": task, "seed": int(seed), "lam": float(lam)})
+    return cells
+
+
+def n_cells(cfg: SpecializedL0Config) -> int:
+    return len(plan_cells(cfg, common.resolve_tasks(cfg)[0]))
+
+
+def study_fingerprint(cfg: SpecializedL0Config, device: torch.device) -> str:
+    return fingerprint(common.result_params(cfg, device, RESULTS_VERSION, drop=("lambdas", *ANALYSIS_ONLY)))
+
+
+def _first(enc: batching.Encoded, n: int | None) -> batching.Encoded:
+    if n is None or n >= len(enc):
+        return enc
+    return batching.Encoded(enc.input_ids[:n], enc.token_type_ids[:n] if enc.token_type_ids else None,
+                            enc.labels[:n], enc.pad_id)
+
+
+def _score(task: str, metrics: dict) -> float:
+    """The main score; an undefined correlation (a constant prediction, e.g. every head pruned) counts 0, the
+    score of a constant predictor (``common.chance_score``)."""
+    s = main_score(task, metrics)
+    return 0.0 if s != s else float(s)
+
+
+class Context(common.Workbench):
+    """The shared workbench plus the UD sentences and the word-piece frequencies of the rare-word heads."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._ud: list | None = None
+        self._counts: dict = {}
+
+    def ud(self) -> list[specialized.Sentence]:
+        if self._ud is None:
+            self._ud = specialized.load_ud_ewt(self.cfg.ud_split, self.cfg.data_dir, max_sentences=self.cfg.ud_sentences)
+        return self._ud
+
+    def encode_words(self, sentences) -> batching.Encoded:
+        words = [s.forms for s in sentences]
+        enc = self.tokenizer(words, is_split_into_words=True, truncation=True, max_length=self.cfg.max_length)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        return batching.Encoded(list(enc["input_ids"]), None, np.zeros(len(words), dtype=np.int64), pad)
+
+    def token_counts(self, tasks: list[str]) -> Counter:
+        """Word-piece counts (specials excluded) of the stated corpus: UD EWT train, or the tasks' training subsets."""
+        key = "ud_train" if self.cfg.rare_corpus == "ud_train" else tuple(tasks)
+        if key not in self._counts:
+            if key == "ud_train":
+                seqs = self.encode_words(specialized.load_ud_ewt("train", self.cfg.data_dir))
+                self._counts[key] = specialized.token_frequencies(seqs, self.tokenizer.all_special_ids)
+            else:
+                c: Counter = Counter()
+                for t in tasks:
+                    c.update(specialized.token_frequencies(self.task_data(t)[1], self.tokenizer.all_special_ids))
+                self._counts[key] = c
+        return self._counts[key]
+
+
+def head_roles(ctx: Context, model, tasks: list[str]) -> dict:
+    """Raw specialized-head measurements of ``model`` on the UD sentences (``[L][H]`` lists, syntactic rows).
+
+    One forward per batch of sentences feeds all three measurements; the numbers are those of
+    ``specialized.positional_heads``, ``rare_word_heads`` and ``syntactic_heads`` run one by one (a unit test
+    checks it), at a third of the cost.
+    """
+    cfg, tok = ctx.cfg, ctx.tokenizer
+    special = tok.all_special_ids
+    counts = ctx.token_counts(tasks)
+    sentences = ctx.ud()
+    prev = nxt = hits = None
+    n_q = trials = 0
+    chance_sum = 0.0
+    argmaxes, complete = [], []
+    for start in range(0, len(sentences), common.EVAL_BATCH):
+        chunk = sentences[start : start + common.EVAL_BATCH]
+        words = [s.forms for s in chunk]
+        whole = tok(words, is_split_into_words=True, truncation=False)
+        enc = tok(words, is_split_into_words=True, truncation=True, max_length=cfg.max_length, padding=True,
+                  return_tensors="pt")
+        batch = {k: v.to(ctx.device) for k, v in enc.items()}
+        maps = attention_maps(model, batch)
+        q = head_scores.query_mask(batch["attention_mask"], batch["input_ids"], True, special)
+        n = int(q.sum())
+        if n:
+            pos = specialized.positional_from_maps(maps, q)
+            p, x = pos["prev"].double() * n, pos["next"].double() * n
+            prev, nxt, n_q = (p, x, n) if prev is None else (prev + p, nxt + x, n_q + n)
+        r = specialized.rare_counts_from_maps(maps, batch["input_ids"], q, counts)
+        hits = r["hits"] if hits is None else hits + r["hits"]
+        trials, chance_sum = trials + r["trials"], chance_sum + r["chance_sum"]
+        for b, sent in enumerate(chunk):  # as specialized.syntactic_heads: words cut by truncation are skipped
+            wids = enc.word_ids(b)
+            cut, full = Counter(w for w in wids if w is not None), Counter(w for w in whole.word_ids(b) if w is not None)
+            complete.append({w for w in range(len(sent)) if full[w] > 0 and cut[w] == full[w]})
+            per = torch.stack([m[b] for m in maps])  # [L, H, seq, seq]
+            argmaxes.append(specialized.word_argmax(specialized.word_attention(per, wids, len(sent))).cpu())
+    if not n_q:
+        raise ValueError("the UD sentences have no query tokens")
+    rare = specialized.rare_table(hits, trials, chance_sum)
+    syn = specialized.syntactic_scores(argmaxes, sentences, tuple(cfg.relations), cfg.syntactic_margin, complete)
+    shape = ctx.shape
+    return {
+        "prev": (prev / n_q).to(torch.float32).tolist(), "next": (nxt / n_q).to(torch.float32).tolist(),
+        "rare_share": rare["share"].to_numpy().reshape(shape).tolist(),
+        "rare_p": rare["p_value"].to_numpy().reshape(shape).tolist(),
+        "rare_chance": float(rare["chance"].iloc[0]), "rare_n": int(rare["n"].iloc[0]),
+        "syntactic": syn[["layer", "head", "relation", "direction", "n", "accuracy", "baseline",
+                          "baseline_offset"]].to_dict(orient="records"),
+    }
+
+
+def run_roles_cell(ctx: Context, cell: dict, tasks: list[str]) -> dict:
+    t0 = time.perf_counter()
+    model = models.load_classifier(ctx.cfg.model, 2, device=ctx.device, seed=0)  # the classifier is not used
+    return {"roles": head_roles(ctx, model, tasks), "seconds": time.perf_counter() - t0}
+
+
+def confidence_entropy(model, batches: list[dict], special_ids) -> tuple[torch.Tensor, torch.Tensor]:
+    """``head_scores.confidence`` and ``head_scores.entropy`` (float32 ``[L, H]``) from ONE forward per batch."""
+    conf = ent = None
+    n_total = 0
+    for batch in batches:
+        maps = attention_maps(model, batch)
+        q = head_scores.query_mask(batch["attention_mask"], batch["input_ids"], True, special_ids)
+        n = int(q.sum())
+        if not n:
+            continue
+        c = head_scores.confidence_from_maps(maps, q).double() * n
+        e = head_scores.entropy_from_maps(maps, q).double() * n
+        conf, ent = (c, e) if conf is None else (conf + c, ent + e)
+        n_total += n
+    if not n_total:
+        raise ValueError("no query tokens in the batches")
+    return (conf / n_total).to(torch.float32), (ent / n_total).to(torch.float32)
+
+
+def ablation_loss(model, enc: batching.Encoded, task: str, ablation: str = "zero", means=None) -> torch.Tensor:
+    """Increase of the mean task loss on ``enc`` when head ``h`` alone is removed, float32 ``[L, H]``.
+
+    ``loss(model without h) - loss(full model)``: cross-entropy in nats (classification) or squared error in
+    standardised label units (regression), per example. All 1 + N masks in one shared sweep (``mask_sweep``).
+    Continuous, unlike the drop of accuracy on a few dozen examples (``head_scores.ablation_importance``), where
+    most heads tie at 0.
+    """
+    import torch.nn.functional as F
+
+    n_layers, n_heads = shape = head_shape_of(model)
+    sweep = {"full": torch.ones(shape)}
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            m = torch.ones(shape)
+            m[layer, head] = 0.0
+            sweep[(layer, head)] = m
+    logits = mask_sweep.logits_masks(model, enc, sweep, common.EVAL_BATCH, ablation=ablation, means=means)
+    labels = torch.as_tensor(np.asarray(enc.labels))
+
+    def loss(x: torch.Tensor) -> float:
+        x = x.double()
+        if data.get_task(task).is_regression:
+            return float(F.mse_loss(x.squeeze(-1), labels.double()))
+        return float(F.cross_entropy(x, labels.long()))
+
+    full = loss(logits["full"])
+    out = torch.zeros(n_layers, n_heads, dtype=torch.float64)
+    for key, x in logits.items():
+        if key != "full":
+            out[key] = loss(x) - full
+    return out.to(torch.float32)
+
+
+def run_scores_cell(ctx: Context, cell: dict) -> dict:
+    """Every head score of the fine-tuned full model of (task, seed), its dev score and its roles."""
+    cfg = ctx.cfg
+    task, seed = cell["task"], cell["seed"]
+    model = ctx.full_model(task, seed)[0]
+    spec, tr, dv, *_ = ctx.task_data(task)
+    t0 = time.perf_counter()
+    means = ctx.full_means(task, seed) if cfg.ablation == "mean" else None
+    batches = common.batches(tr, ctx.device, cfg.score_size)
+    special = ctx.tokenizer.all_special_ids
+    conf, ent = confidence_entropy(model, batches, special)
+    abl = _first(tr, cfg.ablation_size)
+    scores = {
+        # Michel et al., normalised per layer: the ranking the importance baseline prunes by (as studies 2 and 5)
+        "gradient_importance": importance.head_importance(model, batches, ablation=cfg.ablation, means=means),
+        "relevance": head_scores.relevance(model, batches, target=cfg.relevance_target),
+        "ablation": (ablation_loss(model, abl, task, cfg.ablation, means) if cfg.ablation_measure == "loss" else
+                     head_scores.ablation_importance(model, abl, task, ablation=cfg.ablation, means=means,
+                                                     batch_size=common.EVAL_BATCH)),
+        "confidence": conf,
+        "entropy": ent,
+    }
+    dev = training.evaluate(model, dv, task, common.EVAL_BATCH)
+    row = {k: v.tolist() for k, v in scores.items()}
+    row.update({"roles": head_roles(ctx, model, [task]), "score_full": _score(task, dev), "metrics_full": dev,
+                "metric": spec.main_metric, "chance": common.chance_score(task, tr, dv),
+                "seconds": time.perf_counter() - t0})
+    return row
+
+
+def l0_batches(enc: batching.Encoded, batch_size: int, seed: int, steps: int | None, epochs: int, device) -> list[dict]:
+    """The gates' training batches: shuffled, length-grouped epochs of ``enc`` (epoch ``e`` seeded ``1000 seed + e``),
+    ``steps`` batches in all (else ``epochs`` epochs)."""
+    out: list[dict] = []
+    e = 0
+    while True:
+        for idx in batching.train_batches(enc.lengths, batch_size, seed=1000 * seed + e):
+            if steps is not None and len(out) >= steps:
+                return out
+            out.append(batching.collate(enc, idx, device))
+        e += 1
+        if steps is None and e >= epochs:
+            return out
+
+
+def random_seed(seed: int, r: int) -> int:
+    """Seed of random baseline ``r`` of model seed ``seed`` (the same at every lambda: the masks are nested)."""
+    return 1000 * (seed + 1) + r
+
+
+def run_l0_cell(ctx: Context, cell: dict, importance_scores: torch.Tensor, score_full: float) -> dict:
+    """Train the gates at ``cell["lam"]``, evaluate the deterministic mask and the baselines at its head count."""
+    cfg = ctx.cfg
+    task, seed, lam = cell["task"], cell["seed"], cell["lam"]
+    spec, tr, dv, *_ = ctx.task_data(task)
+    base = ctx.full_model(task, seed)[0]
+    model = copy.deepcopy(base) if cfg.l0_train_model else base  # the cached model's weights are never changed
+    means = ctx.full_means(task, seed) if cfg.ablation == "mean" else None
+    n_layers, n_heads = ctx.shape
+    t0 = time.perf_counter()
+    batches = l0_batches(tr, cfg.l0_batch_size, seed, cfg.l0_steps, cfg.l0_epochs, ctx.device)
+    training.set_seed(seed)  # the gate samples: the same noise at every lambda
+    gates = HardConcreteGates.for_model(model, beta=cfg.temperature, gamma=cfg.stretch_low, zeta=cfg.stretch_high)
+    res = l0_train(model, gates, batches, lam, steps=len(batches), lr=cfg.l0_lr, train_model=cfg.l0_train_model,
+                   model_lr=cfg.l0_model_lr, ablation=cfg.ablation, means=means, progress=False)
+    seconds_train = time.perf_counter() - t0
+    mask = res.mask
+    n_prune = n_layers * n_heads - int(mask.sum())
+    sweep = {("random", r): masks.random_mask(n_layers, n_heads, n_prune, random_seed(seed, r))
+             for r in range(cfg.n_random_baselines)}
+    sweep["importance"] = strategies.importance_mask(importance_scores, n_prune, "least_important")
+    if cfg.l0_train_model:
+        l0_metrics = training.evaluate(model, dv, task, common.EVAL_BATCH, gates=mask.to(ctx.device),
+                                       ablation=cfg.ablation, means=means)
+        del model
+    else:
+        sweep["l0"] = mask
+    metrics = mask_sweep.evaluate_masks(base, dv, task, sweep, common.EVAL_BATCH, ablation=cfg.ablation, means=means)
+    if not cfg.l0_train_model:
+        l0_metrics = metrics["l0"]
+    random_scores = [_score(task, metrics[("random", r)]) for r in range(cfg.n_random_baselines)]
+    step = max(1, len(res.history) // 200)  # at most ~200 records of the gates' training
+    return {
+        "score_l0": _score(task, l0_metrics), "metrics_l0": l0_metrics, "score_full": score_full,
+        "score_random": random_scores, "score_random_mean": float(np.mean(random_scores)),
+        "score_importance": _score(task, metrics["importance"]),
+        "n_kept": int(mask.sum()), "n_heads_total": n_layers * n_heads, "mask": masks.mask_to_string(mask),
+        "random_masks": [masks.mask_to_string(sweep[("random", r)]) for r in range(cfg.n_random_baselines)],
+        "importance_mask": masks.mask_to_string(sweep["importance"]),
+        "log_alpha": gates.log_alpha.detach().cpu().tolist(), "open_prob": gates.open_prob().detach().cpu().tolist(),
+        "history": res.history[::step] + ([res.history[-1]] if (len(res.history) - 1) % step else []),
+        "metric": spec.main_metric, "chance": common.chance_score(task, tr, dv),
+        "seconds_train": seconds_train, "seconds": time.perf_counter() - t0,
+    }
+
+
+def run_cells(ctx: Context, store, todo: list[dict], bar, tasks: list[str]) -> None:
+    """Compute the missing cells: the roles cell, then per (task, seed) its scores cell (computed first when
+    missing: the L0 cells need its gradient importance and full score) and its L0 cells, each stored when done."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for c in todo:
+        if c["kind"] == "roles":
+            store.put(c, run_roles_cell(ctx, c, tasks))
+            bar.update(1)
+        else:
+            groups[(c["task"], c["seed"])].append(c)
+    for (task, seed), group in groups.items():
+        key = {"kind": "scores", "task": task, "seed": seed}
+        if not store.has(key):
+            store.put(key, run_scores_cell(ctx, key))
+            bar.update(1)
+        scores = store.get(key)["result"]
+        imp = torch.tensor(scores["gradient_importance"])
+        for c in (c for c in group if c["kind"] == "l0"):
+            store.put(c, run_l0_cell(ctx, c, imp, scores["score_full"]))  # one by one: a rerun resumes here
+            bar.update(1)
+
+
+def run_study(cfg: SpecializedL0Config, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
+    """Run every cell not yet done (resuming), write the metadata; returns the tidy results (one row per cell)."""
+    tasks, missing = common.resolve_tasks(cfg)
+    return common.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg, tasks), study_fingerprint, Context,
+                                  run_todo=lambda ctx, store, todo, bar: run_cells(ctx, store, todo, bar, tasks),
+                                  extra_params={"tasks_run": tasks, "tasks_unavailable": missing})
