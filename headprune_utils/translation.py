@@ -46,6 +46,7 @@ class EncodedPairs:
     tgt_ids: list[list[int]]
     pad_id: int
     decoder_start_id: int
+    n_dropped: int = 0  # pairs left out for length (encode_pairs(..., drop_longer=True))
 
     def __len__(self) -> int:
         return len(self.src_ids)
@@ -61,12 +62,19 @@ class EncodedPairs:
         return sum(len(t) for t in self.tgt_ids)
 
 
-def encode_pairs(tokenizer, data, max_length: int = 128) -> EncodedPairs:
-    """Tokenise a ``translation_data.ParallelData``; each side truncated to ``max_length`` tokens (``</s>`` kept)."""
-    kwargs = dict(truncation=True, max_length=max_length, padding=False)
+def encode_pairs(tokenizer, data, max_length: int = 128, drop_longer: bool = False) -> EncodedPairs:
+    """Tokenise a ``translation_data.ParallelData``.
+
+    A side longer than ``max_length`` tokens is truncated (``</s>`` kept), or with ``drop_longer=True`` the pair
+    is left out (for training: a truncated source no longer matches its truncated target); ``n_dropped``
+    counts those pairs.
+    """
+    kwargs = dict(truncation=not drop_longer, max_length=None if drop_longer else max_length, padding=False)
     src = tokenizer(list(data.src), **kwargs)["input_ids"]
     tgt = tokenizer(text_target=list(data.tgt), **kwargs)["input_ids"]
-    return EncodedPairs([list(x) for x in src], [list(x) for x in tgt], tokenizer.pad_token_id, tokenizer.bos_token_id)
+    keep = [i for i in range(len(src)) if not drop_longer or max(len(src[i]), len(tgt[i])) <= max_length]
+    return EncodedPairs([list(src[i]) for i in keep], [list(tgt[i]) for i in keep], tokenizer.pad_token_id,
+                        tokenizer.bos_token_id, n_dropped=len(src) - len(keep))
 
 
 def collate_pairs(enc: EncodedPairs, index: np.ndarray, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:

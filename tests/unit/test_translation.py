@@ -107,6 +107,15 @@ def test_collate_shifts_targets_and_masks_padding(tok):
         assert batch["decoder_input_ids"][row, : len(tgt)].tolist() == [tok.bos_token_id] + tgt[:-1]
 
 
+def test_long_pairs_truncated_or_dropped(tok):
+    long = ParallelData("toy", "train", "en", "de", [SRC[0], " ".join(SRC)], [TGT[0], TGT[1]], "test")
+    n = max(len(tok(SRC[0]).input_ids), len(tok(TGT[1]).input_ids))
+    cut = encode_pairs(tok, long, max_length=n)
+    assert len(cut) == 2 and len(cut.src_ids[1]) == n and cut.src_ids[1][-1] == tok.eos_token_id
+    kept = encode_pairs(tok, long, max_length=n, drop_longer=True)
+    assert len(kept) == 1 and kept.n_dropped == 1 and kept.src_ids[0] == cut.src_ids[0]
+
+
 def test_token_batches_respect_the_budget_and_cover_every_pair():
     lengths = np.random.default_rng(0).integers(3, 40, size=500)
     batches = token_batches(lengths, max_tokens=200, seed=1, max_sentences=16)
