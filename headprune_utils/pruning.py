@@ -107,7 +107,7 @@ def prune_heads(model: nn.Module, mask) -> nn.Module:
 
     mask: ``[n_layers, n_heads]`` over ORIGINAL head ids, 1 = keep, 0 = prune; for an encoder-decoder a dict
     of them by attention type (``"enc"``, ``"dec"``, ``"cross"``; a type left out is untouched). Keeping a head
-    that an earlier call already removed is an error. Returns ``model``.
+    that an earlier call already removed is an error, found before anything changes. Returns ``model``.
     """
     if is_encoder_decoder(model):
         if not isinstance(mask, dict):
@@ -117,27 +117,27 @@ def prune_heads(model: nn.Module, mask) -> nn.Module:
         if unknown:
             raise ValueError(f"unknown attention type(s) {unknown} in the mask; choose from {SEQ2SEQ_KINDS}")
         shapes = head_shape(model)
-        masks = {k: _check_mask(m, shapes[k], f'mask["{k}"]') for k, m in mask.items()}
-        kept = kept_heads(model)
-        for kind, m in masks.items():  # check everything before changing anything
-            _kept_after(model, kind, m, kept[kind])
-        for kind, m in masks.items():
-            kept[kind] = _prune_grid(model, kind, m, kept[kind])
-        set_kept_heads(model, kept)
+        before = kept_heads(model)
+        after = {k: _kept_after(k, _check_mask(m, shapes[k], f'mask["{k}"]'), before[k]) for k, m in mask.items()}
+        for kind, kept in after.items():
+            _prune_grid(model, kind, before[kind], kept)
+        set_kept_heads(model, {**before, **after})
         return model
     if isinstance(mask, dict):
         raise ValueError("this model has one grid of heads: pass the mask as one [n_layers, n_heads] tensor")
-    mask = _check_mask(mask, head_shape(model), "mask")
-    set_kept_heads(model, _prune_grid(model, None, mask, kept_heads(model)))
+    before = kept_heads(model)
+    after = _kept_after(None, _check_mask(mask, head_shape(model), "mask"), before)
+    _prune_grid(model, None, before, after)
+    set_kept_heads(model, after)
     return model
 
 
-def _kept_after(model: nn.Module, kind, mask: torch.Tensor, kept_before: list[list[int]]) -> list[list[int]]:
-    n_heads = mask.shape[1]
+def _kept_after(kind, mask: torch.Tensor, kept_before: list[list[int]]) -> list[list[int]]:
+    """Original ids kept per layer once ``mask`` is applied; an error if it keeps a head already removed."""
     where = "" if kind is None else f"{kind} "
     after = []
     for layer, present in enumerate(kept_before):
-        want = [h for h in range(n_heads) if mask[layer, h] == 1]
+        want = [h for h in range(mask.shape[1]) if mask[layer, h] == 1]
         missing = sorted(set(want) - set(present))
         if missing:
             raise ValueError(f"{where}layer {layer}: heads {missing} were already pruned and cannot be kept")
@@ -145,16 +145,11 @@ def _kept_after(model: nn.Module, kind, mask: torch.Tensor, kept_before: list[li
     return after
 
 
-def _prune_grid(model: nn.Module, kind, mask: torch.Tensor, kept_before: list[list[int]]) -> list[list[int]]:
-    """Prune one grid of heads (one attention type); returns the original ids kept per layer."""
-    shape = tuple(mask.shape)
-    _kept_after(model, kind, mask, kept_before)
-    kept_after: list[list[int]] = []
+def _prune_grid(model: nn.Module, kind, kept_before: list[list[int]], kept_after: list[list[int]]) -> None:
+    """Slice one grid of heads (one attention type) from ``kept_before`` down to ``kept_after`` (original ids)."""
     for site in attention_sites(model, kind):
         present = kept_before[site.layer]
-        want = [h for h in range(shape[1]) if mask[site.layer, h] == 1]
-        keep_pos = [i for i, h in enumerate(present) if h in want]
-        kept_after.append([present[i] for i in keep_pos])
+        keep_pos = [present.index(h) for h in kept_after[site.layer]]
         if len(keep_pos) == len(present):
             continue
         d = site.head_dim
@@ -185,7 +180,6 @@ def _prune_grid(model: nn.Module, kind, mask: torch.Tensor, kept_before: list[li
             module.num_attention_heads = len(keep_pos)
             module.all_head_size = len(keep_pos) * d
         _set_out_proj(site, new_out)
-    return kept_after
 
 
 def count_attention_params(model: nn.Module) -> int:

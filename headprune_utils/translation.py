@@ -17,8 +17,6 @@ sacrebleu (``translation_metrics``).
 """
 from __future__ import annotations
 
-import contextlib
-import copy
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,8 +27,8 @@ from torch import nn
 from tqdm import tqdm
 
 from .batching import eval_batches, train_batches
-from .gates import Ablation, head_gates
-from .training import set_seed
+from .gates import Ablation
+from .training import _gate_context, model_device, set_seed
 from .translation_metrics import translation_scores
 
 __all__ = ["EncodedPairs", "encode_pairs", "collate_pairs", "token_batches", "label_smoothed_loss",
@@ -186,21 +184,13 @@ def inverse_sqrt_schedule(step: int, warmup: int) -> float:
     return s / warmup if s < warmup else math.sqrt(warmup / s)
 
 
-def _gate_context(model, gates, ablation, means):
-    return contextlib.nullcontext() if gates is None else head_gates(model, gates, ablation=ablation, means=means)
-
-
-def _device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
 @torch.no_grad()
 def dev_loss(model: nn.Module, enc: EncodedPairs, batch_size: int = 128, gates=None, ablation: Ablation = "zero",
              means=None) -> float:
     """Per-token negative log-likelihood (nats, no smoothing) of the targets of ``enc``, teacher-forced."""
     was_training = model.training
     model.eval()
-    device = _device(model)
+    device = model_device(model)
     total, count = 0.0, 0
     try:
         with _gate_context(model, gates, ablation, means):
@@ -234,7 +224,7 @@ def train_translation(
     if len(train) == 0:
         raise ValueError("train_translation got no training pairs")
     set_seed(seed)
-    device = _device(model)
+    device = model_device(model)
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
@@ -339,7 +329,7 @@ def translate(
         return []
     was_training = model.training
     model.eval()
-    device = _device(model)
+    device = model_device(model)
     enc = tokenizer(list(sources), truncation=True, max_length=max_source_length)["input_ids"]
     lengths = np.fromiter((len(x) for x in enc), dtype=np.int64, count=len(enc))
     out: list[str | None] = [None] * len(sources)

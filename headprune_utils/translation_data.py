@@ -27,14 +27,11 @@ The direction is English to the other language by default (``direction="en-de"``
 from __future__ import annotations
 
 import gzip
-import operator
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from .data import ENV_DATA_DIR, DataUnavailableError, _offline_var, resolve_data_dir
+from .data import ENV_DATA_DIR, DataUnavailableError, _offline_var, resolve_data_dir, subset_indices
 
 __all__ = ["CORPORA", "SPLITS", "CorpusSpec", "ParallelData", "load_parallel", "subset_pairs", "local_available"]
 
@@ -256,19 +253,8 @@ def load_parallel(
 
 
 def subset_pairs(data: ParallelData, size: int | None, seed: int) -> ParallelData:
-    """Deterministic random subset of ``size`` pairs, in the original order (as ``data.subset`` for GLUE).
-
-    Pairs are the first ``size`` entries of ``np.random.default_rng(seed).permutation(n)``, sorted back into
-    file order. ``size`` None or >= ``len(data)`` returns a copy of all pairs.
-    """
-    n = len(data)
-    if size is not None:
-        size = operator.index(size)
-        if size <= 0:
-            raise ValueError(f"subset size must be positive or None, got {size}")
-    if size is None or size >= n:
-        idx = np.arange(n)
-    else:
-        idx = np.sort(np.random.default_rng(seed).permutation(n)[:size])
+    """Deterministic random subset of ``size`` pairs, in the original order (the rows ``data.subset`` takes for
+    GLUE: ``data.subset_indices``). ``size`` None or >= ``len(data)`` returns a copy of all pairs."""
+    idx = subset_indices(len(data), size, seed)
     return ParallelData(data.corpus, data.split, data.src_lang, data.tgt_lang,
                         [data.src[i] for i in idx], [data.tgt[i] for i in idx], data.source)
