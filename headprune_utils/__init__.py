@@ -1,7 +1,8 @@
 """headprune_utils: gates, pruning, scores, data and results for the attention-head pruning studies.
 
 Modules (each named after what it holds):
-    architecture  where the heads live in BERT-family encoders; original head ids after pruning
+    architecture  where the heads live (BERT-family encoders; Marian/BART enc, dec and cross attention);
+                  original head ids after pruning
     gates         the head-gate context manager (zero / uniform / mean ablation), head means
     pruning       physical removal of heads from the weights
     masks         pure mask functions (random masks, budgets)
@@ -16,6 +17,11 @@ Modules (each named after what it holds):
     metrics       the official GLUE metrics
     batching      tokenising, length-grouped dynamically padded batches
     training      fine-tuning with a fixed mask, evaluation
+    translation_data     parallel corpora (Multi30k en-de, newstest+Tatoeba en-ru, WMT'14) from a local root or the hub
+    subword              a joint BPE/unigram tokenizer trained on the training text
+    translation_model    the Transformer encoder-decoder (Marian classes, from scratch); save/load with its tokenizer
+    translation          NMT training (label smoothing, warm-up, best-dev-loss weights), decoding, BLEU/chrF
+    translation_metrics  sacrebleu BLEU and chrF of detokenised output
     results       atomic, resumable, fingerprinted result cells and run metadata
     paths         every output path
     config        strict parameters and profiles (params/<profile>.yaml)

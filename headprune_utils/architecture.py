@@ -1,20 +1,34 @@
-"""Where the attention heads live in each supported encoder family.
+"""Where the attention heads live in each supported model family.
 
-Supported: BERT, RoBERTa, ELECTRA, XLM-RoBERTa, CamemBERT, MiniLM (all ``encoder.layer[i].attention``
-with ``self.{query,key,value}`` and ``output.dense``) and DistilBERT (``transformer.layer[i].attention``
-with ``{q,k,v,out}_lin``). Everything else raises :class:`UnsupportedArchitectureError`.
+Encoders (one grid of heads): BERT, RoBERTa, ELECTRA, XLM-RoBERTa, CamemBERT, MiniLM (all
+``encoder.layer[i].attention`` with ``self.{query,key,value}`` and ``output.dense``) and DistilBERT
+(``transformer.layer[i].attention`` with ``{q,k,v,out}_lin``).
+
+Encoder-decoders (three grids, one per attention type): Marian and BART (``encoder.layers[i].self_attn``,
+``decoder.layers[i].self_attn`` and ``decoder.layers[i].encoder_attn``, each with ``{q,k,v,out}_proj``).
+The types are named by :data:`SEQ2SEQ_KINDS`: ``"enc"`` (encoder self-attention), ``"dec"`` (decoder
+self-attention, causal) and ``"cross"`` (encoder-decoder attention). For these models ``head_shape``,
+``kept_heads`` and ``present_mask`` return a dict keyed by type, or one type's value with ``kind=``.
+
+Everything else raises :class:`UnsupportedArchitectureError`.
 
 Heads are always addressed by their ORIGINAL ids in an ``[n_layers, n_heads]`` grid, also after
-physical pruning: ``kept_heads(model)[l]`` lists the original ids still present in layer ``l``.
+physical pruning: ``kept_heads(model)[l]`` (``kept_heads(model, kind)[l]``) lists the original ids still
+present in layer ``l``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
 
 _KEPT_ATTR = "_headprune_kept_heads"
+
+AttentionKind = Literal["enc", "dec", "cross"]
+SEQ2SEQ_KINDS: tuple[str, ...] = ("enc", "dec", "cross")
+SEQ2SEQ_FAMILIES: tuple[str, ...] = ("marian", "bart")
 
 
 class UnsupportedArchitectureError(ValueError):
@@ -38,7 +52,8 @@ class AttentionSite:
     value: nn.Linear | None
     out_proj: nn.Linear
     head_dim: int
-    out_proj_inside: bool  # DistilBERT applies out_proj inside the attention module
+    out_proj_inside: bool  # DistilBERT, Marian and BART apply out_proj inside the attention module
+    kind: str | None = None  # encoder-decoders: "enc" | "dec" | "cross"; None for one-grid encoders
 
     @property
     def module(self) -> nn.Module:
@@ -50,7 +65,55 @@ def _base(model: nn.Module) -> nn.Module:
     return base if base is not None else model
 
 
-def attention_sites(model: nn.Module) -> list[AttentionSite]:
+def is_encoder_decoder(config_or_model) -> bool:
+    """True for an encoder-decoder (Marian, BART): its heads form three grids, one per attention type."""
+    cfg = getattr(config_or_model, "config", config_or_model)
+    return bool(getattr(cfg, "is_encoder_decoder", False))
+
+
+def _check_kind(config_or_model, kind: str | None) -> None:
+    if is_encoder_decoder(config_or_model):
+        if kind is not None and kind not in SEQ2SEQ_KINDS:
+            raise ValueError(f"unknown attention type {kind!r}; choose one of {SEQ2SEQ_KINDS}")
+    elif kind is not None:
+        raise ValueError(f"kind={kind!r} is for encoder-decoder models; this model has one grid of heads (kind=None)")
+
+
+def _seq2seq_sites(model: nn.Module, kind: str) -> list[AttentionSite]:
+    cfg = model.config
+    if getattr(cfg, "model_type", None) not in SEQ2SEQ_FAMILIES:
+        raise UnsupportedArchitectureError(
+            f"{type(model).__name__} ({getattr(cfg, 'model_type', '?')}): headprune supports the encoder-decoder "
+            f"families {SEQ2SEQ_FAMILIES}."
+        )
+    base = _base(model)
+    stack = base.encoder if kind == "enc" else base.decoder
+    attr = "encoder_attn" if kind == "cross" else "self_attn"
+    n_heads = cfg.encoder_attention_heads if kind == "enc" else cfg.decoder_attention_heads
+    head_dim = cfg.d_model // n_heads
+    sites = []
+    for i, layer in enumerate(stack.layers):
+        a = getattr(layer, attr)
+        sites.append(AttentionSite(
+            layer=i, parent=layer, attr=attr,
+            query=getattr(a, "q_proj", None), key=getattr(a, "k_proj", None),
+            value=getattr(a, "v_proj", None), out_proj=a.out_proj,
+            head_dim=head_dim, out_proj_inside=True, kind=kind,
+        ))
+    return sites
+
+
+def attention_sites(model: nn.Module, kind: AttentionKind | None = None) -> list[AttentionSite]:
+    """Every attention block whose heads the gates and the pruner reach, in layer order.
+
+    Encoder-decoders: ``kind`` selects one attention type; ``None`` gives all three types' sites
+    (``enc``, then ``dec``, then ``cross``; ``site.kind`` and ``site.layer``, the layer within its stack,
+    say which). One-grid encoders take ``kind=None`` only.
+    """
+    _check_kind(model, kind)
+    if is_encoder_decoder(model):
+        kinds = SEQ2SEQ_KINDS if kind is None else (kind,)
+        return [site for k in kinds for site in _seq2seq_sites(model, k)]
     base = _base(model)
     cfg = model.config
     if hasattr(base, "encoder") and hasattr(base.encoder, "layer"):
@@ -85,9 +148,24 @@ def attention_sites(model: nn.Module) -> list[AttentionSite]:
     )
 
 
-def head_shape(config_or_model) -> tuple[int, int]:
-    """``(n_layers, n_heads)`` of the original, unpruned model."""
+def head_shape(config_or_model, kind: AttentionKind | None = None):
+    """``(n_layers, n_heads)`` of the original, unpruned model.
+
+    Encoder-decoders: ``{"enc": (L_enc, H_enc), "dec": (L_dec, H_dec), "cross": (L_dec, H_dec)}``, or one
+    type's tuple with ``kind=``.
+    """
     cfg = getattr(config_or_model, "config", config_or_model)
+    _check_kind(cfg, kind)
+    if is_encoder_decoder(cfg):  # checked first: Marian maps num_attention_heads to the ENCODER's heads
+        try:
+            shapes = {
+                "enc": (int(cfg.encoder_layers), int(cfg.encoder_attention_heads)),
+                "dec": (int(cfg.decoder_layers), int(cfg.decoder_attention_heads)),
+                "cross": (int(cfg.decoder_layers), int(cfg.decoder_attention_heads)),
+            }
+        except AttributeError as exc:
+            raise UnsupportedArchitectureError(f"cannot read the head layout of {type(cfg).__name__}") from exc
+        return shapes if kind is None else shapes[kind]
     if hasattr(cfg, "num_attention_heads") and hasattr(cfg, "num_hidden_layers"):
         return int(cfg.num_hidden_layers), int(cfg.num_attention_heads)
     if hasattr(cfg, "n_heads") and hasattr(cfg, "n_layers"):
@@ -95,24 +173,42 @@ def head_shape(config_or_model) -> tuple[int, int]:
     raise UnsupportedArchitectureError(f"cannot read the head layout of {type(cfg).__name__}")
 
 
-def kept_heads(model: nn.Module) -> list[list[int]]:
-    """Original ids of the heads still present, per layer."""
+def _all_heads(shape: tuple[int, int]) -> list[list[int]]:
+    n_layers, n_heads = shape
+    return [list(range(n_heads)) for _ in range(n_layers)]
+
+
+def kept_heads(model: nn.Module, kind: AttentionKind | None = None):
+    """Original ids of the heads still present, per layer (encoder-decoders: a dict by type, or ``kind``'s)."""
+    _check_kind(model, kind)
     kept = getattr(model, _KEPT_ATTR, None)
+    if is_encoder_decoder(model):
+        shapes = head_shape(model)
+        kept = kept or {}
+        full = {k: [list(ids) for ids in kept.get(k, _all_heads(shapes[k]))] for k in SEQ2SEQ_KINDS}
+        return full if kind is None else full[kind]
     if kept is None:
-        n_layers, n_heads = head_shape(model)
-        kept = [list(range(n_heads)) for _ in range(n_layers)]
+        kept = _all_heads(head_shape(model))
     return [list(k) for k in kept]
 
 
-def set_kept_heads(model: nn.Module, kept: list[list[int]]) -> None:
-    setattr(model, _KEPT_ATTR, [list(k) for k in kept])
+def set_kept_heads(model: nn.Module, kept) -> None:
+    """Record which original heads are present: a list per layer, or (encoder-decoders) a dict of them by type."""
+    if isinstance(kept, dict):
+        setattr(model, _KEPT_ATTR, {k: [list(ids) for ids in v] for k, v in kept.items()})
+    else:
+        setattr(model, _KEPT_ATTR, [list(k) for k in kept])
 
 
-def present_mask(model: nn.Module) -> torch.Tensor:
-    """``[n_layers, n_heads]`` float mask: 1 where the head is physically present."""
-    n_layers, n_heads = head_shape(model)
+def present_mask(model: nn.Module, kind: AttentionKind | None = None):
+    """``[n_layers, n_heads]`` float mask: 1 where the head is physically present (encoder-decoders: a dict by
+    type, or ``kind``'s mask)."""
+    _check_kind(model, kind)
+    if is_encoder_decoder(model) and kind is None:
+        return {k: present_mask(model, k) for k in SEQ2SEQ_KINDS}
+    n_layers, n_heads = head_shape(model, kind)
     mask = torch.zeros(n_layers, n_heads)
-    for layer, ids in enumerate(kept_heads(model)):
+    for layer, ids in enumerate(kept_heads(model, kind)):
         mask[layer, ids] = 1.0
     return mask
 

@@ -31,6 +31,7 @@ __all__ = [
     "load_task",
     "task_availability",
     "subset",
+    "subset_indices",
 ]
 
 HUB_DATASET = "nyu-mll/glue"
@@ -416,6 +417,24 @@ def task_availability(
     return result
 
 
+def subset_indices(n: int, size: int | None, seed: int) -> np.ndarray:
+    """Rows of a deterministic random subset of ``size`` of ``n`` rows, in increasing order.
+
+    The first ``size`` entries of ``np.random.default_rng(seed).permutation(n)``, sorted; all rows when
+    ``size`` is None or >= ``n``.
+
+    Raises:
+        ValueError: ``size <= 0``.
+    """
+    if size is not None:
+        size = operator.index(size)
+        if size <= 0:
+            raise ValueError(f"subset size must be positive or None, got {size}")
+    if size is None or size >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).permutation(n)[:size])
+
+
 def subset(data: TaskData, size: int | None, seed: int) -> TaskData:
     """Deterministic random subset of ``size`` rows, in the original row order.
 
@@ -426,15 +445,7 @@ def subset(data: TaskData, size: int | None, seed: int) -> TaskData:
     Raises:
         ValueError: ``size <= 0``.
     """
-    n = len(data)
-    if size is not None:
-        size = operator.index(size)
-        if size <= 0:
-            raise ValueError(f"subset size must be positive or None, got {size}")
-    if size is None or size >= n:
-        idx = np.arange(n)
-    else:
-        idx = np.sort(np.random.default_rng(seed).permutation(n)[:size])
+    idx = subset_indices(len(data), size, seed)
     return TaskData(
         task=data.task,
         split=data.split,

@@ -7,6 +7,12 @@ same heads gated to zero (``head_gates(..., ablation="zero")``; a test checks it
 - A layer may lose ALL its heads: its attention then contributes only the output projection's bias
   (what a zero gate on every head gives); transformers' own old ``prune_heads`` crashed there.
 - Pruning twice works; heads are always named by their ORIGINAL ids (``architecture.kept_heads``).
+- Encoder-decoders (Marian, BART) take the mask as a dict by attention type, like the gates
+  (``{"enc": [L_enc, H], "dec": [L_dec, H], "cross": [L_dec, H]}``; a type left out keeps its heads). Their
+  attention reshapes by ``head_dim`` (``view(..., -1, head_dim)``), so slicing q/k/v/out_proj is enough; the
+  per-layer KV cache of ``generate()`` then holds only the kept heads. A decoder self-attention with no head
+  left still writes a 1-wide placeholder into the cache, because the decoder reads the number of positions
+  generated so far from the cache (of layer 0).
 """
 from __future__ import annotations
 
@@ -15,23 +21,40 @@ import warnings
 import torch
 from torch import nn
 
-from .architecture import AttentionSite, attention_sites, head_shape, kept_heads, set_kept_heads
+from .architecture import (
+    SEQ2SEQ_KINDS,
+    AttentionSite,
+    attention_sites,
+    head_shape,
+    is_encoder_decoder,
+    kept_heads,
+    set_kept_heads,
+)
 
 
 class EmptyAttention(nn.Module):
-    """Stands in for a self-attention module whose heads are all pruned.
+    """Stands in for an attention module whose heads are all pruned.
 
     Returns a ``[batch, seq, 0]`` context (or, when the output projection lives inside the attention
-    module as in DistilBERT, that projection applied to it: its bias), and no attention weights.
+    module as in DistilBERT, Marian and BART, that projection applied to it: its bias), and no attention
+    weights. ``cache_layer_idx``: for a decoder self-attention, the layer whose KV cache gets a
+    ``[batch, 1, seq, 1]`` zero placeholder per call, so that the cache still counts the positions seen.
     """
 
-    def __init__(self, out_proj: nn.Linear | None = None):
+    def __init__(self, out_proj: nn.Linear | None = None, cache_layer_idx: int | None = None):
         super().__init__()
         self.out_proj = out_proj
         self.num_attention_heads = 0
         self.n_heads = 0
+        self.num_heads = 0
+        self.cache_layer_idx = cache_layer_idx
 
     def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        if self.cache_layer_idx is not None and cache is not None:
+            self_cache = getattr(cache, "self_attention_cache", cache)
+            placeholder = hidden_states.new_zeros(hidden_states.shape[0], 1, hidden_states.shape[1], 1)
+            self_cache.update(placeholder, placeholder, self.cache_layer_idx)
         ctx = hidden_states.new_zeros(*hidden_states.shape[:-1], 0)
         if self.out_proj is not None:
             ctx = self.out_proj(ctx)
@@ -62,49 +85,90 @@ def _slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear
 def _set_out_proj(site: AttentionSite, new: nn.Linear) -> None:
     module = site.module
     if site.out_proj_inside:
-        if isinstance(module, EmptyAttention):
+        if isinstance(module, EmptyAttention) or not hasattr(module, "out_lin"):  # Marian, BART: out_proj
             module.out_proj = new
-        else:
+        else:  # DistilBERT
             module.out_lin = new
     else:
         site.parent.output.dense = new
 
 
-def prune_heads(model: nn.Module, mask: torch.Tensor) -> nn.Module:
-    """Remove, in place, every present head whose ``mask`` entry is 0.
-
-    mask: ``[n_layers, n_heads]`` over ORIGINAL head ids, 1 = keep, 0 = prune. Keeping a head that an
-    earlier call already removed is an error. Returns ``model``.
-    """
-    shape = head_shape(model)
+def _check_mask(mask, shape: tuple[int, int], name: str) -> torch.Tensor:
     mask = torch.as_tensor(mask)
     if tuple(mask.shape) != shape:
-        raise ValueError(f"mask must have shape [n_layers, n_heads] = {list(shape)}, got {list(mask.shape)}")
+        raise ValueError(f"{name} must have shape [n_layers, n_heads] = {list(shape)}, got {list(mask.shape)}")
     if not bool(((mask == 0) | (mask == 1)).all()):
-        raise ValueError("mask must hold only 0 (prune) and 1 (keep)")
-    kept_before = kept_heads(model)
-    kept_after: list[list[int]] = []
-    for site in attention_sites(model):
-        present = kept_before[site.layer]
-        want = [h for h in range(shape[1]) if mask[site.layer, h] == 1]
+        raise ValueError(f"{name} must hold only 0 (prune) and 1 (keep)")
+    return mask
+
+
+def prune_heads(model: nn.Module, mask) -> nn.Module:
+    """Remove, in place, every present head whose ``mask`` entry is 0.
+
+    mask: ``[n_layers, n_heads]`` over ORIGINAL head ids, 1 = keep, 0 = prune; for an encoder-decoder a dict
+    of them by attention type (``"enc"``, ``"dec"``, ``"cross"``; a type left out is untouched). Keeping a head
+    that an earlier call already removed is an error, found before anything changes. Returns ``model``.
+    """
+    if is_encoder_decoder(model):
+        if not isinstance(mask, dict):
+            raise ValueError('an encoder-decoder model takes the mask as a dict by attention type, '
+                             '{"enc": [L_enc, H], "dec": [L_dec, H], "cross": [L_dec, H]}')
+        unknown = sorted(set(mask) - set(SEQ2SEQ_KINDS))
+        if unknown:
+            raise ValueError(f"unknown attention type(s) {unknown} in the mask; choose from {SEQ2SEQ_KINDS}")
+        shapes = head_shape(model)
+        before = kept_heads(model)
+        after = {k: _kept_after(k, _check_mask(m, shapes[k], f'mask["{k}"]'), before[k]) for k, m in mask.items()}
+        for kind, kept in after.items():
+            _prune_grid(model, kind, before[kind], kept)
+        set_kept_heads(model, {**before, **after})
+        return model
+    if isinstance(mask, dict):
+        raise ValueError("this model has one grid of heads: pass the mask as one [n_layers, n_heads] tensor")
+    before = kept_heads(model)
+    after = _kept_after(None, _check_mask(mask, head_shape(model), "mask"), before)
+    _prune_grid(model, None, before, after)
+    set_kept_heads(model, after)
+    return model
+
+
+def _kept_after(kind, mask: torch.Tensor, kept_before: list[list[int]]) -> list[list[int]]:
+    """Original ids kept per layer once ``mask`` is applied; an error if it keeps a head already removed."""
+    where = "" if kind is None else f"{kind} "
+    after = []
+    for layer, present in enumerate(kept_before):
+        want = [h for h in range(mask.shape[1]) if mask[layer, h] == 1]
         missing = sorted(set(want) - set(present))
         if missing:
-            raise ValueError(f"layer {site.layer}: heads {missing} were already pruned and cannot be kept")
-        keep_pos = [i for i, h in enumerate(present) if h in want]
-        kept_after.append([present[i] for i in keep_pos])
+            raise ValueError(f"{where}layer {layer}: heads {missing} were already pruned and cannot be kept")
+        after.append([h for h in present if h in want])
+    return after
+
+
+def _prune_grid(model: nn.Module, kind, kept_before: list[list[int]], kept_after: list[list[int]]) -> None:
+    """Slice one grid of heads (one attention type) from ``kept_before`` down to ``kept_after`` (original ids)."""
+    for site in attention_sites(model, kind):
+        present = kept_before[site.layer]
+        keep_pos = [present.index(h) for h in kept_after[site.layer]]
         if len(keep_pos) == len(present):
             continue
         d = site.head_dim
         index = torch.tensor([i * d + j for i in keep_pos for j in range(d)], dtype=torch.long)
         new_out = _slice_linear(site.out_proj, index, dim=1)
         if not keep_pos:
-            empty = EmptyAttention(new_out if site.out_proj_inside else None)
+            cache_idx = getattr(site.module, "layer_idx", site.layer) if kind == "dec" else None
+            empty = EmptyAttention(new_out if site.out_proj_inside else None, cache_layer_idx=cache_idx)
             setattr(site.parent, site.attr, empty)
             if not site.out_proj_inside:
                 site.parent.output.dense = new_out
             continue
         module = site.module
-        if site.out_proj_inside:  # DistilBERT
+        if hasattr(module, "q_proj"):  # Marian, BART: they reshape by head_dim, num_heads is informative
+            module.q_proj = _slice_linear(module.q_proj, index, 0)
+            module.k_proj = _slice_linear(module.k_proj, index, 0)
+            module.v_proj = _slice_linear(module.v_proj, index, 0)
+            module.num_heads = len(keep_pos)
+        elif site.out_proj_inside:  # DistilBERT
             module.q_lin = _slice_linear(module.q_lin, index, 0)
             module.k_lin = _slice_linear(module.k_lin, index, 0)
             module.v_lin = _slice_linear(module.v_lin, index, 0)
@@ -116,12 +180,11 @@ def prune_heads(model: nn.Module, mask: torch.Tensor) -> nn.Module:
             module.num_attention_heads = len(keep_pos)
             module.all_head_size = len(keep_pos) * d
         _set_out_proj(site, new_out)
-    set_kept_heads(model, kept_after)
-    return model
 
 
 def count_attention_params(model: nn.Module) -> int:
-    """Parameters of the attention blocks' q/k/v and output projections (to report what pruning saved)."""
+    """Parameters of the attention blocks' q/k/v and output projections (to report what pruning saved);
+    for an encoder-decoder, of all three attention types."""
     total = 0
     for site in attention_sites(model):
         for lin in (site.query, site.key, site.value, site.out_proj):

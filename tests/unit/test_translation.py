@@ -1,0 +1,229 @@
+"""The translation track's pieces on tiny inputs: tokenizer round trip, model, batching, loss, training,
+decoding under gates, BLEU/chrF against sacrebleu."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from headprune_utils.architecture import head_shape
+from headprune_utils.gates import head_gates
+from headprune_utils.pruning import prune_heads
+from headprune_utils.subword import train_tokenizer
+from headprune_utils.translation import (
+    NMTTrainConfig,
+    collate_pairs,
+    dev_loss,
+    encode_pairs,
+    evaluate_translation,
+    inverse_sqrt_schedule,
+    label_smoothed_loss,
+    token_batches,
+    train_translation,
+    translate,
+)
+from headprune_utils.translation_data import ParallelData
+from headprune_utils.translation_metrics import corpus_bleu, corpus_chrf, translation_scores
+from headprune_utils.translation_model import (
+    NMTModelConfig,
+    build_translation_model,
+    load_translation_model,
+    save_translation_model,
+    transformer_base,
+)
+
+SRC = ["a man rides a red bike .", "two dogs play in the snow .", "a woman is reading a book !",
+       "the children run , and laugh .", "a man in a red hat sings .", "two women walk on the beach ."]
+TGT = ["ein Mann fährt ein rotes Fahrrad .", "zwei Hunde spielen im Schnee .", "eine Frau liest ein Buch !",
+       "die Kinder rennen und lachen .", "ein Mann mit rotem Hut singt .", "zwei Frauen gehen am Strand ."]
+TINY = NMTModelConfig(encoder_layers=2, decoder_layers=2, heads=4, d_model=32, ffn_dim=64, dropout=0.0,
+                      max_positions=64)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(SRC + TGT, vocab_size=200)
+
+
+def pairs(n: int | None = None) -> ParallelData:
+    return ParallelData("toy", "train", "en", "de", SRC[:n], TGT[:n], "test")
+
+
+@pytest.mark.parametrize("model", ["bpe", "unigram"])
+def test_tokenizer_round_trip_gives_back_the_text(model):
+    texts = SRC + TGT + ["Größe, Straße: «Ünïcödé»  two  spaces; x.y (z)"]
+    tok = train_tokenizer(texts, vocab_size=150, model=model)
+    assert tok.convert_ids_to_tokens([0, 1, 2, 3]) == ["<pad>", "<s>", "</s>", "<unk>"]
+    assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, tok.unk_token_id) == (0, 1, 2, 3)
+    for text in texts:
+        ids = tok(text).input_ids
+        assert ids[-1] == tok.eos_token_id
+        assert tok.decode(ids, skip_special_tokens=True) == text
+    assert tok.decode(tok("a man €").input_ids, skip_special_tokens=True) == "a man "  # unseen character: <unk>
+
+
+def test_tokenizer_saves_and_loads_with_the_model(tmp_path, tok):
+    model = build_translation_model(TINY, tok, seed=0)
+    save_translation_model(model, tok, tmp_path / "m", meta={"corpus": "toy"})
+    model2, tok2, meta = load_translation_model(tmp_path / "m")
+    assert meta == {"corpus": "toy"}
+    assert tok2(SRC[0]).input_ids == tok(SRC[0]).input_ids
+    batch = collate_pairs(encode_pairs(tok, pairs()), np.arange(6))
+    batch.pop("labels")
+    with torch.no_grad():
+        assert torch.equal(model(**batch).logits, model2(**batch).logits)
+    pruned = build_translation_model(TINY, tok)
+    prune_heads(pruned, {"enc": torch.tensor([[1, 1, 0, 1], [1, 1, 1, 1]])})
+    with pytest.raises(ValueError, match="physically pruned"):
+        save_translation_model(pruned, tok, tmp_path / "p")
+
+
+def test_model_layout_and_shared_embeddings(tok):
+    model = build_translation_model(TINY, tok, seed=0)
+    assert head_shape(model) == {"enc": (2, 4), "dec": (2, 4), "cross": (2, 4)}
+    shared = model.model.shared.weight
+    assert model.lm_head.weight is shared and model.model.encoder.embed_tokens.weight is shared
+    assert model.config.vocab_size == len(tok) and model.config.decoder_start_token_id == tok.bos_token_id
+    base = transformer_base()
+    assert (base.encoder_layers, base.decoder_layers, base.heads, base.d_model, base.ffn_dim) == (6, 6, 8, 512, 2048)
+    with pytest.raises(ValueError, match="divisible"):
+        build_translation_model(NMTModelConfig(d_model=30, heads=4), tok)
+    # same seed, same weights
+    other = build_translation_model(TINY, tok, seed=0)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), other.parameters()))
+
+
+def test_collate_shifts_targets_and_masks_padding(tok):
+    enc = encode_pairs(tok, pairs())
+    batch = collate_pairs(enc, np.array([0, 3]))
+    for row, i in enumerate([0, 3]):
+        src, tgt = enc.src_ids[i], enc.tgt_ids[i]
+        assert batch["input_ids"][row, : len(src)].tolist() == src and src[-1] == tok.eos_token_id
+        assert batch["attention_mask"][row].sum() == len(src)
+        assert batch["labels"][row, : len(tgt)].tolist() == tgt
+        assert bool((batch["labels"][row, len(tgt):] == -100).all())
+        assert batch["decoder_input_ids"][row, : len(tgt)].tolist() == [tok.bos_token_id] + tgt[:-1]
+
+
+def test_long_pairs_truncated_or_dropped(tok):
+    long = ParallelData("toy", "train", "en", "de", [SRC[0], " ".join(SRC)], [TGT[0], TGT[1]], "test")
+    n = max(len(tok(SRC[0]).input_ids), len(tok(TGT[1]).input_ids))
+    cut = encode_pairs(tok, long, max_length=n)
+    assert len(cut) == 2 and len(cut.src_ids[1]) == n and cut.src_ids[1][-1] == tok.eos_token_id
+    kept = encode_pairs(tok, long, max_length=n, drop_longer=True)
+    assert len(kept) == 1 and kept.n_dropped == 1 and kept.src_ids[0] == cut.src_ids[0]
+
+
+def test_token_batches_respect_the_budget_and_cover_every_pair():
+    lengths = np.random.default_rng(0).integers(3, 40, size=500)
+    batches = token_batches(lengths, max_tokens=200, seed=1, max_sentences=16)
+    flat = np.concatenate(batches)
+    assert sorted(flat.tolist()) == list(range(500))
+    assert all(len(b) * lengths[b].max() <= 200 and len(b) <= 16 for b in batches)
+    assert [b.tolist() for b in token_batches(lengths, 200, seed=1, max_sentences=16)] == [b.tolist() for b in batches]
+    with pytest.raises(ValueError, match="below the longest"):
+        token_batches(lengths, max_tokens=20, seed=0)
+
+
+def test_label_smoothed_loss_by_hand():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 5)
+    labels = torch.tensor([[1, 4, -100], [0, -100, -100]])
+    loss, nll, n = label_smoothed_loss(logits, labels, smoothing=0.1)
+    logp = torch.log_softmax(logits, -1)
+    picks = [(0, 0, 1), (0, 1, 4), (1, 0, 0)]
+    hand_nll = -sum(logp[b, t, c] for b, t, c in picks)
+    hand = sum(-(0.9 * logp[b, t, c] + 0.1 * logp[b, t].mean()) for b, t, c in picks) / 3
+    assert n == 3 and math.isclose(float(nll), float(hand_nll), rel_tol=1e-6)
+    assert math.isclose(float(loss), float(hand), rel_tol=1e-6)
+
+
+def test_inverse_sqrt_schedule():
+    assert inverse_sqrt_schedule(0, 10) == pytest.approx(0.1)
+    assert inverse_sqrt_schedule(9, 10) == pytest.approx(1.0)
+    assert inverse_sqrt_schedule(39, 10) == pytest.approx(0.5)
+    assert inverse_sqrt_schedule(5, 0) == 1.0
+
+
+def test_tiny_model_overfits_a_handful_of_pairs_and_translates_them(tok):
+    model = build_translation_model(TINY, tok, seed=0)
+    enc = encode_pairs(tok, pairs())
+    before = dev_loss(model, enc)
+    cfg = NMTTrainConfig(max_steps=150, batch_size=6, lr=3e-3, warmup_steps=10, label_smoothing=0.0,
+                         eval_every=50, patience=None)
+    result = train_translation(model, enc, enc, cfg, seed=0, progress=False)
+    assert result.steps == 150 and [r["step"] for r in result.history] == [50, 100, 150]
+    assert result.best_dev_loss < 0.1 * before
+    assert dev_loss(model, enc) == pytest.approx(result.best_dev_loss)  # the best weights are restored
+    scores = evaluate_translation(model, tok, pairs())
+    assert scores["hypotheses"] == TGT and scores["bleu"] == pytest.approx(100.0)
+    assert scores["chrf"] == pytest.approx(100.0) and scores["n"] == 6
+
+
+def test_training_is_deterministic_and_stops_early(tok):
+    enc = encode_pairs(tok, pairs())
+    cfg = NMTTrainConfig(max_steps=12, batch_size=4, lr=1e-3, warmup_steps=4, eval_every=3, patience=1)
+    runs = []
+    for _ in range(2):
+        model = build_translation_model(TINY, tok, seed=1)
+        runs.append((train_translation(model, enc, enc, cfg, seed=3, progress=False), model))
+    assert [r["train_loss"] for r in runs[0][0].history] == [r["train_loss"] for r in runs[1][0].history]
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1].parameters(), runs[1][1].parameters()))
+    # a learning rate far too high makes the dev loss worse after the first evaluation: patience stops it
+    model = build_translation_model(TINY, tok, seed=1)
+    bad = NMTTrainConfig(max_steps=200, batch_size=6, lr=5.0, warmup_steps=1, eval_every=2, patience=2,
+                         max_grad_norm=0.0)
+    result = train_translation(model, enc, enc, bad, seed=0, progress=False)
+    assert result.stopped == "patience" and result.steps < 200
+
+
+def test_generation_under_gates_runs_and_zero_gates_match_pruning(tok):
+    model = build_translation_model(TINY, tok, seed=2)
+    enc = encode_pairs(tok, pairs())
+    train_translation(model, enc, None, NMTTrainConfig(max_steps=30, batch_size=6, lr=3e-3, warmup_steps=5),
+                      progress=False)
+    mask = {"enc": torch.tensor([[1., 0, 1, 1], [1, 1, 1, 0]]), "dec": torch.tensor([[0., 1, 1, 1], [1, 1, 0, 1]]),
+            "cross": torch.tensor([[1., 1, 0, 0], [1, 0, 1, 1]])}
+    plain = translate(model, tok, SRC, batch_size=4)
+    gated = translate(model, tok, SRC, batch_size=4, gates=mask)
+    assert len(gated) == 6 and all(isinstance(t, str) for t in gated)
+    beams = translate(model, tok, SRC, batch_size=4, num_beams=3, gates=mask)
+    assert len(beams) == 6
+    ones = {k: torch.ones(2, 4) for k in mask}
+    assert translate(model, tok, SRC, batch_size=4, gates=ones) == plain
+    # the gated model and the pruned model decode alike (KV cache, batches of ragged length)
+    with head_gates(model, mask):
+        gated_loss = dev_loss(model, enc)
+    prune_heads(model, mask)
+    assert translate(model, tok, SRC, batch_size=4) == gated
+    assert dev_loss(model, enc) == pytest.approx(gated_loss, abs=1e-5)
+    # gates held during training: they are applied, and the trained weights differ from ungated training
+    m1, m2 = build_translation_model(TINY, tok, seed=3), build_translation_model(TINY, tok, seed=3)
+    cfg = NMTTrainConfig(max_steps=5, batch_size=6, warmup_steps=2)
+    train_translation(m1, enc, None, cfg, progress=False)
+    train_translation(m2, enc, None, cfg, gates=mask, progress=False)
+    assert not all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
+
+
+def test_bleu_and_chrf_equal_sacrebleu_on_known_strings():
+    import sacrebleu
+
+    hyps = ["the cat sat on the mat", "a quick brown fox jumps over the lazy dog", "Hello, world!",
+            "Das ist ein Test.", "Это тест."]
+    refs = ["the cat sat on a mat", "the quick brown fox jumped over the lazy dog", "Hello world !",
+            "Das ist kein Test.", "Это тест."]
+    bleu, sig = corpus_bleu(hyps, refs)
+    assert bleu == sacrebleu.corpus_bleu(hyps, [refs]).score and "tok:13a" in sig
+    chrf, _ = corpus_chrf(hyps, refs)
+    assert chrf == sacrebleu.corpus_chrf(hyps, [refs]).score
+    # by hand: 1-4-gram precisions 5/6, 3/5, 2/4, 1/3, no brevity penalty: BLEU = (1/12) ** (1/4)
+    assert corpus_bleu(["the cat sat on the mat"], ["the cat sat on a mat"])[0] == pytest.approx(100 * (1 / 12) ** 0.25)
+    scores = translation_scores(refs, refs)
+    assert scores["bleu"] == pytest.approx(100.0) and scores["chrf"] == pytest.approx(100.0) and scores["n"] == 5
+    assert corpus_bleu(["x y z w"], ["a b c d"])[0] == 0.0
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        corpus_bleu(["a", "b"], ["a"])
+    with pytest.raises(TypeError, match="strings"):
+        corpus_chrf([["a"]], ["a"])
