@@ -16,9 +16,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pandas as pd
 
@@ -53,6 +54,29 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+@contextmanager
+def file_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive lock on ``<path>.lock`` across processes while the block runs.
+
+    For caches that several studies (run side by side by ``run.py --jobs``) may fill at once: take the lock,
+    look again whether the entry exists, compute it only if not. ``fcntl.flock``: released when the process
+    ends, also on a crash; where ``fcntl`` is missing (Windows) the lock is a no-op.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux/macOS
+        yield
+        return
+    lock = Path(f"{os.fspath(path)}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

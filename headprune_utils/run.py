@@ -129,11 +129,11 @@ def execute_study(name: str, profile: str, overrides: dict, progress: bool = Tru
     t0 = time.perf_counter()
     cwd = os.getcwd()
     os.chdir(root)  # relative paths, run from the project root: nothing machine-specific in the notebook
-    parameters = {**overrides, "profile": profile}
+    # the notebook itself stays free of bars (they would only land in its outputs); the runner shows
+    # progress from the finished result cells
+    parameters = {**overrides, "profile": profile, "progress": False}
     watcher = contextlib.nullcontext()
     if progress:
-        # the runner shows progress from the finished result cells; the notebook itself stays free of bars
-        parameters["progress"] = False
         cfg = validate(study.config_class(), overrides, where=name)
         watcher = CellProgress(paths.cells, study.n_cells(cfg), desc=f"{name} cells")
     try:
@@ -180,6 +180,55 @@ def kernel_name() -> str:
     return "python3"
 
 
+def threads_per_job(jobs: int, cores: int | None = None) -> int:
+    """Torch threads for each of ``jobs`` kernels side by side: the cores shared out, at least one."""
+    return max(1, (cores or os.cpu_count() or 1) // jobs)
+
+
+def run_side_by_side(plan: dict[str, dict], profile: str, jobs: int) -> bool:
+    """Run the studies of ``plan`` in up to ``jobs`` kernels at once, in plan order; True when all succeed.
+
+    Each kernel gets ``threads_per_job`` torch threads (``OMP_NUM_THREADS``, unless already set): on a small
+    CPU one thread per study side by side does more work per second than one study on every core, and a
+    thread pool shared with another busy process stalls. The caches the studies share (fine-tuned models,
+    masked fine-tunings) are filled under file locks, so a model needed by two studies is trained once.
+    After a failure no further study starts; those running finish. Progress: a line per start and end.
+    """
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    threads = str(threads_per_job(jobs))
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, threads)
+    print(f"{len(plan)} studies, {jobs} at a time, {os.environ['OMP_NUM_THREADS']} torch thread(s) each", flush=True)
+    cwd = os.getcwd()
+    os.chdir(project_root())  # once for all: execute_study's own chdir is then the same for every thread
+    queue = list(plan.items())
+    running: dict = {}
+    failed = False
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            while queue or running:
+                while queue and not failed and len(running) < jobs:
+                    name, overrides = queue.pop(0)
+                    print(f"start {name} ({profile}) -> {_relative(StudyPaths(name, profile).dir)}", flush=True)
+                    running[pool.submit(execute_study, name, profile, overrides, False)] = name
+                if not running:
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    name = running.pop(future)
+                    try:
+                        print(f"done {name} in {future.result():.0f} s", flush=True)
+                    except StudyFailed as exc:
+                        failed = True
+                        print(f"error: {exc}", file=sys.stderr, flush=True)
+    finally:
+        os.chdir(cwd)
+    if failed and queue:
+        print(f"not started after the failure: {', '.join(name for name, _ in queue)}", file=sys.stderr)
+    return not failed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m headprune_utils.run", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="quick", help=f"parameter profile: one of {PROFILES} or another params/*.yaml")
@@ -187,7 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="move earlier results of these studies aside first (kept as a backup)")
     parser.add_argument("--check", action="store_true", help="validate the parameters and stop")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="studies run side by side (default 1); each kernel then gets cores/jobs torch threads")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        print(f"error: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
+        return 2
 
     for k, v in QUIET_ENV.items():
         os.environ.setdefault(k, v)
@@ -200,19 +254,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"parameters of profile {args.profile!r} are valid for: {', '.join(plan)}")
         return 0
     total = time.perf_counter()
-    for i, (name, overrides) in enumerate(plan.items(), 1):
-        paths = StudyPaths(name, args.profile)
-        if args.fresh:
-            backup = move_aside(paths)
+    if args.fresh:
+        for name in plan:
+            backup = move_aside(StudyPaths(name, args.profile))
             if backup:
                 print(f"moved earlier results to {_relative(backup)}")
-        print(f"[{i}/{len(plan)}] {name} ({args.profile}) -> {_relative(paths.dir)}", flush=True)
-        try:
-            seconds = execute_study(name, args.profile, overrides, progress=not args.no_progress)
-        except StudyFailed as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        print(f"[{i}/{len(plan)}] {name} done in {seconds:.0f} s", flush=True)
+    if args.jobs == 1:
+        for i, (name, overrides) in enumerate(plan.items(), 1):
+            print(f"[{i}/{len(plan)}] {name} ({args.profile}) -> {_relative(StudyPaths(name, args.profile).dir)}", flush=True)
+            try:
+                seconds = execute_study(name, args.profile, overrides, progress=not args.no_progress)
+            except StudyFailed as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 1
+            print(f"[{i}/{len(plan)}] {name} done in {seconds:.0f} s", flush=True)
+    elif not run_side_by_side(plan, args.profile, args.jobs):
+        return 1
     print(f"all {len(plan)} studies done in {time.perf_counter() - total:.0f} s")
     return 0
 

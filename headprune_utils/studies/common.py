@@ -24,7 +24,7 @@ from ..gates import head_means
 from ..metrics import compute_metrics, main_score
 from ..pruning import prune_heads
 from ..paths import StudyPaths
-from ..results import ResultStore, atomic_write_json, fingerprint, run_metadata
+from ..results import ResultStore, atomic_write_json, file_lock, fingerprint, run_metadata
 
 EVAL_BATCH = 32  # forward-only batches; on a CPU larger ones are no faster
 # Bump when a code change alters what fine-tuning produces (optimizer, label handling, data order):
@@ -250,15 +250,16 @@ class Workbench:
         on (training parameters, task, seed, mask, ablation, dev subset), so studies that fine-tune the same
         mask share one run."""
         path = self.masked_scores_path(task, seed, mask)
-        if path.exists():
-            saved = json.loads(path.read_text())
-            return saved["metrics"], saved["history"]
-        model, history, gates, means = self.finetune_masked(task, seed, mask, desc)
-        metrics = training.evaluate(model, self.task_data(task)[2], task, EVAL_BATCH, gates=gates,
-                                    ablation=self.cfg.ablation, means=means)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(path, {"metrics": metrics, "history": history})
-        return metrics, history
+        with file_lock(path):  # studies run side by side fine-tune each mask once
+            if path.exists():
+                saved = json.loads(path.read_text())
+                return saved["metrics"], saved["history"]
+            model, history, gates, means = self.finetune_masked(task, seed, mask, desc)
+            metrics = training.evaluate(model, self.task_data(task)[2], task, EVAL_BATCH, gates=gates,
+                                        ablation=self.cfg.ablation, means=means)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(path, {"metrics": metrics, "history": history})
+            return metrics, history
 
     def means(self, model, enc) -> torch.Tensor:
         """Mean-ablation values: each head's mean output over ``enc`` (the task's training subset)."""
@@ -280,20 +281,22 @@ class Workbench:
             return self._last_full[1], self._last_full[2], False
         path = self.checkpoint_path(task, seed)
         trained_now = False
-        if path.exists():
-            model = self.fresh_model(task, seed)
-            saved = torch.load(path, map_location=self.device, weights_only=True)
-            model.load_state_dict(saved["state_dict"])
-            history = saved.get("history", [])
-            model.eval()
-        else:
-            n_layers, n_heads = self.shape
-            model, history, _, _ = self.finetune_masked(task, seed, torch.ones(n_layers, n_heads), f"{task} s{seed} full")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            torch.save({"state_dict": model.state_dict(), "history": history}, tmp)
-            tmp.replace(path)
-            trained_now = True
+        with file_lock(path):  # studies run side by side train each model once
+            if path.exists():
+                model = self.fresh_model(task, seed)
+                saved = torch.load(path, map_location=self.device, weights_only=True)
+                model.load_state_dict(saved["state_dict"])
+                history = saved.get("history", [])
+                model.eval()
+            else:
+                n_layers, n_heads = self.shape
+                model, history, _, _ = self.finetune_masked(task, seed, torch.ones(n_layers, n_heads),
+                                                            f"{task} s{seed} full")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(".tmp")
+                torch.save({"state_dict": model.state_dict(), "history": history}, tmp)
+                tmp.replace(path)
+                trained_now = True
         self._last_full = ((task, seed), model, history)
         return model, history, trained_now
 
