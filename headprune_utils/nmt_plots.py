@@ -46,7 +46,7 @@ def l0_heads_kept(by_type: pd.DataFrame) -> plt.Figure:
 
     by_type: columns setting, model_seed, lam, type, frac_kept (``nmt_heads.l0_by_type``).
     """
-    settings = list(dict.fromkeys(by_type["setting"]))
+    settings = [t for t in TYPE_LABELS if t in set(by_type["setting"])]
     sns.set_theme(style="whitegrid", context="notebook")
     fig, axes = plt.subplots(1, len(settings), figsize=(5.0 * len(settings), 3.9), squeeze=False)
     for ax, setting in zip(axes[0], settings):
@@ -72,7 +72,7 @@ def l0_bleu(curve: pd.DataFrame) -> plt.Figure:
 
     curve: columns setting, n_kept, n_heads_total, bleu_l0, bleu_random_mean, bleu_full (``nmt_heads.l0_curve``).
     """
-    settings = list(dict.fromkeys(curve["setting"]))
+    settings = [t for t in TYPE_LABELS if t in set(curve["setting"])]
     sns.set_theme(style="whitegrid", context="notebook")
     fig, axes = plt.subplots(1, len(settings), figsize=(5.0 * len(settings), 3.9), squeeze=False)
     for ax, setting in zip(axes[0], settings):

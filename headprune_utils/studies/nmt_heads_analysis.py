@@ -420,6 +420,8 @@ def roles_at_budget(table: pd.DataFrame, role_tab: pd.DataFrame, fraction: float
 
 # ---------------------------------------------------------------------------------------------- verdicts
 def _ci(mean, lo, hi, digits: int = 2) -> str:
+    if lo != lo or hi != hi:  # one pair: no interval
+        return f"{mean:+.{digits}f} (one pair, no interval)"
     return f"{mean:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
 
 
@@ -453,7 +455,7 @@ def verdicts(full: pd.DataFrame, drops: pd.DataFrame, retrain: pd.DataFrame, typ
             d = drops[(drops["type"] == r.type) & (drops["regime"] == r.regime)].sort_values("fraction")
             detail = ", ".join(f"{100 * x.fraction:.0f}%: {_ci(x.mean_drop, x.boot_ci_low, x.boot_ci_high)}" for x in d.itertuples())
             parts.append(f"{r.type} ({r.regime}): largest share within -{tolerance:g} BLEU = {100 * r.max_fraction_within_tolerance:.0f}% "
-                         f"(drops {detail})")
+                         f"(mean BLEU drop, paired: {detail})")
         joint = pr[pr["type"] == "all"]
         best = joint["max_fraction_within_tolerance"].max() if len(joint) else pr["max_fraction_within_tolerance"].max()
         v = "supported" if best >= 0.5 else "partly supported" if (pr["max_fraction_within_tolerance"] >= 0.5).any() else "not supported"
@@ -562,8 +564,8 @@ def verdicts(full: pd.DataFrame, drops: pd.DataFrame, retrain: pd.DataFrame, typ
                              "in the first layer)")):
             n = counts[f"n_{role}"].to_numpy(dtype=int)
             col = {"positional": "positional_layers", "rare-word": "rare_layers"}.get(role)
-            where = (f"; in layers {', '.join(sorted(set(x for s in counts[col] for x in str(s).split(',') if x)))} (0-based)"
-                     if col else "")
+            layers = sorted(set(x for v in counts[col] for x in str(v).split(",") if x and x != "nan")) if col else []
+            where = f"; in layers {', '.join(layers)} (0-based)" if layers else ""
             if role == "syntactic":
                 rel = "; ".join(f"{r}: {counts[f'n_syntactic_{r}'].mean():.1f}" for r in relations if f"n_syntactic_{r}" in counts)
                 where = f". Per relation: {rel}" if rel else ""
