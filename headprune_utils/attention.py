@@ -10,6 +10,11 @@ eager or any other backend, inside ``head_gates`` blocks, and on pruned models:
 exactly as BERT, RoBERTa, ELECTRA and DistilBERT compute them (padded keys get probability 0; rows of padded
 QUERY positions are, as in the models, distributions over the real keys, so they are not NaN — mask them
 out yourself, as :func:`head_js` does). Attention dropout is not applied (the forward runs in eval mode).
+
+Encoder-decoders (Marian, BART): ``kind="enc"`` gives the ENCODER self-attention maps (the same formula: their
+attention scales ``q . k`` by ``head_dim**-0.5`` and masks padded source keys); only the encoder runs, on
+``input_ids``/``attention_mask`` (decoder inputs in the batch are ignored). Decoder self-attention (causal)
+and encoder-decoder attention maps are not implemented.
 """
 from __future__ import annotations
 
@@ -19,17 +24,40 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from .architecture import _base, attention_sites, head_shape, kept_heads, key_padding_mask_from_call
+from .architecture import (
+    _base,
+    attention_sites,
+    head_shape,
+    is_encoder_decoder,
+    kept_heads,
+    key_padding_mask_from_call,
+)
+
+MAP_KINDS: tuple[str, ...] = ("enc",)  # encoder-decoder attention types whose maps are implemented
+
+
+def _check_map_kind(model: nn.Module, kind: str | None) -> None:
+    if is_encoder_decoder(model):
+        if kind not in MAP_KINDS:
+            raise ValueError(f"attention maps of an encoder-decoder need kind= one of {MAP_KINDS} (encoder "
+                             f"self-attention); got {kind!r} (decoder and encoder-decoder maps are not implemented)")
+    elif kind is not None:
+        raise ValueError(f"kind={kind!r} is for encoder-decoder models; this model has one grid of heads (kind=None)")
+
+
+def _mask_source(model: nn.Module, kind: str | None) -> nn.Module:
+    """The module whose call carries the key padding mask of the attention being read."""
+    return _base(model).encoder if kind == "enc" else _base(model)
 
 
 @contextmanager
-def capture_queries_keys(model: nn.Module) -> Iterator[dict]:
+def capture_queries_keys(model: nn.Module, kind: str | None = None) -> Iterator[dict]:
     """Record, for the next forward, each layer's query and key projections and the key padding mask.
 
     Yields a dict filled during the forward: ``("query", l)`` and ``("key", l)`` -> ``[batch, seq,
     n_present * head_dim]`` (detached; layers with no head left are absent) and ``"key_mask"`` -> the
-    ``[batch, seq]`` attention mask the base model was called with (``None`` when not given). Hooks are
-    removed when the block ends, also on error.
+    ``[batch, seq]`` attention mask the base model (encoder-decoders, ``kind="enc"``: the encoder) was called
+    with (``None`` when not given). Hooks are removed when the block ends, also on error.
     """
     store: dict = {}
     handles = []
@@ -43,9 +71,10 @@ def capture_queries_keys(model: nn.Module) -> Iterator[dict]:
 
         return hook
 
+    _check_map_kind(model, kind)
     try:
-        handles.append(_base(model).register_forward_pre_hook(capture_mask, with_kwargs=True))
-        for site in attention_sites(model):
+        handles.append(_mask_source(model, kind).register_forward_pre_hook(capture_mask, with_kwargs=True))
+        for site in attention_sites(model, kind):
             if site.query is None or site.key is None:
                 continue
             handles.append(site.query.register_forward_hook(make("query", site.layer)))
@@ -57,22 +86,30 @@ def capture_queries_keys(model: nn.Module) -> Iterator[dict]:
 
 
 @torch.no_grad()
-def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str | None = None) -> list[torch.Tensor]:
     """Attention probabilities of every head on ``batch``, one ``[batch, n_heads, seq, seq]`` tensor per layer.
 
     Heads are in ORIGINAL ids; heads that are physically absent are all NaN. ``batch`` holds model inputs
     (``labels`` are ignored); the maps are on the model's device, in its dtype promoted to at least float32.
     Works inside ``head_gates`` (the maps then are those of the gated model). The model's mode is restored.
+    Encoder-decoders: ``kind="enc"`` (encoder self-attention; only the encoder runs, on ``input_ids`` and
+    ``attention_mask``), ``seq`` = source length.
     """
-    n_layers, n_heads = head_shape(model)
-    kept = kept_heads(model)
-    sites = attention_sites(model)
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    _check_map_kind(model, kind)
+    n_layers, n_heads = head_shape(model, kind)
+    kept = kept_heads(model, kind)
+    sites = attention_sites(model, kind)
+    if kind == "enc":
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch}
+        forward = _base(model).encoder
+    else:
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        forward = model
     was_training = model.training
     model.eval()
     try:
-        with capture_queries_keys(model) as store:
-            model(**inputs)
+        with capture_queries_keys(model, kind) as store:
+            forward(**inputs)
     finally:
         model.train(was_training)
 

@@ -22,6 +22,13 @@ Defaults: ``beta = 0.33``, ``(gamma, zeta) = (-0.1, 1.1)`` (Voita et al.'s value
 Test time (``eval()``): Louizos et al.'s estimator ``z_hat = clamp(sigmoid(log_alpha) * (zeta - gamma) + gamma,
 0, 1)``, binarised ``z_hat > threshold`` (0.5 by default, i.e. ``log_alpha > 0``): a gate is open (1, the
 head kept) or closed (0, pruned), so the final mask can be pruned physically (``pruning.prune_heads``).
+
+Encoder-decoders (Marian, BART; three grids of heads, ``architecture.SEQ2SEQ_KINDS``):
+:class:`HardConcreteGateDict` holds one :class:`HardConcreteGates` per gated attention type (``"enc"``,
+``"dec"``, ``"cross"``; any subset, e.g. the encoder alone as Voita et al.'s first setting). It has the same
+interface, with dicts by type where one grid gives a tensor (samples, deterministic gates, probabilities), and
+ONE penalty: ``expected_l0()`` is the expected number of open gates summed over the gated types, so
+``l0_train``'s loss is ``task loss + lam * sum_types sum_heads P(z > 0)`` (Voita et al. use one lambda for all).
 """
 from __future__ import annotations
 
@@ -33,10 +40,10 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .architecture import head_shape
+from .architecture import SEQ2SEQ_KINDS, head_shape, is_encoder_decoder
 from .gates import Ablation, head_gates
 
-__all__ = ["HardConcreteGates", "L0Result", "l0_train"]
+__all__ = ["HardConcreteGates", "HardConcreteGateDict", "L0Result", "l0_train", "n_open"]
 
 
 class HardConcreteGates(nn.Module):
@@ -69,7 +76,11 @@ class HardConcreteGates(nn.Module):
 
     @classmethod
     def for_model(cls, model: nn.Module, **kwargs) -> "HardConcreteGates":
-        """Gates shaped like ``model``'s heads (``[n_layers, n_heads]``, original ids), on its device."""
+        """Gates shaped like ``model``'s heads (``[n_layers, n_heads]``, original ids), on its device.
+        Encoder-decoders: use :meth:`HardConcreteGateDict.for_model`."""
+        if is_encoder_decoder(model):
+            raise ValueError("an encoder-decoder has one grid of heads per attention type: use "
+                             "HardConcreteGateDict.for_model(model, kinds=...)")
         n_layers, n_heads = head_shape(model)
         return cls(n_layers, n_heads, **kwargs).to(next(model.parameters()).device)
 
@@ -103,13 +114,77 @@ class HardConcreteGates(nn.Module):
         return f"shape={list(self.log_alpha.shape)}, beta={self.beta}, gamma={self.gamma}, zeta={self.zeta}"
 
 
+class HardConcreteGateDict(nn.Module):
+    """Hard Concrete gates for several attention types of an encoder-decoder: one :class:`HardConcreteGates`
+    per type (``gates[kind]``, ``[n_layers, n_heads]`` of that type), all with the same settings.
+
+    ``forward()``, :meth:`sample`, :meth:`deterministic`, :meth:`test_time_estimate`, :meth:`open_prob` return
+    dicts ``{kind: [n_layers, n_heads]}`` (what ``gates.head_gates`` takes); :meth:`expected_l0` is the scalar sum
+    over the types. Train/eval mode applies to every type.
+    """
+
+    def __init__(self, shapes: dict[str, tuple[int, int]], **kwargs):
+        super().__init__()
+        unknown = sorted(set(shapes) - set(SEQ2SEQ_KINDS))
+        if unknown or not shapes:
+            raise ValueError(f"shapes must map a non-empty subset of {SEQ2SEQ_KINDS} to (n_layers, n_heads), got {list(shapes)}")
+        self.gates = nn.ModuleDict({k: HardConcreteGates(*shapes[k], **kwargs) for k in SEQ2SEQ_KINDS if k in shapes})
+
+    @classmethod
+    def for_model(cls, model: nn.Module, kinds: tuple[str, ...] | list[str] | None = None, **kwargs) -> "HardConcreteGateDict":
+        """Gates for ``kinds`` (default all three types) shaped like ``model``'s grids, on its device."""
+        if not is_encoder_decoder(model):
+            raise ValueError("HardConcreteGateDict is for encoder-decoders; use HardConcreteGates.for_model")
+        shapes = head_shape(model)
+        kinds = tuple(SEQ2SEQ_KINDS if kinds is None else kinds)
+        unknown = sorted(set(kinds) - set(SEQ2SEQ_KINDS))
+        if unknown:
+            raise ValueError(f"unknown attention type(s) {unknown}; choose from {SEQ2SEQ_KINDS}")
+        return cls({k: shapes[k] for k in kinds}, **kwargs).to(next(model.parameters()).device)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(self.gates.keys())
+
+    @property
+    def log_alpha(self) -> dict[str, nn.Parameter]:
+        return {k: g.log_alpha for k, g in self.gates.items()}
+
+    def sample(self) -> dict[str, torch.Tensor]:
+        return {k: g.sample() for k, g in self.gates.items()}
+
+    def test_time_estimate(self) -> dict[str, torch.Tensor]:
+        return {k: g.test_time_estimate() for k, g in self.gates.items()}
+
+    def deterministic(self, threshold: float = 0.5) -> dict[str, torch.Tensor]:
+        return {k: g.deterministic(threshold) for k, g in self.gates.items()}
+
+    def forward(self) -> dict[str, torch.Tensor]:
+        return self.sample() if self.training else self.deterministic()
+
+    def open_prob(self) -> dict[str, torch.Tensor]:
+        return {k: g.open_prob() for k, g in self.gates.items()}
+
+    def expected_l0(self) -> torch.Tensor:
+        """The relaxed L0 penalty summed over the gated types: ``sum_kind sum_heads P(z > 0)``."""
+        return torch.stack([g.expected_l0() for g in self.gates.values()]).sum()
+
+
+def n_open(mask) -> int:
+    """Heads open in a 0/1 mask, or summed over a dict of masks by type."""
+    if isinstance(mask, dict):
+        return sum(int(m.sum()) for m in mask.values())
+    return int(mask.sum())
+
+
 @dataclass
 class L0Result:
-    """``history``: one dict per step (``step, loss, task_loss, expected_l0, open``); ``mask``: the final
-    deterministic gates ``[n_layers, n_heads]`` (1 = kept), float32 on the CPU."""
+    """``history``: one dict per step (``step, loss, task_loss, expected_l0, open``; dict gates also
+    ``open_<kind>`` per type); ``mask``: the final deterministic gates ``[n_layers, n_heads]`` (1 = kept),
+    float32 on the CPU (dict gates: a dict of them by type)."""
 
     history: list[dict] = field(default_factory=list)
-    mask: torch.Tensor | None = None
+    mask: torch.Tensor | dict[str, torch.Tensor] | None = None
 
 
 def _default_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -121,7 +196,7 @@ def _default_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Ten
 
 def l0_train(
     model: nn.Module,
-    gates: HardConcreteGates,
+    gates: HardConcreteGates | HardConcreteGateDict,
     train_batches: Iterable[dict[str, torch.Tensor]],
     lam: float,
     steps: int | None = None,
@@ -131,17 +206,19 @@ def l0_train(
     train_model: bool = False,
     model_lr: float = 2e-5,
     ablation: Ablation = "zero",
-    means: torch.Tensor | None = None,
+    means=None,
     threshold: float = 0.5,
     progress: bool = False,
 ) -> L0Result:
     """Train the gates' ``log_alpha`` with ``loss = task loss + lam * gates.expected_l0()`` (Adam, ``lr``).
 
-    model: a BERT-family model; by default FROZEN (its parameters get no gradient and are unchanged) and run
+    model: any model ``gates.head_gates`` supports; by default FROZEN (its parameters get no gradient and are unchanged) and run
         in eval mode (no dropout), as Voita et al. prune a converged model. ``train_model=True`` also fine-tunes
         the parameters that require grad (AdamW, ``model_lr``) in train mode.
     train_batches: a RE-ITERABLE of batches (dicts of model inputs with ``labels``, on the model's device),
         e.g. a list; ``steps`` optimiser steps cycling over it, else ``epochs`` passes.
+    gates: :class:`HardConcreteGates` (one grid), or for an encoder-decoder :class:`HardConcreteGateDict` (the
+        types it holds are gated, the others left alone; the penalty sums over them).
     lam: weight of the expected number of open gates (loss units per head; larger = fewer heads).
     loss_fn: ``(model, batch) -> scalar``; default the model's own loss (``model(**batch).loss``).
     Each step applies a fresh sample ``gates()`` (train mode) through ``head_gates(model, z, ablation)``.
@@ -152,7 +229,7 @@ def l0_train(
     gates.to(device)
     trainable = [p for p in model.parameters() if p.requires_grad]
     flags = [p.requires_grad for p in model.parameters()]
-    opt = torch.optim.Adam([gates.log_alpha], lr=lr)
+    opt = torch.optim.Adam(list(gates.parameters()), lr=lr)
     model_opt = torch.optim.AdamW(trainable, lr=model_lr) if train_model and trainable else None
     batches = list(train_batches) if not hasattr(train_batches, "__len__") else train_batches
     if len(batches) == 0:
@@ -184,17 +261,24 @@ def l0_train(
                     opt.step()
                     if model_opt is not None:
                         model_opt.step()
-                    n_open = int(gates.deterministic(threshold).sum())
+                    det = gates.deterministic(threshold)
+                    n = n_open(det)
                     record = {"step": step, "loss": loss.detach().item(), "task_loss": task_loss.detach().item(),
-                              "expected_l0": l0.detach().item(), "open": n_open}
+                              "expected_l0": l0.detach().item(), "open": n}
+                    if isinstance(det, dict):
+                        record.update({f"open_{k}": int(m.sum()) for k, m in det.items()})
                     result.history.append(record)
                     bar.update(1)
-                    bar.set_postfix(loss=f"{record['loss']:.3f}", open=n_open)
+                    bar.set_postfix(loss=f"{record['loss']:.3f}", open=n)
                     step += 1
     finally:
         gates.eval()
         for p, f in zip(model.parameters(), flags):
             p.requires_grad_(f)
         model.train(was_training)
-    result.mask = gates.deterministic(threshold).detach().cpu().to(torch.float32)
+    final = gates.deterministic(threshold)
+    if isinstance(final, dict):
+        result.mask = {k: m.detach().cpu().to(torch.float32) for k, m in final.items()}
+    else:
+        result.mask = final.detach().cpu().to(torch.float32)
     return result

@@ -49,6 +49,29 @@ def random_mask(n_layers: int, n_heads: int, n_prune: int, seed: int) -> torch.T
     return torch.from_numpy(flat.reshape(n_layers, n_heads))
 
 
+def random_masks(shapes: dict[str, tuple[int, int]], n_prune: int, seed: int) -> dict[str, torch.Tensor]:
+    """Prune ``n_prune`` heads chosen uniformly at random over the UNION of several grids, e.g. the three attention
+    types of an encoder-decoder ``{"enc": (L, H), "dec": ..., "cross": ...}``; returns a mask per grid.
+
+    The heads are numbered grid after grid (in the dict's order), layer-major within a grid, and the first
+    ``n_prune`` of one seeded permutation are pruned: nested across budgets as :func:`random_mask`, and with one
+    grid exactly :func:`random_mask`'s mask.
+    """
+    if not shapes:
+        raise ValueError("shapes must name at least one grid")
+    sizes = {k: int(l) * int(h) for k, (l, h) in shapes.items()}
+    total = sum(sizes.values())
+    if isinstance(n_prune, bool) or not isinstance(n_prune, (int, np.integer)) or not 0 <= n_prune <= total:
+        raise BudgetError(f"cannot prune {n_prune!r} heads of the {total} in the grids {dict(shapes)}")
+    flat = np.ones(total, dtype=np.float32)
+    flat[np.random.default_rng(seed).permutation(total)[:n_prune]] = 0.0
+    out, start = {}, 0
+    for k, (l, h) in shapes.items():
+        out[k] = torch.from_numpy(flat[start : start + sizes[k]].reshape(int(l), int(h)).copy())
+        start += sizes[k]
+    return out
+
+
 def mask_from_pruned(n_layers: int, n_heads: int, pruned: list[tuple[int, int]]) -> torch.Tensor:
     """A mask from ``(layer, head)`` pairs to prune."""
     mask = torch.ones(n_layers, n_heads)

@@ -9,6 +9,7 @@ Layout, for a study ``S`` run with profile ``P``::
     outputs/S/P/cells/*.json     one finished result cell each (resume state; not committed)
     outputs/S/P/cache/           a study's own model caches (not committed)
     outputs/_finetuned/P/        fine-tuned unpruned models shared by every study of profile P (not committed)
+    outputs/_nmt/P/              trained translation models (+ tokenizer, meta, evaluations) of profile P (not committed)
 
 The root is ``$HEADPRUNE_OUTPUT_DIR`` when set, else ``outputs/`` of the project checkout (the
 folder holding ``pyproject.toml`` above this package), else ``./outputs``.
@@ -79,6 +80,12 @@ class StudyPaths:
     def finetuned_cache(self) -> Path:
         """Fine-tuned unpruned checkpoints shared by every study of this profile (keyed by what training depends on)."""
         return (self.root or outputs_root()) / "_finetuned" / self.profile
+
+    @property
+    def nmt_cache(self) -> Path:
+        """Trained translation models of this profile, one folder each keyed by its training parameters, shared
+        by every study that needs them (``studies.nmt_heads.model_folder``)."""
+        return (self.root or outputs_root()) / "_nmt" / self.profile
 
     @property
     def meta(self) -> Path:

@@ -121,12 +121,15 @@ def mask_grid(rows: pd.DataFrame) -> plt.Figure:
     return fig
 
 
-def contrast_forest(contr: pd.DataFrame) -> plt.Figure:
+def contrast_forest(contr: pd.DataFrame, regime_labels: dict[str, str] | None = None,
+                    xlabel: str = "score difference a - b (95% bootstrap CI; black = pooled)") -> plt.Figure:
     """Mean paired difference a - b with its bootstrap CI, per contrast, task and budget; a panel per regime.
 
     contr: columns contrast, task, regime, budget, mean_diff, boot_ci_low, boot_ci_high (``layer_strategies.contrasts``).
+    regime_labels: the regimes to draw, in order, with their panel titles (default: the GLUE studies' two regimes).
     """
-    regimes = [r for r in REGIME_LABELS if r in set(contr["regime"])]
+    labels_of = REGIME_LABELS if regime_labels is None else regime_labels
+    regimes = [r for r in labels_of if r in set(contr["regime"])]
     sns.set_theme(style="whitegrid", context="notebook")
     n = max(len(contr[contr["regime"] == r]) for r in regimes)
     fig, axes = plt.subplots(1, len(regimes), figsize=(6.2 * len(regimes), 0.28 * n + 1.5), squeeze=False)
@@ -142,8 +145,8 @@ def contrast_forest(contr: pd.DataFrame) -> plt.Figure:
         ax.axvline(0, color="grey", linewidth=1)
         ax.set_yticks(y)
         ax.set_yticklabels(labels, fontsize=7)
-        ax.set_xlabel("score difference a - b (95% bootstrap CI; black = pooled)")
-        ax.set_title(REGIME_LABELS[regime], fontsize="medium")
+        ax.set_xlabel(xlabel)
+        ax.set_title(labels_of[regime], fontsize="medium")
     fig.tight_layout()
     return fig
 

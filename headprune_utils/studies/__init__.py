@@ -33,5 +33,6 @@ STUDIES: dict[str, Study] = {
         Study("redundancy_patterns", "04_redundancy_patterns.ipynb", "headprune_utils.studies.redundancy_patterns", "RedundancyConfig"),
         Study("zero_shot_pruning", "05_zero_shot_pruning.ipynb", "headprune_utils.studies.zero_shot", "ZeroShotConfig"),
         Study("specialized_heads_l0", "06_specialized_heads_l0.ipynb", "headprune_utils.studies.specialized_l0", "SpecializedL0Config"),
+        Study("nmt_heads", "07_nmt_heads.ipynb", "headprune_utils.studies.nmt_heads", "NMTHeadsConfig"),
     ]
 }

@@ -11,6 +11,7 @@ import nbformat
 import pytest
 
 from headprune_utils import run
+from headprune_utils.config import ParameterError
 from headprune_utils.paths import StudyPaths
 from headprune_utils.studies import STUDIES, Study
 
@@ -20,6 +21,20 @@ MACHINE_PATHS = re.compile("|".join(re.escape(p) for p in {
     str(Path(__file__).resolve().parents[2]), sys.prefix, str(Path.home()), tempfile.gettempdir()}) + "|site-packages")
 
 
+def data_gaps() -> dict[str, str]:
+    """Studies whose smoke parameters need data the current data root lacks (e.g. a root with GLUE but without
+    multi30k/), with the check's message: they are skipped with that reason instead of failing the whole run."""
+    gaps = {}
+    for name in STUDIES:
+        try:
+            run.validate_profile("smoke", [name])
+        except ParameterError as exc:
+            if "HEADPRUNE_DATA_DIR" not in str(exc):
+                raise  # a broken smoke profile is an error, not missing data
+            gaps[name] = str(exc)
+    return gaps
+
+
 @pytest.fixture(scope="module")
 def smoke_outputs(tmp_path_factory, data_root):
     out = tmp_path_factory.mktemp("outputs")
@@ -27,15 +42,19 @@ def smoke_outputs(tmp_path_factory, data_root):
     mp.setenv("HEADPRUNE_OUTPUT_DIR", str(out))
     mp.setenv("HEADPRUNE_DATA_DIR", str(data_root))
     try:
-        code = run.main(["--profile", "smoke", "--no-progress"])
+        gaps = data_gaps()
+        runnable = [name for name in STUDIES if name not in gaps]
+        code = run.main(["--profile", "smoke", "--no-progress", "--only", *runnable]) if runnable else 0
     finally:
         mp.undo()
-    return code, out
+    return code, out, gaps
 
 
 @pytest.mark.parametrize("name", list(STUDIES))
 def test_notebook_runs_and_writes_its_outputs(smoke_outputs, name):
-    code, out = smoke_outputs
+    code, out, gaps = smoke_outputs
+    if name in gaps:
+        pytest.skip(f"data missing for {name}: {gaps[name]}")
     assert code == 0
     paths = StudyPaths(name, "smoke", root=out)
     nb = nbformat.read(paths.notebook, as_version=4)

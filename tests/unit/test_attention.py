@@ -154,3 +154,49 @@ def test_head_js_by_hand_with_padding_and_smoothing():
                 assert float(got[layer, head]) == pytest.approx(np.mean(vals), rel=1e-9, abs=1e-15)
     same = head_js(a, a, inputs["attention_mask"])
     assert torch.equal(same, torch.zeros(3, 4, dtype=torch.float64))
+
+
+# --- encoder-decoders: encoder self-attention -------------------------------------------------------------
+
+@pytest.mark.parametrize("family", ["marian", "bart"])
+def test_encoder_maps_of_a_seq2seq_model_equal_eager_output_attentions(family):
+    from test_seq2seq_gates import tiny_batch, tiny_marian
+
+    model = tiny_marian(attn="eager", dtype=torch.float64, family=family)
+    batch = tiny_batch()  # ragged sources, decoder inputs and labels (ignored)
+    with torch.no_grad():
+        ref = model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                  output_attentions=True).attentions
+    hooks_before = n_hooks(model)  # transformers' own output recording may leave hooks of its own
+    maps = attention_maps(model, batch, kind="enc")
+    assert n_hooks(model) == hooks_before
+    assert len(maps) == len(ref) == 2
+    for got, want in zip(maps, ref):
+        assert got.shape == want.shape == (3, 4, 9, 9)
+        assert torch.allclose(got, want, atol=1e-12, rtol=0)
+    sdpa = tiny_marian(attn="sdpa", family=family)  # same seed, same weights, float32, another backend
+    for got, want in zip(attention_maps(sdpa, batch, kind="enc"), ref):
+        assert torch.allclose(got.double(), want, atol=1e-5)
+    assert n_hooks(sdpa) == 0
+
+
+def test_encoder_maps_of_a_seq2seq_model_under_gates_and_after_pruning():
+    from headprune_utils.pruning import prune_heads as prune
+    from test_seq2seq_gates import tiny_batch, tiny_marian
+
+    model = tiny_marian(dtype=torch.float64)
+    batch = tiny_batch()
+    mask = {"enc": torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]], dtype=torch.float64)}
+    with head_gates(model, mask):
+        gated = attention_maps(model, batch, kind="enc")
+    prune(model, mask)
+    maps = attention_maps(model, batch, kind="enc")
+    kept = mask["enc"][0].bool()
+    assert torch.allclose(maps[0][:, kept], gated[0][:, kept], atol=1e-12)
+    assert bool(torch.isnan(maps[0][:, ~kept]).all()) and bool(torch.isnan(maps[1]).all())
+    with pytest.raises(ValueError, match="kind="):
+        attention_maps(model, batch)  # an encoder-decoder needs kind="enc"
+    with pytest.raises(ValueError, match="not implemented"):
+        attention_maps(model, batch, kind="cross")
+    with pytest.raises(ValueError, match="one grid"):
+        attention_maps(tiny_model(), tiny_inputs(), kind="enc")

@@ -139,3 +139,71 @@ def test_l0_train_lambda_zero_keeps_gates_open_and_can_finetune_the_model():
     l0_train(model, g, train_batches(), lam=0.0, steps=2, train_model=True, model_lr=1e-3)
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
     assert not model.training
+
+
+# --- encoder-decoders: one gate set per attention type ----------------------------------------------------
+
+def seq2seq():
+    from test_seq2seq_gates import tiny_batch, tiny_marian
+
+    return tiny_marian(), tiny_batch()
+
+
+def test_gate_dict_penalty_is_the_sum_over_types_with_the_right_gradient():
+    from headprune_utils.hard_concrete import HardConcreteGateDict
+
+    model, _ = seq2seq()
+    g = HardConcreteGateDict.for_model(model)
+    assert g.kinds == ("enc", "dec", "cross")
+    assert {k: tuple(v.shape) for k, v in g.log_alpha.items()} == {"enc": (2, 4), "dec": (3, 4), "cross": (3, 4)}
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in g.parameters():
+            p.copy_(torch.randn_like(p) * 2)
+    la = {k: v.detach().double() for k, v in g.log_alpha.items()}
+    s = {k: torch.sigmoid(v - BETA * math.log(-GAMMA / ZETA)) for k, v in la.items()}
+    l0 = g.expected_l0()
+    assert l0.item() == pytest.approx(float(sum(x.sum() for x in s.values())), rel=1e-6)
+    l0.backward()
+    for k, p in g.log_alpha.items():
+        torch.testing.assert_close(p.grad.double(), s[k] * (1 - s[k]), rtol=1e-5, atol=1e-7)
+    enc_only = HardConcreteGateDict.for_model(model, kinds=["enc"])
+    assert enc_only.kinds == ("enc",) and set(enc_only.eval()()) == {"enc"}
+    with pytest.raises(ValueError, match="unknown attention type"):
+        HardConcreteGateDict.for_model(model, kinds=["encoder"])
+    with pytest.raises(ValueError, match="HardConcreteGateDict"):
+        HardConcreteGates.for_model(model)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_gate_dict_with_infinite_log_alpha_is_all_ones_on_every_type(training):
+    from headprune_utils.hard_concrete import HardConcreteGateDict
+
+    model, batch = seq2seq()
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    g = HardConcreteGateDict.for_model(model, init_log_alpha=float("inf")).train(training)
+    z = g()
+    assert set(z) == {"enc", "dec", "cross"} and all(bool((v == 1).all()) for v in z.values())
+    assert g.expected_l0().item() == 2 * 4 + 3 * 4 + 3 * 4
+    with torch.no_grad():
+        plain = model(**inputs).logits
+        with head_gates(model, z):
+            gated = model(**inputs).logits
+    torch.testing.assert_close(gated, plain, rtol=0, atol=0)
+
+
+def test_l0_train_with_a_gate_dict_freezes_the_model_and_returns_masks_by_type():
+    from headprune_utils.hard_concrete import HardConcreteGateDict, n_open
+
+    model, batch = seq2seq()
+    before = [p.detach().clone() for p in model.parameters()]
+    torch.manual_seed(0)
+    g = HardConcreteGateDict.for_model(model, kinds=("enc", "cross"))
+    res = l0_train(model, g, [batch], lam=10.0, steps=30, lr=0.2)
+    assert set(res.mask) == {"enc", "cross"} and res.mask["enc"].shape == (2, 4)
+    assert res.history[0]["open"] == 20 and res.history[0]["open_enc"] == 8 and res.history[0]["open_cross"] == 12
+    assert n_open(res.mask) == res.history[-1]["open"] == 0  # a large lambda closes every gate of both types
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+    assert all(p.grad is None for p in model.parameters())
+    res0 = l0_train(model, HardConcreteGateDict.for_model(model, kinds=("enc",)), [batch], lam=0.0, steps=3, lr=0.05)
+    assert n_open(res0.mask) == 8

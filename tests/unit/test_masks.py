@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from headprune_utils.masks import (BudgetError, mask_from_pruned, mask_from_string, mask_to_string,
-                                   n_pruned_for_fraction, random_mask)
+                                   n_pruned_for_fraction, random_mask, random_masks)
 
 
 def test_random_mask_counts_determinism_and_nesting():
@@ -48,3 +48,18 @@ def test_mask_from_pruned_and_string_round_trip():
     assert torch.equal(mask_from_string("101/110"), m)
     with pytest.raises(ValueError, match="outside"):
         mask_from_pruned(2, 3, [(2, 0)])
+
+
+def test_random_masks_over_several_grids_are_nested_and_match_one_grid():
+    shapes = {"enc": (2, 3), "dec": (1, 3), "cross": (1, 3)}
+    prev = None
+    for n in range(13):
+        m = random_masks(shapes, n, seed=4)
+        assert sum(int((x == 0).sum()) for x in m.values()) == n
+        flat = torch.cat([x.flatten() for x in m.values()])
+        if prev is not None:
+            assert bool((flat <= prev).all())  # a larger budget prunes a superset
+        prev = flat
+    assert torch.equal(random_masks({"enc": (3, 4)}, 5, 7)["enc"], random_mask(3, 4, 5, 7))
+    with pytest.raises(BudgetError):
+        random_masks(shapes, 13, 0)

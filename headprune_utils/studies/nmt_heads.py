@@ -1,0 +1,473 @@
+"""Study 7: the heads of a Transformer trained for translation (Budhraja et al. 2020; Voita et al. 2019).
+
+Both papers prune the heads of an encoder-decoder Transformer trained for machine translation, with three
+attention types (``architecture.SEQ2SEQ_KINDS``): encoder self-attention ``"enc"``, decoder self-attention
+``"dec"`` and encoder-decoder attention ``"cross"``. Here a small Marian-style Transformer is trained from scratch
+(``translation_model``, ``translation``) on a parallel corpus (default Multi30k en-de: train / val /
+test_2016_flickr), cached once per training parameters (:func:`model_folder`), and every cell reuses it.
+
+Cells (independent, keyed, resumable; ``model_seed`` = the trained model):
+
+- ``{"kind": "model"}``: the trained full model (trained now or read from the cache): BLEU, chrF and
+  teacher-forced NLL on the test subset, training history.
+- ``{"kind": "prune", "type", "fraction", "seed"}``: a random ``fraction`` of the heads of ``type`` (``enc``,
+  ``dec``, ``cross``, or ``all``: uniformly over the union of the three grids) zeroed on the trained model, no
+  retraining; BLEU/chrF (greedy) and NLL on the test subset. Masks of one seed are nested across fractions.
+- ``{"kind": "retrain", "type", "fraction", "seed"}``: the same mask, the heads removed physically, then
+  ``retrain_steps`` more training steps with the mask fixed (Budhraja et al. fine-tune pruned models); the
+  reference cell (``type = "none"``) continues the UNPRUNED model for the same steps with the same data order.
+- ``{"kind": "strategy", "type", "strategy", "budget", "seed"}``: a layer-location strategy of
+  ``strategies.py`` on one type's grid, at ``budget`` (share of that type's heads), evaluation only; ``random``
+  is the reference of the paired contrasts (study 2's ``contrast_table``).
+- ``{"kind": "roles"}``: encoder self-attention maps (``attention.attention_maps(kind="enc")``) of the trained
+  model: confidence, entropy, positional and rare-word measurements on dev source sentences (piece
+  frequencies from the training source side), syntactic heads on UD English-EWT sentences (English source
+  only; out of domain for Multi30k captions), and each head's ablation importance (increase of the dev NLL
+  when it alone is zeroed) for all three types.
+- ``{"kind": "l0", "setting", "lam"}``: Hard Concrete gates (``hard_concrete.HardConcreteGateDict``) on the
+  frozen model, on ``enc`` alone or on ``all`` three types, ``loss = NLL + lam * expected open gates``; the
+  deterministic masks, BLEU of them, and random masks with the same heads per type.
+
+Evaluations of a mask are cached beside the model (``<model folder>/evals/``), so a mask that two cells share
+(e.g. the random strategy and the random-pruning cell of the same type, fraction and seed) is decoded once.
+Ablation semantics: ``"zero"`` (a pruned head outputs nothing), as both papers' Transformer code.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .. import masks, specialized, strategies
+from ..architecture import SEQ2SEQ_KINDS, head_shape
+from ..batching import train_batches
+from ..config import as_dict
+from ..hard_concrete import HardConcreteGateDict, l0_train
+from ..paths import StudyPaths
+from ..pruning import prune_heads
+from ..results import atomic_write_json, fingerprint
+from ..subword import train_tokenizer
+from ..training import set_seed
+from ..translation import (collate_pairs, dev_loss, encode_pairs, evaluate_translation, label_smoothed_loss,
+                           train_translation)
+from ..translation_data import load_parallel, subset_pairs
+from ..translation_heads import ablation_nll, encoder_roles, source_queries
+from ..translation_model import build_translation_model, load_translation_model, save_translation_model
+from . import common
+from .nmt_heads_config import TYPES, NMTHeadsConfig, data_source
+from .nmt_heads_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
+    VOITA_ALL_TYPES, VOITA_BASELINE_BLEU, VOITA_FRACTION, TYPE_CONTRASTS, ROLE_NAMES, full_models, random_rows,
+    random_summary, random_drops, prunable, retrain_table, type_contrasts, strategy_rows, strategy_summary,
+    strategy_contrasts, strategy_mask_rows, role_source, roles, role_counts, role_map, encoder_scores,
+    importance_table, score_agreement, l0_curve, l0_by_type, l0_contrasts, type_prunability, l0_survival_source,
+    survival, survival_tests, survival_map, survival_by_role, roles_at_budget, verdicts,
+)
+
+STUDY = "nmt_heads"
+RESULTS_VERSION = 1
+# Bump when a code change alters what training produces (the cached models then no longer match).
+NMT_TRAINING_VERSION = 1
+EVAL_VERSION = 1  # bump when decoding or scoring changes (the cached evaluations then no longer match)
+REGIMES: tuple[str, ...] = ("prune", "prune_then_train")
+ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_ratio", "rare_alpha", "tolerance",
+                 "equivalence_margin", "n_permutations")
+CELL_AXES = ("types", "fractions", "seeds", "model_seeds", "strategy_types", "strategies", "strategy_budgets",
+             "l0_settings", "lambdas", "retrain_types", "retrain_fractions")
+NOT_RESULTS = ("progress", "device", "data_dir", "allow_hub")
+
+
+def model_key(cfg: NMTHeadsConfig, model_seed: int, device: torch.device) -> str:
+    """What a trained model depends on: data, tokenizer, model and training settings, seed, device type."""
+    return fingerprint({
+        "corpus": cfg.corpus, "direction": cfg.direction, "train_size": cfg.train_size, "dev_size": cfg.dev_size,
+        "subset_seed": cfg.subset_seed, "max_length": cfg.max_length, "vocab_size": cfg.vocab_size,
+        "tokenizer_model": cfg.tokenizer_model, "model": cfg.model_config().as_dict(),
+        "training": cfg.train_config().as_dict(), "model_seed": int(model_seed),
+        "device_type": torch.device(device).type, "data_source": data_source(cfg), "version": NMT_TRAINING_VERSION,
+    })
+
+
+def model_folder(cache_dir: Path, cfg: NMTHeadsConfig, model_seed: int, device: torch.device) -> Path:
+    """``<cache>/<corpus>__seed=<s>__<key>/``: model, tokenizer, ``headprune_nmt.json`` (meta), ``evals/``."""
+    return Path(cache_dir) / f"{cfg.corpus}__seed={model_seed}__{model_key(cfg, model_seed, device)}"
+
+
+def study_fingerprint(cfg: NMTHeadsConfig, device: torch.device) -> str:
+    d = as_dict(cfg)
+    for k in (*NOT_RESULTS, *CELL_AXES, *ANALYSIS_ONLY):
+        d.pop(k, None)
+    d.update(device_type=torch.device(device).type, data_source=data_source(cfg), results_version=RESULTS_VERSION,
+             training_version=NMT_TRAINING_VERSION, eval_version=EVAL_VERSION)
+    return fingerprint(d)
+
+
+def l0_kinds(setting: str) -> tuple[str, ...]:
+    return SEQ2SEQ_KINDS if setting == "all" else (setting,)
+
+
+def plan_cells(cfg: NMTHeadsConfig) -> list[dict]:
+    """Every cell, per model seed: the model, the encoder roles, random pruning, strategies, L0, retraining."""
+    cells = []
+    for ms in cfg.model_seeds:
+        ms = int(ms)
+        cells += [{"kind": "model", "model_seed": ms}, {"kind": "roles", "model_seed": ms}]
+        cells += [{"kind": "prune", "type": t, "fraction": float(f), "seed": int(s), "model_seed": ms}
+                  for t in cfg.types for f in sorted(cfg.fractions) for s in cfg.seeds]
+        cells += [{"kind": "strategy", "type": t, "strategy": st, "budget": float(b), "seed": int(s), "model_seed": ms}
+                  for t in cfg.strategy_types for b in sorted(cfg.strategy_budgets) for st in cfg.strategies
+                  for s in cfg.seeds]
+        cells += [{"kind": "l0", "setting": st, "lam": float(lam), "model_seed": ms}
+                  for st in cfg.l0_settings for lam in sorted(cfg.lambdas)]
+        if cfg.retrain_types and cfg.retrain_fractions:
+            cells.append({"kind": "retrain", "type": "none", "fraction": 0.0, "seed": -1, "model_seed": ms})
+            cells += [{"kind": "retrain", "type": t, "fraction": float(f), "seed": int(s), "model_seed": ms}
+                      for t in cfg.retrain_types for f in sorted(cfg.retrain_fractions) for s in cfg.seeds]
+    return cells
+
+
+def n_cells(cfg: NMTHeadsConfig) -> int:
+    return len(plan_cells(cfg))
+
+
+def cell_masks(cfg: NMTHeadsConfig, cell: dict) -> dict[str, torch.Tensor]:
+    """The cell's masks by attention type (1 = kept; every type present, unpruned ones all ones)."""
+    shapes = cfg.shapes()
+    out = {k: torch.ones(*s) for k, s in shapes.items()}
+    t = cell["type"]
+    if t == "none":
+        return out
+    if cell["kind"] == "strategy":
+        n_layers, n_heads = shapes[t]
+        n = masks.n_pruned_for_fraction(cell["budget"], n_layers, n_heads)
+        out[t] = strategies.strategy_mask(cell["strategy"], n_layers, n_heads, n, cell["seed"])
+    elif t == "all":
+        total = sum(l * h for l, h in shapes.values())
+        out.update(masks.random_masks(shapes, int(round(cell["fraction"] * total)), cell["seed"]))
+    else:
+        n_layers, n_heads = shapes[t]
+        out[t] = masks.random_mask(n_layers, n_heads, masks.n_pruned_for_fraction(cell["fraction"], n_layers, n_heads),
+                                   cell["seed"])
+    return out
+
+
+def masks_to_strings(ms: dict[str, torch.Tensor]) -> dict[str, str]:
+    return {k: masks.mask_to_string(m) for k, m in ms.items()}
+
+
+def random_seed(model_seed: int, r: int, kind: str) -> int:
+    """Seed of random baseline ``r`` of an L0 mask (the same at every lambda: nested masks)."""
+    return 1000 * (model_seed + 1) + 10 * r + SEQ2SEQ_KINDS.index(kind)
+
+
+# ---------------------------------------------------------------------------------------------- the workbench
+class Context:
+    """Data, the trained models (trained once per model seed, cached on disk) and cached evaluations."""
+
+    def __init__(self, cfg: NMTHeadsConfig, device: torch.device, cache_dir: Path):
+        self.cfg, self.device, self.cache_dir = cfg, torch.device(device), Path(cache_dir)
+        self._data = None
+        self._models: dict[int, tuple] = {}
+        self._encoded: dict[int, tuple] = {}
+
+    def data(self):
+        """``(train, dev, test)`` ParallelData subsets."""
+        if self._data is None:
+            c = self.cfg
+            kw = dict(data_dir=c.data_dir, direction=c.direction, allow_hub=c.allow_hub)
+            self._data = tuple(subset_pairs(load_parallel(c.corpus, split, **kw), size, c.subset_seed)
+                               for split, size in (("train", c.train_size), ("dev", c.dev_size), ("test", c.test_size)))
+        return self._data
+
+    def folder(self, model_seed: int) -> Path:
+        return model_folder(self.cache_dir, self.cfg, model_seed, self.device)
+
+    def model(self, model_seed: int):
+        """``(model, tokenizer, meta, trained_now)``: from memory, the disk cache, or trained now and cached."""
+        if model_seed in self._models:
+            m, tok, meta = self._models[model_seed]
+            return m, tok, meta, False
+        folder = self.folder(model_seed)
+        trained_now = False
+        if not (folder / "config.json").is_file():
+            self._train(model_seed, folder)
+            trained_now = True
+        model, tok, meta = load_translation_model(folder, self.device)
+        self._models = {model_seed: (model, tok, meta)}  # one model in memory at a time
+        self._encoded = {k: v for k, v in self._encoded.items() if k == model_seed}
+        return model, tok, meta, trained_now
+
+    def _train(self, model_seed: int, folder: Path) -> None:
+        """Tokenizer, model, training, full-model scores; written to a temporary folder, then renamed."""
+        c = self.cfg
+        train, dev, test = self.data()
+        t0 = time.perf_counter()
+        tok = train_tokenizer(train.src + train.tgt, vocab_size=c.vocab_size, model=c.tokenizer_model)
+        tr = encode_pairs(tok, train, c.max_length, drop_longer=True)
+        dv = encode_pairs(tok, dev, c.max_length)
+        model = build_translation_model(c.model_config(), tok, seed=model_seed).to(self.device)
+        res = train_translation(model, tr, dv, c.train_config(), seed=model_seed, progress=c.progress)
+        scores = evaluate_translation(model, tok, test, batch_size=c.eval_batch_size, num_beams=c.num_beams,
+                                      max_source_length=c.max_length)
+        meta = {
+            "corpus": c.corpus, "direction": f"{train.src_lang}-{train.tgt_lang}",
+            "sources": {s.split: s.source for s in (train, dev, test)},
+            "n_pairs": {"train": len(tr), "train_dropped_for_length": tr.n_dropped, "dev": len(dv), "test": len(test)},
+            "subset_seed": c.subset_seed, "vocab_size": len(tok), "tokenizer_model": c.tokenizer_model,
+            "model_config": c.model_config().as_dict(), "train_config": c.train_config().as_dict(),
+            "model_seed": model_seed, "n_parameters": sum(p.numel() for p in model.parameters()),
+            "steps": res.steps, "stopped": res.stopped, "best_step": res.best_step, "best_dev_loss": res.best_dev_loss,
+            "train_seconds": res.seconds, "history": res.history, "test_bleu": scores["bleu"], "test_chrf": scores["chrf"],
+            "bleu_signature": scores["bleu_signature"], "seconds_total": time.perf_counter() - t0,
+            "device_type": self.device.type, "training_version": NMT_TRAINING_VERSION,
+            "examples": [{"source": s, "reference": r, "hypothesis": h}
+                         for s, r, h in list(zip(test.src, test.tgt, scores["hypotheses"]))[:5]],
+        }
+        tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_translation_model(model.cpu(), tok, tmp, meta=meta)
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process finished the same model first: keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not (folder / "config.json").is_file():
+                raise
+
+    def encoded(self, model_seed: int):
+        """``(train, dev, test)`` EncodedPairs with the model's tokenizer (training pairs over max_length dropped)."""
+        if model_seed not in self._encoded:
+            tok = self.model(model_seed)[1]
+            train, dev, test = self.data()
+            self._encoded[model_seed] = (encode_pairs(tok, train, self.cfg.max_length, drop_longer=True),
+                                         encode_pairs(tok, dev, self.cfg.max_length),
+                                         encode_pairs(tok, test, self.cfg.max_length))
+        return self._encoded[model_seed]
+
+    def l0_batches(self, model_seed: int) -> list[dict]:
+        """The gates' training batches of a model (the same at every lambda and setting), made once."""
+        key = ("l0_batches", model_seed)
+        if getattr(self, "_l0_key", None) != key:
+            self._l0 = l0_batches(self.encoded(model_seed)[0], self.cfg.l0_batch_size, self.cfg.l0_steps, model_seed,
+                                  self.device)
+            self._l0_key = key
+        return self._l0
+
+    def score(self, model, tok, ms: dict[str, torch.Tensor] | None, physically_pruned: bool = False) -> dict:
+        """BLEU/chrF (decoding per the parameters) and teacher-forced NLL on the test subset, with ``ms`` zeroed."""
+        c = self.cfg
+        test = self.data()[2]
+        test_enc = encode_pairs(tok, test, c.max_length)
+        gates = None
+        if ms is not None and not physically_pruned:
+            gates = {k: m.to(self.device) for k, m in ms.items() if bool((m < 1).any())} or None
+        t0 = time.perf_counter()
+        s = evaluate_translation(model, tok, test, batch_size=c.eval_batch_size, num_beams=c.num_beams,
+                                 max_source_length=c.max_length, gates=gates)
+        nll = dev_loss(model, test_enc, gates=gates)
+        hyps = s.pop("hypotheses")
+        return {**s, "nll": nll, "mean_hyp_words": float(np.mean([len(h.split()) for h in hyps])),
+                "eval_seconds": time.perf_counter() - t0}
+
+    def evaluate(self, model_seed: int, ms: dict[str, torch.Tensor] | None) -> dict:
+        """:meth:`score` of the trained model under ``ms``, cached in ``<model folder>/evals/`` by mask and settings."""
+        c = self.cfg
+        model, tok, _, _ = self.model(model_seed)
+        strings = masks_to_strings(ms) if ms is not None else None
+        if strings is not None and all("0" not in s for s in strings.values()):
+            strings = None  # the full model
+        key = fingerprint({"masks": strings, "test_size": c.test_size, "subset_seed": c.subset_seed,
+                           "num_beams": c.num_beams, "eval_batch_size": c.eval_batch_size, "max_length": c.max_length,
+                           "eval_version": EVAL_VERSION})
+        path = self.folder(model_seed) / "evals" / f"{key}.json"
+        if path.is_file():
+            return {**json.loads(path.read_text()), "eval_cached": True}
+        out = self.score(model, tok, ms)
+        atomic_write_json(path, {**out, "masks": strings})
+        return {**out, "masks": strings, "eval_cached": False}
+
+
+# ---------------------------------------------------------------------------------------------- cells
+def _grid_row(cfg: NMTHeadsConfig, ms: dict[str, torch.Tensor], t: str) -> dict:
+    pruned = {k: int((m == 0).sum()) for k, m in ms.items()}
+    total = {k: int(m.numel()) for k, m in ms.items()}
+    if t in ("all", "none"):
+        return {"n_heads_pruned": sum(pruned.values()), "n_heads_total": sum(total.values()), "pruned_by_type": pruned}
+    return {"n_heads_pruned": pruned[t], "n_heads_total": total[t], "pruned_by_type": pruned}
+
+
+def _metrics(m: dict) -> dict:
+    keep = ("bleu", "chrf", "nll", "n", "bleu_signature", "chrf_signature", "mean_hyp_words", "eval_seconds", "eval_cached")
+    return {k: m[k] for k in keep if k in m}
+
+
+def run_model_cell(ctx: Context, cell: dict) -> dict:
+    t0 = time.perf_counter()
+    _, _, meta, trained_now = ctx.model(cell["model_seed"])
+    full = ctx.evaluate(cell["model_seed"], None)
+    keep = ("n_pairs", "vocab_size", "n_parameters", "steps", "stopped", "best_step", "best_dev_loss", "train_seconds",
+            "history", "test_bleu", "examples", "sources", "direction")
+    return {**_metrics(full), **{k: meta.get(k) for k in keep}, "trained_now": trained_now,
+            "seconds": time.perf_counter() - t0}
+
+
+def run_mask_cell(ctx: Context, cell: dict) -> dict:
+    """A ``prune`` or ``strategy`` cell: the trained model with the cell's masks, no retraining."""
+    t0 = time.perf_counter()
+    ms = cell_masks(ctx.cfg, cell)
+    m = ctx.evaluate(cell["model_seed"], ms)
+    return {**_metrics(m), **_grid_row(ctx.cfg, ms, cell["type"]), "masks": masks_to_strings(ms),
+            "seconds": time.perf_counter() - t0}
+
+
+def run_retrain_cell(ctx: Context, cell: dict) -> dict:
+    """Remove the cell's heads physically, train ``retrain_steps`` more steps (mask fixed), evaluate.
+
+    The data order and dropout noise depend on the model seed only, so every retrain cell of a model (and its
+    unpruned reference) sees the same batches: the differences are the masks'."""
+    cfg = ctx.cfg
+    t0 = time.perf_counter()
+    base, tok, _, _ = ctx.model(cell["model_seed"])
+    train_enc = ctx.encoded(cell["model_seed"])[0]
+    ms = cell_masks(cfg, cell)
+    model = copy.deepcopy(base)
+    if any(bool((m < 1).any()) for m in ms.values()):
+        prune_heads(model, ms)
+    res = train_translation(model, train_enc, None, cfg.retrain_config(), seed=10_000 + cell["model_seed"],
+                            progress=False)
+    m = ctx.score(model, tok, ms, physically_pruned=True)
+    del model
+    return {**_metrics(m), **_grid_row(cfg, ms, cell["type"]), "masks": masks_to_strings(ms),
+            "train_loss_last": res.history[-1]["train_loss"] if res.history else math.nan, "retrain_steps": res.steps,
+            "seconds": time.perf_counter() - t0}
+
+
+def run_roles_cell(ctx: Context, cell: dict) -> dict:
+    cfg = ctx.cfg
+    t0 = time.perf_counter()
+    model, tok, _, _ = ctx.model(cell["model_seed"])
+    train, dev, _ = ctx.data()
+    ud = (specialized.load_ud_ewt(cfg.ud_split, cfg.data_dir, max_sentences=cfg.ud_sentences) if cfg.syntactic else [])
+    n_roles = cfg.role_sentences or len(dev)
+    measured = encoder_roles(model, tok, dev.src[:n_roles], train.src, ud, cfg.max_length, cfg.relations,
+                             cfg.syntactic_margin, common.EVAL_BATCH)
+    dev_enc = ctx.encoded(cell["model_seed"])[1]
+    n_imp = cfg.importance_size or len(dev_enc)
+    sub = type(dev_enc)(dev_enc.src_ids[:n_imp], dev_enc.tgt_ids[:n_imp], dev_enc.pad_id, dev_enc.decoder_start_id)
+    importance, nll_full = ablation_nll(model, sub, head_shape(model))
+    return {"roles": measured, "importance": importance, "dev_nll_full": nll_full, "n_role_sentences": n_roles,
+            "n_ud_sentences": len(ud), "n_importance_pairs": len(sub), "seconds": time.perf_counter() - t0}
+
+
+def l0_batches(enc, batch_size: int, steps: int, seed: int, device) -> list[dict]:
+    """``steps`` shuffled, length-grouped training batches of ``batch_size`` pairs (the same at every lambda)."""
+    out: list[dict] = []
+    epoch = 0
+    while len(out) < steps:
+        for idx in train_batches(enc.lengths, batch_size, seed=1000 * seed + epoch):
+            out.append(collate_pairs(enc, idx, device))
+            if len(out) >= steps:
+                break
+        epoch += 1
+    return out
+
+
+def nmt_loss(model, batch: dict) -> torch.Tensor:
+    """Mean per-token NLL of the targets (no label smoothing): the gates' task loss."""
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    return label_smoothed_loss(model(**inputs).logits, batch["labels"])[0]
+
+
+def run_l0_cell(ctx: Context, cell: dict, batches: list[dict]) -> dict:
+    cfg = ctx.cfg
+    ms = cell["model_seed"]
+    t0 = time.perf_counter()
+    model, _, _, _ = ctx.model(ms)
+    kinds = l0_kinds(cell["setting"])
+    set_seed(ms)  # the gate noise: the same at every lambda
+    gates = HardConcreteGateDict.for_model(model, kinds=kinds, beta=cfg.temperature, gamma=cfg.stretch_low,
+                                           zeta=cfg.stretch_high)
+    res = l0_train(model, gates, batches, cell["lam"], steps=len(batches), lr=cfg.l0_lr, loss_fn=nmt_loss)
+    seconds_train = time.perf_counter() - t0
+    shapes = cfg.shapes()
+    full = {k: torch.ones(*s) for k, s in shapes.items()}
+    l0_masks = {**full, **res.mask}
+    l0 = ctx.evaluate(ms, l0_masks)
+    randoms = []
+    for r in range(cfg.n_random_baselines):
+        rm = dict(full)
+        for k in kinds:
+            n_layers, n_heads = shapes[k]
+            rm[k] = masks.random_mask(n_layers, n_heads, int((res.mask[k] == 0).sum()), random_seed(ms, r, k))
+        randoms.append((rm, ctx.evaluate(ms, rm)))
+    step = max(1, len(res.history) // 100)
+    return {
+        **{f"{k}_l0": v for k, v in _metrics(l0).items()},
+        "bleu_random": [m["bleu"] for _, m in randoms], "chrf_random": [m["chrf"] for _, m in randoms],
+        "nll_random": [m["nll"] for _, m in randoms],
+        "bleu_random_mean": float(np.mean([m["bleu"] for _, m in randoms])),
+        "kept_by_type": {k: int(res.mask[k].sum()) for k in kinds},
+        "heads_by_type": {k: int(res.mask[k].numel()) for k in kinds},
+        "n_kept": sum(int(res.mask[k].sum()) for k in kinds), "n_heads_total": sum(int(res.mask[k].numel()) for k in kinds),
+        "masks": masks_to_strings({k: res.mask[k] for k in kinds}),
+        "random_masks": [masks_to_strings({k: rm[k] for k in kinds}) for rm, _ in randoms],
+        "log_alpha": {k: v.detach().cpu().tolist() for k, v in gates.log_alpha.items()},
+        "open_prob": {k: v.detach().cpu().tolist() for k, v in gates.open_prob().items()},
+        "history": res.history[::step] + ([res.history[-1]] if (len(res.history) - 1) % step else []),
+        "seconds_train": seconds_train, "seconds": time.perf_counter() - t0,
+    }
+
+
+def run_cell(ctx: Context, cell: dict) -> dict:
+    """One cell's result (pure of the store; the caller saves it): the unit a cluster engine may run anywhere,
+    given the model cache (a cell trains the model of its seed when the cache lacks it)."""
+    kind = cell["kind"]
+    if kind == "model":
+        return run_model_cell(ctx, cell)
+    if kind == "roles":
+        return run_roles_cell(ctx, cell)
+    if kind in ("prune", "strategy"):
+        return run_mask_cell(ctx, cell)
+    if kind == "l0":
+        return run_l0_cell(ctx, cell, ctx.l0_batches(cell["model_seed"]))
+    if kind == "retrain":
+        return run_retrain_cell(ctx, cell)
+    raise ValueError(f"unknown cell kind {kind!r}")
+
+
+CELL_ORDER = ("model", "roles", "prune", "strategy", "l0", "retrain")
+
+
+def run_cells(ctx: Context, store, todo: list[dict], bar) -> None:
+    """Compute the missing cells model seed by model seed (the model first: it may need training), each stored
+    when done (an interrupted run resumes there)."""
+    for cell in sorted(todo, key=lambda c: (c["model_seed"], CELL_ORDER.index(c["kind"]))):
+        store.put(cell, run_cell(ctx, cell))
+        bar.update(1)
+
+
+def run_study(cfg: NMTHeadsConfig, profile: str, paths: StudyPaths | None = None):
+    """Run every cell not yet done (resuming), write the metadata; returns the tidy results (one row per cell)."""
+    paths = (paths or StudyPaths(STUDY, profile)).ensure()
+    cache = paths.nmt_cache
+    return common.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg), study_fingerprint,
+                                  lambda c, device, _unused: Context(c, device, cache), run_todo=run_cells,
+                                  extra_params={"data_source": data_source(cfg), "model_cache": str(cache)})
+
+
+__all__ = [
+    "STUDY", "NMTHeadsConfig", "Context", "TYPES", "REGIMES", "plan_cells", "n_cells", "cell_masks", "run_cell",
+    "run_cells", "model_folder", "model_key", "study_fingerprint", "source_queries", "run_study",
+    # the analysis (nmt_heads_analysis), re-exported so the notebook needs one module
+    "VOITA_ALL_TYPES", "VOITA_BASELINE_BLEU", "VOITA_FRACTION", "TYPE_CONTRASTS", "ROLE_NAMES", "full_models",
+    "random_rows", "random_summary", "random_drops", "prunable", "retrain_table", "type_contrasts",
+    "strategy_rows", "strategy_summary", "strategy_contrasts", "strategy_mask_rows", "role_source", "roles",
+    "role_counts", "role_map", "encoder_scores", "importance_table", "score_agreement", "l0_curve",
+    "l0_by_type", "l0_contrasts", "type_prunability", "l0_survival_source", "survival", "survival_tests",
+    "survival_map", "survival_by_role", "roles_at_budget", "verdicts",
+]

@@ -1,0 +1,279 @@
+"""Study 7 (translation heads) end to end on a tiny Marian model and a tiny synthetic parallel corpus; parameters
+refused early; resume without recomputation; the analysis on hand-made tables."""
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from headprune_utils import masks
+from headprune_utils.config import ParameterError, validate
+from headprune_utils.paths import StudyPaths
+from headprune_utils.results import StaleResultsError
+from headprune_utils.studies import STUDIES
+from headprune_utils.studies import nmt_heads as study
+
+# a toy language pair: the target is the source word by word through a dictionary (learnable in a few steps)
+LEXICON = {"a": "ein", "the": "der", "man": "Mann", "woman": "Frau", "dog": "Hund", "red": "rot", "big": "groß",
+           "runs": "rennt", "sees": "sieht", "plays": "spielt", "ball": "Ball", "in": "im", "park": "Park",
+           "snow": "Schnee", "quickly": "schnell", ".": "."}
+UD = [  # (form, head, deprel) over the lexicon's English words
+    [("a", 3, "det"), ("big", 3, "amod"), ("dog", 4, "nsubj"), ("runs", 0, "root"), ("quickly", 4, "advmod"), (".", 4, "punct")],
+    [("the", 2, "det"), ("man", 3, "nsubj"), ("sees", 0, "root"), ("a", 6, "det"), ("red", 6, "amod"), ("ball", 3, "obj")],
+    [("a", 2, "det"), ("woman", 3, "nsubj"), ("plays", 0, "root"), ("in", 6, "case"), ("the", 6, "det"), ("park", 3, "obl")],
+]
+
+
+def sentences(n: int, seed: int) -> tuple[list[str], list[str]]:
+    rng = np.random.default_rng(seed)
+    subj, verbs, objs = ["man", "woman", "dog"], ["runs", "sees", "plays"], ["ball", "park", "snow"]
+    src = []
+    for _ in range(n):
+        words = [str(rng.choice(["a", "the"])), *(["big"] if rng.random() < 0.4 else []), str(rng.choice(subj)),
+                 str(rng.choice(verbs)), *(["quickly"] if rng.random() < 0.3 else []), str(rng.choice(["a", "the"])),
+                 *(["red"] if rng.random() < 0.4 else []), str(rng.choice(objs)), "."]
+        src.append(" ".join(words))
+    return src, [" ".join(LEXICON[w] for w in s.split()) for s in src]
+
+
+def write_gz(path, lines):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """A data root with a tiny Multi30k-layout corpus and a tiny UD English-EWT dev split."""
+    r = tmp_path_factory.mktemp("nmt_root")
+    raw = r / "multi30k" / "task1" / "raw"
+    for i, (stem, n) in enumerate((("train", 160), ("val", 24), ("test_2016_flickr", 16))):
+        src, tgt = sentences(n, seed=i)
+        write_gz(raw / f"{stem}.en.gz", src)
+        write_gz(raw / f"{stem}.de.gz", tgt)
+    lines = []
+    for k, sent in enumerate(UD * 2):
+        lines.append(f"# sent_id = s{k}")
+        lines += [f"{i}\t{f}\t{f}\tX\tX\t_\t{h}\t{d}\t_\t_" for i, (f, h, d) in enumerate(sent, 1)]
+        lines.append("")
+    (r / "ud_english_ewt").mkdir()
+    (r / "ud_english_ewt" / "en_ewt-ud-dev.conllu").write_text("\n".join(lines) + "\n")
+    return r
+
+
+TINY = dict(vocab_size=80, encoder_layers=2, decoder_layers=2, heads=2, d_model=16, ffn_dim=32, dropout=0.0,
+            max_steps=12, max_tokens=None, batch_size=16, lr=3e-3, warmup_steps=2, eval_every=6, patience=None,
+            train_max_seconds=None, eval_batch_size=16, types=["enc", "cross", "all"], fractions=[0.5], seeds=[0, 1],
+            retrain_types=["all"], retrain_fractions=[0.5], retrain_steps=2, strategy_types=["enc", "dec"],
+            strategies=["random", "top", "bottom"], strategy_budgets=[0.5], role_sentences=8, importance_size=8,
+            ud_sentences=None, l0_settings=["enc", "all"], lambdas=[0.0, 2.0], l0_steps=3, l0_batch_size=8, l0_lr=0.5,
+            n_permutations=99, device="cpu", allow_hub=False, progress=False)
+
+
+def config(root, **kw):
+    return validate(study.NMTHeadsConfig, {**TINY, "data_dir": str(root), **kw})
+
+
+# ---------------------------------------------------------------------------------------------- parameters
+def test_bad_parameters_are_refused_before_any_training(root, tmp_path, monkeypatch):
+    with pytest.raises(ParameterError, match="unknown attention type"):
+        config(root, types=["enc", "encoder"])
+    with pytest.raises(ParameterError, match="l0_settings: unknown attention type"):
+        config(root, l0_settings=["self"])
+    with pytest.raises(ParameterError, match="outside"):
+        config(root, fractions=[1.5])  # an impossible budget
+    with pytest.raises(ParameterError, match="prunes no head"):
+        config(root, fractions=[0.01])
+    with pytest.raises(ParameterError, match="include 'random'"):
+        config(root, strategies=["top", "bottom"])
+    with pytest.raises(ParameterError, match="unknown parameter"):
+        config(root, fraction=[0.5])
+    with pytest.raises(ParameterError, match="divisible"):
+        config(root, d_model=15)
+    with pytest.raises(ParameterError, match="data_dir"):
+        config(root, data_dir=str(tmp_path / "nowhere"))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ParameterError, match="multi30k.*no local data.*HEADPRUNE_DATA_DIR"):
+        config(root, data_dir=str(empty), allow_hub=True, syntactic=False)
+    with pytest.raises(ParameterError, match="UD English-EWT"):
+        config(root, ud_split="test")
+    with pytest.raises(ParameterError, match="source language"):
+        config(root, direction="de-en")
+    assert config(root, direction="de-en", syntactic=False).source_lang() == "de"
+    assert "nmt_heads" in STUDIES and STUDIES["nmt_heads"].config_class() is study.NMTHeadsConfig
+
+
+def test_cell_masks_prune_the_right_heads(root):
+    cfg = config(root)
+    shapes = cfg.shapes()
+    for t in ("enc", "dec", "cross"):
+        m = study.cell_masks(cfg, {"kind": "prune", "type": t, "fraction": 0.5, "seed": 0})
+        assert int((m[t] == 0).sum()) == 2 and all(bool((m[k] == 1).all()) for k in shapes if k != t)
+        assert torch.equal(m[t], masks.random_mask(2, 2, 2, 0))  # the one-grid random mask
+    joint = study.cell_masks(cfg, {"kind": "prune", "type": "all", "fraction": 0.5, "seed": 3})
+    assert sum(int((m == 0).sum()) for m in joint.values()) == 6
+    s = study.cell_masks(cfg, {"kind": "strategy", "type": "enc", "strategy": "top", "budget": 0.5, "seed": 0})
+    assert s["enc"].tolist() == [[1.0, 1.0], [0.0, 0.0]]
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+@pytest.fixture(scope="module")
+def run(root, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out")
+    cfg = config(root)
+    paths = StudyPaths(study.STUDY, "unit", root=out)
+    table = study.run_study(cfg, "unit", paths)
+    return cfg, paths, table
+
+
+def test_the_study_runs_end_to_end(run):
+    cfg, paths, table = run
+    assert len(table) == study.n_cells(cfg) == len(list(paths.cells.glob("*.json")))
+    counts = table["kind"].value_counts().to_dict()
+    assert counts == {"model": 1, "roles": 1, "prune": 6, "strategy": 12, "l0": 4, "retrain": 3}
+    folders = list(paths.nmt_cache.glob("multi30k__seed=0__*"))
+    assert len(folders) == 1 and (folders[0] / "config.json").is_file() and (folders[0] / "tokenizer.json").is_file()
+    assert not list(paths.nmt_cache.glob(".*tmp*")), "no temporary folder is left"
+    full = table[table["kind"] == "model"].iloc[0]
+    assert 0 <= full["bleu"] <= 100 and full["steps"] == 12 and full["trained_now"]
+    # the random strategy at budget 0.5 is the random-pruning mask of the same type and seed: decoded once
+    p = table[(table["kind"] == "prune") & (table["type"] == "enc")].set_index("seed")
+    s = table[(table["kind"] == "strategy") & (table["type"] == "enc") & (table["strategy"] == "random")].set_index("seed")
+    assert (p["masks"] == s["masks"]).all() and np.allclose(p["bleu"], s["bleu"]) and s["eval_cached"].all()
+    l0 = table[table["kind"] == "l0"].set_index(["setting", "lam"])
+    assert set(l0.loc[("enc", 0.0), "kept_by_type"]) == {"enc"}
+    assert set(l0.loc[("all", 2.0), "kept_by_type"]) == {"enc", "dec", "cross"}
+    assert l0.loc[("all", 2.0), "n_kept"] <= l0.loc[("all", 0.0), "n_kept"]
+    roles = table[table["kind"] == "roles"].iloc[0]
+    assert np.asarray(roles["roles"]["prev"]).shape == (2, 2) and roles["roles"]["syntactic"]
+    assert set(roles["importance"]) == {"enc", "dec", "cross"}
+    re = table[table["kind"] == "retrain"]
+    assert set(re["type"]) == {"none", "all"} and (re["retrain_steps"] == 2).all()
+    meta = (paths.dir / "run_meta.json").read_text()
+    assert "model_cache" in meta and str(paths.dir) not in meta
+
+
+def test_a_rerun_resumes_without_recomputing_and_refuses_other_parameters(run, monkeypatch):
+    cfg, paths, table = run
+
+    def boom(*a, **k):
+        raise AssertionError("recomputed")
+
+    monkeypatch.setattr(study.Context, "_train", boom)
+    monkeypatch.setattr(study.Context, "score", boom)
+    monkeypatch.setattr(study, "l0_train", boom)
+    again = study.run_study(cfg, "unit", paths)
+    pd.testing.assert_frame_equal(again.drop(columns="seconds"), table.drop(columns="seconds"))
+    # a lost cell is recomputed from the cached model and evaluations, without training or decoding again
+    victim = next(paths.cells.glob("*kind=prune__*"))
+    victim.unlink()
+    again = study.run_study(cfg, "unit", paths)
+    assert len(again) == len(table)
+    with pytest.raises(StaleResultsError):
+        study.run_study(config(cfg.data_dir, test_size=8), "unit", paths)
+
+
+def test_the_analysis_runs_on_the_study_table(run):
+    cfg, paths, table = run
+    summary = study.random_summary(table)
+    assert set(summary["regime"]) == {"prune", "prune_then_train"}
+    assert set(summary[summary["regime"] == "prune"]["type"]) == {"enc", "cross", "all"}
+    drops = study.random_drops(table)
+    full = table[table["kind"] == "model"]["bleu"].iloc[0]
+    p = table[(table["kind"] == "prune") & (table["type"] == "cross")]["bleu"].to_numpy()
+    row = drops[(drops["type"] == "cross") & (drops["regime"] == "prune")].iloc[0]
+    assert row["mean_drop"] == pytest.approx(full - p.mean())
+    tc = study.type_contrasts(table)
+    assert set(tc["contrast"]) == {"enc vs cross"}  # dec was not pruned at random here
+    sc = study.strategy_contrasts(table)
+    assert {"top vs random", "bottom vs random"} <= set(sc["contrast"])
+    role_tab = study.roles(table, **{k: getattr(cfg, k) for k in ("positional_threshold", "syntactic_margin",
+                                                                   "rare_ratio", "rare_alpha")})
+    assert len(role_tab) == 4
+    curve = study.l0_curve(table)
+    by_type = study.l0_by_type(curve, table)
+    assert set(by_type[by_type["setting"] == "all"]["type"]) == {"enc", "dec", "cross"}
+    surv = study.survival(table)
+    assert set(surv["task"]) == {"enc", "all"} and len(surv) == 8
+    tests = study.survival_tests(surv, role_tab, n_perm=cfg.n_permutations)
+    assert "specialized" in set(tests["group"])
+    verdict = study.verdicts(study.full_models(table), drops, study.retrain_table(table), tc, sc,
+                             study.role_counts(role_tab, cfg.relations), study.score_agreement(study.encoder_scores(table)),
+                             study.l0_contrasts(curve), study.type_prunability(by_type), by_type, tests,
+                             study.roles_at_budget(table, role_tab), cfg.relations)
+    assert len(verdict) >= 6 and verdict["verdict"].str.endswith("at this scale").all()
+
+
+# ---------------------------------------------------------------------------------------------- analysis by hand
+def _cells():
+    """Hand-made cells: one model (BLEU 30), random pruning of enc and cross at 0.5 with seeds 0-2."""
+    rows = [{"kind": "model", "model_seed": 0, "bleu": 30.0, "chrf": 50.0, "nll": 2.0, "seconds": 1.0}]
+    bleu = {"enc": [29.0, 28.0, 30.0], "cross": [20.0, 22.0, 21.0]}
+    for t, values in bleu.items():
+        for s, b in enumerate(values):
+            rows.append({"kind": "prune", "type": t, "fraction": 0.5, "seed": s, "model_seed": 0, "bleu": b,
+                         "chrf": b + 20, "nll": 2.5, "n_heads_pruned": 24, "n_heads_total": 48, "seconds": 1.0})
+    rows.append({"kind": "retrain", "type": "none", "fraction": 0.0, "seed": -1, "model_seed": 0, "bleu": 31.0, "chrf": 0.0,
+                 "nll": 0.0, "n_heads_pruned": 0, "n_heads_total": 144, "retrain_steps": 5, "seconds": 1.0})
+    for s, b in enumerate([30.0, 29.0, 28.0]):
+        rows.append({"kind": "retrain", "type": "cross", "fraction": 0.5, "seed": s, "model_seed": 0, "bleu": b,
+                     "chrf": 0.0, "nll": 0.0, "n_heads_pruned": 24, "n_heads_total": 48, "retrain_steps": 5, "seconds": 1.0})
+    return pd.DataFrame(rows)
+
+
+def test_random_pruning_analysis_by_hand():
+    t = _cells()
+    s = study.random_summary(t).set_index(["regime", "type", "fraction"])
+    assert s.loc[("prune", "enc", 0.5), "mean"] == pytest.approx(29.0)
+    assert s.loc[("prune", "cross", 0.5), "drop_from_full"] == pytest.approx(9.0)
+    assert s.loc[("prune_then_train", "cross", 0.0), "mean"] == pytest.approx(31.0)
+    d = study.random_drops(t).set_index(["regime", "type"])
+    assert d.loc[("prune_then_train", "cross"), "mean_drop"] == pytest.approx(2.0)
+    assert study.prunable(study.random_drops(t), 1.5).set_index(["regime", "type"]).loc[
+        ("prune", "enc"), "max_fraction_within_tolerance"] == 0.5
+    r = study.retrain_table(t)
+    # seed 0: drop without retraining 30 - 20 = 10, with 31 - 30 = 1: recovered 9
+    assert r.set_index("seed").loc[0, "recovery"] == pytest.approx(9.0)
+    c = study.type_contrasts(t)
+    pooled = c[(c["task"] == "all") & (c["budget"] == "all")].iloc[0]
+    assert pooled["contrast"] == "enc vs cross" and pooled["mean_diff"] == pytest.approx(8.0)
+    assert pooled["n_pairs"] == 3 and pooled["sign_flip_p"] == pytest.approx(0.25)  # exact: 2 of 8 sign vectors
+
+
+def test_l0_analysis_by_hand():
+    curve = pd.DataFrame([
+        {"setting": "all", "model_seed": 0, "lam": 0.1, "n_kept": 20, "n_heads_total": 36, "bleu_l0": 25.0,
+         "bleu_random_mean": 20.0, "bleu_full": 27.0, "kept_enc": 4, "kept_dec": 7, "kept_cross": 9},
+        {"setting": "all", "model_seed": 0, "lam": 1.0, "n_kept": 9, "n_heads_total": 36, "bleu_l0": 15.0,
+         "bleu_random_mean": 14.0, "bleu_full": 27.0, "kept_enc": 3, "kept_dec": 3, "kept_cross": 3},
+        {"setting": "all", "model_seed": 0, "lam": 9.0, "n_kept": 0, "n_heads_total": 36, "bleu_l0": 0.0,
+         "bleu_random_mean": 0.0, "bleu_full": 27.0, "kept_enc": 0, "kept_dec": 0, "kept_cross": 0},
+    ])
+    table = pd.DataFrame([{"kind": "l0", "setting": "all", "heads_by_type": {"enc": 12, "dec": 12, "cross": 12}}])
+    by_type = study.l0_by_type(curve, table)
+    assert len(by_type) == 9 and by_type["frac_kept"].max() == pytest.approx(0.75)
+    tp = study.type_prunability(by_type).set_index("lam")
+    assert list(tp.index) == [0.1, 1.0]  # lambda 9 pruned everything
+    assert tp.loc[0.1, "enc_fewest"] and tp.loc[0.1, "cross_most"]
+    assert not tp.loc[1.0, "enc_fewest"] and not tp.loc[1.0, "cross_most"]  # ties are not "fewest"
+    c = study.l0_contrasts(curve).set_index(["contrast", "setting", "lam"])
+    assert c.loc[("L0 - random", "all", "all"), "n_pairs"] == 2  # the all-pruned mask is left out
+    assert c.loc[("L0 - random", "all", "all"), "mean_diff"] == pytest.approx(3.0)
+    assert c.loc[("L0 - random", "pooled", "all"), "n_pairs"] == 2
+    assert c.loc[("L0 - full", "all", "all"), "n_pairs"] == 3
+
+
+def test_a_data_root_without_multi30k_is_a_data_gap_of_the_smoke_run(tmp_path, monkeypatch):
+    """What makes the smoke test skip this study (with the reason) instead of failing every notebook."""
+    from headprune_utils import run as runner
+
+    monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(ParameterError, match="multi30k.*HEADPRUNE_DATA_DIR"):
+        runner.validate_profile("smoke", ["nmt_heads"])
+
