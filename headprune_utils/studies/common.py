@@ -32,6 +32,16 @@ EVAL_BATCH = 32  # forward-only batches; on a CPU larger ones are no faster
 TRAINING_VERSION = 2
 
 
+def check_device(device: str) -> None:
+    """``device`` is "auto", "cpu" or "cuda[:N]", and usable here (raises ParameterError)."""
+    if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
+        raise ParameterError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}")
+    try:
+        models.resolve_device(device)
+    except ValueError as exc:
+        raise ParameterError(f"device: {exc}") from None
+
+
 @dataclass(frozen=True)
 class GlueStudyConfig:
     """Parameters every GLUE fine-tuning study has; the defaults are the quick CPU profile."""
@@ -95,12 +105,7 @@ class GlueStudyConfig:
             gone = [f"{t} {s}" for t, v in avail.items() for s, ok in v.items() if not ok]
             if gone:
                 raise ParameterError(f"tasks: no local data for {', '.join(gone)} and allow_hub is false")
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ParameterError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
-        try:
-            models.resolve_device(self.device)
-        except ValueError as exc:
-            raise ParameterError(f"device: {exc}") from None
+        check_device(self.device)
 
     def head_shape(self) -> tuple[int, int]:
         """``(n_layers, n_heads)`` of the model (reads its config only)."""

@@ -425,14 +425,6 @@ def _ci(mean, lo, hi, digits: int = 2) -> str:
     return f"{mean:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
 
 
-def _greater(mean: float, p: float, alpha: float) -> str:
-    if mean > 0 and p < alpha:
-        return "supported"
-    if mean < 0 and p < alpha:
-        return "contradicted (the opposite is significant)"
-    return "not supported (no significant difference)"
-
-
 def verdicts(full: pd.DataFrame, drops: pd.DataFrame, retrain: pd.DataFrame, type_contr: pd.DataFrame,
              strat_contr: pd.DataFrame, counts: pd.DataFrame, agreement: pd.DataFrame, l0_contr: pd.DataFrame,
              prunability: pd.DataFrame, by_type: pd.DataFrame, surv_tests: pd.DataFrame, budget: pd.DataFrame,
@@ -475,7 +467,7 @@ def verdicts(full: pd.DataFrame, drops: pd.DataFrame, retrain: pd.DataFrame, typ
         p = stats.sign_flip_test(rec_all) if len(rec_all) else np.nan
         add("Budhraja et al. (set-up)", "Training with the mask fixed recovers BLEU lost by pruning (they fine-tune "
             "25 epochs; here a few dozen steps)", "; ".join(parts) + f"; sign-flip p = {p:.3g} over {len(rec_all)} masks",
-            _greater(float(rec_all.mean()), p, alpha))
+            s6.greater_verdict(float(rec_all.mean()), p, alpha))
 
     # Budhraja 2: location strategies vs random
     if len(strat_contr):
@@ -551,7 +543,7 @@ def verdicts(full: pd.DataFrame, drops: pd.DataFrame, retrain: pd.DataFrame, typ
             add("Voita et al. (Sec. 6)", "L0 gates choose heads that matter: better than random heads at the same counts "
                 "per type (no retraining)", f"L0 - random = {_ci(r.mean_diff, r.boot_ci_low, r.boot_ci_high)}, sign-flip "
                 f"p = {r.sign_flip_p:.3g} over {int(r.n_pairs)} masks. Per setting: {detail}",
-                _greater(r.mean_diff, r.sign_flip_p, alpha))
+                s6.greater_verdict(r.mean_diff, r.sign_flip_p, alpha))
 
     # Voita: roles
     if len(counts):

@@ -10,13 +10,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .. import masks, models, strategies
+from .. import masks, strategies
 from ..architecture import SEQ2SEQ_KINDS
 from ..config import ParameterError
 from ..data import DataUnavailableError, _offline_var, resolve_data_dir
 from ..translation import NMTTrainConfig
 from ..translation_data import CORPORA, local_available
 from ..translation_model import NMTModelConfig
+from .common import check_device
 
 __all__ = ["NMTHeadsConfig", "TYPES", "data_source"]
 
@@ -176,12 +177,7 @@ class NMTHeadsConfig:
             raise ParameterError("need 0 < positional_threshold <= 1, 0 < rare_alpha < 1 and rare_ratio > 0")
         if self.tolerance < 0 or self.equivalence_margin < 0 or self.syntactic_margin < 0:
             raise ParameterError("tolerance, equivalence_margin and syntactic_margin must be >= 0")
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ParameterError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
-        try:
-            models.resolve_device(self.device)
-        except ValueError as exc:
-            raise ParameterError(f"device: {exc}") from None
+        check_device(self.device)
         self._check_data()
 
     @staticmethod

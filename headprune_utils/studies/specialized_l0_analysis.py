@@ -360,7 +360,8 @@ def _ci(r) -> str:
     return f"{r.mean_diff:+.3f} [{r.boot_ci_low:+.3f}, {r.boot_ci_high:+.3f}]"
 
 
-def _greater(mean: float, p: float, alpha: float) -> str:
+def greater_verdict(mean: float, p: float, alpha: float) -> str:
+    """The verdict on a claim "a > b" from the mean difference and its p-value."""
     if mean > 0 and p < alpha:
         return "supported"
     if mean < 0 and p < alpha:
@@ -487,7 +488,7 @@ def verdicts(agree: pd.DataFrame, counts: pd.DataFrame, contr: pd.DataFrame, sur
                 v = ("L0 better" if r.mean_diff > 0 and r.sign_flip_p < alpha else "importance better"
                      if r.mean_diff < 0 and r.sign_flip_p < alpha else "no significant difference")
             else:
-                v = _greater(r.mean_diff, r.sign_flip_p, alpha)
+                v = greater_verdict(r.mean_diff, r.sign_flip_p, alpha)
             add(claim, res, v)
 
     # 6. survival
