@@ -591,15 +591,7 @@ def verdicts(full: pd.DataFrame, drops: pd.DataFrame, retrain: pd.DataFrame, typ
                  else "contradicted (specialized heads go earlier)" if r.p_less < alpha else "not supported (no significant difference)")
             add("Voita et al. (Sec. 6.2)", "Specialized heads are the last to be pruned", res, v)
     if len(budget):
-        parts, ok, any_role = [], True, False
-        for role in ROLE_NAMES:
-            p = budget[f"present_{role}"].dropna()
-            if len(p):
-                any_role = True
-                ok &= bool(p.all())
-                parts.append(f"{role}: kept in {int(p.sum())} of {len(p)}")
-        res = (f"L0 masks nearest {100 * VOITA_FRACTION:.0f}% of the encoder heads keep {budget['n_kept'].mean():.1f} on "
-               f"average (target {budget['target'].iloc[0]:.1f}); " + ("; ".join(parts) or "no roles found"))
+        res, v = s6.budget_presence(budget, heads="the encoder heads", kept="", per="")
         add("Voita et al. (Sec. 6.2)", "With 17 of 48 encoder heads kept, every identified head function is still present",
-            res, "not testable (no roles found)" if not any_role else "supported" if ok else "partly supported")
+            res, v)
     return pd.DataFrame(rows)

@@ -526,16 +526,23 @@ def verdicts(agree: pd.DataFrame, counts: pd.DataFrame, contr: pd.DataFrame, sur
 
     # 7. roles present at ~17/48 heads
     if len(budget):
-        parts, all_ok, any_role = [], True, False
-        for role in ROLE_NAMES:
-            p = budget[f"present_{role}"].dropna()
-            if len(p):
-                any_role = True
-                all_ok &= bool(p.all())
-                parts.append(f"{role}: kept in {int(p.sum())} of {len(p)} models")
-        res = (f"L0 masks nearest {100 * VOITA_FRACTION:.0f}% of the heads keep {budget['n_kept'].mean():.1f} heads on "
-               f"average (target {budget['target'].iloc[0]:.1f}); " + ("; ".join(parts) or "no roles found"))
-        v = "not testable (no roles found)" if not any_role else "supported" if all_ok else "partly supported"
+        res, v = budget_presence(budget)
         add("Voita et al.: with 17 of 48 heads kept, every identified head function is still present", res, v)
     return pd.DataFrame(rows)
+
+
+def budget_presence(budget: pd.DataFrame, heads: str = "the heads", kept: str = " heads",
+                    per: str = " models") -> tuple[str, str]:
+    """Result text and verdict of "with 17 of 48 heads kept, every identified head function is still present"
+    from :func:`roles_at_budget` rows (the wording of the counted units is the caller's)."""
+    parts, all_ok, any_role = [], True, False
+    for role in ROLE_NAMES:
+        p = budget[f"present_{role}"].dropna()
+        if len(p):
+            any_role = True
+            all_ok &= bool(p.all())
+            parts.append(f"{role}: kept in {int(p.sum())} of {len(p)}{per}")
+    res = (f"L0 masks nearest {100 * VOITA_FRACTION:.0f}% of {heads} keep {budget['n_kept'].mean():.1f}{kept} on "
+           f"average (target {budget['target'].iloc[0]:.1f}); " + ("; ".join(parts) or "no roles found"))
+    return res, "not testable (no roles found)" if not any_role else "supported" if all_ok else "partly supported"
 
