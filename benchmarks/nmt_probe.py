@@ -38,6 +38,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup", type=int, default=150)
+    parser.add_argument("--dropout", type=float, default=0.1, help="residual and embedding dropout")
+    parser.add_argument("--label-smoothing", type=float, default=0.1)
+    parser.add_argument("--max-tokens", type=int, default=None, help="token-based batches (sentences x longest)")
     parser.add_argument("--dev-size", type=int, default=500)
     parser.add_argument("--beam-sentences", type=int, default=200)
     args = parser.parse_args()
@@ -64,10 +67,11 @@ def main() -> None:
     out["mean_tgt_tokens"] = round(sum(map(len, train_enc.tgt_ids)) / len(train_enc), 1)
 
     mcfg = NMTModelConfig(encoder_layers=args.layers, decoder_layers=args.layers, heads=args.heads,
-                          d_model=args.d_model, ffn_dim=args.ffn)
+                          d_model=args.d_model, ffn_dim=args.ffn, dropout=args.dropout)
     model = build_translation_model(mcfg, tok, seed=0)
     out["params_m"] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
     tcfg = NMTTrainConfig(max_steps=10**6, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup,
+                          label_smoothing=args.label_smoothing, max_tokens=args.max_tokens,
                           eval_every=150, max_seconds=args.seconds)
     result = train_translation(model, train_enc, dev_enc, tcfg, seed=0, progress=False)
     out.update(steps=result.steps, train_seconds=round(result.seconds, 1),

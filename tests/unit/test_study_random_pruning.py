@@ -146,3 +146,32 @@ def test_gated_ablations_are_trained_and_evaluated_with_their_gates(tiny_model_d
     assert seen.count(("eval", True, ablation, need_means)) == 3
     assert seen.count(("eval", False, ablation, False)) == 1  # regime a at 0: nothing pruned
     assert len(table) == 4
+
+
+def test_random_masks_fine_tuned_once_across_studies(tiny_model_dir, tiny_glue_root, tmp_path, monkeypatch):
+    """Study 1's mask-then-fine-tune cell and study 2's random strategy at the same budget and seed are the same
+    mask: study 2 reads the fine-tuned scores back (no training) and reports the same numbers."""
+    from headprune_utils.masks import mask_to_string
+    from headprune_utils.studies import common
+    from headprune_utils.studies import layer_strategies as s2
+
+    cfg = config(tiny_model_dir, tiny_glue_root, regimes=["mask_then_finetune"], epochs=1)
+    t1 = study.run_study(cfg, "t", StudyPaths(study.STUDY, "t", root=tmp_path))
+    trained = []
+    real = common.Workbench.finetune_masked
+
+    def spy(self, task, seed, mask, desc):
+        trained.append((task, seed, mask_to_string(mask)))
+        return real(self, task, seed, mask, desc)
+
+    monkeypatch.setattr(common.Workbench, "finetune_masked", spy)
+    cfg2 = validate(s2.LayerStrategiesConfig, dict(
+        model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0, 1], budgets=[0.5], finetune_budgets=[0.5],
+        strategies=["random", "top"], regimes=["mask_then_finetune"], train_size=None, dev_size=None, epochs=1,
+        batch_size=8, lr=1e-3, device="cpu", data_dir=str(tiny_glue_root), allow_hub=False, progress=False))
+    t2 = s2.run_study(cfg2, "t", StudyPaths(s2.STUDY, "t", root=tmp_path))
+    # only the "top" masks were trained; the random ones came from study 1's runs
+    assert len(trained) == 2 and all(m in set(t2[t2["strategy"] == "top"]["mask"]) for _, _, m in trained)
+    a = t1[t1["fraction"] == 0.5].set_index("seed")[["mask", "score"]]
+    b = t2[t2["strategy"] == "random"].set_index("seed")[["mask", "score"]]
+    pd.testing.assert_frame_equal(a.sort_index(), b.sort_index(), check_dtype=False)
