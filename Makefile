@@ -1,13 +1,13 @@
 # The two commands of the README:
 #   make run    creates the environment and runs every study notebook (quick profile) into outputs/
 #   make test   creates the environment and runs the tests (what .ci/run calls)
-# Options: PROFILE=smoke|quick|paper, ONLY="random_pruning ...", JOBS=2 (studies side by side), PYTHON=python3.11, HEADPRUNE_DATA_DIR=<data root>
+# Options: PROFILE=smoke|quick|paper, ONLY="random_pruning ...", JOBS=1 (one study at a time; default 2 side by side), PYTHON=python3.11, HEADPRUNE_DATA_DIR=<data root>
 
 PYTHON ?= python3
 VENV ?= .venv
 PROFILE ?= quick
 ONLY ?=
-JOBS ?= 1
+JOBS ?= 2
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 

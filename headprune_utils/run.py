@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import threading
 import sys
@@ -185,6 +186,25 @@ def threads_per_job(jobs: int, cores: int | None = None) -> int:
     return max(1, (cores or os.cpu_count() or 1) // jobs)
 
 
+def recorded_seconds(name: str, profile: str) -> float | None:
+    """The compute the study's last run recorded (its cells' seconds, reused ones included), or None."""
+    path = StudyPaths(name, profile).meta
+    try:
+        d = json.loads(path.read_text())["durations_seconds"]
+        return max(float(d.get("cells_total", 0.0)), float(d.get("this_run", 0.0)))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def longest_first(plan: dict[str, dict], profile: str) -> dict[str, dict]:
+    """``plan`` reordered for side-by-side runs: the studies that took longest last time first (a study never
+    run before counts as longest), so that the last one to start is a short one. Sequential runs keep the
+    plan's order."""
+    cost = {name: recorded_seconds(name, profile) for name in plan}
+    order = sorted(plan, key=lambda n: (cost[n] is not None, -(cost[n] or 0.0)))
+    return {name: plan[name] for name in order}
+
+
 def run_side_by_side(plan: dict[str, dict], profile: str, jobs: int) -> bool:
     """Run the studies of ``plan`` in up to ``jobs`` kernels at once, in plan order; True when all succeed.
 
@@ -254,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"parameters of profile {args.profile!r} are valid for: {', '.join(plan)}")
         return 0
     total = time.perf_counter()
+    if args.jobs > 1:
+        plan = longest_first(plan, args.profile)  # before --fresh moves the last run's records aside
     if args.fresh:
         for name in plan:
             backup = move_aside(StudyPaths(name, args.profile))

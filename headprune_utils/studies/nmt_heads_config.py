@@ -35,7 +35,7 @@ class NMTHeadsConfig:
     allow_hub: bool = True                      # fall back to the Hugging Face hub for splits missing locally
     train_size: int | None = None               # training pairs (None: all; Multi30k has 29,000)
     dev_size: int | None = 500                  # dev pairs (early stopping, roles, importance, L0 gates never see test)
-    test_size: int | None = 300                 # test pairs every BLEU is measured on (None: all)
+    test_size: int | None = 200                 # test pairs every BLEU is measured on (None: all)
     subset_seed: int = 0                        # which pairs form the subsets
     max_length: int = 128                       # tokens; longer training pairs are left out, test sources truncated
     # tokenizer and model (Marian-style Transformer from scratch)
@@ -49,7 +49,7 @@ class NMTHeadsConfig:
     dropout: float = 0.0                        # residual and embedding dropout (0: a few hundred steps learn faster; paper: 0.1)
     model_seeds: list[int] = field(default_factory=lambda: [0])  # one trained model per seed (init and data order)
     # training
-    max_steps: int = 650                        # optimiser steps (the budget; ~9 min on 2 CPU cores)
+    max_steps: int = 500                        # optimiser steps (the budget; ~7 min on 2 CPU cores)
     max_tokens: int | None = 1500               # token-based batches: sentences x longest <= max_tokens (None: batch_size sentences)
     batch_size: int = 128                       # sentences per batch (with max_tokens: the cap)
     lr: float = 1e-3                            # peak learning rate after the warm-up (then inverse square root)
@@ -67,7 +67,7 @@ class NMTHeadsConfig:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # mask seeds (random pruning, strategies)
     retrain_types: list[str] = field(default_factory=lambda: ["all"])  # prune_then_train cells: these types ...
     retrain_fractions: list[float] = field(default_factory=lambda: [0.5])  # ... at these fractions ([]: no such cells)
-    retrain_steps: int = 50                     # training steps after pruning (and for the unpruned reference)
+    retrain_steps: int = 30                     # training steps after pruning (and for the unpruned reference)
     retrain_lr: float = 3e-4                    # peak learning rate of that continued training
     retrain_warmup: int = 10
     # location strategies (strategies.py) per attention type, evaluation only
@@ -84,7 +84,7 @@ class NMTHeadsConfig:
     # L0 gates (Hard Concrete), frozen model
     l0_settings: list[str] = field(default_factory=lambda: ["enc", "all"])  # gated types: enc | dec | cross | all
     lambdas: list[float] = field(default_factory=lambda: [0.01, 0.02, 0.04, 0.08, 0.16])  # penalty per open gate (nats)
-    l0_steps: int = 40                          # gate optimiser steps (batches of the training set)
+    l0_steps: int = 30                          # gate optimiser steps (batches of the training set)
     l0_batch_size: int = 32                     # sentence pairs per gate step
     l0_lr: float = 0.15                         # Adam on log_alpha
     temperature: float = 0.33                   # Hard Concrete beta (Voita et al.)

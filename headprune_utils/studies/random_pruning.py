@@ -41,6 +41,7 @@ class RandomPruningConfig(common.GlueStudyConfig):
     """Parameters of the study (the shared ones in ``common.GlueStudyConfig``); defaults = the quick profile."""
 
     fractions: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75])  # share of ALL heads pruned, in [0, 1]
+    finetune_fractions: list[float] | None = field(default_factory=lambda: [0.5, 0.75])  # of those, the ones of the mask-then-fine-tune regime (one fine-tuning each; None: all)
     regimes: list[Regime] = field(default_factory=lambda: list(REGIMES))
     tolerance: float = 0.02                     # analysis only: a drop up to this (score units) counts as "limited"
 
@@ -50,6 +51,11 @@ class RandomPruningConfig(common.GlueStudyConfig):
             raise ParameterError(f"regimes must be a non-empty list of {REGIMES}, got {self.regimes}")
         super().check()
         self.check_fractions("fractions", self.fractions)
+        if self.finetune_fractions is not None:
+            self.check_fractions("finetune_fractions", self.finetune_fractions)
+            extra = sorted(set(self.finetune_fractions) - set(self.fractions))
+            if extra:
+                raise ParameterError(f"finetune_fractions {extra} are not in fractions {self.fractions}")
 
 
 resolve_tasks = common.resolve_tasks
@@ -64,8 +70,14 @@ def plan_cells(cfg: RandomPruningConfig, tasks: list[str]) -> list[dict]:
                 if regime not in cfg.regimes:
                     continue
                 for f in sorted(cfg.fractions):
+                    if regime == "mask_then_finetune" and f != 0 and not _fine_tuned_at(cfg, f):
+                        continue  # 0: the fine-tuned full model, shared by both regimes, always there
                     cells.append({"task": task, "regime": regime, "fraction": float(f), "seed": int(seed)})
     return cells
+
+
+def _fine_tuned_at(cfg: RandomPruningConfig, fraction: float) -> bool:
+    return cfg.finetune_fractions is None or fraction in cfg.finetune_fractions
 
 
 def n_cells(cfg: RandomPruningConfig) -> int:
@@ -73,7 +85,7 @@ def n_cells(cfg: RandomPruningConfig) -> int:
 
 
 def study_fingerprint(cfg: RandomPruningConfig, device: torch.device) -> str:
-    return fingerprint(common.result_params(cfg, device, RESULTS_VERSION, drop=("fractions", "regimes", "tolerance")))
+    return fingerprint(common.result_params(cfg, device, RESULTS_VERSION, drop=("fractions", "finetune_fractions", "regimes", "tolerance")))
 
 
 def cell_mask(shape: tuple[int, int], fraction: float, seed: int) -> torch.Tensor:

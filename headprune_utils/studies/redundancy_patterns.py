@@ -42,8 +42,8 @@ class RedundancyConfig(common.GlueStudyConfig):
     """Parameters of the study (the shared ones, used for the fine-tuned models, in ``common.GlueStudyConfig``)."""
 
     metrics: list[str] = field(default_factory=lambda: list(redundancy.METRICS))  # distances (redundancy.METRICS)
-    probe_size: int = 64                        # sentences per probe (two halves: the split-half ceiling)
-    probe_max_length: int = 64                  # probe inputs truncated to this many tokens (sentence distances cost ~n^3)
+    probe_size: int = 48                        # sentences per probe (two halves: the split-half ceiling)
+    probe_max_length: int = 48                  # probe inputs truncated to this many tokens (sentence distances cost ~n^3)
     probe_tasks: list[str] = field(default_factory=lambda: ["all"])  # "Who": tasks whose dev inputs probe the model; ["all"]: every task with local dev data
     random_probes: int = 2                      # probes of random token sequences (seeds 0, 1, ...)
     cluster_metric: str = "js"                  # the distance clustered and drawn in detail
@@ -51,7 +51,7 @@ class RedundancyConfig(common.GlueStudyConfig):
     k_max: int = 16
     dropouts: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.3])  # "Why": dropout of continued MLM training
     mlm_seeds: list[int] = field(default_factory=lambda: [0, 1])  # MLM runs per dropout (seed-to-seed variation)
-    mlm_steps: int = 100                        # encoder steps of continued MLM training
+    mlm_steps: int = 50                         # encoder steps of continued MLM training
     mlm_head_steps: int = 100                   # steps training a new MLM head alone first (0: the checkpoint has one)
     mlm_lr: float = 1e-4
     mlm_batch_size: int = 16

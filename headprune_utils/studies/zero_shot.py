@@ -36,6 +36,7 @@ class ZeroShotConfig(common.GlueStudyConfig):
     """Parameters of the study (the shared ones in ``common.GlueStudyConfig``); defaults = the quick profile."""
 
     fractions: list[float] = field(default_factory=lambda: [0.5, 0.75])  # share of ALL heads pruned
+    finetune_fractions: list[float] | None = field(default_factory=lambda: [0.5])  # of those, the ones of the mask-then-fine-tune regime (None: all)
     methods: list[str] = field(default_factory=lambda: list(METHODS))  # zero_shot, random, least_important
     regimes: list[Regime] = field(default_factory=lambda: list(REGIMES))  # mask_then_finetune (the paper's), finetune_then_mask
     probe: Literal["random", "generic"] = "random"  # what the zero-shot matrix is read on: random token sequences, or GLUE text
@@ -71,6 +72,11 @@ class ZeroShotConfig(common.GlueStudyConfig):
         self.check_fractions("fractions", self.fractions)
         if any(not 0 < f < 1 for f in self.fractions):
             raise ParameterError(f"fractions must be in (0, 1) (0 is the reference, always run), got {self.fractions}")
+        if self.finetune_fractions is not None:
+            self.check_fractions("finetune_fractions", self.finetune_fractions)
+            extra = sorted(set(self.finetune_fractions) - set(self.fractions))
+            if extra:
+                raise ParameterError(f"finetune_fractions {extra} are not in fractions {self.fractions}")
 
 
 def plan_cells(cfg: ZeroShotConfig, tasks: list[str]) -> list[dict]:
@@ -82,6 +88,8 @@ def plan_cells(cfg: ZeroShotConfig, tasks: list[str]) -> list[dict]:
                     continue
                 cells.append({"task": task, "regime": regime, "strategy": "none", "budget": 0.0, "seed": int(seed)})
                 for f in sorted(cfg.fractions):
+                    if regime == "mask_then_finetune" and cfg.finetune_fractions is not None and f not in cfg.finetune_fractions:
+                        continue
                     for m in cfg.methods:
                         cells.append({"task": task, "regime": regime, "strategy": m, "budget": float(f), "seed": int(seed)})
     return cells
@@ -93,7 +101,7 @@ def n_cells(cfg: ZeroShotConfig) -> int:
 
 def study_fingerprint(cfg: ZeroShotConfig, device: torch.device) -> str:
     return fingerprint(common.result_params(cfg, device, RESULTS_VERSION,
-                                            drop=("fractions", "methods", "regimes", "shared_evaluation", "equivalence_margin")))
+                                            drop=("fractions", "finetune_fractions", "methods", "regimes", "shared_evaluation", "equivalence_margin")))
 
 
 def zero_shot_matrix(cfg: ZeroShotConfig, model, tokenizer, device) -> np.ndarray:

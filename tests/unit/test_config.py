@@ -195,3 +195,27 @@ def _fill_once(entry: str, log: str, i: int) -> None:
             outcome = "computed"
         with open(log, "a") as fh:
             fh.write(outcome + "\n")
+
+
+def test_side_by_side_order_is_longest_first_by_the_last_run(tmp_path, monkeypatch):
+    """--jobs > 1 starts the studies that took longest last time first (never run: first of all), so the
+    last study to start is a short one; the recorded seconds include reused cells."""
+    import json as _json
+
+    from headprune_utils import run
+    from headprune_utils.paths import StudyPaths
+
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
+    seconds = {"random_pruning": (10.0, 300.0), "layer_strategies": (900.0, 5.0), "compensation": (50.0, 60.0)}
+    for name, (total, this_run) in seconds.items():
+        meta = StudyPaths(name, "quick").meta
+        meta.parent.mkdir(parents=True)
+        meta.write_text(_json.dumps({"durations_seconds": {"cells_total": total, "this_run": this_run}}))
+    broken = StudyPaths("zero_shot_pruning", "quick").meta
+    broken.parent.mkdir(parents=True)
+    broken.write_text("{not json")
+    plan = {n: {"k": n} for n in ("compensation", "random_pruning", "zero_shot_pruning", "layer_strategies", "nmt_heads")}
+    ordered = run.longest_first(plan, "quick")
+    assert list(ordered) == ["zero_shot_pruning", "nmt_heads", "layer_strategies", "random_pruning", "compensation"]
+    assert ordered == plan  # same studies, same overrides
+    assert run.recorded_seconds("random_pruning", "quick") == 300.0

@@ -14,7 +14,7 @@ from headprune_utils.studies import random_pruning as study
 
 
 def config(model_dir, data_root, **kw):
-    base = dict(model=str(model_dir), tasks=["SST-2"], fractions=[0.0, 0.5], seeds=[0, 1], train_size=None,
+    base = dict(model=str(model_dir), tasks=["SST-2"], fractions=[0.0, 0.5], finetune_fractions=None, seeds=[0, 1], train_size=None,
                 dev_size=None, epochs=2, batch_size=8, lr=1e-3, device="cpu", data_dir=str(data_root),
                 allow_hub=False, progress=False)
     return validate(study.RandomPruningConfig, {**base, **kw})
@@ -175,3 +175,24 @@ def test_random_masks_fine_tuned_once_across_studies(tiny_model_dir, tiny_glue_r
     a = t1[t1["fraction"] == 0.5].set_index("seed")[["mask", "score"]]
     b = t2[t2["strategy"] == "random"].set_index("seed")[["mask", "score"]]
     pd.testing.assert_frame_equal(a.sort_index(), b.sort_index(), check_dtype=False)
+
+
+def test_finetune_fractions_limit_the_fine_tuned_regime_only(tiny_model_dir, tiny_glue_root):
+    from headprune_utils.config import ParameterError
+    from headprune_utils.studies import zero_shot as s5
+
+    cfg = config(tiny_model_dir, tiny_glue_root, fractions=[0.0, 0.25, 0.5], finetune_fractions=[0.5], seeds=[0])
+    cells = study.plan_cells(cfg, ["SST-2"])
+    by_regime = {r: sorted(c["fraction"] for c in cells if c["regime"] == r) for r in study.REGIMES}
+    assert by_regime == {"mask_then_finetune": [0.0, 0.5], "finetune_then_mask": [0.0, 0.25, 0.5]}
+    assert len(study.plan_cells(config(tiny_model_dir, tiny_glue_root, fractions=[0.0, 0.25, 0.5], seeds=[0]),
+                                ["SST-2"])) == 6  # None: every fraction in both regimes
+    with pytest.raises(ParameterError, match=r"finetune_fractions \[0.75\] are not in fractions"):
+        config(tiny_model_dir, tiny_glue_root, finetune_fractions=[0.75])
+    base = dict(model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0], fractions=[0.5, 0.75], methods=["random"],
+                data_dir=str(tiny_glue_root), allow_hub=False)
+    cells5 = s5.plan_cells(validate(s5.ZeroShotConfig, {**base, "finetune_fractions": [0.5]}), ["SST-2"])
+    assert sorted((c["regime"], c["budget"]) for c in cells5 if c["strategy"] != "none") == [
+        ("finetune_then_mask", 0.5), ("finetune_then_mask", 0.75), ("mask_then_finetune", 0.5)]
+    with pytest.raises(ParameterError, match="finetune_fractions"):
+        validate(s5.ZeroShotConfig, {**base, "finetune_fractions": [0.25]})
