@@ -83,7 +83,7 @@ class NMTHeadsConfig:
     relations: list[str] = field(default_factory=lambda: ["nsubj", "obj", "amod", "advmod"])
     # L0 gates (Hard Concrete), frozen model
     l0_settings: list[str] = field(default_factory=lambda: ["enc", "all"])  # gated types: enc | dec | cross | all
-    lambdas: list[float] = field(default_factory=lambda: [0.01, 0.02, 0.04, 0.08, 0.16])  # penalty per open gate (nats)
+    lambdas: list[float] = field(default_factory=lambda: [0.02, 0.04, 0.05, 0.06, 0.08, 0.16])  # penalty per open gate (nats)
     l0_steps: int = 30                          # gate optimiser steps (batches of the training set)
     l0_batch_size: int = 32                     # sentence pairs per gate step
     l0_lr: float = 0.15                         # Adam on log_alpha
