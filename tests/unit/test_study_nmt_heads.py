@@ -277,3 +277,11 @@ def test_a_data_root_without_multi30k_is_a_data_gap_of_the_smoke_run(tmp_path, m
     with pytest.raises(ParameterError, match="multi30k.*HEADPRUNE_DATA_DIR"):
         runner.validate_profile("smoke", ["nmt_heads"])
 
+
+
+def test_most_prunable_verdict_needs_half_of_the_heads_pruned_within_the_margin():
+    from headprune_utils.studies.nmt_heads_analysis import most_prunable_verdict
+
+    assert most_prunable_verdict([12, 11, 6], 12) == "supported"
+    assert most_prunable_verdict([12, 11], 12) == "not supported (at most 1 of 12 pruned within the margin)"
+    assert most_prunable_verdict([], 12) == "not supported (no mask within the margin)"
