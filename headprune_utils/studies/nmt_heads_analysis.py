@@ -476,9 +476,13 @@ def verdicts(full: pd.DataFrame, drops: pd.DataFrame, retrain: pd.DataFrame, typ
                          f"{_ci(rec.mean(), lo, hi)}")
         rec_all = retrain["recovery"].to_numpy(dtype=float)
         p = stats.sign_flip_test(rec_all) if len(rec_all) else np.nan
+        n = len(rec_all)
+        smallest = stats.smallest_sign_flip_p(n) if n else np.nan
+        v = (s6.greater_verdict(float(rec_all.mean()), p, alpha) if smallest <= alpha else
+             f"not testable with {n} masks (the smallest possible sign-flip p is {smallest:.3g}); recovery > 0 for "
+             f"{int((rec_all > 0).sum())} of {n}")
         add("Budhraja et al. (set-up)", "Training with the mask fixed recovers BLEU lost by pruning (they fine-tune "
-            "25 epochs; here a few dozen steps)", "; ".join(parts) + f"; sign-flip p = {p:.3g} over {len(rec_all)} masks",
-            s6.greater_verdict(float(rec_all.mean()), p, alpha))
+            "25 epochs; here a few dozen steps)", "; ".join(parts) + f"; sign-flip p = {p:.3g} over {n} masks", v)
 
     # Budhraja 2: location strategies vs random
     if len(strat_contr):

@@ -137,3 +137,13 @@ def test_permutation_test_separated_samples_and_custom_statistic():
     rng = np.random.default_rng(6)
     same = permutation_test(rng.normal(size=12), rng.normal(size=12), n_perm=2000, seed=0)
     assert 0 <= same <= 1 and same > 0.05
+
+
+def test_smallest_sign_flip_p_is_what_the_exact_test_gives_for_same_sign_pairs():
+    from headprune_utils.stats import sign_flip_test, smallest_sign_flip_p
+
+    for n in range(1, 8):
+        assert smallest_sign_flip_p(n) == pytest.approx(sign_flip_test([1.0 + 0.1 * i for i in range(n)]))
+    assert smallest_sign_flip_p(5) > 0.05 > smallest_sign_flip_p(6)
+    with pytest.raises(ValueError):
+        smallest_sign_flip_p(0)
