@@ -124,6 +124,20 @@ class GlueStudyConfig:
             except masks.BudgetError as exc:
                 raise ParameterError(f"{name}: {exc}") from None
 
+    def check_finetune_fractions(self) -> None:
+        """``finetune_fractions`` (None: all) pick the mask-then-fine-tune regime's fractions out of ``fractions``."""
+        if self.finetune_fractions is None:
+            return
+        self.check_fractions("finetune_fractions", self.finetune_fractions)
+        extra = sorted(set(self.finetune_fractions) - set(self.fractions))
+        if extra:
+            raise ParameterError(f"finetune_fractions {extra} are not in fractions {self.fractions}")
+
+
+def fine_tuned_at(cfg, fraction: float) -> bool:
+    """Whether the mask-then-fine-tune regime runs at ``fraction`` (``cfg.finetune_fractions``; None: all)."""
+    return cfg.finetune_fractions is None or fraction in cfg.finetune_fractions
+
 
 def resolve_tasks(cfg: GlueStudyConfig) -> tuple[list[str], dict[str, str]]:
     """(tasks to run, {task: why unavailable}). ``["all"]`` means every task with train and dev data."""

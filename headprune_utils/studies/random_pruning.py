@@ -51,11 +51,7 @@ class RandomPruningConfig(common.GlueStudyConfig):
             raise ParameterError(f"regimes must be a non-empty list of {REGIMES}, got {self.regimes}")
         super().check()
         self.check_fractions("fractions", self.fractions)
-        if self.finetune_fractions is not None:
-            self.check_fractions("finetune_fractions", self.finetune_fractions)
-            extra = sorted(set(self.finetune_fractions) - set(self.fractions))
-            if extra:
-                raise ParameterError(f"finetune_fractions {extra} are not in fractions {self.fractions}")
+        self.check_finetune_fractions()
 
 
 resolve_tasks = common.resolve_tasks
@@ -70,14 +66,10 @@ def plan_cells(cfg: RandomPruningConfig, tasks: list[str]) -> list[dict]:
                 if regime not in cfg.regimes:
                     continue
                 for f in sorted(cfg.fractions):
-                    if regime == "mask_then_finetune" and f != 0 and not _fine_tuned_at(cfg, f):
+                    if regime == "mask_then_finetune" and f != 0 and not common.fine_tuned_at(cfg, f):
                         continue  # 0: the fine-tuned full model, shared by both regimes, always there
                     cells.append({"task": task, "regime": regime, "fraction": float(f), "seed": int(seed)})
     return cells
-
-
-def _fine_tuned_at(cfg: RandomPruningConfig, fraction: float) -> bool:
-    return cfg.finetune_fractions is None or fraction in cfg.finetune_fractions
 
 
 def n_cells(cfg: RandomPruningConfig) -> int:

@@ -72,11 +72,7 @@ class ZeroShotConfig(common.GlueStudyConfig):
         self.check_fractions("fractions", self.fractions)
         if any(not 0 < f < 1 for f in self.fractions):
             raise ParameterError(f"fractions must be in (0, 1) (0 is the reference, always run), got {self.fractions}")
-        if self.finetune_fractions is not None:
-            self.check_fractions("finetune_fractions", self.finetune_fractions)
-            extra = sorted(set(self.finetune_fractions) - set(self.fractions))
-            if extra:
-                raise ParameterError(f"finetune_fractions {extra} are not in fractions {self.fractions}")
+        self.check_finetune_fractions()
 
 
 def plan_cells(cfg: ZeroShotConfig, tasks: list[str]) -> list[dict]:
@@ -88,7 +84,7 @@ def plan_cells(cfg: ZeroShotConfig, tasks: list[str]) -> list[dict]:
                     continue
                 cells.append({"task": task, "regime": regime, "strategy": "none", "budget": 0.0, "seed": int(seed)})
                 for f in sorted(cfg.fractions):
-                    if regime == "mask_then_finetune" and cfg.finetune_fractions is not None and f not in cfg.finetune_fractions:
+                    if regime == "mask_then_finetune" and not common.fine_tuned_at(cfg, f):
                         continue
                     for m in cfg.methods:
                         cells.append({"task": task, "regime": regime, "strategy": m, "budget": float(f), "seed": int(seed)})
