@@ -10,6 +10,8 @@ Cells: task x regime x fraction x seed, each independent (a cluster engine can r
 Masks of seed ``s`` are nested across fractions and shared by both regimes and all tasks (paired
 comparisons). The fine-tuned full model of (task, seed) is the ``fraction = 0`` cell of the first
 regime; its checkpoint is cached (``common.Workbench``) so the second regime, and other studies, reuse it.
+Mask-then-fine-tune runs at ``finetune_fractions`` (None: every fraction), each fine-tuning through the cache
+studies 2 and 5 share (``Workbench.masked_scores``): their random masks at the same budget and seed are these.
 """
 from __future__ import annotations
 
