@@ -136,9 +136,11 @@ def as_dict(obj) -> dict[str, Any]:
     return dataclasses.asdict(obj)
 
 
-def notebook_parameters(namespace: dict[str, Any], before: set[str], skip: tuple[str, ...] = ("profile",)) -> dict[str, Any]:
+def notebook_parameters(namespace: dict[str, Any], before: set[str],
+                        skip: tuple[str, ...] = ("profile", "executor", "ray_address")) -> dict[str, Any]:
     """The parameters a notebook received: names defined since ``before`` (its first cell's globals).
 
+    ``skip``: where outputs go and how cells are executed, which change no result (not study parameters).
     Catches keys that papermill injected but the notebook does not declare (papermill only warns):
     they then reach :func:`validate` and are rejected there.
     """

@@ -87,6 +87,18 @@ class StudyPaths:
         by every study that needs them (``studies.nmt_heads.model_folder``)."""
         return (self.root or outputs_root()) / "_nmt" / self.profile
 
+    def finetuned_model(self, task: str, seed: int, key: str) -> Path:
+        """A fine-tuned unpruned classifier (``key``: the fingerprint of what training depends on)."""
+        return self.finetuned_cache / f"finetuned__task={task}__seed={seed}__{key}.pt"
+
+    def masked_scores(self, task: str, seed: int, key: str) -> Path:
+        """Dev scores of a (task, seed, mask) fine-tuned with the mask fixed, shared by studies 1, 2 and 5."""
+        return self.finetuned_cache / "masked" / f"scores__task={task}__seed={seed}__{key}.json"
+
+    def nmt_model(self, corpus: str, model_seed: int, key: str) -> Path:
+        """A trained translation model's folder (model, tokenizer, meta, ``evals/``)."""
+        return self.nmt_cache / f"{corpus}__seed={model_seed}__{key}"
+
     @property
     def meta(self) -> Path:
         return self.dir / "run_meta.json"

@@ -83,7 +83,7 @@ def validate_profile(profile: str, only: list[str] | None = None) -> dict[str, d
     out = {}
     for name in selected:
         overrides = sections.get(name, {})
-        validate(STUDIES[name].config_class(), overrides, where=f"params/{profile}.yaml [{name}]")
+        validate(STUDIES[name].Config, overrides, where=f"params/{profile}.yaml [{name}]")
         out[name] = overrides
     return out
 
@@ -135,7 +135,7 @@ def execute_study(name: str, profile: str, overrides: dict, progress: bool = Tru
     parameters = {**overrides, "profile": profile, "progress": False}
     watcher = contextlib.nullcontext()
     if progress:
-        cfg = validate(study.config_class(), overrides, where=name)
+        cfg = validate(study.Config, overrides, where=name)
         watcher = CellProgress(paths.cells, study.n_cells(cfg), desc=f"{name} cells")
     try:
         with watcher:

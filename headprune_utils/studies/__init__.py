@@ -1,38 +1,76 @@
-"""One module per study notebook. ``STUDIES`` is the registry the batch runner executes, in order.
+"""The study registry: one :class:`~headprune_utils.studies.base.Study` object per study notebook, in run order.
 
-Each study module provides a frozen parameters dataclass (with a ``progress: bool`` field) and
-``n_cells(cfg)``; its notebook's ``parameters`` cell equals the dataclass defaults (a test checks it).
+Each study module ``headprune_utils.studies.<name>`` defines ``STUDY``, the study's object (its name equals the
+module name, its outputs folder ``outputs/<name>/<profile>/`` and its notebook's stem). ``STUDIES`` lists them
+by name; ``get_study(name)`` is how the runner and the Ray workers find a study (by name: nothing else travels).
 """
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+
+from .base import Cell, Claim, Cost, Study
+
+NAMES: tuple[str, ...] = (
+    "random_pruning",
+    "layer_strategies",
+    "compensation",
+    "redundancy_patterns",
+    "zero_shot_pruning",
+    "specialized_heads_l0",
+    "nmt_heads",
+)
 
 
-@dataclass(frozen=True)
-class Study:
-    name: str          # output folder: outputs/<name>/<profile>/
-    notebook: str      # file in notebooks/
-    module: str        # headprune_utils.studies.<module>
-    config: str        # the parameters dataclass in that module
+def get_study(name: str) -> Study:
+    """The study object named ``name`` (raises KeyError naming the known studies)."""
+    if name not in NAMES:
+        raise KeyError(f"unknown study {name!r}; known: {', '.join(NAMES)}")
+    module = importlib.import_module(f"{__name__}.{name}")
+    study = getattr(module, "STUDY", None)
+    if not isinstance(study, Study):  # TRANSITIONAL: a study module not yet converted to the protocol
+        return _Legacy(module)
+    return study
 
-    def config_class(self):
-        return getattr(importlib.import_module(self.module), self.config)
+
+class _Legacy:
+    """TRANSITIONAL adapter for a study module that predates the protocol (removed once all are converted)."""
+
+    def __init__(self, module):
+        self.module = module
+        self.name = module.STUDY
+        self.notebook = {n: f"{i:02d}_{n}.ipynb" for i, n in enumerate(NAMES, 1)}[self.name]
+        self.Config = next(v for k, v in vars(module).items() if k.endswith("Config") and isinstance(v, type)
+                           and v.__module__.startswith(module.__name__) and k != "GlueStudyConfig")
 
     def n_cells(self, cfg) -> int:
-        """How many result cells a run with ``cfg`` has (for the batch runner's progress bar)."""
-        return importlib.import_module(self.module).n_cells(cfg)
+        return self.module.n_cells(cfg)
 
 
-STUDIES: dict[str, Study] = {
-    s.name: s
-    for s in [
-        Study("random_pruning", "01_random_pruning.ipynb", "headprune_utils.studies.random_pruning", "RandomPruningConfig"),
-        Study("layer_strategies", "02_layer_strategies.ipynb", "headprune_utils.studies.layer_strategies", "LayerStrategiesConfig"),
-        Study("compensation", "03_compensation.ipynb", "headprune_utils.studies.compensation", "CompensationConfig"),
-        Study("redundancy_patterns", "04_redundancy_patterns.ipynb", "headprune_utils.studies.redundancy_patterns", "RedundancyConfig"),
-        Study("zero_shot_pruning", "05_zero_shot_pruning.ipynb", "headprune_utils.studies.zero_shot", "ZeroShotConfig"),
-        Study("specialized_heads_l0", "06_specialized_heads_l0.ipynb", "headprune_utils.studies.specialized_l0", "SpecializedL0Config"),
-        Study("nmt_heads", "07_nmt_heads.ipynb", "headprune_utils.studies.nmt_heads", "NMTHeadsConfig"),
-    ]
-}
+class _Registry(dict):
+    """``{name: Study}`` in run order, each study module imported on first use."""
+
+    def __init__(self):
+        super().__init__((n, None) for n in NAMES)
+
+    def __getitem__(self, name: str) -> Study:
+        if name not in self:
+            raise KeyError(f"unknown study {name!r}; known: {', '.join(NAMES)}")
+        value = super().__getitem__(name)
+        if value is None:
+            value = get_study(name)
+            super().__setitem__(name, value)
+        return value
+
+    def values(self):
+        return [self[n] for n in self]
+
+    def items(self):
+        return [(n, self[n]) for n in self]
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+
+STUDIES: dict[str, Study] = _Registry()
+
+__all__ = ["Cell", "Claim", "Cost", "Study", "STUDIES", "NAMES", "get_study"]

@@ -42,7 +42,7 @@ from ..metrics import main_score
 from ..paths import StudyPaths
 from ..pruning import prune_heads
 from ..results import fingerprint
-from . import common
+from .. import glue_workbench
 
 STUDY = "compensation"
 RESULTS_VERSION = 1
@@ -50,8 +50,8 @@ MEASURES: tuple[str, ...] = ("weight_change", "importance", "attention_change")
 
 
 @dataclass(frozen=True)
-class CompensationConfig(common.GlueStudyConfig):
-    """Parameters of the study (the shared ones in ``common.GlueStudyConfig``); defaults = the quick profile."""
+class CompensationConfig(glue_workbench.GlueStudyConfig):
+    """Parameters of the study (the shared ones in ``glue_workbench.GlueStudyConfig``); defaults = the quick profile."""
 
     strategies: list[str] = field(default_factory=lambda: ["random", "middle"])  # how heads are chosen (strategies.py)
     budgets: list[float] = field(default_factory=lambda: [0.5])  # share of ALL heads pruned, each in (0, 1)
@@ -89,11 +89,11 @@ def plan_cells(cfg: CompensationConfig, tasks: list[str]) -> list[dict]:
 
 
 def n_cells(cfg: CompensationConfig) -> int:
-    return len(plan_cells(cfg, common.resolve_tasks(cfg)[0]))
+    return len(plan_cells(cfg, glue_workbench.resolve_tasks(cfg)[0]))
 
 
 def study_fingerprint(cfg: CompensationConfig, device: torch.device) -> str:
-    return fingerprint(common.result_params(cfg, device, RESULTS_VERSION, drop=("strategies", "budgets", "n_resamples")))
+    return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=("strategies", "budgets", "n_resamples")))
 
 
 def cell_mask(shape: tuple[int, int], cell: dict) -> torch.Tensor:
@@ -122,7 +122,7 @@ def _attention_change(before, after, probe, gates, ablation, means) -> torch.Ten
     return total / weight
 
 
-def run_cell(ctx: common.Workbench, cell: dict) -> dict:
+def run_cell(ctx: glue_workbench.Workbench, cell: dict) -> dict:
     """Fine-tune (or take the cached unpruned model) and measure every kept head's change."""
     cfg = ctx.cfg
     task, seed = cell["task"], cell["seed"]
@@ -134,7 +134,7 @@ def run_cell(ctx: common.Workbench, cell: dict) -> dict:
         gates = means = None
     else:
         after, history, gates, means = ctx.finetune_masked(task, seed, mask, f"{task} s{seed} {cell['strategy']} {cell['budget']:g}")
-    metrics = training.evaluate(after, dv, task, common.EVAL_BATCH, gates=gates, ablation=cfg.ablation, means=means)
+    metrics = training.evaluate(after, dv, task, glue_workbench.EVAL_BATCH, gates=gates, ablation=cfg.ablation, means=means)
     # "before": the pre-trained model with the same heads removed (its classifier is the seed's fresh one)
     before = ctx.fresh_model(task, seed).eval()
     before_means = None
@@ -143,9 +143,9 @@ def run_cell(ctx: common.Workbench, cell: dict) -> dict:
     elif gates is not None and cfg.ablation == "mean":
         before_means = ctx.means(before, tr)
     change = head_weights.relative_change(before, after)
-    imp = importance.head_importance(after, common.batches(tr, ctx.device, cfg.importance_size), mask=mask.to(ctx.device), ablation=cfg.ablation,
+    imp = importance.head_importance(after, glue_workbench.batches(tr, ctx.device, cfg.importance_size), mask=mask.to(ctx.device), ablation=cfg.ablation,
                                      means=means, normalize_layers=False)
-    probe = common.batches(dv, ctx.device, cfg.probe_size)
+    probe = glue_workbench.batches(dv, ctx.device, cfg.probe_size)
     js = _attention_change(before, after, probe, gates, cfg.ablation, (before_means, means) if means is not None else None)
     keep = mask.bool()
     grid = lambda t: [[float(v) if k else None for v, k in zip(row, krow)] for row, krow in zip(t.tolist(), keep.tolist())]
@@ -162,9 +162,9 @@ def run_cell(ctx: common.Workbench, cell: dict) -> dict:
 
 def run_study(cfg: CompensationConfig, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
     """Run every cell not yet done (resuming), write the metadata; returns the tidy results."""
-    tasks, missing = common.resolve_tasks(cfg)
-    return common.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg, tasks), study_fingerprint,
-                                  common.Workbench, run_one=run_cell,
+    tasks, missing = glue_workbench.resolve_tasks(cfg)
+    return glue_workbench.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg, tasks), study_fingerprint,
+                                  glue_workbench.Workbench, run_one=run_cell,
                                   extra_params={"tasks_run": tasks, "tasks_unavailable": missing})
 
 

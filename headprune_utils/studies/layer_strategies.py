@@ -31,7 +31,7 @@ from ..config import ParameterError
 from ..metrics import main_score
 from ..paths import StudyPaths
 from ..results import fingerprint
-from . import common
+from .. import glue_workbench
 
 STUDY = "layer_strategies"
 RESULTS_VERSION = 1
@@ -41,8 +41,8 @@ ALL_STRATEGIES: tuple[str, ...] = strategies.STRATEGIES + strategies.IMPORTANCE_
 
 
 @dataclass(frozen=True)
-class LayerStrategiesConfig(common.GlueStudyConfig):
-    """Parameters of the study (the shared ones in ``common.GlueStudyConfig``); defaults = the quick profile."""
+class LayerStrategiesConfig(glue_workbench.GlueStudyConfig):
+    """Parameters of the study (the shared ones in ``glue_workbench.GlueStudyConfig``); defaults = the quick profile."""
 
     strategies: list[str] = field(default_factory=lambda: list(ALL_STRATEGIES))  # see strategies.py
     budgets: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75])  # share of ALL heads pruned (evaluation-only regime)
@@ -92,16 +92,16 @@ def plan_cells(cfg: LayerStrategiesConfig, tasks: list[str]) -> list[dict]:
 
 
 def n_cells(cfg: LayerStrategiesConfig) -> int:
-    return len(plan_cells(cfg, common.resolve_tasks(cfg)[0]))
+    return len(plan_cells(cfg, glue_workbench.resolve_tasks(cfg)[0]))
 
 
 def study_fingerprint(cfg: LayerStrategiesConfig, device: torch.device) -> str:
     drop = ("strategies", "budgets", "finetune_budgets", "regimes", "shared_evaluation", "equivalence_margin")
     # importance_size stays: it changes the importance strategies' masks
-    return fingerprint(common.result_params(cfg, device, RESULTS_VERSION, drop=drop))
+    return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=drop))
 
 
-class Context(common.Workbench):
+class Context(glue_workbench.Workbench):
     """The shared workbench plus each full model's head importance (for the importance strategies)."""
 
     def __init__(self, *args, **kwargs):
@@ -113,7 +113,7 @@ class Context(common.Workbench):
         task's TRAINING subset (never the dev set the strategies are scored on)."""
         if (task, seed) not in self._importance:
             model = self.full_model(task, seed)[0]
-            batches = common.batches(self.task_data(task)[1], self.device, self.cfg.importance_size)
+            batches = glue_workbench.batches(self.task_data(task)[1], self.device, self.cfg.importance_size)
             self._importance = {(task, seed): importance.head_importance(model, batches).cpu()}
         return self._importance[(task, seed)]
 
@@ -140,7 +140,7 @@ def _row(ctx: Context, cell: dict, metrics: dict, mask: torch.Tensor, history: l
         "score": main_score(cell["task"], metrics),
         **metrics,
         "metric": spec.main_metric,
-        "chance": common.chance_score(cell["task"], tr, dv),
+        "chance": glue_workbench.chance_score(cell["task"], tr, dv),
         "n_heads_pruned": int((mask == 0).sum()),
         "n_heads_total": int(mask.numel()),
         "first_pruned_layer": pruned_layers[0] if pruned_layers else None,
@@ -172,10 +172,10 @@ def run_cells(ctx: Context, cells: list[dict], shared: bool = True) -> list[dict
         cell_masks = {i: ctx.cell_mask(cells[i]) for i in evals}
         t0 = time.perf_counter()
         if shared and len(evals) > 1:
-            metrics = mask_sweep.evaluate_masks(model, dv, task, cell_masks, common.EVAL_BATCH,
+            metrics = mask_sweep.evaluate_masks(model, dv, task, cell_masks, glue_workbench.EVAL_BATCH,
                                                 ablation=cfg.ablation, means=means)
         else:
-            metrics = {i: training.evaluate(model, dv, task, common.EVAL_BATCH, gates=m.to(ctx.device),
+            metrics = {i: training.evaluate(model, dv, task, glue_workbench.EVAL_BATCH, gates=m.to(ctx.device),
                                             ablation=cfg.ablation, means=means) for i, m in cell_masks.items()}
         each = (time.perf_counter() - t0) / len(evals)
         for i in evals:
@@ -190,7 +190,7 @@ def run_cells(ctx: Context, cells: list[dict], shared: bool = True) -> list[dict
         gates = means = None
         if cell["strategy"] == "none":
             model, history, _ = ctx.full_model(task, seed)
-            metrics = training.evaluate(model, dv, task, common.EVAL_BATCH, gates=gates, ablation=cfg.ablation, means=means)
+            metrics = training.evaluate(model, dv, task, glue_workbench.EVAL_BATCH, gates=gates, ablation=cfg.ablation, means=means)
         else:
             # the same (task, seed, mask) fine-tuned in another study (5 shares study 2's random and importance
             # masks) is read back, not trained again
@@ -210,7 +210,7 @@ def run_strategy_study(cfg, profile: str, paths: StudyPaths | None, study: str, 
     seed)'s evaluation-only cells are evaluated together, the others fine-tuned one by one (each stored when
     done). ``plan(cfg, tasks)`` lists the cells, ``fingerprint_of(cfg, device)`` keys the results,
     ``context_cls(cfg, device, cache_dir)`` makes the masks (zero_shot.py runs its own strategies through here)."""
-    tasks, missing = common.resolve_tasks(cfg)
+    tasks, missing = glue_workbench.resolve_tasks(cfg)
 
     def run_todo(ctx, store, todo, bar):
         groups: dict[tuple, list[dict]] = defaultdict(list)
@@ -225,7 +225,7 @@ def run_strategy_study(cfg, profile: str, paths: StudyPaths | None, study: str, 
                 store.put(cell, run_cell(ctx, cell))  # saved one by one: an interrupted run resumes here
                 bar.update(1)
 
-    return common.run_study_cells(study, cfg, profile, paths, plan(cfg, tasks), fingerprint_of, context_cls,
+    return glue_workbench.run_study_cells(study, cfg, profile, paths, plan(cfg, tasks), fingerprint_of, context_cls,
                                   run_todo=run_todo, extra_params={"tasks_run": tasks, "tasks_unavailable": missing})
 
 

@@ -60,7 +60,7 @@ from ..translation import (collate_pairs, dev_loss, encode_pairs, evaluate_trans
 from ..translation_data import load_parallel, subset_pairs
 from ..translation_heads import ablation_nll, encoder_roles, source_queries
 from ..translation_model import build_translation_model, load_translation_model, save_translation_model
-from . import common
+from .. import glue_workbench
 from .nmt_heads_config import TYPES, NMTHeadsConfig, data_source
 from .nmt_heads_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
     VOITA_ALL_TYPES, VOITA_BASELINE_BLEU, VOITA_FRACTION, TYPE_CONTRASTS, ROLE_NAMES, full_models, random_rows,
@@ -355,7 +355,7 @@ def run_roles_cell(ctx: Context, cell: dict) -> dict:
     ud = (specialized.load_ud_ewt(cfg.ud_split, cfg.data_dir, max_sentences=cfg.ud_sentences) if cfg.syntactic else [])
     n_roles = cfg.role_sentences or len(dev)
     measured = encoder_roles(model, tok, dev.src[:n_roles], train.src, ud, cfg.max_length, cfg.relations,
-                             cfg.syntactic_margin, common.EVAL_BATCH)
+                             cfg.syntactic_margin, glue_workbench.EVAL_BATCH)
     dev_enc = ctx.encoded(cell["model_seed"])[1]
     n_imp = cfg.importance_size or len(dev_enc)
     sub = type(dev_enc)(dev_enc.src_ids[:n_imp], dev_enc.tgt_ids[:n_imp], dev_enc.pad_id, dev_enc.decoder_start_id)
@@ -455,7 +455,7 @@ def run_study(cfg: NMTHeadsConfig, profile: str, paths: StudyPaths | None = None
     """Run every cell not yet done (resuming), write the metadata; returns the tidy results (one row per cell)."""
     paths = (paths or StudyPaths(STUDY, profile)).ensure()
     cache = paths.nmt_cache
-    return common.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg), study_fingerprint,
+    return glue_workbench.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg), study_fingerprint,
                                   lambda c, device, _unused: Context(c, device, cache), run_todo=run_cells,
                                   extra_params={"data_source": data_source(cfg), "model_cache": str(cache)})
 

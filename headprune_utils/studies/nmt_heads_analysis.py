@@ -19,7 +19,7 @@ from .. import stats
 from ..head_scores import rank_agreement
 from ..masks import mask_from_string
 from . import layer_strategies, random_pruning
-from . import specialized_l0_analysis as s6
+from . import specialized_heads_l0_analysis as s6
 
 __all__ = [
     "VOITA_ALL_TYPES", "VOITA_BASELINE_BLEU", "VOITA_FRACTION", "TYPE_CONTRASTS", "ROLE_NAMES",

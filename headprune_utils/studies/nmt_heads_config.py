@@ -17,7 +17,7 @@ from ..data import DataUnavailableError, _offline_var, resolve_data_dir
 from ..translation import NMTTrainConfig
 from ..translation_data import CORPORA, local_available
 from ..translation_model import NMTModelConfig
-from .common import check_device
+from ..glue_workbench import check_device
 
 __all__ = ["NMTHeadsConfig", "TYPES", "data_source"]
 

@@ -9,7 +9,7 @@ Cells: task x regime x fraction x seed, each independent (a cluster engine can r
 
 Masks of seed ``s`` are nested across fractions and shared by both regimes and all tasks (paired
 comparisons). The fine-tuned full model of (task, seed) is the ``fraction = 0`` cell of the first
-regime; its checkpoint is cached (``common.Workbench``) so the second regime, and other studies, reuse it.
+regime; its checkpoint is cached (``glue_workbench.Workbench``) so the second regime, and other studies, reuse it.
 Mask-then-fine-tune runs at ``finetune_fractions`` (None: every fraction), each fine-tuning through the cache
 studies 2 and 5 share (``Workbench.masked_scores``): their random masks at the same budget and seed are these.
 """
@@ -23,24 +23,24 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .. import masks, stats, training
+from .. import glue_workbench, masks, training
 from ..config import ParameterError
 from ..metrics import main_score
 from ..paths import StudyPaths
+from ..pruning_curves import REGIMES, paired_drop, prunable_fraction, regime_difference, summarise  # noqa: F401 (the notebook's analysis)
 from ..results import fingerprint
-from . import common
+from .base import Cell, Claim, Cost, Study
 
-STUDY = "random_pruning"
-EVAL_BATCH = common.EVAL_BATCH
+NAME = "random_pruning"
+EVAL_BATCH = glue_workbench.EVAL_BATCH
 Regime = Literal["mask_then_finetune", "finetune_then_mask"]
-REGIMES: tuple[str, ...] = ("mask_then_finetune", "finetune_then_mask")
 # Bump when a code change alters this study's results: old cells then no longer match.
 RESULTS_VERSION = 2
 
 
 @dataclass(frozen=True)
-class RandomPruningConfig(common.GlueStudyConfig):
-    """Parameters of the study (the shared ones in ``common.GlueStudyConfig``); defaults = the quick profile."""
+class RandomPruningConfig(glue_workbench.GlueStudyConfig):
+    """Parameters of the study (the shared ones in ``glue_workbench.GlueStudyConfig``); defaults = the quick profile."""
 
     fractions: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75])  # share of ALL heads pruned, in [0, 1]
     finetune_fractions: list[float] | None = field(default_factory=lambda: [0.5, 0.75])  # of those, the ones of the mask-then-fine-tune regime (one fine-tuning each; None: all)
@@ -56,11 +56,10 @@ class RandomPruningConfig(common.GlueStudyConfig):
         self.check_finetune_fractions()
 
 
-resolve_tasks = common.resolve_tasks
-
-
-def plan_cells(cfg: RandomPruningConfig, tasks: list[str]) -> list[dict]:
-    """Every cell of the study, ordered so that shared work (the full fine-tuned model) is reused."""
+def plan_cells(cfg: RandomPruningConfig) -> list[Cell]:
+    """Every cell of the study, ordered so that shared work (the full fine-tuned model) is reused. The
+    evaluation-only cells of one fine-tuned model form a group (one worker loads that model once)."""
+    tasks = glue_workbench.resolve_tasks(cfg)[0]
     cells = []
     for task in tasks:
         for seed in cfg.seeds:
@@ -68,18 +67,20 @@ def plan_cells(cfg: RandomPruningConfig, tasks: list[str]) -> list[dict]:
                 if regime not in cfg.regimes:
                     continue
                 for f in sorted(cfg.fractions):
-                    if regime == "mask_then_finetune" and f != 0 and not common.fine_tuned_at(cfg, f):
+                    if regime == "mask_then_finetune" and f != 0 and not glue_workbench.fine_tuned_at(cfg, f):
                         continue  # 0: the fine-tuned full model, shared by both regimes, always there
-                    cells.append({"task": task, "regime": regime, "fraction": float(f), "seed": int(seed)})
+                    axes = {"task": task, "regime": regime, "fraction": float(f), "seed": int(seed)}
+                    if regime == "mask_then_finetune":
+                        cost = glue_workbench.finetune_cost(cfg, task, 1.0 - f)
+                        cells.append(Cell(axes, cost=Cost(cost)))
+                    else:
+                        cost = glue_workbench.eval_cost(cfg, task)
+                        cells.append(Cell(axes, group=(task, int(seed), "evaluate"), cost=Cost(cost)))
     return cells
 
 
-def n_cells(cfg: RandomPruningConfig) -> int:
-    return len(plan_cells(cfg, resolve_tasks(cfg)[0]))
-
-
 def study_fingerprint(cfg: RandomPruningConfig, device: torch.device) -> str:
-    return fingerprint(common.result_params(cfg, device, RESULTS_VERSION, drop=("fractions", "finetune_fractions", "regimes", "tolerance")))
+    return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=("fractions", "finetune_fractions", "regimes", "tolerance")))
 
 
 def cell_mask(shape: tuple[int, int], fraction: float, seed: int) -> torch.Tensor:
@@ -100,7 +101,7 @@ def _row(task, spec, history, metrics, mask, seconds) -> dict:
     }
 
 
-def run_cell(ctx: common.Workbench, cell: dict) -> dict:
+def run_cell(ctx: glue_workbench.Workbench, cell: dict) -> dict:
     """Compute one cell's result (pure of the store; the caller saves it)."""
     cfg = ctx.cfg
     task, regime, fraction, seed = cell["task"], cell["regime"], cell["fraction"], cell["seed"]
@@ -120,73 +121,47 @@ def run_cell(ctx: common.Workbench, cell: dict) -> dict:
         means = ctx.full_means(task, seed) if cfg.ablation == "mean" else None
         metrics = training.evaluate(model, dv, task, EVAL_BATCH, gates=mask.to(ctx.device), ablation=cfg.ablation, means=means)
         history = []
-    metrics = {**metrics, "score": main_score(task, metrics), "chance": common.chance_score(task, tr, dv)}
+    metrics = {**metrics, "score": main_score(task, metrics), "chance": glue_workbench.chance_score(task, tr, dv)}
     return _row(task, spec, history, metrics, mask, time.perf_counter() - t0)
 
 
-def run_study(cfg: RandomPruningConfig, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
-    """Run every cell not yet done (resuming), write the metadata; returns the tidy results."""
-    tasks, missing = resolve_tasks(cfg)
-    return common.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg, tasks), study_fingerprint,
-                                  common.Workbench, run_one=run_cell,
-                                  extra_params={"tasks_run": tasks, "tasks_unavailable": missing})
+class RandomPruning(Study):
+    """Study 1 (see the module docstring)."""
+
+    name = NAME
+    notebook = "01_random_pruning.ipynb"
+    Config = RandomPruningConfig
+    claims = (
+        Claim("budhraja.random_prunable", "Budhraja et al. 2020",
+              "A large fraction (>= 50%) of heads can be pruned at random with limited effect when fine-tuning "
+              "follows the masking.",
+              quantity="paired drop in the task score from the full model, per task and fraction",
+              precondition="fine-tuning adapts to the mask: at 50% mask-then-fine-tune beats fine-tune-then-mask"),
+        Claim("budhraja.retraining_recovers", "Budhraja et al. 2020 vs Michel et al. 2019",
+              "Fine-tuning after masking recovers more than masking a fine-tuned model.",
+              quantity="score(mask, then fine-tune) - score(fine-tune, then mask), paired by seed",
+              precondition="the full model scores above chance"),
+    )
+
+    def plan(self, cfg: RandomPruningConfig) -> list[Cell]:
+        return plan_cells(cfg)
+
+    def fingerprint(self, cfg: RandomPruningConfig, device) -> str:
+        return study_fingerprint(cfg, device)
+
+    def context(self, cfg: RandomPruningConfig, device, paths: StudyPaths) -> glue_workbench.Workbench:
+        return glue_workbench.Workbench(cfg, device, paths.finetuned_cache)
+
+    def run(self, ctx: glue_workbench.Workbench, cells: list[Cell], inputs):
+        for cell in cells:
+            yield cell, run_cell(ctx, dict(cell.axes))
+
+    def run_params(self, cfg: RandomPruningConfig) -> dict:
+        tasks, missing = glue_workbench.resolve_tasks(cfg)
+        return {"tasks_run": tasks, "tasks_unavailable": missing}
 
 
-def summarise(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """Mean score per task x regime x fraction, with a t-interval over seeds and the drop from fraction 0."""
-    rows = []
-    for (task, regime, fraction), g in table.groupby(["task", "regime", "fraction"]):
-        mean, lo, hi = stats.t_interval(g["score"].to_numpy(dtype=float), confidence)
-        rows.append({"task": task, "regime": regime, "fraction": fraction, "metric": g["metric"].iloc[0],
-                     "n_seeds": len(g), "mean": mean, "ci_low": lo, "ci_high": hi,
-                     "n_heads_pruned": int(g["n_heads_pruned"].iloc[0]), "chance": float(g["chance"].iloc[0])})
-    out = pd.DataFrame(rows)
-    base = out[out["fraction"] == 0].set_index(["task", "regime"])["mean"]
-    out["drop_from_full"] = [base.get((t, r), np.nan) - m for t, r, m in zip(out["task"], out["regime"], out["mean"])]
-    return out.sort_values(["task", "regime", "fraction"]).reset_index(drop=True)
-
-
-def paired_drop(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Per task x regime x fraction: the drop from the full model paired by seed, with a bootstrap CI."""
-    rows = []
-    for (task, regime), g in table.groupby(["task", "regime"]):
-        full = g[g["fraction"] == 0].set_index("seed")["score"]
-        for fraction, gf in g[g["fraction"] > 0].groupby("fraction"):
-            d = (full - gf.set_index("seed")["score"]).dropna().to_numpy(dtype=float)
-            if len(d) == 0:
-                continue
-            lo, hi = stats.bootstrap_ci(d, confidence, n_boot, seed)
-            rows.append({"task": task, "regime": regime, "fraction": fraction, "n_seeds": len(d),
-                         "mean_drop": float(d.mean()), "boot_ci_low": float(lo), "boot_ci_high": float(hi)})
-    return pd.DataFrame(rows)
-
-
-def prunable_fraction(drops: pd.DataFrame, tolerance: float) -> pd.DataFrame:
-    """Per task x regime: the largest fraction whose mean drop (and every smaller one's) is <= tolerance."""
-    rows = []
-    for (task, regime), g in drops.groupby(["task", "regime"]):
-        best = 0.0
-        for _, r in g.sort_values("fraction").iterrows():
-            if r["mean_drop"] <= tolerance:
-                best = float(r["fraction"])
-            else:
-                break
-        rows.append({"task": task, "regime": regime, "max_fraction_within_tolerance": best, "tolerance": tolerance})
-    return pd.DataFrame(rows)
-
-
-def regime_difference(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Per task x fraction > 0: score(mask, then fine-tune) - score(fine-tune, then mask), paired by seed."""
-    rows = []
-    for (task, fraction), g in table[table["fraction"] > 0].groupby(["task", "fraction"]):
-        p = g.pivot(index="seed", columns="regime", values="score")
-        if not set(REGIMES) <= set(p.columns):
-            continue
-        d = (p["mask_then_finetune"] - p["finetune_then_mask"]).dropna().to_numpy(dtype=float)
-        lo, hi = stats.bootstrap_ci(d, confidence, n_boot, seed)
-        rows.append({"task": task, "fraction": fraction, "n_seeds": len(d), "mean_gain_of_retraining": float(d.mean()),
-                     "boot_ci_low": float(lo), "boot_ci_high": float(hi)})
-    return pd.DataFrame(rows)
+STUDY = RandomPruning()
 
 
 def verdicts(drops: pd.DataFrame, gains: pd.DataFrame, cfg: RandomPruningConfig) -> pd.DataFrame:

@@ -31,15 +31,15 @@ from .. import batching, clustering, data, mlm, models, probes, redundancy
 from ..config import ParameterError
 from ..paths import StudyPaths
 from ..results import fingerprint
-from . import common
+from .. import glue_workbench
 
 STUDY = "redundancy_patterns"
 RESULTS_VERSION = 1
 
 
 @dataclass(frozen=True)
-class RedundancyConfig(common.GlueStudyConfig):
-    """Parameters of the study (the shared ones, used for the fine-tuned models, in ``common.GlueStudyConfig``)."""
+class RedundancyConfig(glue_workbench.GlueStudyConfig):
+    """Parameters of the study (the shared ones, used for the fine-tuned models, in ``glue_workbench.GlueStudyConfig``)."""
 
     metrics: list[str] = field(default_factory=lambda: list(redundancy.METRICS))  # distances (redundancy.METRICS)
     probe_size: int = 48                        # sentences per probe (two halves: the split-half ceiling)
@@ -111,7 +111,7 @@ def resolve_probe_tasks(cfg: RedundancyConfig) -> list[str]:
             names = list(data.TASKS)
     else:
         names = [data.get_task(t).name for t in cfg.probe_tasks]
-    fine = common.resolve_tasks(cfg)[0]
+    fine = glue_workbench.resolve_tasks(cfg)[0]
     return names + [t for t in fine if t not in names]
 
 
@@ -132,7 +132,7 @@ def plan_cells(cfg: RedundancyConfig) -> list[dict]:
     cells = [{"model": "pretrained", "probe": "generic"}]
     cells += [{"model": "pretrained", "probe": f"random-{r}"} for r in range(cfg.random_probes)]
     cells += [{"model": "pretrained", "probe": f"task-{t}"} for t in resolve_probe_tasks(cfg)]
-    for t in common.resolve_tasks(cfg)[0]:
+    for t in glue_workbench.resolve_tasks(cfg)[0]:
         cells += [{"model": f"finetuned-{t}-s{s}", "probe": f"task-{t}"} for s in cfg.seeds]
     for s in cfg.mlm_seeds if cfg.dropouts else []:
         cells += [{"model": f"mlm-p{p:g}-s{s}", "probe": "generic"} for p in cfg.dropouts]
@@ -144,13 +144,13 @@ def n_cells(cfg: RedundancyConfig) -> int:
 
 
 def study_fingerprint(cfg: RedundancyConfig, device: torch.device) -> str:
-    return fingerprint(common.result_params(cfg, device, RESULTS_VERSION,
+    return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION,
                                             drop=("probe_tasks", "random_probes", "dropouts", "mlm_seeds",
                                                   "cluster_metric", "k_min", "k_max", "n_permutations", "n_null",
                                                   "min_cluster_size")))
 
 
-class Context(common.Workbench):
+class Context(glue_workbench.Workbench):
     """The Workbench plus the probes and the prepared MLM models of one process."""
 
     def __init__(self, cfg: RedundancyConfig, device: torch.device, cache_dir):
@@ -211,7 +211,7 @@ def probe_matrices(model, enc: batching.Encoded, metrics: list[str], device) -> 
     """{metric: {"a": upper triangle on the first half, "b": on the second}, "n_a", "n_b"} (lists, 7 decimals)."""
     out: dict = {}
     for half_name, half in zip(("a", "b"), _halves(enc)):
-        mats = redundancy.redundancy_matrices(model, common.batches(half, device), metrics)
+        mats = redundancy.redundancy_matrices(model, glue_workbench.batches(half, device), metrics)
         for m in metrics:
             out.setdefault(m, {})[half_name] = np.round(clustering.upper(mats[m]), 7).tolist()
         out[f"n_{half_name}"] = len(half)
@@ -237,9 +237,9 @@ def run_cell(ctx: Context, cell: dict) -> dict:
 
 def run_study(cfg: RedundancyConfig, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
     """Run every cell not yet done (resuming), write the metadata; returns one row per cell."""
-    return common.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg), study_fingerprint, Context,
+    return glue_workbench.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg), study_fingerprint, Context,
                                   run_one=run_cell,
-                                  extra_params={"tasks_run": common.resolve_tasks(cfg)[0],
+                                  extra_params={"tasks_run": glue_workbench.resolve_tasks(cfg)[0],
                                                 "probe_tasks_run": resolve_probe_tasks(cfg)})
 
 

@@ -13,7 +13,7 @@ import pytest
 from headprune_utils import run
 from headprune_utils.config import ParameterError
 from headprune_utils.paths import StudyPaths
-from headprune_utils.studies import STUDIES, Study
+from headprune_utils.studies import STUDIES
 
 pytestmark = pytest.mark.smoke
 # this machine's own absolute paths: the checkout, the interpreter, home, the temp folder
@@ -92,8 +92,13 @@ def test_a_failing_notebook_names_the_cell(tmp_path, monkeypatch, capsys):
     class NoParams:
         pass
 
-    monkeypatch.setattr(run, "STUDIES", {"broken": Study("broken", "broken.ipynb", __name__, "NoParams")})
-    monkeypatch.setattr(Study, "config_class", lambda self: NoParams)
+    class Broken:
+        name, notebook, Config = "broken", "broken.ipynb", NoParams
+
+        def n_cells(self, cfg):
+            return 0
+
+    monkeypatch.setattr(run, "STUDIES", {"broken": Broken()})
     monkeypatch.setattr(run, "notebooks_dir", lambda: tmp_path / "nb")
     monkeypatch.setattr("headprune_utils.config.params_dir", lambda: tmp_path / "p")
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))

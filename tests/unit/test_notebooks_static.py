@@ -24,14 +24,15 @@ def test_notebook_is_clean_and_parameters_match_defaults(name):
         assert isinstance(node, ast.Assign), "the parameters cell holds assignments only"
         values[node.targets[0].id] = ast.literal_eval(node.value)
     assert values.pop("profile") == "quick"
+    assert values.pop("executor", "local") == "local" and values.pop("ray_address", None) is None
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
-                for f in dataclasses.fields(study.config_class())}
+                for f in dataclasses.fields(study.Config)}
     assert values == defaults
 
 
 @pytest.mark.parametrize("name", list(STUDIES))
 def test_study_follows_the_registry_convention(name):
     study = STUDIES[name]
-    fields = {f.name: f.type for f in dataclasses.fields(study.config_class())}
+    fields = {f.name: f.type for f in dataclasses.fields(study.Config)}
     assert "progress" in fields, "the runner turns notebook progress bars off through this parameter"
-    assert callable(getattr(__import__(study.module, fromlist=["n_cells"]), "n_cells"))
+    assert study.name == name and study.notebook.endswith(f"_{name}.ipynb")

@@ -105,7 +105,7 @@ def test_bad_parameters_are_refused_before_any_training(root, tmp_path, monkeypa
     with pytest.raises(ParameterError, match="source language"):
         config(root, direction="de-en")
     assert config(root, direction="de-en", syntactic=False).source_lang() == "de"
-    assert "nmt_heads" in STUDIES and STUDIES["nmt_heads"].config_class() is study.NMTHeadsConfig
+    assert "nmt_heads" in STUDIES and STUDIES["nmt_heads"].Config is study.NMTHeadsConfig
 
 
 def test_cell_masks_prune_the_right_heads(root):

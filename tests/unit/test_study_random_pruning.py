@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from headprune_utils import batching, data, models, training
+from headprune_utils import batching, data, glue_workbench, models, training
+from headprune_utils.execution import run_study
 from headprune_utils.config import validate
 from headprune_utils.paths import StudyPaths
 from headprune_utils.results import StaleResultsError
@@ -39,10 +40,10 @@ def test_finetune_same_seed_same_numbers(tiny_model_dir, tiny_glue_root):
 
 def test_interrupted_study_resumes_without_redoing_work(tiny_model_dir, tiny_glue_root, tmp_path, monkeypatch):
     cfg = config(tiny_model_dir, tiny_glue_root)
-    n_cells = len(study.plan_cells(cfg, ["SST-2"]))
+    n_cells = len(study.plan_cells(cfg))
     assert n_cells == 8
     # an uninterrupted reference run
-    ref = study.run_study(cfg, "test", StudyPaths(study.STUDY, "ref", root=tmp_path))
+    ref = run_study(study.STUDY, cfg, "test", StudyPaths(study.NAME, "ref", root=tmp_path))
 
     real = study.run_cell
     calls = []
@@ -53,16 +54,16 @@ def test_interrupted_study_resumes_without_redoing_work(tiny_model_dir, tiny_glu
         calls.append(cell)
         return real(ctx, cell)
 
-    paths = StudyPaths(study.STUDY, "test", root=tmp_path)
+    paths = StudyPaths(study.NAME, "test", root=tmp_path)
     monkeypatch.setattr(study, "run_cell", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        study.run_study(cfg, "test", paths)
+        run_study(study.STUDY, cfg, "test", paths)
     assert len(list(paths.cells.glob("*.json"))) == 3
     assert not list(paths.cells.glob("*.tmp"))
 
     calls.clear()
     monkeypatch.setattr(study, "run_cell", lambda ctx, cell: calls.append(cell) or real(ctx, cell))
-    table = study.run_study(cfg, "test", paths)
+    table = run_study(study.STUDY, cfg, "test", paths)
     assert len(calls) == n_cells - 3, "only the unfinished cells run again"
     assert len(table) == n_cells
     key = ["task", "regime", "fraction", "seed"]
@@ -71,13 +72,13 @@ def test_interrupted_study_resumes_without_redoing_work(tiny_model_dir, tiny_glu
     np.testing.assert_allclose(a["score"], b["score"], atol=1e-9)
 
     calls.clear()
-    study.run_study(cfg, "test", paths)
+    run_study(study.STUDY, cfg, "test", paths)
     assert calls == [], "a finished study recomputes nothing"
 
     # other result-changing parameters: refuse, touch nothing
     before = sorted(p.read_text() for p in paths.cells.glob("*.json"))
     with pytest.raises(StaleResultsError):
-        study.run_study(config(tiny_model_dir, tiny_glue_root, lr=5e-4), "test", paths)
+        run_study(study.STUDY, config(tiny_model_dir, tiny_glue_root, lr=5e-4), "test", paths)
     assert sorted(p.read_text() for p in paths.cells.glob("*.json")) == before
     meta = paths.meta.read_text()
     assert '"git_revision"' in meta and '"seeds"' in meta
@@ -85,7 +86,7 @@ def test_interrupted_study_resumes_without_redoing_work(tiny_model_dir, tiny_glu
 
 def test_study_tables_and_regimes(tiny_model_dir, tiny_glue_root, tmp_path):
     cfg = config(tiny_model_dir, tiny_glue_root, fractions=[0.0, 0.25, 1.0], seeds=[0, 1, 2], epochs=1)
-    table = study.run_study(cfg, "t", StudyPaths(study.STUDY, "t", root=tmp_path))
+    table = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path))
     # the unpruned cells of both regimes are the same fine-tuned model
     full = table[table["fraction"] == 0].pivot(index="seed", columns="regime", values="score")
     np.testing.assert_allclose(full["mask_then_finetune"], full["finetune_then_mask"])
@@ -114,7 +115,7 @@ def test_study_tables_and_regimes(tiny_model_dir, tiny_glue_root, tmp_path):
 
 def test_unavailable_task_is_reported_not_crashed(tiny_model_dir, tiny_glue_root):
     cfg = config(tiny_model_dir, tiny_glue_root, tasks=["all"])
-    tasks, missing = study.resolve_tasks(cfg)
+    tasks, missing = glue_workbench.resolve_tasks(cfg)
     assert tasks == ["SST-2"]
     assert "MNLI" in missing and "CoLA" in missing
 
@@ -137,7 +138,7 @@ def test_gated_ablations_are_trained_and_evaluated_with_their_gates(tiny_model_d
 
     monkeypatch.setattr(training, "evaluate", evaluate)
     monkeypatch.setattr(training, "finetune", finetune)
-    table = study.run_study(cfg, "t", StudyPaths(study.STUDY, "t", root=tmp_path))
+    table = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path))
     need_means = ablation == "mean"
     # full model: trained and scored without gates; pruned cells: gated in training (regime a) and scoring (both)
     assert seen.count(("train", False, ablation, False)) == 1
@@ -148,51 +149,13 @@ def test_gated_ablations_are_trained_and_evaluated_with_their_gates(tiny_model_d
     assert len(table) == 4
 
 
-def test_random_masks_fine_tuned_once_across_studies(tiny_model_dir, tiny_glue_root, tmp_path, monkeypatch):
-    """Study 1's mask-then-fine-tune cell and study 2's random strategy at the same budget and seed are the same
-    mask: study 2 reads the fine-tuned scores back (no training) and reports the same numbers."""
-    from headprune_utils.masks import mask_to_string
-    from headprune_utils.studies import common
-    from headprune_utils.studies import layer_strategies as s2
-
-    cfg = config(tiny_model_dir, tiny_glue_root, regimes=["mask_then_finetune"], epochs=1)
-    t1 = study.run_study(cfg, "t", StudyPaths(study.STUDY, "t", root=tmp_path))
-    trained = []
-    real = common.Workbench.finetune_masked
-
-    def spy(self, task, seed, mask, desc):
-        trained.append((task, seed, mask_to_string(mask)))
-        return real(self, task, seed, mask, desc)
-
-    monkeypatch.setattr(common.Workbench, "finetune_masked", spy)
-    cfg2 = validate(s2.LayerStrategiesConfig, dict(
-        model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0, 1], budgets=[0.5], finetune_budgets=[0.5],
-        strategies=["random", "top"], regimes=["mask_then_finetune"], train_size=None, dev_size=None, epochs=1,
-        batch_size=8, lr=1e-3, device="cpu", data_dir=str(tiny_glue_root), allow_hub=False, progress=False))
-    t2 = s2.run_study(cfg2, "t", StudyPaths(s2.STUDY, "t", root=tmp_path))
-    # only the "top" masks were trained; the random ones came from study 1's runs
-    assert len(trained) == 2 and all(m in set(t2[t2["strategy"] == "top"]["mask"]) for _, _, m in trained)
-    a = t1[t1["fraction"] == 0.5].set_index("seed")[["mask", "score"]]
-    b = t2[t2["strategy"] == "random"].set_index("seed")[["mask", "score"]]
-    pd.testing.assert_frame_equal(a.sort_index(), b.sort_index(), check_dtype=False)
-
-
 def test_finetune_fractions_limit_the_fine_tuned_regime_only(tiny_model_dir, tiny_glue_root):
     from headprune_utils.config import ParameterError
-    from headprune_utils.studies import zero_shot as s5
 
     cfg = config(tiny_model_dir, tiny_glue_root, fractions=[0.0, 0.25, 0.5], finetune_fractions=[0.5], seeds=[0])
-    cells = study.plan_cells(cfg, ["SST-2"])
+    cells = study.plan_cells(cfg)
     by_regime = {r: sorted(c["fraction"] for c in cells if c["regime"] == r) for r in study.REGIMES}
     assert by_regime == {"mask_then_finetune": [0.0, 0.5], "finetune_then_mask": [0.0, 0.25, 0.5]}
-    assert len(study.plan_cells(config(tiny_model_dir, tiny_glue_root, fractions=[0.0, 0.25, 0.5], seeds=[0]),
-                                ["SST-2"])) == 6  # None: every fraction in both regimes
+    assert len(study.plan_cells(config(tiny_model_dir, tiny_glue_root, fractions=[0.0, 0.25, 0.5], seeds=[0]))) == 6  # None: every fraction in both regimes
     with pytest.raises(ParameterError, match=r"finetune_fractions \[0.75\] are not in fractions"):
         config(tiny_model_dir, tiny_glue_root, finetune_fractions=[0.75])
-    base = dict(model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0], fractions=[0.5, 0.75], methods=["random"],
-                data_dir=str(tiny_glue_root), allow_hub=False)
-    cells5 = s5.plan_cells(validate(s5.ZeroShotConfig, {**base, "finetune_fractions": [0.5]}), ["SST-2"])
-    assert sorted((c["regime"], c["budget"]) for c in cells5 if c["strategy"] != "none") == [
-        ("finetune_then_mask", 0.5), ("finetune_then_mask", 0.75), ("mask_then_finetune", 0.5)]
-    with pytest.raises(ParameterError, match="finetune_fractions"):
-        validate(s5.ZeroShotConfig, {**base, "finetune_fractions": [0.25]})

@@ -17,14 +17,14 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from .. import batching, data, masks, models, training
-from ..architecture import head_shape
-from ..config import ParameterError, as_dict
-from ..gates import head_means
-from ..metrics import compute_metrics, main_score
-from ..pruning import prune_heads
-from ..paths import StudyPaths
-from ..results import ResultStore, atomic_write_json, file_lock, fingerprint, run_metadata
+from . import batching, data, masks, models, training
+from .architecture import head_shape
+from .config import ParameterError, as_dict
+from .gates import head_means
+from .metrics import compute_metrics, main_score
+from .pruning import prune_heads
+from .paths import StudyPaths
+from .results import ResultStore, atomic_write_json, file_lock, fingerprint, run_metadata
 
 EVAL_BATCH = 32  # forward-only batches; on a CPU larger ones are no faster
 # Bump when a code change alters what fine-tuning produces (optimizer, label handling, data order):
@@ -374,3 +374,28 @@ def chance_score(task: str, train, dev) -> float:
     preds = np.full(len(dev.labels), values[np.argmax(counts)])
     return float(main_score(task, compute_metrics(task, preds, np.asarray(dev.labels))))
 
+
+
+# ---------------------------------------------------------------------------------------------- planned cost
+
+def finetune_cost(cfg: GlueStudyConfig, task: str, kept_share: float = 1.0) -> float:
+    """Estimated FLOPs of fine-tuning on the task's training subset for ``cfg.epochs`` epochs and scoring the dev
+    subset, with ``kept_share`` of the heads (pruned heads cost nothing only when removed: ``ablation="zero"``)."""
+    from . import costs
+
+    share = kept_share if cfg.ablation == "zero" else 1.0
+    shape = costs.Shape.of(cfg.model)
+    n_tr, len_tr = costs.split_tokens(task, "train", cfg.train_size, cfg.data_dir)
+    return (costs.train_flops(shape, cfg.epochs * n_tr * len_tr, len_tr, share)
+            + eval_cost(cfg, task, share))
+
+
+def eval_cost(cfg: GlueStudyConfig, task: str, kept_share: float = 1.0, split: str = "dev",
+              size: int | None | str = "cfg") -> float:
+    """Estimated FLOPs of one forward pass over the task's dev subset (or ``split`` of ``size`` examples)."""
+    from . import costs
+
+    shape = costs.Shape.of(cfg.model)
+    n = (cfg.dev_size if split == "dev" else cfg.train_size) if size == "cfg" else size
+    n_ex, length = costs.split_tokens(task, split, n, cfg.data_dir)
+    return costs.forward_flops(shape, n_ex * length, length, kept_share)

@@ -13,7 +13,7 @@ from headprune_utils.config import ParameterError, validate
 from headprune_utils.masks import mask_from_string, mask_to_string
 from headprune_utils.paths import StudyPaths
 from headprune_utils.results import StaleResultsError
-from headprune_utils.studies import specialized_l0 as study
+from headprune_utils.studies import specialized_heads_l0 as study
 
 # (form, head, deprel): words of the tiny tokenizer's vocabulary, so none is [UNK]
 SENTENCES = [
@@ -77,7 +77,7 @@ def test_defaults_are_the_shared_quick_glue_defaults():
     """The fine-tuned models must be the cached ones of studies 1-5: the inherited defaults are untouched."""
     import dataclasses
 
-    from headprune_utils.studies import common
+    from headprune_utils import glue_workbench as common
 
     def defaults(cls):
         return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
@@ -91,7 +91,7 @@ def test_defaults_are_the_shared_quick_glue_defaults():
 # ---------------------------------------------------------------------------------------------- end to end
 def test_study_runs_end_to_end_and_resumes(tiny_model_dir, data_root, tmp_path, monkeypatch):
     from headprune_utils import strategies, training
-    from headprune_utils.studies import common
+    from headprune_utils import glue_workbench as common
 
     cfg = config(tiny_model_dir, data_root)
     paths = StudyPaths(study.STUDY, "t", root=tmp_path)
@@ -165,7 +165,7 @@ def test_gates_with_a_trained_model_leave_the_cached_model_alone(tiny_model_dir,
 def test_roles_in_one_pass_equal_the_separate_measurements(tiny_model_dir, data_root, tmp_path):
     from conftest import tiny_model
     from headprune_utils import specialized
-    from headprune_utils.studies import common
+    from headprune_utils import glue_workbench as common
 
     cfg = config(tiny_model_dir, data_root)
     ctx = study.Context(cfg, torch.device("cpu"), tmp_path)
@@ -194,7 +194,7 @@ def test_ablation_loss_and_confidence_entropy_equal_the_plain_computations(regre
     from headprune_utils import head_scores
     from headprune_utils.batching import Encoded
     from headprune_utils.gates import head_gates
-    from headprune_utils.studies import common
+    from headprune_utils import glue_workbench as common
 
     model = tiny_model(initializer_range=0.3, num_labels=1 if regression else 3,
                        problem_type="regression" if regression else "single_label_classification")

@@ -23,7 +23,8 @@ from .. import clustering, masks, models, probes, redundancy
 from ..config import ParameterError
 from ..paths import StudyPaths
 from ..results import fingerprint
-from . import common, layer_strategies
+from .. import glue_workbench
+from . import layer_strategies
 from .layer_strategies import REGIME_NAMES, REGIMES, Regime
 
 STUDY = "zero_shot_pruning"
@@ -32,8 +33,8 @@ METHODS: tuple[str, ...] = ("zero_shot", "random", "least_important")
 
 
 @dataclass(frozen=True)
-class ZeroShotConfig(common.GlueStudyConfig):
-    """Parameters of the study (the shared ones in ``common.GlueStudyConfig``); defaults = the quick profile."""
+class ZeroShotConfig(glue_workbench.GlueStudyConfig):
+    """Parameters of the study (the shared ones in ``glue_workbench.GlueStudyConfig``); defaults = the quick profile."""
 
     fractions: list[float] = field(default_factory=lambda: [0.5, 0.75])  # share of ALL heads pruned
     finetune_fractions: list[float] | None = field(default_factory=lambda: [0.5])  # of those, the ones of the mask-then-fine-tune regime (None: all)
@@ -84,7 +85,7 @@ def plan_cells(cfg: ZeroShotConfig, tasks: list[str]) -> list[dict]:
                     continue
                 cells.append({"task": task, "regime": regime, "strategy": "none", "budget": 0.0, "seed": int(seed)})
                 for f in sorted(cfg.fractions):
-                    if regime == "mask_then_finetune" and not common.fine_tuned_at(cfg, f):
+                    if regime == "mask_then_finetune" and not glue_workbench.fine_tuned_at(cfg, f):
                         continue
                     for m in cfg.methods:
                         cells.append({"task": task, "regime": regime, "strategy": m, "budget": float(f), "seed": int(seed)})
@@ -92,11 +93,11 @@ def plan_cells(cfg: ZeroShotConfig, tasks: list[str]) -> list[dict]:
 
 
 def n_cells(cfg: ZeroShotConfig) -> int:
-    return len(plan_cells(cfg, common.resolve_tasks(cfg)[0]))
+    return len(plan_cells(cfg, glue_workbench.resolve_tasks(cfg)[0]))
 
 
 def study_fingerprint(cfg: ZeroShotConfig, device: torch.device) -> str:
-    return fingerprint(common.result_params(cfg, device, RESULTS_VERSION,
+    return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION,
                                             drop=("fractions", "finetune_fractions", "methods", "regimes", "shared_evaluation", "equivalence_margin")))
 
 
@@ -114,7 +115,7 @@ def zero_shot_matrix(cfg: ZeroShotConfig, model, tokenizer, device) -> np.ndarra
     else:
         enc = probes.glue_text(tokenizer, ["SST-2", "CoLA", "MRPC", "RTE", "STS-B"], "dev", cfg.probe_size,
                                cfg.probe_seed, cfg.probe_max_length, cfg.data_dir, allow_hub=cfg.allow_hub)
-    return redundancy.redundancy_matrices(model, common.batches(enc, device), [cfg.metric])[cfg.metric]
+    return redundancy.redundancy_matrices(model, glue_workbench.batches(enc, device), [cfg.metric])[cfg.metric]
 
 
 class Context(layer_strategies.Context):

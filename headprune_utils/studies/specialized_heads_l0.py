@@ -38,8 +38,8 @@ from ..hard_concrete import HardConcreteGates, l0_train
 from ..metrics import main_score
 from ..paths import StudyPaths
 from ..results import fingerprint
-from . import common
-from .specialized_l0_analysis import (  # the analysis: pure functions over the table
+from .. import glue_workbench
+from .specialized_heads_l0_analysis import (  # the analysis: pure functions over the table
     ROLE_NAMES, SCORES, VOITA_FRACTION, agreement_summary, curve_contrasts, head_score_table, l0_curve, role_counts,
     rare_ratio_sensitivity, role_map_data, role_stability, role_table, roles_at_budget, score_agreement, score_map_data, survival_heads,
     survival_map_data, survival_tests, survival_with_roles, sweep_summary, verdicts,
@@ -49,7 +49,7 @@ __all__ = [
     "STUDY", "SpecializedL0Config", "Context", "plan_cells", "n_cells", "study_fingerprint", "role_thresholds",
     "head_roles", "confidence_entropy", "ablation_loss", "run_roles_cell", "run_scores_cell", "run_l0_cell",
     "run_study",
-    # the analysis (specialized_l0_analysis), re-exported so the notebook needs one module
+    # the analysis (specialized_heads_l0_analysis), re-exported so the notebook needs one module
     "ROLE_NAMES", "SCORES", "VOITA_FRACTION", "agreement_summary", "curve_contrasts", "head_score_table", "l0_curve",
     "rare_ratio_sensitivity", "role_counts", "role_map_data", "role_stability", "role_table", "roles_at_budget",
     "score_agreement", "score_map_data", "survival_heads", "survival_map_data", "survival_tests",
@@ -63,8 +63,8 @@ ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_ratio", "rare
 
 
 @dataclass(frozen=True)
-class SpecializedL0Config(common.GlueStudyConfig):
-    """Parameters of the study (the shared ones in ``common.GlueStudyConfig``); defaults = the quick profile."""
+class SpecializedL0Config(glue_workbench.GlueStudyConfig):
+    """Parameters of the study (the shared ones in ``glue_workbench.GlueStudyConfig``); defaults = the quick profile."""
 
     score_size: int | None = 128                # training examples for gradient importance, relevance, confidence, entropy (None: all)
     ablation_size: int | None = 24              # training examples for the ablation importance (one evaluation per head; None: all)
@@ -150,11 +150,11 @@ def plan_cells(cfg: SpecializedL0Config, tasks: list[str]) -> list[dict]:
 
 
 def n_cells(cfg: SpecializedL0Config) -> int:
-    return len(plan_cells(cfg, common.resolve_tasks(cfg)[0]))
+    return len(plan_cells(cfg, glue_workbench.resolve_tasks(cfg)[0]))
 
 
 def study_fingerprint(cfg: SpecializedL0Config, device: torch.device) -> str:
-    return fingerprint(common.result_params(cfg, device, RESULTS_VERSION, drop=("lambdas", *ANALYSIS_ONLY)))
+    return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=("lambdas", *ANALYSIS_ONLY)))
 
 
 def _first(enc: batching.Encoded, n: int | None) -> batching.Encoded:
@@ -166,12 +166,12 @@ def _first(enc: batching.Encoded, n: int | None) -> batching.Encoded:
 
 def _score(task: str, metrics: dict) -> float:
     """The main score; an undefined correlation (a constant prediction, e.g. every head pruned) counts 0, the
-    score of a constant predictor (``common.chance_score``)."""
+    score of a constant predictor (``glue_workbench.chance_score``)."""
     s = main_score(task, metrics)
     return 0.0 if s != s else float(s)
 
 
-class Context(common.Workbench):
+class Context(glue_workbench.Workbench):
     """The shared workbench plus the UD sentences and the word-piece frequencies of the rare-word heads."""
 
     def __init__(self, *args, **kwargs):
@@ -220,8 +220,8 @@ def head_roles(ctx: Context, model, tasks: list[str]) -> dict:
     n_q = trials = 0
     chance_sum = 0.0
     argmaxes, complete = [], []
-    for start in range(0, len(sentences), common.EVAL_BATCH):
-        chunk = sentences[start : start + common.EVAL_BATCH]
+    for start in range(0, len(sentences), glue_workbench.EVAL_BATCH):
+        chunk = sentences[start : start + glue_workbench.EVAL_BATCH]
         words = [s.forms for s in chunk]
         whole = tok(words, is_split_into_words=True, truncation=False)
         enc = tok(words, is_split_into_words=True, truncation=True, max_length=cfg.max_length, padding=True,
@@ -300,7 +300,7 @@ def ablation_loss(model, enc: batching.Encoded, task: str, ablation: str = "zero
             m = torch.ones(shape)
             m[layer, head] = 0.0
             sweep[(layer, head)] = m
-    logits = mask_sweep.logits_masks(model, enc, sweep, common.EVAL_BATCH, ablation=ablation, means=means)
+    logits = mask_sweep.logits_masks(model, enc, sweep, glue_workbench.EVAL_BATCH, ablation=ablation, means=means)
     labels = torch.as_tensor(np.asarray(enc.labels))
 
     def loss(x: torch.Tensor) -> float:
@@ -325,7 +325,7 @@ def run_scores_cell(ctx: Context, cell: dict) -> dict:
     spec, tr, dv, *_ = ctx.task_data(task)
     t0 = time.perf_counter()
     means = ctx.full_means(task, seed) if cfg.ablation == "mean" else None
-    batches = common.batches(tr, ctx.device, cfg.score_size)
+    batches = glue_workbench.batches(tr, ctx.device, cfg.score_size)
     special = ctx.tokenizer.all_special_ids
     conf, ent = confidence_entropy(model, batches, special)
     abl = _first(tr, cfg.ablation_size)
@@ -335,14 +335,14 @@ def run_scores_cell(ctx: Context, cell: dict) -> dict:
         "relevance": head_scores.relevance(model, batches, target=cfg.relevance_target),
         "ablation": (ablation_loss(model, abl, task, cfg.ablation, means) if cfg.ablation_measure == "loss" else
                      head_scores.ablation_importance(model, abl, task, ablation=cfg.ablation, means=means,
-                                                     batch_size=common.EVAL_BATCH)),
+                                                     batch_size=glue_workbench.EVAL_BATCH)),
         "confidence": conf,
         "entropy": ent,
     }
-    dev = training.evaluate(model, dv, task, common.EVAL_BATCH)
+    dev = training.evaluate(model, dv, task, glue_workbench.EVAL_BATCH)
     row = {k: v.tolist() for k, v in scores.items()}
     row.update({"roles": head_roles(ctx, model, [task]), "score_full": _score(task, dev), "metrics_full": dev,
-                "metric": spec.main_metric, "chance": common.chance_score(task, tr, dv),
+                "metric": spec.main_metric, "chance": glue_workbench.chance_score(task, tr, dv),
                 "seconds": time.perf_counter() - t0})
     return row
 
@@ -389,12 +389,12 @@ def run_l0_cell(ctx: Context, cell: dict, importance_scores: torch.Tensor, score
              for r in range(cfg.n_random_baselines)}
     sweep["importance"] = strategies.importance_mask(importance_scores, n_prune, "least_important")
     if cfg.l0_train_model:
-        l0_metrics = training.evaluate(model, dv, task, common.EVAL_BATCH, gates=mask.to(ctx.device),
+        l0_metrics = training.evaluate(model, dv, task, glue_workbench.EVAL_BATCH, gates=mask.to(ctx.device),
                                        ablation=cfg.ablation, means=means)
         del model
     else:
         sweep["l0"] = mask
-    metrics = mask_sweep.evaluate_masks(base, dv, task, sweep, common.EVAL_BATCH, ablation=cfg.ablation, means=means)
+    metrics = mask_sweep.evaluate_masks(base, dv, task, sweep, glue_workbench.EVAL_BATCH, ablation=cfg.ablation, means=means)
     if not cfg.l0_train_model:
         l0_metrics = metrics["l0"]
     random_scores = [_score(task, metrics[("random", r)]) for r in range(cfg.n_random_baselines)]
@@ -408,7 +408,7 @@ def run_l0_cell(ctx: Context, cell: dict, importance_scores: torch.Tensor, score
         "importance_mask": masks.mask_to_string(sweep["importance"]),
         "log_alpha": gates.log_alpha.detach().cpu().tolist(), "open_prob": gates.open_prob().detach().cpu().tolist(),
         "history": res.history[::step] + ([res.history[-1]] if (len(res.history) - 1) % step else []),
-        "metric": spec.main_metric, "chance": common.chance_score(task, tr, dv),
+        "metric": spec.main_metric, "chance": glue_workbench.chance_score(task, tr, dv),
         "seconds_train": seconds_train, "seconds": time.perf_counter() - t0,
     }
 
@@ -437,7 +437,7 @@ def run_cells(ctx: Context, store, todo: list[dict], bar, tasks: list[str]) -> N
 
 def run_study(cfg: SpecializedL0Config, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
     """Run every cell not yet done (resuming), write the metadata; returns the tidy results (one row per cell)."""
-    tasks, missing = common.resolve_tasks(cfg)
-    return common.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg, tasks), study_fingerprint, Context,
+    tasks, missing = glue_workbench.resolve_tasks(cfg)
+    return glue_workbench.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg, tasks), study_fingerprint, Context,
                                   run_todo=lambda ctx, store, todo, bar: run_cells(ctx, store, todo, bar, tasks),
                                   extra_params={"tasks_run": tasks, "tasks_unavailable": missing})

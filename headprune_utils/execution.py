@@ -1,0 +1,431 @@
+"""Running a study's cells: one scheduler, thin executors (in-process, or Ray), one writer.
+
+``run_study(study, cfg, profile)`` is what every notebook calls:
+
+1. the study plans its cells (:meth:`Study.plan`); the plan is checked (unique keys, requirements that exist,
+   no cycles);
+2. the result store is opened, refusing results made with other parameters; finished cells are reused;
+3. the missing cells are grouped into batches (a batch = the ready cells of one ``group``, or one cell) and
+   handed to an executor in plan order, each batch once all the cells it requires are stored. The required
+   cells' results travel with the batch (``inputs``), so workers need no shared file system for results;
+4. ONLY this driver writes results, each as soon as it arrives (atomic; an interrupted run resumes);
+5. a batch that fails is reported with its cells' keys; the cells that require them are not run and are named;
+   the other cells still run. Then :class:`CellsFailed` is raised naming them all;
+6. the run's metadata (parameters, seeds, device, versions, git revision, durations, executor) is written.
+
+Executors (Hydra's launcher shape): ``LocalExecutor`` runs batches in this process, one at a time;
+``RayExecutor`` runs each batch as a Ray task (``ray.remote``, a GPU requested when the cluster has GPUs),
+resolving the study BY NAME on the worker and rebuilding the parameters from plain data (no closures travel),
+waiting with ``ray.wait`` (first finished first, not submission order). A worker that dies is retried by Ray
+(``max_retries``); a batch that still fails is reported like any failure.
+
+Caches shared across cells and studies (fine-tuned models, trained translation models) are files under the
+outputs root, filled under file locks. On a multi-node Ray cluster either point ``HEADPRUNE_OUTPUT_DIR`` at
+shared storage on every node (each model is then trained once), or leave it local: a worker that lacks a
+cached model trains it itself (deterministically: the same parameters, seed and device type give the same
+model), which costs time but not correctness.
+"""
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pandas as pd
+
+from .paths import StudyPaths
+from .results import ResultStore, atomic_write_json, run_metadata
+from .studies.base import Cell, Study
+
+EXECUTORS = ("local", "ray")
+
+
+class PlanError(ValueError):
+    """A study's plan is inconsistent (a repeated key, a requirement that is not planned, a cycle)."""
+
+
+class CellsFailed(RuntimeError):
+    """Cells failed, or were not run because a cell they require failed. ``failed``: {key: error};
+    ``skipped``: {key: the failed requirement}."""
+
+    def __init__(self, study: str, failed: dict[str, str], skipped: dict[str, str]):
+        self.study, self.failed, self.skipped = study, failed, skipped
+        lines = [f"study {study!r}: {len(failed)} cell(s) failed, {len(skipped)} not run because a cell they require failed"]
+        for key, err in failed.items():
+            last = err.strip().splitlines()[-1] if err.strip() else "?"
+            lines.append(f"  failed: {key}: {last}")
+        for key, why in skipped.items():
+            lines.append(f"  not run: {key} (requires {why}, which failed)")
+        lines.append("the cells that finished are stored; rerun to retry the rest")
+        super().__init__("\n".join(lines))
+
+
+@dataclass
+class Batch:
+    """Cells computed together, and the stored results of the cells they require."""
+
+    cells: list[Cell]
+    inputs: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def keys(self) -> list[str]:
+        return [c.key for c in self.cells]
+
+
+@dataclass
+class Outcome:
+    """What came back for one cell: ``status`` "done" with ``result``, or "failed" with ``error``."""
+
+    key: str
+    status: Literal["done", "failed"]
+    result: dict | None = None
+    error: str | None = None
+
+
+# ------------------------------------------------------------------------------------------------ the plan
+
+def check_plan(cells: list[Cell]) -> dict[str, Cell]:
+    """``{key: cell}`` of a consistent plan (raises PlanError naming the offending key)."""
+    by_key: dict[str, Cell] = {}
+    for c in cells:
+        if c.key in by_key:
+            raise PlanError(f"cell {c.key} is planned twice")
+        by_key[c.key] = c
+    for c in cells:
+        for r in c.requires:
+            if r not in by_key:
+                raise PlanError(f"cell {c.key} requires {r}, which is not in the plan")
+    # cycles: depth-first over requirements
+    state: dict[str, int] = {}
+
+    def visit(key: str, trail: tuple[str, ...]) -> None:
+        if state.get(key) == 2:
+            return
+        if state.get(key) == 1:
+            raise PlanError("cells require each other in a cycle: " + " -> ".join((*trail, key)))
+        state[key] = 1
+        for r in by_key[key].requires:
+            visit(r, (*trail, key))
+        state[key] = 2
+
+    for key in by_key:
+        visit(key, ())
+    return by_key
+
+
+def batches_of(ready: list[Cell]) -> list[list[Cell]]:
+    """Ready cells as batches, in plan order: the cells of one group together (at the place of its first
+    cell), each ungrouped cell alone."""
+    out: list[list[Cell]] = []
+    groups: dict[Any, list[Cell]] = {}
+    for c in ready:
+        if c.group is None:
+            out.append([c])
+        elif c.group in groups:
+            groups[c.group].append(c)
+        else:
+            groups[c.group] = [c]
+            out.append(groups[c.group])
+    return out
+
+
+def schedule(cells: list[Cell], done: set[str], submit: Callable[[Batch], Any],
+             wait: Callable[[list[Any]], list[tuple[Any, list[Outcome]]]], read: Callable[[str], dict],
+             on_outcome: Callable[[Outcome], None], max_in_flight: int = 1) -> tuple[dict[str, str], dict[str, str]]:
+    """Run the cells not in ``done``, honouring requirements; returns (failed {key: error}, skipped {key: why}).
+
+    ``submit(batch) -> handle``; ``wait(handles) -> [(handle, outcomes)]`` for at least one finished handle;
+    ``read(key)`` is a stored result (for ``inputs``); ``on_outcome`` stores each outcome as it arrives.
+    At most ``max_in_flight`` batches are submitted at once.
+    """
+    by_key = check_plan(cells)
+    done = set(done) & set(by_key)
+    pending = [c for c in cells if c.key not in done]
+    failed: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    in_flight: dict[Any, Batch] = {}
+    running: set[str] = set()
+
+    def blocked_by(c: Cell) -> str | None:
+        for r in c.requires:
+            if r in failed or r in skipped:
+                return r if r in failed else skipped[r]
+        return None
+
+    while pending or in_flight:
+        still = []
+        for c in pending:
+            why = blocked_by(c)
+            if why is not None:
+                skipped[c.key] = why
+            else:
+                still.append(c)
+        pending = still
+        ready = [c for c in pending if c.key not in running and all(r in done for r in c.requires)]
+        for cells_ in batches_of(ready):
+            if len(in_flight) >= max_in_flight:
+                break
+            batch = Batch(cells_, {r: read(r) for c in cells_ for r in c.requires})
+            in_flight[submit(batch)] = batch
+            running.update(batch.keys)
+        if not in_flight:
+            if pending:  # nothing runnable and nothing running: cannot happen with a checked plan
+                raise PlanError(f"cells cannot start: {[c.key for c in pending][:5]}")
+            break
+        for handle, outcomes in wait(list(in_flight)):
+            batch = in_flight.pop(handle)
+            seen = set()
+            for o in outcomes:
+                seen.add(o.key)
+                on_outcome(o)
+                if o.status == "done":
+                    done.add(o.key)
+                else:
+                    failed[o.key] = o.error or "failed"
+            for key in batch.keys:  # a batch that ended early: its remaining cells count as failed
+                if key not in seen:
+                    failed[key] = "the batch ended before this cell ran"
+            running.difference_update(batch.keys)
+            pending = [c for c in pending if c.key not in seen and c.key not in failed]
+    return failed, skipped
+
+
+# ------------------------------------------------------------------------------------------- the batch body
+
+_CONTEXTS: dict[tuple, Any] = {}
+
+
+def run_batch(study: Study, cfg, device, paths: StudyPaths, batch: Batch, ctx=None) -> list[Outcome]:
+    """The one job body every executor runs: compute a batch, every error caught and returned as a value."""
+    outcomes: list[Outcome] = []
+    try:
+        if ctx is None:
+            ctx = study.context(cfg, device, paths)
+        for cell, result in study.run(ctx, batch.cells, batch.inputs):
+            outcomes.append(Outcome(cell.key, "done", result=result))
+    except Exception:
+        err = traceback.format_exc()
+        outcomes.extend(Outcome(k, "failed", error=err) for k in batch.keys if k not in {o.key for o in outcomes})
+    return outcomes
+
+
+class LocalExecutor:
+    """Batches run in this process, one at a time, results stored as each cell finishes."""
+
+    name = "local"
+
+    def start(self, *, study: Study, cfg, device, paths: StudyPaths) -> None:
+        self.study, self.cfg, self.device, self.paths = study, cfg, device, paths
+        self._ctx = None
+        self._queue: dict[int, Batch] = {}
+        self._next = 0
+
+    def submit(self, batch: Batch) -> int:
+        self._next += 1
+        self._queue[self._next] = batch
+        return self._next
+
+    def iter_outcomes(self, handle: int):
+        """Outcomes of one batch, cell by cell as they finish (so each is stored at once)."""
+        batch = self._queue.pop(handle)
+        if self._ctx is None:
+            self._ctx = self.study.context(self.cfg, self.device, self.paths)
+        keys = set(batch.keys)
+        try:
+            for cell, result in self.study.run(self._ctx, batch.cells, batch.inputs):
+                keys.discard(cell.key)
+                yield Outcome(cell.key, "done", result=result)
+        except Exception:
+            err = traceback.format_exc()
+            for k in batch.keys:
+                if k in keys:
+                    yield Outcome(k, "failed", error=err)
+
+    def close(self) -> None:
+        self._ctx = None
+
+
+class RayExecutor:
+    """Each batch a Ray task; the study resolved by name on the worker, parameters shipped as plain data.
+
+    ``address``: None starts (or joins, in this process) a local Ray instance; "auto" or "ray://host:port"
+    joins a cluster. ``num_cpus`` caps a local instance. Workers get the outputs and data roots of this
+    process (``HEADPRUNE_OUTPUT_DIR``, ``HEADPRUNE_DATA_DIR``) unless already set on the cluster.
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None, max_retries: int = 2,
+                 max_in_flight: int | None = None):
+        self.address, self.num_cpus, self.max_retries = address, num_cpus, max_retries
+        self._max_in_flight = max_in_flight
+
+    def start(self, *, study: Study, cfg, device, paths: StudyPaths, profile: str) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise RuntimeError("the Ray executor needs Ray: pip install -e '.[ray]'") from None
+        from .config import as_dict
+        from .paths import outputs_root
+
+        self.ray = ray
+        if not ray.is_initialized():
+            env = {"HEADPRUNE_OUTPUT_DIR": str(paths.root or outputs_root())}
+            for var in ("HEADPRUNE_DATA_DIR", "HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+                        "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS", "HEADPRUNE_TEST_FAULTS"):
+                if os.environ.get(var):
+                    env[var] = os.environ[var]
+            kwargs = dict(address=self.address, ignore_reinit_error=True, include_dashboard=False,
+                          log_to_driver=False, runtime_env={"env_vars": env})
+            if self.address is None and self.num_cpus is not None:
+                kwargs["num_cpus"] = self.num_cpus
+            ray.init(**kwargs)
+        gpus = ray.cluster_resources().get("GPU", 0)
+        self._gpu = gpus > 0
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        self.max_in_flight = self._max_in_flight or max(1, int(gpus) if gpus else cpus)
+        self._remote = ray.remote(_ray_batch).options(num_gpus=1 if self._gpu else 0, num_cpus=1,
+                                                      max_retries=self.max_retries, retry_exceptions=False)
+        self._job = {"study": study.name, "cfg": as_dict(cfg), "profile": profile,
+                     "device": "cuda" if self._gpu else str(device)}
+        self._keys: dict[Any, list[str]] = {}
+
+    def submit(self, batch: Batch):
+        ref = self._remote.remote(self._job, [dict(c.axes) for c in batch.cells], batch.inputs)
+        self._keys[ref] = batch.keys
+        return ref
+
+    def wait(self, handles: list) -> list[tuple[Any, list[Outcome]]]:
+        ready, _ = self.ray.wait(handles, num_returns=1)
+        out = []
+        for ref in ready:
+            keys = self._keys.pop(ref)
+            try:
+                outcomes = [Outcome(**o) for o in self.ray.get(ref)]
+            except Exception as exc:  # the worker died (after Ray's retries) or the task could not run
+                err = f"{type(exc).__name__}: {exc}"
+                outcomes = [Outcome(k, "failed", error=err) for k in keys]
+            out.append((ref, outcomes))
+        return out
+
+    def close(self) -> None:
+        pass  # the Ray instance stays up for the next study of the run; ray.shutdown() at exit
+
+
+def _ray_batch(job: dict, axes: list[dict], inputs: dict) -> list[dict]:
+    """A Ray task: rebuild the study, parameters and context on the worker (the context is kept per worker
+    process for the next batch of the same run), compute, return plain outcomes."""
+    import torch
+
+    from . import models
+    from .config import validate
+    from .studies import get_study
+
+    study = get_study(job["study"])
+    cfg = validate(study.Config, job["cfg"], where=f"Ray task of {study.name}")
+    device = models.resolve_device(job["device"] if job["device"] != "cuda" or torch.cuda.is_available() else "cpu")
+    paths = StudyPaths(study.name, job["profile"])
+    planned = {c.key: c for c in study.plan(cfg)}
+    from .results import cell_key
+
+    cells = [planned[cell_key(a)] for a in axes]
+    token = (study.name, study.fingerprint(cfg, device), job["profile"])
+    if token not in _CONTEXTS:
+        _CONTEXTS.clear()
+        _CONTEXTS[token] = study.context(cfg, device, paths)
+    _maybe_fault(cells)
+    outcomes = run_batch(study, cfg, device, paths, Batch(cells, inputs), ctx=_CONTEXTS[token])
+    return [o.__dict__ for o in outcomes]
+
+
+def _maybe_fault(cells: list[Cell]) -> None:
+    """Fault injection for the executor's tests only: ``HEADPRUNE_TEST_FAULTS=<kind>:<key>:<marker file>``
+    makes the worker that starts the cell ``key`` die (``kind`` = "die-once": only while the marker file does
+    not exist yet, which it then creates; "die": always). Unset in every real run."""
+    spec = os.environ.get("HEADPRUNE_TEST_FAULTS")
+    if not spec:
+        return
+    kind, key, marker = spec.split(":", 2)
+    if key not in {c.key for c in cells}:
+        return
+    if kind == "die" or (kind == "die-once" and not os.path.exists(marker)):
+        open(marker, "a").close()
+        os._exit(17)
+
+
+def make_executor(executor: str | LocalExecutor | RayExecutor = "local", address: str | None = None):
+    if not isinstance(executor, str):
+        return executor
+    if executor == "local":
+        return LocalExecutor()
+    if executor == "ray":
+        return RayExecutor(address=address)
+    raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+
+
+# ------------------------------------------------------------------------------------------------ the driver
+
+def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = None, *,
+              executor: str | LocalExecutor | RayExecutor = "local", address: str | None = None,
+              progress: bool | None = None) -> pd.DataFrame:
+    """Compute every cell of ``study`` not yet stored (resuming), write the run's metadata; returns one row
+    per planned cell (its axes and result). Raises CellsFailed when cells failed (the others are stored)."""
+    from tqdm import tqdm
+
+    from . import models
+    from .config import as_dict
+    from .studies import get_study
+
+    study = get_study(study) if isinstance(study, str) else study
+    paths = (paths or StudyPaths(study.name, profile)).ensure()
+    device = models.resolve_device(cfg.device)
+    store = ResultStore(paths.cells, study.fingerprint(cfg, device))
+    store.check_compatible()
+    cells = study.plan(cfg)
+    check_plan(cells)
+    done = {c.key for c in cells if store.has(c.axes)}
+    todo = [c for c in cells if c.key not in done]
+    by_key = {c.key: c for c in cells}
+    ex = make_executor(executor, address)
+    t0 = time.perf_counter()
+    failed: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    show = cfg.progress if progress is None else progress
+    if todo:
+        bar = tqdm(total=len(todo), desc=f"{study.name} cells", disable=not show, mininterval=30)
+
+        def store_outcome(o: Outcome) -> None:
+            if o.status == "done":
+                store.put(dict(by_key[o.key].axes), o.result)
+            bar.update(1)
+
+        try:
+            read = lambda k: store.get(dict(by_key[k].axes))["result"]  # noqa: E731
+            if isinstance(ex, LocalExecutor):
+                ex.start(study=study, cfg=cfg, device=device, paths=paths)
+                # outcomes stream out of the batch: each is stored the moment its cell finishes
+                failed, skipped = schedule(cells, done, ex.submit, lambda hs: [(hs[0], ex.iter_outcomes(hs[0]))],
+                                           read, store_outcome)
+            else:
+                ex.start(study=study, cfg=cfg, device=device, paths=paths, profile=profile)
+                failed, skipped = schedule(cells, done, ex.submit, ex.wait, read, store_outcome,
+                                           max_in_flight=ex.max_in_flight)
+        finally:
+            bar.close()
+            ex.close()
+    stored = [c for c in cells if store.has(c.axes)]
+    table = store.table([dict(c.axes) for c in stored])
+    durations = {"this_run": time.perf_counter() - t0,
+                 "cells_total": float(table["seconds"].sum()) if "seconds" in table else 0.0,
+                 "cells_computed_now": len(todo) - len(failed) - len(skipped), "cells_reused": len(done)}
+    params = {**as_dict(cfg), **study.run_params(cfg)}
+    meta = run_metadata(study.name, profile, params, list(getattr(cfg, "seeds", [])), device, durations, store.fingerprint)
+    meta["executor"] = ex.name
+    atomic_write_json(paths.meta, meta)
+    if failed or skipped:
+        raise CellsFailed(study.name, failed, skipped)
+    return table
+
