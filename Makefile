@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch is pinned in pyproject.toml (torch==2.13.0); on the project's CPU machines pip takes the local CPU build
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[dev,ray]"
 	$(PY) -m ipykernel install --sys-prefix --name headprune --display-name "Python 3 (headprune)" >/dev/null
 	touch $(STAMP)
 

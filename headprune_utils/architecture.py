@@ -12,12 +12,17 @@ self-attention, causal) and ``"cross"`` (encoder-decoder attention). For these m
 
 Everything else raises :class:`UnsupportedArchitectureError`.
 
+This is the one module that knows model families. The others loop over :func:`attention_kinds` (``(None,)`` for
+one grid, ``SEQ2SEQ_KINDS`` for an encoder-decoder) and :func:`attention_sites`, and take per-grid arguments
+(gates, masks, means) through :func:`kind_dict` / :func:`kind_value`: dicts keyed by kind, ``None`` for one grid.
+
 Heads are always addressed by their ORIGINAL ids in an ``[n_layers, n_heads]`` grid, also after
 physical pruning: ``kept_heads(model)[l]`` (``kept_heads(model, kind)[l]``) lists the original ids still
 present in layer ``l``.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -59,8 +64,13 @@ class AttentionSite:
     def module(self) -> nn.Module:
         return getattr(self.parent, self.attr)
 
+    @property
+    def layer_key(self):
+        """This site's key in per-layer dicts: ``layer`` (one-grid encoders), ``(kind, layer)`` (encoder-decoders)."""
+        return self.layer if self.kind is None else (self.kind, self.layer)
 
-def _base(model: nn.Module) -> nn.Module:
+
+def base_model(model: nn.Module) -> nn.Module:
     base = getattr(model, "base_model", model)
     return base if base is not None else model
 
@@ -69,6 +79,58 @@ def is_encoder_decoder(config_or_model) -> bool:
     """True for an encoder-decoder (Marian, BART): its heads form three grids, one per attention type."""
     cfg = getattr(config_or_model, "config", config_or_model)
     return bool(getattr(cfg, "is_encoder_decoder", False))
+
+
+def attention_kinds(config_or_model) -> tuple[str | None, ...]:
+    """The model's grids of heads, by attention type: ``("enc", "dec", "cross")`` for an encoder-decoder,
+    ``(None,)`` for a one-grid encoder. Per-kind dicts of this module (:func:`head_shapes`, :func:`kind_dict`)
+    are keyed by these, so callers loop over the kinds instead of asking which family the model is."""
+    return SEQ2SEQ_KINDS if is_encoder_decoder(config_or_model) else (None,)
+
+
+def query_side(kind: str | None) -> Literal["source", "target"]:
+    """Which tokens ``kind``'s queries are: ``"source"`` (one-grid encoders, ``"enc"``: the input tokens) or
+    ``"target"`` (``"dec"``, ``"cross"``: the decoder positions)."""
+    return "target" if kind in ("dec", "cross") else "source"
+
+
+def key_mask_source(model: nn.Module, kind: str | None) -> nn.Module:
+    """The module whose call carries the ``[batch, seq]`` key padding mask of ``kind``'s attention: the base model
+    of a one-grid encoder; an encoder-decoder's encoder for ``"enc"`` (it runs on its own inside ``generate()``).
+    Decoder-side types (``"dec"``, ``"cross"``) have none here (an error)."""
+    if query_side(kind) == "target":
+        raise ValueError(f"no key padding mask source for attention type {kind!r} (only 'enc' or a one-grid encoder)")
+    return base_model(model).encoder if kind == "enc" else base_model(model)
+
+
+def kind_dict(model: nn.Module, value, name: str, hint: str = "", extra_kinds_ok: bool = False) -> dict:
+    """A per-grid argument as a dict by kind (see :func:`attention_kinds`): ``{None: value}`` for a one-grid
+    encoder (which must not get a dict), ``dict(value)`` for an encoder-decoder (which must get a dict by
+    attention type; any subset of its kinds, unknown kinds are an error unless ``extra_kinds_ok``).
+    ``name`` and ``hint`` word the errors, e.g. ``name="gates"``."""
+    kinds = attention_kinds(model)
+    if kinds == (None,):
+        if isinstance(value, Mapping):
+            raise ValueError(f"this model has one grid of heads: pass {name} as one [n_layers, n_heads] tensor, "
+                             "not a dict")
+        return {None: value}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"an encoder-decoder model takes {name} as a dict by attention type{hint}; "
+                         f"got {type(value).__name__}")
+    unknown = sorted(set(value) - set(kinds))
+    if unknown and not extra_kinds_ok:
+        raise ValueError(f"unknown attention type(s) {unknown} in {name}; choose from {kinds}")
+    return dict(value)
+
+
+def kind_value(model: nn.Module, by_kind: dict):
+    """The inverse of :func:`kind_dict`: ``by_kind[None]`` for a one-grid encoder, the dict for an encoder-decoder."""
+    return by_kind[None] if attention_kinds(model) == (None,) else by_kind
+
+
+def grid_name(name: str, kind: str | None) -> str:
+    """How errors name one grid of a per-kind argument: ``gates`` or ``gates["enc"]``."""
+    return name if kind is None else f'{name}["{kind}"]'
 
 
 def _check_kind(config_or_model, kind: str | None) -> None:
@@ -86,7 +148,7 @@ def _seq2seq_sites(model: nn.Module, kind: str) -> list[AttentionSite]:
             f"{type(model).__name__} ({getattr(cfg, 'model_type', '?')}): headprune supports the encoder-decoder "
             f"families {SEQ2SEQ_FAMILIES}."
         )
-    base = _base(model)
+    base = base_model(model)
     stack = base.encoder if kind == "enc" else base.decoder
     attr = "encoder_attn" if kind == "cross" else "self_attn"
     n_heads = cfg.encoder_attention_heads if kind == "enc" else cfg.decoder_attention_heads
@@ -114,7 +176,7 @@ def attention_sites(model: nn.Module, kind: AttentionKind | None = None) -> list
     if is_encoder_decoder(model):
         kinds = SEQ2SEQ_KINDS if kind is None else (kind,)
         return [site for k in kinds for site in _seq2seq_sites(model, k)]
-    base = _base(model)
+    base = base_model(model)
     cfg = model.config
     if hasattr(base, "encoder") and hasattr(base.encoder, "layer"):
         sites = []
@@ -171,6 +233,11 @@ def head_shape(config_or_model, kind: AttentionKind | None = None):
     if hasattr(cfg, "n_heads") and hasattr(cfg, "n_layers"):
         return int(cfg.n_layers), int(cfg.n_heads)
     raise UnsupportedArchitectureError(f"cannot read the head layout of {type(cfg).__name__}")
+
+
+def head_shapes(config_or_model) -> dict:
+    """``{kind: (n_layers, n_heads)}`` over :func:`attention_kinds` (``{None: (L, H)}`` for a one-grid encoder)."""
+    return {k: head_shape(config_or_model, k) for k in attention_kinds(config_or_model)}
 
 
 def _all_heads(shape: tuple[int, int]) -> list[list[int]]:

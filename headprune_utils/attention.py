@@ -25,11 +25,12 @@ import torch
 from torch import nn
 
 from .architecture import (
-    _base,
+    base_model,
+    attention_kinds,
     attention_sites,
     head_shape,
-    is_encoder_decoder,
     kept_heads,
+    key_mask_source,
     key_padding_mask_from_call,
 )
 
@@ -37,17 +38,13 @@ MAP_KINDS: tuple[str, ...] = ("enc",)  # encoder-decoder attention types whose m
 
 
 def _check_map_kind(model: nn.Module, kind: str | None) -> None:
-    if is_encoder_decoder(model):
-        if kind not in MAP_KINDS:
-            raise ValueError(f"attention maps of an encoder-decoder need kind= one of {MAP_KINDS} (encoder "
-                             f"self-attention); got {kind!r} (decoder and encoder-decoder maps are not implemented)")
-    elif kind is not None:
+    kinds = attention_kinds(model)
+    if kind in kinds and (kind is None or kind in MAP_KINDS):
+        return
+    if None in kinds:
         raise ValueError(f"kind={kind!r} is for encoder-decoder models; this model has one grid of heads (kind=None)")
-
-
-def _mask_source(model: nn.Module, kind: str | None) -> nn.Module:
-    """The module whose call carries the key padding mask of the attention being read."""
-    return _base(model).encoder if kind == "enc" else _base(model)
+    raise ValueError(f"attention maps of an encoder-decoder need kind= one of {MAP_KINDS} (encoder "
+                     f"self-attention); got {kind!r} (decoder and encoder-decoder maps are not implemented)")
 
 
 @contextmanager
@@ -73,7 +70,7 @@ def capture_queries_keys(model: nn.Module, kind: str | None = None) -> Iterator[
 
     _check_map_kind(model, kind)
     try:
-        handles.append(_mask_source(model, kind).register_forward_pre_hook(capture_mask, with_kwargs=True))
+        handles.append(key_mask_source(model, kind).register_forward_pre_hook(capture_mask, with_kwargs=True))
         for site in attention_sites(model, kind):
             if site.query is None or site.key is None:
                 continue
@@ -101,7 +98,7 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str |
     sites = attention_sites(model, kind)
     if kind == "enc":
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch}
-        forward = _base(model).encoder
+        forward = base_model(model).encoder
     else:
         inputs = {k: v for k, v in batch.items() if k != "labels"}
         forward = model

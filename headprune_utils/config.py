@@ -103,13 +103,45 @@ def validate(cls, params: dict[str, Any], where: str = "parameters"):
         except TypeError:
             raise ParameterError(
                 f"{where}: parameter {name!r} must be {_type_name(hints[name])}, got {value!r} "
-                f"({type(value).__name__})"
+                f"({type(value).__name__}){_yaml_hint(value, hints[name])}"
             ) from None
+        bad = _non_finite(values[name])
+        if bad is not None:
+            raise ParameterError(f"{where}: parameter {name!r} must be finite, got {bad!r}")
     obj = cls(**values)
     check = getattr(obj, "check", None)
     if callable(check):
-        check()  # cross-field and model-dependent checks, e.g. budgets
+        try:
+            check()  # cross-field and model-dependent checks, e.g. budgets
+        except ParameterError as exc:
+            raise ParameterError(f"{where}: {exc}") from None
     return obj
+
+
+def _non_finite(value: Any):
+    """The first NaN or infinite float in ``value`` (a number or a list of them), else None."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return value
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            bad = _non_finite(v)
+            if bad is not None:
+                return bad
+    return None
+
+
+def _yaml_hint(value: Any, tp) -> str:
+    """Why a number may have arrived as a string: YAML 1.1 reads ``1e-4`` (no dot) as text."""
+    if isinstance(value, str) and "float" in _type_name(tp):
+        try:
+            float(value)
+        except ValueError:
+            return ""
+        return (f"; YAML reads a number like {value} without a dot in its mantissa as a string: write "
+                f"{float(value):.1e}".replace("e-0", "e-").replace("e+0", "e+") + " (with a dot, e.g. 1.0e-4)")
+    return ""
 
 
 def profile_path(profile: str) -> Path:

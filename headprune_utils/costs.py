@@ -23,11 +23,6 @@ GLUE_ROWS = {
 # Mean whitespace words per example (both texts) when no local data is present: rounded GLUE figures.
 GLUE_WORDS = {"CoLA": 9, "SST-2": 10, "MRPC": 43, "STS-B": 20, "QQP": 22, "MNLI": 31, "QNLI": 37, "RTE": 52, "WNLI": 31}
 PIECES_PER_WORD = 1.3
-# Architectures of hub models, for planning offline (shapes only; weights always come from the hub).
-KNOWN_SHAPES = {
-    "bert-base-uncased": dict(n_layers=12, n_heads=12, d_model=768, d_ffn=3072),
-    "bert-large-uncased": dict(n_layers=24, n_heads=16, d_model=1024, d_ffn=4096),
-}
 
 
 @dataclass(frozen=True)
@@ -41,16 +36,23 @@ class Shape:
 
     @classmethod
     def of(cls, model: str) -> "Shape":
-        """The shape of ``model`` ("minilm", a folder, a hub id): its config, or :data:`KNOWN_SHAPES` offline."""
         from . import models
 
-        try:
-            c = models.load_config(model)
-        except Exception:
-            if model in KNOWN_SHAPES:
-                return cls(**KNOWN_SHAPES[model])
-            raise
+        return _shape_of(model, models._PLANNING)
+
+    @classmethod
+    def _load(cls, model: str) -> "Shape":
+        """The shape of ``model`` ("minilm", a folder, a hub id: its config; offline planning of a known hub
+        model: ``models.KNOWN_CONFIGS``)."""
+        from . import models
+
+        c = models.load_config(model)
         return cls(int(c.num_hidden_layers), int(c.num_attention_heads), int(c.hidden_size), int(c.intermediate_size))
+
+
+@functools.lru_cache(maxsize=16)
+def _shape_of(model: str, planning: bool) -> Shape:
+    return Shape._load(model)
 
 
 def layer_forward_flops(shape: Shape, tokens: float, seq_len: float, kept_share: float = 1.0,

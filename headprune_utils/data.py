@@ -47,6 +47,20 @@ class DataUnavailableError(RuntimeError):
     """A task split could be found neither locally nor on the hub."""
 
 
+class DataFormatError(ValueError):
+    """A data file cannot be used as it is: not UTF-8 text, no rows, or too many malformed rows. The message
+    names the file, the share of bad rows and the first bad line."""
+
+
+class MalformedRowsWarning(UserWarning):
+    """Some rows of a data file were malformed and skipped (fewer than MAX_MALFORMED_SHARE of them)."""
+
+
+# A split with more malformed rows than this share stops the run (naming the file and the first bad line);
+# fewer are skipped, counted (TaskData.n_skipped) and reported with a warning.
+MAX_MALFORMED_SHARE = 0.01
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """Static description of one GLUE task.
@@ -236,7 +250,8 @@ def _parse_label(raw: str, spec: TaskSpec, fmt: _LocalFormat) -> float | int:
     return value
 
 
-def _read_tsv(path: Path, spec: TaskSpec, split: str, source: str) -> TaskData:
+def _read_tsv(path: Path, spec: TaskSpec, split: str, source: str,
+              max_malformed_share: float = MAX_MALFORMED_SHARE) -> TaskData:
     """Parse a GLUE TSV with quoting disabled.
 
     GLUE texts contain stray quote characters (e.g. MRPC ``" The ...``), which
@@ -247,12 +262,16 @@ def _read_tsv(path: Path, spec: TaskSpec, split: str, source: str) -> TaskData:
     fmt = _LOCAL_FORMATS[spec.name]
     # utf-8-sig drops the BOM of the MRPC header; newline="\n" keeps a stray
     # "\r" inside a field from splitting a row (it is stripped at line ends).
-    with open(path, encoding="utf-8-sig", newline="\n") as f:
-        lines = [line.rstrip("\r\n") for line in f]
-    lines = [line for line in lines if line]  # blank lines are not rows
+    try:
+        with open(path, encoding="utf-8-sig", newline="\n") as f:
+            raw = [line.rstrip("\r\n") for line in f]
+    except UnicodeDecodeError as exc:
+        raise DataFormatError(f"{spec.name}/{split}: {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                              "GLUE files are UTF-8 TSV") from None
+    numbered = [(i + 1, line) for i, line in enumerate(raw) if line]  # blank lines are not rows
 
     if fmt.has_header:
-        header = lines[0].split("\t") if lines else []
+        header = numbered[0][1].split("\t") if numbered else []
         missing = [c for c in (fmt.text_a, fmt.text_b, fmt.label)
                    if c is not None and c not in header]
         if missing:
@@ -262,29 +281,45 @@ def _read_tsv(path: Path, spec: TaskSpec, split: str, source: str) -> TaskData:
         n_cols = len(header)
         ia, il = header.index(fmt.text_a), header.index(fmt.label)
         ib = header.index(fmt.text_b) if fmt.text_b is not None else None
-        rows = lines[1:]
+        rows = numbered[1:]
     else:
         n_cols, ia, ib, il = 4, fmt.text_a, fmt.text_b, fmt.label  # CoLA
-        rows = lines
+        rows = numbered
 
     text_a: list[str] = []
     text_b: list[str] = []
     labels: list[float | int] = []
-    n_skipped = 0
-    for line in rows:
+    bad: list[tuple[int, str, str]] = []  # (line number, why, the line)
+    for number, line in rows:
         cols = line.split("\t")
         if len(cols) != n_cols:
-            n_skipped += 1
+            bad.append((number, f"{len(cols)} columns, expected {n_cols}", line))
             continue
         try:
             label = _parse_label(cols[il], spec, fmt)
         except ValueError:
-            n_skipped += 1
+            bad.append((number, f"label {cols[il]!r} is not a valid {spec.name} label", line))
             continue
         text_a.append(cols[ia])
         if ib is not None:
             text_b.append(cols[ib])
         labels.append(label)
+
+    n_skipped = len(bad)
+    if not rows:
+        raise DataFormatError(f"{spec.name}/{split}: {source} has no rows")
+    if bad:
+        first = bad[0]
+        where = f"first bad line {first[0]} ({first[1]}): {first[2][:120]!r}"
+        share = n_skipped / len(rows)
+        if share > max_malformed_share:
+            raise DataFormatError(
+                f"{spec.name}/{split}: {source}: {n_skipped} of {len(rows)} rows ({100 * share:.1f}%) are malformed, "
+                f"more than the {100 * max_malformed_share:g}% tolerated; {where}")
+        import warnings
+
+        warnings.warn(f"{spec.name}/{split}: {source}: {n_skipped} of {len(rows)} rows malformed and skipped; {where}",
+                      MalformedRowsWarning, stacklevel=3)
 
     return TaskData(
         task=spec.name,
@@ -297,13 +332,44 @@ def _read_tsv(path: Path, spec: TaskSpec, split: str, source: str) -> TaskData:
     )
 
 
+_HASHES: dict[tuple, str] = {}
+
+
+def file_fingerprint(path: str | os.PathLike) -> str:
+    """SHA-256 (first 16 hex digits) of a file's bytes, computed once per (path, size, modification time)."""
+    path = Path(path)
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _HASHES:
+        import hashlib
+
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _HASHES[key] = h.hexdigest()[:16]
+    return _HASHES[key]
+
+
+def split_fingerprint(task: str, split: str, data_dir: str | os.PathLike | None = None) -> str:
+    """What a task split's content is, for result fingerprints: the local file's content hash, or ``"hub"``
+    (the hub's copy of GLUE is versioned by the datasets library)."""
+    spec = get_task(task)
+    root = resolve_data_dir(data_dir)
+    if root is not None:
+        path = _local_path(root, spec, split)
+        if path.is_file():
+            return file_fingerprint(path)
+    return "hub"
+
+
 def _hub_split(spec: TaskSpec, split: str) -> str:
     if split == "train":
         return "train"
     return "validation_matched" if spec.name == "MNLI" else "validation"
 
 
-def _offline_var() -> str | None:
+def offline_var() -> str | None:
     """Name of the first offline-mode variable that is switched on, else None."""
     for var in _OFFLINE_ENV_VARS:
         if os.environ.get(var, "").strip().upper() in _TRUE_VALUES:
@@ -334,6 +400,7 @@ def load_task(
     data_dir: str | os.PathLike | None = None,
     *,
     allow_hub: bool = True,
+    max_malformed_share: float = MAX_MALFORMED_SHARE,
 ) -> TaskData:
     """Load one split of a GLUE task: local TSV first, then the hub.
 
@@ -342,6 +409,8 @@ def load_task(
         split: ``"train"`` or ``"dev"`` (MNLI dev = matched dev set).
         data_dir: local data root; default ``$HEADPRUNE_DATA_DIR``.
         allow_hub: whether to fall back to ``datasets.load_dataset("nyu-mll/glue")``.
+        max_malformed_share: a local file with more malformed rows than this share is refused
+            (DataFormatError naming the file and the first bad line); fewer are skipped with a warning.
             The hub is never tried while ``HF_DATASETS_OFFLINE``/``HF_HUB_OFFLINE`` is on.
 
     Raises:
@@ -358,14 +427,14 @@ def load_task(
         path = _local_path(root, spec, split)
         if path.is_file():
             rel = path.relative_to(root).as_posix()  # keep absolute paths out of `source`
-            return _read_tsv(path, spec, split, f"local:{rel}")
+            return _read_tsv(path, spec, split, f"local:{rel}", max_malformed_share)
         local_note = f"local file {str(path)!r} not found"
     else:
         local_note = f"no local data folder given (data_dir=None and {ENV_DATA_DIR} unset)"
 
     hub_split = _hub_split(spec, split)
     hub_name = f"{HUB_DATASET} (config {spec.hub_config!r}, split {hub_split!r})"
-    offline = _offline_var()
+    offline = offline_var()
     if not allow_hub:
         hub_note = f"hub dataset {hub_name} not tried (allow_hub=False)"
     elif offline is not None:

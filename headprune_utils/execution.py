@@ -30,14 +30,14 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pandas as pd
 
 from .paths import StudyPaths
-from .results import ResultStore, atomic_write_json, run_metadata
+from .results import ResultStore, StaleResultsError, atomic_write_json, run_metadata
 from .studies.base import Cell, Study
 
 EXECUTORS = ("local", "ray")
@@ -275,7 +275,7 @@ class RayExecutor:
         if not ray.is_initialized():
             env = {"HEADPRUNE_OUTPUT_DIR": str(paths.root or outputs_root())}
             for var in ("HEADPRUNE_DATA_DIR", "HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-                        "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS", "HEADPRUNE_TEST_FAULTS"):
+                        "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS", "PYTHONPATH"):
                 if os.environ.get(var):
                     env[var] = os.environ[var]
             kwargs = dict(address=self.address, ignore_reinit_error=True, include_dashboard=False,
@@ -289,8 +289,9 @@ class RayExecutor:
         self.max_in_flight = self._max_in_flight or max(1, int(gpus) if gpus else cpus)
         self._remote = ray.remote(_ray_batch).options(num_gpus=1 if self._gpu else 0, num_cpus=1,
                                                       max_retries=self.max_retries, retry_exceptions=False)
-        self._job = {"study": study.name, "cfg": as_dict(cfg), "profile": profile,
-                     "device": "cuda" if self._gpu else str(device)}
+        self._job = {"study": study_ref(study), "cfg": as_dict(cfg), "profile": profile,
+                     "device": "cuda" if self._gpu else str(device),
+                     "faults": os.environ.get("HEADPRUNE_TEST_FAULTS")}
         self._keys: dict[Any, list[str]] = {}
 
     def submit(self, batch: Batch):
@@ -332,20 +333,29 @@ def _ray_batch(job: dict, axes: list[dict], inputs: dict) -> list[dict]:
     from .results import cell_key
 
     cells = [planned[cell_key(a)] for a in axes]
-    token = (study.name, study.fingerprint(cfg, device), job["profile"])
+    _maybe_fault(job.get("faults"), cells)
+    token = (job["study"], study.fingerprint(cfg, device), job["profile"])
     if token not in _CONTEXTS:
         _CONTEXTS.clear()
         _CONTEXTS[token] = study.context(cfg, device, paths)
-    _maybe_fault(cells)
     outcomes = run_batch(study, cfg, device, paths, Batch(cells, inputs), ctx=_CONTEXTS[token])
     return [o.__dict__ for o in outcomes]
 
 
-def _maybe_fault(cells: list[Cell]) -> None:
-    """Fault injection for the executor's tests only: ``HEADPRUNE_TEST_FAULTS=<kind>:<key>:<marker file>``
-    makes the worker that starts the cell ``key`` die (``kind`` = "die-once": only while the marker file does
-    not exist yet, which it then creates; "die": always). Unset in every real run."""
-    spec = os.environ.get("HEADPRUNE_TEST_FAULTS")
+def study_ref(study: Study) -> str:
+    """How a worker finds ``study``: its registry name, or ``module:Class`` for a study outside the registry
+    (a user's own study; the class is instantiated without arguments on the worker)."""
+    from .studies import NAMES
+
+    if study.name in NAMES and type(study).__module__.startswith(f"{__package__}.studies."):
+        return study.name
+    return f"{type(study).__module__}:{type(study).__qualname__}"
+
+
+def _maybe_fault(spec: str | None, cells: list[Cell]) -> None:
+    """Fault injection for the executor's tests only: the driver's ``HEADPRUNE_TEST_FAULTS=<kind>:<key>:<marker
+    file>`` makes the worker that starts the cell ``key`` die (``kind`` = "die-once": only while the marker file
+    does not exist yet, which it then creates; "die": always). Unset in every real run."""
     if not spec:
         return
     kind, key, marker = spec.split(":", 2)
@@ -372,18 +382,47 @@ def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = 
               executor: str | LocalExecutor | RayExecutor = "local", address: str | None = None,
               progress: bool | None = None) -> pd.DataFrame:
     """Compute every cell of ``study`` not yet stored (resuming), write the run's metadata; returns one row
-    per planned cell (its axes and result). Raises CellsFailed when cells failed (the others are stored)."""
-    from tqdm import tqdm
-
+    per planned cell (its axes and result). Raises CellsFailed when cells failed (the others are stored),
+    StaleResultsError (naming the parameters that changed) when the stored cells were made with other parameters,
+    StudyBusyError when another process is computing the same study and profile."""
     from . import models
-    from .config import as_dict
     from .studies import get_study
 
     study = get_study(study) if isinstance(study, str) else study
     paths = (paths or StudyPaths(study.name, profile)).ensure()
     device = models.resolve_device(cfg.device)
     store = ResultStore(paths.cells, study.fingerprint(cfg, device))
-    store.check_compatible()
+    with store.lock(owner=f"study {study.name}, profile {profile}"):
+        try:
+            store.check_compatible()
+        except StaleResultsError as exc:
+            raise StaleResultsError(f"study {study.name!r}, profile {profile!r}: {exc}{changed_parameters(paths, cfg, study)}") from None
+        return _run_locked(study, cfg, profile, paths, device, store, executor, address, progress)
+
+
+def changed_parameters(paths: StudyPaths, cfg, study: Study) -> str:
+    """Which parameters differ from the stored run's (its run_meta.json), by name; '' when unknown."""
+    import json
+
+    from .config import as_dict
+    from .results import portable
+
+    try:  # the last COMPLETE run's record (not a staging folder's)
+        before = json.loads((paths.dir / "run_meta.json").read_text())["params"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    now = portable({**as_dict(cfg), **study.run_params(cfg)})
+    diff = [f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(before) | set(now))
+            if before.get(k) != now.get(k) and k not in ("progress",)]
+    return (" Parameters that differ from the stored run (run_meta.json): " + "; ".join(diff) + ".") if diff else ""
+
+
+def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, store: ResultStore, executor, address,
+                progress) -> pd.DataFrame:
+    from tqdm import tqdm
+
+    from .config import as_dict
+
     cells = study.plan(cfg)
     check_plan(cells)
     done = {c.key for c in cells if store.has(c.axes)}

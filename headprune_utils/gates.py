@@ -6,6 +6,8 @@ the concatenation of the per-head contexts ``[batch, seq, n_heads * head_dim]``:
 
     context_h  <-  g * context_h + (1 - g) * ablated_h
 
+(:func:`ablate_heads`, the one implementation of this formula; ``mask_sweep`` uses it too).
+
 Ablation semantics (``ablation=``):
 
 - ``"zero"``    ablated_h = 0. Michel et al. 2019 and the old Hugging Face ``head_mask`` (post-softmax
@@ -36,7 +38,6 @@ Hooks are removed when the ``with`` block ends, also on error.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from contextlib import contextmanager
 from typing import Iterable, Iterator, Literal
 
@@ -44,13 +45,17 @@ import torch
 from torch import nn
 
 from .architecture import (
-    SEQ2SEQ_KINDS,
-    _base,
+    attention_kinds,
     attention_sites,
+    grid_name,
     head_shape,
-    is_encoder_decoder,
+    head_shapes,
     kept_heads,
+    key_mask_source,
     key_padding_mask_from_call,
+    kind_dict,
+    kind_value,
+    query_side,
 )
 
 Ablation = Literal["zero", "uniform", "mean"]
@@ -58,54 +63,90 @@ ABLATIONS: tuple[str, ...] = ("zero", "uniform", "mean")
 UNIFORM_KINDS: tuple[str, ...] = ("enc",)  # encoder-decoder types that support ablation="uniform"
 
 
-def _as_grid(gates, shape: tuple[int, int], name: str) -> torch.Tensor:
+def ablate_heads(
+    context: torch.Tensor,
+    gates: torch.Tensor,
+    ablation: Ablation,
+    *,
+    values: torch.Tensor | None = None,
+    key_mask: torch.Tensor | None = None,
+    means: torch.Tensor | None = None,
+    rows: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """What gated heads output: ``context * g + (1 - g) * ablated`` (``"zero"``: ``context * g``). Pure.
+
+    The one place of the ablation arithmetic: :func:`head_gates`' hooks and ``mask_sweep``'s layer step call it.
+
+    context: ``[batch, seq, heads, head_dim]`` per-head contexts of the heads being gated (the model's dtype).
+    gates: ``[heads]`` the gate of each of those heads, in ``context``'s dtype and device.
+    values (``"uniform"``): ``[batch, seq_k, heads, head_dim]`` the heads' value vectors; the ablated output is
+        their mean over the real keys, ``sum_j w_j v_j / max(sum_j w_j, 1)`` with ``w = key_mask``
+        ``[batch, seq_k]`` (1 = real token), or the plain mean over ``seq_k`` when ``key_mask`` is None.
+    means (``"mean"``): ``[heads, head_dim]`` the heads' mean contexts (from :func:`head_means`).
+    rows: ``[batch']`` only when ``context`` is packed, ``[batch', 1, heads, head_dim]`` with one row per token
+        (``mask_sweep``): the sentence (index into ``values``' batch) of each row.
+    Returns ``context``'s shape and dtype. Differentiable in ``gates``.
+    """
+    g = gates.view(*([1] * (context.dim() - 2)), -1, 1)  # [1, 1, heads, 1]
+    if ablation == "zero":
+        return context * g
+    if ablation == "uniform":
+        if key_mask is None:
+            ablated = values.mean(dim=1, keepdim=True)  # [batch, 1, heads, head_dim]
+        else:
+            w = key_mask.to(values.dtype).view(values.shape[0], values.shape[1], 1, 1)
+            ablated = (values * w).sum(dim=1, keepdim=True) / w.sum(dim=1, keepdim=True).clamp_min(1.0)
+        if rows is not None:
+            ablated = ablated.index_select(0, rows)
+    elif ablation == "mean":
+        ablated = means  # [heads, head_dim], broadcast over batch and seq
+    else:
+        raise ValueError(f"unknown ablation {ablation!r}; choose one of {ABLATIONS}")
+    return context * g + (1 - g) * ablated
+
+
+def _as_grid(gates, shape: tuple[int, int], name: str, allow_out_of_range: bool = False) -> torch.Tensor:
     if not isinstance(gates, torch.Tensor):
         gates = torch.as_tensor(gates, dtype=torch.float32)
     if tuple(gates.shape) != shape:
         raise ValueError(f"{name} must have shape [n_layers, n_heads] = {list(shape)}, got {list(gates.shape)}")
+    g = gates.detach()
+    finite = torch.isfinite(g)
+    if not bool(finite.all()):
+        bad = [tuple(int(i) for i in x) for x in torch.nonzero(~finite)[:5]]
+        raise ValueError(f"{name} must be finite; NaN or inf at (layer, head) {bad}")
+    if not allow_out_of_range and bool(((g < 0) | (g > 1)).any()):
+        raise ValueError(f"{name} must lie in [0, 1] (1 = the head kept, 0 = removed), got values from "
+                         f"{float(g.min()):g} to {float(g.max()):g}; pass allow_out_of_range=True to scale heads "
+                         "beyond that on purpose")
     return gates
 
 
-def check_gates(model: nn.Module, gates):
+def check_gates(model: nn.Module, gates, allow_out_of_range: bool = False):
     """``gates`` as tensors of the model's head shape: one ``[n_layers, n_heads]`` tensor, or for an
     encoder-decoder a dict ``{kind: [n_layers, n_heads]}`` over a subset of ``("enc", "dec", "cross")``.
+    Every gate must be finite and, unless ``allow_out_of_range``, in [0, 1] (ValueError naming the grid).
     Tensors are returned as given (a ``requires_grad`` handle stays valid)."""
-    if is_encoder_decoder(model):
-        if not isinstance(gates, Mapping):
-            raise ValueError(
-                "an encoder-decoder model takes gates as a dict by attention type, "
-                '{"enc": [L_enc, H], "dec": [L_dec, H], "cross": [L_dec, H]} (a type left out is not gated); '
-                f"got {type(gates).__name__}"
-            )
-        unknown = sorted(set(gates) - set(SEQ2SEQ_KINDS))
-        if unknown:
-            raise ValueError(f"unknown attention type(s) {unknown} in gates; choose from {SEQ2SEQ_KINDS}")
-        shapes = head_shape(model)
-        return {k: _as_grid(g, shapes[k], f'gates["{k}"]') for k, g in gates.items()}
-    if isinstance(gates, Mapping):
-        raise ValueError("this model has one grid of heads: pass gates as one [n_layers, n_heads] tensor, not a dict")
-    return _as_grid(gates, head_shape(model), "gates")
+    by_kind = kind_dict(model, gates, "gates", hint=', {"enc": [L_enc, H], "dec": [L_dec, H], "cross": [L_dec, H]} '
+                                                 "(a type left out is not gated)")
+    shapes = head_shapes(model)
+    return kind_value(model, {k: _as_grid(g, shapes[k], grid_name("gates", k), allow_out_of_range)
+                              for k, g in by_kind.items()})
 
 
 def _check_means(model: nn.Module, grids: dict, means) -> dict:
     """``means`` by grid key (``None`` for one-grid encoders), each ``[n_layers, n_heads, head_dim]``."""
     if means is None:
         raise ValueError('ablation="mean" needs means= (compute them with head_means(model, batches))')
-    if is_encoder_decoder(model):
-        if not isinstance(means, Mapping):
-            raise ValueError('an encoder-decoder model takes means as a dict by attention type, like its gates')
-        missing = sorted(set(grids) - set(means))
-        if missing:
-            raise ValueError(f"means lack the gated attention type(s) {missing}")
-        by_kind = dict(means)
-    else:
-        by_kind = {None: means}
+    by_kind = kind_dict(model, means, "means", hint=", like its gates", extra_kinds_ok=True)
+    missing = sorted(set(grids) - set(by_kind))
+    if missing:
+        raise ValueError(f"means lack the gated attention type(s) {missing}")
     for k in grids:
         shape = head_shape(model, k)
         if tuple(by_kind[k].shape[:2]) != shape:
-            what = "means" if k is None else f'means["{k}"]'
-            raise ValueError(f"{what} must be [n_layers, n_heads, head_dim] with [n_layers, n_heads] = {list(shape)}, "
-                             f"got {list(by_kind[k].shape)}")
+            raise ValueError(f"{grid_name('means', k)} must be [n_layers, n_heads, head_dim] with "
+                             f"[n_layers, n_heads] = {list(shape)}, got {list(by_kind[k].shape)}")
     return by_kind
 
 
@@ -115,8 +156,12 @@ def head_gates(
     gates,
     ablation: Ablation = "zero",
     means=None,
+    allow_out_of_range: bool = False,
 ) -> Iterator:
     """Apply ``gates`` ([n_layers, n_heads], original head ids) to ``model`` inside the block.
+
+    Gates must be finite and in [0, 1] (1 = kept, 0 = removed, between: scaled); ``allow_out_of_range=True``
+    lets research code scale heads beyond that (e.g. amplify a head with 2).
 
     Encoder-decoders: ``gates`` is a dict by attention type (``"enc"``, ``"dec"``, ``"cross"``; any subset),
     see the module docstring for the ablations each type supports.
@@ -126,8 +171,8 @@ def head_gates(
     """
     if ablation not in ABLATIONS:
         raise ValueError(f"unknown ablation {ablation!r}; choose one of {ABLATIONS}")
-    gates = check_gates(model, gates)
-    grids = gates if isinstance(gates, dict) else {None: gates}
+    gates = check_gates(model, gates, allow_out_of_range)
+    grids = kind_dict(model, gates, "gates")
     if ablation == "uniform":
         unsupported = [k for k in grids if k is not None and k not in UNIFORM_KINDS]
         if unsupported:
@@ -139,10 +184,13 @@ def head_gates(
     means_by = _check_means(model, grids, means) if ablation == "mean" else {}
 
     handles: list[torch.utils.hooks.RemovableHandle] = []
-    state: dict = {}  # per-forward captures: key padding mask, value projections per (kind, layer)
+    state: dict = {}  # per-forward captures: key padding mask per kind, value projections per (kind, layer)
 
-    def capture_mask(module, args, kwargs):
-        state["key_mask"] = key_padding_mask_from_call(args, kwargs)
+    def make_mask_hook(kind):
+        def capture_mask(module, args, kwargs):
+            state[("key_mask", kind)] = key_padding_mask_from_call(args, kwargs)
+
+        return capture_mask
 
     def make_value_hook(key):
         def hook(module, args, output):
@@ -160,32 +208,25 @@ def head_gates(
             b, s, _ = ctx.shape
             ctx4 = ctx.view(b, s, len(ids), head_dim)
             g = g_all[layer].to(device=ctx.device, dtype=ctx.dtype).index_select(0, index.to(ctx.device))
-            g4 = g.view(1, 1, -1, 1)
-            if ablation == "zero":
-                out = ctx4 * g4
-            elif ablation == "uniform":
-                v = state.pop(("value",) + key).view(b, s, len(ids), head_dim)
-                key_mask = state.get("key_mask")
-                if key_mask is None:
-                    u = v.mean(dim=1, keepdim=True)
-                else:
-                    w = key_mask.to(v.dtype).view(b, s, 1, 1)
-                    u = (v * w).sum(dim=1, keepdim=True) / w.sum(dim=1, keepdim=True).clamp_min(1.0)
-                out = ctx4 * g4 + (1 - g4) * u
-            else:
+            if ablation == "uniform":
+                out = ablate_heads(ctx4, g, ablation, values=state.pop(("value",) + key).view(b, s, len(ids), head_dim),
+                                   key_mask=state.get(("key_mask", kind)))
+            elif ablation == "mean":
                 m = means_by[kind][layer].to(device=ctx.device, dtype=ctx.dtype).index_select(0, index.to(ctx.device))
-                out = ctx4 * g4 + (1 - g4) * m.view(1, 1, len(ids), head_dim)
+                out = ablate_heads(ctx4, g, ablation, means=m)
+            else:
+                out = ablate_heads(ctx4, g, ablation)
             return (out.reshape(b, s, -1),) + tuple(args[1:])
 
         return hook
 
     try:
-        if ablation == "uniform":
-            # the key padding mask of the attention being gated: the encoder's input mask for "enc" (the encoder
-            # runs on its own inside generate()), the base model's for one-grid encoders
-            source = _base(model).encoder if is_encoder_decoder(model) else _base(model)
-            handles.append(source.register_forward_pre_hook(capture_mask, with_kwargs=True))
         for kind in grids:
+            if ablation == "uniform":
+                # the key padding mask of the attention being gated (an encoder-decoder's encoder runs on its own
+                # inside generate())
+                handles.append(key_mask_source(model, kind).register_forward_pre_hook(make_mask_hook(kind),
+                                                                                      with_kwargs=True))
             kept = kept_heads(model, kind)
             for site in attention_sites(model, kind):
                 ids = kept[site.layer]
@@ -211,7 +252,6 @@ def capture_head_contexts(model: nn.Module) -> Iterator[dict]:
     """
     store: dict = {}
     handles = []
-    seq2seq = is_encoder_decoder(model)
 
     def make(key, head_dim: int):
         def hook(module, args):
@@ -224,8 +264,7 @@ def capture_head_contexts(model: nn.Module) -> Iterator[dict]:
     try:
         for site in attention_sites(model):
             if kept_heads(model, site.kind)[site.layer]:
-                key = (site.kind, site.layer) if seq2seq else site.layer
-                handles.append(site.out_proj.register_forward_pre_hook(make(key, site.head_dim)))
+                handles.append(site.out_proj.register_forward_pre_hook(make(site.layer_key, site.head_dim)))
         yield store
     finally:
         for h in handles:
@@ -252,41 +291,42 @@ def head_means(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]]):
     ``"dec"`` and ``"cross"`` heads over the real target positions (batches then need ``labels``, padded with
     -100, or ``decoder_input_ids``; they are passed to the model as they are, teacher-forced).
     """
-    seq2seq = is_encoder_decoder(model)
+    kinds = attention_kinds(model)
+    sides = {query_side(k) for k in kinds}  # "source": averaged over the input tokens; "target": target positions
     sites = attention_sites(model)
-    keys = [(s.kind, s.layer) if seq2seq else s.layer for s in sites]
-    head_dims = {k: s.head_dim for k, s in zip(keys, sites)}
-    n_heads = {k: head_shape(model, s.kind)[1] for k, s in zip(keys, sites)}
-    kept = {k: kept_heads(model, s.kind)[s.layer] for k, s in zip(keys, sites)}
+    keys = [s.layer_key for s in sites]
+    head_dims = {s.layer_key: s.head_dim for s in sites}
+    n_heads = {s.layer_key: head_shape(model, s.kind)[1] for s in sites}
+    kept = {s.layer_key: kept_heads(model, s.kind)[s.layer] for s in sites}
+    side_of = {s.layer_key: query_side(s.kind) for s in sites}
     total = {k: torch.zeros(n_heads[k], head_dims[k], dtype=torch.float64) for k in keys}
-    count = {"enc": 0.0, "tgt": 0.0}
+    count = {side: 0.0 for side in sides}
     was_training = model.training
     model.eval()
     try:
         with capture_head_contexts(model) as store:
             for batch in batches:
-                inputs = batch if seq2seq else {k: v for k, v in batch.items() if k != "labels"}
+                # the target side runs teacher-forced on the batch as it is (labels make the decoder inputs)
+                inputs = batch if "target" in sides else {k: v for k, v in batch.items() if k != "labels"}
                 store.clear()
                 model(**inputs)
-                weights = {"enc": inputs["attention_mask"].to(torch.float64)}  # [batch, seq]
-                if seq2seq:
-                    weights["tgt"] = _target_mask(inputs).to(torch.float64)
+                weights = {"source": inputs["attention_mask"].to(torch.float64)}  # [batch, seq]
+                if "target" in sides:
+                    weights["target"] = _target_mask(inputs).to(torch.float64)
                 for name, w in weights.items():
                     count[name] += float(w.sum())
                 for key, ctx in store.items():
-                    w = weights["enc" if not seq2seq or key[0] == "enc" else "tgt"]
+                    w = weights[side_of[key]]
                     s = torch.einsum("bshd,bs->hd", ctx.to(torch.float64), w.to(ctx.device))
                     total[key][kept[key]] += s.cpu()
     finally:
         model.train(was_training)
-    if count["enc"] == 0 or (seq2seq and count["tgt"] == 0):
+    if any(count[side] == 0 for side in sides):
         raise ValueError("head_means got no tokens")
 
     def grid(kind) -> torch.Tensor:
-        n = count["enc" if kind in (None, "enc") else "tgt"]
-        layer_keys = [k for k in keys if (k[0] if seq2seq else None) == kind]
+        n = count[query_side(kind)]
+        layer_keys = [s.layer_key for s in sites if s.kind == kind]
         return (torch.stack([total[k] for k in layer_keys]) / n).to(torch.float32)
 
-    if seq2seq:
-        return {kind: grid(kind) for kind in SEQ2SEQ_KINDS}
-    return grid(None)
+    return kind_value(model, {kind: grid(kind) for kind in kinds})

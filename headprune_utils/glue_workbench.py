@@ -7,15 +7,12 @@ strategies, budgets, ...); its ``check()`` calls ``super().check()`` first.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
-import pandas as pd
 import torch
-from tqdm import tqdm
 
 from . import batching, data, masks, models, training
 from .architecture import head_shape
@@ -23,8 +20,9 @@ from .config import ParameterError, as_dict
 from .gates import head_means
 from .metrics import compute_metrics, main_score
 from .pruning import prune_heads
-from .paths import StudyPaths
-from .results import ResultStore, atomic_write_json, file_lock, fingerprint, run_metadata
+from . import paths
+from .caches import cached
+from .results import atomic_write_json, fingerprint
 
 EVAL_BATCH = 32  # forward-only batches; on a CPU larger ones are no faster
 # Bump when a code change alters what fine-tuning produces (optimizer, label handling, data order):
@@ -58,7 +56,7 @@ class GlueStudyConfig:
     lr: float = 1e-4
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
+    max_grad_norm: float | None = 1.0           # gradient clipping norm (> 0), or None: no clipping
     max_length: int = 128                       # truncation only; batches are padded to their own longest
     freeze_word_embeddings: bool = True         # quick profile: fewer trainable parameters, faster on a CPU
     eval_every_epoch: bool = False              # dev scores after every epoch (history); the final score is always measured
@@ -85,6 +83,18 @@ class GlueStudyConfig:
                 raise ParameterError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0:
             raise ParameterError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.warmup_ratio <= 1:
+            raise ParameterError(f"warmup_ratio must be in [0, 1] (a share of the training steps), got {self.warmup_ratio}")
+        if not self.weight_decay >= 0:
+            raise ParameterError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise ParameterError(f"max_grad_norm must be > 0, or None to switch clipping off, got {self.max_grad_norm}")
+        for name in ("seeds",):
+            negative = [s for s in getattr(self, name) if s < 0]
+            if negative:
+                raise ParameterError(f"{name} must be >= 0 (numpy seeds are unsigned), got {negative}")
+        if self.subset_seed < 0:
+            raise ParameterError(f"subset_seed must be >= 0, got {self.subset_seed}")
         if not self.tasks:
             raise ParameterError("tasks must not be empty")
         if self.tasks != ["all"]:
@@ -231,7 +241,7 @@ class Workbench:
         return model
 
     def checkpoint_path(self, task: str, seed: int) -> Path:
-        return self.cache_dir / f"finetuned__task={task}__seed={seed}__{training_fingerprint(self.cfg, self.device)}.pt"
+        return paths.finetuned_model(self.cache_dir, task, seed, training_fingerprint(self.cfg, self.device))
 
     def finetune_masked(self, task: str, seed: int, mask: torch.Tensor, desc: str):
         """A fresh model, pruned by ``mask`` (physically for "zero", else gated), fine-tuned.
@@ -261,24 +271,21 @@ class Workbench:
                            "mask": masks.mask_to_string(mask), "ablation": cfg.ablation, "dev_size": cfg.dev_size,
                            "max_length": cfg.max_length, "eval_every_epoch": cfg.eval_every_epoch,
                            "training_version": TRAINING_VERSION})
-        return self.cache_dir / "masked" / f"scores__task={task}__seed={seed}__{key}.json"
+        return paths.masked_scores(self.cache_dir, task, seed, key)
 
     def masked_scores(self, task: str, seed: int, mask: torch.Tensor, desc: str) -> tuple[dict, list[dict]]:
         """(dev metrics, history) of the pre-trained model pruned by ``mask`` and fine-tuned (mask, then
         fine-tune), cached on disk beside the fine-tuned full models: keyed by everything the numbers depend
         on (training parameters, task, seed, mask, ablation, dev subset), so studies that fine-tune the same
         mask share one run."""
-        path = self.masked_scores_path(task, seed, mask)
-        with file_lock(path):  # studies run side by side fine-tune each mask once
-            if path.exists():
-                saved = json.loads(path.read_text())
-                return saved["metrics"], saved["history"]
+        def build(tmp: Path) -> None:
             model, history, gates, means = self.finetune_masked(task, seed, mask, desc)
             metrics = training.evaluate(model, self.task_data(task)[2], task, EVAL_BATCH, gates=gates,
                                         ablation=self.cfg.ablation, means=means)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(path, {"metrics": metrics, "history": history})
-            return metrics, history
+            atomic_write_json(tmp, {"metrics": metrics, "history": history})
+
+        saved = cached(self.masked_scores_path(task, seed, mask), build, lambda p: json.loads(p.read_text()))
+        return saved["metrics"], saved["history"]
 
     def means(self, model, enc) -> torch.Tensor:
         """Mean-ablation values: each head's mean output over ``enc`` (the task's training subset)."""
@@ -298,64 +305,25 @@ class Workbench:
         """
         if self._last_full is not None and self._last_full[0] == (task, seed):
             return self._last_full[1], self._last_full[2], False
-        path = self.checkpoint_path(task, seed)
         trained_now = False
-        with file_lock(path):  # studies run side by side train each model once
-            if path.exists():
-                model = self.fresh_model(task, seed)
-                saved = torch.load(path, map_location=self.device, weights_only=True)
-                model.load_state_dict(saved["state_dict"])
-                history = saved.get("history", [])
-                model.eval()
-            else:
-                n_layers, n_heads = self.shape
-                model, history, _, _ = self.finetune_masked(task, seed, torch.ones(n_layers, n_heads),
-                                                            f"{task} s{seed} full")
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(".tmp")
-                torch.save({"state_dict": model.state_dict(), "history": history}, tmp)
-                tmp.replace(path)
-                trained_now = True
+
+        def build(tmp: Path) -> None:  # studies side by side train each model once (caches.cached)
+            nonlocal trained_now
+            n_layers, n_heads = self.shape
+            model, history, _, _ = self.finetune_masked(task, seed, torch.ones(n_layers, n_heads), f"{task} s{seed} full")
+            torch.save({"state_dict": model.state_dict(), "history": history}, tmp)
+            trained_now = True
+
+        def load(path: Path):
+            model = self.fresh_model(task, seed)
+            saved = torch.load(path, map_location=self.device, weights_only=True)
+            model.load_state_dict(saved["state_dict"])
+            model.eval()
+            return model, saved.get("history", [])
+
+        model, history = cached(self.checkpoint_path(task, seed), build, load)
         self._last_full = ((task, seed), model, history)
         return model, history, trained_now
-
-
-def run_study_cells(study: str, cfg, profile: str, paths: StudyPaths | None, cells: list[dict], fingerprint_of,
-                    context_cls, run_one=None, run_todo=None, extra_params: dict | None = None) -> pd.DataFrame:
-    """What every study's run does around its cells: open the result store (refusing results made with other
-    parameters), compute the cells not yet stored, each stored when done (an interrupted run resumes), and
-    write the run's metadata (parameters, seeds, device, versions, git revision, durations).
-
-    ``fingerprint_of(cfg, device)`` keys the results; ``context_cls(cfg, device, cache_dir)`` is made once, and
-    only when a cell is missing; then either ``run_one(ctx, cell) -> result`` per missing cell, or
-    ``run_todo(ctx, store, todo, bar)`` for studies that compute several cells together (it must ``store.put``
-    each and advance ``bar``). ``extra_params`` are recorded beside the parameters. Returns one row per cell.
-    """
-    paths = (paths or StudyPaths(study, profile)).ensure()
-    device = models.resolve_device(cfg.device)
-    store = ResultStore(paths.cells, fingerprint_of(cfg, device))
-    store.check_compatible()
-    todo = [c for c in cells if not store.has(c)]
-    t0 = time.perf_counter()
-    if todo:
-        ctx = context_cls(cfg, device, paths.finetuned_cache)
-        bar = tqdm(total=len(todo), desc=f"{study} cells", disable=not cfg.progress, mininterval=30)
-        try:
-            if run_todo is not None:
-                run_todo(ctx, store, todo, bar)
-            else:
-                for cell in todo:
-                    store.put(cell, run_one(ctx, cell))
-                    bar.update(1)
-        finally:
-            bar.close()
-    table = store.table(cells)
-    durations = {"this_run": time.perf_counter() - t0, "cells_total": float(table["seconds"].sum()),
-                 "cells_computed_now": len(todo), "cells_reused": len(cells) - len(todo)}
-    meta = run_metadata(study, profile, {**as_dict(cfg), **(extra_params or {})}, list(cfg.seeds), device,
-                        durations, store.fingerprint)
-    atomic_write_json(paths.meta, meta)
-    return table
 
 
 def batches(enc: batching.Encoded, device: torch.device, limit: int | None = None) -> list[dict]:

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .architecture import SEQ2SEQ_KINDS, head_shape, is_encoder_decoder
+from .architecture import SEQ2SEQ_KINDS, attention_kinds, head_shapes
 from .gates import Ablation, head_gates
 
 __all__ = ["HardConcreteGates", "HardConcreteGateDict", "L0Result", "l0_train", "n_open"]
@@ -78,10 +78,10 @@ class HardConcreteGates(nn.Module):
     def for_model(cls, model: nn.Module, **kwargs) -> "HardConcreteGates":
         """Gates shaped like ``model``'s heads (``[n_layers, n_heads]``, original ids), on its device.
         Encoder-decoders: use :meth:`HardConcreteGateDict.for_model`."""
-        if is_encoder_decoder(model):
+        if None not in attention_kinds(model):
             raise ValueError("an encoder-decoder has one grid of heads per attention type: use "
                              "HardConcreteGateDict.for_model(model, kinds=...)")
-        n_layers, n_heads = head_shape(model)
+        n_layers, n_heads = head_shapes(model)[None]
         return cls(n_layers, n_heads, **kwargs).to(next(model.parameters()).device)
 
     def sample(self) -> torch.Tensor:
@@ -133,13 +133,13 @@ class HardConcreteGateDict(nn.Module):
     @classmethod
     def for_model(cls, model: nn.Module, kinds: tuple[str, ...] | list[str] | None = None, **kwargs) -> "HardConcreteGateDict":
         """Gates for ``kinds`` (default all three types) shaped like ``model``'s grids, on its device."""
-        if not is_encoder_decoder(model):
+        if None in attention_kinds(model):
             raise ValueError("HardConcreteGateDict is for encoder-decoders; use HardConcreteGates.for_model")
-        shapes = head_shape(model)
-        kinds = tuple(SEQ2SEQ_KINDS if kinds is None else kinds)
-        unknown = sorted(set(kinds) - set(SEQ2SEQ_KINDS))
+        shapes = head_shapes(model)
+        kinds = tuple(attention_kinds(model) if kinds is None else kinds)
+        unknown = sorted(set(kinds) - set(shapes))
         if unknown:
-            raise ValueError(f"unknown attention type(s) {unknown}; choose from {SEQ2SEQ_KINDS}")
+            raise ValueError(f"unknown attention type(s) {unknown}; choose from {tuple(shapes)}")
         return cls({k: shapes[k] for k in kinds}, **kwargs).to(next(model.parameters()).device)
 
     @property

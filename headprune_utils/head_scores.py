@@ -15,6 +15,7 @@ Definitions (``A[b, h, i, j]`` = attention of query ``i`` to key ``j``, see ``at
 - confidence ``= mean_i max_j A[., h, i, j]`` (unitless, in ``[1/n_keys, 1]``);
 - entropy ``= mean_i -sum_j A log A`` (nats);
 - ablation importance ``= score(full model) - score(model without head h)`` (task metric units);
+- ablation loss ``= loss(model without head h) - loss(full model)`` (mean task loss: nats, or squared error);
 - relevance: first-order Taylor relevance of the head's context, see :func:`relevance`.
 
 Pure functions over precomputed maps (``*_from_maps``, :func:`query_mask`) do the arithmetic; the
@@ -26,6 +27,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from itertools import combinations
 from typing import Literal
 
+import numpy as np
 import pandas as pd
 import torch
 from scipy import stats
@@ -33,12 +35,13 @@ from torch import nn
 
 from .architecture import attention_sites, head_shape, kept_heads, present_mask
 from .attention import attention_maps
+from .data import get_task
 from .gates import Ablation
 from .metrics import main_score
 
 __all__ = [
-    "query_mask", "confidence_from_maps", "entropy_from_maps", "confidence", "entropy",
-    "ablation_importance", "relevance", "rank_agreement",
+    "query_mask", "confidence_from_maps", "entropy_from_maps", "confidence", "entropy", "confidence_entropy",
+    "ablation_importance", "ablation_loss", "relevance", "rank_agreement",
 ]
 
 Batch = dict[str, torch.Tensor]
@@ -157,6 +160,27 @@ def entropy(
     return _stream_query_mean(_entropy, model, batches, exclude_special, special_ids)
 
 
+def confidence_entropy(model: nn.Module, batches: Iterable[Batch],
+                       special_ids: Iterable[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`confidence` and :func:`entropy` (float32 ``[L, H]`` each, special tokens excluded as queries) from
+    ONE forward per batch."""
+    conf = ent = None
+    n_total = 0
+    for batch in batches:
+        maps = attention_maps(model, batch)
+        q = query_mask(batch["attention_mask"], batch["input_ids"], True, special_ids)
+        n = int(q.sum())
+        if not n:
+            continue
+        c = confidence_from_maps(maps, q).double() * n
+        e = entropy_from_maps(maps, q).double() * n
+        conf, ent = (c, e) if conf is None else (conf + c, ent + e)
+        n_total += n
+    if not n_total:
+        raise ValueError("no query tokens in the batches")
+    return (conf / n_total).to(torch.float32), (ent / n_total).to(torch.float32)
+
+
 def ablation_importance(
     model: nn.Module,
     enc,
@@ -194,6 +218,44 @@ def ablation_importance(
     for key, metrics in results.items():
         if key != "full":
             out[key] = full - score(metrics)
+    return out.to(torch.float32)
+
+
+def ablation_loss(model: nn.Module, enc, task: str, ablation: Ablation = "zero", means: torch.Tensor | None = None,
+                  batch_size: int = 32) -> torch.Tensor:
+    """Increase of the mean task loss on ``enc`` when head ``h`` alone is removed, float32 ``[L, H]``.
+
+    ``loss(model without h) - loss(full model)``: cross-entropy in nats (classification) or squared error in
+    standardised label units (regression: ``task`` a GLUE regression task), per example. ``enc``: a
+    ``batching.Encoded`` split with labels. All 1 + N masks in one shared sweep (``mask_sweep.logits_masks``).
+    Continuous, unlike the drop of accuracy on a few dozen examples (:func:`ablation_importance`), where most
+    heads tie at 0.
+    """
+    import torch.nn.functional as F
+
+    from .mask_sweep import logits_masks  # deferred: mask_sweep imports training and tqdm
+
+    n_layers, n_heads = shape = head_shape(model)
+    sweep: dict[Hashable, torch.Tensor] = {"full": torch.ones(shape)}
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            m = torch.ones(shape)
+            m[layer, head] = 0.0
+            sweep[(layer, head)] = m
+    logits = logits_masks(model, enc, sweep, batch_size, ablation=ablation, means=means)
+    labels = torch.as_tensor(np.asarray(enc.labels))
+
+    def loss(x: torch.Tensor) -> float:
+        x = x.double()
+        if get_task(task).is_regression:
+            return float(F.mse_loss(x.squeeze(-1), labels.double()))
+        return float(F.cross_entropy(x, labels.long()))
+
+    full = loss(logits["full"])
+    out = torch.zeros(n_layers, n_heads, dtype=torch.float64)
+    for key, x in logits.items():
+        if key != "full":
+            out[key] = loss(x) - full
     return out.to(torch.float32)
 
 

@@ -24,10 +24,10 @@ Items 3 and 4 are used only when the check below proves them for the model at ha
 ``SweepOptions`` switches each piece off (to measure it; ``benchmarks/mask_sweep.py --breakdown``).
 
 The ``"uniform"`` and ``"mean"`` ablations share prefixes and the node's attention too, and apply the
-very formula of :func:`gates.head_gates` to every present head (no head slicing: an ablated head is not
-zero there). DistilBERT (``transformer.layer``), decoders and any layer layout the code does not know
-fall back to the plain path (one gated forward per mask), with a ``RuntimeWarning`` only when the layout
-looked supported but the check failed.
+very formula of :func:`gates.head_gates` (:func:`gates.ablate_heads`) to every present head (no head
+slicing: an ablated head is not zero there). DistilBERT (``transformer.layer``), decoders and any layer
+layout the code does not know fall back to the plain path (one gated forward per mask), with a
+``RuntimeWarning`` only when the layout looked supported but the check failed.
 
 How the model is driven (transformers v5, eval mode, no weight is changed):
 
@@ -78,9 +78,9 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from .architecture import _base, head_shape, kept_heads
+from .architecture import base_model, head_shape, kept_heads
 from .batching import Encoded, collate, eval_batches, iterate
-from .gates import ABLATIONS, Ablation, head_gates
+from .gates import ABLATIONS, Ablation, ablate_heads, head_gates
 from .metrics import compute_metrics
 from .pruning import EmptyAttention
 from .training import model_device, predict
@@ -242,7 +242,7 @@ class _Inject(nn.Module):
 
 @contextmanager
 def _layers_swapped(model: nn.Module, stub: nn.Module) -> Iterator[None]:
-    encoder = _base(model).encoder
+    encoder = base_model(model).encoder
     original = encoder.layer
     encoder.layer = nn.ModuleList([stub])
     try:
@@ -297,7 +297,7 @@ def _attention_function(model: nn.Module, self_attention: nn.Module):
 def _supported(model: nn.Module) -> bool:
     """Whether the layers look like BERT's (``encoder.layer[i]``: attention.self/output, intermediate,
     output, feed_forward_chunk), as in BERT, RoBERTa, ELECTRA, XLM-R, CamemBERT and MiniLM."""
-    base = _base(model)
+    base = base_model(model)
     cfg = getattr(model, "config", None)
     if cfg is None or not hasattr(cfg, "num_attention_heads"):
         return False
@@ -470,13 +470,14 @@ class _LayerStep:
                 c = ctx if keep == pos else ctx[:, [pos.index(p) for p in keep]]
                 g = [row[p] for p in keep]
                 if any(x_ != 1.0 for x_ in g):
-                    c = c * torch.tensor(g, dtype=dtype, device=dev).view(1, -1, 1)
+                    c = ablate_heads(c.unsqueeze(1), torch.tensor(g, dtype=dtype, device=dev), "zero")  # [R, 1, k, d]
                 w, bias = self._out_weights(keep)
                 proj = F.linear(c.reshape(r, -1), w, bias)
         elif self.n == 0:
             proj = self.so.dense(xq.new_zeros(r, 0))
         else:
-            # every present head, with head_gates' formula: ctx * g + (1 - g) * ablated
+            # every present head, with head_gates' formula (gates.ablate_heads); the packed rows are its
+            # [rows, 1, heads, head_dim] layout: one sentence per row (cls_only) or one token per row
             n, d = self.n, self.d
             if ctx is not None and len(pos) == n:
                 full = ctx
@@ -484,18 +485,9 @@ class _LayerStep:
                 full = xq.new_zeros(r, n, d)
                 if ctx is not None:
                     full[:, list(pos)] = ctx
-            g3 = torch.tensor(row, dtype=dtype, device=dev).view(1, n, 1)
-            if self.ablation == "zero":
-                out = full * g3
-            elif self.ablation == "uniform":
-                if bt.key_mask is None:
-                    u = v.mean(dim=1)
-                else:
-                    w = bt.key_mask.to(v.dtype).view(bt.b, bt.s, 1, 1)
-                    u = (v * w).sum(dim=1) / w.sum(dim=1).clamp_min(1.0)  # [B, n, d]
-                out = full * g3 + (1 - g3) * (u if cls_only else u.index_select(0, bt.row_sentence))
-            else:
-                out = full * g3 + (1 - g3) * self.means_l.view(1, n, d)
+            g = torch.tensor(row, dtype=dtype, device=dev)
+            out = ablate_heads(full.unsqueeze(1), g, self.ablation, values=v, key_mask=bt.key_mask, means=self.means_l,
+                               rows=None if cls_only else bt.row_sentence)
             proj = self.so.dense(out.reshape(r, n * d))
         att = self.so.LayerNorm(self.so.dropout(proj) + xq)
         return self._ffn(att)
@@ -503,7 +495,7 @@ class _LayerStep:
 
 class _Sweeper:
     def __init__(self, model: nn.Module, ablation: str, means: torch.Tensor | None, options: SweepOptions):
-        base = _base(model)
+        base = base_model(model)
         self.model = model
         self.ablation = ablation
         self.options = options
@@ -704,11 +696,17 @@ def evaluate_masks(
     progress: bool = False,
     options: SweepOptions | None = None,
 ) -> dict[Hashable, dict[str, float]]:
-    """``{key: metrics}``: the task's metrics under each mask, as ``training.evaluate(..., gates=mask)``."""
+    """``{key: metrics}``: the task's metrics under each mask, as ``training.evaluate(..., gates=mask)`` (a model
+    with non-finite weights, or non-finite predictions, are refused the same way: NonFiniteError)."""
+    from .training import NonFiniteError, check_finite_weights
+
+    check_finite_weights(model)
     preds = predict_masks(model, enc, masks, batch_size, ablation, means, progress, options)
     labels = enc.labels
     out = {}
     for k, p in preds.items():
+        if not np.isfinite(p).all():
+            raise NonFiniteError(f"mask {k!r}: the model predicted non-finite values; not scored")
         if p.dtype != labels.dtype and not np.issubdtype(labels.dtype, np.floating):
             p = p.astype(labels.dtype)
         out[k] = compute_metrics(task, p, labels)

@@ -77,10 +77,38 @@ def _from_pretrained(auto_class, name: str, **kwargs):
         raise _hub_error(name, exc) from exc
 
 
+# Architectures of hub models, for PLANNING offline (``run --plan``): shapes only; weights always come from the hub.
+KNOWN_CONFIGS = {
+    "bert-base-uncased": dict(model_type="bert", num_hidden_layers=12, num_attention_heads=12, hidden_size=768,
+                              intermediate_size=3072, vocab_size=30522),
+    "bert-large-uncased": dict(model_type="bert", num_hidden_layers=24, num_attention_heads=16, hidden_size=1024,
+                               intermediate_size=4096, vocab_size=30522),
+}
+_PLANNING = False
+
+
+class planning:
+    """Within ``with models.planning():`` the configs of :data:`KNOWN_CONFIGS` hub models are built from that
+    table at once (no hub call, so planning works offline); every other name loads as usual."""
+
+    def __enter__(self):
+        global _PLANNING
+        self._before, _PLANNING = _PLANNING, True
+        return self
+
+    def __exit__(self, *exc):
+        global _PLANNING
+        _PLANNING = self._before
+        return False
+
+
 def load_config(name: str):
     """The model's config only (cheap): used to validate budgets before any heavy work."""
     from transformers import AutoConfig
 
+    if _PLANNING and name in KNOWN_CONFIGS and not os.path.isdir(name):
+        spec = dict(KNOWN_CONFIGS[name])
+        return AutoConfig.for_model(spec.pop("model_type"), **spec)
     return _from_pretrained(AutoConfig, name)
 
 

@@ -22,12 +22,14 @@ import torch
 from torch import nn
 
 from .architecture import (
-    SEQ2SEQ_KINDS,
     AttentionSite,
+    attention_kinds,
     attention_sites,
-    head_shape,
-    is_encoder_decoder,
+    grid_name,
+    head_shapes,
     kept_heads,
+    kind_dict,
+    kind_value,
     set_kept_heads,
 )
 
@@ -109,26 +111,15 @@ def prune_heads(model: nn.Module, mask) -> nn.Module:
     of them by attention type (``"enc"``, ``"dec"``, ``"cross"``; a type left out is untouched). Keeping a head
     that an earlier call already removed is an error, found before anything changes. Returns ``model``.
     """
-    if is_encoder_decoder(model):
-        if not isinstance(mask, dict):
-            raise ValueError('an encoder-decoder model takes the mask as a dict by attention type, '
-                             '{"enc": [L_enc, H], "dec": [L_dec, H], "cross": [L_dec, H]}')
-        unknown = sorted(set(mask) - set(SEQ2SEQ_KINDS))
-        if unknown:
-            raise ValueError(f"unknown attention type(s) {unknown} in the mask; choose from {SEQ2SEQ_KINDS}")
-        shapes = head_shape(model)
-        before = kept_heads(model)
-        after = {k: _kept_after(k, _check_mask(m, shapes[k], f'mask["{k}"]'), before[k]) for k, m in mask.items()}
-        for kind, kept in after.items():
-            _prune_grid(model, kind, before[kind], kept)
-        set_kept_heads(model, {**before, **after})
-        return model
-    if isinstance(mask, dict):
-        raise ValueError("this model has one grid of heads: pass the mask as one [n_layers, n_heads] tensor")
-    before = kept_heads(model)
-    after = _kept_after(None, _check_mask(mask, head_shape(model), "mask"), before)
-    _prune_grid(model, None, before, after)
-    set_kept_heads(model, after)
+    masks = kind_dict(model, mask, "the mask",
+                      hint=', {"enc": [L_enc, H], "dec": [L_dec, H], "cross": [L_dec, H]}')
+    shapes = head_shapes(model)
+    before = {k: kept_heads(model, k) for k in attention_kinds(model)}
+    # every grid is checked before anything changes
+    after = {k: _kept_after(k, _check_mask(m, shapes[k], grid_name("mask", k)), before[k]) for k, m in masks.items()}
+    for kind, kept in after.items():
+        _prune_grid(model, kind, before[kind], kept)
+    set_kept_heads(model, kind_value(model, {**before, **after}))
     return model
 
 

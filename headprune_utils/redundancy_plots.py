@@ -16,6 +16,20 @@ def head_labels(shape: tuple[int, int]) -> list[str]:
     return [f"{l}.{h}" for l in range(n_layers) for h in range(n_heads)]
 
 
+def dendrogram_data(labels: np.ndarray, order: np.ndarray, shape: tuple[int, int]) -> pd.DataFrame:
+    """The data of :func:`dendrogram_heatmap`: per position along the dendrogram, the head (``layer.head``) and
+    its group (0: a unique head)."""
+    names = np.asarray(head_labels(shape))
+    return pd.DataFrame({"position": range(len(names)), "head": names[order], "group": np.asarray(labels)[order]})
+
+
+def cluster_map_data(labels: np.ndarray, shape: tuple[int, int]) -> pd.DataFrame:
+    """The data of :func:`cluster_map`: per head (layer-major), its layer, head and group (0: a unique head)."""
+    n_layers, n_heads = shape
+    return pd.DataFrame({"layer": np.repeat(np.arange(n_layers), n_heads), "head": np.tile(np.arange(n_heads), n_layers),
+                         "cluster": labels})
+
+
 def matrix_tidy(mats: dict[str, np.ndarray], shape: tuple[int, int]) -> pd.DataFrame:
     """Long table (metric, head_a, head_b, distance) of square matrices over flat head ids."""
     labels = head_labels(shape)

@@ -112,47 +112,130 @@ def cell_key(cell: dict) -> str:
     return "".join(c if c.isalnum() or c in "=_.-" else "-" for c in key)
 
 
+class CorruptCellWarning(UserWarning):
+    """A cell file could not be read; it was moved to the quarantine folder and will be recomputed."""
+
+
+class StudyBusyError(RuntimeError):
+    """Another process is running the same study and profile (it holds the study's lock)."""
+
+
+REQUIRED_KEYS = ("cell", "fingerprint", "result")
+
+
 class ResultStore:
-    """Finished cells of one study run, one JSON file each."""
+    """Finished cells of one study run, one JSON file each, every record carrying its fingerprint.
+
+    - ``put`` refuses to replace a record of another fingerprint (results are never mixed or overwritten);
+    - ``get``/``table`` read only records of this store's fingerprint (others raise StaleResultsError);
+    - a cell file that cannot be read (empty, truncated, not a record) is moved to ``quarantine/`` beside the
+      cells, with a warning naming it, and counts as not done (it is recomputed);
+    - ``lock()`` is held while a run computes cells: a second runner of the same study and profile stops at
+      once with a message naming the holder.
+    """
 
     def __init__(self, directory: Path, params_fingerprint: str):
         self.dir = Path(directory)
         self.fingerprint = params_fingerprint
+        self.quarantined: list[Path] = []
+
+    @property
+    def quarantine_dir(self) -> Path:
+        return self.dir.parent / "quarantine"
 
     def path(self, cell: dict) -> Path:
         return self.dir / f"{cell_key(cell)}.json"
 
+    def _quarantine(self, path: Path, why: str) -> None:
+        import warnings
+
+        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        dest = self.quarantine_dir / f"{path.name}.{time.strftime('%Y%m%d-%H%M%S')}"
+        try:
+            os.replace(path, dest)
+        except FileNotFoundError:  # another reader moved it first
+            return
+        self.quarantined.append(dest)
+        warnings.warn(f"corrupt result cell {relative_to_project(path)} ({why}): moved to "
+                      f"{relative_to_project(dest)}; it will be recomputed", CorruptCellWarning, stacklevel=3)
+
+    def _read(self, path: Path) -> dict | None:
+        """The record in ``path``, or None when absent; a corrupt file is quarantined (None)."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            self._quarantine(path, f"unreadable: {exc}")
+            return None
+        try:
+            rec = json.loads(text)
+        except ValueError as exc:
+            self._quarantine(path, "empty file" if not text.strip() else f"not JSON: {exc}")
+            return None
+        if not isinstance(rec, dict) or any(k not in rec for k in REQUIRED_KEYS) or not isinstance(rec["cell"], dict) \
+                or not isinstance(rec["result"], dict):
+            self._quarantine(path, f"not a result record (needs the keys {', '.join(REQUIRED_KEYS)})")
+            return None
+        return rec
+
+    def _stale(self, paths: list[Path], fingerprints: set) -> StaleResultsError:
+        return StaleResultsError(
+            f"{relative_to_project(self.dir)} holds results made with other parameters ({len(paths)} cell(s), e.g. "
+            f"{paths[0].name}: fingerprint {sorted(fingerprints)[0]}, now {self.fingerprint}). Nothing was "
+            "overwritten. Rerun with the earlier parameters to resume, or move that folder away (the batch "
+            "runner's --fresh does it, keeping a backup)."
+        )
+
     def check_compatible(self) -> None:
-        """Refuse to resume over cells made with other parameters."""
+        """Refuse to resume over cells made with other parameters (corrupt files are quarantined first)."""
         if not self.dir.exists():
             return
-        for p in self.dir.glob("*.json"):
-            stored = json.loads(p.read_text()).get("fingerprint")
-            if stored != self.fingerprint:
-                raise StaleResultsError(
-                    f"{relative_to_project(self.dir)} holds results made with other parameters (fingerprint {stored}, now "
-                    f"{self.fingerprint}). Nothing was overwritten. Rerun with the earlier parameters to "
-                    "resume, or move that folder away (the batch runner's --fresh does it, keeping a backup)."
-                )
+        stale, fps = [], set()
+        for p in sorted(self.dir.glob("*.json")):
+            rec = self._read(p)
+            if rec is not None and rec["fingerprint"] != self.fingerprint:
+                stale.append(p)
+                fps.add(rec["fingerprint"])
+        if stale:
+            raise self._stale(stale, fps)
 
     def has(self, cell: dict) -> bool:
-        return self.path(cell).exists()
+        """A valid record of this fingerprint exists for ``cell``."""
+        rec = self._read(self.path(cell))
+        if rec is None:
+            return False
+        if rec["fingerprint"] != self.fingerprint:
+            raise self._stale([self.path(cell)], {rec["fingerprint"]})
+        return True
 
     def get(self, cell: dict) -> dict:
-        return json.loads(self.path(cell).read_text())
+        rec = self._read(self.path(cell))
+        if rec is None:
+            raise KeyError(f"no stored result for cell {cell_key(cell)} in {relative_to_project(self.dir)}")
+        if rec["fingerprint"] != self.fingerprint:
+            raise self._stale([self.path(cell)], {rec["fingerprint"]})
+        return rec
 
     def put(self, cell: dict, result: dict) -> None:
-        atomic_write_json(self.path(cell), {"cell": cell, "fingerprint": self.fingerprint, "result": result})
+        path = self.path(cell)
+        if path.exists():
+            rec = self._read(path)
+            if rec is not None and rec["fingerprint"] != self.fingerprint:
+                raise self._stale([path], {rec["fingerprint"]})
+        atomic_write_json(path, {"cell": cell, "fingerprint": self.fingerprint, "result": result})
 
     def records(self) -> list[dict]:
+        """Every record of this store's fingerprint (others are left out)."""
         out = []
         for p in sorted(self.dir.glob("*.json")):
-            rec = json.loads(p.read_text())
-            out.append({**rec["cell"], **rec["result"]})
+            rec = self._read(p)
+            if rec is not None and rec["fingerprint"] == self.fingerprint:
+                out.append({**rec["cell"], **rec["result"]})
         return out
 
     def table(self, cells: Iterable[dict] | None = None) -> pd.DataFrame:
-        """Tidy table, one row per cell (only ``cells`` when given)."""
+        """Tidy table, one row per cell (only ``cells`` when given), from records of this fingerprint only."""
         if cells is None:
             return pd.DataFrame(self.records())
         rows = []
@@ -160,6 +243,40 @@ class ResultStore:
             rec = self.get(c)
             rows.append({**rec["cell"], **rec["result"]})
         return pd.DataFrame(rows)
+
+    @contextmanager
+    def lock(self, owner: str = "") -> Iterator[None]:
+        """Hold the study's lock (``<cells>/../.lock``) while the block runs; StudyBusyError at once when another
+        process holds it (the message names it: pid, host, start time, what it runs)."""
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not on Linux/macOS
+            yield
+            return
+        path = self.dir.parent / ".lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path, "a+")
+        try:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fh.seek(0)
+                holder = fh.read().strip() or "another process"
+                raise StudyBusyError(f"{relative_to_project(self.dir.parent)} is being computed by {holder}; "
+                                     "wait for it to finish (results are never mixed), or stop it") from None
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"pid {os.getpid()} on {platform.node()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+                     + (f" ({owner})" if owner else ""))
+            fh.flush()
+            try:
+                yield
+            finally:
+                fh.seek(0)
+                fh.truncate()
+                fcntl.flock(fh, fcntl.LOCK_UN)
+        finally:
+            fh.close()
 
 
 def git_state() -> dict:
@@ -187,11 +304,26 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+def cpu_description() -> dict:
+    """The CPU's model and the vector extensions that change float results and speed (numbers differ across CPUs)."""
+    model, flags = platform.processor() or "unknown", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model in ("unknown", "", platform.machine()):
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith(("flags", "Features")) and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "asimd", "sve")
+    return {"cpu_model": model, "cpu_count": os.cpu_count(), "cpu_capability": [f for f in wanted if f in flags]}
+
+
 def device_description(device) -> dict:
     import torch
 
     info = {"device": str(device), "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
-            "system": platform.system()}
+            "system": platform.system(), **cpu_description()}
     if str(device).startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info

@@ -3,12 +3,18 @@
     python -m headprune_utils.run --profile quick              # every study
     python -m headprune_utils.run --profile smoke --only random_pruning
     python -m headprune_utils.run --profile quick --check      # validate parameters only
+    python -m headprune_utils.run --profile paper --plan       # every cell, its requirements and cost; runs nothing
+    python -m headprune_utils.run --profile paper --executor ray --address auto   # cells on a Ray cluster
 
 Every study's parameters (``params/<profile>.yaml`` over the notebook defaults) are validated before
 any notebook starts: an unknown key, a wrong type, an unknown task/model or an impossible budget stops
 the run at once. Studies resume: finished result cells are reused. ``--fresh`` first moves earlier
 results aside (``<profile>.bak-<time>``), never deleting them. A failing notebook stops the run with a
 non-zero exit naming the notebook and the cell; the executed notebook (with the traceback) is kept.
+
+``--executor ray`` first computes every planned cell of the selected studies as Ray tasks (this process is the
+driver and the only writer of results; see :mod:`headprune_utils.execution`), then renders the notebooks, which
+find every cell stored (``--cells-only`` stops after the cells).
 """
 from __future__ import annotations
 
@@ -16,13 +22,14 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import threading
 import sys
 import time
 from pathlib import Path
 
 from .config import PROFILES, ParameterError, load_profile, validate
-from .paths import StudyPaths, notebooks_dir, project_root
+from .paths import RUN_OUTPUTS, STAGED_ENV, StudyPaths, notebooks_dir, project_root
 from .studies import STUDIES
 
 QUIET_ENV = {
@@ -119,8 +126,11 @@ def execute_study(name: str, profile: str, overrides: dict, progress: bool = Tru
     from papermill.exceptions import PapermillExecutionError
 
     study = STUDIES[name]
-    paths = StudyPaths(name, profile)
+    paths = StudyPaths(name, profile, staged=True)
     paths.dir.mkdir(parents=True, exist_ok=True)
+    # the notebook writes its figures, tables, metrics and metadata into the staging folder; they replace the
+    # earlier ones only when the whole notebook succeeded (a failed run leaves the earlier outputs untouched)
+    shutil.rmtree(paths.staging, ignore_errors=True)
     root = project_root()
     src = notebooks_dir() / study.notebook
     # executed into a side file, renamed over the earlier notebook only on success: a failed or refused
@@ -138,7 +148,7 @@ def execute_study(name: str, profile: str, overrides: dict, progress: bool = Tru
         cfg = validate(study.Config, overrides, where=name)
         watcher = CellProgress(paths.cells, study.n_cells(cfg), desc=f"{name} cells")
     try:
-        with watcher:
+        with watcher, staged_kernels():
             pm.execute_notebook(
                 _relative(src), _relative(running), parameters=parameters,
                 kernel_name=kernel_name(), cwd=".", progress_bar=False, log_output=False,
@@ -150,13 +160,58 @@ def execute_study(name: str, profile: str, overrides: dict, progress: bool = Tru
             f"study {name!r} failed in notebook {_relative(src)}, cell {exc.cell_index} "
             f"(0-based, the injected-parameters cell included; the cell starts {first_line!r}): "
             f"{exc.ename}: {exc.evalue}\n"
-            f"the executed notebook with the traceback: {_relative(failed)}"
+            f"the executed notebook with the traceback: {_relative(failed)}; its partial outputs: "
+            f"{_relative(paths.staging)}; the earlier outputs in {_relative(paths.dir)} are untouched"
         ) from None
     finally:
         os.chdir(cwd)
+    promote(paths)
     _finalise(running, paths.notebook)
     failed.unlink(missing_ok=True)
     return time.perf_counter() - t0
+
+
+_STAGED_LOCK = threading.Lock()
+_STAGED_USERS = [0, None]  # kernels being started or running with staged outputs; the variable's earlier value
+
+
+@contextlib.contextmanager
+def staged_kernels():
+    """``HEADPRUNE_STAGED_OUTPUTS=1`` in this process's environment while notebooks execute (their kernels inherit
+    it, so they write into the staging folder), restored when the last of several side-by-side runs ends."""
+    with _STAGED_LOCK:
+        if _STAGED_USERS[0] == 0:
+            _STAGED_USERS[1] = os.environ.get(STAGED_ENV)
+            os.environ[STAGED_ENV] = "1"
+        _STAGED_USERS[0] += 1
+    try:
+        yield
+    finally:
+        with _STAGED_LOCK:
+            _STAGED_USERS[0] -= 1
+            if _STAGED_USERS[0] == 0:
+                if _STAGED_USERS[1] is None:
+                    os.environ.pop(STAGED_ENV, None)
+                else:
+                    os.environ[STAGED_ENV] = _STAGED_USERS[1]
+
+
+def promote(paths: StudyPaths) -> None:
+    """Swap a successful run's staged outputs into the study's folder: each of figures/, tables/, metrics.json,
+    run_meta.json the run wrote replaces the earlier one whole (no stale figure survives); cells stay."""
+    trash = paths.dir / f".replaced-{os.getpid()}"
+    shutil.rmtree(trash, ignore_errors=True)
+    for item in RUN_OUTPUTS:
+        new = paths.staging / item
+        if not (new.exists() or new.is_symlink()):
+            continue
+        old = paths.dir / item
+        if old.exists():
+            trash.mkdir(exist_ok=True)
+            old.rename(trash / item)
+        new.rename(old)
+    shutil.rmtree(trash, ignore_errors=True)
+    shutil.rmtree(paths.staging, ignore_errors=True)
 
 
 def _finalise(running: Path, final: Path) -> None:
@@ -188,7 +243,7 @@ def threads_per_job(jobs: int, cores: int | None = None) -> int:
 
 def recorded_seconds(name: str, profile: str) -> float | None:
     """The compute the study's last run recorded (its cells' seconds, reused ones included), or None."""
-    path = StudyPaths(name, profile).meta
+    path = StudyPaths(name, profile, staged=False).meta
     try:
         d = json.loads(path.read_text())["durations_seconds"]
         return max(float(d.get("cells_total", 0.0)), float(d.get("this_run", 0.0)))
@@ -249,12 +304,79 @@ def run_side_by_side(plan: dict[str, dict], profile: str, jobs: int) -> bool:
     return not failed
 
 
+def print_plan(plan: dict[str, dict], profile: str, gpu_tflops: float, cpu_gflops: float, cells: bool = True) -> None:
+    """Every selected study's cells (key, group, requirements, estimated cost) and totals; runs nothing."""
+    from . import costs, models
+    from .config import validate
+
+    rows = []
+    with models.planning():
+        for name, overrides in plan.items():
+            study = STUDIES[name]
+            cfg = validate(study.Config, overrides, where=f"params/{profile}.yaml [{name}]")
+            planned = study.plan(cfg)
+            flops = sum(c.cost.flops for c in planned)
+            groups = {c.group for c in planned if c.group is not None}
+            n_req = sum(1 for c in planned if c.requires)
+            rows.append((name, len(planned), len(groups), n_req, flops))
+            print(f"== {name} ({profile}): {len(planned)} cells, {len(groups)} groups, {n_req} with requirements, "
+                  f"{costs.fmt_flops(flops)}")
+            if cells:
+                for c in planned:
+                    extra = f"  group={c.group}" if c.group is not None else ""
+                    extra += f"  requires={','.join(c.requires)}" if c.requires else ""
+                    print(f"  {c.key}  {costs.fmt_flops(c.cost.flops)}{extra}")
+    total = sum(r[4] for r in rows)
+    print(f"\n{'study':<22}{'cells':>7}{'groups':>8}{'req.':>6}{'estimated':>14}{'GPU-hours':>11}{'CPU-hours':>11}")
+    for name, n, g, r, f in rows + [("total", sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), total)]:
+        print(f"{name:<22}{n:>7}{g:>8}{r:>6}{costs.fmt_flops(f):>14}{f / (gpu_tflops * 1e12) / 3600:>11.2f}"
+              f"{f / (cpu_gflops * 1e9) / 3600:>11.2f}")
+    print(f"GPU-hours at a sustained {gpu_tflops:g} TFLOP/s (--gpu-tflops), CPU-hours at {cpu_gflops:g} GFLOP/s "
+          f"(--cpu-gflops; about what MiniLM fine-tuning sustains on the 2-core CPU, benchmarks/README.md). "
+          f"Estimates from the model's shape and the data's token counts (headprune_utils/costs.py), not measurements.")
+
+
+def compute_cells(plan: dict[str, dict], profile: str, executor: str, address: str | None) -> bool:
+    """Every planned cell of the studies in ``plan`` through ``executor`` (one instance for all); True when all
+    succeeded. A failed study is reported and the next one still runs (its cells are independent)."""
+    from .config import validate
+    from .execution import CellsFailed, make_executor, run_study
+
+    ex = make_executor(executor, address)
+    ok = True
+    for name, overrides in plan.items():
+        study = STUDIES[name]
+        cfg = validate(study.Config, {**overrides, "progress": False}, where=f"params/{profile}.yaml [{name}]")
+        t0 = time.perf_counter()
+        print(f"cells of {name} ({profile}) on {executor}", flush=True)
+        try:
+            table = run_study(study, cfg, profile, executor=ex, progress=True)
+            print(f"cells of {name}: {len(table)} stored in {time.perf_counter() - t0:.0f} s", flush=True)
+        except CellsFailed as exc:
+            ok = False
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m headprune_utils.run", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="quick", help=f"parameter profile: one of {PROFILES} or another params/*.yaml")
     parser.add_argument("--only", nargs="+", metavar="STUDY", help=f"run only these studies: {', '.join(STUDIES)}")
     parser.add_argument("--fresh", action="store_true", help="move earlier results of these studies aside first (kept as a backup)")
+    parser.add_argument("--fresh-caches", action="store_true",
+                        help="move the profile's shared model caches aside first (outputs/_finetuned/<profile>, "
+                             "outputs/_nmt/<profile>; kept as a backup): every model is trained again")
     parser.add_argument("--check", action="store_true", help="validate the parameters and stop")
+    parser.add_argument("--plan", action="store_true",
+                        help="print every cell, its requirements and estimated cost, and the totals; run nothing")
+    parser.add_argument("--plan-summary", action="store_true", help="with --plan: the totals only, not every cell")
+    parser.add_argument("--gpu-tflops", type=float, default=100.0, help="--plan: sustained GPU throughput for GPU-hours (default 100)")
+    parser.add_argument("--cpu-gflops", type=float, default=58.0, help="--plan: sustained CPU throughput for CPU-hours (default 58)")
+    parser.add_argument("--executor", choices=("local", "ray"), default="local",
+                        help="where cells run: in each notebook's kernel (local, default) or as Ray tasks, before the notebooks")
+    parser.add_argument("--address", default=None,
+                        help="--executor ray: a Ray cluster to join ('auto', 'ray://host:10001'); default: a local Ray instance")
+    parser.add_argument("--cells-only", action="store_true", help="compute the cells and stop (no notebooks)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--jobs", type=int, default=1,
                         help="studies run side by side (default 1); each kernel then gets cores/jobs torch threads")
@@ -262,10 +384,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         print(f"error: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
         return 2
+    if args.address and args.executor != "ray":
+        print("error: --address is for --executor ray", file=sys.stderr)
+        return 2
 
     for k, v in QUIET_ENV.items():
         os.environ.setdefault(k, v)
     try:
+        if args.plan:
+            from . import models
+
+            with models.planning():
+                plan = validate_profile(args.profile, args.only)
+            print_plan(plan, args.profile, args.gpu_tflops, args.cpu_gflops, cells=not args.plan_summary)
+            return 0
         plan = validate_profile(args.profile, args.only)
     except Exception as exc:  # every validation failure (parameters, model, data) is a clear, early stop
         print(f"error: {exc}", file=sys.stderr)
@@ -273,6 +405,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         print(f"parameters of profile {args.profile!r} are valid for: {', '.join(plan)}")
         return 0
+    if args.executor == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            print("error: --executor ray needs Ray: pip install -e '.[ray]'", file=sys.stderr)
+            return 2
     total = time.perf_counter()
     if args.jobs > 1:
         plan = longest_first(plan, args.profile)  # before --fresh moves the last run's records aside
@@ -281,6 +419,19 @@ def main(argv: list[str] | None = None) -> int:
             backup = move_aside(StudyPaths(name, args.profile))
             if backup:
                 print(f"moved earlier results to {_relative(backup)}")
+    if args.fresh_caches:
+        p = StudyPaths("any", args.profile, staged=False)
+        for cache in (p.finetuned_cache, p.nmt_cache):
+            if cache.exists():
+                backup = cache.with_name(f"{cache.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
+                cache.rename(backup)
+                print(f"moved the model cache {_relative(cache)} to {_relative(backup)}")
+    if args.executor != "local" or args.cells_only:
+        if not compute_cells(plan, args.profile, args.executor, args.address):
+            return 1
+        if args.cells_only:
+            print(f"cells of {len(plan)} studies done in {time.perf_counter() - total:.0f} s")
+            return 0
     if args.jobs == 1:
         for i, (name, overrides) in enumerate(plan.items(), 1):
             print(f"[{i}/{len(plan)}] {name} ({args.profile}) -> {_relative(StudyPaths(name, args.profile).dir)}", flush=True)

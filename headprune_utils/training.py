@@ -29,7 +29,7 @@ class TrainConfig:
     lr: float = 5e-5
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
+    max_grad_norm: float | None = 1.0  # None: no clipping
     eval_batch_size: int = 32
     group_by_length: bool = True
 
@@ -50,7 +50,19 @@ def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def _gate_context(model, gates, ablation, means):
+class NonFiniteError(FloatingPointError):
+    """A training loss or a model weight is NaN or infinite: never trained on, never scored."""
+
+
+def check_finite_weights(model: nn.Module, what: str = "the model") -> None:
+    """NonFiniteError naming the first parameter with a NaN or infinite value (a model like that is never scored)."""
+    for name, p in model.named_parameters():
+        if not bool(torch.isfinite(p.detach()).all()):
+            raise NonFiniteError(f"{what} has non-finite weights (first: {name}); it is not scored. Usual causes: "
+                                 "a learning rate far too large or infinite, or a diverged run")
+
+
+def gate_context(model, gates, ablation, means):
     if gates is None:
         return contextlib.nullcontext()
     return head_gates(model, gates, ablation=ablation, means=means)
@@ -70,6 +82,8 @@ def predict(model: nn.Module, enc: Encoded, batch_size: int = 128) -> np.ndarray
         else:
             p = logits.argmax(-1).cpu().numpy()
         preds[index] = p
+    if not np.isfinite(preds).all():
+        raise NonFiniteError(f"the model predicted {int((~np.isfinite(preds)).sum())} non-finite value(s); not scored")
     return preds
 
 
@@ -82,8 +96,10 @@ def evaluate(
     ablation: Ablation = "zero",
     means: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """The task's official metrics on ``enc`` (with ``gates`` applied when given)."""
-    with _gate_context(model, gates, ablation, means):
+    """The task's official metrics on ``enc`` (with ``gates`` applied when given). A model with non-finite
+    weights is refused (NonFiniteError), and so are non-finite predictions."""
+    check_finite_weights(model)
+    with gate_context(model, gates, ablation, means):
         preds = predict(model, enc, batch_size)
     labels = enc.labels
     if preds.dtype != labels.dtype and not np.issubdtype(labels.dtype, np.floating):
@@ -139,7 +155,7 @@ def finetune(
     bar = tqdm(total=total, desc=desc, disable=not progress, mininterval=10, leave=False)
     step = 0
     try:
-        with _gate_context(model, gates, ablation, means):
+        with gate_context(model, gates, ablation, means):
             for epoch in range(cfg.epochs):
                 start = time.perf_counter()
                 model.train()
@@ -148,8 +164,13 @@ def finetune(
                                         group_by_length=cfg.group_by_length)
                 for _, batch in iterate(train, batches, device):
                     loss = model(**batch).loss
+                    if not bool(torch.isfinite(loss.detach())):
+                        raise NonFiniteError(
+                            f"{desc}: the training loss is {loss.item()} at step {step + 1} of {total} (epoch "
+                            f"{epoch + 1}; lr={cfg.lr:g}, max_grad_norm={cfg.max_grad_norm}); training stopped. "
+                            "Lower lr, or keep gradient clipping on.")
                     loss.backward()
-                    if cfg.max_grad_norm > 0:
+                    if cfg.max_grad_norm is not None and cfg.max_grad_norm > 0:
                         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
                     opt.step()
                     sched.step()

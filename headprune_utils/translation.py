@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from .batching import eval_batches, train_batches
 from .gates import Ablation
-from .training import _gate_context, model_device, set_seed
+from .training import NonFiniteError, check_finite_weights, gate_context, model_device, set_seed
 from .translation_metrics import translation_scores
 
 __all__ = ["EncodedPairs", "encode_pairs", "collate_pairs", "token_batches", "label_smoothed_loss",
@@ -188,12 +188,13 @@ def inverse_sqrt_schedule(step: int, warmup: int) -> float:
 def dev_loss(model: nn.Module, enc: EncodedPairs, batch_size: int = 128, gates=None, ablation: Ablation = "zero",
              means=None) -> float:
     """Per-token negative log-likelihood (nats, no smoothing) of the targets of ``enc``, teacher-forced."""
+    check_finite_weights(model, "the translation model")
     was_training = model.training
     model.eval()
     device = model_device(model)
     total, count = 0.0, 0
     try:
-        with _gate_context(model, gates, ablation, means):
+        with gate_context(model, gates, ablation, means):
             for index in eval_batches(enc.lengths, batch_size):
                 batch = collate_pairs(enc, index, device)
                 labels = batch.pop("labels")
@@ -262,7 +263,7 @@ def train_translation(
         return cfg.patience is not None and bad_evals >= cfg.patience
 
     try:
-        with _gate_context(model, gates, ablation, means):
+        with gate_context(model, gates, ablation, means):
             model.train()
             while step < cfg.max_steps and result.stopped == "max_steps":
                 if cfg.max_tokens is not None:
@@ -274,6 +275,9 @@ def train_translation(
                     batch = collate_pairs(train, index, device)
                     labels = batch.pop("labels")
                     loss, _, n = label_smoothed_loss(model(**batch).logits, labels, cfg.label_smoothing)
+                    if not bool(torch.isfinite(loss.detach())):
+                        raise NonFiniteError(f"translation training: the loss is {loss.item()} at step {step + 1} "
+                                             f"(lr={cfg.lr:g}); training stopped. Lower lr, or keep clipping on.")
                     loss.backward()
                     if cfg.max_grad_norm > 0:
                         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
@@ -334,7 +338,7 @@ def translate(
     lengths = np.fromiter((len(x) for x in enc), dtype=np.int64, count=len(enc))
     out: list[str | None] = [None] * len(sources)
     try:
-        with _gate_context(model, gates, ablation, means):
+        with gate_context(model, gates, ablation, means):
             for index in tqdm(eval_batches(lengths, batch_size), desc="translate", disable=not progress,
                               mininterval=10, leave=False):
                 width = int(lengths[index].max())
@@ -357,11 +361,13 @@ def translate(
 
 
 def evaluate_translation(model: nn.Module, tokenizer, data, **translate_kwargs) -> dict:
-    """BLEU and chrF (sacrebleu) of the model's translations of ``data.src`` against ``data.tgt``.
+    """BLEU and chrF (sacrebleu) of the model's translations of ``data.src`` against ``data.tgt``
+    (a model with non-finite weights is refused: NonFiniteError).
 
     Returns ``translation_metrics.translation_scores`` plus ``"hypotheses"`` (the translations, in order).
     ``translate_kwargs`` go to :func:`translate` (``num_beams``, ``gates``, ...).
     """
+    check_finite_weights(model, "the translation model")
     hyps = translate(model, tokenizer, list(data.src), **translate_kwargs)
     scores = translation_scores(hyps, list(data.tgt))
     scores["hypotheses"] = hyps

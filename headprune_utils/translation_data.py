@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .data import ENV_DATA_DIR, DataUnavailableError, _offline_var, resolve_data_dir, subset_indices
+from .data import ENV_DATA_DIR, DataUnavailableError, offline_var, resolve_data_dir, subset_indices
 
 __all__ = ["CORPORA", "SPLITS", "CorpusSpec", "ParallelData", "load_parallel", "subset_pairs", "local_available"]
 
@@ -223,7 +223,7 @@ def load_parallel(
             loaded = _load_local(spec, split, root)
 
     if loaded is None:
-        offline = _offline_var()
+        offline = offline_var()
         if spec.hub is None:
             hub_note = "no hub copy of this corpus"
         elif not allow_hub:

@@ -52,7 +52,7 @@ def encoder_roles(model, tok, sources: list[str], train_sources: list[str], ud: 
     - on ``ud`` (UD sentences with gold trees; none: no rows): ``syntactic``, one row per head, relation and
       direction (``specialized.syntactic_scores``).
 
-    The format of study 6's cells, so ``specialized_heads_l0_analysis.role_table`` applies the role thresholds.
+    The format of study 6's cells, so ``role_survival.role_table`` applies the role thresholds.
     Queries: :func:`source_queries`. Model on its own device, eval mode restored.
     """
     device = next(model.parameters()).device

@@ -23,7 +23,7 @@ def _grid(g: pd.DataFrame, value: str, n_layers: int, n_heads: int) -> np.ndarra
 def score_maps(data: pd.DataFrame) -> plt.Figure:
     """Layer x head heatmap of every score (each on its own scale).
 
-    data: columns score, layer, head, value (``specialized_l0.score_map_data``).
+    data: columns score, layer, head, value (``specialized_heads_l0.score_map_data``).
     """
     scores = list(dict.fromkeys(data["score"]))
     n_layers, n_heads = int(data["layer"].max()) + 1, int(data["head"].max()) + 1
@@ -43,7 +43,7 @@ def score_maps(data: pd.DataFrame) -> plt.Figure:
 def agreement_heatmap(summary: pd.DataFrame) -> plt.Figure:
     """Mean Spearman correlation between every pair of scores (over the fine-tuned models), annotated.
 
-    summary: columns a, b, mean_spearman (``specialized_l0.agreement_summary``).
+    summary: columns a, b, mean_spearman (``specialized_heads_l0.agreement_summary``).
     """
     names = list(dict.fromkeys(list(summary["a"]) + list(summary["b"])))
     m = pd.DataFrame(np.eye(len(names)), index=names, columns=names)
@@ -64,7 +64,7 @@ def agreement_heatmap(summary: pd.DataFrame) -> plt.Figure:
 def role_map(data: pd.DataFrame) -> plt.Figure:
     """Layer x head map of the specialized heads by role, one panel per model (pre-trained, then each task).
 
-    data: columns panel, layer, head, role (``specialized_l0.role_map_data``).
+    data: columns panel, layer, head, role (``role_survival.role_map_data``).
     """
     panels = list(dict.fromkeys(data["panel"]))
     roles = list(ROLE_COLORS)
@@ -94,7 +94,7 @@ def l0_curve(curve: pd.DataFrame) -> plt.Figure:
     random and gradient-importance masks at the same head counts; the full model dotted, a constant predictor dashed.
 
     curve: columns task, seed, lam, n_kept, score_l0, score_random_mean, score_importance, score_full, chance,
-    metric (``specialized_l0.l0_curve``).
+    metric (``specialized_heads_l0.l0_curve``).
     """
     tasks = list(dict.fromkeys(curve["task"]))
     sns.set_theme(style="whitegrid", context="notebook")
@@ -121,7 +121,7 @@ def survival_map(data: pd.DataFrame) -> plt.Figure:
     """Layer x head heatmap of the mean survival level (the largest lambda a head is kept at, as an index), one
     panel per task, with each head's role letter (P positional, S syntactic, R rare-word, + several).
 
-    data: columns task, layer, head, mean_survival, role, n_lambdas (``specialized_l0.survival_map_data``).
+    data: columns task, layer, head, mean_survival, role, n_lambdas (``role_survival.survival_map_data``).
     """
     tasks = list(dict.fromkeys(data["task"]))
     n_layers, n_heads = int(data["layer"].max()) + 1, int(data["head"].max()) + 1
@@ -147,7 +147,7 @@ def survival_map(data: pd.DataFrame) -> plt.Figure:
 def survival_by_role(data: pd.DataFrame) -> plt.Figure:
     """Survival level of every head of every model by role (box + points), one panel per task.
 
-    data: columns task, role, survival (``specialized_l0.survival_with_roles``).
+    data: columns task, role, survival (``role_survival.survival_with_roles``).
     """
     tasks = list(dict.fromkeys(data["task"]))
     order = [r for r in ROLE_COLORS if r in set(data["role"])]

@@ -22,28 +22,14 @@ NAMES: tuple[str, ...] = (
 
 
 def get_study(name: str) -> Study:
-    """The study object named ``name`` (raises KeyError naming the known studies)."""
+    """The study object named ``name`` (raises KeyError naming the known studies); ``"module:Class"`` names a
+    study outside the registry (instantiated without arguments)."""
+    if ":" in name:
+        module, cls = name.split(":", 1)
+        return getattr(importlib.import_module(module), cls)()
     if name not in NAMES:
         raise KeyError(f"unknown study {name!r}; known: {', '.join(NAMES)}")
-    module = importlib.import_module(f"{__name__}.{name}")
-    study = getattr(module, "STUDY", None)
-    if not isinstance(study, Study):  # TRANSITIONAL: a study module not yet converted to the protocol
-        return _Legacy(module)
-    return study
-
-
-class _Legacy:
-    """TRANSITIONAL adapter for a study module that predates the protocol (removed once all are converted)."""
-
-    def __init__(self, module):
-        self.module = module
-        self.name = module.STUDY
-        self.notebook = {n: f"{i:02d}_{n}.ipynb" for i, n in enumerate(NAMES, 1)}[self.name]
-        self.Config = next(v for k, v in vars(module).items() if k.endswith("Config") and isinstance(v, type)
-                           and v.__module__.startswith(module.__name__) and k != "GlueStudyConfig")
-
-    def n_cells(self, cfg) -> int:
-        return self.module.n_cells(cfg)
+    return importlib.import_module(f"{__name__}.{name}").STUDY
 
 
 class _Registry(dict):

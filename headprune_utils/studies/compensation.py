@@ -35,16 +35,17 @@ import pandas as pd
 import torch
 from scipy import stats as sps
 
-from .. import attention, head_weights, importance, masks, stats, strategies, training
+from .. import attention, glue_workbench, head_weights, importance, masks, stats, strategies, training
 from ..config import ParameterError
 from ..gates import head_gates
 from ..metrics import main_score
 from ..paths import StudyPaths
 from ..pruning import prune_heads
 from ..results import fingerprint
-from .. import glue_workbench
+from .base import Cell, Claim, Cost, Study
 
-STUDY = "compensation"
+NAME = "compensation"
+# Bump when a code change alters this study's results: old cells then no longer match.
 RESULTS_VERSION = 1
 MEASURES: tuple[str, ...] = ("weight_change", "importance", "attention_change")
 
@@ -77,19 +78,39 @@ class CompensationConfig(glue_workbench.GlueStudyConfig):
             raise ParameterError(f"budgets must be in (0, 1): some heads pruned, some kept; got {self.budgets}")
 
 
-def plan_cells(cfg: CompensationConfig, tasks: list[str]) -> list[dict]:
+def plan_cells(cfg: CompensationConfig) -> list[Cell]:
+    """Every cell of the study: per task and seed, the unpruned reference, then each budget x strategy.
+
+    No cell reads another's result (the analysis pairs them afterwards; the unpruned model comes from the
+    fine-tuning cache shared with studies 1 and 2) and no two share a loaded model (each fine-tunes its own),
+    so cells neither require one another nor form groups.
+    """
+    tasks = glue_workbench.resolve_tasks(cfg)[0]
     cells = []
     for task in tasks:
         for seed in cfg.seeds:
-            cells.append({"task": task, "strategy": "none", "budget": 0.0, "seed": int(seed)})
+            cells.append(Cell({"task": task, "strategy": "none", "budget": 0.0, "seed": int(seed)},
+                              cost=Cost(cell_cost(cfg, task, 0.0))))
             for b in sorted(cfg.budgets):
                 for s in cfg.strategies:
-                    cells.append({"task": task, "strategy": s, "budget": float(b), "seed": int(seed)})
+                    cells.append(Cell({"task": task, "strategy": s, "budget": float(b), "seed": int(seed)},
+                                      cost=Cost(cell_cost(cfg, task, float(b)))))
     return cells
 
 
-def n_cells(cfg: CompensationConfig) -> int:
-    return len(plan_cells(cfg, glue_workbench.resolve_tasks(cfg)[0]))
+def cell_cost(cfg: CompensationConfig, task: str, budget: float) -> float:
+    """Estimated FLOPs of one cell: one fine-tuning with ``1 - budget`` of the heads kept, scored on the dev subset
+    (the unpruned cell's fine-tuning is shared through the cache, counted as if trained here), the gradient
+    importance (forward and backward: 3 forwards over ``importance_size`` training examples) and the attention
+    maps before and after fine-tuning (2 forwards over ``probe_size`` dev examples), with the same heads kept."""
+    kept = 1.0 - budget
+    share = kept if cfg.ablation == "zero" else 1.0  # gated heads are computed, then zeroed
+    n_imp = cfg.importance_size if cfg.train_size is None else (
+        cfg.train_size if cfg.importance_size is None else min(cfg.train_size, cfg.importance_size))
+    n_probe = cfg.probe_size if cfg.dev_size is None else min(cfg.dev_size, cfg.probe_size)
+    return (glue_workbench.finetune_cost(cfg, task, kept)
+            + 3 * glue_workbench.eval_cost(cfg, task, share, split="train", size=n_imp)
+            + 2 * glue_workbench.eval_cost(cfg, task, share, size=n_probe))
 
 
 def study_fingerprint(cfg: CompensationConfig, device: torch.device) -> str:
@@ -160,12 +181,45 @@ def run_cell(ctx: glue_workbench.Workbench, cell: dict) -> dict:
     }
 
 
-def run_study(cfg: CompensationConfig, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
-    """Run every cell not yet done (resuming), write the metadata; returns the tidy results."""
-    tasks, missing = glue_workbench.resolve_tasks(cfg)
-    return glue_workbench.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg, tasks), study_fingerprint,
-                                  glue_workbench.Workbench, run_one=run_cell,
-                                  extra_params={"tasks_run": tasks, "tasks_unavailable": missing})
+class Compensation(Study):
+    """Study 3 (see the module docstring)."""
+
+    name = NAME
+    notebook = "03_compensation.ipynb"
+    Config = CompensationConfig
+    claims = (
+        Claim("budhraja.compensation_spread", "Budhraja et al. 2020 (claim 4)",
+              "The compensation for pruned heads is spread roughly equally over the kept heads during fine-tuning.",
+              quantity="excess dispersion (Gini of c_pruned / c_other; importance: sd of differences) of the kept "
+                       "heads' extra change over the seed-noise baseline, per strategy x budget x measure, "
+                       "pooled over tasks and seeds",
+              precondition="at least 2 seeds (the noise baseline compares unpruned runs of different seeds)"),
+        Claim("budhraja.compensation_local", "Budhraja et al. 2020 (claim 4, converse)",
+              "Heads near the pruned ones (same layer, adjacent layers) compensate more.",
+              quantity="Spearman correlation of a kept head's extra change with the number of pruned heads in its "
+                       "own and in the adjacent layers, pooled over tasks and seeds",
+              precondition="the number of pruned heads near a kept head varies over the kept heads"),
+    )
+
+    def plan(self, cfg: CompensationConfig) -> list[Cell]:
+        return plan_cells(cfg)
+
+    def fingerprint(self, cfg: CompensationConfig, device) -> str:
+        return study_fingerprint(cfg, device)
+
+    def context(self, cfg: CompensationConfig, device, paths: StudyPaths) -> glue_workbench.Workbench:
+        return glue_workbench.Workbench(cfg, device, paths.finetuned_cache)
+
+    def run(self, ctx: glue_workbench.Workbench, cells: list[Cell], inputs):
+        for cell in cells:
+            yield cell, run_cell(ctx, dict(cell.axes))
+
+    def run_params(self, cfg: CompensationConfig) -> dict:
+        tasks, missing = glue_workbench.resolve_tasks(cfg)
+        return {"tasks_run": tasks, "tasks_unavailable": missing}
+
+
+STUDY = Compensation()
 
 
 # ---------------------------------------------------------------------------------------------- analysis

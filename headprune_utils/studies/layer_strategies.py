@@ -7,37 +7,37 @@ Jawahar et al. 2019, Hewitt and Manning 2019), and pruning by measured importanc
 gradient importance of the fine-tuned model: least or most important heads first) — the "weak link
 between importance and prunability".
 
-Cells: task x regime x strategy x budget x seed, each independent. ``budget`` is the share of ALL heads
-pruned; every strategy prunes exactly the same number of heads (``strategies.py`` says how a budget
-that does not fill whole layers is spread). Reference cells (strategy ``"none"``, budget 0) hold the
-fine-tuned full model. Regimes as in study 1: ``finetune_then_mask`` (evaluation only: many masks of
-one fine-tuned model, evaluated together with shared work, ``mask_sweep``) and ``mask_then_finetune``
-(one fine-tuning per cell, at ``finetune_budgets``).
+Cells: task x regime x strategy x budget x seed (the sweep of :mod:`headprune_utils.strategy_sweep`). ``budget``
+is the share of ALL heads pruned; every strategy prunes exactly the same number of heads (``strategies.py`` says
+how a budget that does not fill whole layers is spread). Reference cells (strategy ``"none"``, budget 0) hold the
+fine-tuned full model. Regimes as in study 1: ``finetune_then_mask`` (evaluation only: the masks of one fine-tuned
+model form a group, evaluated together with shared work, ``mask_sweep``) and ``mask_then_finetune`` (one
+fine-tuning per cell, at ``finetune_budgets``; shared with studies 1 and 5 through the fine-tuning cache).
+The claims are paired contrasts (:mod:`headprune_utils.paired_contrasts`).
 """
 from __future__ import annotations
 
-import time
-from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Literal
 
-import numpy as np
 import pandas as pd
 import torch
-from scipy import stats as sps
 
-from .. import importance, mask_sweep, masks, stats, strategies, training
+from .. import glue_workbench
 from ..config import ParameterError
-from ..metrics import main_score
+from ..paired_contrasts import LOCATION_CONTRASTS, Contrast, contrast_table, contrast_verdict, paired_by_strategy
 from ..paths import StudyPaths
 from ..results import fingerprint
-from .. import glue_workbench
+from ..strategy_sweep import (ALL_STRATEGIES, REGIME_NAMES, REGIMES, Context, Regime, example_masks, run_batch,
+                              run_cell, run_cells, summarise)
+from .base import Cell, Claim, Cost, Study
 
-STUDY = "layer_strategies"
+__all__ = ["NAME", "STUDY", "LayerStrategiesConfig", "LayerStrategies", "plan_cells", "study_fingerprint",
+           "run_cells", "run_cell", "summarise", "contrasts", "verdicts", "example_masks", "CONTRASTS", "Contrast",
+           "ALL_STRATEGIES", "REGIMES", "REGIME_NAMES", "Regime", "Context"]
+
+NAME = "layer_strategies"
 RESULTS_VERSION = 1
-Regime = Literal["mask_then_finetune", "finetune_then_mask"]
-REGIMES: tuple[str, ...] = ("mask_then_finetune", "finetune_then_mask")
-ALL_STRATEGIES: tuple[str, ...] = strategies.STRATEGIES + strategies.IMPORTANCE_STRATEGIES
+CONTRASTS: tuple[Contrast, ...] = LOCATION_CONTRASTS
 
 
 @dataclass(frozen=True)
@@ -75,24 +75,31 @@ class LayerStrategiesConfig(glue_workbench.GlueStudyConfig):
                 raise ParameterError(f"{name}: 0 is the reference (the full model), always included; list budgets > 0")
 
 
-def plan_cells(cfg: LayerStrategiesConfig, tasks: list[str]) -> list[dict]:
-    """Every cell, grouped by (task, seed) so each fine-tuned full model is loaded once."""
+def plan_cells(cfg: LayerStrategiesConfig) -> list[Cell]:
+    """Every cell, (task, seed) by (task, seed). The evaluation-only cells of one fine-tuned model form a group
+    (evaluated together, the model loaded once); each fine-tuning cell is a batch of its own."""
+    tasks = glue_workbench.resolve_tasks(cfg)[0]
     cells = []
     for task in tasks:
+        finetune_cost: dict[float, float] = {}  # budget -> FLOPs of fine-tuning with that share pruned
+        eval_cost = glue_workbench.eval_cost(cfg, task)
         for seed in cfg.seeds:
             for regime in REGIMES:
                 if regime not in cfg.regimes:
                     continue
                 budgets = cfg.budgets if regime == "finetune_then_mask" else cfg.finetune_budgets
-                cells.append({"task": task, "regime": regime, "strategy": "none", "budget": 0.0, "seed": int(seed)})
+                axes = [{"task": task, "regime": regime, "strategy": "none", "budget": 0.0, "seed": int(seed)}]
                 for b in sorted(budgets):
                     for s in cfg.strategies:
-                        cells.append({"task": task, "regime": regime, "strategy": s, "budget": float(b), "seed": int(seed)})
+                        axes.append({"task": task, "regime": regime, "strategy": s, "budget": float(b), "seed": int(seed)})
+                for a in axes:
+                    if regime == "mask_then_finetune":  # "none": the full model's fine-tuning (shared, cached)
+                        if a["budget"] not in finetune_cost:
+                            finetune_cost[a["budget"]] = glue_workbench.finetune_cost(cfg, task, 1.0 - a["budget"])
+                        cells.append(Cell(a, cost=Cost(finetune_cost[a["budget"]])))
+                    else:
+                        cells.append(Cell(a, group=(task, int(seed), "evaluate"), cost=Cost(eval_cost)))
     return cells
-
-
-def n_cells(cfg: LayerStrategiesConfig) -> int:
-    return len(plan_cells(cfg, glue_workbench.resolve_tasks(cfg)[0]))
 
 
 def study_fingerprint(cfg: LayerStrategiesConfig, device: torch.device) -> str:
@@ -101,236 +108,74 @@ def study_fingerprint(cfg: LayerStrategiesConfig, device: torch.device) -> str:
     return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=drop))
 
 
-class Context(glue_workbench.Workbench):
-    """The shared workbench plus each full model's head importance (for the importance strategies)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._importance: dict = {}
-
-    def importance(self, task: str, seed: int) -> torch.Tensor:
-        """Gradient importance (Michel et al.; normalised per layer) of the fine-tuned full model on the
-        task's TRAINING subset (never the dev set the strategies are scored on)."""
-        if (task, seed) not in self._importance:
-            model = self.full_model(task, seed)[0]
-            batches = glue_workbench.batches(self.task_data(task)[1], self.device, self.cfg.importance_size)
-            self._importance = {(task, seed): importance.head_importance(model, batches).cpu()}
-        return self._importance[(task, seed)]
-
-    def cell_mask(self, cell: dict) -> torch.Tensor:
-        """The cell's mask (studies built on this one add strategies by overriding this method)."""
-        return cell_mask(self, cell)
+def _claim(id_: str, paper: str, text: str, contrast: str, precondition: str) -> Claim:
+    c = next(c for c in CONTRASTS if c.name == contrast)
+    return Claim(id_, paper, text,
+                 quantity=f"score({c.a}) - score({c.b}) at the same task, budget and seed, pooled per regime "
+                          f"(contrast {c.name!r}, expected: {c.expect})",
+                 precondition=precondition)
 
 
-def cell_mask(ctx: Context, cell: dict) -> torch.Tensor:
-    """The cell's ``[n_layers, n_heads]`` mask (1 = kept)."""
-    n_layers, n_heads = ctx.shape
-    if cell["strategy"] == "none":
-        return torch.ones(n_layers, n_heads)
-    n_prune = masks.n_pruned_for_fraction(cell["budget"], n_layers, n_heads)
-    if cell["strategy"] in strategies.IMPORTANCE_STRATEGIES:
-        return strategies.importance_mask(ctx.importance(cell["task"], cell["seed"]), n_prune, cell["strategy"])
-    return strategies.strategy_mask(cell["strategy"], n_layers, n_heads, n_prune, cell["seed"])
+_ABOVE_CHANCE = "the fine-tuned full model scores above chance"
 
 
-def _row(ctx: Context, cell: dict, metrics: dict, mask: torch.Tensor, history: list, seconds: float) -> dict:
-    spec, tr, dv, *_ = ctx.task_data(cell["task"])
-    pruned_layers = [int(l) for l in torch.nonzero((mask < 1).any(dim=1)).flatten()]
-    return {
-        "score": main_score(cell["task"], metrics),
-        **metrics,
-        "metric": spec.main_metric,
-        "chance": glue_workbench.chance_score(cell["task"], tr, dv),
-        "n_heads_pruned": int((mask == 0).sum()),
-        "n_heads_total": int(mask.numel()),
-        "first_pruned_layer": pruned_layers[0] if pruned_layers else None,
-        "n_layers_touched": len(pruned_layers),
-        "mask": masks.mask_to_string(mask),
-        "history": history,
-        "seconds": seconds,
-    }
+class LayerStrategies(Study):
+    """Study 2 (see the module docstring)."""
+
+    name = NAME
+    notebook = "02_layer_strategies.ipynb"
+    Config = LayerStrategiesConfig
+    claims = (
+        _claim("budhraja.location_no_preference", "Budhraja et al. 2020",
+               "There is no preference between pruning the top or the bottom layers.", "top vs bottom",
+               _ABOVE_CHANCE + "; the interval must lie within +-equivalence_margin"),
+        _claim("budhraja.avoid_middle", "Budhraja et al. 2020",
+               "Pruning that avoids the middle layers (top + bottom) beats pruning the middle layers.",
+               "avoid the middle", _ABOVE_CHANCE),
+        _claim("budhraja.avoid_consecutive", "Budhraja et al. 2020",
+               "Pruning layers spread apart beats pruning the same number of consecutive layers.",
+               "avoid consecutive layers", _ABOVE_CHANCE),
+        _claim("budhraja.important_location_not_worse", "Budhraja et al. 2020",
+               "Pruning the layers earlier studies call important (the middle) is no worse than random pruning.",
+               "important-by-location vs random", _ABOVE_CHANCE),
+        _claim("budhraja.most_important_not_worse", "Budhraja et al. 2020",
+               "Pruning the most important heads (gradient importance) is no worse than random pruning: a weak "
+               "link between importance and prunability.", "most important vs random",
+               _ABOVE_CHANCE + "; the importance strategies ran"),
+        _claim("michel.least_important_first", "Michel et al. 2019",
+               "Pruning the least important heads (gradient importance) first beats random pruning.",
+               "least important vs random", _ABOVE_CHANCE + "; the importance strategies ran"),
+    )
+
+    def plan(self, cfg: LayerStrategiesConfig) -> list[Cell]:
+        return plan_cells(cfg)
+
+    def fingerprint(self, cfg: LayerStrategiesConfig, device) -> str:
+        return study_fingerprint(cfg, device)
+
+    def context(self, cfg: LayerStrategiesConfig, device, paths: StudyPaths) -> Context:
+        return Context(cfg, device, paths.finetuned_cache)
+
+    def run(self, ctx: Context, cells: list[Cell], inputs):
+        # module functions looked up at call time (tests replace them)
+        shared = ctx.cfg.shared_evaluation
+        yield from run_batch(cells, lambda axes: run_cells(ctx, axes, shared=shared), lambda axes: run_cell(ctx, axes))
+
+    def run_params(self, cfg: LayerStrategiesConfig) -> dict:
+        tasks, missing = glue_workbench.resolve_tasks(cfg)
+        return {"tasks_run": tasks, "tasks_unavailable": missing}
 
 
-def run_cell(ctx: Context, cell: dict) -> dict:
-    """One cell on its own (the unit a cluster engine may run anywhere)."""
-    return run_cells(ctx, [cell], shared=False)[0]
-
-
-def run_cells(ctx: Context, cells: list[dict], shared: bool = True) -> list[dict]:
-    """Results of ``cells`` of ONE (task, seed), in order. Evaluation-only cells are evaluated together
-    (``mask_sweep``: work shared between masks) when ``shared``; the outputs equal the plain way's."""
-    if len({(c["task"], c["seed"]) for c in cells}) > 1:
-        raise ValueError("run_cells takes the cells of one (task, seed)")
-    cfg = ctx.cfg
-    out: dict[int, dict] = {}
-    evals = [i for i, c in enumerate(cells) if c["regime"] == "finetune_then_mask"]
-    if evals:
-        task, seed = cells[evals[0]]["task"], cells[evals[0]]["seed"]
-        model = ctx.full_model(task, seed)[0]
-        dv = ctx.task_data(task)[2]
-        means = ctx.full_means(task, seed) if cfg.ablation == "mean" else None
-        cell_masks = {i: ctx.cell_mask(cells[i]) for i in evals}
-        t0 = time.perf_counter()
-        if shared and len(evals) > 1:
-            metrics = mask_sweep.evaluate_masks(model, dv, task, cell_masks, glue_workbench.EVAL_BATCH,
-                                                ablation=cfg.ablation, means=means)
-        else:
-            metrics = {i: training.evaluate(model, dv, task, glue_workbench.EVAL_BATCH, gates=m.to(ctx.device),
-                                            ablation=cfg.ablation, means=means) for i, m in cell_masks.items()}
-        each = (time.perf_counter() - t0) / len(evals)
-        for i in evals:
-            out[i] = _row(ctx, cells[i], metrics[i], cell_masks[i], [], each)
-    for i, cell in enumerate(cells):
-        if cell["regime"] != "mask_then_finetune":
-            continue
-        t0 = time.perf_counter()
-        mask = ctx.cell_mask(cell)
-        task, seed = cell["task"], cell["seed"]
-        dv = ctx.task_data(task)[2]
-        gates = means = None
-        if cell["strategy"] == "none":
-            model, history, _ = ctx.full_model(task, seed)
-            metrics = training.evaluate(model, dv, task, glue_workbench.EVAL_BATCH, gates=gates, ablation=cfg.ablation, means=means)
-        else:
-            # the same (task, seed, mask) fine-tuned in another study (5 shares study 2's random and importance
-            # masks) is read back, not trained again
-            metrics, history = ctx.masked_scores(task, seed, mask, f"{task} s{seed} {cell['strategy']} {cell['budget']:g}")
-        out[i] = _row(ctx, cell, metrics, mask, history, time.perf_counter() - t0)
-    return [out[i] for i in range(len(cells))]
-
-
-def run_study(cfg: LayerStrategiesConfig, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
-    """Run every cell not yet done (resuming), write the metadata; returns the tidy results."""
-    return run_strategy_study(cfg, profile, paths, STUDY, plan_cells, study_fingerprint, Context)
-
-
-def run_strategy_study(cfg, profile: str, paths: StudyPaths | None, study: str, plan, fingerprint_of,
-                       context_cls) -> pd.DataFrame:
-    """The run of a study made of this study's cells (task x regime x strategy x budget x seed): each (task,
-    seed)'s evaluation-only cells are evaluated together, the others fine-tuned one by one (each stored when
-    done). ``plan(cfg, tasks)`` lists the cells, ``fingerprint_of(cfg, device)`` keys the results,
-    ``context_cls(cfg, device, cache_dir)`` makes the masks (zero_shot.py runs its own strategies through here)."""
-    tasks, missing = glue_workbench.resolve_tasks(cfg)
-
-    def run_todo(ctx, store, todo, bar):
-        groups: dict[tuple, list[dict]] = defaultdict(list)
-        for c in todo:
-            groups[(c["task"], c["seed"])].append(c)
-        for group in groups.values():
-            evals = [c for c in group if c["regime"] == "finetune_then_mask"]
-            for cell, row in zip(evals, run_cells(ctx, evals, shared=cfg.shared_evaluation)):
-                store.put(cell, row)
-            bar.update(len(evals))
-            for cell in (c for c in group if c["regime"] == "mask_then_finetune"):
-                store.put(cell, run_cell(ctx, cell))  # saved one by one: an interrupted run resumes here
-                bar.update(1)
-
-    return glue_workbench.run_study_cells(study, cfg, profile, paths, plan(cfg, tasks), fingerprint_of, context_cls,
-                                  run_todo=run_todo, extra_params={"tasks_run": tasks, "tasks_unavailable": missing})
+STUDY = LayerStrategies()
 
 
 # ---------------------------------------------------------------------------------------------- analysis
-
-def summarise(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """Mean score per task x regime x strategy x budget with a t-interval over seeds."""
-    rows = []
-    for (task, regime, strategy, budget), g in table.groupby(["task", "regime", "strategy", "budget"]):
-        mean, lo, hi = stats.t_interval(g["score"].to_numpy(dtype=float), confidence)
-        rows.append({"task": task, "regime": regime, "strategy": strategy, "budget": budget,
-                     "metric": g["metric"].iloc[0], "n_seeds": len(g), "mean": mean, "ci_low": lo, "ci_high": hi,
-                     "n_heads_pruned": int(g["n_heads_pruned"].iloc[0]), "chance": float(g["chance"].iloc[0])})
-    return pd.DataFrame(rows).sort_values(["task", "regime", "budget", "strategy"]).reset_index(drop=True)
-
-
-@dataclass(frozen=True)
-class Contrast:
-    """``a - b`` paired by (task, budget, seed) (study 5: ``b = "none"`` is the full model of the same task and
-    seed); ``expect``: what the claim predicts of the difference."""
-
-    name: str
-    claim: str
-    a: str
-    b: str
-    expect: Literal["equal", "greater", "not_worse"]
-
-
-CONTRASTS: tuple[Contrast, ...] = (
-    Contrast("top vs bottom", "Budhraja et al. claim 3a: no preference between pruning the top or the bottom layers",
-             "top", "bottom", "equal"),
-    Contrast("avoid the middle", "Budhraja et al. claim 3b: pruning that avoids the middle layers (top + bottom) "
-             "beats pruning the middle layers", "top_bottom", "middle", "greater"),
-    Contrast("avoid consecutive layers", "Budhraja et al. claim 3c: pruning layers spread apart beats pruning "
-             "the same number of consecutive layers", "spread", "consecutive", "greater"),
-    Contrast("important-by-location vs random", "Budhraja et al. claim 2 (for BERT): pruning the layers earlier "
-             "studies call important (the middle) is no worse than random", "middle", "random", "not_worse"),
-    Contrast("most important vs random", "Weak link between importance and prunability: pruning the MOST important "
-             "heads (gradient importance) is no worse than random", "most_important", "random", "not_worse"),
-    Contrast("least important vs random", "Michel et al.: pruning the LEAST important heads first beats random",
-             "least_important", "random", "greater"),
-)
-
-
-def _paired(table: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
-    """Rows (task, regime, budget, seed, diff = score_a - score_b) where both strategies ran."""
-    t = table[table["strategy"].isin([a, b])]
-    p = t.pivot_table(index=["task", "regime", "budget", "seed"], columns="strategy", values="score")
-    if a not in p or b not in p:
-        return pd.DataFrame(columns=["task", "regime", "budget", "seed", "diff"])
-    p = p.dropna(subset=[a, b])
-    return (p[a] - p[b]).rename("diff").reset_index()
-
 
 def contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Every contrast per task x regime x budget (paired over seeds), and pooled per regime ("all" tasks
     and budgets: paired over task x budget x seed). Mean difference, percentile-bootstrap CI, paired t-test
     p and sign-flip permutation p."""
-    return contrast_table(CONTRASTS, lambda a, b: _paired(table, a, b), confidence, n_boot, seed)
-
-
-def contrast_table(contrast_list, pair, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0,
-                   pool_per_budget: bool = False) -> pd.DataFrame:
-    """The statistics of paired contrasts. ``pair(a, b)`` gives rows (task, regime, budget, seed, diff); each
-    contrast is summarised per task x regime x budget, pooled over tasks per regime x budget when
-    ``pool_per_budget`` (``task="all"``), and pooled over everything per regime (``task="all", budget="all"``)."""
-    rows = []
-    for c in contrast_list:
-        d = pair(c.a, c.b)
-        if d.empty:
-            continue
-        groups = [((t, r, b), g) for (t, r, b), g in d.groupby(["task", "regime", "budget"])]
-        if pool_per_budget:
-            groups += [(("all", r, b), g) for (r, b), g in d.groupby(["regime", "budget"])]
-        groups += [(("all", r, "all"), g) for r, g in d.groupby("regime")]
-        for (task, regime, budget), g in groups:
-            x = g["diff"].to_numpy(dtype=float)
-            lo, hi = stats.bootstrap_ci(x, confidence, n_boot, seed) if len(x) > 1 else (np.nan, np.nan)
-            t_p = float(sps.ttest_1samp(x, 0.0).pvalue) if len(x) > 1 and np.std(x) > 1e-12 else np.nan
-            rows.append({"contrast": c.name, "a": c.a, "b": c.b, "expect": c.expect, "task": task, "regime": regime,
-                         "budget": budget, "n_pairs": len(x), "mean_diff": float(x.mean()), "boot_ci_low": lo,
-                         "boot_ci_high": hi, "t_test_p": t_p, "sign_flip_p": stats.sign_flip_test(x, seed=seed)})
-    return pd.DataFrame(rows)
-
-
-def _verdict(expect: str, r, margin: float, alpha: float) -> str:
-    significant = r.sign_flip_p < alpha
-    if expect == "greater":
-        if r.mean_diff > 0 and significant:
-            return "supported"
-        if r.mean_diff < 0 and significant:
-            return "contradicted (the opposite is significant)"
-        return "not supported (no significant difference)"
-    if expect == "equal":
-        if r.boot_ci_low >= -margin and r.boot_ci_high <= margin:
-            return f"supported (CI within +-{margin:g})"
-        if significant:
-            return "contradicted (a significant difference)"
-        return f"inconclusive (no significant difference, CI wider than +-{margin:g})"
-    # not_worse
-    if r.boot_ci_low >= -margin:
-        return f"supported (CI above -{margin:g})"
-    if r.mean_diff < 0 and significant:
-        return "contradicted (significantly worse)"
-    return f"inconclusive (CI reaches below -{margin:g})"
+    return contrast_table(CONTRASTS, lambda a, b: paired_by_strategy(table, a, b), confidence, n_boot, seed)
 
 
 def verdicts(contr: pd.DataFrame, cfg: LayerStrategiesConfig, alpha: float = 0.05) -> pd.DataFrame:
@@ -345,31 +190,5 @@ def verdicts(contr: pd.DataFrame, cfg: LayerStrategiesConfig, alpha: float = 0.0
             result = (f"{c.a} - {c.b} = {r.mean_diff:+.3f}, 95% CI [{r.boot_ci_low:+.3f}, {r.boot_ci_high:+.3f}], "
                       f"sign-flip p = {r.sign_flip_p:.3g} over {r.n_pairs} pairs (task x budget x seed). Per setting: {detail}")
             rows.append({"claim": c.claim, "regime": REGIME_NAMES[r.regime], "our result": result,
-                         "verdict": _verdict(c.expect, r, cfg.equivalence_margin, alpha) + " at this scale"})
+                         "verdict": contrast_verdict(c.expect, r, cfg.equivalence_margin, alpha) + " at this scale"})
     return pd.DataFrame(rows)
-
-
-def example_masks(table: pd.DataFrame, seed: int | None = None, order: tuple[str, ...] = ALL_STRATEGIES) -> pd.DataFrame:
-    """One mask per strategy x budget (of ``seed``, default the smallest; evaluation-only regime, first task)
-    as rows (strategy, budget, layer, head, kept) for the mask picture."""
-    t = table[(table["strategy"] != "none")]
-    if t.empty:
-        return pd.DataFrame(columns=["strategy", "budget", "layer", "head", "kept"])
-    seed = int(t["seed"].min()) if seed is None else seed
-    t = t[(t["seed"] == seed) & (t["task"] == t["task"].iloc[0])]
-    t = t[t["regime"] == ("finetune_then_mask" if (t["regime"] == "finetune_then_mask").any() else "mask_then_finetune")]
-    rows = []
-    order = {s: i for i, s in enumerate(order)}
-    for (strategy, budget), g in sorted(t.groupby(["strategy", "budget"]), key=lambda kv: (order[kv[0][0]], kv[0][1])):
-        m = masks.mask_from_string(g["mask"].iloc[0])
-        for layer in range(m.shape[0]):
-            for head in range(m.shape[1]):
-                rows.append({"strategy": strategy, "budget": budget, "layer": layer, "head": head,
-                             "kept": int(m[layer, head])})
-    return pd.DataFrame(rows)
-
-
-REGIME_NAMES = {
-    "mask_then_finetune": "mask, then fine-tune",
-    "finetune_then_mask": "fine-tune, then mask (no retraining)",
-}

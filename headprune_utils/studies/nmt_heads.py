@@ -4,12 +4,15 @@ Both papers prune the heads of an encoder-decoder Transformer trained for machin
 attention types (``architecture.SEQ2SEQ_KINDS``): encoder self-attention ``"enc"``, decoder self-attention
 ``"dec"`` and encoder-decoder attention ``"cross"``. Here a small Marian-style Transformer is trained from scratch
 (``translation_model``, ``translation``) on a parallel corpus (default Multi30k en-de: train / val /
-test_2016_flickr), cached once per training parameters (:func:`model_folder`), and every cell reuses it.
+test_2016_flickr), cached once per training parameters (:func:`model_key`; the folder is
+``StudyPaths.nmt_model``, filled through ``caches.cached``), and every cell reuses it.
 
-Cells (independent, keyed, resumable; ``model_seed`` = the trained model):
+Cells (keyed, resumable; :func:`plan_cells`; ``model_seed`` = the trained model):
 
 - ``{"kind": "model"}``: the trained full model (trained now or read from the cache): BLEU, chrF and
-  teacher-forced NLL on the test subset, training history.
+  teacher-forced NLL on the test subset, training history. Every other cell REQUIRES the model cell of its
+  model seed (so the model is trained once, first; a worker whose outputs root lacks the cached model -- a Ray
+  node without shared storage -- trains the same model itself, deterministically).
 - ``{"kind": "prune", "type", "fraction", "seed"}``: a random ``fraction`` of the heads of ``type`` (``enc``,
   ``dec``, ``cross``, or ``all``: uniformly over the union of the three grids) zeroed on the trained model, no
   retraining; BLEU/chrF (greedy) and NLL on the test subset. Masks of one seed are nested across fractions.
@@ -18,7 +21,7 @@ Cells (independent, keyed, resumable; ``model_seed`` = the trained model):
   reference cell (``type = "none"``) continues the UNPRUNED model for the same steps with the same data order.
 - ``{"kind": "strategy", "type", "strategy", "budget", "seed"}``: a layer-location strategy of
   ``strategies.py`` on one type's grid, at ``budget`` (share of that type's heads), evaluation only; ``random``
-  is the reference of the paired contrasts (study 2's ``contrast_table``).
+  is the reference of the paired contrasts (``paired_contrasts.contrast_table``).
 - ``{"kind": "roles"}``: encoder self-attention maps (``attention.attention_maps(kind="enc")``) of the trained
   model: confidence, entropy, positional and rare-word measurements on dev source sentences (piece
   frequencies from the training source side), syntactic heads on UD English-EWT sentences (English source
@@ -27,6 +30,9 @@ Cells (independent, keyed, resumable; ``model_seed`` = the trained model):
 - ``{"kind": "l0", "setting", "lam"}``: Hard Concrete gates (``hard_concrete.HardConcreteGateDict``) on the
   frozen model, on ``enc`` alone or on ``all`` three types, ``loss = NLL + lam * expected open gates``; the
   deterministic masks, BLEU of them, and random masks with the same heads per type.
+
+Groups (work best done in one process): the evaluation-only cells (``prune``, ``strategy``) of a model seed,
+whose decodings share a cache (below); the L0 cells of a model seed, which share the gates' training batches.
 
 Evaluations of a mask are cached beside the model (``<model folder>/evals/``), so a mask that two cells share
 (e.g. the random strategy and the random-pruning cell of the same type, fraction and seed) is decoded once.
@@ -37,17 +43,17 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
-import shutil
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .. import masks, specialized, strategies
+from .. import costs, glue_workbench, masks, specialized, strategies
 from ..architecture import SEQ2SEQ_KINDS, head_shape
 from ..batching import train_batches
+from ..caches import cached
 from ..config import as_dict
 from ..hard_concrete import HardConcreteGateDict, l0_train
 from ..paths import StudyPaths
@@ -60,7 +66,7 @@ from ..translation import (collate_pairs, dev_loss, encode_pairs, evaluate_trans
 from ..translation_data import load_parallel, subset_pairs
 from ..translation_heads import ablation_nll, encoder_roles, source_queries
 from ..translation_model import build_translation_model, load_translation_model, save_translation_model
-from .. import glue_workbench
+from .base import Cell, Claim, Cost, Study
 from .nmt_heads_config import TYPES, NMTHeadsConfig, data_source
 from .nmt_heads_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
     VOITA_ALL_TYPES, VOITA_BASELINE_BLEU, VOITA_FRACTION, TYPE_CONTRASTS, ROLE_NAMES, full_models, random_rows,
@@ -70,7 +76,7 @@ from .nmt_heads_analysis import (  # the analysis: pure functions over the table
     survival, survival_tests, survival_map, survival_by_role, roles_at_budget, verdicts,
 )
 
-STUDY = "nmt_heads"
+NAME = "nmt_heads"
 RESULTS_VERSION = 1
 # Bump when a code change alters what training produces (the cached models then no longer match).
 NMT_TRAINING_VERSION = 1
@@ -81,6 +87,10 @@ ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_ratio", "rare
 CELL_AXES = ("types", "fractions", "seeds", "model_seeds", "strategy_types", "strategies", "strategy_budgets",
              "l0_settings", "lambdas", "retrain_types", "retrain_fractions")
 NOT_RESULTS = ("progress", "device", "data_dir", "allow_hub")
+# For the planned cost only: pairs of the dev and test splits (used when dev_size / test_size is None) and the
+# mean subword tokens of a sentence (one side: ~1.3 pieces per word, plus </s>) of each corpus.
+CORPUS_PLANNING = {"multi30k": (1014, 1000, 17.0), "newstest-en-ru": (3000, 3000, 30.0),
+                   "wmt14-en-de": (3000, 3003, 33.0), "wmt14-en-ru": (3000, 3003, 33.0)}
 
 
 def model_key(cfg: NMTHeadsConfig, model_seed: int, device: torch.device) -> str:
@@ -94,9 +104,10 @@ def model_key(cfg: NMTHeadsConfig, model_seed: int, device: torch.device) -> str
     })
 
 
-def model_folder(cache_dir: Path, cfg: NMTHeadsConfig, model_seed: int, device: torch.device) -> Path:
-    """``<cache>/<corpus>__seed=<s>__<key>/``: model, tokenizer, ``headprune_nmt.json`` (meta), ``evals/``."""
-    return Path(cache_dir) / f"{cfg.corpus}__seed={model_seed}__{model_key(cfg, model_seed, device)}"
+def model_folder(paths: StudyPaths, cfg: NMTHeadsConfig, model_seed: int, device: torch.device) -> Path:
+    """``<nmt cache>/<corpus>__seed=<s>__<key>/`` (``StudyPaths.nmt_model``): model, tokenizer,
+    ``headprune_nmt.json`` (meta), ``evals/``."""
+    return paths.nmt_model(cfg.corpus, int(model_seed), model_key(cfg, model_seed, device))
 
 
 def study_fingerprint(cfg: NMTHeadsConfig, device: torch.device) -> str:
@@ -112,28 +123,105 @@ def l0_kinds(setting: str) -> tuple[str, ...]:
     return SEQ2SEQ_KINDS if setting == "all" else (setting,)
 
 
-def plan_cells(cfg: NMTHeadsConfig) -> list[dict]:
+def model_axes(model_seed: int) -> dict:
+    """The key of the model cell of ``model_seed``, which every other cell of that model requires."""
+    return {"kind": "model", "model_seed": int(model_seed)}
+
+
+def plan_cells(cfg: NMTHeadsConfig) -> list[Cell]:
     """Every cell, per model seed: the model, the encoder roles, random pruning, strategies, L0, retraining."""
+    c = plan_costs(cfg)
     cells = []
     for ms in cfg.model_seeds:
         ms = int(ms)
-        cells += [{"kind": "model", "model_seed": ms}, {"kind": "roles", "model_seed": ms}]
-        cells += [{"kind": "prune", "type": t, "fraction": float(f), "seed": int(s), "model_seed": ms}
+        model = Cell(model_axes(ms), cost=Cost(c["model"]))
+        need = (model.key,)
+        evaluate = (ms, "evaluate")  # the evaluation-only cells share decodings (the evals cache)
+        cells += [model, Cell({"kind": "roles", "model_seed": ms}, requires=need, cost=Cost(c["roles"]))]
+        cells += [Cell({"kind": "prune", "type": t, "fraction": float(f), "seed": int(s), "model_seed": ms},
+                       requires=need, group=evaluate, cost=Cost(c["evaluate"]))
                   for t in cfg.types for f in sorted(cfg.fractions) for s in cfg.seeds]
-        cells += [{"kind": "strategy", "type": t, "strategy": st, "budget": float(b), "seed": int(s), "model_seed": ms}
+        cells += [Cell({"kind": "strategy", "type": t, "strategy": st, "budget": float(b), "seed": int(s),
+                        "model_seed": ms}, requires=need, group=evaluate, cost=Cost(c["evaluate"]))
                   for t in cfg.strategy_types for b in sorted(cfg.strategy_budgets) for st in cfg.strategies
                   for s in cfg.seeds]
-        cells += [{"kind": "l0", "setting": st, "lam": float(lam), "model_seed": ms}
+        cells += [Cell({"kind": "l0", "setting": st, "lam": float(lam), "model_seed": ms}, requires=need,
+                       group=(ms, "l0"), cost=Cost(c["l0"]))
                   for st in cfg.l0_settings for lam in sorted(cfg.lambdas)]
         if cfg.retrain_types and cfg.retrain_fractions:
-            cells.append({"kind": "retrain", "type": "none", "fraction": 0.0, "seed": -1, "model_seed": ms})
-            cells += [{"kind": "retrain", "type": t, "fraction": float(f), "seed": int(s), "model_seed": ms}
+            cells.append(Cell({"kind": "retrain", "type": "none", "fraction": 0.0, "seed": -1, "model_seed": ms},
+                              requires=need, cost=Cost(retrain_cost(cfg, "none", 0.0))))
+            cells += [Cell({"kind": "retrain", "type": t, "fraction": float(f), "seed": int(s), "model_seed": ms},
+                           requires=need, cost=Cost(retrain_cost(cfg, t, float(f))))
                       for t in cfg.retrain_types for f in sorted(cfg.retrain_fractions) for s in cfg.seeds]
     return cells
 
 
-def n_cells(cfg: NMTHeadsConfig) -> int:
-    return len(plan_cells(cfg))
+# ---------------------------------------------------------------------------------------------- planned cost
+def _sentence_tokens(cfg: NMTHeadsConfig) -> float:
+    return min(float(cfg.max_length), CORPUS_PLANNING.get(cfg.corpus, (3000, 3000, 30.0))[2])
+
+
+def forward_cost(cfg: NMTHeadsConfig, n_pairs: float, kept_share: float = 1.0) -> float:
+    """FLOPs of one teacher-forced forward pass over ``n_pairs`` sentence pairs: the encoder layers, the decoder
+    layers (with encoder-decoder attention) and the output projection (``2 d_model vocab`` per target token)."""
+    shape = costs.Shape(max(cfg.encoder_layers, cfg.decoder_layers), cfg.heads, cfg.d_model, cfg.ffn_dim)
+    length = _sentence_tokens(cfg)
+    tokens = n_pairs * length
+    enc = cfg.encoder_layers * costs.layer_forward_flops(shape, tokens, length, kept_share)
+    dec = cfg.decoder_layers * costs.layer_forward_flops(shape, tokens, length, kept_share, cross_len=length)
+    return enc + dec + 2.0 * cfg.d_model * cfg.vocab_size * tokens
+
+
+def _split_pairs(cfg: NMTHeadsConfig, split: str, size: int | None) -> float:
+    dev, test, _ = CORPUS_PLANNING.get(cfg.corpus, (3000, 3000, 30.0))
+    n = dev if split == "dev" else test
+    return float(n if size is None else min(size, n))
+
+
+def _pairs_per_step(cfg: NMTHeadsConfig) -> float:
+    """Sentence pairs of a training batch: ``max_tokens`` / the sentence length (capped at ``batch_size``)."""
+    if cfg.max_tokens is None:
+        return float(cfg.batch_size)
+    return min(float(cfg.batch_size), cfg.max_tokens / _sentence_tokens(cfg))
+
+
+def eval_cost(cfg: NMTHeadsConfig, kept_share: float = 1.0) -> float:
+    """Scoring on the test subset: greedy or beam decoding (about one forward per beam: incremental decoding
+    costs what teacher forcing does) and the teacher-forced NLL (one forward)."""
+    return (cfg.num_beams + 1) * forward_cost(cfg, _split_pairs(cfg, "test", cfg.test_size), kept_share)
+
+
+def retrain_cost(cfg: NMTHeadsConfig, kind: str, fraction: float) -> float:
+    """``retrain_steps`` training steps (a forward and a backward: three forwards) of the physically pruned model,
+    then its scores; pruning ``fraction`` of one type's heads saves about a third of that share."""
+    kept = 1.0 - (fraction if kind == "all" else fraction / 3.0)
+    return (3.0 * forward_cost(cfg, cfg.retrain_steps * _pairs_per_step(cfg), kept) + eval_cost(cfg, kept))
+
+
+def plan_costs(cfg: NMTHeadsConfig) -> dict[str, float]:
+    """Estimated FLOPs of each kind of cell (rough: from the model's shape and a corpus's sentence length).
+
+    model: ``max_steps`` training steps (three forwards each; early stopping may end sooner), a dev-loss forward
+    every ``eval_every`` steps, the test scores. roles: forwards over the role and UD sentences, and the
+    ablation sweep (one dev-NLL forward per head of the three types, and one of the full model). evaluate: one
+    mask's test scores (a mask two cells share is decoded once). l0: ``l0_steps`` gate steps of
+    ``l0_batch_size`` pairs (three forwards: gradients flow through the frozen model), the L0 masks' and their
+    random baselines' test scores.
+    """
+    dev = _split_pairs(cfg, "dev", cfg.dev_size)
+    n_heads = cfg.heads * (cfg.encoder_layers + 2 * cfg.decoder_layers)
+    train = 3.0 * forward_cost(cfg, cfg.max_steps * _pairs_per_step(cfg))
+    role_sentences = dev if cfg.role_sentences is None else min(dev, cfg.role_sentences)
+    ud_all = {"train": 12543, "dev": 2001, "test": 2077}[cfg.ud_split]  # sentences of UD English-EWT's splits
+    ud = (ud_all if cfg.ud_sentences is None else min(ud_all, cfg.ud_sentences)) if cfg.syntactic else 0
+    importance = dev if cfg.importance_size is None else min(dev, cfg.importance_size)
+    return {
+        "model": train + (cfg.max_steps // cfg.eval_every) * forward_cost(cfg, dev) + eval_cost(cfg),
+        "roles": forward_cost(cfg, role_sentences + ud) + (1 + n_heads) * forward_cost(cfg, importance),
+        "evaluate": eval_cost(cfg),
+        "l0": 3.0 * forward_cost(cfg, cfg.l0_steps * cfg.l0_batch_size) + (1 + cfg.n_random_baselines) * eval_cost(cfg),
+    }
 
 
 def cell_masks(cfg: NMTHeadsConfig, cell: dict) -> dict[str, torch.Tensor]:
@@ -168,10 +256,13 @@ def random_seed(model_seed: int, r: int, kind: str) -> int:
 
 # ---------------------------------------------------------------------------------------------- the workbench
 class Context:
-    """Data, the trained models (trained once per model seed, cached on disk) and cached evaluations."""
+    """Data, the trained models (trained once per model seed, cached on disk) and cached evaluations.
 
-    def __init__(self, cfg: NMTHeadsConfig, device: torch.device, cache_dir: Path):
-        self.cfg, self.device, self.cache_dir = cfg, torch.device(device), Path(cache_dir)
+    A model missing from the cache (``StudyPaths.nmt_model``) is trained here, under the cache's lock
+    (``caches.cached``): the same parameters, seed and device type give the same model on any worker."""
+
+    def __init__(self, cfg: NMTHeadsConfig, device: torch.device, paths: StudyPaths):
+        self.cfg, self.device, self.paths = cfg, torch.device(device), paths
         self._data = None
         self._models: dict[int, tuple] = {}
         self._encoded: dict[int, tuple] = {}
@@ -186,25 +277,27 @@ class Context:
         return self._data
 
     def folder(self, model_seed: int) -> Path:
-        return model_folder(self.cache_dir, self.cfg, model_seed, self.device)
+        return model_folder(self.paths, self.cfg, model_seed, self.device)
 
     def model(self, model_seed: int):
         """``(model, tokenizer, meta, trained_now)``: from memory, the disk cache, or trained now and cached."""
         if model_seed in self._models:
             m, tok, meta = self._models[model_seed]
             return m, tok, meta, False
-        folder = self.folder(model_seed)
-        trained_now = False
-        if not (folder / "config.json").is_file():
-            self._train(model_seed, folder)
-            trained_now = True
-        model, tok, meta = load_translation_model(folder, self.device)
+        trained: list[bool] = []
+
+        def build(tmp: Path) -> None:
+            self._train(model_seed, tmp)
+            trained.append(True)
+
+        model, tok, meta = cached(self.folder(model_seed), build, lambda path: load_translation_model(path, self.device))
         self._models = {model_seed: (model, tok, meta)}  # one model in memory at a time
         self._encoded = {k: v for k, v in self._encoded.items() if k == model_seed}
-        return model, tok, meta, trained_now
+        return model, tok, meta, bool(trained)
 
     def _train(self, model_seed: int, folder: Path) -> None:
-        """Tokenizer, model, training, full-model scores; written to a temporary folder, then renamed."""
+        """Train the model of ``model_seed`` (tokenizer, model, training, full-model scores) and write it to
+        ``folder`` (``caches.cached``'s temporary folder, renamed to the model folder when complete)."""
         c = self.cfg
         train, dev, test = self.data()
         t0 = time.perf_counter()
@@ -229,15 +322,7 @@ class Context:
             "examples": [{"source": s, "reference": r, "hypothesis": h}
                          for s, r, h in list(zip(test.src, test.tgt, scores["hypotheses"]))[:5]],
         }
-        tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        save_translation_model(model.cpu(), tok, tmp, meta=meta)
-        try:
-            tmp.rename(folder)
-        except OSError:  # another process finished the same model first: keep theirs
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not (folder / "config.json").is_file():
-                raise
+        save_translation_model(model.cpu(), tok, folder, meta=meta)
 
     def encoded(self, model_seed: int):
         """``(train, dev, test)`` EncodedPairs with the model's tokenizer (training pairs over max_length dropped)."""
@@ -424,8 +509,8 @@ def run_l0_cell(ctx: Context, cell: dict, batches: list[dict]) -> dict:
 
 
 def run_cell(ctx: Context, cell: dict) -> dict:
-    """One cell's result (pure of the store; the caller saves it): the unit a cluster engine may run anywhere,
-    given the model cache (a cell trains the model of its seed when the cache lacks it)."""
+    """One cell's result (pure of the store: the driver saves it), given its model (trained by the context
+    when the cache lacks it)."""
     kind = cell["kind"]
     if kind == "model":
         return run_model_cell(ctx, cell)
@@ -440,29 +525,94 @@ def run_cell(ctx: Context, cell: dict) -> dict:
     raise ValueError(f"unknown cell kind {kind!r}")
 
 
-CELL_ORDER = ("model", "roles", "prune", "strategy", "l0", "retrain")
+class NMTHeads(Study):
+    """Study 7 (see the module docstring)."""
+
+    name = NAME
+    notebook = "07_nmt_heads.ipynb"
+    Config = NMTHeadsConfig
+    claims = (
+        Claim("budhraja.random_prunable", "Budhraja et al. 2020 (claim 1)",
+              "A large fraction (>= 50%) of the heads can be pruned at random with limited effect on BLEU.",
+              quantity="largest share of heads pruned (per type, and of all heads jointly) whose mean paired BLEU "
+                       "drop is <= tolerance",
+              precondition="the trained model translates (BLEU well above 0)"),
+        Claim("budhraja.retraining_recovers", "Budhraja et al. 2020 (set-up)",
+              "Training with the mask fixed recovers BLEU lost by pruning.",
+              quantity="recovery = BLEU drop without retraining - drop after retrain_steps (vs the unpruned model "
+                       "continued as long), sign-flip test over masks",
+              precondition="enough masks for the sign-flip test to reach the level"),
+        Claim("budhraja.location_no_better", "Budhraja et al. 2020 (claim 2)",
+              "On the Transformer, choosing heads to prune by their layer brings no advantage over random pruning "
+              "at the same budget.",
+              quantity="BLEU(strategy) - BLEU(random) paired by type, budget, model and mask seed, pooled",
+              precondition="random among the strategies"),
+        Claim("voita.type_prunability_random", "Voita et al. 2019 (Sec. 6, Table 2)",
+              "Encoder self-attention is the most prunable attention type and encoder-decoder attention the least.",
+              quantity="BLEU with a share of type a pruned - with the same share of type b pruned, paired by seed",
+              precondition="random pruning of at least two types"),
+        Claim("voita.type_prunability_l0", "Voita et al. 2019 (Sec. 6, Table 2)",
+              "L0 gates on all three types keep the fewest encoder self-attention heads and the most "
+              "encoder-decoder heads.",
+              quantity="share of each type's heads kept per lambda (gates on all three types)",
+              precondition="lambdas that prune some heads and keep some"),
+        Claim("voita.enc_most_prunable", "Voita et al. 2019 (Sec. 6.2)",
+              "Most encoder heads can be pruned with little BLEU loss (38 of 48: -0.15 BLEU).",
+              quantity="fewest encoder heads kept by an L0 mask whose BLEU is within -margin of the full model",
+              precondition="L0 gates on the encoder"),
+        Claim("voita.l0_beats_random", "Voita et al. 2019 (Sec. 6)",
+              "L0 gates choose heads that matter: better than random heads at the same counts per type.",
+              quantity="BLEU(L0 masks) - BLEU(random masks with the same heads per type), pooled, sign-flip test",
+              precondition="masks that prune something and keep something"),
+        Claim("voita.positional_heads", "Voita et al. 2019 (Sec. 5)",
+              "Positional heads exist in the encoder (max attention on the previous or next token >= 90% of the time).",
+              quantity="positional encoder heads per model",
+              precondition="dev source sentences"),
+        Claim("voita.syntactic_heads", "Voita et al. 2019 (Sec. 5)",
+              "Syntactic heads exist: they beat the best fixed-offset baseline by >= 10 points on UD relations.",
+              quantity="syntactic encoder heads per model and relation (UD English-EWT)",
+              precondition="an English source (UD English-EWT)"),
+        Claim("voita.rare_word_head", "Voita et al. 2019 (Sec. 5)",
+              "A rare-word head exists (attends to the least frequent token; one, in the first layer).",
+              quantity="rare-word encoder heads per model and their layers",
+              precondition="piece frequencies from the training source side"),
+        Claim("voita.important_are_confident", "Voita et al. 2019 (Sec. 4)",
+              "The most important encoder heads are the most confident.",
+              quantity="Spearman(ablation importance = dev NLL increase, confidence) over the encoder heads, per model",
+              precondition="importance here is the NLL increase when the head alone is zeroed, not LRP"),
+        Claim("voita.specialized_last_pruned", "Voita et al. 2019 (Sec. 6.2)",
+              "Specialized heads are the last to be pruned.",
+              quantity="AUC of the survival level over lambdas, specialized vs other encoder heads, stratified by "
+                       "L0 setting x model, permutation test",
+              precondition="specialized and other heads in a model"),
+        Claim("voita.functions_at_17_of_48", "Voita et al. 2019 (Sec. 6.2)",
+              "With 17 of 48 encoder heads kept, every identified head function is still present.",
+              quantity="whether each role keeps a head in the L0 mask nearest 17/48 of the encoder heads",
+              precondition="roles found in the encoder"),
+    )
+
+    def plan(self, cfg: NMTHeadsConfig) -> list[Cell]:
+        return plan_cells(cfg)
+
+    def fingerprint(self, cfg: NMTHeadsConfig, device) -> str:
+        return study_fingerprint(cfg, device)
+
+    def context(self, cfg: NMTHeadsConfig, device, paths: StudyPaths) -> Context:
+        return Context(cfg, device, paths)
+
+    def run(self, ctx: Context, cells: list[Cell], inputs: Mapping[str, dict]) -> Iterator[tuple[Cell, dict]]:
+        for cell in cells:  # the model cell's result is not read: the context loads (or trains) the model
+            yield cell, run_cell(ctx, dict(cell.axes))
+
+    def run_params(self, cfg: NMTHeadsConfig) -> dict:
+        return {"data_source": data_source(cfg), "model_cache": "<outputs root>/_nmt/<profile>/ (StudyPaths.nmt_cache)"}
 
 
-def run_cells(ctx: Context, store, todo: list[dict], bar) -> None:
-    """Compute the missing cells model seed by model seed (the model first: it may need training), each stored
-    when done (an interrupted run resumes there)."""
-    for cell in sorted(todo, key=lambda c: (c["model_seed"], CELL_ORDER.index(c["kind"]))):
-        store.put(cell, run_cell(ctx, cell))
-        bar.update(1)
-
-
-def run_study(cfg: NMTHeadsConfig, profile: str, paths: StudyPaths | None = None):
-    """Run every cell not yet done (resuming), write the metadata; returns the tidy results (one row per cell)."""
-    paths = (paths or StudyPaths(STUDY, profile)).ensure()
-    cache = paths.nmt_cache
-    return glue_workbench.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg), study_fingerprint,
-                                  lambda c, device, _unused: Context(c, device, cache), run_todo=run_cells,
-                                  extra_params={"data_source": data_source(cfg), "model_cache": str(cache)})
-
+STUDY = NMTHeads()
 
 __all__ = [
-    "STUDY", "NMTHeadsConfig", "Context", "TYPES", "REGIMES", "plan_cells", "n_cells", "cell_masks", "run_cell",
-    "run_cells", "model_folder", "model_key", "study_fingerprint", "source_queries", "run_study",
+    "NAME", "STUDY", "NMTHeads", "NMTHeadsConfig", "Context", "TYPES", "REGIMES", "plan_cells", "model_axes",
+    "plan_costs", "cell_masks", "run_cell", "model_folder", "model_key", "study_fingerprint", "source_queries",
     # the analysis (nmt_heads_analysis), re-exported so the notebook needs one module
     "VOITA_ALL_TYPES", "VOITA_BASELINE_BLEU", "VOITA_FRACTION", "TYPE_CONTRASTS", "ROLE_NAMES", "full_models",
     "random_rows", "random_summary", "random_drops", "prunable", "retrain_table", "type_contrasts",

@@ -1,10 +1,11 @@
-"""Study 7's analysis: pure functions over the tidy table of ``nmt_heads.run_study`` (one row per cell).
+"""Study 7's analysis: pure functions over the tidy table of the ``nmt_heads`` cells (one row per cell).
 
-The GLUE studies' analysis is reused through small adapters that name the translation cells as those studies
-name theirs: an attention type plays a GLUE task (``task``), BLEU the score, and a (model seed, mask seed) pair a
-seed (``pair = 1000 * model_seed + seed``); so study 1's ``summarise``/``paired_drop``/``prunable_fraction``,
-study 2's ``contrast_table``, and study 6's ``role_table``/``survival_heads``/``survival_tests``/``roles_at_budget``
-run unchanged. Every BLEU here is corpus BLEU (sacrebleu, 0-100) of greedy translations of the test subset.
+The library analysis the GLUE studies use is reused through small adapters that name the translation cells as
+those studies name theirs: an attention type plays a GLUE task (``task``), BLEU the score, and a (model seed, mask
+seed) pair a seed (``pair = 1000 * model_seed + seed``); so ``pruning_curves``' ``summarise``/``paired_drop``/
+``prunable_fraction``, ``paired_contrasts.contrast_table``, ``strategy_sweep.summarise``, and ``role_survival``'s
+``role_table``/``survival_heads``/``survival_tests``/``roles_at_budget`` run unchanged. Every BLEU here is corpus
+BLEU (sacrebleu, 0-100) of greedy translations of the test subset.
 """
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ import pandas as pd
 import torch
 from scipy import stats as sps
 
-from .. import stats
+from .. import pruning_curves, role_survival, stats, strategy_sweep
 from ..head_scores import rank_agreement
 from ..masks import mask_from_string
-from . import layer_strategies, random_pruning
-from . import specialized_heads_l0_analysis as s6
+from ..paired_contrasts import LOCATION_CONTRASTS, Contrast, contrast_table, paired_by_strategy
+from ..verdict_rules import budget_presence, greater_verdict, most_prunable_verdict
 
 __all__ = [
     "VOITA_ALL_TYPES", "VOITA_BASELINE_BLEU", "VOITA_FRACTION", "TYPE_CONTRASTS", "ROLE_NAMES",
@@ -30,8 +31,8 @@ __all__ = [
     "survival_by_role", "roles_at_budget", "verdicts",
 ]
 
-ROLE_NAMES = s6.ROLE_NAMES
-VOITA_FRACTION = s6.VOITA_FRACTION
+ROLE_NAMES = role_survival.ROLE_NAMES
+VOITA_FRACTION = role_survival.VOITA_FRACTION
 VOITA_BASELINE_BLEU = 29.6
 # Voita et al. (2019) Table 2, WMT EN-RU, all attention types pruned: heads kept (enc, dec, cross) -> BLEU
 VOITA_ALL_TYPES = ((14, 31, 30, 29.62), (12, 21, 25, 29.36), (8, 13, 15, 29.06), (5, 9, 12, 28.90))
@@ -96,19 +97,19 @@ def random_rows(table: pd.DataFrame) -> pd.DataFrame:
 
 def random_summary(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """Mean BLEU per type x regime x fraction with a t-interval over (model seed, mask seed) pairs, and the drop
-    from the unpruned model (study 1's ``summarise``)."""
-    s = random_pruning.summarise(random_rows(table), confidence)
+    from the unpruned model (``pruning_curves.summarise``)."""
+    s = pruning_curves.summarise(random_rows(table), confidence)
     return s.rename(columns={"task": "type"})
 
 
 def random_drops(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """BLEU drop from the unpruned model paired by (model seed, mask seed), bootstrap CI (study 1's ``paired_drop``)."""
-    return random_pruning.paired_drop(random_rows(table), confidence, n_boot, seed).rename(columns={"task": "type"})
+    """BLEU drop from the unpruned model paired by (model seed, mask seed), bootstrap CI (``pruning_curves.paired_drop``)."""
+    return pruning_curves.paired_drop(random_rows(table), confidence, n_boot, seed).rename(columns={"task": "type"})
 
 
 def prunable(drops: pd.DataFrame, tolerance: float) -> pd.DataFrame:
     """Per type x regime: the largest fraction whose mean BLEU drop (and every smaller one's) is <= ``tolerance``."""
-    return random_pruning.prunable_fraction(drops.rename(columns={"type": "task"}), tolerance).rename(columns={"task": "type"})
+    return pruning_curves.prunable_fraction(drops.rename(columns={"type": "task"}), tolerance).rename(columns={"task": "type"})
 
 
 def retrain_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -135,17 +136,17 @@ def retrain_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 TYPE_CONTRASTS = (
-    layer_strategies.Contrast("enc vs cross", "Voita et al.: encoder self-attention is more prunable than "
+    Contrast("enc vs cross", "Voita et al.: encoder self-attention is more prunable than "
                               "encoder-decoder attention (BLEU after pruning the same share of each)", "enc", "cross", "greater"),
-    layer_strategies.Contrast("enc vs dec", "Voita et al.: encoder self-attention is the most prunable type",
+    Contrast("enc vs dec", "Voita et al.: encoder self-attention is the most prunable type",
                               "enc", "dec", "greater"),
-    layer_strategies.Contrast("dec vs cross", "Voita et al.: encoder-decoder attention is the least prunable type",
+    Contrast("dec vs cross", "Voita et al.: encoder-decoder attention is the least prunable type",
                               "dec", "cross", "greater"),
 )
 
 
 def type_contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """BLEU(type a pruned) - BLEU(type b pruned) at the same fraction and mask seed (study 2's ``contrast_table``;
+    """BLEU(type a pruned) - BLEU(type b pruned) at the same fraction and mask seed (``paired_contrasts.contrast_table``;
     ``task`` = "random pruning", ``budget`` = fraction; pooled over fractions in ``budget = "all"``). With grids of
     equal size (same depth of encoder and decoder) the same fraction is the same number of heads."""
     p = _kind(table, "prune")
@@ -162,7 +163,7 @@ def type_contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 
         return pd.DataFrame({"task": "random pruning", "regime": "prune", "budget": d["fraction"],
                              "seed": [_pair(m, s) for m, s in zip(d["model_seed"], d["seed"])], "diff": d["diff"]})
 
-    return layer_strategies.contrast_table(TYPE_CONTRASTS, pair, confidence, n_boot, seed)
+    return contrast_table(TYPE_CONTRASTS, pair, confidence, n_boot, seed)
 
 
 # ---------------------------------------------------------------------------------------------- strategies
@@ -184,30 +185,30 @@ def strategy_summary(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFr
     rows = strategy_rows(table)
     if rows.empty:
         return rows
-    return layer_strategies.summarise(rows, confidence).rename(columns={"task": "type"})
+    return strategy_sweep.summarise(rows, confidence).rename(columns={"task": "type"})
 
 
 def _strategy_contrast_list(strategy_names) -> list:
-    out = [layer_strategies.Contrast(f"{s} vs random", "Budhraja et al. claim 2: pruning by location is no better "
+    out = [Contrast(f"{s} vs random", "Budhraja et al. claim 2: pruning by location is no better "
                                      "(and no worse) than random at the same budget", s, "random", "equal")
            for s in strategy_names if s != "random"]
     # BERT claims 3b/3c, exploratory here (not claimed for the Transformer)
-    out += [c for c in layer_strategies.CONTRASTS if c.name in ("avoid the middle", "avoid consecutive layers")
+    out += [c for c in LOCATION_CONTRASTS if c.name in ("avoid the middle", "avoid consecutive layers")
             and {c.a, c.b} <= set(strategy_names)]
     return out
 
 
 def strategy_contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Each location strategy - random (paired by type, budget, model seed and mask seed), per type x budget, per
-    budget over types (``task = "all"``) and pooled (``task = "all", budget = "all"``); study 2's statistics
-    (bootstrap CI, t-test, sign-flip test). Also study 2's "avoid the middle" / "avoid consecutive layers"
-    contrasts (exploratory: BERT claims)."""
+    budget over types (``task = "all"``) and pooled (``task = "all", budget = "all"``); the statistics of
+    ``paired_contrasts`` (bootstrap CI, t-test, sign-flip test). Also the "avoid the middle" / "avoid consecutive
+    layers" contrasts (exploratory: Budhraja et al.'s BERT claims)."""
     rows = strategy_rows(table)
     if rows.empty:
         return pd.DataFrame()
     names = list(dict.fromkeys(rows["strategy"]))
-    pair = lambda a, b: layer_strategies._paired(rows, a, b)  # noqa: E731
-    return layer_strategies.contrast_table(_strategy_contrast_list(names), pair, confidence, n_boot, seed,
+    pair = lambda a, b: paired_by_strategy(rows, a, b)  # noqa: E731
+    return contrast_table(_strategy_contrast_list(names), pair, confidence, n_boot, seed,
                                            pool_per_budget=True).rename(columns={"task": "type"})
 
 
@@ -231,25 +232,25 @@ def strategy_mask_rows(table: pd.DataFrame, seed: int | None = None) -> pd.DataF
 
 # ---------------------------------------------------------------------------------------------- encoder heads
 def role_source(table: pd.DataFrame, task: str = "encoder") -> pd.DataFrame:
-    """The roles cells in study 6's layout (kind "scores", task, seed = model seed, roles) for its ``role_table``."""
+    """The roles cells in the layout of ``role_survival.role_table`` (kind "scores", task, seed = model seed, roles)."""
     t = _kind(table, "roles")
     return pd.DataFrame([{"kind": "scores", "task": task, "seed": int(r.model_seed), "roles": r.roles}
                          for r in t.itertuples()])
 
 
 def roles(table: pd.DataFrame, **thresholds) -> pd.DataFrame:
-    """Study 6's ``role_table`` of the encoder heads (``source = task = "encoder"``, ``seed`` = model seed)."""
+    """``role_survival.role_table`` of the encoder heads (``source = task = "encoder"``, ``seed`` = model seed)."""
     src = role_source(table)
-    return s6.role_table(src, **thresholds) if len(src) else pd.DataFrame()
+    return role_survival.role_table(src, **thresholds) if len(src) else pd.DataFrame()
 
 
 def role_counts(role_tab: pd.DataFrame, relations: list[str]) -> pd.DataFrame:
-    return s6.role_counts(role_tab, relations)
+    return role_survival.role_counts(role_tab, relations)
 
 
 def role_map(role_tab: pd.DataFrame) -> pd.DataFrame:
-    """Per head the role most model seeds give (study 6's ``role_map_data``; panel "encoder")."""
-    return s6.role_map_data(role_tab)
+    """Per head the role most model seeds give (``role_survival.role_map_data``; panel "encoder")."""
+    return role_survival.role_map_data(role_tab)
 
 
 def encoder_scores(table: pd.DataFrame) -> pd.DataFrame:
@@ -369,7 +370,7 @@ def type_prunability(by_type: pd.DataFrame) -> pd.DataFrame:
 
 # ---------------------------------------------------------------------------------------------- survival
 def l0_survival_source(table: pd.DataFrame) -> pd.DataFrame:
-    """The L0 cells that gate the encoder, in study 6's layout: kind "l0", task = setting, seed = model seed, lam,
+    """The L0 cells that gate the encoder, in ``role_survival``'s layout: kind "l0", task = setting, seed = model seed, lam,
     mask / log_alpha / n_kept / n_heads_total of the ENCODER grid."""
     rows = []
     for r in _kind(table, "l0").itertuples():
@@ -383,38 +384,38 @@ def l0_survival_source(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _roles_per_setting(role_tab: pd.DataFrame, settings) -> pd.DataFrame:
-    """The encoder roles repeated per L0 setting (``task = source = setting``) so study 6's joins match."""
+    """The encoder roles repeated per L0 setting (``task = source = setting``) so ``role_survival``'s joins match."""
     return pd.concat([role_tab.assign(task=s, source=s) for s in settings], ignore_index=True) if len(role_tab) else role_tab
 
 
 def survival(table: pd.DataFrame) -> pd.DataFrame:
-    """Per (setting, model seed, encoder layer, head): survival level over the lambdas (study 6's ``survival_heads``)."""
+    """Per (setting, model seed, encoder layer, head): survival level over the lambdas (``role_survival.survival_heads``)."""
     src = l0_survival_source(table)
-    return s6.survival_heads(src) if len(src) else pd.DataFrame()
+    return role_survival.survival_heads(src) if len(src) else pd.DataFrame()
 
 
 def survival_tests(surv: pd.DataFrame, role_tab: pd.DataFrame, n_perm: int = 10000, seed: int = 0) -> pd.DataFrame:
-    """Do specialized encoder heads survive longer? Strata = (setting, model seed) (study 6's ``survival_tests``)."""
+    """Do specialized encoder heads survive longer? Strata = (setting, model seed) (``role_survival.survival_tests``)."""
     if surv.empty or role_tab.empty:
         return pd.DataFrame()
-    return s6.survival_tests(surv, _roles_per_setting(role_tab, surv["task"].unique()), n_perm, seed)
+    return role_survival.survival_tests(surv, _roles_per_setting(role_tab, surv["task"].unique()), n_perm, seed)
 
 
 def survival_map(surv: pd.DataFrame, role_tab: pd.DataFrame) -> pd.DataFrame:
-    return s6.survival_map_data(surv, _roles_per_setting(role_tab, surv["task"].unique()))
+    return role_survival.survival_map_data(surv, _roles_per_setting(role_tab, surv["task"].unique()))
 
 
 def survival_by_role(surv: pd.DataFrame, role_tab: pd.DataFrame) -> pd.DataFrame:
-    return s6.survival_with_roles(surv, _roles_per_setting(role_tab, surv["task"].unique()))
+    return role_survival.survival_with_roles(surv, _roles_per_setting(role_tab, surv["task"].unique()))
 
 
 def roles_at_budget(table: pd.DataFrame, role_tab: pd.DataFrame, fraction: float = VOITA_FRACTION) -> pd.DataFrame:
     """Per (setting, model seed): the L0 mask whose encoder heads kept are nearest ``fraction`` of them, and
-    whether each role keeps a head there (study 6's ``roles_at_budget``)."""
+    whether each role keeps a head there (``role_survival.roles_at_budget``)."""
     src = l0_survival_source(table)
     if src.empty or role_tab.empty:
         return pd.DataFrame()
-    return s6.roles_at_budget(src, _roles_per_setting(role_tab, src["task"].unique()), fraction).rename(
+    return role_survival.roles_at_budget(src, _roles_per_setting(role_tab, src["task"].unique()), fraction).rename(
         columns={"task": "setting", "seed": "model_seed"})
 
 
@@ -423,17 +424,6 @@ def _ci(mean, lo, hi, digits: int = 2) -> str:
     if lo != lo or hi != hi:  # one pair: no interval
         return f"{mean:+.{digits}f} (one pair, no interval)"
     return f"{mean:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
-
-
-def most_prunable_verdict(kept_within_margin: list[float], total: int) -> str:
-    """"Most heads can be pruned with little loss": supported when some mask within the margin keeps at most
-    half of the ``total`` heads; otherwise not, saying how many were pruned at most within the margin."""
-    if not kept_within_margin:
-        return "not supported (no mask within the margin)"
-    fewest = min(kept_within_margin)
-    if fewest <= 0.5 * total:
-        return "supported"
-    return f"not supported (at most {total - fewest:.0f} of {total} pruned within the margin)"
 
 
 def verdicts(full: pd.DataFrame, drops: pd.DataFrame, retrain: pd.DataFrame, type_contr: pd.DataFrame,
@@ -478,7 +468,7 @@ def verdicts(full: pd.DataFrame, drops: pd.DataFrame, retrain: pd.DataFrame, typ
         p = stats.sign_flip_test(rec_all) if len(rec_all) else np.nan
         n = len(rec_all)
         smallest = stats.smallest_sign_flip_p(n) if n else np.nan
-        v = (s6.greater_verdict(float(rec_all.mean()), p, alpha) if smallest <= alpha else
+        v = (greater_verdict(float(rec_all.mean()), p, alpha) if smallest <= alpha else
              f"not testable with {n} masks (the smallest possible sign-flip p is {smallest:.3g}); recovery > 0 for "
              f"{int((rec_all > 0).sum())} of {n}")
         add("Budhraja et al. (set-up)", "Training with the mask fixed recovers BLEU lost by pruning (they fine-tune "
@@ -556,7 +546,7 @@ def verdicts(full: pd.DataFrame, drops: pd.DataFrame, retrain: pd.DataFrame, typ
             add("Voita et al. (Sec. 6)", "L0 gates choose heads that matter: better than random heads at the same counts "
                 "per type (no retraining)", f"L0 - random = {_ci(r.mean_diff, r.boot_ci_low, r.boot_ci_high)}, sign-flip "
                 f"p = {r.sign_flip_p:.3g} over {int(r.n_pairs)} masks. Per setting: {detail}",
-                s6.greater_verdict(r.mean_diff, r.sign_flip_p, alpha))
+                greater_verdict(r.mean_diff, r.sign_flip_p, alpha))
 
     # Voita: roles
     if len(counts):
@@ -604,7 +594,7 @@ def verdicts(full: pd.DataFrame, drops: pd.DataFrame, retrain: pd.DataFrame, typ
                  else "contradicted (specialized heads go earlier)" if r.p_less < alpha else "not supported (no significant difference)")
             add("Voita et al. (Sec. 6.2)", "Specialized heads are the last to be pruned", res, v)
     if len(budget):
-        res, v = s6.budget_presence(budget, heads="the encoder heads", kept="", per="")
+        res, v = budget_presence(budget, heads="the encoder heads", kept="", per="")
         add("Voita et al. (Sec. 6.2)", "With 17 of 48 encoder heads kept, every identified head function is still present",
             res, v)
     return pd.DataFrame(rows)

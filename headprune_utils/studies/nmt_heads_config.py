@@ -13,7 +13,7 @@ from typing import Literal
 from .. import masks, strategies
 from ..architecture import SEQ2SEQ_KINDS
 from ..config import ParameterError
-from ..data import DataUnavailableError, _offline_var, resolve_data_dir
+from ..data import DataUnavailableError, offline_var, resolve_data_dir
 from ..translation import NMTTrainConfig
 from ..translation_data import CORPORA, local_available
 from ..translation_model import NMTModelConfig
@@ -218,7 +218,7 @@ class NMTHeadsConfig:
         spec = CORPORA[self.corpus]
         missing = [s for s in ("train", "dev", "test") if not local_available(self.corpus, s, self.data_dir)]
         if missing:
-            offline = _offline_var()
+            offline = offline_var()
             if spec.hub is None or not self.allow_hub or offline:
                 why = ("no hub copy" if spec.hub is None else "allow_hub is false" if not self.allow_hub
                        else f"offline mode ({offline}) is on")

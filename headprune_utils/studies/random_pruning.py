@@ -19,7 +19,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-import numpy as np
 import pandas as pd
 import torch
 

@@ -27,18 +27,19 @@ import pandas as pd
 import torch
 from scipy import stats as sps
 
-from .. import batching, clustering, data, mlm, models, probes, redundancy
+from .. import batching, clustering, costs, data, glue_workbench, mlm, models, probes, redundancy
 from ..config import ParameterError
 from ..paths import StudyPaths
 from ..results import fingerprint
-from .. import glue_workbench
+from .base import Cell, Claim, Cost, Study
 
-STUDY = "redundancy_patterns"
+NAME = "redundancy_patterns"
+# Bump when a code change alters this study's results: old cells then no longer match.
 RESULTS_VERSION = 1
 
 
 @dataclass(frozen=True)
-class RedundancyConfig(glue_workbench.GlueStudyConfig):
+class RedundancyPatternsConfig(glue_workbench.GlueStudyConfig):
     """Parameters of the study (the shared ones, used for the fine-tuned models, in ``glue_workbench.GlueStudyConfig``)."""
 
     metrics: list[str] = field(default_factory=lambda: list(redundancy.METRICS))  # distances (redundancy.METRICS)
@@ -101,7 +102,7 @@ class RedundancyConfig(glue_workbench.GlueStudyConfig):
 
 # ------------------------------------------------------------------------------------------------ cells
 
-def resolve_probe_tasks(cfg: RedundancyConfig) -> list[str]:
+def resolve_probe_tasks(cfg: RedundancyPatternsConfig) -> list[str]:
     """Tasks whose dev inputs probe the model: ``probe_tasks`` (``["all"]``: every task with local dev data,
     else every task from the hub) plus the fine-tuning tasks (their pre-trained matrices anchor "When")."""
     if cfg.probe_tasks == ["all"]:
@@ -111,11 +112,11 @@ def resolve_probe_tasks(cfg: RedundancyConfig) -> list[str]:
             names = list(data.TASKS)
     else:
         names = [data.get_task(t).name for t in cfg.probe_tasks]
-    fine = glue_workbench.resolve_tasks(cfg)[0]
+    fine = finetuned_tasks(cfg)
     return names + [t for t in fine if t not in names]
 
 
-def text_tasks(cfg: RedundancyConfig, split: str) -> list[str]:
+def text_tasks(cfg: RedundancyPatternsConfig, split: str) -> list[str]:
     """The probe tasks that have ``split`` locally (QNLI has no local train split); all of them when none
     has it and the hub is allowed."""
     names = resolve_probe_tasks(cfg)
@@ -128,22 +129,100 @@ def text_tasks(cfg: RedundancyConfig, split: str) -> list[str]:
     raise data.DataUnavailableError(f"no probe task has a local {split} split: {names}")
 
 
-def plan_cells(cfg: RedundancyConfig) -> list[dict]:
-    cells = [{"model": "pretrained", "probe": "generic"}]
-    cells += [{"model": "pretrained", "probe": f"random-{r}"} for r in range(cfg.random_probes)]
-    cells += [{"model": "pretrained", "probe": f"task-{t}"} for t in resolve_probe_tasks(cfg)]
-    for t in glue_workbench.resolve_tasks(cfg)[0]:
-        cells += [{"model": f"finetuned-{t}-s{s}", "probe": f"task-{t}"} for s in cfg.seeds]
+def finetuned_tasks(cfg: RedundancyPatternsConfig) -> list[str]:
+    """The tasks of the fine-tuned models ("When"): ``tasks``, resolved (those without data left out)."""
+    return glue_workbench.resolve_tasks(cfg)[0]
+
+
+def probe_names(cfg: RedundancyPatternsConfig) -> list[str]:
+    """Every probe of the pre-trained model, in plan order: generic text, the random token sequences, the dev
+    inputs of every probe task."""
+    return (["generic"] + [f"random-{r}" for r in range(cfg.random_probes)]
+            + [f"task-{t}" for t in resolve_probe_tasks(cfg)])
+
+
+def plan_cells(cfg: RedundancyPatternsConfig) -> list[Cell]:
+    """Every cell of the study: the pre-trained model on every probe, each fine-tuned model on its task's inputs,
+    then the MLM-trained models (seed by seed, every dropout) on generic text.
+
+    No cell reads another's result (the analysis compares the matrices afterwards; the fine-tuned models come
+    from the cache shared with studies 1-3), so none requires another. Groups: the pre-trained model's cells
+    share one loaded model (and the generic probe, whose lengths the random probes copy); the MLM cells of one
+    seed share the prepared MLM model (its new head trained once per seed). A fine-tuned model's cell is alone.
+    """
+    estimate = _CostModel(cfg)
+    cells = [Cell({"model": "pretrained", "probe": name}, group=("pretrained",), cost=Cost(estimate.matrices(name)))
+             for name in probe_names(cfg)]
+    for t in finetuned_tasks(cfg):
+        cells += [Cell({"model": f"finetuned-{t}-s{s}", "probe": f"task-{t}"},
+                       cost=Cost(glue_workbench.finetune_cost(cfg, t) + estimate.matrices(f"task-{t}")))
+                  for s in cfg.seeds]
     for s in cfg.mlm_seeds if cfg.dropouts else []:
-        cells += [{"model": f"mlm-p{p:g}-s{s}", "probe": "generic"} for p in cfg.dropouts]
+        cells += [Cell({"model": f"mlm-p{p:g}-s{s}", "probe": "generic"}, group=("mlm", int(s)),
+                       cost=Cost(estimate.mlm(prepare=i == 0) + estimate.matrices("generic")))
+                  for i, p in enumerate(cfg.dropouts)]
     return cells
 
 
-def n_cells(cfg: RedundancyConfig) -> int:
-    return len(plan_cells(cfg))
+class _CostModel:
+    """Estimated FLOPs of the cells (rough, for ``--plan`` and the executors; see :mod:`headprune_utils.costs`).
+
+    A cell's matrices: the model's forward pass over the probe (``probe_size`` sentences at their mean length,
+    at most ``probe_max_length`` tokens) plus the distances of every head pair per sentence of ``n`` tokens:
+    about 4 n^2 per token-based distance, 2 n^2 per pair and 3 n^3 per head for "dcor", 5 n^3 per pair for
+    "procrustes" (a product and its singular values). A fine-tuned model's cell adds its fine-tuning (shared
+    through the cache, counted as if trained here). An MLM cell adds ``mlm_steps`` training steps (the encoder,
+    and the MLM head at the 15% masked tokens), the first cell of a seed also the ``mlm_head_steps`` steps that
+    train the new head (the encoder forward only). Generic text and the MLM text are single sentences of the
+    probe tasks (their length estimated on the dev splits).
+    """
+
+    MASKED = 0.15  # share of the tokens the MLM loss (and so the vocabulary projection) sees
+
+    def __init__(self, cfg: RedundancyPatternsConfig):
+        self.cfg = cfg
+        self.shape = costs.Shape.of(cfg.model)
+        self.vocab = int(models.load_config(cfg.model).vocab_size)
+        self.sentence = float(np.mean([self._sentence_length(t) for t in resolve_probe_tasks(cfg)]))
+
+    def _sentence_length(self, task: str) -> float:
+        """Mean word pieces of ONE sentence of the task's dev split (a pair counts as two), specials included."""
+        _, length = costs.split_tokens(task, "dev", None, self.cfg.data_dir)
+        return (length - 3) / 2 + 2 if data.get_task(task).hub_text_b is not None else length
+
+    def matrices(self, probe: str) -> float:
+        cfg = self.cfg
+        if probe.startswith("task-"):  # the task's own inputs, pairs as pairs
+            n_sent, length = costs.split_tokens(probe[len("task-"):], "dev", cfg.probe_size, cfg.data_dir)
+        else:  # generic text, and random sequences of its lengths
+            n_sent, length = cfg.probe_size, self.sentence
+        n = min(length, cfg.probe_max_length)
+        heads = self.shape.n_layers * self.shape.n_heads
+        pairs = heads * (heads - 1) / 2
+        per_sentence = 0.0
+        for m in cfg.metrics:
+            if m in redundancy.TOKEN_METRICS:
+                per_sentence += 4 * n ** 2 * pairs
+            elif m == "dcor":
+                per_sentence += 2 * n ** 2 * pairs + 3 * n ** 3 * heads
+            else:  # procrustes
+                per_sentence += 5 * n ** 3 * pairs
+        return costs.forward_flops(self.shape, n_sent * n, n) + n_sent * per_sentence
+
+    def mlm(self, prepare: bool) -> float:
+        cfg = self.cfg
+        length = min(self.sentence, cfg.max_length, 64)
+        d = self.shape.d_model
+        head = 2 * d * (d + self.vocab) * self.MASKED  # per token: the MLM head's transform and vocabulary projection
+        tokens = cfg.mlm_steps * cfg.mlm_batch_size * length
+        flops = costs.train_flops(self.shape, tokens, length) + 3 * head * tokens
+        if prepare:
+            tokens = cfg.mlm_head_steps * cfg.mlm_batch_size * length
+            flops += costs.forward_flops(self.shape, tokens, length) + 3 * head * tokens
+        return flops
 
 
-def study_fingerprint(cfg: RedundancyConfig, device: torch.device) -> str:
+def study_fingerprint(cfg: RedundancyPatternsConfig, device: torch.device) -> str:
     return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION,
                                             drop=("probe_tasks", "random_probes", "dropouts", "mlm_seeds",
                                                   "cluster_metric", "k_min", "k_max", "n_permutations", "n_null",
@@ -153,7 +232,7 @@ def study_fingerprint(cfg: RedundancyConfig, device: torch.device) -> str:
 class Context(glue_workbench.Workbench):
     """The Workbench plus the probes and the prepared MLM models of one process."""
 
-    def __init__(self, cfg: RedundancyConfig, device: torch.device, cache_dir):
+    def __init__(self, cfg: RedundancyPatternsConfig, device: torch.device, cache_dir):
         super().__init__(cfg, device, cache_dir)
         self._probes: dict[str, batching.Encoded] = {}
         self._pretrained = None
@@ -235,12 +314,68 @@ def run_cell(ctx: Context, cell: dict) -> dict:
     return {"matrices": mats, **extra, "seconds": time.perf_counter() - t0}
 
 
-def run_study(cfg: RedundancyConfig, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
-    """Run every cell not yet done (resuming), write the metadata; returns one row per cell."""
-    return glue_workbench.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg), study_fingerprint, Context,
-                                  run_one=run_cell,
-                                  extra_params={"tasks_run": glue_workbench.resolve_tasks(cfg)[0],
-                                                "probe_tasks_run": resolve_probe_tasks(cfg)})
+class RedundancyPatterns(Study):
+    """Study 4 (see the module docstring)."""
+
+    name = NAME
+    notebook = "04_redundancy_patterns.ipynb"
+    Config = RedundancyPatternsConfig
+    claims = (
+        Claim("bian.what_token", "Bian et al. 2021 (What/How)",
+              "Token-based distances between heads' attention maps agree with each other: the same heads are redundant.",
+              quantity="Mantel r between the pre-trained model's matrices of every two token-based distances (generic text)",
+              precondition="at least two token-based distances among the metrics"),
+        Claim("bian.what_sentence", "Bian et al. 2021 (What/How)",
+              "Sentence-based distances between heads' attention maps agree with each other.",
+              quantity="Mantel r between the pre-trained model's matrices of every two sentence-based distances (generic text)",
+              precondition="at least two sentence-based distances among the metrics"),
+        Claim("bian.what_token_sentence", "Bian et al. 2021 (What/How)",
+              "Token-based and sentence-based distances agree.",
+              quantity="Mantel r between a token-based and a sentence-based distance's matrices (generic text)",
+              precondition="at least one distance of each kind among the metrics"),
+        Claim("bian.where", "Bian et al. 2021 (Where)",
+              "Heads form clear clusters of mutually redundant heads.",
+              quantity="silhouette of the groups of the cluster_metric matrix (pre-trained, generic text), against the "
+                       "same criterion on matrices shuffled over head pairs",
+              precondition="more heads than k_max"),
+        Claim("bian.when", "Bian et al. 2021 (When)",
+              "The redundancy patterns are the same before and after fine-tuning (phase-independent).",
+              quantity="Mantel r between the pre-trained and each fine-tuned model's matrix on the task's inputs, "
+                       "beside the probe's split-half ceiling",
+              precondition="the task probe's split-half agreement leaves room to tell alike from not"),
+        Claim("bian.who_tasks", "Bian et al. 2021 (Who)",
+              "The redundancy patterns are the same across GLUE tasks (task-agnostic).",
+              quantity="Mantel r between the pre-trained model's matrices on every two task probes",
+              precondition="at least two probe tasks"),
+        Claim("bian.who_random", "Bian et al. 2021 (Who)",
+              "The redundancy patterns are the same on random token sequences as on task inputs.",
+              quantity="Mantel r between the pre-trained model's matrices on a random-token probe and on a task probe",
+              precondition="at least one random probe and one task probe"),
+        Claim("bian.why", "Bian et al. 2021 (Why)",
+              "Dropout changes redundancy (the paper varies pre-training dropout; here, continued masked-LM training).",
+              quantity="OLS slope of the mean distance on the dropout ratio; mean |difference| between dropout ratios "
+                       "against between seeds",
+              precondition="at least two dropout ratios (and two MLM seeds for the between-seed comparison)"),
+    )
+
+    def plan(self, cfg: RedundancyPatternsConfig) -> list[Cell]:
+        return plan_cells(cfg)
+
+    def fingerprint(self, cfg: RedundancyPatternsConfig, device) -> str:
+        return study_fingerprint(cfg, device)
+
+    def context(self, cfg: RedundancyPatternsConfig, device, paths: StudyPaths) -> Context:
+        return Context(cfg, device, paths.finetuned_cache)
+
+    def run(self, ctx: Context, cells: list[Cell], inputs):
+        for cell in cells:
+            yield cell, run_cell(ctx, dict(cell.axes))
+
+    def run_params(self, cfg: RedundancyPatternsConfig) -> dict:
+        return {"tasks_run": finetuned_tasks(cfg), "probe_tasks_run": resolve_probe_tasks(cfg)}
+
+
+STUDY = RedundancyPatterns()
 
 
 # ---------------------------------------------------------------------------------------------- analysis
@@ -269,6 +404,10 @@ class Matrices:
             return _square(c[metric][half], self.n)
         wa, wb = c["n_a"], c["n_b"]
         return (wa * _square(c[metric]["a"], self.n) + wb * _square(c[metric]["b"], self.n)) / (wa + wb)
+
+    def by_metric(self, model: str, probe: str, metrics: list[str]) -> dict[str, np.ndarray]:
+        """``{metric: [N, N]}``: the full matrices of one cell, every distance in ``metrics``."""
+        return {m: self.get(model, probe, m) for m in metrics}
 
     def split_half(self, model: str, probe: str, metric: str) -> float:
         """Mantel r between the two halves of the probe: the ceiling of any comparison on this probe."""
@@ -306,7 +445,7 @@ def summary_stats(mats: Matrices, metrics: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def where(mats: Matrices, cfg: RedundancyConfig, model: str = "pretrained", probe: str = "generic"):
+def where(mats: Matrices, cfg: RedundancyPatternsConfig, model: str = "pretrained", probe: str = "generic"):
     """(clusters, a one-row table about them, the criterion by k).
 
     Average-linkage clustering of the ``cluster_metric`` matrix; k by the silhouette of the clusters of at
@@ -360,16 +499,17 @@ def group_labels(cl: clustering.Clusters) -> np.ndarray:
     return out
 
 
-def _k(d: np.ndarray, cfg: RedundancyConfig) -> int:
+def _k(d: np.ndarray, cfg: RedundancyPatternsConfig) -> int:
     """The number of groups (clusters of >= ``min_cluster_size`` heads) chosen as in :func:`where`."""
     return clustering.cluster_heads(d, k_range=(cfg.k_min, cfg.k_max), order=False, min_size=cfg.min_cluster_size).n_groups
 
 
-def when(mats: Matrices, cfg: RedundancyConfig, tasks: list[str]) -> pd.DataFrame:
+def when(mats: Matrices, cfg: RedundancyPatternsConfig, tasks: list[str] | None = None) -> pd.DataFrame:
     """Per fine-tuned model and distance: Mantel r (p) between the pre-trained and the fine-tuned matrix on the
-    same task inputs, with the probe's split-half ceiling (pre-trained)."""
+    same task inputs, with the probe's split-half ceiling (pre-trained). ``tasks``: those of the fine-tuned
+    models (None: the planned ones, :func:`finetuned_tasks`)."""
     rows = []
-    for t in tasks:
+    for t in finetuned_tasks(cfg) if tasks is None else tasks:
         for s in cfg.seeds:
             ft = f"finetuned-{t}-s{s}"
             for m in cfg.metrics:
@@ -380,22 +520,27 @@ def when(mats: Matrices, cfg: RedundancyConfig, tasks: list[str]) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
-def who(mats: Matrices, cfg: RedundancyConfig, probe_names: list[str]) -> pd.DataFrame:
-    """Mantel r (p) between the pre-trained model's matrices on every two probes, per distance."""
+def who(mats: Matrices, cfg: RedundancyPatternsConfig, names: list[str] | None = None) -> pd.DataFrame:
+    """Mantel r (p) between the pre-trained model's matrices on every two probes, per distance. ``names``: the
+    probes compared (None: every planned one, :func:`probe_names`)."""
+    names = probe_names(cfg) if names is None else names
     rows = []
     for m in cfg.metrics:
-        for i, a in enumerate(probe_names):
-            for b in probe_names[i + 1:]:
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
                 r, p = clustering.mantel(mats.get("pretrained", a, m), mats.get("pretrained", b, m), cfg.n_permutations)
                 rows.append({"metric": m, "probe_a": a, "probe_b": b, "mantel_r": r, "mantel_p": p})
     return pd.DataFrame(rows)
 
 
-def why(mats: Matrices, cfg: RedundancyConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
+def why(mats: Matrices, cfg: RedundancyPatternsConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs, tests). Per MLM run and distance: the mean off-diagonal distance (lower = more redundant),
     the Mantel r with the pre-trained model's matrix, the clusters' k. Tests per distance: the OLS slope of
     the mean distance on the dropout ratio (runs as points) and the mean |difference| of mean distance between
-    runs of the same seed at different ratios against runs of different seeds at the same ratio."""
+    runs of the same seed at different ratios against runs of different seeds at the same ratio. Both empty
+    when no dropout ratio is run."""
+    if not cfg.dropouts:
+        return pd.DataFrame(), pd.DataFrame()
     runs = []
     for p in cfg.dropouts:
         for s in cfg.mlm_seeds:
@@ -427,7 +572,7 @@ def why(mats: Matrices, cfg: RedundancyConfig) -> tuple[pd.DataFrame, pd.DataFra
 
 
 def verdicts(agree: pd.DataFrame, where_info: pd.DataFrame, when_t: pd.DataFrame, who_t: pd.DataFrame,
-             why_tests: pd.DataFrame, cfg: RedundancyConfig, alpha: float = 0.05, strong: float = 0.8) -> pd.DataFrame:
+             why_tests: pd.DataFrame, cfg: RedundancyPatternsConfig, alpha: float = 0.05, strong: float = 0.8) -> pd.DataFrame:
     """"claim - our result - verdict" rows. "Alike" = Mantel p < alpha for every comparison; "the same" =
     also mean r >= ``strong`` (stated, and beside the split-half ceiling)."""
     rows = []

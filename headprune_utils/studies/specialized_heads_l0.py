@@ -1,44 +1,47 @@
 """Study 6: head importance, specialized heads and L0-gate pruning (Voita et al. 2019) on BERT-family encoders.
 
-Cells (independent, keyed, resumable):
+Cells (keyed, resumable; :func:`plan_cells`):
 
 - ``{"kind": "roles", "task": "pretrained"}``: the specialized-head measurements of the PRE-TRAINED encoder
   (the reference: are roles a property of the encoder, kept through fine-tuning?).
 - ``{"kind": "scores", "task", "seed"}``: every head score of the fine-tuned full model of (task, seed)
-  (``Workbench.full_model``, shared with studies 1-5) on ``score_size`` examples of the task's TRAINING subset
-  (gradient importance, first-order relevance, ablation importance, confidence, entropy), its dev score, and
-  its specialized-head measurements on UD English-EWT. Roles are measured on each fine-tuned model because
-  the question is whether the heads the L0 gates of THAT model keep are the specialized ones; the pre-trained
-  cell shows how much fine-tuning moved them.
+  (``Workbench.full_model``, shared with studies 1-5 through the fine-tuned model cache) on ``score_size``
+  examples of the task's TRAINING subset (gradient importance, first-order relevance, ablation importance,
+  confidence, entropy: ``head_scores``, ``importance``), its dev score, and its specialized-head measurements on
+  UD English-EWT. Roles are measured on each fine-tuned model because the question is whether the heads the L0
+  gates of THAT model keep are the specialized ones; the pre-trained cell shows how much fine-tuning moved them.
 - ``{"kind": "l0", "task", "seed", "lam"}``: Hard Concrete gates trained on the fine-tuned model (frozen by
   default) with ``task loss + lam * expected open gates``; the deterministic 0/1 mask, its dev score, the
   final ``log_alpha`` and open probabilities; and the baselines at the SAME head count on the same model
   without retraining: ``n_random_baselines`` random masks and the least-important heads by gradient importance
-  (``strategies.importance_mask``), evaluated together (``mask_sweep``).
+  (``strategies.importance_mask``), evaluated together (``mask_sweep``). An L0 cell REQUIRES the scores cell of
+  its (task, seed) (the gradient importance and the full model's score come from it, through ``inputs``); the
+  L0 cells of one (task, seed) form a group (one process: the model and the gates' batches made once).
 
-Measurements are stored raw (shares, accuracies, p-values); the role thresholds are analysis parameters.
+Measurements are stored raw (shares, accuracies, p-values); the role thresholds are analysis parameters
+(:mod:`headprune_utils.role_survival`, applied in :mod:`.specialized_heads_l0_analysis`).
 """
 from __future__ import annotations
 
 import copy
 import time
-from collections import Counter, defaultdict
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-import pandas as pd
 import torch
 
-from .. import batching, data, head_scores, importance, mask_sweep, masks, models, specialized, strategies, training
-from ..architecture import head_shape as head_shape_of
+from .. import (batching, costs, data, glue_workbench, head_scores, importance, mask_sweep, masks, models, specialized,
+               strategies, training)
 from ..attention import attention_maps
 from ..config import ParameterError
 from ..hard_concrete import HardConcreteGates, l0_train
 from ..metrics import main_score
 from ..paths import StudyPaths
-from ..results import fingerprint
-from .. import glue_workbench
+from ..results import cell_key, fingerprint
+from .base import Cell, Claim, Cost, Study
 from .specialized_heads_l0_analysis import (  # the analysis: pure functions over the table
     ROLE_NAMES, SCORES, VOITA_FRACTION, agreement_summary, curve_contrasts, head_score_table, l0_curve, role_counts,
     rare_ratio_sensitivity, role_map_data, role_stability, role_table, roles_at_budget, score_agreement, score_map_data, survival_heads,
@@ -46,24 +49,26 @@ from .specialized_heads_l0_analysis import (  # the analysis: pure functions ove
 )
 
 __all__ = [
-    "STUDY", "SpecializedL0Config", "Context", "plan_cells", "n_cells", "study_fingerprint", "role_thresholds",
-    "head_roles", "confidence_entropy", "ablation_loss", "run_roles_cell", "run_scores_cell", "run_l0_cell",
-    "run_study",
-    # the analysis (specialized_heads_l0_analysis), re-exported so the notebook needs one module
+    "NAME", "STUDY", "SpecializedHeadsL0", "SpecializedHeadsL0Config", "Context", "plan_cells", "scores_axes",
+    "study_fingerprint", "role_thresholds", "head_roles", "gate_batches", "run_roles_cell", "run_scores_cell",
+    "run_l0_cell",
+    # the analysis (specialized_heads_l0_analysis, role_survival), re-exported so the notebook needs one module
     "ROLE_NAMES", "SCORES", "VOITA_FRACTION", "agreement_summary", "curve_contrasts", "head_score_table", "l0_curve",
     "rare_ratio_sensitivity", "role_counts", "role_map_data", "role_stability", "role_table", "roles_at_budget",
     "score_agreement", "score_map_data", "survival_heads", "survival_map_data", "survival_tests",
     "survival_with_roles", "sweep_summary", "verdicts",
 ]
 
-STUDY = "specialized_heads_l0"
+NAME = "specialized_heads_l0"
 RESULTS_VERSION = 1
 ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_ratio", "rare_alpha", "equivalence_margin",
                  "n_permutations")
+# UD English-EWT (v2): sentences and mean words per sentence of each split, for the planned cost only
+UD_SPLITS = {"train": (12543, 16.3), "dev": (2001, 12.6), "test": (2077, 12.1)}
 
 
 @dataclass(frozen=True)
-class SpecializedL0Config(glue_workbench.GlueStudyConfig):
+class SpecializedHeadsL0Config(glue_workbench.GlueStudyConfig):
     """Parameters of the study (the shared ones in ``glue_workbench.GlueStudyConfig``); defaults = the quick profile."""
 
     score_size: int | None = 128                # training examples for gradient importance, relevance, confidence, entropy (None: all)
@@ -132,31 +137,74 @@ def ud_path(data_dir, split: str):
     return None if root is None else root / "ud_english_ewt" / f"en_ewt-ud-{split}.conllu"
 
 
-def role_thresholds(cfg: SpecializedL0Config) -> dict:
+def role_thresholds(cfg: SpecializedHeadsL0Config) -> dict:
     """The keyword arguments of :func:`role_table` from the parameters."""
     return {"positional_threshold": cfg.positional_threshold, "syntactic_margin": cfg.syntactic_margin,
             "rare_ratio": cfg.rare_ratio, "rare_alpha": cfg.rare_alpha}
 
 
-def plan_cells(cfg: SpecializedL0Config, tasks: list[str]) -> list[dict]:
+def scores_axes(task: str, seed: int) -> dict:
+    """The key of the scores cell of (task, seed), which the L0 cells of that model require."""
+    return {"kind": "scores", "task": task, "seed": int(seed)}
+
+
+def plan_cells(cfg: SpecializedHeadsL0Config) -> list[Cell]:
     """The pre-trained roles cell, then per (task, seed) its scores cell and one L0 cell per lambda (ascending)."""
-    cells = [{"kind": "roles", "task": "pretrained"}]
+    tasks = glue_workbench.resolve_tasks(cfg)[0]
+    shape = costs.Shape.of(cfg.model)
+    cells = [Cell({"kind": "roles", "task": "pretrained"}, cost=Cost(roles_cost(cfg, shape)))]
     for task in tasks:
+        cost_scores, cost_l0 = Cost(scores_cost(cfg, task, shape)), Cost(l0_cost(cfg, task, shape))
         for seed in cfg.seeds:
-            cells.append({"kind": "scores", "task": task, "seed": int(seed)})
+            scores = Cell(scores_axes(task, seed), cost=cost_scores)
+            cells.append(scores)
             for lam in sorted(cfg.lambdas):
-                cells.append({"kind": "l0", "task": task, "seed": int(seed), "lam": float(lam)})
+                cells.append(Cell({"kind": "l0", "task": task, "seed": int(seed), "lam": float(lam)},
+                                  requires=(scores.key,), group=(task, int(seed), "l0"), cost=cost_l0))
     return cells
 
 
-def n_cells(cfg: SpecializedL0Config) -> int:
-    return len(plan_cells(cfg, glue_workbench.resolve_tasks(cfg)[0]))
-
-
-def study_fingerprint(cfg: SpecializedL0Config, device: torch.device) -> str:
+def study_fingerprint(cfg: SpecializedHeadsL0Config, device: torch.device) -> str:
     return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=("lambdas", *ANALYSIS_ONLY)))
 
 
+# ---------------------------------------------------------------------------------------------- planned cost
+def _at_most(a: int | None, b: int | None) -> int | None:
+    """The smaller of two sizes where None means "all"."""
+    return b if a is None else a if b is None else min(a, b)
+
+
+def roles_cost(cfg: SpecializedHeadsL0Config, shape: costs.Shape) -> float:
+    """One forward pass over the UD sentences the roles are measured on (word pieces: 1.3 per word + 2 specials)."""
+    n, words = UD_SPLITS[cfg.ud_split]
+    n = n if cfg.ud_sentences is None else min(n, cfg.ud_sentences)
+    length = words * costs.PIECES_PER_WORD + 2
+    return costs.forward_flops(shape, n * length, length)
+
+
+def scores_cost(cfg: SpecializedHeadsL0Config, task: str, shape: costs.Shape) -> float:
+    """Fine-tuning the full model (free when another study filled the shared cache), gradient importance and
+    relevance (a forward and a backward each), confidence and entropy (a forward) on ``score_size`` training
+    examples, the ablation sweep (1 + n_heads forwards on ``ablation_size``; the shared sweep does less), the dev
+    score, and the roles on UD."""
+    n, length = costs.split_tokens(task, "train", _at_most(cfg.train_size, cfg.score_size), cfg.data_dir)
+    n_abl, len_abl = costs.split_tokens(task, "train", _at_most(cfg.train_size, cfg.ablation_size), cfg.data_dir)
+    return (glue_workbench.finetune_cost(cfg, task)
+            + 2 * costs.train_flops(shape, n * length, length) + costs.forward_flops(shape, n * length, length)
+            + (1 + shape.n_layers * shape.n_heads) * costs.forward_flops(shape, n_abl * len_abl, len_abl)
+            + glue_workbench.eval_cost(cfg, task) + roles_cost(cfg, shape))
+
+
+def l0_cost(cfg: SpecializedHeadsL0Config, task: str, shape: costs.Shape) -> float:
+    """The gates' training (a forward and a backward through the whole model per step, ``l0_batch_size``
+    examples) and the dev scores of the L0 mask and its baselines (gated, so no cheaper than the full model)."""
+    n_tr, length = costs.split_tokens(task, "train", cfg.train_size, cfg.data_dir)
+    steps = cfg.l0_steps if cfg.l0_steps is not None else cfg.l0_epochs * -(-int(n_tr) // cfg.l0_batch_size)
+    tokens = steps * cfg.l0_batch_size * length
+    return costs.train_flops(shape, tokens, length) + (cfg.n_random_baselines + 2) * glue_workbench.eval_cost(cfg, task)
+
+
+# ---------------------------------------------------------------------------------------------- computing
 def _first(enc: batching.Encoded, n: int | None) -> batching.Encoded:
     if n is None or n >= len(enc):
         return enc
@@ -178,6 +226,13 @@ class Context(glue_workbench.Workbench):
         super().__init__(*args, **kwargs)
         self._ud: list | None = None
         self._counts: dict = {}
+        self._tasks: list[str] | None = None
+
+    def tasks(self) -> list[str]:
+        """The tasks of the run (``glue_workbench.resolve_tasks``): the roles cell's ``task_train`` corpus."""
+        if self._tasks is None:
+            self._tasks = glue_workbench.resolve_tasks(self.cfg)[0]
+        return self._tasks
 
     def ud(self) -> list[specialized.Sentence]:
         if self._ud is None:
@@ -264,59 +319,6 @@ def run_roles_cell(ctx: Context, cell: dict, tasks: list[str]) -> dict:
     return {"roles": head_roles(ctx, model, tasks), "seconds": time.perf_counter() - t0}
 
 
-def confidence_entropy(model, batches: list[dict], special_ids) -> tuple[torch.Tensor, torch.Tensor]:
-    """``head_scores.confidence`` and ``head_scores.entropy`` (float32 ``[L, H]``) from ONE forward per batch."""
-    conf = ent = None
-    n_total = 0
-    for batch in batches:
-        maps = attention_maps(model, batch)
-        q = head_scores.query_mask(batch["attention_mask"], batch["input_ids"], True, special_ids)
-        n = int(q.sum())
-        if not n:
-            continue
-        c = head_scores.confidence_from_maps(maps, q).double() * n
-        e = head_scores.entropy_from_maps(maps, q).double() * n
-        conf, ent = (c, e) if conf is None else (conf + c, ent + e)
-        n_total += n
-    if not n_total:
-        raise ValueError("no query tokens in the batches")
-    return (conf / n_total).to(torch.float32), (ent / n_total).to(torch.float32)
-
-
-def ablation_loss(model, enc: batching.Encoded, task: str, ablation: str = "zero", means=None) -> torch.Tensor:
-    """Increase of the mean task loss on ``enc`` when head ``h`` alone is removed, float32 ``[L, H]``.
-
-    ``loss(model without h) - loss(full model)``: cross-entropy in nats (classification) or squared error in
-    standardised label units (regression), per example. All 1 + N masks in one shared sweep (``mask_sweep``).
-    Continuous, unlike the drop of accuracy on a few dozen examples (``head_scores.ablation_importance``), where
-    most heads tie at 0.
-    """
-    import torch.nn.functional as F
-
-    n_layers, n_heads = shape = head_shape_of(model)
-    sweep = {"full": torch.ones(shape)}
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            m = torch.ones(shape)
-            m[layer, head] = 0.0
-            sweep[(layer, head)] = m
-    logits = mask_sweep.logits_masks(model, enc, sweep, glue_workbench.EVAL_BATCH, ablation=ablation, means=means)
-    labels = torch.as_tensor(np.asarray(enc.labels))
-
-    def loss(x: torch.Tensor) -> float:
-        x = x.double()
-        if data.get_task(task).is_regression:
-            return float(F.mse_loss(x.squeeze(-1), labels.double()))
-        return float(F.cross_entropy(x, labels.long()))
-
-    full = loss(logits["full"])
-    out = torch.zeros(n_layers, n_heads, dtype=torch.float64)
-    for key, x in logits.items():
-        if key != "full":
-            out[key] = loss(x) - full
-    return out.to(torch.float32)
-
-
 def run_scores_cell(ctx: Context, cell: dict) -> dict:
     """Every head score of the fine-tuned full model of (task, seed), its dev score and its roles."""
     cfg = ctx.cfg
@@ -327,13 +329,14 @@ def run_scores_cell(ctx: Context, cell: dict) -> dict:
     means = ctx.full_means(task, seed) if cfg.ablation == "mean" else None
     batches = glue_workbench.batches(tr, ctx.device, cfg.score_size)
     special = ctx.tokenizer.all_special_ids
-    conf, ent = confidence_entropy(model, batches, special)
+    conf, ent = head_scores.confidence_entropy(model, batches, special)
     abl = _first(tr, cfg.ablation_size)
     scores = {
         # Michel et al., normalised per layer: the ranking the importance baseline prunes by (as studies 2 and 5)
         "gradient_importance": importance.head_importance(model, batches, ablation=cfg.ablation, means=means),
         "relevance": head_scores.relevance(model, batches, target=cfg.relevance_target),
-        "ablation": (ablation_loss(model, abl, task, cfg.ablation, means) if cfg.ablation_measure == "loss" else
+        "ablation": (head_scores.ablation_loss(model, abl, task, cfg.ablation, means, batch_size=glue_workbench.EVAL_BATCH)
+                     if cfg.ablation_measure == "loss" else
                      head_scores.ablation_importance(model, abl, task, ablation=cfg.ablation, means=means,
                                                      batch_size=glue_workbench.EVAL_BATCH)),
         "confidence": conf,
@@ -362,13 +365,24 @@ def l0_batches(enc: batching.Encoded, batch_size: int, seed: int, steps: int | N
             return out
 
 
+def gate_batches(ctx: Context, task: str, seed: int) -> list[dict]:
+    """The gates' training batches of (task, seed) on the context's device (:func:`l0_batches` of its training
+    subset; the same at every lambda)."""
+    cfg = ctx.cfg
+    return l0_batches(ctx.task_data(task)[1], cfg.l0_batch_size, seed, cfg.l0_steps, cfg.l0_epochs, ctx.device)
+
+
 def random_seed(seed: int, r: int) -> int:
     """Seed of random baseline ``r`` of model seed ``seed`` (the same at every lambda: the masks are nested)."""
     return 1000 * (seed + 1) + r
 
 
-def run_l0_cell(ctx: Context, cell: dict, importance_scores: torch.Tensor, score_full: float) -> dict:
-    """Train the gates at ``cell["lam"]``, evaluate the deterministic mask and the baselines at its head count."""
+def run_l0_cell(ctx: Context, cell: dict, importance_scores: torch.Tensor, score_full: float,
+                batches: list[dict] | None = None) -> dict:
+    """Train the gates at ``cell["lam"]``, evaluate the deterministic mask and the baselines at its head count.
+
+    ``importance_scores`` ``[L, H]`` and ``score_full``: from the scores cell of (task, seed); ``batches``: the
+    gates' training batches (:func:`gate_batches`, the same at every lambda), made here when None."""
     cfg = ctx.cfg
     task, seed, lam = cell["task"], cell["seed"], cell["lam"]
     spec, tr, dv, *_ = ctx.task_data(task)
@@ -377,7 +391,8 @@ def run_l0_cell(ctx: Context, cell: dict, importance_scores: torch.Tensor, score
     means = ctx.full_means(task, seed) if cfg.ablation == "mean" else None
     n_layers, n_heads = ctx.shape
     t0 = time.perf_counter()
-    batches = l0_batches(tr, cfg.l0_batch_size, seed, cfg.l0_steps, cfg.l0_epochs, ctx.device)
+    if batches is None:
+        batches = gate_batches(ctx, task, seed)
     training.set_seed(seed)  # the gate samples: the same noise at every lambda
     gates = HardConcreteGates.for_model(model, beta=cfg.temperature, gamma=cfg.stretch_low, zeta=cfg.stretch_high)
     res = l0_train(model, gates, batches, lam, steps=len(batches), lr=cfg.l0_lr, train_model=cfg.l0_train_model,
@@ -413,31 +428,85 @@ def run_l0_cell(ctx: Context, cell: dict, importance_scores: torch.Tensor, score
     }
 
 
-def run_cells(ctx: Context, store, todo: list[dict], bar, tasks: list[str]) -> None:
-    """Compute the missing cells: the roles cell, then per (task, seed) its scores cell (computed first when
-    missing: the L0 cells need its gradient importance and full score) and its L0 cells, each stored when done."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for c in todo:
-        if c["kind"] == "roles":
-            store.put(c, run_roles_cell(ctx, c, tasks))
-            bar.update(1)
-        else:
-            groups[(c["task"], c["seed"])].append(c)
-    for (task, seed), group in groups.items():
-        key = {"kind": "scores", "task": task, "seed": seed}
-        if not store.has(key):
-            store.put(key, run_scores_cell(ctx, key))
-            bar.update(1)
-        scores = store.get(key)["result"]
-        imp = torch.tensor(scores["gradient_importance"])
-        for c in (c for c in group if c["kind"] == "l0"):
-            store.put(c, run_l0_cell(ctx, c, imp, scores["score_full"]))  # one by one: a rerun resumes here
-            bar.update(1)
+
+class SpecializedHeadsL0(Study):
+    """Study 6 (see the module docstring)."""
+
+    name = NAME
+    notebook = "06_specialized_heads_l0.ipynb"
+    Config = SpecializedHeadsL0Config
+    claims = (
+        Claim("voita.important_are_confident", "Voita et al. 2019 (Sec. 4)",
+              "The most important heads (LRP relevance) are also the most confident.",
+              quantity="Spearman(first-order relevance, confidence) over the heads of each fine-tuned model, mean "
+                       "with a t-interval over models (gradient and ablation importance alongside)",
+              precondition="at least two models; relevance here is first-order (gradient x activation), not LRP"),
+        Claim("voita.positional_heads", "Voita et al. 2019 (Sec. 5)",
+              "Positional heads exist: the maximum attention falls on the previous or next token >= 90% of the time.",
+              quantity="positional heads of the pre-trained and of each fine-tuned model (UD English-EWT)",
+              precondition="UD English-EWT sentences"),
+        Claim("voita.syntactic_heads", "Voita et al. 2019 (Sec. 5)",
+              "Syntactic heads exist: they point to a word's dependency relative more often than the best "
+              "fixed-offset baseline (by >= 10 points).",
+              quantity="syntactic heads per model and per UD relation (word pieces aggregated)",
+              precondition="UD English-EWT sentences with instances of the relations"),
+        Claim("voita.rare_word_head", "Voita et al. 2019 (Sec. 5)",
+              "A rare-word head exists: it attends to the least frequent token of the sentence, in the first layer.",
+              quantity="heads whose share of queries pointing at the rarest token is >= rare_ratio x chance "
+                       "(one-sided binomial p < rare_alpha), and their layers",
+              precondition="word-piece frequencies of the stated corpus"),
+        Claim("voita.most_prunable", "Voita et al. 2019 (Sec. 6)",
+              "Most encoder heads can be pruned with little loss (38 of 48 pruned for -0.15 BLEU).",
+              quantity="heads kept at the strongest lambda whose paired L0 - full interval stays above -margin, "
+                       "per task",
+              precondition="the full model scores more than the margin above a constant predictor"),
+        Claim("voita.l0_beats_random", "Voita et al. 2019 (Sec. 6)",
+              "L0 gates choose heads that matter: better than random heads at the same count (no retraining).",
+              quantity="score(L0 mask) - score(random mask at its head count), pooled over tasks, seeds and lambdas",
+              precondition="masks that prune something and keep something"),
+        Claim("exploratory.l0_vs_importance", "Voita et al. 2019 vs Michel et al. 2019 (no claim in either paper)",
+              "L0 gates and gradient importance choose equally good heads at the same head count.",
+              quantity="score(L0 mask) - score(least-important heads at its head count), pooled",
+              precondition="masks that prune something and keep something"),
+        Claim("voita.specialized_last_pruned", "Voita et al. 2019 (Sec. 6.2)",
+              "Specialized heads are the last to be pruned.",
+              quantity="AUC of the survival level, specialized vs other heads of the same model, mean over models "
+                       "with a stratified permutation test (and its dependence on the rare-word threshold)",
+              precondition="models with specialized and other heads"),
+        Claim("voita.functions_at_17_of_48", "Voita et al. 2019 (Sec. 6.2)",
+              "With 17 of 48 heads kept, every identified head function is still present.",
+              quantity="per model, whether each role keeps a head in the L0 mask nearest 17/48 of the heads",
+              precondition="roles found in the model"),
+    )
+
+    def plan(self, cfg: SpecializedHeadsL0Config) -> list[Cell]:
+        return plan_cells(cfg)
+
+    def fingerprint(self, cfg: SpecializedHeadsL0Config, device) -> str:
+        return study_fingerprint(cfg, device)
+
+    def context(self, cfg: SpecializedHeadsL0Config, device, paths: StudyPaths) -> Context:
+        return Context(cfg, device, paths.finetuned_cache)
+
+    def run(self, ctx: Context, cells: list[Cell], inputs: Mapping[str, dict]) -> Iterator[tuple[Cell, dict]]:
+        batches: dict[tuple, list[dict]] = {}  # the gates' batches of one (task, seed), made once for its lambdas
+        for cell in cells:
+            axes = dict(cell.axes)
+            if axes["kind"] == "roles":
+                yield cell, run_roles_cell(ctx, axes, ctx.tasks())
+            elif axes["kind"] == "scores":
+                yield cell, run_scores_cell(ctx, axes)
+            else:
+                task, seed = axes["task"], axes["seed"]
+                scores = inputs[cell_key(scores_axes(task, seed))]
+                if (task, seed) not in batches:
+                    batches = {(task, seed): gate_batches(ctx, task, seed)}
+                yield cell, run_l0_cell(ctx, axes, torch.tensor(scores["gradient_importance"]), scores["score_full"],
+                                        batches[(task, seed)])
+
+    def run_params(self, cfg: SpecializedHeadsL0Config) -> dict:
+        tasks, missing = glue_workbench.resolve_tasks(cfg)
+        return {"tasks_run": tasks, "tasks_unavailable": missing}
 
 
-def run_study(cfg: SpecializedL0Config, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
-    """Run every cell not yet done (resuming), write the metadata; returns the tidy results (one row per cell)."""
-    tasks, missing = glue_workbench.resolve_tasks(cfg)
-    return glue_workbench.run_study_cells(STUDY, cfg, profile, paths, plan_cells(cfg, tasks), study_fingerprint, Context,
-                                  run_todo=lambda ctx, store, todo, bar: run_cells(ctx, store, todo, bar, tasks),
-                                  extra_params={"tasks_run": tasks, "tasks_unavailable": missing})
+STUDY = SpecializedHeadsL0()

@@ -6,9 +6,12 @@ kept, and each cluster's medoid is kept (``clustering.zero_shot_mask``). The mas
 seed. Baselines at the same budgets: ``random`` (the seed's random heads) and ``least_important`` (Michel et
 al.'s gradient importance of the task's fine-tuned model on its training subset: it DOES use task data).
 
-Cells are those of study 2 (``layer_strategies``: task x regime x strategy x budget x seed, with the full model
-as the reference cell), with the strategy ``zero_shot`` added; the regimes are "mask, then fine-tune" (the
-paper's protocol: the mask is fixed during fine-tuning) and, cheaply, "fine-tune, then mask".
+Cells are those of the strategy sweep (:mod:`headprune_utils.strategy_sweep`, as in study 2: task x regime x
+strategy x budget x seed, with the full model as the reference cell), with the strategy ``zero_shot`` added; the
+regimes are "mask, then fine-tune" (the paper's protocol: the mask is fixed during fine-tuning; one fine-tuning per
+cell, shared with studies 1 and 2 through the fine-tuning cache) and, cheaply, "fine-tune, then mask" (the masks of
+one fine-tuned model form a group, evaluated together). The claims are paired contrasts
+(:mod:`headprune_utils.paired_contrasts`).
 """
 from __future__ import annotations
 
@@ -19,21 +22,25 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .. import clustering, masks, models, probes, redundancy
+from .. import clustering, costs, glue_workbench, masks, models, probes, redundancy, strategy_sweep
 from ..config import ParameterError
+from ..paired_contrasts import Contrast, contrast_table, contrast_verdict
 from ..paths import StudyPaths
 from ..results import fingerprint
-from .. import glue_workbench
-from . import layer_strategies
-from .layer_strategies import REGIME_NAMES, REGIMES, Regime
+from ..strategy_sweep import REGIME_NAMES, REGIMES, Regime, run_batch, run_cell, run_cells, summarise
+from .base import Cell, Claim, Cost, Study
 
-STUDY = "zero_shot_pruning"
+__all__ = ["NAME", "STUDY", "ZeroShotPruningConfig", "ZeroShotPruning", "METHODS", "plan_cells", "study_fingerprint",
+           "zero_shot_matrix", "Context", "run_cells", "run_cell", "summarise", "example_masks", "CONTRASTS",
+           "paired", "contrasts", "verdicts", "mask_overlap"]
+
+NAME = "zero_shot_pruning"
 RESULTS_VERSION = 1
 METHODS: tuple[str, ...] = ("zero_shot", "random", "least_important")
 
 
 @dataclass(frozen=True)
-class ZeroShotConfig(glue_workbench.GlueStudyConfig):
+class ZeroShotPruningConfig(glue_workbench.GlueStudyConfig):
     """Parameters of the study (the shared ones in ``glue_workbench.GlueStudyConfig``); defaults = the quick profile."""
 
     fractions: list[float] = field(default_factory=lambda: [0.5, 0.75])  # share of ALL heads pruned
@@ -76,32 +83,50 @@ class ZeroShotConfig(glue_workbench.GlueStudyConfig):
         self.check_finetune_fractions()
 
 
-def plan_cells(cfg: ZeroShotConfig, tasks: list[str]) -> list[dict]:
+def probe_cost(cfg: ZeroShotPruningConfig) -> float:
+    """Estimated FLOPs of the zero-shot matrix: one forward pass of the pre-trained model over the probe (every
+    sequence counted at ``probe_max_length`` tokens, an upper bound; the pairwise distances are left out)."""
+    shape = costs.Shape.of(cfg.model)
+    return costs.forward_flops(shape, cfg.probe_size * cfg.probe_max_length, cfg.probe_max_length)
+
+
+def plan_cells(cfg: ZeroShotPruningConfig) -> list[Cell]:
+    """Every cell, (task, seed) by (task, seed). The evaluation-only cells of one fine-tuned model form a group
+    (evaluated together, the model loaded once); each fine-tuning cell is a batch of its own. A zero-shot cell
+    also costs the probe its mask is read from."""
+    tasks = glue_workbench.resolve_tasks(cfg)[0]
+    probe = probe_cost(cfg) if "zero_shot" in cfg.methods else 0.0
     cells = []
     for task in tasks:
+        finetune_cost: dict[float, float] = {}  # budget -> FLOPs of fine-tuning with that share pruned
+        eval_cost = glue_workbench.eval_cost(cfg, task)
         for seed in cfg.seeds:
             for regime in REGIMES:
                 if regime not in cfg.regimes:
                     continue
-                cells.append({"task": task, "regime": regime, "strategy": "none", "budget": 0.0, "seed": int(seed)})
+                axes = [{"task": task, "regime": regime, "strategy": "none", "budget": 0.0, "seed": int(seed)}]
                 for f in sorted(cfg.fractions):
                     if regime == "mask_then_finetune" and not glue_workbench.fine_tuned_at(cfg, f):
                         continue
                     for m in cfg.methods:
-                        cells.append({"task": task, "regime": regime, "strategy": m, "budget": float(f), "seed": int(seed)})
+                        axes.append({"task": task, "regime": regime, "strategy": m, "budget": float(f), "seed": int(seed)})
+                for a in axes:
+                    extra = probe if a["strategy"] == "zero_shot" else 0.0
+                    if regime == "mask_then_finetune":  # "none": the full model's fine-tuning (shared, cached)
+                        if a["budget"] not in finetune_cost:
+                            finetune_cost[a["budget"]] = glue_workbench.finetune_cost(cfg, task, 1.0 - a["budget"])
+                        cells.append(Cell(a, cost=Cost(finetune_cost[a["budget"]] + extra)))
+                    else:
+                        cells.append(Cell(a, group=(task, int(seed), "evaluate"), cost=Cost(eval_cost + extra)))
     return cells
 
 
-def n_cells(cfg: ZeroShotConfig) -> int:
-    return len(plan_cells(cfg, glue_workbench.resolve_tasks(cfg)[0]))
-
-
-def study_fingerprint(cfg: ZeroShotConfig, device: torch.device) -> str:
+def study_fingerprint(cfg: ZeroShotPruningConfig, device: torch.device) -> str:
     return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION,
                                             drop=("fractions", "finetune_fractions", "methods", "regimes", "shared_evaluation", "equivalence_margin")))
 
 
-def zero_shot_matrix(cfg: ZeroShotConfig, model, tokenizer, device) -> np.ndarray:
+def zero_shot_matrix(cfg: ZeroShotPruningConfig, model, tokenizer, device) -> np.ndarray:
     """The pre-trained model's ``[N, N]`` redundancy matrix (``cfg.metric``) on the task-free probe."""
     if cfg.probe == "random":
         # lengths of real sentences (GLUE text), so only the tokens are random; fallback: a fixed spread
@@ -118,8 +143,8 @@ def zero_shot_matrix(cfg: ZeroShotConfig, model, tokenizer, device) -> np.ndarra
     return redundancy.redundancy_matrices(model, glue_workbench.batches(enc, device), [cfg.metric])[cfg.metric]
 
 
-class Context(layer_strategies.Context):
-    """Study 2's context plus the zero-shot masks (one matrix per process, computed on first use)."""
+class Context(strategy_sweep.Context):
+    """The strategy sweep's context plus the zero-shot masks (one matrix per process, computed on first use)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -139,22 +164,63 @@ class Context(layer_strategies.Context):
         return clustering.zero_shot_mask(self.matrix(), n_keep, self.shape, self.cfg.linkage)
 
 
-def run_study(cfg: ZeroShotConfig, profile: str, paths: StudyPaths | None = None) -> pd.DataFrame:
-    """Run every cell not yet done (resuming), write the metadata; returns the tidy results."""
-    return layer_strategies.run_strategy_study(cfg, profile, paths, STUDY, plan_cells, study_fingerprint, Context)
+_ABOVE_CHANCE = "the fine-tuned full model scores above chance"
+
+
+class ZeroShotPruning(Study):
+    """Study 5 (see the module docstring)."""
+
+    name = NAME
+    notebook = "05_zero_shot_pruning.ipynb"
+    Config = ZeroShotPruningConfig
+    claims = (
+        Claim("bian.zero_shot_comparable", "Bian et al. 2021",
+              "Most heads can be pruned zero-shot (from the pre-trained model's redundancy clusters, no task data) "
+              "with fine-tuned scores comparable to the full model's.",
+              quantity="score(zero_shot) - score(full model) at the same task and seed, per budget pooled over tasks",
+              precondition=_ABOVE_CHANCE + "; comparable: the interval stays above -equivalence_margin"),
+        Claim("bian.zero_shot_beats_random", "Bian et al. 2021",
+              "Zero-shot pruning from redundancy clusters beats random pruning at the same budget.",
+              quantity="score(zero_shot) - score(random) at the same task, budget and seed, pooled over tasks",
+              precondition=_ABOVE_CHANCE),
+        Claim("bian.zero_shot_vs_importance", "Bian et al. 2021 vs Michel et al. 2019",
+              "Zero-shot pruning (no task data) is no worse than gradient-importance pruning (task data).",
+              quantity="score(zero_shot) - score(least_important) at the same task, budget and seed, pooled over tasks",
+              precondition=_ABOVE_CHANCE + "; no worse: the interval stays above -equivalence_margin"),
+        Claim("budhraja.random_comparable", "Budhraja et al. 2020",
+              "Reference: random pruning keeps fine-tuned scores comparable to the full model's.",
+              quantity="score(random) - score(full model) at the same task and seed, per budget pooled over tasks",
+              precondition=_ABOVE_CHANCE + "; comparable: the interval stays above -equivalence_margin"),
+    )
+
+    def plan(self, cfg: ZeroShotPruningConfig) -> list[Cell]:
+        return plan_cells(cfg)
+
+    def fingerprint(self, cfg: ZeroShotPruningConfig, device) -> str:
+        return study_fingerprint(cfg, device)
+
+    def context(self, cfg: ZeroShotPruningConfig, device, paths: StudyPaths) -> Context:
+        return Context(cfg, device, paths.finetuned_cache)
+
+    def run(self, ctx: Context, cells: list[Cell], inputs):
+        # module functions looked up at call time (tests replace them)
+        shared = ctx.cfg.shared_evaluation
+        yield from run_batch(cells, lambda axes: run_cells(ctx, axes, shared=shared), lambda axes: run_cell(ctx, axes))
+
+    def run_params(self, cfg: ZeroShotPruningConfig) -> dict:
+        tasks, missing = glue_workbench.resolve_tasks(cfg)
+        return {"tasks_run": tasks, "tasks_unavailable": missing}
+
+
+STUDY = ZeroShotPruning()
 
 
 # ---------------------------------------------------------------------------------------------- analysis
 
-summarise = layer_strategies.summarise
-
-
 def example_masks(table: pd.DataFrame, seed: int | None = None) -> pd.DataFrame:
     """One mask per method x budget (seed ``seed``, default the smallest; first task) as rows for the picture."""
-    return layer_strategies.example_masks(table, seed, order=METHODS)
+    return strategy_sweep.example_masks(table, seed, order=METHODS)
 
-
-Contrast = layer_strategies.Contrast
 
 CONTRASTS: tuple[Contrast, ...] = (
     Contrast("zero-shot vs full model", "Bian et al.: most heads can be pruned zero-shot with comparable fine-tuned "
@@ -184,11 +250,10 @@ def paired(table: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
 def contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Every contrast per task x regime x budget (paired over seeds), per regime x budget pooled over tasks
     (``task="all"``), and per regime over everything (``task="all", budget="all"``)."""
-    return layer_strategies.contrast_table(CONTRASTS, lambda a, b: paired(table, a, b), confidence, n_boot, seed,
-                                           pool_per_budget=True)
+    return contrast_table(CONTRASTS, lambda a, b: paired(table, a, b), confidence, n_boot, seed, pool_per_budget=True)
 
 
-def verdicts(contr: pd.DataFrame, cfg: ZeroShotConfig, alpha: float = 0.05) -> pd.DataFrame:
+def verdicts(contr: pd.DataFrame, cfg: ZeroShotPruningConfig, alpha: float = 0.05) -> pd.DataFrame:
     """"claim - setting - our result - verdict" per contrast, regime and budget (pooled over tasks)."""
     rows = []
     pooled = contr[(contr["task"] == "all") & (contr["budget"] != "all")]
@@ -203,7 +268,7 @@ def verdicts(contr: pd.DataFrame, cfg: ZeroShotConfig, alpha: float = 0.05) -> p
                       f"sign-flip p = {r.sign_flip_p:.3g} over {r.n_pairs} pairs (task x seed). Per task: {detail}")
             rows.append({"claim": c.claim, "regime": REGIME_NAMES[r.regime], "heads pruned": f"{100 * float(r.budget):.0f}%",
                          "our result": result,
-                         "verdict": layer_strategies._verdict(c.expect, r, cfg.equivalence_margin, alpha) + " at this scale"})
+                         "verdict": contrast_verdict(c.expect, r, cfg.equivalence_margin, alpha) + " at this scale"})
     return pd.DataFrame(rows)
 
 

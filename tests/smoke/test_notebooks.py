@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import tempfile
@@ -113,3 +114,58 @@ def test_a_failing_notebook_names_the_cell(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "out" / "broken" / "smoke" / "broken.failed.ipynb").exists(), "the failed notebook is kept"
     assert earlier.read_text() == "an earlier, successful run", "a failed run never replaces earlier results"
     assert "broken.failed.ipynb" in err
+
+
+@pytest.mark.parametrize("fails", [True, False], ids=["analysis fails", "succeeds"])
+def test_outputs_are_swapped_in_only_when_the_whole_notebook_succeeds(tmp_path, monkeypatch, capsys, fails):
+    """Cells done, then the analysis fails: the earlier tables, metrics and notebook stay byte-identical."""
+    nb = nbformat.v4.new_notebook()
+    p = nbformat.v4.new_code_cell("profile = 'x'")
+    p.metadata["tags"] = ["parameters"]
+    nb.cells = [p, nbformat.v4.new_code_cell(
+        "import pandas as pd\nfrom headprune_utils.study_outputs import StudyOutputs\n"
+        "out = StudyOutputs('staged', profile)\nout.table('t', pd.DataFrame({'a': [2]}))\nout.metrics(n=2)"),
+        nbformat.v4.new_code_cell("raise KeyError('task')" if fails else "1 + 1")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    (tmp_path / "nb").mkdir()
+    nbformat.write(nb, tmp_path / "nb" / "staged.ipynb")
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "smoke.yaml").write_text("staged: {}\n")
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class NoParams:
+        pass
+
+    class Staged:
+        name, notebook, Config = "staged", "staged.ipynb", NoParams
+
+        def n_cells(self, cfg):
+            return 0
+
+    monkeypatch.setattr(run, "STUDIES", {"staged": Staged()})
+    monkeypatch.setattr(run, "notebooks_dir", lambda: tmp_path / "nb")
+    monkeypatch.setattr("headprune_utils.config.params_dir", lambda: tmp_path / "p")
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
+    final = tmp_path / "out" / "staged" / "smoke"
+    (final / "tables").mkdir(parents=True)
+    (final / "tables" / "t.csv").write_text("a\n1\n")
+    (final / "tables" / "old.csv").write_text("a\n0\n")
+    (final / "metrics.json").write_text('{"n": 1}\n')
+    (final / "staged.ipynb").write_text("an earlier, successful run")
+    before = {f.relative_to(final): f.read_bytes() for f in final.rglob("*") if f.is_file()}
+    code = run.main(["--profile", "smoke", "--no-progress"])
+    after = {f.relative_to(final): f.read_bytes() for f in final.rglob("*") if f.is_file() and "failed" not in f.name}
+    assert os.environ.get("HEADPRUNE_STAGED_OUTPUTS") is None, "the runner's own environment is restored"
+    if fails:
+        assert code == 1
+        assert after == before, "a failed run leaves every earlier output byte-identical"
+        err = capsys.readouterr().err
+        assert "smoke.staging" in err and "untouched" in err
+        assert (final.parent / "smoke.staging" / "tables" / "t.csv").read_text().strip().endswith("2")
+    else:
+        assert code == 0
+        assert (final / "tables" / "t.csv").read_text().strip().endswith("2")
+        assert not (final / "tables" / "old.csv").exists(), "the tables folder is replaced whole"
+        assert json.loads((final / "metrics.json").read_text())["n"] == 2
+        assert not (final.parent / "smoke.staging").exists()

@@ -38,7 +38,7 @@ def test_random_masks_fine_tuned_once_across_studies(tiny_model_dir, tiny_glue_r
         model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0, 1], budgets=[0.5], finetune_budgets=[0.5],
         strategies=["random", "top"], regimes=["mask_then_finetune"], train_size=None, dev_size=None, epochs=1,
         batch_size=8, lr=1e-3, device="cpu", data_dir=str(tiny_glue_root), allow_hub=False, progress=False))
-    t2 = s2.run_study(cfg2, "t", StudyPaths(s2.STUDY, "t", root=tmp_path))
+    t2 = run_study(s2.STUDY, cfg2, "t", StudyPaths(s2.NAME, "t", root=tmp_path))
     # only the "top" masks were trained; the random ones came from study 1's runs
     assert len(trained) == 2 and all(m in set(t2[t2["strategy"] == "top"]["mask"]) for _, _, m in trained)
     a = t1[t1["fraction"] == 0.5].set_index("seed")[["mask", "score"]]
@@ -46,14 +46,13 @@ def test_random_masks_fine_tuned_once_across_studies(tiny_model_dir, tiny_glue_r
     pd.testing.assert_frame_equal(a.sort_index(), b.sort_index(), check_dtype=False)
 
 
-
 def test_zero_shot_finetune_fractions(tiny_model_dir, tiny_glue_root):
     from headprune_utils.studies import zero_shot_pruning as s5
 
     base = dict(model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0], fractions=[0.5, 0.75], methods=["random"],
                 data_dir=str(tiny_glue_root), allow_hub=False)
-    cells5 = s5.plan_cells(validate(s5.ZeroShotConfig, {**base, "finetune_fractions": [0.5]}), ["SST-2"])
+    cells5 = s5.plan_cells(validate(s5.ZeroShotPruningConfig, {**base, "finetune_fractions": [0.5]}))
     assert sorted((c["regime"], c["budget"]) for c in cells5 if c["strategy"] != "none") == [
         ("finetune_then_mask", 0.5), ("finetune_then_mask", 0.75), ("mask_then_finetune", 0.5)]
     with pytest.raises(ParameterError, match="finetune_fractions"):
-        validate(s5.ZeroShotConfig, {**base, "finetune_fractions": [0.25]})
+        validate(s5.ZeroShotPruningConfig, {**base, "finetune_fractions": [0.25]})

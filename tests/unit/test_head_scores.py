@@ -177,3 +177,45 @@ def test_rank_agreement_matches_scipy_and_skips_nan():
     assert ac.kendall_p == pytest.approx(stats.kendalltau(x, y)[1])
     with pytest.raises(ValueError, match="shapes"):
         rank_agreement({"a": a, "d": torch.zeros(3, 2)})
+
+
+@pytest.mark.parametrize("regression", [False, True])
+def test_ablation_loss_and_confidence_entropy_equal_the_plain_computations(regression):
+    """The one-sweep ablation loss and the one-forward confidence/entropy equal the plain per-head computations."""
+    from headprune_utils import head_scores
+    from headprune_utils.gates import head_gates
+    from headprune_utils import glue_workbench as common
+
+    model = tiny_model(initializer_range=0.3, num_labels=1 if regression else 3,
+                       problem_type="regression" if regression else "single_label_classification")
+    rng = np.random.default_rng(0)
+    ids = [[2] + rng.integers(5, 120, size=int(rng.integers(3, 9))).tolist() + [3] for _ in range(10)]
+    labels = rng.standard_normal(10).astype(np.float32) if regression else rng.integers(0, 3, 10)
+    enc = Encoded(ids, None, labels, 0)
+    got = head_scores.ablation_loss(model, enc, "STS-B" if regression else "MNLI")
+    batches = common.batches(enc, torch.device("cpu"))
+
+    def loss(gates=None):
+        total = 0.0
+        with torch.no_grad():
+            for b in batches:
+                if gates is None:
+                    out = model(**b)
+                else:
+                    with head_gates(model, gates):
+                        out = model(**b)
+                total += float(out.loss) * len(b["labels"])
+        return total / len(enc)
+
+    full = loss()
+    want = torch.zeros(3, 4)
+    for layer in range(3):
+        for head in range(4):
+            m = torch.ones(3, 4)
+            m[layer, head] = 0
+            want[layer, head] = loss(m) - full
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert bool((want != 0).any())
+    conf, ent = head_scores.confidence_entropy(model, batches, [0, 2, 3])
+    torch.testing.assert_close(conf, head_scores.confidence(model, batches, special_ids=[0, 2, 3]))
+    torch.testing.assert_close(ent, head_scores.entropy(model, batches, special_ids=[0, 2, 3]))

@@ -17,7 +17,8 @@ from scipy import stats
 from sklearn import metrics as skm
 
 from headprune_utils import data as hd
-from headprune_utils.data import (
+from headprune_utils.data import (  # noqa: I001
+    MalformedRowsWarning,
     TASKS,
     DataUnavailableError,
     TaskData,
@@ -369,7 +370,8 @@ def test_tsv_stray_quotes_and_malformed_row(tmp_path, offline):
         "too\tmany\tcolumns\n"
         "`` the time machine '' is fine . \t0\n",
     )
-    d = load_task("sst-2", "dev", tmp_path)
+    with pytest.warns(MalformedRowsWarning, match="1 of 4 rows malformed"):
+        d = load_task("sst-2", "dev", tmp_path, max_malformed_share=0.5)
     assert d.text_a == ['a " stray quote ', '"starts with a quote', "`` the time machine '' is fine . "]
     assert d.labels.tolist() == [1, 0, 0] and d.labels.dtype == np.int64
     assert d.n_skipped == 1 and len(d) == 3 and d.text_b is None
@@ -385,7 +387,8 @@ def test_tsv_columns_by_header_name_and_bom(tmp_path, offline):
         "1\t11\t12\tHe said \" yes .\t\" Yes , \" he said .\n"
         "0\t13\t14\tshort row\n",
     )
-    d = load_task("mrpc", "train", tmp_path)
+    with pytest.warns(MalformedRowsWarning, match="first bad line 3"):
+        d = load_task("mrpc", "train", tmp_path, max_malformed_share=0.5)
     assert d.text_a == ['He said " yes .'] and d.text_b == ['" Yes , " he said .']
     assert d.labels.tolist() == [1] and d.n_skipped == 1
 
@@ -399,7 +402,8 @@ def test_tsv_rte_text_labels(tmp_path, offline):
         "2\tP2\tH2\tmaybe\n"  # unknown label: skipped and counted
         "3\tP3\tH3\tnot_entailment\n",
     )
-    d = load_task("RTE", "train", tmp_path)
+    with pytest.warns(MalformedRowsWarning, match="'maybe' is not a valid RTE label"):
+        d = load_task("RTE", "train", tmp_path, max_malformed_share=0.5)
     assert d.labels.tolist() == [0, 1, 1]
     assert d.text_a == ["P0", "P1", "P3"] and d.text_b == ["H0", "H1", "H3"]
     assert d.n_skipped == 1

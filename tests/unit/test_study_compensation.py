@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from headprune_utils.config import ParameterError, validate
+from headprune_utils.execution import run_study
 from headprune_utils.masks import mask_from_string, mask_to_string
 from headprune_utils.paths import StudyPaths
 from headprune_utils.studies import compensation as study
@@ -20,7 +21,7 @@ def config(model_dir, data_root, **kw):
 
 def test_cells_measure_every_kept_head_and_only_those(tiny_model_dir, tiny_glue_root, tmp_path):
     cfg = config(tiny_model_dir, tiny_glue_root)
-    table = study.run_study(cfg, "t", StudyPaths(study.STUDY, "t", root=tmp_path))
+    table = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path))
     assert len(table) == 2 * 3
     for r in table.itertuples():
         kept = mask_from_string(r.mask).numpy().astype(bool)
@@ -98,3 +99,18 @@ def test_bad_parameters(tiny_model_dir, tiny_glue_root):
         config(tiny_model_dir, tiny_glue_root, budgets=[1.0])
     with pytest.raises(ParameterError, match="strategies"):
         config(tiny_model_dir, tiny_glue_root, strategies=["least_important"])
+
+
+def test_plan_cells_are_independent_and_costed(tiny_model_dir, tiny_glue_root, monkeypatch):
+    """No cell requires or shares a model with another (each fine-tunes its own); the reference cell costs more
+    than a pruned one (all heads kept); ``run`` calls the module's ``run_cell`` looked up at call time."""
+    cfg = config(tiny_model_dir, tiny_glue_root)
+    cells = study.STUDY.plan(cfg)
+    assert [dict(c.axes) for c in cells] == [
+        {"task": "SST-2", "strategy": s, "budget": b, "seed": seed}
+        for seed in (0, 1) for s, b in (("none", 0.0), ("random", 0.5), ("middle", 0.5))]
+    assert all(c.requires == () and c.group is None and c.cost.flops > 0 for c in cells)
+    assert cells[0].cost.flops > cells[1].cost.flops == cells[2].cost.flops
+    monkeypatch.setattr(study, "run_cell", lambda ctx, cell: {"seen": dict(cell)})
+    out = list(study.STUDY.run(None, cells[:2], {}))
+    assert [(c.key, r["seen"]) for c, r in out] == [(c.key, dict(c.axes)) for c in cells[:2]]

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from headprune_utils.config import ParameterError, validate
+from headprune_utils.execution import run_study
 from headprune_utils.masks import mask_from_string
 from headprune_utils.paths import StudyPaths
 from headprune_utils.studies import layer_strategies as study
@@ -20,7 +21,7 @@ def config(model_dir, data_root, **kw):
 
 def test_every_strategy_meets_the_same_budget_and_shared_evaluation_changes_nothing(tiny_model_dir, tiny_glue_root, tmp_path):
     cfg = config(tiny_model_dir, tiny_glue_root)
-    table = study.run_study(cfg, "t", StudyPaths(study.STUDY, "t", root=tmp_path))
+    table = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path))
     n_strat = len(study.ALL_STRATEGIES)
     # per seed: eval regime 1 + 9 x 2 budgets, fine-tune regime 1 + 9 x 1
     assert len(table) == 2 * ((1 + 2 * n_strat) + (1 + n_strat))
@@ -37,7 +38,7 @@ def test_every_strategy_meets_the_same_budget_and_shared_evaluation_changes_noth
     assert e.loc["least_important", "mask"] != e.loc["most_important", "mask"]
 
     plain_cfg = config(tiny_model_dir, tiny_glue_root, shared_evaluation=False, regimes=["finetune_then_mask"])
-    plain = study.run_study(plain_cfg, "p", StudyPaths(study.STUDY, "p", root=tmp_path))
+    plain = run_study(study.STUDY, plain_cfg, "p", StudyPaths(study.NAME, "p", root=tmp_path))
     key = ["regime", "strategy", "budget", "seed"]
     a = table[table["regime"] == "finetune_then_mask"].sort_values(key).reset_index(drop=True)
     b = plain.sort_values(key).reset_index(drop=True)
@@ -57,12 +58,12 @@ def test_every_strategy_meets_the_same_budget_and_shared_evaluation_changes_noth
 
 def test_resume_computes_nothing_twice(tiny_model_dir, tiny_glue_root, tmp_path, monkeypatch):
     cfg = config(tiny_model_dir, tiny_glue_root, seeds=[0], strategies=["random", "top"], budgets=[0.5])
-    paths = StudyPaths(study.STUDY, "t", root=tmp_path)
-    study.run_study(cfg, "t", paths)
+    paths = StudyPaths(study.NAME, "t", root=tmp_path)
+    run_study(study.STUDY, cfg, "t", paths)
     calls = []
     monkeypatch.setattr(study, "run_cells", lambda *a, **k: calls.append(a) or [])
     monkeypatch.setattr(study, "run_cell", lambda *a, **k: calls.append(a) or {})
-    table = study.run_study(cfg, "t", paths)
+    table = run_study(study.STUDY, cfg, "t", paths)
     assert calls == [] and len(table) == 2 * 3
 
 
@@ -109,3 +110,47 @@ def test_bad_parameters_fail_before_any_work(tiny_model_dir, tiny_glue_root):
         config(tiny_model_dir, tiny_glue_root, finetune_budgets=[1.5])
     with pytest.raises(ParameterError, match="unknown parameter"):
         validate(study.LayerStrategiesConfig, {"budget": [0.5]})
+
+
+def test_plan_groups_the_evaluation_cells_of_one_model_and_costs_every_cell(tiny_model_dir, tiny_glue_root):
+    cfg = config(tiny_model_dir, tiny_glue_root, strategies=["random", "top"], budgets=[0.25, 0.5])
+    cells = study.plan_cells(cfg)
+    assert [c.key for c in cells] == [c.key for c in study.STUDY.plan(cfg)]
+    assert len(cells) == 2 * ((1 + 2 * 2) + (1 + 2))
+    for c in cells:
+        assert c.cost.flops > 0 and c.requires == ()
+        if c["regime"] == "finetune_then_mask":
+            assert c.group == (c["task"], c["seed"], "evaluate")
+        else:
+            assert c.group is None
+    ft = {(c["strategy"], c["budget"]): c.cost.flops for c in cells if c["regime"] == "mask_then_finetune" and c["seed"] == 0}
+    ev = [c.cost.flops for c in cells if c["regime"] == "finetune_then_mask"]
+    # pruned heads are removed ("zero"): fine-tuning at half the heads costs less than the full model's
+    assert ft[("random", 0.5)] < ft[("none", 0.0)] and max(ev) < min(ft.values())
+
+
+def test_study_run_evaluates_a_group_together_then_fine_tunes_one_by_one(tiny_model_dir, tiny_glue_root, monkeypatch):
+    cfg = config(tiny_model_dir, tiny_glue_root, seeds=[0], strategies=["random", "top"], budgets=[0.5])
+    cells = study.plan_cells(cfg)
+    calls = []
+    monkeypatch.setattr(study, "run_cells", lambda ctx, axes, shared: calls.append(("together", len(axes), shared))
+                        or [{"i": i} for i in range(len(axes))])
+    monkeypatch.setattr(study, "run_cell", lambda ctx, axes: calls.append(("one", axes["strategy"])) or {})
+
+    class Ctx:
+        pass
+
+    ctx = Ctx()
+    ctx.cfg = cfg
+    done = [c.key for c, _ in study.STUDY.run(ctx, cells, {})]
+    assert sorted(done) == sorted(c.key for c in cells)
+    assert calls == [("together", 3, True), ("one", "none"), ("one", "random"), ("one", "top")]
+
+
+def test_no_import_of_another_study_module():
+    import inspect
+    import re
+
+    src = inspect.getsource(study)
+    imported = re.findall(r"^from \.(\w*) import|^from \. import (\w+)", src, flags=re.M)
+    assert [m for m in imported if m != ("base", "")] == []

@@ -11,8 +11,9 @@ import torch
 
 from headprune_utils import masks
 from headprune_utils.config import ParameterError, validate
+from headprune_utils.execution import run_study
 from headprune_utils.paths import StudyPaths
-from headprune_utils.results import StaleResultsError
+from headprune_utils.results import StaleResultsError, cell_key
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies import nmt_heads as study
 
@@ -121,23 +122,45 @@ def test_cell_masks_prune_the_right_heads(root):
     assert s["enc"].tolist() == [[1.0, 1.0], [0.0, 0.0]]
 
 
+def test_every_cell_requires_its_model_and_the_keys_are_unchanged(root):
+    cfg = config(root, model_seeds=[0, 3])
+    cells = study.plan_cells(cfg)
+    assert [c["kind"] for c in cells[:2]] == ["model", "roles"]
+    assert dict(cells[2].axes) == {"kind": "prune", "type": "enc", "fraction": 0.5, "seed": 0, "model_seed": 0}
+    assert dict(cells[-1].axes) == {"kind": "retrain", "type": "all", "fraction": 0.5, "seed": 1, "model_seed": 3}
+    for c in cells:
+        assert c.cost.flops > 0
+        if c["kind"] == "model":
+            assert c.requires == () and c.group is None
+            continue
+        assert c.requires == (cell_key({"kind": "model", "model_seed": c["model_seed"]}),)
+        want = {"prune": (c["model_seed"], "evaluate"), "strategy": (c["model_seed"], "evaluate"),
+                "l0": (c["model_seed"], "l0")}.get(c["kind"])
+        assert c.group == want
+    costs = study.plan_costs(cfg)
+    assert costs["model"] > costs["l0"] > costs["evaluate"] > 0
+    ids = [claim.id for claim in study.STUDY.claims]
+    assert len(ids) == len(set(ids)) and "voita.enc_most_prunable" in ids
+
+
 # ---------------------------------------------------------------------------------------------- end to end
 @pytest.fixture(scope="module")
 def run(root, tmp_path_factory):
     out = tmp_path_factory.mktemp("out")
     cfg = config(root)
-    paths = StudyPaths(study.STUDY, "unit", root=out)
-    table = study.run_study(cfg, "unit", paths)
+    paths = StudyPaths(study.NAME, "unit", root=out)
+    table = run_study(study.STUDY, cfg, "unit", paths)
     return cfg, paths, table
 
 
 def test_the_study_runs_end_to_end(run):
     cfg, paths, table = run
-    assert len(table) == study.n_cells(cfg) == len(list(paths.cells.glob("*.json")))
+    assert len(table) == len(study.plan_cells(cfg)) == len(list(paths.cells.glob("*.json")))
     counts = table["kind"].value_counts().to_dict()
     assert counts == {"model": 1, "roles": 1, "prune": 6, "strategy": 12, "l0": 4, "retrain": 3}
-    folders = list(paths.nmt_cache.glob("multi30k__seed=0__*"))
-    assert len(folders) == 1 and (folders[0] / "config.json").is_file() and (folders[0] / "tokenizer.json").is_file()
+    folders = [f for f in paths.nmt_cache.glob("multi30k__seed=0__*") if f.is_dir()]
+    assert folders == [study.model_folder(paths, cfg, 0, torch.device("cpu"))]
+    assert (folders[0] / "config.json").is_file() and (folders[0] / "tokenizer.json").is_file()
     assert not list(paths.nmt_cache.glob(".*tmp*")), "no temporary folder is left"
     full = table[table["kind"] == "model"].iloc[0]
     assert 0 <= full["bleu"] <= 100 and full["steps"] == 12 and full["trained_now"]
@@ -158,6 +181,22 @@ def test_the_study_runs_end_to_end(run):
     assert "model_cache" in meta and str(paths.dir) not in meta
 
 
+def test_a_context_without_the_cached_model_trains_the_same_model(run, tmp_path):
+    """A worker whose outputs root lacks the model (a Ray node without shared storage) trains it itself: the
+    same parameters, seed and device type give the same weights in the same folder name."""
+    cfg, paths, table = run
+    elsewhere = StudyPaths(study.NAME, "unit", root=tmp_path)
+    ctx = study.Context(cfg, torch.device("cpu"), elsewhere)
+    model, _, meta, trained_now = ctx.model(0)
+    assert trained_now and ctx.folder(0).name == study.model_folder(paths, cfg, 0, torch.device("cpu")).name
+    assert ctx.model(0)[3] is False, "then from memory"
+    cached = study.Context(cfg, torch.device("cpu"), paths)
+    reference, _, ref_meta, again = cached.model(0)
+    assert not again and meta["steps"] == ref_meta["steps"]
+    ref = reference.state_dict()
+    assert all(torch.equal(v, ref[k]) for k, v in model.state_dict().items())
+
+
 def test_a_rerun_resumes_without_recomputing_and_refuses_other_parameters(run, monkeypatch):
     cfg, paths, table = run
 
@@ -167,15 +206,15 @@ def test_a_rerun_resumes_without_recomputing_and_refuses_other_parameters(run, m
     monkeypatch.setattr(study.Context, "_train", boom)
     monkeypatch.setattr(study.Context, "score", boom)
     monkeypatch.setattr(study, "l0_train", boom)
-    again = study.run_study(cfg, "unit", paths)
+    again = run_study(study.STUDY, cfg, "unit", paths)
     pd.testing.assert_frame_equal(again.drop(columns="seconds"), table.drop(columns="seconds"))
     # a lost cell is recomputed from the cached model and evaluations, without training or decoding again
     victim = next(paths.cells.glob("*kind=prune__*"))
     victim.unlink()
-    again = study.run_study(cfg, "unit", paths)
+    again = run_study(study.STUDY, cfg, "unit", paths)
     assert len(again) == len(table)
     with pytest.raises(StaleResultsError):
-        study.run_study(config(cfg.data_dir, test_size=8), "unit", paths)
+        run_study(study.STUDY, config(cfg.data_dir, test_size=8), "unit", paths)
 
 
 def test_the_analysis_runs_on_the_study_table(run):
@@ -280,7 +319,7 @@ def test_a_data_root_without_multi30k_is_a_data_gap_of_the_smoke_run(tmp_path, m
 
 
 def test_most_prunable_verdict_needs_half_of_the_heads_pruned_within_the_margin():
-    from headprune_utils.studies.nmt_heads_analysis import most_prunable_verdict
+    from headprune_utils.verdict_rules import most_prunable_verdict
 
     assert most_prunable_verdict([12, 11, 6], 12) == "supported"
     assert most_prunable_verdict([12, 11], 12) == "not supported (at most 1 of 12 pruned within the margin)"

@@ -7,6 +7,7 @@ import pytest
 
 from headprune_utils import clustering, redundancy
 from headprune_utils.config import ParameterError, validate
+from headprune_utils.execution import run_study
 from headprune_utils.paths import StudyPaths
 from headprune_utils.studies import redundancy_patterns as study
 
@@ -16,7 +17,7 @@ def config(model_dir, data_root, **kw):
                 random_probes=1, k_max=4, dropouts=[0.0, 0.3], mlm_seeds=[0], mlm_steps=2, mlm_head_steps=2,
                 mlm_batch_size=8, mlm_text_size=32, n_permutations=99, n_null=19, train_size=None, dev_size=None,
                 epochs=1, batch_size=8, lr=1e-3, device="cpu", data_dir=str(data_root), allow_hub=False, progress=False)
-    return validate(study.RedundancyConfig, {**base, **kw})
+    return validate(study.RedundancyPatternsConfig, {**base, **kw})
 
 
 def test_bad_parameters_are_refused_early(tiny_model_dir, tiny_glue_root):
@@ -34,10 +35,10 @@ def test_bad_parameters_are_refused_early(tiny_model_dir, tiny_glue_root):
 
 def test_study_runs_end_to_end_and_resumes(tiny_model_dir, tiny_glue_root, tmp_path):
     cfg = config(tiny_model_dir, tiny_glue_root)
-    paths = StudyPaths(study.STUDY, "t", root=tmp_path)
-    table = study.run_study(cfg, "t", paths)
+    paths = StudyPaths(study.NAME, "t", root=tmp_path)
+    table = run_study(study.STUDY, cfg, "t", paths)
     cells = study.plan_cells(cfg)
-    assert len(table) == len(cells) == study.n_cells(cfg) == 1 + 1 + 1 + 2 + 2
+    assert len(table) == len(cells) == study.STUDY.n_cells(cfg) == 1 + 1 + 1 + 2 + 2
     mats = study.Matrices(table, (3, 4))
     for model, probe in mats.keys():
         for m in redundancy.METRICS:
@@ -47,7 +48,7 @@ def test_study_runs_end_to_end_and_resumes(tiny_model_dir, tiny_glue_root, tmp_p
             assert np.allclose(full, (a + b) / 2, atol=1e-6)  # two halves of 4 sentences each
     # the fine-tuned models changed the maps; the pre-trained matrix on the task probe is that of the probe
     assert not np.allclose(mats.get("pretrained", "task-SST-2", "js"), mats.get("finetuned-SST-2-s0", "task-SST-2", "js"))
-    again = study.run_study(cfg, "t", paths)  # resumes: every cell reused
+    again = run_study(study.STUDY, cfg, "t", paths)  # resumes: every cell reused
     assert again["seconds"].tolist() == table["seconds"].tolist()
     cl, info, crit = study.where(mats, cfg)
     assert info["k_cut"].iloc[0] == cl.k and info["n_groups"].iloc[0] == cl.n_groups and len(crit) >= 1
@@ -140,3 +141,22 @@ def test_dropout_analysis_on_hand_made_runs(tiny_model_dir, tiny_glue_root):
     t = tests.set_index("metric").loc["js"]
     assert t["slope_per_unit_dropout"] < 0 and t["slope_p"] < 0.01
     assert t["mean_abs_diff_between_dropouts"] > 10 * t["mean_abs_diff_between_seeds"]
+
+
+def test_plan_groups_the_cells_that_share_a_model(tiny_model_dir, tiny_glue_root, monkeypatch):
+    """The pre-trained model's cells form one group, the MLM cells of one seed another, a fine-tuned model's cell
+    is alone; no cell requires another; the first MLM cell of a seed also pays for the new head's training."""
+    from headprune_utils.execution import batches_of
+
+    cfg = config(tiny_model_dir, tiny_glue_root, mlm_seeds=[0, 1])
+    cells = study.STUDY.plan(cfg)
+    assert [c["probe"] for c in cells if c["model"] == "pretrained"] == study.probe_names(cfg) == \
+        ["generic", "random-0", "task-SST-2"]
+    assert all(c.requires == () and c.cost.flops > 0 for c in cells)
+    groups = {c.key: c.group for c in cells}
+    assert [[c.key for c in b] for b in batches_of(cells)] == [[c.key for c in cells[:3]], [cells[3].key], [cells[4].key],
+                                                               [cells[5].key, cells[6].key], [cells[7].key, cells[8].key]]
+    assert groups[cells[5].key] == ("mlm", 0) and groups[cells[7].key] == ("mlm", 1)
+    assert cells[5].cost.flops > cells[6].cost.flops
+    monkeypatch.setattr(study, "run_cell", lambda ctx, cell: {"seen": dict(cell)})
+    assert [r["seen"] for _, r in study.STUDY.run(None, cells[:3], {})] == [dict(c.axes) for c in cells[:3]]

@@ -10,9 +10,10 @@ import torch
 
 from headprune_utils import survival
 from headprune_utils.config import ParameterError, validate
+from headprune_utils.execution import run_study
 from headprune_utils.masks import mask_from_string, mask_to_string
 from headprune_utils.paths import StudyPaths
-from headprune_utils.results import StaleResultsError
+from headprune_utils.results import StaleResultsError, cell_key
 from headprune_utils.studies import specialized_heads_l0 as study
 
 # (form, head, deprel): words of the tiny tokenizer's vocabulary, so none is [UNK]
@@ -51,7 +52,7 @@ def config(model_dir, root, **kw):
                 batch_size=8, lr=1e-3, score_size=16, ablation_size=8, ud_sentences=None, lambdas=[0.0, 5.0],
                 l0_steps=6, l0_batch_size=8, l0_lr=0.5, n_random_baselines=2, n_permutations=199,
                 device="cpu", data_dir=str(root), allow_hub=False, progress=False)
-    return validate(study.SpecializedL0Config, {**base, **kw})
+    return validate(study.SpecializedHeadsL0Config, {**base, **kw})
 
 
 # ---------------------------------------------------------------------------------------------- parameters
@@ -83,9 +84,31 @@ def test_defaults_are_the_shared_quick_glue_defaults():
         return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
                 for f in dataclasses.fields(cls)}
 
-    mine, shared = defaults(study.SpecializedL0Config), defaults(common.GlueStudyConfig)
+    mine, shared = defaults(study.SpecializedHeadsL0Config), defaults(common.GlueStudyConfig)
     assert {k: mine[k] for k in shared} == shared
     assert (mine["temperature"], mine["stretch_low"], mine["stretch_high"]) == (0.33, -0.1, 1.1)
+
+
+def test_the_plan_keeps_the_cell_keys_and_makes_the_l0_cells_require_their_scores_cell(tiny_model_dir, data_root):
+    cfg = config(tiny_model_dir, data_root, lambdas=[5.0, 0.0])
+    cells = study.plan_cells(cfg)
+    assert [dict(c.axes) for c in cells] == [  # the keys of the stored results: never reshaped
+        {"kind": "roles", "task": "pretrained"},
+        {"kind": "scores", "task": "SST-2", "seed": 0},
+        {"kind": "l0", "task": "SST-2", "seed": 0, "lam": 0.0}, {"kind": "l0", "task": "SST-2", "seed": 0, "lam": 5.0},
+        {"kind": "scores", "task": "SST-2", "seed": 1},
+        {"kind": "l0", "task": "SST-2", "seed": 1, "lam": 0.0}, {"kind": "l0", "task": "SST-2", "seed": 1, "lam": 5.0},
+    ]
+    for c in cells:
+        assert c.cost.flops > 0
+        if c["kind"] == "l0":
+            assert c.requires == (cell_key(study.scores_axes("SST-2", c["seed"])),)
+            assert c.group == ("SST-2", c["seed"], "l0")
+        else:
+            assert c.requires == () and c.group is None
+    assert study.STUDY.plan(cfg)[2].key == cells[2].key and study.STUDY.name == study.NAME
+    ids = [claim.id for claim in study.STUDY.claims]
+    assert len(ids) == len(set(ids)) >= 7 and all(claim.text and claim.quantity for claim in study.STUDY.claims)
 
 
 # ---------------------------------------------------------------------------------------------- end to end
@@ -94,9 +117,9 @@ def test_study_runs_end_to_end_and_resumes(tiny_model_dir, data_root, tmp_path, 
     from headprune_utils import glue_workbench as common
 
     cfg = config(tiny_model_dir, data_root)
-    paths = StudyPaths(study.STUDY, "t", root=tmp_path)
-    table = study.run_study(cfg, "t", paths)
-    assert len(table) == study.n_cells(cfg) == 1 + 2 * (1 + 2)
+    paths = StudyPaths(study.NAME, "t", root=tmp_path)
+    table = run_study(study.STUDY, cfg, "t", paths)
+    assert len(table) == len(study.plan_cells(cfg)) == 1 + 2 * (1 + 2)
     scores = table[table["kind"] == "scores"]
     for name in study.SCORES:
         assert all(np.asarray(v).shape == (3, 4) for v in scores[name])
@@ -126,13 +149,13 @@ def test_study_runs_end_to_end_and_resumes(tiny_model_dir, data_root, tmp_path, 
     # resume: nothing is computed again
     monkeypatch.setattr(study, "run_l0_cell", lambda *a, **k: pytest.fail("recomputed an L0 cell"))
     monkeypatch.setattr(study, "run_scores_cell", lambda *a, **k: pytest.fail("recomputed a scores cell"))
-    again = study.run_study(cfg, "t", paths)
+    again = run_study(study.STUDY, cfg, "t", paths)
     cols = ["kind", "task", "seed", "lam", "score_l0", "mask", "score_full"]
     assert again[cols].equals(table[cols])
     # analysis-only parameters do not invalidate the cells; the others do
-    study.run_study(config(tiny_model_dir, data_root, positional_threshold=0.5, equivalence_margin=0.1), "t", paths)
+    run_study(study.STUDY, config(tiny_model_dir, data_root, positional_threshold=0.5, equivalence_margin=0.1), "t", paths)
     with pytest.raises(StaleResultsError):
-        study.run_study(config(tiny_model_dir, data_root, l0_lr=0.2), "t", paths)
+        run_study(study.STUDY, config(tiny_model_dir, data_root, l0_lr=0.2), "t", paths)
     # the whole analysis runs on the real table
     roles = study.role_table(table, **study.role_thresholds(cfg))
     assert set(roles["source"]) == {"pretrained", "SST-2"} and len(roles) == 3 * 12
@@ -186,49 +209,6 @@ def test_roles_in_one_pass_equal_the_separate_measurements(tiny_model_dir, data_
     np.testing.assert_allclose(mine["accuracy"], syn["accuracy"])
     assert set(mine.loc[mine["n"] > 0, "relation"]) == {"nsubj", "obj", "amod", "advmod"}
     assert float(np.max(got["prev"])) > 0
-
-
-@pytest.mark.parametrize("regression", [False, True])
-def test_ablation_loss_and_confidence_entropy_equal_the_plain_computations(regression):
-    from conftest import tiny_model
-    from headprune_utils import head_scores
-    from headprune_utils.batching import Encoded
-    from headprune_utils.gates import head_gates
-    from headprune_utils import glue_workbench as common
-
-    model = tiny_model(initializer_range=0.3, num_labels=1 if regression else 3,
-                       problem_type="regression" if regression else "single_label_classification")
-    rng = np.random.default_rng(0)
-    ids = [[2] + rng.integers(5, 120, size=int(rng.integers(3, 9))).tolist() + [3] for _ in range(10)]
-    labels = rng.standard_normal(10).astype(np.float32) if regression else rng.integers(0, 3, 10)
-    enc = Encoded(ids, None, labels, 0)
-    got = study.ablation_loss(model, enc, "STS-B" if regression else "MNLI")
-    batches = common.batches(enc, torch.device("cpu"))
-
-    def loss(gates=None):
-        total = 0.0
-        with torch.no_grad():
-            for b in batches:
-                if gates is None:
-                    out = model(**b)
-                else:
-                    with head_gates(model, gates):
-                        out = model(**b)
-                total += float(out.loss) * len(b["labels"])
-        return total / len(enc)
-
-    full = loss()
-    want = torch.zeros(3, 4)
-    for layer in range(3):
-        for head in range(4):
-            m = torch.ones(3, 4)
-            m[layer, head] = 0
-            want[layer, head] = loss(m) - full
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
-    assert bool((want != 0).any())
-    conf, ent = study.confidence_entropy(model, batches, [0, 2, 3])
-    torch.testing.assert_close(conf, head_scores.confidence(model, batches, special_ids=[0, 2, 3]))
-    torch.testing.assert_close(ent, head_scores.entropy(model, batches, special_ids=[0, 2, 3]))
 
 
 # ---------------------------------------------------------------------------------------------- survival (pure)

@@ -8,6 +8,7 @@ import torch
 
 from headprune_utils import clustering, models
 from headprune_utils.config import ParameterError, validate
+from headprune_utils.execution import run_study
 from headprune_utils.masks import mask_from_string
 from headprune_utils.paths import StudyPaths
 from headprune_utils.studies import zero_shot_pruning as study
@@ -17,7 +18,7 @@ def config(model_dir, data_root, **kw):
     base = dict(model=str(model_dir), tasks=["SST-2"], seeds=[0, 1], fractions=[0.5], probe_size=8,
                 train_size=None, dev_size=None, epochs=1, batch_size=8, lr=1e-3, importance_size=16,
                 device="cpu", data_dir=str(data_root), allow_hub=False, progress=False)
-    return validate(study.ZeroShotConfig, {**base, **kw})
+    return validate(study.ZeroShotPruningConfig, {**base, **kw})
 
 
 def test_bad_parameters_are_refused_early(tiny_model_dir, tiny_glue_root):
@@ -33,8 +34,8 @@ def test_bad_parameters_are_refused_early(tiny_model_dir, tiny_glue_root):
 
 def test_study_runs_end_to_end(tiny_model_dir, tiny_glue_root, tmp_path):
     cfg = config(tiny_model_dir, tiny_glue_root)
-    table = study.run_study(cfg, "t", StudyPaths(study.STUDY, "t", root=tmp_path))
-    assert len(table) == study.n_cells(cfg) == 2 * 2 * (1 + 3)  # seeds x regimes x (full + 3 methods)
+    table = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path))
+    assert len(table) == len(study.plan_cells(cfg)) == 2 * 2 * (1 + 3)  # seeds x regimes x (full + 3 methods)
     zs = table[table["strategy"] == "zero_shot"]
     assert zs["mask"].nunique() == 1, "the zero-shot mask uses no task data and no seed"
     mask = mask_from_string(zs["mask"].iloc[0])
@@ -73,7 +74,7 @@ def test_paired_contrasts_against_the_full_model_and_between_methods():
     contr = study.contrasts(table)
     pooled = contr[(contr["task"] == "all") & (contr["budget"] != "all")].set_index(["contrast", "budget"])
     assert pooled.loc[("zero-shot vs random", 0.5), "mean_diff"] == pytest.approx(0.095)
-    cfg = study.ZeroShotConfig.__new__(study.ZeroShotConfig)
+    cfg = study.ZeroShotPruningConfig.__new__(study.ZeroShotPruningConfig)
     object.__setattr__(cfg, "equivalence_margin", 0.02)
     v = study.verdicts(contr, cfg).set_index(["claim", "heads pruned"])
     comparable = study.CONTRASTS[0].claim
@@ -104,3 +105,26 @@ def test_masked_fine_tuning_is_shared_between_studies(tiny_model_dir, tiny_glue_
     mask2[2, 0] = 0
     assert ctx.masked_scores_path("SST-2", 0, mask2) != ctx.masked_scores_path("SST-2", 0, mask)
     assert ctx.masked_scores_path("SST-2", 1, mask) != ctx.masked_scores_path("SST-2", 0, mask)
+
+
+def test_plan_groups_evaluation_cells_and_zero_shot_cells_cost_their_probe(tiny_model_dir, tiny_glue_root):
+    cfg = config(tiny_model_dir, tiny_glue_root, fractions=[0.5, 0.75], finetune_fractions=[0.5])
+    cells = study.plan_cells(cfg)
+    assert [c.key for c in cells] == [c.key for c in study.STUDY.plan(cfg)]
+    assert len(cells) == 2 * ((1 + 3) + (1 + 2 * 3))
+    for c in cells:
+        assert c.cost.flops > 0 and c.requires == ()
+        assert c.group == ((c["task"], c["seed"], "evaluate") if c["regime"] == "finetune_then_mask" else None)
+    cost = {(c["regime"], c["strategy"], c["budget"]): c.cost.flops for c in cells if c["seed"] == 0}
+    for regime in ("mask_then_finetune", "finetune_then_mask"):
+        extra = cost[(regime, "zero_shot", 0.5)] - cost[(regime, "random", 0.5)]
+        assert extra == pytest.approx(study.probe_cost(cfg)) and extra > 0
+
+
+def test_no_import_of_another_study_module():
+    import inspect
+    import re
+
+    src = inspect.getsource(study)
+    imported = re.findall(r"^from \.(\w*) import|^from \. import (\w+)", src, flags=re.M)
+    assert [m for m in imported if m != ("base", "")] == []

@@ -1,0 +1,114 @@
+"""Paired contrasts between pruning strategies: ``score(a) - score(b)`` paired by setting and seed, summarised
+with a bootstrap CI, a paired t-test and a sign-flip permutation test, and read against what a claim expects.
+
+Pure functions over tidy tables (columns task, regime, strategy, budget, seed, score). Studies 2 (layer
+locations), 5 (zero-shot pruning) and 7 (translation: ``task`` = attention type) use them.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from . import stats
+
+__all__ = ["Contrast", "LOCATION_CONTRASTS", "paired_by_strategy", "contrast_table", "contrast_verdict"]
+
+PAIR_COLUMNS = ["task", "regime", "budget", "seed", "diff"]
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """``a - b`` paired by (task, budget, seed) (study 5: ``b = "none"`` is the full model of the same task and
+    seed); ``expect``: what the claim predicts of the difference."""
+
+    name: str
+    claim: str
+    a: str
+    b: str
+    expect: Literal["equal", "greater", "not_worse"]
+
+
+# Budhraja et al. 2020's location contrasts (claims 2 and 3), plus the importance ones (Michel et al. 2019).
+LOCATION_CONTRASTS: tuple[Contrast, ...] = (
+    Contrast("top vs bottom", "Budhraja et al. claim 3a: no preference between pruning the top or the bottom layers",
+             "top", "bottom", "equal"),
+    Contrast("avoid the middle", "Budhraja et al. claim 3b: pruning that avoids the middle layers (top + bottom) "
+             "beats pruning the middle layers", "top_bottom", "middle", "greater"),
+    Contrast("avoid consecutive layers", "Budhraja et al. claim 3c: pruning layers spread apart beats pruning "
+             "the same number of consecutive layers", "spread", "consecutive", "greater"),
+    Contrast("important-by-location vs random", "Budhraja et al. claim 2 (for BERT): pruning the layers earlier "
+             "studies call important (the middle) is no worse than random", "middle", "random", "not_worse"),
+    Contrast("most important vs random", "Weak link between importance and prunability: pruning the MOST important "
+             "heads (gradient importance) is no worse than random", "most_important", "random", "not_worse"),
+    Contrast("least important vs random", "Michel et al.: pruning the LEAST important heads first beats random",
+             "least_important", "random", "greater"),
+)
+
+
+def paired_by_strategy(table: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
+    """Rows (task, regime, budget, seed, diff = score_a - score_b) where both strategies ran with the same task,
+    regime, budget and seed."""
+    t = table[table["strategy"].isin([a, b])]
+    p = t.pivot_table(index=["task", "regime", "budget", "seed"], columns="strategy", values="score")
+    if a not in p or b not in p:
+        return pd.DataFrame(columns=PAIR_COLUMNS)
+    p = p.dropna(subset=[a, b])
+    return (p[a] - p[b]).rename("diff").reset_index()
+
+
+def contrast_table(contrast_list: Iterable[Contrast], pair: Callable[[str, str], pd.DataFrame],
+                   confidence: float = 0.95, n_boot: int = 2000, seed: int = 0,
+                   pool_per_budget: bool = False) -> pd.DataFrame:
+    """The statistics of paired contrasts. ``pair(a, b)`` gives rows (task, regime, budget, seed, diff); each
+    contrast is summarised per task x regime x budget, pooled over tasks per regime x budget when
+    ``pool_per_budget`` (``task="all"``), and pooled over everything per regime (``task="all", budget="all"``).
+    Columns: contrast, a, b, expect, task, regime, budget, n_pairs, mean_diff, boot_ci_low, boot_ci_high
+    (percentile bootstrap), t_test_p (paired t-test), sign_flip_p (sign-flip permutation test). Contrasts whose
+    strategies did not both run are left out."""
+    rows = []
+    for c in contrast_list:
+        d = pair(c.a, c.b)
+        if d.empty:
+            continue
+        groups = [((t, r, b), g) for (t, r, b), g in d.groupby(["task", "regime", "budget"])]
+        if pool_per_budget:
+            groups += [(("all", r, b), g) for (r, b), g in d.groupby(["regime", "budget"])]
+        groups += [(("all", r, "all"), g) for r, g in d.groupby("regime")]
+        for (task, regime, budget), g in groups:
+            x = g["diff"].to_numpy(dtype=float)
+            lo, hi = stats.bootstrap_ci(x, confidence, n_boot, seed) if len(x) > 1 else (np.nan, np.nan)
+            t_p = float(sps.ttest_1samp(x, 0.0).pvalue) if len(x) > 1 and np.std(x) > 1e-12 else np.nan
+            rows.append({"contrast": c.name, "a": c.a, "b": c.b, "expect": c.expect, "task": task, "regime": regime,
+                         "budget": budget, "n_pairs": len(x), "mean_diff": float(x.mean()), "boot_ci_low": lo,
+                         "boot_ci_high": hi, "t_test_p": t_p, "sign_flip_p": stats.sign_flip_test(x, seed=seed)})
+    return pd.DataFrame(rows)
+
+
+def contrast_verdict(expect: str, r, margin: float, alpha: float) -> str:
+    """The verdict on one row ``r`` of :func:`contrast_table` (attributes mean_diff, boot_ci_low, boot_ci_high,
+    sign_flip_p) for a claim expecting ``expect``: "greater" needs a significant positive difference (sign-flip
+    p < ``alpha``); "equal" needs the CI within +-``margin``; "not_worse" needs the CI above -``margin``."""
+    significant = r.sign_flip_p < alpha
+    if expect == "greater":
+        if r.mean_diff > 0 and significant:
+            return "supported"
+        if r.mean_diff < 0 and significant:
+            return "contradicted (the opposite is significant)"
+        return "not supported (no significant difference)"
+    if expect == "equal":
+        if r.boot_ci_low >= -margin and r.boot_ci_high <= margin:
+            return f"supported (CI within +-{margin:g})"
+        if significant:
+            return "contradicted (a significant difference)"
+        return f"inconclusive (no significant difference, CI wider than +-{margin:g})"
+    # not_worse
+    if r.boot_ci_low >= -margin:
+        return f"supported (CI above -{margin:g})"
+    if r.mean_diff < 0 and significant:
+        return "contradicted (significantly worse)"
+    return f"inconclusive (CI reaches below -{margin:g})"

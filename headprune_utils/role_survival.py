@@ -1,0 +1,239 @@
+"""Specialized heads and how long they survive L0 pruning: pure functions over tidy tables of head measurements
+and L0 masks (Voita et al. 2019). Studies 6 (GLUE encoders) and 7 (the encoder of a translation model) use them.
+
+Roles (thresholds are arguments; the cells hold the raw measurements, ``specialized`` and ``translation_heads``):
+
+- positional: ``max(prev, next) >= positional_threshold`` (share of tokens whose max attention is on the
+  previous / next token);
+- syntactic: for at least one relation and direction, ``accuracy >= baseline + syntactic_margin`` (best
+  fixed-offset baseline over the same instances; relations with no instance never count);
+- rare-word: ``share >= rare_ratio * chance`` and one-sided binomial ``p < rare_alpha``;
+- specialized: any of the three.
+
+Survival: per model (``task``, ``seed``) the L0 masks ordered by ``lam`` ascending; a head's survival level is the
+1-based index of the LARGEST lambda at which it is still kept (0: kept at none) -- ``survival.survival_levels``.
+
+Input layouts. Measurements: rows with ``kind`` ("roles": the pre-trained model, ``source = "pretrained"``, seed
+-1; "scores": a fine-tuned model, ``source = task``), ``task``, ``seed`` and ``roles`` (the dict of
+``[n_layers][n_heads]`` lists ``prev``, ``next``, ``rare_share``, ``rare_p``, scalars ``rare_chance``, ``rare_n``, and
+the ``syntactic`` rows). L0 cells: rows with ``kind = "l0"``, ``task``, ``seed``, ``lam``, ``mask``
+(``masks.mask_to_string``), ``log_alpha`` (``[n_layers][n_heads]``), ``n_kept``, ``n_heads_total``.
+"""
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy import stats as sps
+
+from . import survival
+from .masks import mask_from_string
+
+__all__ = [
+    "ROLE_NAMES", "VOITA_FRACTION", "role_table", "role_mask", "role_counts", "role_stability", "majority_role",
+    "role_map_data", "survival_heads", "survival_with_roles", "survival_tests", "survival_map_data",
+    "roles_at_budget",
+]
+
+ROLE_NAMES: tuple[str, ...] = ("positional", "syntactic", "rare-word")
+VOITA_FRACTION = 17 / 48  # Voita et al.: "with 17 (of 48 encoder) heads kept, every head function is present"
+
+
+def _arr(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def _l0_cells(table: pd.DataFrame) -> pd.DataFrame:
+    return table[table["kind"] == "l0"] if "kind" in table else table.iloc[0:0]
+
+
+# ---------------------------------------------------------------------------------------------- roles
+def role_table(table: pd.DataFrame, positional_threshold: float = 0.9, syntactic_margin: float = 0.10,
+               rare_ratio: float = 4.0, rare_alpha: float = 0.01) -> pd.DataFrame:
+    """One row per (source, seed, layer, head): the raw measurements and the roles they give.
+
+    ``source`` is ``"pretrained"`` (seed -1) or the task of a fine-tuned model. Columns: prev, next, positional,
+    positional_dir; syn_gain (best accuracy - baseline over relations and directions with instances),
+    syn_relations (relations it qualifies for, comma-separated), syntactic; rare_share, rare_chance, rare_p,
+    rare; n_roles, specialized, role (the single role, "several", or "other").
+    """
+    rows = []
+    for r in table[table["kind"].isin(["roles", "scores"])].itertuples():
+        roles = r.roles
+        source = "pretrained" if r.kind == "roles" else r.task
+        seed = -1 if r.kind == "roles" else int(r.seed)
+        prev, nxt = _arr(roles["prev"]), _arr(roles["next"])
+        share, p = _arr(roles["rare_share"]), _arr(roles["rare_p"])
+        syn = pd.DataFrame(roles["syntactic"])
+        syn = syn[syn["n"] > 0]
+        syn = syn.assign(gain=syn["accuracy"] - syn["baseline"])
+        best = syn.groupby(["layer", "head"])["gain"].max()
+        ok = syn[syn["gain"] >= syntactic_margin - 1e-12]
+        rels = ok.groupby(["layer", "head"])["relation"].agg(lambda x: ",".join(sorted(set(x))))
+        n_layers, n_heads = prev.shape
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                pos = bool(max(prev[layer, head], nxt[layer, head]) >= positional_threshold)
+                syn_rel = rels.get((layer, head), "")
+                rare = bool(share[layer, head] >= rare_ratio * roles["rare_chance"] and p[layer, head] < rare_alpha)
+                flags = {"positional": pos, "syntactic": bool(syn_rel), "rare-word": rare}
+                n = sum(flags.values())
+                role = "other" if n == 0 else ("several" if n > 1 else next(k for k, v in flags.items() if v))
+                rows.append({"source": source, "task": source, "seed": seed, "layer": layer, "head": head,
+                             "prev": prev[layer, head], "next": nxt[layer, head], "positional": pos,
+                             "positional_dir": ("prev" if prev[layer, head] >= nxt[layer, head] else "next") if pos else "",
+                             "syn_gain": float(best.get((layer, head), np.nan)), "syn_relations": syn_rel,
+                             "syntactic": flags["syntactic"], "rare_share": share[layer, head],
+                             "rare_chance": roles["rare_chance"], "rare_p": p[layer, head], "rare": rare,
+                             "n_roles": n, "specialized": n > 0, "role": role})
+    return pd.DataFrame(rows)
+
+
+def role_mask(roles: pd.DataFrame, role: str) -> pd.Series:
+    """Which rows of :func:`role_table` have ``role`` (one of ``ROLE_NAMES``, or "specialized")."""
+    return roles["specialized"] if role == "specialized" else roles["rare" if role == "rare-word" else role]
+
+
+def role_counts(roles: pd.DataFrame, relations: list[str] | None = None) -> pd.DataFrame:
+    """Per model (source, seed): heads per role, per syntactic relation, and the layers of the rare-word heads."""
+    rows = []
+    for (source, seed), g in roles.groupby(["source", "seed"], sort=False):
+        row = {"source": source, "seed": seed, "n_heads": len(g)}
+        for role in (*ROLE_NAMES, "specialized"):
+            row[f"n_{role}"] = int(role_mask(g, role).sum())
+        rel_count: Counter = Counter(x for s in g["syn_relations"] for x in s.split(",") if x)
+        for rel in relations or sorted(rel_count):
+            row[f"n_syntactic_{rel}"] = int(rel_count.get(rel, 0))
+        row["rare_layers"] = ",".join(str(l) for l in sorted(set(g.loc[g["rare"], "layer"])))
+        row["positional_layers"] = ",".join(str(l) for l in sorted(set(g.loc[g["positional"], "layer"])))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def role_stability(roles: pd.DataFrame) -> pd.DataFrame:
+    """Per fine-tuned model and role: Jaccard index of its heads of that role with the pre-trained model's."""
+    pre = roles[roles["source"] == "pretrained"]
+    rows = []
+    for (task, seed), g in roles[roles["source"] != "pretrained"].groupby(["source", "seed"], sort=False):
+        for role in (*ROLE_NAMES, "specialized"):
+            a = set(map(tuple, g.loc[role_mask(g, role), ["layer", "head"]].to_numpy().tolist()))
+            b = set(map(tuple, pre.loc[role_mask(pre, role), ["layer", "head"]].to_numpy().tolist()))
+            rows.append({"task": task, "seed": seed, "role": role, "n_finetuned": len(a), "n_pretrained": len(b),
+                         "jaccard": len(a & b) / len(a | b) if a | b else np.nan})
+    return pd.DataFrame(rows)
+
+
+def majority_role(values: Iterable[str]) -> str:
+    """The most frequent role; ties go to a named role over "other", then to the alphabetically last."""
+    c = Counter(values)
+    return max(c, key=lambda k: (c[k], k != "other", k))
+
+
+def role_map_data(roles: pd.DataFrame) -> pd.DataFrame:
+    """Per panel (the pre-trained model, then each task: the role most of its seeds give) and head: the role."""
+    rows = []
+    for source, g in roles.groupby("source", sort=False):
+        for (layer, head), h in g.groupby(["layer", "head"]):
+            rows.append({"panel": source, "layer": layer, "head": head, "role": majority_role(h["role"]),
+                         "share_specialized": float(h["specialized"].mean()), "n_models": len(h)})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------- survival
+def survival_heads(table: pd.DataFrame) -> pd.DataFrame:
+    """Per (task, seed, layer, head): survival level (1..K, 0 = never kept), lambdas kept at, mean final log_alpha."""
+    rows = []
+    for (task, seed), g in _l0_cells(table).groupby(["task", "seed"]):
+        g = g.sort_values("lam")
+        ms = torch.stack([mask_from_string(m) for m in g["mask"]])
+        lev = survival.survival_levels(ms)
+        la = np.mean([_arr(x) for x in g["log_alpha"]], axis=0)
+        lams = g["lam"].to_numpy(dtype=float)
+        for layer in range(ms.shape[1]):
+            for head in range(ms.shape[2]):
+                k = int(lev[layer, head])
+                rows.append({"task": task, "seed": int(seed), "layer": layer, "head": head, "survival": k, "n_lambdas": len(g),
+                             "last_lambda_kept": float(lams[k - 1]) if k else np.nan,
+                             "n_lambdas_kept": int(ms[:, layer, head].sum()), "mean_log_alpha": float(la[layer, head])})
+    return pd.DataFrame(rows)
+
+
+def survival_with_roles(surv: pd.DataFrame, roles: pd.DataFrame) -> pd.DataFrame:
+    """:func:`survival_heads` rows joined with the roles of the same fine-tuned model."""
+    ft = roles[roles["source"] != "pretrained"][["task", "seed", "layer", "head", "positional", "syntactic", "rare",
+                                                  "specialized", "role"]]
+    return surv.merge(ft, on=["task", "seed", "layer", "head"], how="inner")
+
+
+def survival_tests(surv: pd.DataFrame, roles: pd.DataFrame, n_perm: int = 10000, seed: int = 0,
+                   alpha: float = 0.05) -> pd.DataFrame:
+    """Do the heads of a role survive longer than the other heads (of the same model)?
+
+    Per role group (specialized, positional, syntactic, rare-word) against all other heads: the mean over models
+    (task, seed) of the AUC of the survival level, with stratified permutation p-values (labels permuted within
+    each model; ``survival.stratified_auc_test``) one-sided both ways; the same for the mean final log_alpha
+    (finer: no ties); mean survival of the group and of the rest; per-model one-sided Mann-Whitney U tests
+    (how many models reach ``p < alpha``). Roles are those of each fine-tuned model.
+    """
+    m = survival_with_roles(surv, roles)
+    rows = []
+    for group in ("specialized", *ROLE_NAMES):
+        col = "rare" if group == "rare-word" else group
+        vals, labs, las, n_sig, n_models = [], [], [], 0, 0
+        for _, g in m.groupby(["task", "seed"]):
+            lab = g[col].to_numpy(dtype=bool)
+            vals.append(g["survival"].to_numpy(dtype=float))
+            las.append(g["mean_log_alpha"].to_numpy(dtype=float))
+            labs.append(lab)
+            if lab.any() and (~lab).any():
+                n_models += 1
+                with warnings.catch_warnings():  # all values tied (nothing pruned): p is NaN, not a warning
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    p = sps.mannwhitneyu(vals[-1][lab], vals[-1][~lab], alternative="greater").pvalue
+                n_sig += int(p < alpha)
+        greater = survival.stratified_auc_test(vals, labs, n_perm, seed, "greater")
+        less = survival.stratified_auc_test(vals, labs, n_perm, seed, "less")
+        la = survival.stratified_auc_test(las, labs, n_perm, seed, "greater")
+        sel = m[col].to_numpy(dtype=bool)
+        rows.append({"group": group, "n_models": n_models, "n_group_heads": greater["n_group"],
+                     "n_other_heads": greater["n_other"], "mean_survival_group": float(m.loc[sel, "survival"].mean()) if sel.any() else np.nan,
+                     "mean_survival_other": float(m.loc[~sel, "survival"].mean()), "mean_auc": greater["mean_auc"],
+                     "p_greater": greater["p_value"], "p_less": less["p_value"], "mean_auc_log_alpha": la["mean_auc"],
+                     "p_greater_log_alpha": la["p_value"], "n_models_mwu_sig": n_sig})
+    return pd.DataFrame(rows)
+
+
+def survival_map_data(surv: pd.DataFrame, roles: pd.DataFrame) -> pd.DataFrame:
+    """Per (task, layer, head): mean survival level over seeds and the role most seeds give."""
+    m = survival_with_roles(surv, roles)
+    rows = []
+    for (task, layer, head), g in m.groupby(["task", "layer", "head"]):
+        rows.append({"task": task, "layer": layer, "head": head, "mean_survival": float(g["survival"].mean()),
+                     "mean_log_alpha": float(g["mean_log_alpha"].mean()), "role": majority_role(g["role"]),
+                     "n_lambdas": int(g["n_lambdas"].max())})
+    return pd.DataFrame(rows)
+
+
+def roles_at_budget(table: pd.DataFrame, roles: pd.DataFrame, fraction: float = VOITA_FRACTION) -> pd.DataFrame:
+    """Per (task, seed): the L0 mask whose heads kept are closest to ``fraction`` of all heads, and for each role
+    of that model whether at least one of its heads is kept there."""
+    rows = []
+    ft = roles[roles["source"] != "pretrained"]
+    for (task, seed), g in _l0_cells(table).groupby(["task", "seed"]):
+        total = int(g["n_heads_total"].iloc[0])
+        target = fraction * total
+        r = g.iloc[int(np.argmin(np.abs(g["n_kept"].to_numpy(dtype=float) - target)))]
+        kept = mask_from_string(r["mask"]).numpy() > 0
+        rr = ft[(ft["task"] == task) & (ft["seed"] == seed)]
+        row = {"task": task, "seed": int(seed), "lam": float(r["lam"]), "n_kept": int(r["n_kept"]), "target": target}
+        for role in ROLE_NAMES:
+            h = rr[role_mask(rr, role)]
+            k = int(kept[h["layer"].to_numpy(), h["head"].to_numpy()].sum()) if len(h) else 0
+            row[f"n_{role}"], row[f"kept_{role}"] = len(h), k
+            row[f"present_{role}"] = (k > 0) if len(h) else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,134 @@
+"""The one scheduler and the in-process executor, on a tiny study without a model."""
+from __future__ import annotations
+
+import pytest
+
+from headprune_utils.execution import CellsFailed, PlanError, batches_of, check_plan, run_study
+from headprune_utils.paths import StudyPaths
+from headprune_utils.results import StaleResultsError
+from headprune_utils.studies.base import Cell
+
+from fake_studies import FakeConfig, FakeStudy
+
+
+def paths(tmp_path, profile="t"):
+    return StudyPaths("fake", profile, root=tmp_path)
+
+
+def values(table):
+    return dict(zip(table["name"], table["value"]))
+
+
+def test_plan_errors_name_the_cell():
+    a, b = Cell({"x": 1}), Cell({"x": 2}, requires=("x=9",))
+    with pytest.raises(PlanError, match="x=1 is planned twice"):
+        check_plan([a, Cell({"x": 1})])
+    with pytest.raises(PlanError, match="x=2 requires x=9, which is not in the plan"):
+        check_plan([a, b])
+    c1, c2 = Cell({"x": 1}, requires=("x=2",)), Cell({"x": 2}, requires=("x=1",))
+    with pytest.raises(PlanError, match="cycle"):
+        check_plan([c1, c2])
+
+
+def test_batches_keep_plan_order_and_gather_groups():
+    cells = [Cell({"i": i}, group="g" if i in (1, 3) else None) for i in range(5)]
+    assert [[c["i"] for c in b] for b in batches_of(cells)] == [[0], [1, 3], [2], [4]]
+
+
+def test_requirements_first_inputs_passed_groups_batched(tmp_path, monkeypatch):
+    study = FakeStudy()
+    seen = []
+    real = FakeStudy.run
+
+    def spy(self, ctx, cells, inputs):
+        seen.append(([c["name"] for c in cells], sorted(inputs)))
+        yield from real(self, ctx, cells, inputs)
+
+    monkeypatch.setattr(FakeStudy, "run", spy)
+    table = run_study(study, FakeConfig(), "t", paths(tmp_path))
+    assert values(table) == {"a0": 1.0, "a1": 4.0, "a2": 9.0, "a3": 16.0, "b": 13.0}
+    # a0 and a2 (group "even") in one batch at a0's place; b last, with a1's and a2's stored results
+    assert seen == [(["a0", "a2"], []), (["a1"], []), (["a3"], []), (["b"], ["name=a1", "name=a2"])]
+
+
+def test_resume_reuses_cells_and_refuses_other_parameters(tmp_path, monkeypatch):
+    study = FakeStudy()
+    run_study(study, FakeConfig(), "t", paths(tmp_path))
+    monkeypatch.setattr(FakeStudy, "run", lambda *a: pytest.fail("nothing should be recomputed"))
+    assert len(run_study(study, FakeConfig(), "t", paths(tmp_path))) == 5
+    with pytest.raises(StaleResultsError, match="other parameters"):
+        run_study(study, FakeConfig(scale=2.0), "t", paths(tmp_path))
+
+
+def test_a_failure_is_named_dependants_skipped_the_rest_stored(tmp_path):
+    study = FakeStudy()
+    with pytest.raises(CellsFailed) as info:
+        run_study(study, FakeConfig(fail=["a1"]), "t", paths(tmp_path))
+    err = info.value
+    assert list(err.failed) == ["name=a1"] and err.skipped == {"name=b": "name=a1"}
+    assert "broken on purpose" in str(err) and "not run: name=b (requires name=a1" in str(err)
+    stored = sorted(p.stem for p in paths(tmp_path).cells.glob("*.json"))
+    assert stored == ["name=a0", "name=a2", "name=a3"]
+    # the rerun computes only what is missing
+    table = run_study(study, FakeConfig(), "t", paths(tmp_path))
+    assert values(table)["b"] == 13.0
+
+
+def test_a_failure_inside_a_group_keeps_the_cells_before_it(tmp_path):
+    with pytest.raises(CellsFailed) as info:
+        run_study(FakeStudy(), FakeConfig(fail=["a2"]), "t", paths(tmp_path))
+    assert set(info.value.failed) == {"name=a2"} and set(info.value.skipped) == {"name=b"}
+    assert (paths(tmp_path).cells / "name=a0.json").exists(), "a0 ran in the same batch before a2 failed"
+
+
+def test_metadata_records_the_executor_and_run_params(tmp_path):
+    import json
+
+    run_study(FakeStudy(), FakeConfig(), "t", paths(tmp_path))
+    meta = json.loads(paths(tmp_path).meta.read_text())
+    assert meta["executor"] == "local" and meta["study"] == "fake"
+    assert meta["durations_seconds"]["cells_computed_now"] == 5
+
+
+def test_stale_results_name_the_changed_parameter(tmp_path):
+    run_study(FakeStudy(), FakeConfig(), "t", paths(tmp_path))
+    with pytest.raises(StaleResultsError, match=r"scale: 1\.0 -> 2\.0"):
+        run_study(FakeStudy(), FakeConfig(scale=2.0), "t", paths(tmp_path))
+
+
+def test_store_refuses_to_overwrite_a_record_of_other_parameters(tmp_path):
+    from headprune_utils.results import ResultStore
+
+    ResultStore(tmp_path, "aaaa").put({"x": 1}, {"v": 1})
+    other = ResultStore(tmp_path, "bbbb")
+    with pytest.raises(StaleResultsError, match="Nothing was overwritten"):
+        other.put({"x": 1}, {"v": 2})
+    with pytest.raises(StaleResultsError):
+        other.get({"x": 1})
+    assert ResultStore(tmp_path, "aaaa").get({"x": 1})["result"] == {"v": 1}
+    assert other.records() == [], "a table is built from records of its own fingerprint only"
+
+
+@pytest.mark.parametrize("content", ["", '{"cell": {"name": "a1"}, "fingerpr', "{}", "[1, 2]", "\xff\xfe"])
+def test_a_corrupt_cell_is_quarantined_named_and_recomputed(tmp_path, content):
+    from headprune_utils.results import CorruptCellWarning
+
+    run_study(FakeStudy(), FakeConfig(), "t", paths(tmp_path))
+    bad = paths(tmp_path).cells / "name=a1.json"
+    bad.write_bytes(content.encode("latin-1"))
+    with pytest.warns(CorruptCellWarning, match="name=a1.json"):
+        table = run_study(FakeStudy(), FakeConfig(), "t", paths(tmp_path))
+    assert values(table)["a1"] == 4.0
+    assert [p.name.split(".json")[0] for p in (paths(tmp_path).dir / "quarantine").iterdir()] == ["name=a1"]
+
+
+def test_a_second_runner_of_the_same_study_stops_naming_the_holder(tmp_path):
+    import os
+
+    from headprune_utils.results import ResultStore, StudyBusyError
+
+    store = ResultStore(paths(tmp_path).cells, "x")
+    with store.lock(owner="the first runner"):
+        with pytest.raises(StudyBusyError, match=rf"pid {os.getpid()} .*the first runner"):
+            run_study(FakeStudy(), FakeConfig(), "t", paths(tmp_path))
+    run_study(FakeStudy(), FakeConfig(), "t", paths(tmp_path))  # free again

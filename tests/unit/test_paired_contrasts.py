@@ -1,0 +1,78 @@
+"""Paired contrasts and their verdicts on hand-made tables."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headprune_utils.paired_contrasts import (LOCATION_CONTRASTS, Contrast, contrast_table, contrast_verdict,
+                                              paired_by_strategy)
+
+
+def table(offsets: dict[str, list[float]]) -> pd.DataFrame:
+    """2 tasks x 2 budgets x len(offsets) seeds; score = 0.8 + offset of the seed."""
+    rows = []
+    for task in ("A", "B"):
+        for budget in (0.25, 0.5):
+            for strategy, offs in offsets.items():
+                for seed, o in enumerate(offs):
+                    rows.append({"task": task, "regime": "finetune_then_mask", "strategy": strategy, "budget": budget,
+                                 "seed": seed, "score": 0.8 + o})
+    return pd.DataFrame(rows)
+
+
+def test_paired_by_strategy_pairs_same_setting_and_seed():
+    t = table({"a": [0.1, 0.2, 0.3], "b": [0.0, 0.0, 0.1]})
+    d = paired_by_strategy(t, "a", "b")
+    assert list(d.columns) == ["task", "regime", "budget", "seed", "diff"] and len(d) == 12
+    np.testing.assert_allclose(d.sort_values(["task", "budget", "seed"])["diff"], [0.1, 0.2, 0.2] * 4)
+    # a seed missing for one strategy is dropped, not paired with another seed
+    d = paired_by_strategy(t.drop(t.index[(t["strategy"] == "b") & (t["seed"] == 2)]), "a", "b")
+    assert len(d) == 8 and set(d["seed"]) == {0, 1}
+    assert paired_by_strategy(t, "a", "missing").empty
+
+
+def test_contrast_table_per_setting_and_pooled():
+    t = table({"a": [0.1, 0.12, 0.11], "b": [0.0, 0.0, 0.0]})
+    c = Contrast("a vs b", "a beats b", "a", "b", "greater")
+    out = contrast_table([c, Contrast("x", "not run", "a", "zz", "equal")], lambda a, b: paired_by_strategy(t, a, b))
+    assert set(out["contrast"]) == {"a vs b"}, "a contrast whose strategies did not run is left out"
+    per = out[out["task"] != "all"]
+    assert len(per) == 4 and (per["n_pairs"] == 3).all()
+    pooled = out[out["task"] == "all"]
+    assert len(pooled) == 1 and pooled["budget"].iloc[0] == "all" and pooled["n_pairs"].iloc[0] == 12
+    assert pooled["mean_diff"].iloc[0] == pytest.approx(0.11) and pooled["sign_flip_p"].iloc[0] < 0.01
+    assert pooled["boot_ci_low"].iloc[0] <= 0.11 <= pooled["boot_ci_high"].iloc[0]
+    by_budget = contrast_table([c], lambda a, b: paired_by_strategy(t, a, b), pool_per_budget=True)
+    pooled = by_budget[by_budget["task"] == "all"]
+    assert sorted(map(str, pooled["budget"])) == ["0.25", "0.5", "all"]
+    assert (pooled[pooled["budget"] != "all"]["n_pairs"] == 6).all()
+
+
+def row(mean, lo, hi, p):
+    return SimpleNamespace(mean_diff=mean, boot_ci_low=lo, boot_ci_high=hi, sign_flip_p=p)
+
+
+@pytest.mark.parametrize("expect, r, verdict", [
+    ("greater", row(0.1, 0.05, 0.15, 0.001), "supported"),
+    ("greater", row(-0.1, -0.15, -0.05, 0.001), "contradicted (the opposite is significant)"),
+    ("greater", row(0.1, -0.05, 0.2, 0.3), "not supported (no significant difference)"),
+    ("equal", row(0.001, -0.01, 0.01, 0.8), "supported (CI within +-0.02)"),
+    ("equal", row(0.1, 0.05, 0.15, 0.001), "contradicted (a significant difference)"),
+    ("equal", row(0.0, -0.05, 0.05, 0.9), "inconclusive (no significant difference, CI wider than +-0.02)"),
+    ("not_worse", row(0.0, -0.01, 0.2, 0.9), "supported (CI above -0.02)"),
+    ("not_worse", row(-0.1, -0.15, -0.05, 0.001), "contradicted (significantly worse)"),
+    ("not_worse", row(-0.01, -0.05, 0.03, 0.4), "inconclusive (CI reaches below -0.02)"),
+])
+def test_contrast_verdict_rules(expect, r, verdict):
+    assert contrast_verdict(expect, r, margin=0.02, alpha=0.05) == verdict
+
+
+def test_location_contrasts_name_known_strategies():
+    from headprune_utils.strategy_sweep import ALL_STRATEGIES
+
+    assert len({c.name for c in LOCATION_CONTRASTS}) == len(LOCATION_CONTRASTS)
+    assert all(c.a in ALL_STRATEGIES and c.b in ALL_STRATEGIES for c in LOCATION_CONTRASTS)
+    assert {c.expect for c in LOCATION_CONTRASTS} <= {"equal", "greater", "not_worse"}
