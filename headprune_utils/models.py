@@ -102,6 +102,11 @@ class planning:
         return False
 
 
+def is_planning() -> bool:
+    """Whether the code runs inside ``with models.planning():`` (``run --plan``): data and weights are not needed."""
+    return _PLANNING
+
+
 def load_config(name: str):
     """The model's config only (cheap): used to validate budgets before any heavy work."""
     from transformers import AutoConfig

@@ -17,7 +17,7 @@ REGIME_LABELS = {
 def score_vs_fraction(summary: pd.DataFrame, raw: pd.DataFrame | None = None) -> plt.Figure:
     """One panel per task: mean score vs share of heads pruned, a line per regime, CI band over seeds.
 
-    summary: columns task, regime, fraction, mean, ci_low, ci_high, metric (``random_pruning.summarise``).
+    summary: columns task, regime, fraction, mean, ci_low, ci_high, metric (``pruning_curves.summarise``).
     raw: optional per-seed rows (task, regime, fraction, score) drawn as points.
     """
     tasks = list(dict.fromkeys(summary["task"]))
@@ -58,7 +58,7 @@ def score_by_strategy(summary: pd.DataFrame, strategies: list[str]) -> plt.Figur
     per strategy; the full model (budget 0) as a dotted line.
 
     summary: columns task, regime, strategy, budget, mean, ci_low, ci_high, metric, chance
-    (``layer_strategies.summarise``).
+    (``strategy_sweep.summarise``).
     """
     tasks = list(dict.fromkeys(summary["task"]))
     regimes = [r for r in REGIME_LABELS if r in set(summary["regime"])]
@@ -95,7 +95,7 @@ def score_by_strategy(summary: pd.DataFrame, strategies: list[str]) -> plt.Figur
 def mask_grid(rows: pd.DataFrame) -> plt.Figure:
     """Layer x head picture of each strategy's mask (a row per strategy, a column per budget); dark = pruned.
 
-    rows: columns strategy, budget, layer, head, kept (``layer_strategies.example_masks``).
+    rows: columns strategy, budget, layer, head, kept (``strategy_sweep.example_masks``).
     """
     strategies = list(dict.fromkeys(rows["strategy"]))
     budgets = sorted(rows["budget"].unique())

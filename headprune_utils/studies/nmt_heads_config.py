@@ -16,6 +16,7 @@ from ..config import ParameterError
 from ..data import DataUnavailableError, offline_var, resolve_data_dir
 from ..translation import NMTTrainConfig
 from ..translation_data import CORPORA, local_available
+from ..models import is_planning
 from ..translation_model import NMTModelConfig
 from ..glue_workbench import check_device
 
@@ -217,7 +218,7 @@ class NMTHeadsConfig:
             raise ParameterError(f"data_dir: {exc}") from None
         spec = CORPORA[self.corpus]
         missing = [s for s in ("train", "dev", "test") if not local_available(self.corpus, s, self.data_dir)]
-        if missing:
+        if missing and not is_planning():  # planning (run --plan) sizes the job without the data
             offline = offline_var()
             if spec.hub is None or not self.allow_hub or offline:
                 why = ("no hub copy" if spec.hub is None else "allow_hub is false" if not self.allow_hub
