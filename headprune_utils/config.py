@@ -83,8 +83,16 @@ def _check(value: Any, tp) -> Any:
     raise TypeError
 
 
-def validate(cls, params: dict[str, Any], where: str = "parameters"):
-    """An instance of the dataclass ``cls`` from ``params`` (missing keys take the defaults)."""
+def validate(cls, params: dict[str, Any], where: str = "parameters", lines: dict[str, int] | None = None):
+    """An instance of the dataclass ``cls`` from ``params`` (missing keys take the defaults).
+
+    ``where`` starts every message (e.g. the profile file and the study); ``lines`` maps a parameter to its line
+    in that file, added to the message of the parameter at fault."""
+    lines = lines or {}
+
+    def at(name: str) -> str:
+        return f"{where} (line {lines[name]})" if name in lines else where
+
     if not isinstance(params, dict):
         raise ParameterError(f"{where}: expected a mapping of parameter names to values, got {type(params).__name__}")
     hints = typing.get_type_hints(cls)
@@ -95,26 +103,27 @@ def validate(cls, params: dict[str, Any], where: str = "parameters"):
         for k in unknown:
             close = difflib.get_close_matches(k, sorted(fields), n=1)
             hints_txt.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise ParameterError(f"{where}: unknown parameter(s) {', '.join(hints_txt)}; known: {', '.join(sorted(fields))}")
+        raise ParameterError(f"{at(unknown[0])}: unknown parameter(s) {', '.join(hints_txt)}; known: {', '.join(sorted(fields))}")
     values = {}
     for name, value in params.items():
         try:
             values[name] = _check(value, hints[name])
         except TypeError:
             raise ParameterError(
-                f"{where}: parameter {name!r} must be {_type_name(hints[name])}, got {value!r} "
+                f"{at(name)}: parameter {name!r} must be {_type_name(hints[name])}, got {value!r} "
                 f"({type(value).__name__}){_yaml_hint(value, hints[name])}"
             ) from None
         bad = _non_finite(values[name])
         if bad is not None:
-            raise ParameterError(f"{where}: parameter {name!r} must be finite, got {bad!r}")
+            raise ParameterError(f"{at(name)}: parameter {name!r} must be finite, got {bad!r}")
     obj = cls(**values)
     check = getattr(obj, "check", None)
     if callable(check):
         try:
             check()  # cross-field and model-dependent checks, e.g. budgets
         except ParameterError as exc:
-            raise ParameterError(f"{where}: {exc}") from None
+            first = str(exc).split()[0].rstrip(":") if str(exc).split() else ""
+            raise ParameterError(f"{at(first)}: {exc}") from None
     return obj
 
 
@@ -133,14 +142,16 @@ def _non_finite(value: Any):
 
 
 def _yaml_hint(value: Any, tp) -> str:
-    """Why a number may have arrived as a string: YAML 1.1 reads ``1e-4`` (no dot) as text."""
+    """Why a number may have arrived as a string: YAML 1.1 reads ``1e-4`` (no dot in the mantissa) as text."""
     if isinstance(value, str) and "float" in _type_name(tp):
         try:
             float(value)
         except ValueError:
             return ""
-        return (f"; YAML reads a number like {value} without a dot in its mantissa as a string: write "
-                f"{float(value):.1e}".replace("e-0", "e-").replace("e+0", "e+") + " (with a dot, e.g. 1.0e-4)")
+        mantissa, _, exponent = value.lower().partition("e")
+        if exponent and "." not in mantissa:
+            return f"; YAML reads {value} as text (a number in exponent form needs a dot): write {mantissa}.0e{exponent}"
+        return "; a number in quotes is text: write it without quotes"
     return ""
 
 
@@ -154,10 +165,30 @@ def load_profile(profile: str) -> dict[str, dict[str, Any]]:
     if not path.exists():
         known = sorted(p.stem for p in params_dir().glob("*.yaml"))
         raise ParameterError(f"unknown profile {profile!r}: {path.name} not found in params/ (known: {', '.join(known)})")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ParameterError(f"params/{path.name}{at}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) or v is None for v in data.values()):
         raise ParameterError(f"{path.name}: expected 'study_name: {{parameter: value, ...}}' sections")
     return {k: (v or {}) for k, v in data.items()}
+
+
+def profile_lines(profile: str) -> dict[tuple[str, str], int]:
+    """``{(study, parameter): line number}`` of every parameter in ``params/<profile>.yaml`` (for messages)."""
+    try:
+        root = yaml.compose(profile_path(profile).read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    out = {}
+    if isinstance(root, yaml.MappingNode):
+        for study_key, section in root.value:
+            if isinstance(section, yaml.MappingNode):
+                for key, _ in section.value:
+                    out[(str(study_key.value), str(key.value))] = key.start_mark.line + 1
+    return out
 
 
 def study_overrides(profile: str, study: str) -> dict[str, Any]:

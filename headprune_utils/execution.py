@@ -393,6 +393,7 @@ def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = 
     device = models.resolve_device(cfg.device)
     store = ResultStore(paths.cells, study.fingerprint(cfg, device))
     with store.lock(owner=f"study {study.name}, profile {profile}"):
+        store.remove_temporary()  # a killed run's unfinished writes (never under a cell's name)
         try:
             store.check_compatible()
         except StaleResultsError as exc:
@@ -408,13 +409,19 @@ def changed_parameters(paths: StudyPaths, cfg, study: Study) -> str:
     from .results import portable
 
     try:  # the last COMPLETE run's record (not a staging folder's)
-        before = json.loads((paths.dir / "run_meta.json").read_text())["params"]
-    except (OSError, ValueError, KeyError, TypeError):
+        meta = json.loads((paths.dir / "run_meta.json").read_text())
+        before = {**meta["params"], **{f"data {k}": v for k, v in meta.get("data_fingerprints", {}).items()}}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return ""
-    now = portable({**as_dict(cfg), **study.run_params(cfg)})
-    diff = [f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in sorted(set(before) | set(now))
+    now = portable({**as_dict(cfg), **study.run_params(cfg),
+                    **{f"data {k}": v for k, v in study.data_fingerprints(cfg).items()}})
+    show = lambda v: "(not recorded)" if v is None else repr(v)  # noqa: E731
+    diff = [f"{k}: {show(before.get(k))} -> {show(now.get(k))}" for k in sorted(set(before) | set(now))
             if before.get(k) != now.get(k) and k not in ("progress",)]
-    return (" Parameters that differ from the stored run (run_meta.json): " + "; ".join(diff) + ".") if diff else ""
+    if not diff:
+        return (" No parameter or data file differs from the stored run (run_meta.json): the code that computes "
+                "the cells changed (a results or training version).")
+    return " Parameters that differ from the stored run (run_meta.json): " + "; ".join(diff) + "."
 
 
 def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, store: ResultStore, executor, address,
@@ -463,6 +470,7 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
     params = {**as_dict(cfg), **study.run_params(cfg)}
     meta = run_metadata(study.name, profile, params, list(getattr(cfg, "seeds", [])), device, durations, store.fingerprint)
     meta["executor"] = ex.name
+    meta["data_fingerprints"] = study.data_fingerprints(cfg)
     atomic_write_json(paths.meta, meta)
     if failed or skipped:
         raise CellsFailed(study.name, failed, skipped)

@@ -170,26 +170,37 @@ def result_params(cfg: GlueStudyConfig, device: torch.device, version: int, drop
     """What a cell's result depends on besides the cell itself (fingerprinted).
 
     The parameters minus the cell axes (``drop``) and display options; plus the device type (CPU and CUDA
-    draw different dropout streams), where the data comes from (a local root or the hub may differ), and
-    the code's versions (``version``: the study's; TRAINING_VERSION: fine-tuning's).
+    draw different dropout streams), what the data are (the content hash of every task split the run reads, or
+    "hub"), and the code's versions (``version``: the study's; TRAINING_VERSION: fine-tuning's). A data file
+    that changes (a corrupt copy replaced by a good one) therefore never reuses the cells made from the other.
     """
     d = as_dict(cfg)
     for k in (*GlueStudyConfig._NOT_RESULTS, *drop):
         d.pop(k, None)
     d["device_type"] = torch.device(device).type
     d["data_source"] = "local" if data.resolve_data_dir(cfg.data_dir) is not None else "hub"
+    d["data"] = data_fingerprints(cfg)
     d["results_version"] = version
     d["training_version"] = TRAINING_VERSION
     return d
 
 
-def training_fingerprint(cfg: GlueStudyConfig, device: torch.device) -> str:
-    """What a fine-tuned UNPRUNED model depends on: the key of the checkpoint cache shared by all studies."""
+def data_fingerprints(cfg: GlueStudyConfig, tasks: list[str] | None = None) -> dict[str, str]:
+    """``{"<task>/<split>": content hash (or "hub")}`` of every split of the run's tasks (``tasks``: these only)."""
+    names = resolve_tasks(cfg)[0] if tasks is None else tasks
+    return {f"{t}/{s}": data.split_fingerprint(t, s, cfg.data_dir) for t in names for s in data.SPLITS}
+
+
+def training_fingerprint(cfg: GlueStudyConfig, device: torch.device, task: str | None = None) -> str:
+    """What a fine-tuned UNPRUNED model depends on: the key of the checkpoint cache shared by all studies
+    (with ``task``: that task's training data too)."""
     keys = ("model", "train_size", "subset_seed", "epochs", "batch_size", "lr", "weight_decay", "warmup_ratio",
             "max_grad_norm", "max_length", "freeze_word_embeddings")
     d = {k: getattr(cfg, k) for k in keys}
     d["device_type"] = torch.device(device).type
     d["data_source"] = "local" if data.resolve_data_dir(cfg.data_dir) is not None else "hub"
+    if task is not None:
+        d["train_data"] = data.split_fingerprint(task, "train", cfg.data_dir)
     d["training_version"] = TRAINING_VERSION
     return fingerprint(d)
 
@@ -241,7 +252,7 @@ class Workbench:
         return model
 
     def checkpoint_path(self, task: str, seed: int) -> Path:
-        return paths.finetuned_model(self.cache_dir, task, seed, training_fingerprint(self.cfg, self.device))
+        return paths.finetuned_model(self.cache_dir, task, seed, training_fingerprint(self.cfg, self.device, task))
 
     def finetune_masked(self, task: str, seed: int, mask: torch.Tensor, desc: str):
         """A fresh model, pruned by ``mask`` (physically for "zero", else gated), fine-tuned.
@@ -267,7 +278,8 @@ class Workbench:
 
     def masked_scores_path(self, task: str, seed: int, mask: torch.Tensor) -> Path:
         cfg = self.cfg
-        key = fingerprint({"training": training_fingerprint(cfg, self.device), "task": task, "seed": int(seed),
+        key = fingerprint({"training": training_fingerprint(cfg, self.device, task), "task": task, "seed": int(seed),
+                           "dev_data": data.split_fingerprint(task, "dev", cfg.data_dir),
                            "mask": masks.mask_to_string(mask), "ablation": cfg.ablation, "dev_size": cfg.dev_size,
                            "max_length": cfg.max_length, "eval_every_epoch": cfg.eval_every_epoch,
                            "training_version": TRAINING_VERSION})

@@ -187,6 +187,14 @@ class ResultStore:
             "runner's --fresh does it, keeping a backup)."
         )
 
+    def remove_temporary(self) -> int:
+        """Delete the temporary files of writes that never finished (a killed run's); call it holding :meth:`lock`.
+        Returns how many there were."""
+        stale = list(self.dir.glob(".*.tmp")) if self.dir.exists() else []
+        for p in stale:
+            p.unlink(missing_ok=True)
+        return len(stale)
+
     def check_compatible(self) -> None:
         """Refuse to resume over cells made with other parameters (corrupt files are quarantined first)."""
         if not self.dir.exists():

@@ -87,10 +87,14 @@ def validate_profile(profile: str, only: list[str] | None = None) -> dict[str, d
     for name in selected:
         if name not in STUDIES:
             raise ParameterError(f"--only {name!r}: unknown study; known: {sorted(STUDIES)}")
+    from .config import profile_lines
+
+    lines = profile_lines(profile)
     out = {}
     for name in selected:
         overrides = sections.get(name, {})
-        validate(STUDIES[name].Config, overrides, where=f"params/{profile}.yaml [{name}]")
+        validate(STUDIES[name].Config, overrides, where=f"params/{profile}.yaml [{name}]",
+                 lines={k: ln for (s, k), ln in lines.items() if s == name})
         out[name] = overrides
     return out
 
@@ -304,6 +308,50 @@ def run_side_by_side(plan: dict[str, dict], profile: str, jobs: int) -> bool:
     return not failed
 
 
+def _writable(path: Path) -> bool:
+    """Whether ``path`` (or, where it does not exist yet, its nearest existing parent) can be written to."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return os.access(p, os.W_OK | os.X_OK)
+
+
+def preflight(plan: dict[str, dict], profile: str, read_data: bool = False, stale: bool = True) -> list[str]:
+    """Problems found without heavy work: outputs that cannot be written, stored cells of other parameters
+    (naming the parameters that changed), and with ``read_data`` task data that is missing or unreadable."""
+    from . import data, models
+    from .config import validate
+    from .execution import changed_parameters
+    from .results import ResultStore, StaleResultsError
+
+    problems = []
+    for name, overrides in plan.items():
+        study = STUDIES[name]
+        cfg = validate(study.Config, overrides, where=f"params/{profile}.yaml [{name}]")
+        paths = StudyPaths(name, profile, staged=False)
+        if not _writable(paths.dir) or (paths.dir.exists() and not _writable(paths.dir.parent)):
+            problems.append(f"{name}: the outputs folder {_relative(paths.dir)} cannot be written (permissions)")
+            continue
+        device = models.resolve_device(cfg.device)
+        try:
+            if stale and paths.cells.exists():
+                ResultStore(paths.cells, study.fingerprint(cfg, device)).check_compatible()
+        except StaleResultsError as exc:
+            problems.append(f"{name}: {exc}{changed_parameters(paths, cfg, study)}")
+        except data.DataFormatError as exc:
+            problems.append(f"{name}: {exc}")
+        if read_data:
+            for key, digest in study.data_fingerprints(cfg).items():
+                if "/" not in key or digest == "hub":
+                    continue
+                task, split = key.split("/", 1)
+                try:
+                    data.load_task(task, split, cfg.data_dir, allow_hub=False)
+                except (data.DataFormatError, data.DataUnavailableError, OSError) as exc:
+                    problems.append(f"{name}: task data {key}: {exc}")
+    return problems
+
+
 def print_plan(plan: dict[str, dict], profile: str, gpu_tflops: float, cpu_gflops: float, cells: bool = True) -> None:
     """Every selected study's cells (key, group, requirements, estimated cost) and totals; runs nothing."""
     from . import costs, models
@@ -402,8 +450,18 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # every validation failure (parameters, model, data) is a clear, early stop
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    try:
+        problems = preflight(plan, args.profile, read_data=args.check, stale=not args.fresh)
+    except Exception as exc:  # a data file that cannot even be hashed, say
+        problems = [str(exc)]
+    if problems:
+        print("error: " + "\nerror: ".join(problems), file=sys.stderr)
+        if any("other parameters" in p for p in problems):
+            print("(--fresh moves the earlier results aside, keeping them)", file=sys.stderr)
+        return 2
     if args.check:
-        print(f"parameters of profile {args.profile!r} are valid for: {', '.join(plan)}")
+        print(f"parameters of profile {args.profile!r} are valid for: {', '.join(plan)}; outputs writable, "
+              "no stored results of other parameters, task data readable")
         return 0
     if args.executor == "ray":
         try:

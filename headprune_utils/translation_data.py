@@ -153,6 +153,18 @@ def local_available(name: str, split: str, data_dir: str | os.PathLike | None = 
     return bool(files) and all(a.is_file() and b.is_file() for a, b in files)
 
 
+def corpus_fingerprint(name: str, data_dir: str | os.PathLike | None = None) -> str:
+    """One content hash over every local file of every split of ``name`` (``data.file_fingerprint`` each)."""
+    from .data import file_fingerprint
+    from .results import fingerprint
+
+    spec = get_corpus(name)
+    root = resolve_data_dir(data_dir)
+    files = {} if root is None else {f"{split}:{p.name}": file_fingerprint(p) for split in ("train", "dev", "test")
+                                      for pair in _local_files(spec, split, root) for p in pair if p.is_file()}
+    return fingerprint(files)
+
+
 def _load_local(spec: CorpusSpec, split: str, root: Path) -> tuple[list[str], list[str], str]:
     """English side first, the other language second."""
     en: list[str] = []

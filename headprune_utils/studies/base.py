@@ -106,6 +106,13 @@ class Study(ABC):
         """Recorded in ``run_meta.json`` beside the parameters (e.g. the tasks run and the ones unavailable)."""
         return {}
 
+    def data_fingerprints(self, cfg) -> dict:
+        """``{name: content hash}`` of the data files the run reads (recorded in ``run_meta.json``; the same hashes
+        are part of :meth:`fingerprint`). Default: the GLUE task splits of a GLUE study."""
+        from ..glue_workbench import GlueStudyConfig, data_fingerprints
+
+        return data_fingerprints(cfg) if isinstance(cfg, GlueStudyConfig) else {}
+
     def n_cells(self, cfg) -> int:
         return len(self.plan(cfg))
 

@@ -604,6 +604,9 @@ class NMTHeads(Study):
         for cell in cells:  # the model cell's result is not read: the context loads (or trains) the model
             yield cell, run_cell(ctx, dict(cell.axes))
 
+    def data_fingerprints(self, cfg: NMTHeadsConfig) -> dict:
+        return {cfg.corpus: data_source(cfg)}
+
     def run_params(self, cfg: NMTHeadsConfig) -> dict:
         return {"data_source": data_source(cfg), "model_cache": "<outputs root>/_nmt/<profile>/ (StudyPaths.nmt_cache)"}
 

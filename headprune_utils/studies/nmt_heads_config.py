@@ -15,7 +15,7 @@ from ..architecture import SEQ2SEQ_KINDS
 from ..config import ParameterError
 from ..data import DataUnavailableError, offline_var, resolve_data_dir
 from ..translation import NMTTrainConfig
-from ..translation_data import CORPORA, local_available
+from ..translation_data import CORPORA, corpus_fingerprint, local_available
 from ..models import is_planning
 from ..translation_model import NMTModelConfig
 from ..glue_workbench import check_device
@@ -260,5 +260,8 @@ class NMTHeadsConfig:
 
 
 def data_source(cfg: NMTHeadsConfig) -> str:
-    """``"local"`` when every split of the corpus is on disk, else ``"hub"`` (part of what results depend on)."""
-    return "local" if all(local_available(cfg.corpus, s, cfg.data_dir) for s in ("train", "dev", "test")) else "hub"
+    """``"local:<content hash of every file of the corpus>"`` when every split is on disk, else ``"hub"`` (part of
+    what the trained model and the results depend on: changed files never reuse models or cells)."""
+    if all(local_available(cfg.corpus, s, cfg.data_dir) for s in ("train", "dev", "test")):
+        return "local:" + corpus_fingerprint(cfg.corpus, cfg.data_dir)
+    return "hub"

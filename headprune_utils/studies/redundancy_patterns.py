@@ -223,10 +223,12 @@ class _CostModel:
 
 
 def study_fingerprint(cfg: RedundancyPatternsConfig, device: torch.device) -> str:
-    return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION,
-                                            drop=("probe_tasks", "random_probes", "dropouts", "mlm_seeds",
-                                                  "cluster_metric", "k_min", "k_max", "n_permutations", "n_null",
-                                                  "min_cluster_size")))
+    d = glue_workbench.result_params(cfg, device, RESULTS_VERSION,
+                                     drop=("probe_tasks", "random_probes", "dropouts", "mlm_seeds",
+                                           "cluster_metric", "k_min", "k_max", "n_permutations", "n_null",
+                                           "min_cluster_size"))
+    d["probe_data"] = glue_workbench.data_fingerprints(cfg, resolve_probe_tasks(cfg))  # the probes' texts
+    return fingerprint(d)
 
 
 class Context(glue_workbench.Workbench):

@@ -165,7 +165,11 @@ def plan_cells(cfg: SpecializedHeadsL0Config) -> list[Cell]:
 
 
 def study_fingerprint(cfg: SpecializedHeadsL0Config, device: torch.device) -> str:
-    return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=("lambdas", *ANALYSIS_ONLY)))
+    d = glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=("lambdas", *ANALYSIS_ONLY))
+    splits = {cfg.ud_split, *(["train"] if cfg.rare_corpus == "ud_train" else [])}
+    d["ud_data"] = {s: (data.file_fingerprint(p) if p is not None and p.is_file() else "absent")
+                    for s in sorted(splits) for p in [ud_path(cfg.data_dir, s)]}
+    return fingerprint(d)
 
 
 # ---------------------------------------------------------------------------------------------- planned cost

@@ -132,3 +132,26 @@ def test_a_second_runner_of_the_same_study_stops_naming_the_holder(tmp_path):
         with pytest.raises(StudyBusyError, match=rf"pid {os.getpid()} .*the first runner"):
             run_study(FakeStudy(), FakeConfig(), "t", paths(tmp_path))
     run_study(FakeStudy(), FakeConfig(), "t", paths(tmp_path))  # free again
+
+
+def test_changed_data_never_reuses_cells_and_the_message_names_the_file(tiny_model_dir, tiny_glue_root, tmp_path):
+    """A data file whose content changed (say, a corrupt copy replaced by a good one) gets new cells."""
+    import shutil
+
+    from headprune_utils.config import validate
+    from headprune_utils.studies import random_pruning as study
+
+    root = tmp_path / "data"
+    shutil.copytree(tiny_glue_root, root)
+    cfg = validate(study.RandomPruningConfig, dict(
+        model=str(tiny_model_dir), tasks=["SST-2"], fractions=[0.0, 0.5], finetune_fractions=[0.5], seeds=[0],
+        regimes=["finetune_then_mask"], train_size=None, dev_size=None, epochs=1, batch_size=8, lr=1e-3,
+        device="cpu", data_dir=str(root), allow_hub=False, progress=False))
+    p = StudyPaths(study.NAME, "t", root=tmp_path / "out")
+    run_study(study.STUDY, cfg, "t", p)
+    dev = root / "glue" / "SST-2" / "dev.tsv"
+    lines = dev.read_text().splitlines()
+    lines[1] = lines[1][:-1] + ("0" if lines[1].endswith("1") else "1")  # one label changed
+    dev.write_text("\n".join(lines) + "\n")
+    with pytest.raises(StaleResultsError, match=r"data SST-2/dev: '[0-9a-f]{16}' -> '[0-9a-f]{16}'"):
+        run_study(study.STUDY, cfg, "t", p)

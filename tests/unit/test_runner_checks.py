@@ -1,0 +1,88 @@
+"""The runner's checks before any heavy work: stale results (naming what changed), outputs that cannot be
+written, unreadable task data; --check reports them all."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from headprune_utils import run
+from headprune_utils.execution import run_study
+from headprune_utils.paths import StudyPaths
+
+from fake_studies import FakeConfig, FakeStudy
+
+
+@pytest.fixture
+def fake_runner(tmp_path, monkeypatch):
+    params = tmp_path / "params"
+    params.mkdir()
+    monkeypatch.setattr(run, "STUDIES", {"fake": FakeStudy()})
+    monkeypatch.setattr("headprune_utils.config.params_dir", lambda: params)
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
+    monkeypatch.setattr(run, "execute_study", lambda *a, **k: pytest.fail("no notebook may start"))
+
+    def profile(text: str) -> None:
+        (params / "t.yaml").write_text(text)
+
+    return profile
+
+
+def test_stale_results_stop_the_run_before_any_notebook_naming_the_parameter(fake_runner, tmp_path, capsys):
+    run_study(FakeStudy(), FakeConfig(), "t", StudyPaths("fake", "t", root=tmp_path / "out"))
+    fake_runner("fake: {scale: 2.0}\n")
+    assert run.main(["--profile", "t", "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "fake:" in err and "scale: 1.0 -> 2.0" in err and "--fresh" in err
+    assert run.main(["--profile", "t"]) == 2, "a normal run stops before the notebook too"
+
+
+def test_check_passes_on_a_clean_tree_and_says_what_it_checked(fake_runner, capsys):
+    fake_runner("fake: {}\n")
+    assert run.main(["--profile", "t", "--check"]) == 0
+    assert "outputs writable" in capsys.readouterr().out
+
+
+def test_an_output_root_that_is_a_file_is_reported(fake_runner, tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("x")
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(blocker / "out"))
+    fake_runner("fake: {}\n")
+    assert run.main(["--profile", "t"]) == 2
+    assert "cannot be written" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes through permission bits")
+def test_read_only_outputs_are_reported_before_heavy_work(fake_runner, tmp_path, capsys):
+    ro = tmp_path / "out"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        fake_runner("fake: {}\n")
+        assert run.main(["--profile", "t"]) == 2
+        assert "cannot be written" in capsys.readouterr().err
+    finally:
+        ro.chmod(0o755)
+
+
+def test_check_reads_the_task_data(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """A GLUE study's --check parses every local task split: a corrupt file is named before any training."""
+    import shutil
+
+    from headprune_utils.studies import STUDIES
+
+    root = tmp_path / "data" / "glue" / "SST-2"
+    root.mkdir(parents=True)
+    (root / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"s {i}\t{i % 2}\n" for i in range(50)))
+    (root / "dev.tsv").write_bytes(b"sentence\tlabel\n\xff\xfe broken\t1\n")
+    params = tmp_path / "params"
+    params.mkdir()
+    (params / "t.yaml").write_text(
+        f"random_pruning: {{model: {tiny_model_dir}, tasks: [SST-2], data_dir: {tmp_path / 'data'}, allow_hub: false}}\n")
+    monkeypatch.setattr("headprune_utils.config.params_dir", lambda: params)
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
+    monkeypatch.setattr(run, "STUDIES", {"random_pruning": STUDIES["random_pruning"]})
+    assert run.main(["--profile", "t", "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "SST-2/dev" in err and "not UTF-8" in err
+    shutil.rmtree(tmp_path / "data")
