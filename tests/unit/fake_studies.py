@@ -15,6 +15,7 @@ class FakeConfig:
     n: int = 4                                             # cells a0 .. a{n-1}; then b = a1 + a2
     scale: float = 1.0                                     # a result parameter (in the fingerprint)
     fail: list[str] = field(default_factory=list)          # names of cells whose computation raises
+    delay: float = 0.0                                     # seconds each cell takes (not a result parameter)
     seeds: list[int] = field(default_factory=lambda: [0])
     device: str = "cpu"
     progress: bool = False
@@ -34,7 +35,7 @@ class FakeStudy(Study):
 
     def fingerprint(self, cfg: FakeConfig, device) -> str:
         d = as_dict(cfg)
-        for k in ("n", "fail", "progress", "device"):
+        for k in ("n", "fail", "progress", "device", "delay"):
             d.pop(k)
         return fingerprint(d)
 
@@ -48,6 +49,7 @@ class FakeStudy(Study):
             if c["name"] in cfg.fail:
                 raise RuntimeError(f"cell {c['name']} broken on purpose")
             t0 = time.perf_counter()
+            time.sleep(cfg.delay)
             if c["name"] == "b":
                 value = sum(inputs[k]["value"] for k in c.requires)
             else:

@@ -155,3 +155,40 @@ def test_changed_data_never_reuses_cells_and_the_message_names_the_file(tiny_mod
     dev.write_text("\n".join(lines) + "\n")
     with pytest.raises(StaleResultsError, match=r"data SST-2/dev: '[0-9a-f]{16}' -> '[0-9a-f]{16}'"):
         run_study(study.STUDY, cfg, "t", p)
+
+
+def test_two_runners_with_different_parameters_never_mix(tmp_path):
+    """The second runner (other parameters) stops at once while the first holds the study, and is refused after
+    it: the cells all carry the first run's fingerprint."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from headprune_utils.results import StudyBusyError
+
+    here = Path(__file__).resolve().parent
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import sys; from pathlib import Path; from fake_studies import *; "
+                              "from headprune_utils.execution import run_study; "
+                              "from headprune_utils.paths import StudyPaths; "
+                              "run_study(FakeStudy(), FakeConfig(delay=0.4), 't', "
+                              "StudyPaths('fake', 't', root=Path(sys.argv[1])))", str(tmp_path)],
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])})
+    try:
+        deadline = time.time() + 120
+        while not list(paths(tmp_path).cells.glob("*.json")) and time.time() < deadline and child.poll() is None:
+            time.sleep(0.02)
+        assert child.poll() is None, "the first runner is still computing"
+        with pytest.raises(StudyBusyError, match=r"is being computed by pid \d+ .*\(study fake, profile t\)"):
+            run_study(FakeStudy(), FakeConfig(scale=2.0), "t", paths(tmp_path))
+        assert child.wait(timeout=120) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+    with pytest.raises(StaleResultsError, match=r"scale: 1\.0 -> 2\.0"):
+        run_study(FakeStudy(), FakeConfig(scale=2.0), "t", paths(tmp_path))
+    fps = {json.loads(p.read_text())["fingerprint"] for p in paths(tmp_path).cells.glob("*.json")}
+    assert len(fps) == 1 and len(list(paths(tmp_path).cells.glob("*.json"))) == 5
