@@ -25,8 +25,10 @@ Modules (each named after what it holds):
     results       atomic, resumable, fingerprinted result cells and run metadata
     paths         every output path
     config        strict parameters and profiles (params/<profile>.yaml)
-    plotting      seaborn figures, saved with their data
+    figures/      seaborn figures, a module per kind of picture (curves, masks, contrasts, head maps,
+                  distributions, matrices), each saved with its data
     run           the papermill batch runner (python -m headprune_utils.run)
-    studies/      one module per study notebook (common: what the GLUE fine-tuning studies share)
+    studies/      per study notebook, one layout: <study>.py (the protocol: config, plan, run, claims; re-exports
+                  the analysis) and <study>_analysis.py (pure functions of its cells: tables, verdicts, figure data)
 """
 __version__ = "0.1.0"

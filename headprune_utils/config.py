@@ -119,11 +119,21 @@ def validate(cls, params: dict[str, Any], where: str = "parameters", lines: dict
     obj = cls(**values)
     check = getattr(obj, "check", None)
     if callable(check):
+        from .data import DataFormatError, DataUnavailableError
+        from .models import ModelUnavailableError
+
         try:
             check()  # cross-field and model-dependent checks, e.g. budgets
+            available = getattr(obj, "check_available", None)
+            if callable(available):
+                available()  # last: whether the data can be had (after every check of the values themselves)
         except ParameterError as exc:
             first = str(exc).split()[0].rstrip(":") if str(exc).split() else ""
             raise ParameterError(f"{at(first)}: {exc}") from None
+        except ModelUnavailableError as exc:
+            raise ParameterError(f"{at('model')}: model: {exc}") from None
+        except (DataUnavailableError, DataFormatError) as exc:
+            raise ParameterError(f"{where}: {exc}") from None
     return obj
 
 
@@ -143,6 +153,8 @@ def _non_finite(value: Any):
 
 def _yaml_hint(value: Any, tp) -> str:
     """Why a number may have arrived as a string: YAML 1.1 reads ``1e-4`` (no dot in the mantissa) as text."""
+    if isinstance(value, (list, tuple)):
+        return next((h for h in (_yaml_hint(v, tp) for v in value) if h), "")
     if isinstance(value, str) and "float" in _type_name(tp):
         try:
             float(value)
@@ -153,6 +165,21 @@ def _yaml_hint(value: Any, tp) -> str:
             return f"; YAML reads {value} as text (a number in exponent form needs a dot): write {mantissa}.0e{exponent}"
         return "; a number in quotes is text: write it without quotes"
     return ""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe YAML loader that refuses a key given twice in one mapping (YAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{key!r} is given twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1})",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 def profile_path(profile: str) -> Path:
@@ -166,7 +193,9 @@ def load_profile(profile: str) -> dict[str, dict[str, Any]]:
         known = sorted(p.stem for p in params_dir().glob("*.yaml"))
         raise ParameterError(f"unknown profile {profile!r}: {path.name} not found in params/ (known: {', '.join(known)})")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+    except UnicodeDecodeError as exc:
+        raise ParameterError(f"params/{path.name} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

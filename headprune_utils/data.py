@@ -241,7 +241,10 @@ def _parse_label(raw: str, spec: TaskSpec, fmt: _LocalFormat) -> float | int:
     """Text label -> hub label; raises ValueError on anything unexpected."""
     raw = raw.strip()
     if spec.is_regression:
-        return float(raw)
+        value = float(raw)
+        if not 0.0 <= value <= 5.0:  # STS-B similarity scores; NaN fails this too
+            raise ValueError(f"score {raw!r} is outside [0, 5]")
+        return value
     if fmt.label_names is not None:
         return fmt.label_names.index(raw)
     value = int(raw)
@@ -270,13 +273,15 @@ def _read_tsv(path: Path, spec: TaskSpec, split: str, source: str,
                               "GLUE files are UTF-8 TSV") from None
     numbered = [(i + 1, line) for i, line in enumerate(raw) if line]  # blank lines are not rows
 
+    if not numbered:
+        raise DataFormatError(f"{spec.name}/{split}: {source} ({path}) is empty")
     if fmt.has_header:
-        header = numbered[0][1].split("\t") if numbered else []
+        header = numbered[0][1].split("\t")
         missing = [c for c in (fmt.text_a, fmt.text_b, fmt.label)
                    if c is not None and c not in header]
         if missing:
-            raise DataUnavailableError(
-                f"{spec.name}/{split}: {source} lacks column(s) {missing}; header is {header}"
+            raise DataFormatError(
+                f"{spec.name}/{split}: {source} lacks column(s) {missing}; header (line {numbered[0][0]}) is {header}"
             )
         n_cols = len(header)
         ia, il = header.index(fmt.text_a), header.index(fmt.label)
@@ -298,7 +303,8 @@ def _read_tsv(path: Path, spec: TaskSpec, split: str, source: str,
         try:
             label = _parse_label(cols[il], spec, fmt)
         except ValueError:
-            bad.append((number, f"label {cols[il]!r} is not a valid {spec.name} label", line))
+            bad.append((number, f"label {cols[il]!r} is not a valid {spec.name} label"
+                        + (" (a score in [0, 5])" if spec.is_regression else ""), line))
             continue
         text_a.append(cols[ia])
         if ib is not None:

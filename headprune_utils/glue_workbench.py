@@ -32,11 +32,11 @@ TRAINING_VERSION = 2
 
 def check_device(device: str) -> None:
     """``device`` is "auto", "cpu" or "cuda[:N]", and usable here (raises ParameterError)."""
-    if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
-        raise ParameterError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}")
+    if device not in ("auto", "cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise ParameterError(f"device must be 'auto', 'cpu' or 'cuda[:N]' (N a GPU number), got {device!r}")
     try:
         models.resolve_device(device)
-    except ValueError as exc:
+    except (ValueError, RuntimeError) as exc:
         raise ParameterError(f"device: {exc}") from None
 
 
@@ -102,7 +102,7 @@ class GlueStudyConfig:
                 try:
                     data.get_task(t)
                 except ValueError as exc:
-                    raise ParameterError(str(exc)) from None
+                    raise ParameterError(f"tasks: {exc}") from None
             names = [data.get_task(t).name for t in self.tasks]
             if len(set(names)) != len(names):
                 raise ParameterError(f"tasks name the same task twice: {self.tasks}")
@@ -110,12 +110,22 @@ class GlueStudyConfig:
             data.resolve_data_dir(self.data_dir)  # a named but missing folder is an error now, not later
         except data.DataUnavailableError as exc:
             raise ParameterError(f"data_dir: {exc}") from None
-        if self.tasks != ["all"] and not self.allow_hub:
-            avail = data.task_availability([data.get_task(t).name for t in self.tasks], self.data_dir)
-            gone = [f"{t} {s}" for t, v in avail.items() for s, ok in v.items() if not ok]
-            if gone:
-                raise ParameterError(f"tasks: no local data for {', '.join(gone)} and allow_hub is false")
         check_device(self.device)
+
+    def check_available(self) -> None:
+        """The tasks' data can be had: locally, or from the hub when it is allowed and reachable (run by
+        ``config.validate`` after every other check, so a wrong value is reported before missing data)."""
+        if self.tasks == ["all"]:
+            return
+        avail = data.task_availability([data.get_task(t).name for t in self.tasks], self.data_dir)
+        gone = [f"{t} {s}" for t, v in avail.items() for s, ok in v.items() if not ok]
+        offline = data.offline_var()
+        if gone and not self.allow_hub:
+            raise ParameterError(f"tasks: no local data for {', '.join(gone)} and allow_hub is false")
+        if gone and offline and not models.is_planning():
+            raise ParameterError(f"tasks: no local data for {', '.join(gone)}, and the hub cannot be used: "
+                                 f"offline mode ({offline}) is on. Set HEADPRUNE_DATA_DIR (or data_dir) to a "
+                                 "folder holding glue/<TASK>/, or go online")
 
     def head_shape(self) -> tuple[int, int]:
         """``(n_layers, n_heads)`` of the model (reads its config only)."""
@@ -133,6 +143,19 @@ class GlueStudyConfig:
                 masks.n_pruned_for_fraction(f, n_layers, n_heads)
             except masks.BudgetError as exc:
                 raise ParameterError(f"{name}: {exc}") from None
+
+    def check_pruned_heads(self, name: str, fractions: list[float], some_kept: bool = False) -> None:
+        """Every fraction prunes at least one head once rounded (and, with ``some_kept``, keeps at least one):
+        a budget that rounds to 0 heads would silently repeat the unpruned reference."""
+        n_layers, n_heads = self.head_shape()
+        total = n_layers * n_heads
+        for f in fractions:
+            n = masks.n_pruned_for_fraction(f, n_layers, n_heads)
+            if n == 0:
+                raise ParameterError(f"{name}: {f:g} prunes no head of {total} once rounded (0 is the unpruned "
+                                     f"reference, always included); the smallest budget is {1 / total:.4g}")
+            if some_kept and n == total:
+                raise ParameterError(f"{name}: {f:g} prunes all {total} heads once rounded; some must be kept")
 
     def check_finetune_fractions(self) -> None:
         """``finetune_fractions`` (None: all) pick the mask-then-fine-tune regime's fractions out of ``fractions``."""

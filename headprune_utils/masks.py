@@ -14,6 +14,8 @@ def n_pruned_for_fraction(fraction: float, n_layers: int, n_heads: int) -> int:
     total = n_layers * n_heads
     if not isinstance(fraction, (int, float)) or isinstance(fraction, bool):
         raise BudgetError(f"fraction must be a number, got {fraction!r}")
+    if fraction != fraction or fraction in (float("inf"), float("-inf")):
+        raise BudgetError(f"fraction must be a finite number in [0, 1], got {fraction!r}")
     if not 0.0 <= fraction <= 1.0:
         raise BudgetError(
             f"fraction {fraction} is outside [0, 1]: it would prune {round(fraction * total)} heads of "
@@ -33,7 +35,9 @@ def check_budget(n_prune: int, n_layers: int, n_heads: int) -> None:
 
 
 def random_order(n_layers: int, n_heads: int, seed: int) -> np.ndarray:
-    """A seeded random permutation of the flat head ids ``layer * n_heads + head``."""
+    """A seeded random permutation of the flat head ids ``layer * n_heads + head`` (``seed`` >= 0)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer (numpy seeds are unsigned), got {seed!r}")
     return np.random.default_rng(seed).permutation(n_layers * n_heads)
 
 

@@ -47,6 +47,9 @@ def resolve_model_source(name: str) -> str:
     if name in EMBEDDED_MODELS:
         return str(embedded_model_path(name))
     if os.path.isdir(name):
+        if not os.path.isfile(os.path.join(name, "config.json")):
+            raise ModelUnavailableError(f"model folder {name!r} has no config.json: not a Hugging Face model folder "
+                                        "(save one with model.save_pretrained(folder))")
         return name
     if os.path.sep in name and not name.count("/") == 1:
         raise ModelUnavailableError(f"model folder {name!r} does not exist")

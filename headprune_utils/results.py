@@ -116,6 +116,10 @@ class CorruptCellWarning(UserWarning):
     """A cell file could not be read; it was moved to the quarantine folder and will be recomputed."""
 
 
+class CorruptCellError(RuntimeError):
+    """A cell file cannot be read (raised only by a read-only store: a run quarantines it instead)."""
+
+
 class StudyBusyError(RuntimeError):
     """Another process is running the same study and profile (it holds the study's lock)."""
 
@@ -134,9 +138,10 @@ class ResultStore:
       once with a message naming the holder.
     """
 
-    def __init__(self, directory: Path, params_fingerprint: str):
+    def __init__(self, directory: Path, params_fingerprint: str, quarantine: bool = True):
         self.dir = Path(directory)
         self.fingerprint = params_fingerprint
+        self.quarantine = quarantine  # False: read only (a corrupt cell raises CorruptCellError instead of moving)
         self.quarantined: list[Path] = []
 
     @property
@@ -149,6 +154,9 @@ class ResultStore:
     def _quarantine(self, path: Path, why: str) -> None:
         import warnings
 
+        if not self.quarantine:
+            raise CorruptCellError(f"corrupt result cell {relative_to_project(path)} ({why}); a run moves it to "
+                                   f"{relative_to_project(self.quarantine_dir)}/ and recomputes it")
         self.quarantine_dir.mkdir(parents=True, exist_ok=True)
         dest = self.quarantine_dir / f"{path.name}.{time.strftime('%Y%m%d-%H%M%S')}"
         try:

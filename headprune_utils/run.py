@@ -90,12 +90,17 @@ def validate_profile(profile: str, only: list[str] | None = None) -> dict[str, d
     from .config import profile_lines
 
     lines = profile_lines(profile)
-    out = {}
+    out, errors = {}, []
     for name in selected:
         overrides = sections.get(name, {})
-        validate(STUDIES[name].Config, overrides, where=f"params/{profile}.yaml [{name}]",
-                 lines={k: ln for (s, k), ln in lines.items() if s == name})
+        try:  # every study is checked, so one run reports every mistake
+            validate(STUDIES[name].Config, overrides, where=f"params/{profile}.yaml [{name}]",
+                     lines={k: ln for (s, k), ln in lines.items() if s == name})
+        except ParameterError as exc:
+            errors.append(str(exc))
         out[name] = overrides
+    if errors:
+        raise ParameterError("\nerror: ".join(errors))
     return out
 
 
@@ -322,7 +327,7 @@ def preflight(plan: dict[str, dict], profile: str, read_data: bool = False, stal
     from . import data, models
     from .config import validate
     from .execution import changed_parameters
-    from .results import ResultStore, StaleResultsError
+    from .results import CorruptCellError, ResultStore, StaleResultsError
 
     problems = []
     for name, overrides in plan.items():
@@ -334,11 +339,11 @@ def preflight(plan: dict[str, dict], profile: str, read_data: bool = False, stal
             continue
         device = models.resolve_device(cfg.device)
         try:
-            if stale and paths.cells.exists():
-                ResultStore(paths.cells, study.fingerprint(cfg, device)).check_compatible()
+            if stale and paths.cells.exists():  # read only: a check moves nothing (no quarantine)
+                ResultStore(paths.cells, study.fingerprint(cfg, device), quarantine=False).check_compatible()
         except StaleResultsError as exc:
             problems.append(f"{name}: {exc}{changed_parameters(paths, cfg, study)}")
-        except data.DataFormatError as exc:
+        except (data.DataFormatError, CorruptCellError) as exc:
             problems.append(f"{name}: {exc}")
         if read_data:
             for key, digest in study.data_fingerprints(cfg).items():
@@ -435,6 +440,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.address and args.executor != "ray":
         print("error: --address is for --executor ray", file=sys.stderr)
         return 2
+    if args.plan_summary and not args.plan:
+        print("error: --plan-summary is for --plan", file=sys.stderr)
+        return 2
+    for flag in ("gpu_tflops", "cpu_gflops"):
+        value = getattr(args, flag)
+        if not (value > 0 and value != float("inf")):
+            print(f"error: --{flag.replace('_', '-')} must be a positive number, got {value}", file=sys.stderr)
+            return 2
 
     for k, v in QUIET_ENV.items():
         os.environ.setdefault(k, v)

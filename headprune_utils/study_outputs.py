@@ -43,7 +43,7 @@ class StudyOutputs:
 
     def figure(self, name: str, fig, data: pd.DataFrame):
         """Write ``figures/<name>.png`` and its data as ``tables/<name>.csv``; returns ``fig``."""
-        from .plotting import save_figure
+        from .figures.save import save_figure
 
         save_figure(fig, data, self.paths, name)
         return fig

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,9 +136,19 @@ def _file(root: Path, folder: str, stem: str, suffix: str) -> Path:
 
 
 def _read_lines(path: Path) -> list[str]:
+    """The file's lines (gzip when it ends in .gz); a file that is not UTF-8 text, or a broken gzip, is a
+    DataFormatError naming it."""
+    from .data import DataFormatError
+
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8", newline="\n") as f:
-        return [line.rstrip("\r\n") for line in f]
+    try:
+        with opener(path, "rt", encoding="utf-8", newline="\n") as f:
+            return [line.rstrip("\r\n") for line in f]
+    except UnicodeDecodeError as exc:
+        raise DataFormatError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise DataFormatError(f"{path} is not a complete gzip file ({type(exc).__name__}: {exc})") from None
+
 
 
 def _local_files(spec: CorpusSpec, split: str, root: Path) -> list[tuple[Path, Path]]:
@@ -174,6 +185,10 @@ def _load_local(spec: CorpusSpec, split: str, root: Path) -> tuple[list[str], li
         a, b = _read_lines(path_a), _read_lines(path_b)
         if len(a) != len(b):
             raise DataUnavailableError(f"{path_a.name} has {len(a)} lines but {path_b.name} has {len(b)}: not aligned")
+        if not a:
+            from .data import DataFormatError
+
+            raise DataFormatError(f"{path_a} and {path_b} hold no sentence pairs")
         en += a
         other += b
         names.append(path_a.relative_to(root).as_posix())

@@ -1,8 +1,10 @@
 """The study registry: one :class:`~headprune_utils.studies.base.Study` object per study notebook, in run order.
 
 Each study module ``headprune_utils.studies.<name>`` defines ``STUDY``, the study's object (its name equals the
-module name, its outputs folder ``outputs/<name>/<profile>/`` and its notebook's stem). ``STUDIES`` lists them
-by name; ``get_study(name)`` is how the runner and the Ray workers find a study (by name: nothing else travels).
+module name, its outputs folder ``outputs/<name>/<profile>/`` and its notebook's stem). One layout for every study:
+its analysis, pure functions of its cells, lives in ``headprune_utils.studies.<name>_analysis`` and is re-exported
+by the study module. ``STUDIES`` lists them by name; ``get_study(name)`` is how the runner and the Ray workers find
+a study (by name: nothing else travels).
 """
 from __future__ import annotations
 

@@ -14,30 +14,35 @@ fine-tuned full model. Regimes as in study 1: ``finetune_then_mask`` (evaluation
 model form a group, evaluated together with shared work, ``mask_sweep``) and ``mask_then_finetune`` (one
 fine-tuning per cell, at ``finetune_budgets``; shared with studies 1 and 5 through the fine-tuning cache).
 The claims are paired contrasts (:mod:`headprune_utils.paired_contrasts`).
+
+The analysis (pure functions over the cells' table: means, example masks, contrasts, verdicts) is in
+:mod:`.layer_strategies_analysis`, re-exported here so the notebook needs one module.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import pandas as pd
 import torch
 
 from .. import glue_workbench
 from ..config import ParameterError
-from ..paired_contrasts import LOCATION_CONTRASTS, Contrast, contrast_table, contrast_verdict, paired_by_strategy
 from ..paths import StudyPaths
 from ..results import fingerprint
-from ..strategy_sweep import (ALL_STRATEGIES, REGIME_NAMES, REGIMES, Context, Regime, example_masks, run_batch,
-                              run_cell, run_cells, summarise)
+from ..strategy_sweep import ALL_STRATEGIES, REGIMES, Context, Regime, run_batch, run_cell, run_cells
 from .base import Cell, Claim, Cost, Study
+from .layer_strategies_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
+    CONTRASTS, REGIME_NAMES, Contrast, contrasts, example_masks, summarise, verdicts,
+)
 
-__all__ = ["NAME", "STUDY", "LayerStrategiesConfig", "LayerStrategies", "plan_cells", "study_fingerprint",
-           "run_cells", "run_cell", "summarise", "contrasts", "verdicts", "example_masks", "CONTRASTS", "Contrast",
-           "ALL_STRATEGIES", "REGIMES", "REGIME_NAMES", "Regime", "Context"]
+__all__ = [
+    "NAME", "STUDY", "LayerStrategiesConfig", "LayerStrategies", "plan_cells", "study_fingerprint", "run_cells",
+    "run_cell", "ALL_STRATEGIES", "REGIMES", "Regime", "Context",
+    # the analysis (layer_strategies_analysis), re-exported so the notebook needs one module
+    "CONTRASTS", "Contrast", "REGIME_NAMES", "summarise", "example_masks", "contrasts", "verdicts",
+]
 
 NAME = "layer_strategies"
 RESULTS_VERSION = 1
-CONTRASTS: tuple[Contrast, ...] = LOCATION_CONTRASTS
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,7 @@ class LayerStrategiesConfig(glue_workbench.GlueStudyConfig):
             self.check_fractions(name, values)
             if any(b == 0 for b in values):
                 raise ParameterError(f"{name}: 0 is the reference (the full model), always included; list budgets > 0")
+            self.check_pruned_heads(name, values)
 
 
 def plan_cells(cfg: LayerStrategiesConfig) -> list[Cell]:
@@ -167,28 +173,3 @@ class LayerStrategies(Study):
 
 
 STUDY = LayerStrategies()
-
-
-# ---------------------------------------------------------------------------------------------- analysis
-
-def contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Every contrast per task x regime x budget (paired over seeds), and pooled per regime ("all" tasks
-    and budgets: paired over task x budget x seed). Mean difference, percentile-bootstrap CI, paired t-test
-    p and sign-flip permutation p."""
-    return contrast_table(CONTRASTS, lambda a, b: paired_by_strategy(table, a, b), confidence, n_boot, seed)
-
-
-def verdicts(contr: pd.DataFrame, cfg: LayerStrategiesConfig, alpha: float = 0.05) -> pd.DataFrame:
-    """The table "claim - our result - verdict" per regime, from the pooled contrasts; every number from this run."""
-    rows = []
-    pooled = contr[contr["task"] == "all"]
-    for c in CONTRASTS:
-        for _, r in pooled[pooled["contrast"] == c.name].iterrows():
-            per = contr[(contr["contrast"] == c.name) & (contr["regime"] == r.regime) & (contr["task"] != "all")]
-            detail = "; ".join(f"{p.task} {100 * p.budget:.0f}%: {p.mean_diff:+.3f} [{p.boot_ci_low:+.3f}, {p.boot_ci_high:+.3f}]"
-                               for p in per.itertuples())
-            result = (f"{c.a} - {c.b} = {r.mean_diff:+.3f}, 95% CI [{r.boot_ci_low:+.3f}, {r.boot_ci_high:+.3f}], "
-                      f"sign-flip p = {r.sign_flip_p:.3g} over {r.n_pairs} pairs (task x budget x seed). Per setting: {detail}")
-            rows.append({"claim": c.claim, "regime": REGIME_NAMES[r.regime], "our result": result,
-                         "verdict": contrast_verdict(c.expect, r, cfg.equivalence_margin, alpha) + " at this scale"})
-    return pd.DataFrame(rows)

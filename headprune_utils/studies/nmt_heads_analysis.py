@@ -214,7 +214,7 @@ def strategy_contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: in
 
 def strategy_mask_rows(table: pd.DataFrame, seed: int | None = None) -> pd.DataFrame:
     """One mask per type x strategy x budget (mask seed ``seed``, default the smallest; first model seed) as rows
-    (strategy = "<type>: <strategy>", budget, layer, head, kept) for ``plotting.mask_grid``."""
+    (strategy = "<type>: <strategy>", budget, layer, head, kept) for ``figures.masks.mask_grid``."""
     t = _kind(table, "strategy")
     if t.empty:
         return pd.DataFrame(columns=["strategy", "budget", "layer", "head", "kept"])

@@ -140,16 +140,24 @@ class NMTHeadsConfig:
         for name in ("lr", "retrain_lr", "l0_lr", "temperature"):
             if not getattr(self, name) > 0:
                 raise ParameterError(f"{name} must be > 0, got {getattr(self, name)}")
-        if not 0 <= self.dropout < 1 or not 0 <= self.label_smoothing < 1:
-            raise ParameterError("dropout and label_smoothing must be in [0, 1)")
-        if self.warmup_steps < 0 or self.retrain_warmup < 0 or (self.patience is not None and self.patience < 1):
-            raise ParameterError("warmup steps must be >= 0 and patience >= 1 (or None)")
+        for name in ("dropout", "label_smoothing"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ParameterError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        for name in ("warmup_steps", "retrain_warmup"):
+            if getattr(self, name) < 0:
+                raise ParameterError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.patience is not None and self.patience < 1:
+            raise ParameterError(f"patience must be >= 1 or None, got {self.patience}")
         if self.train_max_seconds is not None and not self.train_max_seconds > 0:
             raise ParameterError(f"train_max_seconds must be > 0 or None, got {self.train_max_seconds}")
         for name in ("seeds", "model_seeds"):
             v = getattr(self, name)
             if not v or len(set(v)) != len(v):
                 raise ParameterError(f"{name} must be a non-empty list without repeats, got {v}")
+            if any(x < 0 for x in v):
+                raise ParameterError(f"{name} must be >= 0 (numpy seeds are unsigned), got {v}")
+        if self.subset_seed < 0:
+            raise ParameterError(f"subset_seed must be >= 0, got {self.subset_seed}")
         self._check_types("types", self.types, TYPES, empty_ok=False)
         self._check_types("retrain_types", self.retrain_types, TYPES, empty_ok=True)
         self._check_types("strategy_types", self.strategy_types, SEQ2SEQ_KINDS, empty_ok=True)

@@ -12,6 +12,9 @@ comparisons). The fine-tuned full model of (task, seed) is the ``fraction = 0`` 
 regime; its checkpoint is cached (``glue_workbench.Workbench``) so the second regime, and other studies, reuse it.
 Mask-then-fine-tune runs at ``finetune_fractions`` (None: every fraction), each fine-tuning through the cache
 studies 2 and 5 share (``Workbench.masked_scores``): their random masks at the same budget and seed are these.
+
+The analysis (pure functions over the cells' table: curves, paired drops, verdicts, findings) is in
+:mod:`.random_pruning_analysis`, re-exported here so the notebook needs one module.
 """
 from __future__ import annotations
 
@@ -19,16 +22,25 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-import pandas as pd
 import torch
 
 from .. import glue_workbench, masks, training
 from ..config import ParameterError
 from ..metrics import main_score
 from ..paths import StudyPaths
-from ..pruning_curves import REGIMES, paired_drop, prunable_fraction, regime_difference, summarise  # noqa: F401 (the notebook's analysis)
+from ..pruning_curves import REGIMES
 from ..results import fingerprint
 from .base import Cell, Claim, Cost, Study
+from .random_pruning_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
+    REGIME_NAMES, findings, paired_drop, prunable_fraction, regime_difference, summarise, verdicts,
+)
+
+__all__ = [
+    "NAME", "STUDY", "RandomPruning", "RandomPruningConfig", "REGIMES", "Regime", "plan_cells", "study_fingerprint",
+    "cell_mask", "run_cell",
+    # the analysis (random_pruning_analysis), re-exported so the notebook needs one module
+    "REGIME_NAMES", "summarise", "paired_drop", "prunable_fraction", "regime_difference", "verdicts", "findings",
+]
 
 NAME = "random_pruning"
 EVAL_BATCH = glue_workbench.EVAL_BATCH
@@ -161,65 +173,3 @@ class RandomPruning(Study):
 
 
 STUDY = RandomPruning()
-
-
-def verdicts(drops: pd.DataFrame, gains: pd.DataFrame, cfg: RandomPruningConfig) -> pd.DataFrame:
-    """The table "claim - our result - verdict", every number from this run."""
-    rows = []
-    prunable = prunable_fraction(drops, cfg.tolerance)
-    a = prunable[prunable["regime"] == "mask_then_finetune"]
-    if len(a):
-        best = a["max_fraction_within_tolerance"]
-        worst = drops[(drops["regime"] == "mask_then_finetune")].sort_values("fraction")
-        at_half = worst[worst["fraction"] >= 0.5].groupby("task").first()
-        result = "; ".join(
-            f"{t}: largest fraction with mean drop <= {cfg.tolerance:g} is {100 * f:.0f}%"
-            + (f", drop at {100 * at_half.loc[t, 'fraction']:.0f}% = {at_half.loc[t, 'mean_drop']:.3f} "
-               f"[{at_half.loc[t, 'boot_ci_low']:.3f}, {at_half.loc[t, 'boot_ci_high']:.3f}]" if t in at_half.index else "")
-            for t, f in zip(a["task"], best))
-        verdict = ("supported" if (best >= 0.5).all() else "partly supported" if (best >= 0.5).any() else "not supported")
-        rows.append({"claim": "Budhraja et al. claim 1: a large fraction (>= 50%) of heads can be pruned at random "
-                              "with limited effect when fine-tuning follows the masking",
-                     "our result": result, "verdict": f"{verdict} at this scale"})
-    if len(gains):
-        g = gains.sort_values(["task", "fraction"])
-        result = "; ".join(f"{r.task} {100 * r.fraction:.0f}%: {r.mean_gain_of_retraining:+.3f} "
-                           f"[{r.boot_ci_low:+.3f}, {r.boot_ci_high:+.3f}]" for r in g.itertuples())
-        positive = (g["boot_ci_low"] > 0).sum()
-        negative = (g["boot_ci_high"] < 0).sum()
-        verdict = (f"retraining helps in {positive} of {len(g)} task x fraction settings (CI above 0), "
-                   f"hurts in {negative}")
-        rows.append({"claim": "Fine-tuning after masking recovers more than masking a fine-tuned model "
-                              "(the premise of Budhraja et al.'s regime vs Michel et al.'s)",
-                     "our result": result, "verdict": verdict})
-    return pd.DataFrame(rows)
-
-
-def findings(summary: pd.DataFrame, drops: pd.DataFrame, cfg: RandomPruningConfig) -> str:
-    """The run's findings per task as Markdown, every number computed from the tables."""
-    lines = []
-    prunable = prunable_fraction(drops, cfg.tolerance)
-    for task, g in summary.groupby("task"):
-        metric = g["metric"].iloc[0]
-        lines.append(f"**{task}** ({metric}; dev subset of {cfg.dev_size or 'all'} examples; {g['n_seeds'].max()} seeds; "
-                     f"a constant predictor scores {g['chance'].iloc[0]:.3f}):")
-        for regime, gr in g.groupby("regime"):
-            full = gr[gr["fraction"] == 0]["mean"]
-            parts = []
-            for _, r in gr[gr["fraction"] > 0].sort_values("fraction").iterrows():
-                d = drops[(drops["task"] == task) & (drops["regime"] == regime) & (drops["fraction"] == r["fraction"])]
-                ci = f" (paired drop {d['mean_drop'].iloc[0]:+.3f}, bootstrap 95% CI [{d['boot_ci_low'].iloc[0]:+.3f}, {d['boot_ci_high'].iloc[0]:+.3f}])" if len(d) else ""
-                parts.append(f"{100 * r['fraction']:.0f}% pruned ({r['n_heads_pruned']} heads): {r['mean']:.3f}{ci}")
-            p = prunable[(prunable["task"] == task) & (prunable["regime"] == regime)]
-            within = f"{100 * p['max_fraction_within_tolerance'].iloc[0]:.0f}%" if len(p) else "n/a"
-            base = f"{full.iloc[0]:.3f}" if len(full) else "n/a"
-            lines.append(f"- {REGIME_NAMES[regime]}: full model {base}; " + "; ".join(parts)
-                         + f". Largest fraction tested with a mean drop <= {cfg.tolerance:g}: **{within}**.")
-        lines.append("")
-    return "\n".join(lines)
-
-
-REGIME_NAMES = {
-    "mask_then_finetune": "mask, then fine-tune",
-    "finetune_then_mask": "fine-tune, then mask (no retraining)",
-}

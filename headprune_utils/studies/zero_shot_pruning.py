@@ -12,6 +12,9 @@ regimes are "mask, then fine-tune" (the paper's protocol: the mask is fixed duri
 cell, shared with studies 1 and 2 through the fine-tuning cache) and, cheaply, "fine-tune, then mask" (the masks of
 one fine-tuned model form a group, evaluated together). The claims are paired contrasts
 (:mod:`headprune_utils.paired_contrasts`).
+
+The analysis (pure functions over the cells' table: means, example masks, contrasts, verdicts, mask overlap) is
+in :mod:`.zero_shot_pruning_analysis`, re-exported here so the notebook needs one module.
 """
 from __future__ import annotations
 
@@ -19,24 +22,28 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-import pandas as pd
 import torch
 
 from .. import clustering, costs, glue_workbench, masks, models, probes, redundancy, strategy_sweep
 from ..config import ParameterError
-from ..paired_contrasts import Contrast, contrast_table, contrast_verdict
 from ..paths import StudyPaths
 from ..results import fingerprint
-from ..strategy_sweep import REGIME_NAMES, REGIMES, Regime, run_batch, run_cell, run_cells, summarise
+from ..strategy_sweep import REGIMES, Regime, run_batch, run_cell, run_cells
 from .base import Cell, Claim, Cost, Study
+from .zero_shot_pruning_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
+    CONTRASTS, METHODS, REGIME_NAMES, contrasts, example_masks, mask_overlap, paired, summarise, verdicts,
+)
 
-__all__ = ["NAME", "STUDY", "ZeroShotPruningConfig", "ZeroShotPruning", "METHODS", "plan_cells", "study_fingerprint",
-           "zero_shot_matrix", "Context", "run_cells", "run_cell", "summarise", "example_masks", "CONTRASTS",
-           "paired", "contrasts", "verdicts", "mask_overlap"]
+__all__ = [
+    "NAME", "STUDY", "ZeroShotPruningConfig", "ZeroShotPruning", "REGIMES", "Regime", "probe_cost", "plan_cells",
+    "study_fingerprint", "zero_shot_matrix", "Context", "run_cells", "run_cell",
+    # the analysis (zero_shot_pruning_analysis), re-exported so the notebook needs one module
+    "METHODS", "CONTRASTS", "REGIME_NAMES", "summarise", "example_masks", "paired", "contrasts", "verdicts",
+    "mask_overlap",
+]
 
 NAME = "zero_shot_pruning"
 RESULTS_VERSION = 1
-METHODS: tuple[str, ...] = ("zero_shot", "random", "least_important")
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,7 @@ class ZeroShotPruningConfig(glue_workbench.GlueStudyConfig):
         self.check_fractions("fractions", self.fractions)
         if any(not 0 < f < 1 for f in self.fractions):
             raise ParameterError(f"fractions must be in (0, 1) (0 is the reference, always run), got {self.fractions}")
+        self.check_pruned_heads("fractions", self.fractions, some_kept=True)
         self.check_finetune_fractions()
 
 
@@ -213,78 +221,3 @@ class ZeroShotPruning(Study):
 
 
 STUDY = ZeroShotPruning()
-
-
-# ---------------------------------------------------------------------------------------------- analysis
-
-def example_masks(table: pd.DataFrame, seed: int | None = None) -> pd.DataFrame:
-    """One mask per method x budget (seed ``seed``, default the smallest; first task) as rows for the picture."""
-    return strategy_sweep.example_masks(table, seed, order=METHODS)
-
-
-CONTRASTS: tuple[Contrast, ...] = (
-    Contrast("zero-shot vs full model", "Bian et al.: most heads can be pruned zero-shot with comparable fine-tuned "
-             "scores", "zero_shot", "none", "not_worse"),
-    Contrast("zero-shot vs random", "Bian et al.: zero-shot pruning from redundancy clusters beats random pruning",
-             "zero_shot", "random", "greater"),
-    Contrast("zero-shot vs gradient importance", "Zero-shot pruning (no task data) is no worse than gradient-importance "
-             "pruning (task data)", "zero_shot", "least_important", "not_worse"),
-    Contrast("random vs full model", "Reference: random pruning keeps comparable fine-tuned scores",
-             "random", "none", "not_worse"),
-)
-
-
-def paired(table: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
-    """Rows (task, regime, budget, seed, diff = score_a - score_b); ``b="none"`` pairs with the full model."""
-    t = table[table["strategy"] == a][["task", "regime", "budget", "seed", "score"]]
-    if b == "none":
-        ref = table[table["strategy"] == "none"][["task", "regime", "seed", "score"]]
-        m = t.merge(ref, on=["task", "regime", "seed"], suffixes=("_a", "_b"))
-    else:
-        ref = table[table["strategy"] == b][["task", "regime", "budget", "seed", "score"]]
-        m = t.merge(ref, on=["task", "regime", "budget", "seed"], suffixes=("_a", "_b"))
-    m["diff"] = m["score_a"] - m["score_b"]
-    return m[["task", "regime", "budget", "seed", "diff"]]
-
-
-def contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Every contrast per task x regime x budget (paired over seeds), per regime x budget pooled over tasks
-    (``task="all"``), and per regime over everything (``task="all", budget="all"``)."""
-    return contrast_table(CONTRASTS, lambda a, b: paired(table, a, b), confidence, n_boot, seed, pool_per_budget=True)
-
-
-def verdicts(contr: pd.DataFrame, cfg: ZeroShotPruningConfig, alpha: float = 0.05) -> pd.DataFrame:
-    """"claim - setting - our result - verdict" per contrast, regime and budget (pooled over tasks)."""
-    rows = []
-    pooled = contr[(contr["task"] == "all") & (contr["budget"] != "all")]
-    for c in CONTRASTS:
-        for r in pooled[pooled["contrast"] == c.name].itertuples():
-            per = contr[(contr["contrast"] == c.name) & (contr["regime"] == r.regime) & (contr["task"] != "all")
-                        & (contr["budget"] == r.budget)]
-            detail = "; ".join(f"{p.task}: {p.mean_diff:+.3f} [{p.boot_ci_low:+.3f}, {p.boot_ci_high:+.3f}]"
-                               for p in per.itertuples())
-            b = "full model" if c.b == "none" else c.b
-            result = (f"{c.a} - {b} = {r.mean_diff:+.3f}, 95% CI [{r.boot_ci_low:+.3f}, {r.boot_ci_high:+.3f}], "
-                      f"sign-flip p = {r.sign_flip_p:.3g} over {r.n_pairs} pairs (task x seed). Per task: {detail}")
-            rows.append({"claim": c.claim, "regime": REGIME_NAMES[r.regime], "heads pruned": f"{100 * float(r.budget):.0f}%",
-                         "our result": result,
-                         "verdict": contrast_verdict(c.expect, r, cfg.equivalence_margin, alpha) + " at this scale"})
-    return pd.DataFrame(rows)
-
-
-def mask_overlap(table: pd.DataFrame) -> pd.DataFrame:
-    """How much the methods' masks agree: per regime x budget x task x seed, the share of pruned heads that
-    zero-shot shares with each other method (Jaccard index of the pruned sets), and how many layers each
-    method's mask touches and empties."""
-    rows = []
-    t = table[table["strategy"] != "none"]
-    for (task, regime, budget, seed), g in t.groupby(["task", "regime", "budget", "seed"]):
-        pruned = {r.strategy: masks.mask_from_string(r.mask) < 1 for r in g.itertuples()}
-        for m, p in pruned.items():
-            row = {"task": task, "regime": regime, "budget": budget, "seed": seed, "method": m,
-                   "layers_touched": int(p.any(dim=1).sum()), "layers_emptied": int(p.all(dim=1).sum())}
-            if "zero_shot" in pruned and m != "zero_shot":
-                z = pruned["zero_shot"]
-                row["jaccard_with_zero_shot"] = float((z & p).sum() / max(1, int((z | p).sum())))
-            rows.append(row)
-    return pd.DataFrame(rows)

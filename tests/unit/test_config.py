@@ -10,7 +10,6 @@ import pytest
 
 from headprune_utils import run
 from headprune_utils.config import ParameterError, validate
-from headprune_utils.models import ModelUnavailableError
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies.random_pruning import RandomPruningConfig
 
@@ -46,8 +45,9 @@ def test_validate_rejects(params, message):
         validate(Toy, params)
 
 
-def test_study_checks_budget_task_and_model():
-    assert validate(RandomPruningConfig, {}).model == "minilm"
+def test_study_checks_budget_task_and_model(tiny_glue_root):
+    here = {"tasks": ["SST-2"], "data_dir": str(tiny_glue_root)}  # data that exists (offline: no hub)
+    assert validate(RandomPruningConfig, here).model == "minilm"
     with pytest.raises(ParameterError, match="150 heads of 72"):
         validate(RandomPruningConfig, {"fractions": [0.0, 150 / 72]})
     with pytest.raises(ParameterError, match="unknown GLUE task|valid"):
@@ -56,11 +56,13 @@ def test_study_checks_budget_task_and_model():
         validate(RandomPruningConfig, {"regimes": ["prune_whenever"]})
     with pytest.raises(ParameterError, match="ablation"):
         validate(RandomPruningConfig, {"ablation": "random"})
-    with pytest.raises(ModelUnavailableError, match="(?s)bert-base-uncased.*(HF_HUB_OFFLINE|internet)"):
-        validate(RandomPruningConfig, {"model": "bert-base-uncased"})
+    with pytest.raises(ParameterError, match="(?s)model: .*bert-base-uncased.*(HF_HUB_OFFLINE|internet)"):
+        validate(RandomPruningConfig, {**here, "model": "bert-base-uncased"})
+    with pytest.raises(ParameterError, match="(?s)tasks: no local data for STS-B train, STS-B dev.*offline mode"):
+        validate(RandomPruningConfig, {**here, "tasks": ["SST-2", "STS-B"]})
 
 
-def test_runner_rejects_bad_profiles_before_running(tmp_path, monkeypatch, capsys):
+def test_runner_rejects_bad_profiles_before_running(tmp_path, monkeypatch, capsys, tiny_glue_root):
     executed = []
     monkeypatch.setattr(run, "execute_study", lambda *a, **k: executed.append(a) or 0.0)
     monkeypatch.setattr("headprune_utils.config.params_dir", lambda: tmp_path)
@@ -76,7 +78,7 @@ def test_runner_rejects_bad_profiles_before_running(tmp_path, monkeypatch, capsy
     assert run.main(["--profile", "missing"]) == 2
     assert "unknown profile 'missing'" in capsys.readouterr().err
     assert executed == []
-    (tmp_path / "ok.yaml").write_text("random_pruning:\n  seeds: [0]\n")
+    (tmp_path / "ok.yaml").write_text(f"random_pruning:\n  seeds: [0]\n  tasks: [SST-2]\n  data_dir: {tiny_glue_root}\n")
     assert run.main(["--profile", "ok", "--check", "--only", "random_pruning"]) == 0
     assert run.main(["--profile", "ok", "--only", "nope"]) == 2
     assert executed == []

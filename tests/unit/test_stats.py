@@ -147,3 +147,227 @@ def test_smallest_sign_flip_p_is_what_the_exact_test_gives_for_same_sign_pairs()
     assert smallest_sign_flip_p(5) > 0.05 > smallest_sign_flip_p(6)
     with pytest.raises(ValueError):
         smallest_sign_flip_p(0)
+
+
+# --- unit means -------------------------------------------------------------------------------------------
+
+def test_unit_means_aggregates_within_units_in_order_of_first_appearance():
+    from headprune_utils.stats import unit_means
+
+    labels, means = unit_means([1.0, 2.0, 10.0, 3.0, 20.0], ["b", "b", ("sst2", 1), "b", ("sst2", 1)])
+    assert labels == ["b", ("sst2", 1)]
+    np.testing.assert_allclose(means, [2.0, 15.0])
+    labels, means = unit_means([1.0, 3.0, 5.0], np.array([["sst2", 0], ["sst2", 0], ["mrpc", 0]]))
+    assert labels == [("sst2", "0"), ("mrpc", "0")]
+    np.testing.assert_allclose(means, [2.0, 5.0])
+    with pytest.raises(ValueError, match="labels"):
+        unit_means([1.0, 2.0], ["a"])
+    with pytest.raises(ValueError, match="NaN"):
+        unit_means([1.0, float("nan")], ["a", "b"])
+
+
+# --- cluster bootstrap ------------------------------------------------------------------------------------
+
+VALUES = np.array([0.1, 0.3, 0.2, 1.0, 0.9, -0.4])
+CLUSTERS = ["a", "a", "a", "b", "b", "c"]  # 3 clusters of sizes 3, 2, 1
+
+
+def _brute_force(statistic):
+    groups = [VALUES[:3], VALUES[3:5], VALUES[5:]]
+    return np.array([statistic(np.concatenate([groups[i] for i in draw]))
+                     for draw in itertools.product(range(3), repeat=3)])
+
+
+@pytest.mark.parametrize("statistic", [np.mean, np.median])
+def test_cluster_bootstrap_enumerates_all_27_resamples_of_3_clusters(statistic):
+    from headprune_utils.stats import cluster_bootstrap_ci, cluster_bootstrap_distribution
+
+    brute = _brute_force(statistic)
+    theta, exact = cluster_bootstrap_distribution(VALUES, CLUSTERS, statistic)
+    assert exact and theta.size == 27
+    np.testing.assert_allclose(theta, brute, rtol=1e-12, atol=1e-15)
+    low, high = cluster_bootstrap_ci(VALUES, CLUSTERS, statistic, confidence=0.9)
+    ref_low, ref_high = np.quantile(brute, [0.05, 0.95])
+    assert (low, high) == pytest.approx((ref_low, ref_high), rel=1e-12)
+
+
+def test_cluster_bootstrap_resamples_clusters_not_values():
+    from headprune_utils.stats import bootstrap_ci, cluster_bootstrap_ci
+
+    rng = np.random.default_rng(10)
+    centres = rng.normal(size=8)
+    # 50 identical values per cluster: 8 independent units, not 400; the interval is that of the 8 unit means
+    values, clusters = np.repeat(centres, 50), np.repeat(np.arange(8), 50)
+    clustered = cluster_bootstrap_ci(values, clusters, n_boot=4000, seed=1)
+    of_units = cluster_bootstrap_ci(centres, np.arange(8), n_boot=4000, seed=1)
+    assert clustered == pytest.approx(of_units, rel=1e-12)
+    naive_low, naive_high = bootstrap_ci(values, n_boot=4000, seed=1)
+    assert (naive_high - naive_low) < 0.3 * (clustered[1] - clustered[0])  # the pseudo-replicate interval lies
+
+
+def test_cluster_bootstrap_monte_carlo_is_seeded_and_close_to_exact():
+    from headprune_utils.stats import cluster_bootstrap_ci, cluster_bootstrap_distribution
+
+    x = np.random.default_rng(11).normal(size=10)
+    clusters = np.repeat(np.arange(5), 2)  # 5**5 = 3125 draws
+    exact_theta, exact = cluster_bootstrap_distribution(x, clusters, n_boot=3125)
+    mc_theta, mc_exact = cluster_bootstrap_distribution(x, clusters, n_boot=3000, seed=3)
+    assert exact and not mc_exact
+    np.testing.assert_allclose(np.quantile(mc_theta, [0.05, 0.5, 0.95]),
+                               np.quantile(exact_theta, [0.05, 0.5, 0.95]), atol=0.05)
+    assert cluster_bootstrap_ci(x, clusters, n_boot=3000, seed=3) == cluster_bootstrap_ci(x, clusters, n_boot=3000,
+                                                                                         seed=3)
+
+
+def test_cluster_bootstrap_degenerate_and_bad_inputs():
+    from headprune_utils.stats import cluster_bootstrap_ci
+
+    low, high = cluster_bootstrap_ci([1.0, 2.0], ["a", "a"])
+    assert np.isnan(low) and np.isnan(high)
+    assert cluster_bootstrap_ci([2.0, 2.0, 2.0], [0, 1, 2], method="bca") == (2.0, 2.0)
+    with pytest.raises(ValueError, match="method"):
+        cluster_bootstrap_ci([1.0, 2.0], [0, 1], method="basic")
+    with pytest.raises(ValueError, match="labels"):
+        cluster_bootstrap_ci([1.0, 2.0], [0])
+
+
+# --- BCa ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("confidence", [0.9, 0.95])
+def test_bca_interval_matches_scipy_bootstrap_bca(confidence):
+    from headprune_utils.stats import bca_interval
+
+    x = np.random.default_rng(12).exponential(size=9)  # skewed: BCa differs from the percentile interval
+    ref = sps.bootstrap((x,), np.mean, method="BCa", confidence_level=confidence, n_resamples=3000, rng=5)
+    low, high = bca_interval(x, confidence, n_boot=3000, seed=5)
+    # same resamples as scipy: the same interval to rounding
+    assert low == pytest.approx(ref.confidence_interval.low, rel=1e-9)
+    assert high == pytest.approx(ref.confidence_interval.high, rel=1e-9)
+
+
+def test_bca_of_a_symmetric_exact_case_equals_the_percentile_interval():
+    from headprune_utils.stats import bca_interval, cluster_bootstrap_ci
+
+    # [-1, 0, 1]: the 27 resampled means are symmetric about 0 (z0 = 0) and the jackknife means +-0.5, 0 give
+    # acceleration 0, so BCa's levels are the percentile ones
+    x = [-1.0, 0.0, 1.0]
+    assert bca_interval(x, 0.9) == pytest.approx(cluster_bootstrap_ci(x, [0, 1, 2], confidence=0.9), abs=1e-15)
+
+
+def test_cluster_bca_with_singleton_clusters_is_bca_interval():
+    from headprune_utils.stats import bca_interval, cluster_bootstrap_ci
+
+    x = np.random.default_rng(13).gamma(2.0, size=12)
+    assert cluster_bootstrap_ci(x, np.arange(12), method="bca", seed=2) == bca_interval(x, seed=2)
+
+
+# --- t-test, TOST -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
+def test_t_test_p_matches_scipy(alternative):
+    from headprune_utils.stats import t_test_p
+
+    d = np.random.default_rng(14).normal(0.3, 1.0, size=7)
+    ref = sps.ttest_1samp(d, 0.1, alternative=alternative).pvalue
+    assert t_test_p(d, 0.1, alternative) == pytest.approx(ref, rel=1e-12)
+
+
+def test_t_test_p_degenerate_cases():
+    from headprune_utils.stats import t_test_p
+
+    assert np.isnan(t_test_p([1.0]))
+    assert t_test_p([0.2, 0.2, 0.2]) == 0.0
+    assert t_test_p([0.2, 0.2], alternative="less") == 1.0
+    assert t_test_p([0.0, 0.0]) == 1.0
+    with pytest.raises(ValueError, match="alternative"):
+        t_test_p([1.0, 2.0], alternative="bigger")
+
+
+def test_tost_matches_a_hand_computation():
+    from headprune_utils.stats import tost
+
+    d = np.array([0.012, -0.004, 0.020, 0.006, -0.001])
+    margin, alpha = 0.03, 0.05
+    n, mean, sd = d.size, d.mean(), d.std(ddof=1)
+    se = sd / np.sqrt(n)
+    p_lower = sps.t.sf((mean + margin) / se, n - 1)    # H0: mean <= -margin
+    p_upper = sps.t.cdf((mean - margin) / se, n - 1)   # H0: mean >= +margin
+    half = sps.t.ppf(1 - alpha, n - 1) * se            # the (1 - 2 alpha) interval
+    r = tost(d, margin, alpha)
+    assert r.estimate == pytest.approx(mean) and r.se == pytest.approx(se) and r.df == n - 1
+    assert r.p_lower == pytest.approx(p_lower, rel=1e-10) and r.p_upper == pytest.approx(p_upper, rel=1e-10)
+    assert r.p == max(r.p_lower, r.p_upper)
+    assert (r.ci_low, r.ci_high) == pytest.approx((mean - half, mean + half), rel=1e-10)
+    assert r.p < alpha and -margin < r.ci_low and r.ci_high < margin  # TOST p < alpha <=> CI inside the margin
+    narrow = tost(d, 0.01, alpha)
+    assert narrow.p >= alpha and narrow.ci_high > 0.01
+
+
+def test_tost_asymmetric_margins_and_bad_inputs():
+    from headprune_utils.stats import tost
+
+    d = [0.5, 0.7, 0.6, 0.4]
+    r = tost(d, (0.0, 1.0))
+    assert r.margin_low == 0.0 and r.margin_high == 1.0
+    assert r.p_lower == pytest.approx(sps.ttest_1samp(d, 0.0, alternative="greater").pvalue)
+    assert np.isnan(tost([0.1], 0.5).p)
+    with pytest.raises(ValueError, match="margin"):
+        tost(d, 0.0)
+    with pytest.raises(ValueError, match="alpha"):
+        tost(d, 0.5, alpha=0.6)
+
+
+# --- Holm ---------------------------------------------------------------------------------------------------
+
+def _holm_by_definition(p):
+    """Holm by its step-down definition: reject in ascending order while p(j) <= alpha / (m - j + 1); the
+    adjusted p is the smallest alpha at which the hypothesis is rejected."""
+    p = np.asarray(p, dtype=float)
+    order = np.argsort(p)
+    m = p.size
+    out = np.empty(m)
+    for rank, i in enumerate(order):
+        out[i] = min(1.0, max((m - j) * p[order[j]] for j in range(rank + 1)))
+    return out
+
+
+def test_holm_hand_case_nan_and_cap():
+    from headprune_utils.stats import holm
+
+    # sorted 0.005, 0.01, 0.03, 0.04 x 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> running max 0.02, 0.03, 0.06, 0.06
+    np.testing.assert_allclose(holm([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
+    out = holm([0.01, float("nan"), 0.04])  # NaN does not count: m = 2
+    assert out[0] == pytest.approx(0.02) and np.isnan(out[1]) and out[2] == pytest.approx(0.04)
+    np.testing.assert_allclose(holm([0.5, 0.6]), [1.0, 1.0])
+    np.testing.assert_allclose(holm([0.01, 0.01, 0.2]), [0.03, 0.03, 0.2])  # ties adjusted alike
+    assert np.isnan(holm([float("nan")])).all() and holm([]).size == 0
+    with pytest.raises(ValueError, match="p-values"):
+        holm([0.1, 1.2])
+
+
+def test_holm_matches_its_definition_and_is_monotone():
+    from headprune_utils.stats import holm
+
+    p = np.random.default_rng(15).uniform(0, 0.2, size=12)
+    adjusted = holm(p)
+    np.testing.assert_allclose(adjusted, _holm_by_definition(p), rtol=1e-12)
+    order = np.argsort(p)
+    assert (np.diff(adjusted[order]) >= 0).all() and (adjusted >= p).all() and (adjusted <= 1).all()
+
+
+# --- min attainable p ----------------------------------------------------------------------------------------
+
+def test_min_attainable_p():
+    from headprune_utils.stats import min_attainable_p, sign_flip_test
+
+    assert min_attainable_p("sign_flip", 3) == 0.25
+    assert min_attainable_p("sign_flip", 3, "greater") == 0.125
+    assert min_attainable_p("wilcoxon", 6) == pytest.approx(1 / 32)
+    for n in range(1, 9):
+        assert min_attainable_p("sign_flip", n) == pytest.approx(sign_flip_test(np.arange(1.0, n + 1)))
+    assert min_attainable_p("sign_flip", 5) > 0.05 > min_attainable_p("sign_flip", 6)
+    assert min_attainable_p("t", 1) == 1.0 and min_attainable_p("t", 2) == 0.0
+    with pytest.raises(ValueError, match="test"):
+        min_attainable_p("anova", 4)
+    with pytest.raises(ValueError, match="n must"):
+        min_attainable_p("t", 0)

@@ -39,6 +39,20 @@ def test_registry_lists_every_study_module():
     assert {family(m) for m in modules} == set(NAMES), "every module of studies/ belongs to a registered study"
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_every_study_has_one_layout(name):
+    """``studies/<name>.py`` (the protocol) beside ``studies/<name>_analysis.py`` (pure functions of the cells), which
+    imports no study module, not even its own (the study module imports it and re-exports its names)."""
+    analysis = STUDY_DIR / f"{name}_analysis.py"
+    assert analysis.exists(), f"{name}: its analysis belongs in {analysis.name}"
+    for node in ast.walk(ast.parse(analysis.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            targets = [node.module] if node.module else [a.name for a in node.names]
+            assert all(t.split(".")[0] == "base" for t in targets), f"{analysis.name} imports .{targets}"
+        if isinstance(node, ast.ImportFrom) and node.module and "studies." in node.module:
+            assert False, f"{analysis.name} imports {node.module}"
+
+
 @pytest.mark.parametrize("path", sorted(STUDY_DIR.glob("*.py")), ids=lambda p: p.stem)
 def test_no_study_imports_another(path):
     own = family(path.stem)

@@ -1,4 +1,6 @@
-"""Figures of the redundancy studies: data in, figure out (``plotting.save_figure`` writes figure + data)."""
+"""Square matrices: the distances between every two heads (redundancy matrices, ordered by a dendrogram) and the
+agreement between every two measurements (probes, head scores), with the data helpers that turn them into tables.
+"""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -7,27 +9,12 @@ import pandas as pd
 import seaborn as sns
 from scipy.cluster import hierarchy
 
-METRIC_LABELS = {"js": "Jensen-Shannon / ln 2", "hellinger": "Hellinger", "cosine": "1 - cosine",
-                 "pearson": "(1 - Pearson r) / 2", "dcor": "1 - distance correlation", "procrustes": "Procrustes disparity"}
+from .labels import METRIC_LABELS, SCORE_LABELS
 
 
 def head_labels(shape: tuple[int, int]) -> list[str]:
     n_layers, n_heads = shape
     return [f"{l}.{h}" for l in range(n_layers) for h in range(n_heads)]
-
-
-def dendrogram_data(labels: np.ndarray, order: np.ndarray, shape: tuple[int, int]) -> pd.DataFrame:
-    """The data of :func:`dendrogram_heatmap`: per position along the dendrogram, the head (``layer.head``) and
-    its group (0: a unique head)."""
-    names = np.asarray(head_labels(shape))
-    return pd.DataFrame({"position": range(len(names)), "head": names[order], "group": np.asarray(labels)[order]})
-
-
-def cluster_map_data(labels: np.ndarray, shape: tuple[int, int]) -> pd.DataFrame:
-    """The data of :func:`cluster_map`: per head (layer-major), its layer, head and group (0: a unique head)."""
-    n_layers, n_heads = shape
-    return pd.DataFrame({"layer": np.repeat(np.arange(n_layers), n_heads), "head": np.tile(np.arange(n_heads), n_layers),
-                         "cluster": labels})
 
 
 def matrix_tidy(mats: dict[str, np.ndarray], shape: tuple[int, int]) -> pd.DataFrame:
@@ -40,6 +27,13 @@ def matrix_tidy(mats: dict[str, np.ndarray], shape: tuple[int, int]) -> pd.DataF
         rows.append(pd.DataFrame({"metric": m, "head_a": np.asarray(labels)[ii.ravel()],
                                   "head_b": np.asarray(labels)[jj.ravel()], "distance": d.ravel()}))
     return pd.concat(rows, ignore_index=True)
+
+
+def dendrogram_data(labels: np.ndarray, order: np.ndarray, shape: tuple[int, int]) -> pd.DataFrame:
+    """The data of :func:`dendrogram_heatmap`: per position along the dendrogram, the head (``layer.head``) and
+    its group (0: a unique head)."""
+    names = np.asarray(head_labels(shape))
+    return pd.DataFrame({"position": range(len(names)), "head": names[order], "group": np.asarray(labels)[order]})
 
 
 def matrix_heatmaps(mats: dict[str, np.ndarray], order: np.ndarray, shape: tuple[int, int]) -> plt.Figure:
@@ -96,29 +90,9 @@ def dendrogram_heatmap(d: np.ndarray, linkage: np.ndarray, labels: np.ndarray, o
     return fig
 
 
-def cluster_map(labels: np.ndarray, shape: tuple[int, int]) -> plt.Figure:
-    """Layer x head grid, each head coloured and numbered by its group (0: a unique head, white)."""
-    n_layers, n_heads = shape
-    grid = np.asarray(labels).reshape(shape)
-    k = int(grid.max())
-    sns.set_theme(style="white", context="notebook")
-    fig, ax = plt.subplots(figsize=(0.45 * n_heads + 1.5, 0.45 * n_layers + 1))
-    cmap = plt.get_cmap("tab20", max(k, 2))
-    ax.imshow(np.ma.masked_where(grid == 0, grid - 1), cmap=cmap, vmin=-0.5, vmax=max(k, 2) - 0.5, aspect="equal")
-    for l in range(n_layers):
-        for h in range(n_heads):
-            ax.text(h, l, str(grid[l, h]), ha="center", va="center", fontsize=7)
-    ax.set_xticks(range(n_heads))
-    ax.set_yticks(range(n_layers))
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
-    ax.set_title(f"group of each head ({k} groups; 0 = unique head)", fontsize="small")
-    fig.tight_layout()
-    return fig
-
-
 def probe_agreement(who_t: pd.DataFrame, metric: str) -> plt.Figure:
-    """Mantel r between the pre-trained model's matrices on every two probes (one distance)."""
+    """Mantel r between the pre-trained model's matrices on every two probes (one distance); who_t:
+    ``redundancy_patterns_analysis.who``."""
     t = who_t[who_t["metric"] == metric]
     names = list(dict.fromkeys([*t["probe_a"], *t["probe_b"]]))
     r = pd.DataFrame(np.eye(len(names)), index=names, columns=names)
@@ -133,41 +107,22 @@ def probe_agreement(who_t: pd.DataFrame, metric: str) -> plt.Figure:
     return fig
 
 
-def phase_plot(when_t: pd.DataFrame) -> plt.Figure:
-    """Mantel r between the pre-trained and fine-tuned matrices, per distance (points: task x seed), with the
-    split-half ceiling of the probe (grey)."""
-    sns.set_theme(style="whitegrid", context="notebook")
-    fig, ax = plt.subplots(figsize=(7.5, 3.8))
-    metrics = list(dict.fromkeys(when_t["metric"]))
-    sns.stripplot(data=when_t, x="metric", y="mantel_r", hue="task", order=metrics, dodge=True, ax=ax, size=6)
-    ceil = when_t.groupby("metric")["split_half_r"].mean().reindex(metrics)
-    ax.scatter(range(len(metrics)), ceil.values, marker="_", s=900, color="grey", label="split-half ceiling")
-    ax.set_ylim(min(0, float(when_t["mantel_r"].min()) - 0.05), 1.02)
-    ax.set_ylabel("Mantel r, pre-trained vs fine-tuned")
-    ax.legend(fontsize="small", loc="lower left")
-    fig.tight_layout()
-    return fig
+def agreement_heatmap(summary: pd.DataFrame) -> plt.Figure:
+    """Mean Spearman correlation between every pair of scores (over the fine-tuned models), annotated.
 
-
-def dropout_plot(runs: pd.DataFrame) -> plt.Figure:
-    """Mean off-diagonal distance (lower = more redundant) after continued MLM training, by dropout ratio;
-    a line per seed, the pre-trained model dashed. One panel per distance."""
-    metrics = list(dict.fromkeys(runs["metric"]))
-    cols = min(3, len(metrics))
-    rows = int(np.ceil(len(metrics) / cols))
-    sns.set_theme(style="whitegrid", context="notebook")
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
-    for ax, m in zip(axes.ravel(), metrics):
-        g = runs[runs["metric"] == m]
-        for s, gs in g.groupby("seed"):
-            gs = gs.sort_values("dropout")
-            ax.plot(gs["dropout"], gs["mean_distance"], marker="o", label=f"seed {s}")
-        ax.axhline(g["pretrained_mean_distance"].iloc[0], color="black", linestyle="--", linewidth=1, label="pre-trained")
-        ax.set_title(METRIC_LABELS.get(m, m), fontsize="small")
-        ax.set_xlabel("dropout during continued MLM")
-        ax.set_ylabel("mean distance")
-    for ax in axes.ravel()[len(metrics):]:
-        ax.axis("off")
-    axes[0][0].legend(fontsize="x-small")
+    summary: columns a, b, mean_spearman (``specialized_heads_l0_analysis.agreement_summary``).
+    """
+    names = list(dict.fromkeys(list(summary["a"]) + list(summary["b"])))
+    m = pd.DataFrame(np.eye(len(names)), index=names, columns=names)
+    for r in summary.itertuples():
+        m.loc[r.a, r.b] = m.loc[r.b, r.a] = r.mean_spearman
+    labels = [SCORE_LABELS.get(n, n) for n in names]
+    sns.set_theme(style="white", context="notebook")
+    fig, ax = plt.subplots(figsize=(1.1 * len(names) + 2.5, 0.9 * len(names) + 1.5))
+    sns.heatmap(m.to_numpy(dtype=float), annot=True, fmt=".2f", cmap="RdBu_r", vmin=-1, vmax=1, square=True,
+                xticklabels=labels, yticklabels=labels, ax=ax, cbar_kws={"label": "mean Spearman rho"})
+    ax.tick_params(axis="x", rotation=40, labelsize=8)
+    ax.tick_params(axis="y", rotation=0, labelsize=8)
+    ax.set_title("rank agreement of head scores (mean over fine-tuned models)", fontsize="medium")
     fig.tight_layout()
     return fig

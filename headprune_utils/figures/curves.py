@@ -1,0 +1,206 @@
+"""Curves: a score (or a share of heads kept, or a distance) as a line against how much is pruned or changed
+(share of heads pruned, budget, heads kept, L0 penalty, dropout), one panel per task, regime or setting.
+"""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from .labels import METRIC_LABELS, NMT_REGIME_LABELS, REGIME_LABELS, TYPE_COLORS, TYPE_LABELS
+
+
+def score_vs_fraction(summary: pd.DataFrame, raw: pd.DataFrame | None = None) -> plt.Figure:
+    """One panel per task: mean score vs share of heads pruned, a line per regime, CI band over seeds.
+
+    summary: columns task, regime, fraction, mean, ci_low, ci_high, metric (``pruning_curves.summarise``).
+    raw: optional per-seed rows (task, regime, fraction, score) drawn as points.
+    """
+    tasks = list(dict.fromkeys(summary["task"]))
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4.2), squeeze=False)
+    palette = dict(zip(REGIME_LABELS, sns.color_palette("colorblind", len(REGIME_LABELS))))
+    for ax, task in zip(axes[0], tasks):
+        s = summary[summary["task"] == task]
+        for regime, g in s.groupby("regime"):
+            g = g.sort_values("fraction")
+            color = palette.get(regime)
+            ax.plot(100 * g["fraction"], g["mean"], marker="o", color=color, label=REGIME_LABELS.get(regime, regime))
+            ax.fill_between(100 * g["fraction"], g["ci_low"], g["ci_high"], color=color, alpha=0.2, linewidth=0)
+            if raw is not None:
+                r = raw[(raw["task"] == task) & (raw["regime"] == regime)]
+                ax.scatter(100 * r["fraction"], r["score"], color=color, s=10, alpha=0.5)
+        if "chance" in s:
+            ax.axhline(s["chance"].iloc[0], color="grey", linestyle="--", linewidth=1, label="constant predictor")
+        ax.set_title(task)
+        ax.set_xlabel("heads pruned (%)")
+        ax.set_ylabel(s["metric"].iloc[0])
+    axes[0][0].legend(loc="lower left", fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def score_by_strategy(summary: pd.DataFrame, strategies: list[str]) -> plt.Figure:
+    """A row of panels per regime, a column per task: mean score (t-interval over seeds) by budget, a line
+    per strategy; the full model (budget 0) as a dotted line.
+
+    summary: columns task, regime, strategy, budget, mean, ci_low, ci_high, metric, chance
+    (``strategy_sweep.summarise``).
+    """
+    tasks = list(dict.fromkeys(summary["task"]))
+    regimes = [r for r in REGIME_LABELS if r in set(summary["regime"])]
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(len(regimes), len(tasks), figsize=(5.6 * len(tasks), 4.0 * len(regimes)), squeeze=False)
+    palette = dict(zip(strategies, sns.color_palette("tab10", len(strategies))))
+    for i, regime in enumerate(regimes):
+        for j, task in enumerate(tasks):
+            ax = axes[i][j]
+            s = summary[(summary["task"] == task) & (summary["regime"] == regime)]
+            full = s[s["strategy"] == "none"]
+            budgets = sorted(s.loc[s["strategy"] != "none", "budget"].unique())
+            offsets = {st: (k - (len(strategies) - 1) / 2) * 0.6 for k, st in enumerate(strategies)}
+            for st in strategies:
+                g = s[s["strategy"] == st].sort_values("budget")
+                if g.empty:
+                    continue
+                x = 100 * g["budget"] + offsets[st]
+                ax.errorbar(x, g["mean"], yerr=[g["mean"] - g["ci_low"], g["ci_high"] - g["mean"]], marker="o",
+                            markersize=4, capsize=2, linewidth=1.2, color=palette[st], label=st)
+            if len(full):
+                ax.axhline(full["mean"].iloc[0], color="black", linestyle=":", linewidth=1, label="full model")
+            ax.axhline(s["chance"].iloc[0], color="grey", linestyle="--", linewidth=1, label="constant predictor")
+            ax.set_xticks([100 * b for b in budgets])
+            ax.set_title(f"{task} — {REGIME_LABELS[regime]}", fontsize="medium")
+            ax.set_xlabel("heads pruned (%)")
+            ax.set_ylabel(s["metric"].iloc[0])
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def bleu_vs_fraction(summary: pd.DataFrame) -> plt.Figure:
+    """One panel per regime: mean BLEU vs share of the type's heads pruned, a line per attention type, t-interval
+    band over (model seed, mask seed) pairs; fraction 0 is the unpruned reference.
+
+    summary: columns type, regime, fraction, mean, ci_low, ci_high (``nmt_heads_analysis.random_summary``).
+    """
+    regimes = [r for r in NMT_REGIME_LABELS if r in set(summary["regime"])]
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(1, len(regimes), figsize=(5.6 * len(regimes), 4.2), squeeze=False)
+    for ax, regime in zip(axes[0], regimes):
+        s = summary[summary["regime"] == regime]
+        for t in [t for t in TYPE_LABELS if t in set(s["type"])]:
+            g = s[s["type"] == t].sort_values("fraction")
+            ax.plot(100 * g["fraction"], g["mean"], marker="o", color=TYPE_COLORS[t], label=TYPE_LABELS[t])
+            ax.fill_between(100 * g["fraction"], g["ci_low"], g["ci_high"], color=TYPE_COLORS[t], alpha=0.18, linewidth=0)
+        ax.set_title(NMT_REGIME_LABELS[regime], fontsize="medium")
+        ax.set_xlabel("heads of the type pruned (%)")
+        ax.set_ylabel("test BLEU (greedy)")
+        ax.set_ylim(bottom=0)
+    axes[0][0].legend(loc="lower left", fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def l0_heads_kept(by_type: pd.DataFrame) -> plt.Figure:
+    """One panel per L0 setting: share of each gated type's heads kept against lambda (log scale), a line per type
+    (mean over model seeds), points per model.
+
+    by_type: columns setting, model_seed, lam, type, frac_kept (``nmt_heads_analysis.l0_by_type``).
+    """
+    settings = [t for t in TYPE_LABELS if t in set(by_type["setting"])]
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(1, len(settings), figsize=(5.0 * len(settings), 3.9), squeeze=False)
+    for ax, setting in zip(axes[0], settings):
+        s = by_type[by_type["setting"] == setting]
+        for t in [t for t in TYPE_LABELS if t in set(s["type"])]:
+            g = s[s["type"] == t]
+            m = g.groupby("lam")["frac_kept"].mean()
+            ax.scatter(g["lam"], g["frac_kept"], color=TYPE_COLORS[t], s=12, alpha=0.5)
+            ax.plot(m.index, m.to_numpy(), marker="o", color=TYPE_COLORS[t], label=TYPE_LABELS[t])
+        ax.set_xscale("log")
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_title(f"L0 gates on: {TYPE_LABELS.get(setting, setting)}", fontsize="medium")
+        ax.set_xlabel("lambda (penalty per open gate, nats)")
+        ax.set_ylabel("share of the type's heads kept")
+        ax.legend(loc="lower left", fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def l0_bleu(curve: pd.DataFrame) -> plt.Figure:
+    """One panel per L0 setting: test BLEU against heads kept (of the gated types): L0 masks and random masks with
+    the same heads per type; the full model dotted.
+
+    curve: columns setting, n_kept, n_heads_total, bleu_l0, bleu_random_mean, bleu_full (``nmt_heads_analysis.l0_curve``).
+    """
+    settings = [t for t in TYPE_LABELS if t in set(curve["setting"])]
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(1, len(settings), figsize=(5.0 * len(settings), 3.9), squeeze=False)
+    for ax, setting in zip(axes[0], settings):
+        c = curve[curve["setting"] == setting].sort_values("n_kept")
+        for col, label, color, marker in (("bleu_l0", "L0 gates", "tab:blue", "o"),
+                                          ("bleu_random_mean", "random, same heads per type", "tab:grey", "^")):
+            ax.plot(c["n_kept"], c[col], color=color, marker=marker, label=label)
+        ax.axhline(c["bleu_full"].mean(), color="black", linestyle=":", linewidth=1, label="full model")
+        ax.set_title(f"L0 gates on: {TYPE_LABELS.get(setting, setting)}", fontsize="medium")
+        ax.set_xlabel(f"heads kept (of {int(c['n_heads_total'].max())})")
+        ax.set_ylabel("test BLEU (greedy)")
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def l0_curve(curve: pd.DataFrame) -> plt.Figure:
+    """Dev score against heads kept, one panel per task: L0 masks (per seed, and the mean per lambda), and the
+    random and gradient-importance masks at the same head counts; the full model dotted, a constant predictor dashed.
+
+    curve: columns task, seed, lam, n_kept, score_l0, score_random_mean, score_importance, score_full, chance,
+    metric (``specialized_heads_l0_analysis.l0_curve``).
+    """
+    tasks = list(dict.fromkeys(curve["task"]))
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.4 * len(tasks), 4.2), squeeze=False)
+    series = (("score_l0", "L0 gates", "tab:blue", "o"), ("score_importance", "gradient importance", "tab:orange", "s"),
+              ("score_random_mean", "random (mean of masks)", "tab:grey", "^"))
+    for ax, task in zip(axes[0], tasks):
+        c = curve[curve["task"] == task]
+        mean = c.groupby("lam")[["n_kept", "score_l0", "score_importance", "score_random_mean"]].mean().sort_values("n_kept")
+        for col, label, color, marker in series:
+            ax.scatter(c["n_kept"], c[col], color=color, marker=marker, s=14, alpha=0.45)
+            ax.plot(mean["n_kept"], mean[col], color=color, marker=marker, markersize=5, label=label)
+        ax.axhline(c["score_full"].mean(), color="black", linestyle=":", linewidth=1, label="full model")
+        ax.axhline(c["chance"].iloc[0], color="grey", linestyle="--", linewidth=1, label="constant predictor")
+        ax.set_title(task)
+        ax.set_xlabel("heads kept (of %d)" % int(c["n_heads_total"].iloc[0]) if "n_heads_total" in c else "heads kept")
+        ax.set_ylabel(c["metric"].iloc[0])
+    axes[0][0].legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def dropout_plot(runs: pd.DataFrame) -> plt.Figure:
+    """Mean off-diagonal distance (lower = more redundant) after continued MLM training, by dropout ratio;
+    a line per seed, the pre-trained model dashed. One panel per distance. runs: ``redundancy_patterns_analysis.why``."""
+    metrics = list(dict.fromkeys(runs["metric"]))
+    cols = min(3, len(metrics))
+    rows = int(np.ceil(len(metrics) / cols))
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
+    for ax, m in zip(axes.ravel(), metrics):
+        g = runs[runs["metric"] == m]
+        for s, gs in g.groupby("seed"):
+            gs = gs.sort_values("dropout")
+            ax.plot(gs["dropout"], gs["mean_distance"], marker="o", label=f"seed {s}")
+        ax.axhline(g["pretrained_mean_distance"].iloc[0], color="black", linestyle="--", linewidth=1, label="pre-trained")
+        ax.set_title(METRIC_LABELS.get(m, m), fontsize="small")
+        ax.set_xlabel("dropout during continued MLM")
+        ax.set_ylabel("mean distance")
+    for ax in axes.ravel()[len(metrics):]:
+        ax.axis("off")
+    axes[0][0].legend(fontsize="x-small")
+    fig.tight_layout()
+    return fig

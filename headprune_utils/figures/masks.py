@@ -1,0 +1,34 @@
+"""Masks drawn as layer x head pictures (1 = kept, 0 = pruned), a row per strategy, a column per budget."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+
+def mask_grid(rows: pd.DataFrame) -> plt.Figure:
+    """Layer x head picture of each strategy's mask (a row per strategy, a column per budget); dark = pruned.
+
+    rows: columns strategy, budget, layer, head, kept (``strategy_sweep.example_masks``).
+    """
+    strategies = list(dict.fromkeys(rows["strategy"]))
+    budgets = sorted(rows["budget"].unique())
+    n_layers, n_heads = int(rows["layer"].max()) + 1, int(rows["head"].max()) + 1
+    scale = 0.16
+    fig, axes = plt.subplots(len(strategies), len(budgets), squeeze=False,
+                             figsize=(max(2.2, scale * n_heads + 0.8) * len(budgets), (scale * n_layers + 0.5) * len(strategies)))
+    for i, st in enumerate(strategies):
+        for j, b in enumerate(budgets):
+            ax = axes[i][j]
+            g = rows[(rows["strategy"] == st) & (rows["budget"] == b)]
+            grid = g.pivot(index="layer", columns="head", values="kept").to_numpy()
+            ax.imshow(grid, cmap="Greys_r", vmin=0, vmax=1, aspect="equal", origin="upper")
+            ax.set_xticks([])
+            ax.set_yticks([0, n_layers - 1])
+            ax.tick_params(labelsize=6)
+            if i == 0:
+                ax.set_title(f"{100 * b:.0f}% pruned", fontsize="small")
+            if j == 0:
+                ax.set_ylabel(st, fontsize="small", rotation=0, ha="right", va="center")
+    fig.suptitle("masks (rows: layers, bottom layer on top; columns: heads; black = pruned)", fontsize="small")
+    fig.tight_layout()
+    return fig

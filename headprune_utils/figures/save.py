@@ -1,0 +1,17 @@
+"""Writing a figure: the PNG and, beside it, the table of its data (so a reader can re-plot without re-running)."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from ..paths import StudyPaths
+from ..results import atomic_write_csv
+
+
+def save_figure(fig: plt.Figure, data: pd.DataFrame, paths: StudyPaths, name: str) -> None:
+    """``figures/<name>.png`` and ``tables/<name>.csv`` (the figure's data)."""
+    paths.figures.mkdir(parents=True, exist_ok=True)
+    tmp = paths.figure(name).with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=120, bbox_inches="tight", metadata={"Software": None})
+    tmp.replace(paths.figure(name))
+    atomic_write_csv(paths.table(name), data)

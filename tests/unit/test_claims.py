@@ -1,0 +1,379 @@
+"""headprune_utils.claims on hand-made tables: decision rules, gates (both branches), units, pooling, Holm."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from headprune_utils import claims
+from headprune_utils.claims import (
+    COLUMNS, VERDICTS, Equivalence, Measurement, NonInferiority, SeedSpread, ShareOfHeadroom, Superiority,
+    above_chance, adapts_to_mask, adjust, decide, enough_units, evaluate, render, role_found, validate,
+)
+from headprune_utils.stats import holm
+from headprune_utils.studies.base import Claim
+
+CLAIM = Claim("paper.claim", "Someone et al. 2020", "Pruning A beats pruning B.", quantity="score(A) - score(B)")
+OTHER = Claim("paper.other", "Someone et al. 2020", "A and B are comparable.")
+
+
+def meas(task, values, units=None, setting="50%", **kw):
+    units = list(range(len(values))) if units is None else units
+    return Measurement(task, values, units, setting=setting, semantics="zero", **kw)
+
+
+def one(table, task=None):
+    rows = table if task is None else table[table["task"] == task]
+    assert len(rows) == 1, rows
+    return rows.iloc[0]
+
+
+# --------------------------------------------------------------------------------------------- vocabulary
+
+def test_vocabulary_and_layout():
+    assert VERDICTS == ("supported", "not supported", "contradicted", "inconclusive", "not testable")
+    assert COLUMNS == ("study", "claim_id", "paper", "claim", "task", "setting", "semantics", "effect", "ci_low",
+                       "ci_high", "n_units", "unit", "test", "p", "p_adjusted", "margin", "verdict", "reason",
+                       "scale")
+    t = evaluate(CLAIM, Superiority(), [meas("sst2", [0.03, 0.05, 0.04])], scale="quick", study="s")
+    assert tuple(t.columns) == COLUMNS
+    validate(t)
+    r = one(t)
+    assert (r.study, r.claim_id, r.paper, r.claim, r.task, r.setting, r.semantics, r.scale) == (
+        "s", CLAIM.id, CLAIM.paper, CLAIM.text, "sst2", "50%", "zero", "quick")
+
+
+def test_rules_reject_bad_parameters():
+    with pytest.raises(ValueError):
+        Superiority(direction="up")
+    with pytest.raises(ValueError):
+        Superiority(test="anova")
+    with pytest.raises(ValueError, match="alpha"):
+        Equivalence(0.1, alpha=0.6)
+    with pytest.raises(ValueError):
+        NonInferiority(0.1, direction="sideways")
+
+
+# ------------------------------------------------------------------------------------- decision rules (rows)
+
+SUP = "superiority (greater); one-sample t on unit means; alpha=0.05"
+SUP_LESS = "superiority (less); one-sample t on unit means; alpha=0.05"
+EQ = "equivalence (TOST); one-sample t on unit means; alpha=0.05; margin: 0.02 = fixed"
+NI = "non-inferiority (greater); one-sample t on unit means; alpha=0.05"
+NI_LESS = "non-inferiority (less); one-sample t on unit means; alpha=0.05"
+
+
+def row(test, effect, low, high, p_adj, margin=0.0, p=None):
+    return {"test": test, "effect": effect, "ci_low": low, "ci_high": high, "p": p_adj if p is None else p,
+            "p_adjusted": p_adj, "margin": margin, "n_units": 5}
+
+
+@pytest.mark.parametrize("test, effect, low, high, p_adj, margin, verdict", [
+    (SUP, 0.04, 0.01, 0.07, 0.01, 0.0, "supported"),
+    (SUP, -0.04, -0.07, -0.01, 0.01, 0.0, "contradicted"),
+    (SUP, -0.01, -0.03, 0.005, 0.2, 0.01, "not supported"),     # CI below the smallest effect of interest
+    (SUP, -0.01, -0.03, 0.015, 0.2, 0.01, "inconclusive"),      # CI reaches effects > 0.01
+    (SUP, 0.01, -0.01, 0.03, 0.2, 0.0, "inconclusive"),
+    (SUP, 0.02, 0.001, 0.04, 0.08, 0.0, "inconclusive"),        # CI above 0 but not after Holm
+    (SUP_LESS, -0.04, -0.07, -0.01, 0.01, 0.0, "supported"),
+    (SUP_LESS, 0.04, 0.01, 0.07, 0.01, 0.0, "contradicted"),
+    (SUP_LESS, 0.01, -0.005, 0.03, 0.3, 0.01, "not supported"),  # CI excludes effects < -0.01
+    (EQ, 0.001, -0.01, 0.012, 0.01, 0.02, "supported"),
+    (EQ, 0.05, 0.03, 0.07, 0.9, 0.02, "contradicted"),           # wholly above +margin
+    (EQ, -0.05, -0.07, -0.03, 0.9, 0.02, "contradicted"),        # wholly below -margin
+    (EQ, 0.01, -0.01, 0.03, 0.2, 0.02, "inconclusive"),          # overlaps a bound
+    (EQ, 0.001, -0.01, 0.012, 0.06, 0.02, "inconclusive"),       # inside, but not after Holm
+    (NI, -0.005, -0.015, 0.005, 0.01, 0.02, "supported"),
+    (NI, -0.05, -0.07, -0.03, 0.99, 0.02, "contradicted"),
+    (NI, -0.02, -0.04, 0.0, 0.4, 0.02, "inconclusive"),
+    (NI_LESS, 0.005, -0.005, 0.015, 0.01, 0.02, "supported"),
+    (NI_LESS, 0.05, 0.03, 0.07, 0.99, 0.02, "contradicted"),
+])
+def test_decide_follows_the_written_rules(test, effect, low, high, p_adj, margin, verdict):
+    got, reason = decide(row(test, effect, low, high, p_adj, margin))
+    assert got == verdict and reason and "nan" not in reason.lower()
+
+
+def test_decide_reasons_state_the_numbers():
+    _, reason = decide(row(EQ, 0.001, -0.01, 0.012, 0.01, 0.02))
+    assert "90% CI" in reason and "+-0.02" in reason
+    _, reason = decide(row(SUP, 0.04, 0.01, 0.07, 0.01))
+    assert "95% CI" in reason and "Holm-adjusted p = 0.01" in reason
+    with pytest.raises(ValueError, match="label"):
+        decide(row("a t-test", 0.04, 0.01, 0.07, 0.01))
+
+
+# ------------------------------------------------------------------------------------- evaluate: one task
+
+def test_superiority_on_unit_means_matches_a_one_sample_t_test():
+    # unequal numbers of values per unit: the unit means, not the values, are the replicates
+    values, units = [0.1, 0.3, 0.2, 0.5, 0.7], ["s0", "s0", "s0", "s1", "s2"]
+    r = one(evaluate(CLAIM, Superiority(), [meas("sst2", values, units)]))
+    unit_means = np.array([0.2, 0.5, 0.7])
+    assert r.n_units == 3
+    assert r.effect == pytest.approx(unit_means.mean())  # not the pooled mean 0.36
+    assert r.p == pytest.approx(sps.ttest_1samp(unit_means, 0.0).pvalue, rel=1e-12)
+    lo, hi = sps.t.interval(0.95, 2, loc=unit_means.mean(), scale=sps.sem(unit_means))
+    assert (r.ci_low, r.ci_high) == pytest.approx((lo, hi))
+    assert r.p_adjusted == r.p and r.verdict == "inconclusive"  # 3 models: p = 0.085
+
+
+@pytest.mark.parametrize("values, margin, verdict", [
+    ([0.03, 0.05, 0.04, 0.045], 0.0, "supported"),
+    ([-0.03, -0.05, -0.04, -0.045], 0.0, "contradicted"),
+    ([-0.01, 0.0, -0.005, 0.005, -0.002], 0.02, "not supported"),
+    ([-0.05, 0.08, 0.01], 0.0, "inconclusive"),
+])
+def test_superiority_verdicts_from_data(values, margin, verdict):
+    r = one(evaluate(CLAIM, Superiority(margin=margin), [meas("sst2", values)]))
+    assert r.verdict == verdict
+
+
+def test_equivalence_uses_tost_with_the_stated_margin():
+    from headprune_utils.stats import tost
+
+    d = [0.002, -0.004, 0.001, 0.003, -0.001]
+    full = [0.90, 0.92, 0.91]
+    rule = Equivalence(SeedSpread(1.0))
+    r = one(evaluate(OTHER, rule, [meas("sst2", d, full=full, chance=0.5)]))
+    margin = float(np.std(full, ddof=1))
+    assert r.margin == pytest.approx(margin)
+    assert r.p == pytest.approx(tost(d, margin).p)
+    assert r.verdict == "supported" and "seed-to-seed SD" in r.test
+    far = one(evaluate(OTHER, rule, [meas("sst2", [0.05, 0.06, 0.055, 0.05], full=full, chance=0.5)]))
+    assert far.verdict == "contradicted"
+    wide = one(evaluate(OTHER, rule, [meas("sst2", [0.03, -0.02, 0.01], full=full, chance=0.5)]))
+    assert wide.verdict == "inconclusive"
+
+
+def test_non_inferiority_from_data():
+    rule = NonInferiority(0.02)
+    assert one(evaluate(OTHER, rule, [meas("sst2", [-0.004, 0.001, -0.002, 0.0])])).verdict == "supported"
+    assert one(evaluate(OTHER, rule, [meas("sst2", [-0.05, -0.06, -0.055, -0.05])])).verdict == "contradicted"
+    assert one(evaluate(OTHER, rule, [meas("sst2", [-0.03, 0.01, -0.02])])).verdict == "inconclusive"
+    r = one(evaluate(OTHER, rule, [meas("sst2", [-0.004, 0.001, -0.002, 0.0])]))
+    assert r.p == pytest.approx(sps.ttest_1samp([-0.004, 0.001, -0.002, 0.0], -0.02, alternative="greater").pvalue)
+
+
+def test_margins_from_the_full_model():
+    m = meas("sst2", [0.0, 0.1], full=[0.8, 0.9, 0.85], chance=0.5)
+    assert SeedSpread(2.0)(m) == pytest.approx(2 * np.std([0.8, 0.9, 0.85], ddof=1))
+    assert ShareOfHeadroom(0.1)(m) == pytest.approx(0.1 * (0.85 - 0.5))
+    # a margin that cannot be computed, or is 0, makes the claim not testable
+    r = one(evaluate(OTHER, Equivalence(SeedSpread()), [meas("sst2", [0.0, 0.1], full=[0.9], chance=0.5)]))
+    assert r.verdict == "not testable" and "at least 2 seeds" in r.reason and np.isnan(r.p)
+    r = one(evaluate(OTHER, Equivalence(SeedSpread()), [meas("sst2", [0.0, 0.1], full=[0.9, 0.9], chance=0.5)]))
+    assert r.verdict == "not testable" and "must be > 0" in r.reason
+    r = one(evaluate(OTHER, Equivalence(ShareOfHeadroom()), [meas("sst2", [0.0, 0.1])]))
+    assert r.verdict == "not testable" and "chance" in r.reason
+
+
+# ------------------------------------------------------------------------------------------------- gates
+
+def test_enough_units_both_branches_and_the_automatic_power_gate():
+    assert enough_units("t")(meas("sst2", [0.1, 0.2])) is None
+    assert enough_units("t")(meas("sst2", [0.1])) == "a one-sample t-test needs at least 2 units; got 1"
+    reason = enough_units("sign_flip", 0.05)(meas("sst2", [0.1, 0.2, 0.3]))
+    assert "0.25" in reason and "needs 6 units" in reason
+    assert enough_units("sign_flip", 0.05)(meas("sst2", [0.1] * 6)) is None
+    assert enough_units("sign_flip", 0.05, n=6)(meas("sst2", [0.1])) is None
+    # evaluate applies the rule's own power gate: a sign-flip test over 3 models is not testable at 0.05
+    r = one(evaluate(CLAIM, Superiority(test="sign_flip"), [meas("sst2", [0.3, 0.4, 0.5])]))
+    assert r.verdict == "not testable" and "smallest attainable p = 0.25" in r.reason
+    r = one(evaluate(CLAIM, Superiority(test="sign_flip"), [meas("sst2", [0.3, 0.4, 0.5, 0.2, 0.6, 0.35])]))
+    assert r.verdict == "supported" and r.p == pytest.approx(2 / 64)
+    r = one(evaluate(CLAIM, Superiority(), [meas("sst2", [0.3, 0.3], units=["s0", "s0"])]))  # one model
+    assert r.verdict == "not testable" and "got 1" in r.reason
+
+
+def test_adapts_to_mask_both_branches():
+    diffs = pd.DataFrame({
+        "task": ["sst2"] * 6 + ["mrpc"] * 3 + ["rte"],
+        "seed": [0, 0, 1, 1, 2, 2, 0, 1, 2, 0],
+        "diff": [0.05, 0.07, 0.06, 0.05, 0.055, 0.06, 0.05, -0.04, 0.01, 0.2],
+    })
+    gate = adapts_to_mask(diffs)
+    assert gate(meas("sst2", [0.0])) is None
+    assert "does not adapt to the mask on mrpc" in gate(meas("mrpc", [0.0]))
+    assert "no CI with one unit" in gate(meas("rte", [0.0]))
+    assert "no results" in gate(meas("qnli", [0.0]))
+    t = evaluate(CLAIM, Superiority(), [meas("sst2", [0.1, 0.12, 0.11]), meas("mrpc", [0.1, 0.12, 0.11])],
+                 gates=[gate])
+    assert one(t, "sst2").verdict == "supported"
+    assert one(t, "mrpc").verdict == "not testable" and "does not adapt" in one(t, "mrpc").reason
+
+
+def test_above_chance_both_branches():
+    gate = above_chance(0.05)
+    assert gate(meas("sst2", [0.1], full=[0.9, 0.85], chance=0.5)) is None
+    reason = gate(meas("sst2", [0.1], full=[0.9, 0.52], chance=0.5))
+    assert "not above chance by 0.05 on sst2" in reason and "0.52" in reason
+    with pytest.raises(ValueError, match="chance"):
+        gate(meas("sst2", [0.1]))
+
+
+def test_role_found_both_branches():
+    gate = role_found("positional", {"sst2": 2, "mrpc": 0})
+    assert gate(meas("sst2", [0.1])) is None
+    assert gate(meas("mrpc", [0.1])) == "no head of role 'positional' found on mrpc"
+    assert gate(meas("rte", [0.1])) is not None
+    assert role_found("syntactic", 0)(meas("sst2", [0.1])) is not None
+    assert role_found("syntactic", 3)(meas("sst2", [0.1])) is None
+
+
+def test_every_failed_gate_is_named_and_no_p_is_reported():
+    gates = [role_found("rare", 0), above_chance(0.1)]
+    r = one(evaluate(CLAIM, Superiority(), [meas("sst2", [0.1, 0.2], full=[0.55, 0.6], chance=0.5)], gates=gates))
+    assert r.verdict == "not testable" and "role 'rare'" in r.reason and "not above chance" in r.reason
+    assert np.isnan(r.p) and np.isnan(r.p_adjusted) and r.effect == pytest.approx(0.15)
+
+
+# ------------------------------------------------------------------------------------------------ pooling
+
+FULL = {"sst2": ([0.90, 0.92, 0.91], 0.5), "mrpc": ([0.80, 0.82, 0.81], 0.68), "rte": ([0.70, 0.66, 0.68], 0.5)}
+
+
+def tm(task, values, setting="50%"):
+    full, chance = FULL[task]
+    return meas(task, values, setting=setting, full=full, chance=chance)
+
+
+def test_pooled_row_on_normalised_effects_when_tasks_agree():
+    a, b = [0.03, 0.05, 0.04], [0.02, 0.03, 0.025]
+    t = evaluate(CLAIM, Superiority(), [tm("sst2", a), tm("mrpc", b)])
+    assert list(t["task"]) == ["sst2", "mrpc", "all (sst2, mrpc)"]
+    pooled = one(t, "all (sst2, mrpc)")
+    x = np.concatenate([np.array(a) / (0.91 - 0.5), np.array(b) / (0.81 - 0.68)])
+    assert pooled.n_units == 6 and pooled.effect == pytest.approx(x.mean())
+    assert pooled.p == pytest.approx(sps.ttest_1samp(x, 0.0).pvalue, rel=1e-12)
+    assert "/ (full - chance)" in pooled.test and pooled.verdict == "supported"
+    # Holm within the claim's three rows
+    np.testing.assert_allclose(t["p_adjusted"], holm(t["p"]))
+
+
+def test_pooled_row_is_inconclusive_when_tasks_disagree():
+    t = evaluate(CLAIM, Superiority(), [tm("sst2", [0.03, 0.05, 0.04]), tm("mrpc", [-0.02, -0.03, -0.025])])
+    pooled = one(t, "all (sst2, mrpc)")
+    assert pooled.verdict == "inconclusive" and pooled.reason.startswith("tasks disagree: sst2 +, mrpc -")
+    assert np.isnan(pooled.p) and np.isnan(pooled.p_adjusted)
+    assert one(t, "sst2").verdict == "supported" and one(t, "mrpc").verdict == "contradicted"
+    np.testing.assert_allclose(t["p_adjusted"][:2], holm(t["p"][:2]))  # the pooled row is outside the family
+
+
+def test_equivalence_tasks_agree_by_the_side_of_the_margin_not_the_sign():
+    rule = Equivalence(ShareOfHeadroom(0.1))
+    t = evaluate(OTHER, rule, [tm("sst2", [0.002, -0.001, 0.001]), tm("mrpc", [-0.001, -0.002, 0.0005])])
+    pooled = one(t, "all (sst2, mrpc)")
+    assert np.isfinite(pooled.p) and pooled.verdict == "supported"
+    assert pooled.margin == pytest.approx(0.1)  # a share of the headroom is that share once normalised
+    t = evaluate(OTHER, rule, [tm("sst2", [0.002, -0.001, 0.001]), tm("mrpc", [0.05, 0.06, 0.055])])
+    assert one(t, "mrpc").verdict == "contradicted"
+    assert one(t, "all (sst2, mrpc)").reason.startswith("tasks disagree: sst2 0, mrpc +")
+
+
+def test_pooling_leaves_out_untestable_tasks_and_needs_two():
+    gate = role_found("positional", {"sst2": 1, "mrpc": 1, "rte": 0})
+    ms = [tm("sst2", [0.03, 0.05, 0.04]), tm("mrpc", [0.02, 0.03, 0.025]), tm("rte", [0.02, 0.01, 0.03])]
+    t = evaluate(CLAIM, Superiority(), ms, gates=[gate])
+    assert one(t, "rte").verdict == "not testable"
+    assert one(t, "all (sst2, mrpc)").n_units == 6
+    t = evaluate(CLAIM, Superiority(), ms[1:], gates=[gate])
+    pooled = one(t, "all (mrpc, rte)")
+    assert pooled.verdict == "not testable" and "fewer than 2 tasks testable" in pooled.reason
+
+
+def test_pooling_groups_by_setting_and_refuses_bad_input():
+    ms = [tm("sst2", [0.03, 0.05, 0.04], "30%"), tm("mrpc", [0.02, 0.03, 0.025], "30%"),
+          tm("sst2", [0.03, 0.05, 0.04], "50%"), tm("mrpc", [0.02, 0.03, 0.025], "50%")]
+    t = evaluate(CLAIM, Superiority(), ms)
+    assert len(t) == 6 and (t["task"] == "all (sst2, mrpc)").sum() == 2
+    assert len(evaluate(CLAIM, Superiority(), ms[:1])) == 1  # one task: no pooled row
+    with pytest.raises(ValueError, match="full and chance"):
+        evaluate(CLAIM, Superiority(), [tm("sst2", [0.1, 0.2]), meas("mrpc", [0.1, 0.2])])
+    with pytest.raises(ValueError, match="twice"):
+        evaluate(CLAIM, Superiority(), [tm("sst2", [0.1, 0.2]), tm("sst2", [0.1, 0.3])])
+
+
+def test_raw_pooling_without_full_and_chance():
+    t = evaluate(CLAIM, Superiority(), [meas("a", [0.1, 0.2, 0.15]), meas("b", [0.3, 0.2, 0.25])])
+    pooled = one(t, "all (a, b)")
+    assert pooled.effect == pytest.approx(0.2) and "full - chance" not in pooled.test
+
+
+# --------------------------------------------------------------------------------------------------- Holm
+
+def test_adjust_holm_within_each_study_and_verdicts_from_the_adjusted_p():
+    weak = [0.02, 0.07, 0.01, 0.06, 0.04]  # p = 0.0247 alone
+    s1 = [evaluate(CLAIM, Superiority(), [meas("sst2", [0.05, 0.06, 0.055, 0.05])], study="s1")]
+    s1 += [evaluate(Claim(f"paper.weak{i}", "P", "weak"), Superiority(), [meas("sst2", weak)], study="s1")
+           for i in range(3)]
+    s1 += [evaluate(OTHER, Superiority(), [meas("sst2", [0.3], units=["one model"])], study="s1")]  # not testable
+    s2 = [evaluate(CLAIM, Superiority(), [meas("sst2", weak)], study="s2")]
+    alone = s1[1].iloc[0]
+    assert alone.p < 0.05 and alone.verdict == "supported"  # significant in a family of one
+    table = adjust(pd.concat(s1 + s2, ignore_index=True))
+    validate(table)
+    s1_rows = table[table["study"] == "s1"]
+    tested = s1_rows["p"].notna()
+    assert tested.sum() == 4  # the not-testable row is outside the family
+    np.testing.assert_allclose(s1_rows.loc[tested, "p_adjusted"], holm(s1_rows.loc[tested, "p"]))
+    # m = 4: the strong row x 4, the three tied weak rows x max(3, 2, 1) = 3
+    weak_rows = s1_rows[s1_rows["claim_id"].str.startswith("paper.weak")]
+    np.testing.assert_allclose(weak_rows["p_adjusted"], 3 * alone.p)
+    assert (weak_rows["verdict"] == "inconclusive").all()
+    assert s1_rows.iloc[0].verdict == "supported" and s1_rows.iloc[-1].verdict == "not testable"
+    s2_row = table[table["study"] == "s2"].iloc[0]
+    assert s2_row.p_adjusted == pytest.approx(alone.p) and s2_row.verdict == "supported"  # its own family
+
+
+def test_adjust_hand_case_turns_a_significant_row_inconclusive():
+    rows = [{**{c: "" for c in COLUMNS}, "study": "s", "claim_id": f"c{i}", "claim": f"claim {i}", "task": "sst2",
+             "effect": 0.1, "ci_low": 0.01, "ci_high": 0.2, "n_units": 5, "unit": "model",
+             "test": SUP, "p": p, "p_adjusted": np.nan, "margin": 0.0, "verdict": "supported", "reason": "x"}
+            for i, p in enumerate([0.01, 0.02, 0.04])]
+    out = adjust(pd.DataFrame(rows, columns=list(COLUMNS)))
+    # sorted 0.01, 0.02, 0.04 x 3, 2, 1 = 0.03, 0.04, 0.04
+    np.testing.assert_allclose(out["p_adjusted"], [0.03, 0.04, 0.04])
+    assert list(out["verdict"]) == ["supported"] * 3
+    rows[2]["p"] = 0.06
+    out = adjust(pd.DataFrame(rows, columns=list(COLUMNS)))
+    np.testing.assert_allclose(out["p_adjusted"], [0.03, 0.04, 0.06])
+    assert list(out["verdict"]) == ["supported", "supported", "inconclusive"]
+
+
+# -------------------------------------------------------------------------------------- render and validate
+
+def test_render_never_shows_nan():
+    t = pd.concat([
+        evaluate(CLAIM, Superiority(), [tm("sst2", [0.03, 0.05, 0.04]), tm("mrpc", [-0.02, -0.03, -0.025])],
+                 scale="quick"),
+        evaluate(OTHER, Equivalence(SeedSpread()), [meas("sst2", [0.1], units=["m"], full=[0.9], chance=0.5)],
+                 scale="quick"),
+    ], ignore_index=True)
+    text = render(adjust(t))
+    assert "nan" not in text.lower()
+    assert "n/a (not testable)" in text and "n/a (tasks disagree)" in text
+    assert text.splitlines()[0].startswith(f"{CLAIM.id} ({CLAIM.paper}): {CLAIM.text} [quick]")
+
+
+def test_validate_refuses_other_layouts_and_words():
+    t = evaluate(CLAIM, Superiority(), [meas("sst2", [0.03, 0.05, 0.04])])
+    validate(t)
+    with pytest.raises(ValueError, match="columns"):
+        validate(t.rename(columns={"p": "p_value"}))
+    with pytest.raises(ValueError, match="verdict words"):
+        validate(t.assign(verdict="partly supported"))
+    with pytest.raises(ValueError, match="reason"):
+        validate(t.assign(reason=""))
+    assert tuple(claims.empty_table().columns) == COLUMNS
+
+
+def test_a_task_at_chance_cannot_be_normalised_and_stays_out_of_the_pool():
+    ms = [tm("sst2", [0.03, 0.05, 0.04]), tm("mrpc", [0.02, 0.03, 0.025]),
+          meas("rte", [0.01, 0.02, 0.015], full=[0.5, 0.49, 0.51], chance=0.5)]
+    t = evaluate(CLAIM, Superiority(), ms)
+    assert one(t, "all (sst2, mrpc)").n_units == 6
+    t = evaluate(CLAIM, Superiority(), ms[1:])
+    pooled = one(t, "all (mrpc, rte)")
+    assert pooled.verdict == "not testable" and "full <= chance on rte" in pooled.reason
