@@ -337,7 +337,9 @@ def preflight(plan: dict[str, dict], profile: str, read_data: bool = False, stal
         if not _writable(paths.dir) or (paths.dir.exists() and not _writable(paths.dir.parent)):
             problems.append(f"{name}: the outputs folder {_relative(paths.dir)} cannot be written (permissions)")
             continue
-        device = models.resolve_device(cfg.device)
+        if not hasattr(study, "fingerprint"):  # not a study of the protocol (a bare notebook): nothing to check
+            continue
+        device = models.resolve_device(getattr(cfg, "device", "cpu"))
         try:
             if stale and paths.cells.exists():  # read only: a check moves nothing (no quarantine)
                 ResultStore(paths.cells, study.fingerprint(cfg, device), quarantine=False).check_compatible()
