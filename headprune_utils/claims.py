@@ -35,7 +35,8 @@ adjusts within the claim, ``adjust`` on the study's concatenated table supersede
   sign-flip test over n units cannot go below ``2 / 2**n``). No p is reported and the row is outside the Holm
   family.
 - Superiority (claim: the effect lies in ``direction``; two-sided one-sample t or exact sign-flip test of
-  effect = 0; ``(1 - alpha)`` t-interval; ``m >= 0`` = smallest effect of interest, default 0):
+  effect = 0 (the exact sign-flip test also when every unit gave the same value: the t statistic is then
+  undefined); ``(1 - alpha)`` t-interval; ``m >= 0`` = smallest effect of interest, default 0):
   ``supported`` if ``p_adj < alpha`` and ``e > 0``; ``contradicted`` if ``p_adj < alpha`` and ``e < 0``;
   ``not supported`` if ``hi <= m`` (the CI excludes every effect beyond ``m`` in the claimed direction);
   ``inconclusive`` otherwise.
@@ -332,6 +333,10 @@ def _test(rule: Rule, x: np.ndarray, margin: float) -> tuple[float, float, float
     """``(effect, ci_low, ci_high, p)`` of unit values ``x`` under ``rule`` (unadjusted p)."""
     if rule.kind == "superiority":
         effect, low, high = stats.t_interval(x, 1 - rule.alpha)
+        if rule.test == "t" and x.size >= 2 and float(np.ptp(x)) == 0.0:
+            # every unit gave the same value (e.g. one head of a role in every model): the t statistic is
+            # undefined, so the exact sign-flip test decides (two-sided p = 2 / 2**n; not p = 0)
+            return effect, low, high, stats.sign_flip_test(x)
         p = stats.t_test_p(x) if rule.test == "t" else stats.sign_flip_test(x)
         return effect, low, high, p
     effect, low, high = stats.t_interval(x, 1 - 2 * rule.alpha)
@@ -430,7 +435,8 @@ def _pooled_row(claim, rule: Rule, study: str, scale: str, rows: list[dict], inf
     margin = min((info[i][2] / h for i, h in zip(ok, scale_of)), default=float("nan"))
     what = (base.effect or "unit means") + (" / (full - chance)" if normalise else "")
     note = f"smallest of the tasks' margins{' / (full - chance)' if normalise else ''}"
-    label = _label(rule, what, f"{margin:.3g} = {note}" if _margin_note(rule, margin) else "")
+    label = _label(rule, what, (f"{margin:.3g} = {note}" if np.isfinite(margin) else f"n/a (no testable task to pool); {note}")
+                   if _margin_note(rule, margin) else "")
     pool_m = Measurement(pool_task, x, list(range(x.size)), base.setting, base.semantics, unit=unit)
     if len(ok) < 2:
         why = [f"fewer than 2 tasks testable for pooling (testable: {names or 'none'})"]

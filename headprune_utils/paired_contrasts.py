@@ -1,8 +1,17 @@
-"""Paired contrasts between pruning strategies: ``score(a) - score(b)`` paired by setting and seed, summarised
-with a bootstrap CI, a paired t-test and a sign-flip permutation test, and read against what a claim expects.
+"""Paired contrasts between pruning strategies: ``score(a) - score(b)`` paired by setting and seed.
 
-Pure functions over tidy tables (columns task, regime, strategy, budget, seed, score). Studies 2 (layer
-locations), 5 (zero-shot pruning) and 7 (translation: ``task`` = attention type) use them.
+Pure functions over tidy tables (columns task, regime, strategy, budget, seed, score; ``mask`` for the
+identical-mask checks). Studies 2 (layer locations), 5 (zero-shot pruning) and 7 (translation: ``task`` =
+attention type) use them.
+
+- :func:`paired_by_strategy`: the paired differences (optionally flagging pairs whose two masks are identical:
+  two strategy names that pruned the same heads measure one thing, not two);
+- :func:`identical_masks`: every group of strategies that pruned the same mask in one setting and seed;
+- :func:`unit_contrast_table`: descriptive statistics with the model (task x seed) as the unit: per setting over
+  seeds, and per task x regime over the models' means across budgets (t-intervals; identical-mask pairs left out);
+- :func:`contrast_table` / :func:`contrast_verdict`: the older summaries (bootstrap CI, t-test and sign-flip test;
+  the pooled rows treat task x budget x seed as replicates). Verdicts on claims come from
+  :mod:`headprune_utils.claims` instead.
 """
 from __future__ import annotations
 
@@ -16,9 +25,11 @@ from scipy import stats as sps
 
 from . import stats
 
-__all__ = ["Contrast", "LOCATION_CONTRASTS", "paired_by_strategy", "contrast_table", "contrast_verdict"]
+__all__ = ["Contrast", "LOCATION_CONTRASTS", "paired_by_strategy", "identical_masks", "unit_contrast_table",
+           "contrast_table", "contrast_verdict"]
 
 PAIR_COLUMNS = ["task", "regime", "budget", "seed", "diff"]
+SETTING = ["task", "regime", "budget", "seed"]
 
 
 @dataclass(frozen=True)
@@ -50,15 +61,77 @@ LOCATION_CONTRASTS: tuple[Contrast, ...] = (
 )
 
 
-def paired_by_strategy(table: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
+def paired_by_strategy(table: pd.DataFrame, a: str, b: str, same_mask: bool = False) -> pd.DataFrame:
     """Rows (task, regime, budget, seed, diff = score_a - score_b) where both strategies ran with the same task,
-    regime, budget and seed."""
+    regime, budget and seed. ``same_mask``: add a boolean column ``same_mask`` (the two strategies pruned
+    identical masks there; needs the ``mask`` column)."""
     t = table[table["strategy"].isin([a, b])]
-    p = t.pivot_table(index=["task", "regime", "budget", "seed"], columns="strategy", values="score")
+    p = t.pivot_table(index=SETTING, columns="strategy", values="score")
     if a not in p or b not in p:
-        return pd.DataFrame(columns=PAIR_COLUMNS)
+        return pd.DataFrame(columns=PAIR_COLUMNS + (["same_mask"] if same_mask else []))
     p = p.dropna(subset=[a, b])
-    return (p[a] - p[b]).rename("diff").reset_index()
+    out = (p[a] - p[b]).rename("diff").reset_index()
+    if same_mask:
+        masks = {(*k, s): m for *k, s, m in t[SETTING + ["strategy", "mask"]].itertuples(index=False)}
+        out["same_mask"] = [masks[(*k, a)] == masks[(*k, b)] for k in out[SETTING].itertuples(index=False)]
+    return out
+
+
+def identical_masks(table: pd.DataFrame, keys: tuple[str, ...] = tuple(SETTING)) -> pd.DataFrame:
+    """Every group of two or more strategies that pruned the same mask with the same ``keys`` (columns:
+    ``keys``, ``strategies`` = the names joined by " = ", ``mask``). The reference ``"none"`` is left out."""
+    t = table[table["strategy"] != "none"]
+    rows = []
+    for k, g in t.groupby(list(keys), sort=True):
+        for mask, names in g.groupby("mask", sort=False)["strategy"]:
+            if names.nunique() > 1:
+                rows.append({**dict(zip(keys, k)), "strategies": " = ".join(sorted(set(names))), "mask": mask})
+    return pd.DataFrame(rows, columns=[*keys, "strategies", "mask"])
+
+
+def _pct(budgets) -> str:
+    return ", ".join(f"{100 * float(b):g}%" for b in sorted(set(budgets)))
+
+
+def unit_contrast_table(contrast_list: Iterable[Contrast], pair: Callable[[str, str], pd.DataFrame],
+                        confidence: float = 0.95) -> pd.DataFrame:
+    """Descriptive statistics of paired contrasts, the unit being the model (task x seed).
+
+    ``pair(a, b)``: rows (task, regime, budget, seed, diff[, same_mask]); pairs with ``same_mask`` are left out
+    (a mask is not compared with itself). Rows per task x regime x budget (over seeds: one value per model) and per
+    task x regime with ``budget = "all"`` (each model's differences averaged over its budgets first, then over
+    the models). Columns: contrast, a, b, expect, task, regime, budget, n_units, mean_diff, ci_low, ci_high
+    (Student-t interval over the units, ``confidence``), n_same_mask (pairs left out), note. Contrasts whose
+    strategies did not both run are left out, and so is a setting whose every pair was identical (its note is
+    on the ``"all"`` row; with no pair left anywhere the task x regime has no row: :func:`identical_masks`
+    reports it)."""
+    rows = []
+    for c in contrast_list:
+        d = pair(c.a, c.b)
+        if d.empty:
+            continue
+        same = d["same_mask"].astype(bool) if "same_mask" in d else pd.Series(False, index=d.index)
+        for (task, regime), g in d.groupby(["task", "regime"], sort=True):
+            s = same.loc[g.index]
+            kept = g[~s]
+            groups = [(b, gb) for b, gb in kept.groupby("budget", sort=True)]
+            if not kept.empty:
+                _, means = stats.unit_means(kept["diff"].to_numpy(dtype=float), kept["seed"].tolist())
+                groups.append(("all", means))
+            for budget, x in groups:
+                x = x["diff"].to_numpy(dtype=float) if isinstance(x, pd.DataFrame) else x
+                out = s if budget == "all" else s & (g["budget"] == budget)
+                n_same = int(out.sum())
+                mean, lo, hi = stats.t_interval(x, confidence)
+                note = ""
+                if n_same:
+                    note = (f"{n_same} pair(s) left out: {c.a} and {c.b} pruned identical masks (budgets "
+                            f"{_pct(g.loc[out, 'budget'])}; seeds {', '.join(map(str, sorted(set(g.loc[out, 'seed']))))})")
+                rows.append({"contrast": c.name, "a": c.a, "b": c.b, "expect": c.expect, "task": task,
+                             "regime": regime, "budget": budget, "n_units": len(x), "mean_diff": mean,
+                             "ci_low": lo, "ci_high": hi, "n_same_mask": n_same, "note": note})
+    return pd.DataFrame(rows, columns=["contrast", "a", "b", "expect", "task", "regime", "budget", "n_units",
+                                       "mean_diff", "ci_low", "ci_high", "n_same_mask", "note"])
 
 
 def contrast_table(contrast_list: Iterable[Contrast], pair: Callable[[str, str], pd.DataFrame],

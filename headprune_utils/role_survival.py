@@ -12,6 +12,7 @@ Roles (thresholds are arguments; the cells hold the raw measurements, ``speciali
 
 Survival: per model (``task``, ``seed``) the L0 masks ordered by ``lam`` ascending; a head's survival level is the
 1-based index of the LARGEST lambda at which it is still kept (0: kept at none) -- ``survival.survival_levels``.
+Heads of a role are compared with the other heads of the same layer (survival depends on the layer).
 
 Input layouts. Measurements: rows with ``kind`` ("roles": the pre-trained model, ``source = "pretrained"``, seed
 -1; "scores": a fine-tuned model, ``source = task``), ``task``, ``seed`` and ``roles`` (the dict of
@@ -35,8 +36,8 @@ from .masks import mask_from_string
 
 __all__ = [
     "ROLE_NAMES", "VOITA_FRACTION", "role_table", "role_mask", "role_counts", "role_stability", "majority_role",
-    "role_map_data", "survival_heads", "survival_with_roles", "survival_tests", "survival_map_data",
-    "roles_at_budget",
+    "role_map_data", "survival_heads", "survival_with_roles", "survival_tests", "survival_auc_per_model",
+    "survival_map_data", "random_keeps", "roles_at_budget",
 ]
 
 ROLE_NAMES: tuple[str, ...] = ("positional", "syntactic", "rare-word")
@@ -169,42 +170,73 @@ def survival_with_roles(surv: pd.DataFrame, roles: pd.DataFrame) -> pd.DataFrame
     return surv.merge(ft, on=["task", "seed", "layer", "head"], how="inner")
 
 
+def _layer_strata(m: pd.DataFrame, col: str) -> list[tuple[tuple, np.ndarray, np.ndarray, np.ndarray]]:
+    """``[(task, seed, layer), survival, mean_log_alpha, in_group]`` per layer of each model."""
+    return [(k, g["survival"].to_numpy(dtype=float), g["mean_log_alpha"].to_numpy(dtype=float),
+             g[col].to_numpy(dtype=bool)) for k, g in m.groupby(["task", "seed", "layer"], sort=True)]
+
+
 def survival_tests(surv: pd.DataFrame, roles: pd.DataFrame, n_perm: int = 10000, seed: int = 0,
                    alpha: float = 0.05) -> pd.DataFrame:
-    """Do the heads of a role survive longer than the other heads (of the same model)?
+    """Do the heads of a role survive longer than the other heads OF THE SAME LAYER of the same model?
 
-    Per role group (specialized, positional, syntactic, rare-word) against all other heads: the mean over models
-    (task, seed) of the AUC of the survival level, with stratified permutation p-values (labels permuted within
-    each model; ``survival.stratified_auc_test``) one-sided both ways; the same for the mean final log_alpha
-    (finer: no ties); mean survival of the group and of the rest; per-model one-sided Mann-Whitney U tests
-    (how many models reach ``p < alpha``). Roles are those of each fine-tuned model.
+    Strata = (task, seed, layer): survival depends strongly on the layer (one layer's heads can dominate a pooled
+    comparison), so heads are compared only within their layer. Per role group (specialized, positional,
+    syntactic, rare-word) against the other heads: the mean over strata of the AUC of the survival level, with
+    stratified permutation p-values (labels permuted within each stratum; ``survival.stratified_auc_test``)
+    one-sided both ways; the same for the mean final log_alpha (finer: no ties); mean survival of the group and of
+    the rest; per-model one-sided Mann-Whitney U tests (heads of all layers; how many models reach
+    ``p < alpha``). Descriptive: the strata share models, so these p-values are not the claims' test (which
+    averages within each model first, :func:`survival_auc_per_model`). A group without heads gets ``"n/a (...)"``
+    in place of its numbers, never NaN.
     """
     m = survival_with_roles(surv, roles)
     rows = []
     for group in ("specialized", *ROLE_NAMES):
         col = "rare" if group == "rare-word" else group
-        vals, labs, las, n_sig, n_models = [], [], [], 0, 0
+        strata = _layer_strata(m, col)
+        n_sig, n_models = 0, 0
         for _, g in m.groupby(["task", "seed"]):
             lab = g[col].to_numpy(dtype=bool)
-            vals.append(g["survival"].to_numpy(dtype=float))
-            las.append(g["mean_log_alpha"].to_numpy(dtype=float))
-            labs.append(lab)
+            vals = g["survival"].to_numpy(dtype=float)
             if lab.any() and (~lab).any():
-                n_models += 1
                 with warnings.catch_warnings():  # all values tied (nothing pruned): p is NaN, not a warning
                     warnings.simplefilter("ignore", RuntimeWarning)
-                    p = sps.mannwhitneyu(vals[-1][lab], vals[-1][~lab], alternative="greater").pvalue
+                    p = sps.mannwhitneyu(vals[lab], vals[~lab], alternative="greater").pvalue
                 n_sig += int(p < alpha)
+        models = {k[:2] for k, _, _, lab in strata if lab.any() and (~lab).any()}
+        n_models = len(models)
+        vals, las, labs = [s[1] for s in strata], [s[2] for s in strata], [s[3] for s in strata]
         greater = survival.stratified_auc_test(vals, labs, n_perm, seed, "greater")
         less = survival.stratified_auc_test(vals, labs, n_perm, seed, "less")
         la = survival.stratified_auc_test(las, labs, n_perm, seed, "greater")
-        sel = m[col].to_numpy(dtype=bool)
-        rows.append({"group": group, "n_models": n_models, "n_group_heads": greater["n_group"],
-                     "n_other_heads": greater["n_other"], "mean_survival_group": float(m.loc[sel, "survival"].mean()) if sel.any() else np.nan,
-                     "mean_survival_other": float(m.loc[~sel, "survival"].mean()), "mean_auc": greater["mean_auc"],
-                     "p_greater": greater["p_value"], "p_less": less["p_value"], "mean_auc_log_alpha": la["mean_auc"],
-                     "p_greater_log_alpha": la["p_value"], "n_models_mwu_sig": n_sig})
+        sel = m[col].to_numpy(dtype=bool) if len(m) else np.zeros(0, dtype=bool)
+        row = {"group": group, "n_models": n_models, "n_strata": greater["n_strata"],
+               "n_group_heads": int(sel.sum()), "n_other_heads": int((~sel).sum()),
+               "mean_survival_group": float(m.loc[sel, "survival"].mean()) if sel.any() else np.nan,
+               "mean_survival_other": float(m.loc[~sel, "survival"].mean()) if (~sel).any() else np.nan,
+               "mean_auc": greater["mean_auc"], "p_greater": greater["p_value"], "p_less": less["p_value"],
+               "mean_auc_log_alpha": la["mean_auc"], "p_greater_log_alpha": la["p_value"],
+               "n_models_mwu_sig": n_sig}
+        why = (f"n/a (no {group} heads)" if not sel.any() else "n/a (no other heads)" if not (~sel).any()
+               else f"n/a (no layer with both {group} and other heads)")
+        rows.append({k: (why if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()})
     return pd.DataFrame(rows)
+
+
+def survival_auc_per_model(surv: pd.DataFrame, roles: pd.DataFrame, group: str = "specialized") -> pd.DataFrame:
+    """Per model (task, seed): the AUC of the survival level of ``group``'s heads against the other heads of the
+    SAME layer, averaged over the layers that have both (``auc``; 0.5 = no difference), and how many layers
+    count (``n_layers``). Models without such a layer are left out (no value). The unit-level measurement of the
+    claim "specialized heads are the last to be pruned"."""
+    m = survival_with_roles(surv, roles)
+    col = "rare" if group == "rare-word" else group
+    per: dict[tuple, list[float]] = {}
+    for (task, seed, _), v, _, lab in _layer_strata(m, col):
+        if lab.any() and (~lab).any():
+            per.setdefault((task, int(seed)), []).append(survival.auc(v, lab))
+    return pd.DataFrame([{"task": t, "seed": s, "auc": float(np.mean(a)), "n_layers": len(a)}
+                         for (t, s), a in per.items()], columns=["task", "seed", "auc", "n_layers"])
 
 
 def survival_map_data(surv: pd.DataFrame, roles: pd.DataFrame) -> pd.DataFrame:
@@ -218,9 +250,21 @@ def survival_map_data(surv: pd.DataFrame, roles: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def random_keeps(n_total: int, n_kept: int, n_role: int) -> float:
+    """Probability that a uniformly random mask keeping ``n_kept`` of ``n_total`` heads keeps at least one of the
+    ``n_role`` heads of a role (hypergeometric): ``1 - C(n_total - n_role, n_kept) / C(n_total, n_kept)``."""
+    from math import comb
+
+    if n_role <= 0:
+        return 0.0
+    return 1.0 - comb(n_total - n_role, n_kept) / comb(n_total, n_kept)
+
+
 def roles_at_budget(table: pd.DataFrame, roles: pd.DataFrame, fraction: float = VOITA_FRACTION) -> pd.DataFrame:
     """Per (task, seed): the L0 mask whose heads kept are closest to ``fraction`` of all heads, and for each role
-    of that model whether at least one of its heads is kept there."""
+    of that model how many of its heads are kept, whether at least one is (``present_<role>``), and the chance
+    that a random mask of the same size would keep one (``random_<role>``, :func:`random_keeps`). A role with no
+    head in the model reads ``"n/a (no <role> head in this model)"``, never NaN."""
     rows = []
     ft = roles[roles["source"] != "pretrained"]
     for (task, seed), g in _l0_cells(table).groupby(["task", "seed"]):
@@ -229,11 +273,14 @@ def roles_at_budget(table: pd.DataFrame, roles: pd.DataFrame, fraction: float = 
         r = g.iloc[int(np.argmin(np.abs(g["n_kept"].to_numpy(dtype=float) - target)))]
         kept = mask_from_string(r["mask"]).numpy() > 0
         rr = ft[(ft["task"] == task) & (ft["seed"] == seed)]
-        row = {"task": task, "seed": int(seed), "lam": float(r["lam"]), "n_kept": int(r["n_kept"]), "target": target}
+        row = {"task": task, "seed": int(seed), "lam": float(r["lam"]), "n_kept": int(r["n_kept"]), "target": target,
+               "n_heads_total": total}
         for role in ROLE_NAMES:
             h = rr[role_mask(rr, role)]
             k = int(kept[h["layer"].to_numpy(), h["head"].to_numpy()].sum()) if len(h) else 0
             row[f"n_{role}"], row[f"kept_{role}"] = len(h), k
-            row[f"present_{role}"] = (k > 0) if len(h) else np.nan
+            na = f"n/a (no {role} head in this model)"
+            row[f"present_{role}"] = (k > 0) if len(h) else na
+            row[f"random_{role}"] = random_keeps(total, int(r["n_kept"]), len(h)) if len(h) else na
         rows.append(row)
     return pd.DataFrame(rows)

@@ -18,8 +18,13 @@ from .results import atomic_write_csv, atomic_write_json
 
 
 def _plain(value: Any) -> Any:
+    """JSON-ready: frames as records, NaN and infinities as null (metrics.json stays valid JSON, never 'NaN')."""
+    import math
+
     if isinstance(value, pd.DataFrame):
-        return value.to_dict(orient="records")
+        return _plain(value.astype(object).where(value.notna(), None).to_dict(orient="records"))
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     if isinstance(value, pd.Series):
         return value.to_dict()
     if isinstance(value, dict):

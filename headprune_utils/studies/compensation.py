@@ -32,16 +32,18 @@ from ..metrics import main_score
 from ..paths import StudyPaths
 from ..pruning import prune_heads
 from ..results import fingerprint
-from .base import Cell, Claim, Cost, Study
+from .base import Cell, Cost, Study
 from .compensation_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    MEASURE_NAMES, MEASURES, heatmap_data, per_head, pooled, spread_tests, verdicts,
+    CLAIMS, CLAIM_RULES, MEASURE_NAMES, MEASURES, NoiseSpread, heatmap_data, per_head, pooled, scale_text, spread_tests,
+    verdicts,
 )
 
 __all__ = [
     "NAME", "STUDY", "Compensation", "CompensationConfig", "plan_cells", "cell_cost", "study_fingerprint",
     "cell_mask", "run_cell",
     # the analysis (compensation_analysis), re-exported so the notebook needs one module
-    "MEASURES", "MEASURE_NAMES", "per_head", "spread_tests", "pooled", "verdicts", "heatmap_data",
+    "MEASURES", "MEASURE_NAMES", "per_head", "spread_tests", "pooled", "verdicts", "heatmap_data", "NoiseSpread",
+    "scale_text", "CLAIM_RULES",
 ]
 
 NAME = "compensation"
@@ -187,19 +189,7 @@ class Compensation(Study):
     name = NAME
     notebook = "03_compensation.ipynb"
     Config = CompensationConfig
-    claims = (
-        Claim("budhraja.compensation_spread", "Budhraja et al. 2020 (claim 4)",
-              "The compensation for pruned heads is spread roughly equally over the kept heads during fine-tuning.",
-              quantity="excess dispersion (Gini of c_pruned / c_other; importance: sd of differences) of the kept "
-                       "heads' extra change over the seed-noise baseline, per strategy x budget x measure, "
-                       "pooled over tasks and seeds",
-              precondition="at least 2 seeds (the noise baseline compares unpruned runs of different seeds)"),
-        Claim("budhraja.compensation_local", "Budhraja et al. 2020 (claim 4, converse)",
-              "Heads near the pruned ones (same layer, adjacent layers) compensate more.",
-              quantity="Spearman correlation of a kept head's extra change with the number of pruned heads in its "
-                       "own and in the adjacent layers, pooled over tasks and seeds",
-              precondition="the number of pruned heads near a kept head varies over the kept heads"),
-    )
+    claims = CLAIMS  # the claims as data, with their rules, in the analysis module
 
     def plan(self, cfg: CompensationConfig) -> list[Cell]:
         return plan_cells(cfg)

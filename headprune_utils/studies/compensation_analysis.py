@@ -10,17 +10,30 @@ per-layer-normalised scores for importance), the noise ``x'_h = log(c_full(h) / 
   and the unpruned run; combined over runs (Fisher's method; bootstrap CI of the mean excess)
   (:func:`spread_tests`, :func:`pooled`).
 - Locality: Spearman correlation of ``x_h`` with the number of pruned heads in the head's own layer and in
-  the adjacent layers, with a permutation null (``x`` shuffled over the kept heads).
+  the adjacent layers, with a permutation null (``x`` shuffled over the kept heads). Both counts are properties
+  of the head's LAYER, so within one run they cannot be told from a layer effect; the layer-controlled
+  correlation (``rho_lc_*``) compares each run with a layer-only model fitted on the other seeds' runs of the
+  same task and setting (:func:`spread_tests`).
+- The mean shift of the kept heads (``mean(x) - mean(x_noise)``: for the positive measures, the mean log ratio of
+  a kept head's change in the pruned run to the same head's change in the unpruned run of the same seed) and the
+  split of the dispersion of ``x`` into between-layer and within-layer parts.
+
+Verdicts (:func:`verdicts`) follow :mod:`headprune_utils.claims`: the unit is the fine-tuned model (task x seed),
+per task first, then pooled over tasks, Holm over the study's family.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .. import masks, stats
+from .. import claims, masks, stats
+from .base import Claim
 
-__all__ = ["MEASURES", "MEASURE_NAMES", "per_head", "spread_tests", "pooled", "verdicts", "heatmap_data"]
+__all__ = ["CLAIMS", "MEASURES", "MEASURE_NAMES", "per_head", "spread_tests", "pooled", "verdicts", "heatmap_data",
+           "NoiseSpread", "scale_text", "CLAIM_RULES"]
 
 MEASURES: tuple[str, ...] = ("weight_change", "importance", "attention_change")
 
@@ -98,10 +111,15 @@ def spread_tests(heads: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.D
         excess = d_obs - d_noise
         swaps = rng.random((n_boot, len(x))) < 0.5
         null = np.array([_dispersion(measure, np.where(w, x0, x)) - _dispersion(measure, np.where(w, x, x0)) for w in swaps])
+        layer = g["layer"].to_numpy()
+        (b_obs, w_obs), (b_noise, w_noise) = _layer_split(x, layer), _layer_split(x0, layer)
         row = {"task": task, "seed": s, "strategy": strategy, "budget": budget, "measure": measure, "n_heads": len(g),
                "dispersion_kind": "sd of differences" if measure == "importance" else "Gini of ratios",
                "dispersion": d_obs, "dispersion_noise": d_noise, "excess_dispersion": excess,
-               "excess_p": float((1 + np.sum(null >= excess - 1e-12)) / (1 + n_boot))}
+               "excess_p": float((1 + np.sum(null >= excess - 1e-12)) / (1 + n_boot)),
+               "mean_shift": float(x.mean() - x0.mean()),
+               "var_between_layers": b_obs, "var_within_layers": w_obs,
+               "var_between_layers_noise": b_noise, "var_within_layers_noise": w_noise}
         for feat in ("pruned_in_layer", "pruned_adjacent"):
             z = g[feat].to_numpy(dtype=float)
             if np.ptp(z) == 0 or np.ptp(x) == 0:
@@ -112,20 +130,65 @@ def spread_tests(heads: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.D
             row[f"rho_{feat}"] = rho
             row[f"p_{feat}"] = float((1 + np.sum(np.abs(perm) >= abs(rho) - 1e-12)) / (len(perm) + 1))
         rows.append(row)
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    return out.merge(_layer_controlled(heads), on=["task", "seed", "strategy", "budget", "measure"], how="left")
+
+
+def _layer_split(x: np.ndarray, layer: np.ndarray) -> tuple[float, float]:
+    """``(between, within)``: the variance of ``x`` (ddof=0) split into the variance of the layer means (weighted
+    by the layer's kept heads) and the mean variance within layers; they add up to ``np.var(x)``."""
+    total = float(np.var(x))
+    means = pd.Series(x).groupby(layer).transform("mean").to_numpy()
+    between = float(np.mean((means - x.mean()) ** 2))
+    return between, total - between
+
+
+def _layer_controlled(heads: pd.DataFrame) -> pd.DataFrame:
+    """Per run: Spearman rho of ``x - (layer-only model)`` with ``count - (its layer-only model)``, per count
+    (``rho_lc_pruned_in_layer``, ``rho_lc_pruned_adjacent``). The layer-only model of a run is the mean over the
+    OTHER seeds' runs of the same task x strategy x budget x measure, per layer (their kept heads of that layer):
+    what the head's layer alone predicts. NaN where the count does not vary beyond that (e.g. the ``middle``
+    strategy prunes the same layers in every run: the count is a pure layer effect) or no other run has kept
+    heads in the layer."""
+    rows = []
+    feats = ("pruned_in_layer", "pruned_adjacent")
+    for (task, strategy, budget, measure), g in heads.groupby(["task", "strategy", "budget", "measure"]):
+        per_run = g.groupby(["seed", "layer"])[list(feats)].first()
+        for s, run in g.groupby("seed"):
+            other = g[g["seed"] != s]
+            row = {"task": task, "seed": s, "strategy": strategy, "budget": budget, "measure": measure}
+            x_layer = other.groupby("layer")["x"].mean()
+            counts = per_run.drop(index=s, level="seed").groupby(level="layer").mean()
+            for feat in feats:
+                rx = run["x"].to_numpy() - run["layer"].map(x_layer).to_numpy(dtype=float)
+                rz = run[feat].to_numpy(dtype=float) - run["layer"].map(counts[feat]).to_numpy(dtype=float)
+                ok = np.isfinite(rx) & np.isfinite(rz)
+                if ok.sum() < 3 or np.ptp(rz[ok]) == 0 or np.ptp(rx[ok]) == 0:
+                    row[f"rho_lc_{feat}"] = np.nan
+                else:
+                    row[f"rho_lc_{feat}"] = float(sps.spearmanr(rx[ok], rz[ok]).statistic)
+            rows.append(row)
+    cols = ["task", "seed", "strategy", "budget", "measure", *(f"rho_lc_{f}" for f in feats)]
+    return pd.DataFrame(rows, columns=cols)
 
 
 def pooled(tests: pd.DataFrame, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
-    """Per strategy x budget x measure, over tasks and seeds (the runs are the units): mean excess dispersion
-    and mean correlations with a bootstrap CI and a sign-flip p; the runs' ``excess_p`` combined by Fisher's
-    method (``excess_fisher_p``: small when the runs are, together, more unequal than noise)."""
+    """Descriptive, per strategy x budget x measure over tasks and seeds (the runs): mean excess dispersion, mean
+    shift, the between/within-layer variance parts, and the mean correlations (raw and layer-controlled) with a
+    bootstrap CI and a sign-flip p; the runs' ``excess_p`` combined by Fisher's method (``excess_fisher_p``).
+    The verdicts are :func:`verdicts` (per task first, unit = model, t-intervals), not these pooled numbers."""
     rows = []
     for (strategy, budget, measure), g in tests.groupby(["strategy", "budget", "measure"]):
         row = {"strategy": strategy, "budget": budget, "measure": measure, "n_runs": len(g),
                "dispersion_kind": g["dispersion_kind"].iloc[0], "mean_dispersion": float(g["dispersion"].mean()),
                "mean_dispersion_noise": float(g["dispersion_noise"].mean()),
                "excess_fisher_p": float(sps.combine_pvalues(g["excess_p"].to_numpy(dtype=float), method="fisher").pvalue)}
-        for col in ("excess_dispersion", "rho_pruned_in_layer", "rho_pruned_adjacent"):
+        for col in ("var_between_layers", "var_within_layers", "var_between_layers_noise", "var_within_layers_noise"):
+            row[f"mean_{col}"] = float(g[col].mean())
+        for col in ("excess_dispersion", "mean_shift", "rho_pruned_in_layer", "rho_pruned_adjacent",
+                    "rho_lc_pruned_in_layer", "rho_lc_pruned_adjacent"):
             v = g[col].dropna().to_numpy(dtype=float)
             lo, hi = stats.bootstrap_ci(v, confidence, seed=seed) if len(v) > 1 else (np.nan, np.nan)
             row.update({col: float(v.mean()) if len(v) else np.nan, f"{col}_ci_low": lo, f"{col}_ci_high": hi,
@@ -138,34 +201,174 @@ MEASURE_NAMES = {"weight_change": "weight change", "importance": "gradient impor
                  "attention_change": "attention-pattern change (JS)"}
 
 
-def verdicts(pool: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
-    """"claim - our result - verdict" rows: equal spread, and locality, per strategy x budget x measure."""
-    rows = []
-    for r in pool.itertuples():
-        setting = f"{r.strategy} {100 * r.budget:.0f}%, {MEASURE_NAMES[r.measure]}"
-        res = (f"{r.dispersion_kind}: pruned runs {r.mean_dispersion:.3f} vs noise {r.mean_dispersion_noise:.3f}; "
-               f"excess {r.excess_dispersion:+.3f} [{r.excess_dispersion_ci_low:+.3f}, {r.excess_dispersion_ci_high:+.3f}]; "
-               f"more unequal than noise: Fisher-combined p = {r.excess_fisher_p:.3g} over {r.n_runs} runs")
-        if r.excess_fisher_p < alpha or r.excess_dispersion_ci_low > 0:
-            v = "not supported: the extra change is more concentrated than seed-to-seed noise"
-        else:
-            v = "supported: no more concentrated than seed-to-seed noise"
-        rows.append({"claim": "Budhraja et al. claim 4: the compensation is spread roughly equally over the kept heads",
-                     "setting": setting, "our result": res, "verdict": v + " at this scale"})
-        loc = []
-        sig = False
-        for feat, name in (("pruned_in_layer", "same layer"), ("pruned_adjacent", "adjacent layers")):
-            m, lo, hi, p = (getattr(r, f"rho_{feat}{s}") for s in ("", "_ci_low", "_ci_high", "_p"))
-            if np.isnan(m):
-                loc.append(f"{name}: not testable (the count does not vary over kept heads)")
+# ------------------------------------------------------------------------------------------------ claims
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("budhraja.compensation_spread", "Budhraja et al. 2020 (claim 4)",
+          "The compensation for pruned heads is spread roughly equally over the kept heads during fine-tuning.",
+          quantity="excess dispersion of the kept heads' extra change over the seed-noise baseline (Gini of "
+                   "c_pruned / c_other minus the Gini of c_full / c_other; importance: sd of differences), one "
+                   "value per pruned model (task x seed), per strategy x budget x measure; equivalence (TOST) "
+                   "within +-1 x the seed-to-seed SD of the noise baseline's dispersion",
+          precondition="at least 2 seeds per task (the noise baseline and its margin compare unpruned runs of "
+                       "different seeds) and enough units for a t-test. The adapts-to-mask gate (mask-then-"
+                       "fine-tune beats fine-tune-then-mask at 50%) is not applied: these cells hold no "
+                       "fine-tune-then-mask score (study 1 holds it), and the claim is measured on how much each "
+                       "kept head changed during fine-tuning, which is defined whether or not the fine-tuning "
+                       "recovered the score"),
+    Claim("ours.kept_heads_change_more", "ours (exploratory)",
+          "Kept heads change more during fine-tuning when other heads are pruned (there is extra change to "
+          "spread).",
+          quantity="mean shift of the kept heads: mean over kept heads of log(change in the pruned run / change "
+                   "of the same head in the unpruned run of the same seed), per pruned model (task x seed); "
+                   "weight change and attention-pattern change only (per-layer normalised importance has no "
+                   "level to shift)",
+          precondition="enough units for a t-test; the adapts-to-mask gate is not applied (as for the spread "
+                       "claim: no fine-tune-then-mask score in these cells)"),
+    Claim("ours.compensation_local", "ours (exploratory)",
+          "Heads near the pruned ones (same layer, adjacent layers) compensate more, beyond what their layer "
+          "alone predicts.",
+          quantity="Spearman rho of a kept head's extra change with the number of pruned heads in its own / the "
+                   "adjacent layers, both taken relative to a layer-only model (the mean over the other seeds' "
+                   "runs of the same task and setting, per layer), per pruned model (task x seed)",
+          precondition="the number of pruned heads near a kept head varies beyond its layer across runs (random "
+                       "masks differ by seed; the middle strategy prunes the same layers in every run, so its "
+                       "locality is a pure layer effect and not testable); enough units for a t-test"),
+)
+
+
+# ---------------------------------------------------------------------------------------------- verdicts
+
+@dataclass(frozen=True)
+class NoiseSpread:
+    """Equivalence margin of the spread claim: ``k`` x the seed-to-seed SD (ddof=1) of the noise baseline's
+    dispersion on the measurement's task (``Measurement.full``: the dispersion of ``x_noise``, unpruned run of
+    the seed against the other seed's, one per unit). How much the Gini (importance: sd) of two UNPRUNED runs'
+    comparison moves from seed to seed is the size of a difference that seed noise alone makes."""
+
+    k: float = 1.0
+
+    def __call__(self, m: claims.Measurement) -> float:
+        if m.full is None or len(m.full) < 2:
+            raise claims.Untestable(f"the margin ({self.describe()}) needs the noise dispersion of at least 2 seeds")
+        return self.k * float(np.std(np.asarray(m.full, dtype=float), ddof=1))
+
+    def describe(self) -> str:
+        return f"{self.k:g} x seed-to-seed SD of the noise baseline's dispersion"
+
+
+def scale_text(cfg) -> str:
+    """What the run is, from ``cfg``: model, heads, training examples x epochs, seeds; whether it is the paper's
+    set-up (Budhraja et al.: bert-base-uncased, full training sets, 3 epochs)."""
+    n_layers, n_heads = cfg.head_shape()
+    train = "full training sets" if cfg.train_size is None else f"{cfg.train_size} training examples"
+    text = (f"{cfg.model} ({n_layers} x {n_heads} = {n_layers * n_heads} heads), {train} x {cfg.epochs} epochs, "
+            f"seeds {', '.join(str(s) for s in cfg.seeds)}")
+    paper = cfg.model == "bert-base-uncased" and cfg.train_size is None and cfg.epochs == 3
+    return text + ("" if paper else "; a small-scale test, not the paper's set-up")
+
+
+def _setting(strategy: str, budget: float, measure: str, extra: str = "") -> str:
+    return f"{strategy} {100 * budget:.0f}%, {MEASURE_NAMES[measure]}" + (f", {extra}" if extra else "")
+
+
+_LOCALITY = {"pruned_in_layer": "pruned heads in the same layer", "pruned_adjacent": "pruned heads in adjacent layers"}
+
+
+def _spread(tests: pd.DataFrame, sem: str) -> list[claims.Measurement]:
+    out = []
+    for (strategy, budget, measure, task), g in tests.groupby(["strategy", "budget", "measure", "task"]):
+        g = g.dropna(subset=["excess_dispersion", "dispersion_noise"])
+        if g.empty:
+            continue
+        kind = g["dispersion_kind"].iloc[0]
+        out.append(claims.Measurement(task, g["excess_dispersion"].tolist(), g["seed"].tolist(),
+                                      _setting(strategy, budget, measure), sem,
+                                      effect=f"excess {kind} (pruned run - noise baseline)",
+                                      full=g["dispersion_noise"].tolist()))
+    return out
+
+
+def _shift(tests: pd.DataFrame, sem: str) -> list[claims.Measurement]:
+    out = []
+    positive = tests[tests["measure"] != "importance"]  # per-layer normalised importance has no level to shift
+    for (strategy, budget, measure, task), g in positive.groupby(["strategy", "budget", "measure", "task"]):
+        out.append(claims.Measurement(task, g["mean_shift"].tolist(), g["seed"].tolist(),
+                                      _setting(strategy, budget, measure), sem,
+                                      effect="mean log(change pruned run / change unpruned run) of the kept heads"))
+    return out
+
+
+def _locality(tests: pd.DataFrame, sem: str) -> tuple[list[claims.Measurement], dict, list[dict]]:
+    """Measurements of the layer-controlled correlation; where it is undefined in every unit of a task, the raw
+    (layer-confounded) correlation is measured descriptively and a gate says why it is not testable; where
+    even that is undefined, a row without numbers (``unmeasured``)."""
+    out, why, unmeasured = [], {}, []
+    for (strategy, budget, measure, task), g in tests.groupby(["strategy", "budget", "measure", "task"]):
+        for feat, name in _LOCALITY.items():
+            setting = _setting(strategy, budget, measure, name)
+            lc = g.dropna(subset=[f"rho_lc_{feat}"])
+            if not lc.empty:
+                out.append(claims.Measurement(task, lc[f"rho_lc_{feat}"].tolist(), lc["seed"].tolist(), setting, sem,
+                                              effect="Spearman rho beyond a layer-only model"))
                 continue
-            loc.append(f"{name}: mean Spearman rho {m:+.3f} [{lo:+.3f}, {hi:+.3f}], sign-flip p = {p:.3g}")
-            sig = sig or (m > 0 and p < alpha)
-        rows.append({"claim": "Heads near the pruned ones (same layer, adjacent layers) compensate more",
-                     "setting": setting, "our result": "; ".join(loc),
-                     "verdict": ("supported" if sig else "not supported (no significant positive correlation)")
-                     + " at this scale"})
-    return pd.DataFrame(rows)
+            reason = (f"the number of {name} does not vary beyond the kept head's layer across the {strategy} runs "
+                      "(every run has the same count in a given layer): a layer-only model explains it fully, so "
+                      "locality cannot be told from a layer effect")
+            raw = g.dropna(subset=[f"rho_{feat}"])
+            if raw.empty:
+                unmeasured.append({"task": task, "setting": setting, "reason": reason + "; nor does it vary over one "
+                                   "run's kept heads (the raw rho is undefined too)"})
+                continue
+            why[(task, setting)] = reason + " (the effect shown is the raw, layer-confounded rho)"
+            out.append(claims.Measurement(task, raw[f"rho_{feat}"].tolist(), raw["seed"].tolist(), setting, sem,
+                                          effect="Spearman rho (raw, layer-confounded)"))
+    return out, why, unmeasured
+
+
+CLAIM_RULES = {
+    # claim id -> (rule, how the measurements are built from the spread_tests table); gates in verdicts()
+    "budhraja.compensation_spread": (claims.Equivalence(NoiseSpread(1.0)), _spread),
+    "ours.kept_heads_change_more": (claims.Superiority("greater"), _shift),
+    "ours.compensation_local": (claims.Superiority("greater"), _locality),
+}
+
+
+def _no_numbers(claim, study: str, scale: str, task: str, setting: str, sem: str, reason: str, test: str) -> dict:
+    """A ``not testable`` row without numbers (nothing could be measured)."""
+    nan = float("nan")
+    return {"study": study, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": task,
+            "setting": setting, "semantics": sem, "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
+            "unit": claims.DEFAULT_UNIT, "test": test, "p": nan, "p_adjusted": nan, "margin": nan,
+            "verdict": claims.VERDICTS[-1], "reason": reason, "scale": scale}
+
+
+def verdicts(tests: pd.DataFrame, cfg, claim_list=None, study: str = "compensation") -> pd.DataFrame:
+    """The study's verdict table (:data:`claims.COLUMNS`) from :func:`spread_tests`: one row per claim x task x
+    setting, then the pooled rows, Holm over the study's family (:func:`claims.adjust`). ``claim_list``: the
+    study's ``Claim`` objects (default: ``compensation.Compensation.claims``)."""
+    claim_list = CLAIMS if claim_list is None else claim_list
+    by_id = {c.id: c for c in claim_list}
+    scale, sem = scale_text(cfg), cfg.ablation
+    parts = []
+    for cid, (rule, build) in CLAIM_RULES.items():
+        claim, extra = by_id[cid], []
+        if cid == "ours.compensation_local":
+            ms, why, unmeasured = build(tests, sem)
+            gates = [lambda m, why=why: why.get((m.task, m.setting))]
+            label = f"{rule.kind} ({rule.direction}); one-sample t on Spearman rho beyond a layer-only model; alpha={rule.alpha:g}"
+            extra = [_no_numbers(claim, study, scale, u["task"], u["setting"], sem, u["reason"], label) for u in unmeasured]
+        else:
+            ms, gates = build(tests, sem), []
+        if ms:
+            parts.append(claims.evaluate(claim, rule, ms, gates, scale=scale, study=study))
+        if extra:
+            parts.append(pd.DataFrame(extra, columns=list(claims.COLUMNS)))
+    if not parts:
+        return claims.empty_table()
+    table = claims.adjust(pd.concat(parts, ignore_index=True))
+    claims.validate(table)
+    return table
 
 
 def heatmap_data(heads: pd.DataFrame) -> pd.DataFrame:

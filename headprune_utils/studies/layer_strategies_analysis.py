@@ -2,42 +2,215 @@
 
 The mean per strategy and the example masks are the strategy sweep's (:mod:`headprune_utils.strategy_sweep`,
 shared with study 5; re-exported here); the contrasts are the location contrasts of
-:mod:`headprune_utils.paired_contrasts`; this module pairs them by strategy and reads them as verdicts. ``cfg`` is
-the study's parameters (``LayerStrategiesConfig``, defined with the protocol in :mod:`.layer_strategies`); only
-``equivalence_margin`` is read.
+:mod:`headprune_utils.paired_contrasts`. ``cfg`` is the study's parameters (``LayerStrategiesConfig``, defined with
+the protocol in :mod:`.layer_strategies`).
+
+Verdicts (:func:`verdicts`) follow :mod:`headprune_utils.claims`: every claim is a paired contrast
+``score(a) - score(b)`` of the same model (task, seed) and budget. The unit of replication is the model: a model's
+differences over its budgets are averaged first, and the claim is tested on the model means (one-sample t over
+``n_seeds - 1`` degrees of freedom), per task and regime, then pooled over tasks (effects / (full - chance)) when
+the tasks agree; Holm over the study's family. Pairs where ``a`` and ``b`` pruned IDENTICAL masks (two names for
+one mask, e.g. ``consecutive`` placed at the top) are left out: a mask is not tested against itself; a
+measurement with no other pair is ``not testable`` ("degenerate contrast"), and a row that lost some pairs says so
+in its reason. Margins of the "no preference" / "no worse than random" claims: ``cfg.equivalence_margin`` x the
+seed-to-seed SD of the full model on the task (:class:`claims.SeedSpread`). Gates: the full model above chance by
+:data:`ABOVE_CHANCE_MARGIN` in every unit; mask-then-fine-tune rows also need fine-tuning to adapt to the mask
+(:func:`adaptation_diffs`, :func:`claims.adapts_to_mask`).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import pandas as pd
 
-from ..paired_contrasts import LOCATION_CONTRASTS, Contrast, contrast_table, contrast_verdict, paired_by_strategy
+from .. import claims, paired_contrasts
+from ..paired_contrasts import LOCATION_CONTRASTS, Contrast, paired_by_strategy, unit_contrast_table
 from ..strategy_sweep import (  # noqa: F401 (re-exported: the notebook and the tests read them from this study)
     REGIME_NAMES, example_masks, summarise,
 )
 
-__all__ = ["CONTRASTS", "Contrast", "REGIME_NAMES", "summarise", "example_masks", "contrasts", "verdicts"]
+__all__ = ["CONTRASTS", "Contrast", "REGIME_NAMES", "CLAIM_RULES", "ClaimRule", "ABOVE_CHANCE_MARGIN",
+           "ADAPT_BUDGET", "summarise", "example_masks", "contrasts", "identical_masks", "adaptation_diffs",
+           "measurements", "scale", "verdicts"]
 
 CONTRASTS: tuple[Contrast, ...] = LOCATION_CONTRASTS
+ABOVE_CHANCE_MARGIN = 0.05   # score units (accuracy / correlation): a trained full model beats chance by more
+ADAPT_BUDGET = 0.5           # the adapts-to-mask gate compares the two regimes at this budget
+STUDY = "layer_strategies"
+REGIME_ORDER = ("finetune_then_mask", "mask_then_finetune")
 
 
-def contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Every contrast per task x regime x budget (paired over seeds), and pooled per regime ("all" tasks
-    and budgets: paired over task x budget x seed). Mean difference, percentile-bootstrap CI, paired t-test
-    p and sign-flip permutation p."""
-    return contrast_table(CONTRASTS, lambda a, b: paired_by_strategy(table, a, b), confidence, n_boot, seed)
+@dataclass(frozen=True)
+class ClaimRule:
+    """How a claim is decided: the contrast measured and the decision rule (a function of ``cfg`` and ``alpha``)."""
+
+    contrast: str
+    rule: Callable[[object, float], claims.Rule]
 
 
-def verdicts(contr: pd.DataFrame, cfg, alpha: float = 0.05) -> pd.DataFrame:
-    """The table "claim - our result - verdict" per regime, from the pooled contrasts; every number from this run."""
+def _margin(cfg) -> claims.SeedSpread:
+    return claims.SeedSpread(float(cfg.equivalence_margin))
+
+
+CLAIM_RULES: dict[str, ClaimRule] = {
+    "budhraja.location_no_preference": ClaimRule(
+        "top vs bottom", lambda cfg, alpha: claims.Equivalence(_margin(cfg), alpha=alpha)),
+    "budhraja.avoid_middle": ClaimRule(
+        "avoid the middle", lambda cfg, alpha: claims.Superiority("greater", alpha=alpha)),
+    "budhraja.avoid_consecutive": ClaimRule(
+        "avoid consecutive layers", lambda cfg, alpha: claims.Superiority("greater", alpha=alpha)),
+    "budhraja.important_location_not_worse": ClaimRule(
+        "important-by-location vs random", lambda cfg, alpha: claims.NonInferiority(_margin(cfg), alpha=alpha)),
+    "ours.most_important_not_worse": ClaimRule(
+        "most important vs random", lambda cfg, alpha: claims.NonInferiority(_margin(cfg), alpha=alpha)),
+    "michel.least_important_first": ClaimRule(
+        "least important vs random", lambda cfg, alpha: claims.Superiority("greater", alpha=alpha)),
+}
+
+
+def contrasts(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Every contrast per task x regime x budget (over seeds) and per task x regime over all budgets (each
+    model's mean over its budgets first): mean difference and t-interval over the models; pairs with identical
+    masks left out (``n_same_mask``, ``note``). Descriptive: the tests are in :func:`verdicts`."""
+    return unit_contrast_table(CONTRASTS, lambda a, b: paired_by_strategy(table, a, b, same_mask=True), confidence)
+
+
+def identical_masks(table: pd.DataFrame) -> pd.DataFrame:
+    """Strategies that pruned the same mask, reported once per regime x budget x group of names (columns regime,
+    budget, strategies, tasks, seeds, n_cells, note). The note names the contrast that left those pairs out."""
+    same = paired_contrasts.identical_masks(table)
     rows = []
-    pooled = contr[contr["task"] == "all"]
-    for c in CONTRASTS:
-        for _, r in pooled[pooled["contrast"] == c.name].iterrows():
-            per = contr[(contr["contrast"] == c.name) & (contr["regime"] == r.regime) & (contr["task"] != "all")]
-            detail = "; ".join(f"{p.task} {100 * p.budget:.0f}%: {p.mean_diff:+.3f} [{p.boot_ci_low:+.3f}, {p.boot_ci_high:+.3f}]"
-                               for p in per.itertuples())
-            result = (f"{c.a} - {c.b} = {r.mean_diff:+.3f}, 95% CI [{r.boot_ci_low:+.3f}, {r.boot_ci_high:+.3f}], "
-                      f"sign-flip p = {r.sign_flip_p:.3g} over {r.n_pairs} pairs (task x budget x seed). Per setting: {detail}")
-            rows.append({"claim": c.claim, "regime": REGIME_NAMES[r.regime], "our result": result,
-                         "verdict": contrast_verdict(c.expect, r, cfg.equivalence_margin, alpha) + " at this scale"})
-    return pd.DataFrame(rows)
+    for (regime, budget, names), g in same.groupby(["regime", "budget", "strategies"], sort=True):
+        group = set(names.split(" = "))
+        hit = [c.name for c in CONTRASTS if {c.a, c.b} <= group]
+        note = "one mask under several names: the same measurement, not independent ones"
+        if hit:
+            note += f"; left out of the contrast(s) {', '.join(repr(h) for h in hit)} (a mask is not tested against itself)"
+        rows.append({"regime": regime, "budget": budget, "strategies": names,
+                     "tasks": ", ".join(sorted(set(g["task"]))), "seeds": ", ".join(map(str, sorted(set(g["seed"])))),
+                     "n_cells": len(g) * len(group), "note": note})
+    return pd.DataFrame(rows, columns=["regime", "budget", "strategies", "tasks", "seeds", "n_cells", "note"])
+
+
+def adaptation_diffs(table: pd.DataFrame, budget: float = ADAPT_BUDGET) -> tuple[pd.DataFrame, str]:
+    """``(rows, what)``: per (task, seed) model, ``diff`` = score(mask, then fine-tune) - score(fine-tune, then
+    mask) at ``budget``, with the random masks (the same mask in both regimes), or the mean over the strategies run
+    in both regimes when random did not run. ``what`` describes the quantity (the gate's text)."""
+    t = table[(table["budget"] == budget) & (table["strategy"] != "none")]
+    p = t.pivot_table(index=["task", "seed", "strategy"], columns="regime", values="score")
+    if not set(REGIME_ORDER) <= set(p.columns):
+        return pd.DataFrame(columns=["task", "seed", "diff"]), f"at {100 * budget:g}% pruned (no cells in both regimes)"
+    p = p.dropna(subset=list(REGIME_ORDER))
+    d = (p["mask_then_finetune"] - p["finetune_then_mask"]).rename("diff").reset_index()
+    if (d["strategy"] == "random").any():
+        d, masks = d[d["strategy"] == "random"], "random masks"
+    else:
+        masks = f"mean over {', '.join(sorted(set(d['strategy'])))}"
+    d = d.groupby(["task", "seed"], as_index=False)["diff"].mean()
+    return d, f"at {100 * budget:g}% pruned, mask-then-fine-tune - fine-tune-then-mask ({masks})"
+
+
+def _setting(regime: str, budgets) -> str:
+    pct = ", ".join(f"{100 * float(b):g}%" for b in sorted(set(budgets)))
+    return f"{REGIME_NAMES.get(regime, regime)}; budgets {pct} (mean over budgets within each model)"
+
+
+def measurements(table: pd.DataFrame, contrast: Contrast, semantics: str = "") -> tuple[list[claims.Measurement], dict]:
+    """``(measurements, notes)`` of one contrast: one :class:`claims.Measurement` per regime x task (values = the
+    paired differences of the (task, seed) unit over budgets, identical-mask pairs left out; ``full`` = the full
+    model's score per seed, ``chance`` = the task's chance score). ``notes``: ``{(task, setting): (kind, text)}``,
+    kind ``"degenerate"`` (every pair identical: the measurement keeps them only to be gated not testable) or
+    ``"partial"`` (some pairs left out)."""
+    d = paired_by_strategy(table, contrast.a, contrast.b, same_mask=True)
+    out, notes = [], {}
+    for regime in [r for r in REGIME_ORDER if r in set(d["regime"])]:
+        dr = d[d["regime"] == regime]
+        setting = _setting(regime, dr["budget"])
+        for task, g in dr.groupby("task", sort=True):
+            ref = table[(table["task"] == task) & (table["regime"] == regime) & (table["strategy"] == "none")]
+            full = ref.sort_values("seed")["score"].astype(float).tolist()
+            chance = float(table.loc[table["task"] == task, "chance"].iloc[0])
+            same = g["same_mask"].astype(bool)
+            kept = g if same.all() else g[~same]
+            if same.any():
+                lost = g[same]
+                text = (f"{contrast.a} and {contrast.b} pruned identical masks in {int(same.sum())} of {len(g)} "
+                        f"pairs (budgets {', '.join(f'{100 * float(b):g}%' for b in sorted(set(lost['budget'])))}; "
+                        f"seeds {', '.join(map(str, sorted(set(lost['seed']))))})")
+                notes[(task, setting)] = ("degenerate", f"degenerate contrast: {text}; a mask is not tested "
+                                                        "against itself") if same.all() else \
+                    ("partial", f"note: {text}, left out")
+            out.append(claims.Measurement(
+                task=task, values=kept["diff"].to_numpy(dtype=float),
+                units=[(task, int(s)) for s in kept["seed"]], setting=setting, semantics=semantics,
+                effect=f"score({contrast.a}) - score({contrast.b}), model mean over budgets",
+                full=full, chance=chance))
+    return out, notes
+
+
+def scale(cfg, table: pd.DataFrame | None = None) -> str:
+    """The run's scale in words (model, heads, training examples x epochs, seeds)."""
+    heads = ""
+    if table is not None and "n_heads_total" in table and len(table):
+        heads = f", {int(table['n_heads_total'].iloc[0])} heads"
+    train = "all" if cfg.train_size is None else str(cfg.train_size)
+    text = f"{cfg.model}{heads}, {train} training examples x {cfg.epochs} epochs, seeds {list(cfg.seeds)}"
+    paper = "bert-base" in str(cfg.model) and cfg.train_size is None and cfg.epochs >= 3
+    return text if paper else text + "; a small-scale test, not the paper's set-up"
+
+
+def _gates(adapt: claims.Gate, notes: dict) -> list[claims.Gate]:
+    def degenerate(m: claims.Measurement) -> str | None:
+        kind, text = notes.get((m.task, m.setting), ("", ""))
+        return text if kind == "degenerate" else None
+
+    def adapts(m: claims.Measurement) -> str | None:
+        return adapt(m) if m.setting.startswith(REGIME_NAMES["mask_then_finetune"]) else None
+
+    return [degenerate, claims.above_chance(ABOVE_CHANCE_MARGIN), adapts]
+
+
+def verdicts(table: pd.DataFrame, cfg, claim_list, alpha: float = 0.05) -> pd.DataFrame:
+    """The verdict table (exactly :data:`claims.COLUMNS`) of ``claim_list`` (the study's ``claims``; ids in
+    :data:`CLAIM_RULES`), Holm-adjusted over the study's family; every number from ``table``. A claim whose two
+    strategies did not both run gets one ``not testable`` row saying so. ``alpha``: the level of every rule."""
+    diffs, what = adaptation_diffs(table)
+    adapt = claims.adapts_to_mask(diffs, value="diff", unit="seed", task="task", what=what)
+    text = scale(cfg, table)
+    parts, notes_of = [], {}
+    by_name = {c.name: c for c in CONTRASTS}
+    for claim in claim_list:
+        spec = CLAIM_RULES[claim.id]
+        contrast = by_name[spec.contrast]
+        rule = spec.rule(cfg, alpha)
+        ms, notes = measurements(table, contrast, semantics=cfg.ablation)
+        if not ms:
+            parts.append(pd.DataFrame([_not_run(claim, contrast, table, text, cfg.ablation)], columns=list(claims.COLUMNS)))
+            continue
+        parts.append(claims.evaluate(claim, rule, ms, _gates(adapt, notes), scale=text, study=STUDY))
+        notes_of[claim.id] = notes
+    out = claims.adjust(pd.concat(parts, ignore_index=True)) if parts else claims.empty_table()
+    for i, r in out.iterrows():  # pairs left out: said in the reason of the rows they touch (after the verdicts)
+        notes = notes_of.get(r["claim_id"], {})
+        extra = [t for (task, setting), (kind, t) in notes.items() if kind == "partial" and setting == r["setting"]
+                 and (task == r["task"] or str(r["task"]).startswith("all ("))]
+        if extra:
+            out.loc[i, "reason"] = f"{r['reason']}; " + "; ".join(extra)
+    # claims.py writes "margin: nan = ..." into the label of a pooled row no task could enter (no p: never parsed)
+    out["test"] = out["test"].astype(str).str.replace("margin: nan = ", "margin: n/a (no testable task to pool); ",
+                                                      regex=False)
+    claims.validate(out)
+    return out
+
+
+def _not_run(claim, contrast: Contrast, table: pd.DataFrame, text: str, semantics: str) -> dict:
+    ran = set(table["strategy"])
+    missing = [s for s in (contrast.a, contrast.b) if s not in ran]
+    nan = float("nan")
+    return {"study": STUDY, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": "all",
+            "setting": "", "semantics": semantics, "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
+            "unit": claims.DEFAULT_UNIT, "test": "", "p": nan, "p_adjusted": nan, "margin": nan,
+            "verdict": "not testable",
+            "reason": f"the strategies of the contrast {contrast.name!r} did not both run"
+                      + (f" (missing: {', '.join(missing)})" if missing else " in any common setting"), "scale": text}

@@ -66,14 +66,15 @@ from ..translation import (collate_pairs, dev_loss, encode_pairs, evaluate_trans
 from ..translation_data import load_parallel, subset_pairs
 from ..translation_heads import ablation_nll, encoder_roles, source_queries
 from ..translation_model import build_translation_model, load_translation_model, save_translation_model
-from .base import Cell, Claim, Cost, Study
+from .base import Cell, Cost, Study
 from .nmt_heads_config import TYPES, NMTHeadsConfig, data_source
 from .nmt_heads_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
     VOITA_ALL_TYPES, VOITA_BASELINE_BLEU, VOITA_FRACTION, TYPE_CONTRASTS, ROLE_NAMES, full_models, random_rows,
     random_summary, random_drops, prunable, retrain_table, type_contrasts, strategy_rows, strategy_summary,
     strategy_contrasts, strategy_mask_rows, role_source, roles, role_counts, role_map, encoder_scores,
     importance_table, score_agreement, l0_curve, l0_by_type, l0_contrasts, type_prunability, l0_survival_source,
-    survival, survival_tests, survival_map, survival_by_role, roles_at_budget, verdicts,
+    survival, survival_tests, survival_map, survival_by_role, roles_at_budget, CLAIMS, RULES, SEMANTICS, rules, scale,
+    verdicts,
 )
 
 NAME = "nmt_heads"
@@ -83,7 +84,7 @@ NMT_TRAINING_VERSION = 1
 EVAL_VERSION = 1  # bump when decoding or scoring changes (the cached evaluations then no longer match)
 REGIMES: tuple[str, ...] = ("prune", "prune_then_train")
 ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_ratio", "rare_alpha", "tolerance",
-                 "equivalence_margin", "n_permutations")
+                 "margin_share", "n_permutations")
 CELL_AXES = ("types", "fractions", "seeds", "model_seeds", "strategy_types", "strategies", "strategy_budgets",
              "l0_settings", "lambdas", "retrain_types", "retrain_fractions")
 NOT_RESULTS = ("progress", "device", "data_dir", "allow_hub")
@@ -531,65 +532,7 @@ class NMTHeads(Study):
     name = NAME
     notebook = "07_nmt_heads.ipynb"
     Config = NMTHeadsConfig
-    claims = (
-        Claim("budhraja.random_prunable", "Budhraja et al. 2020 (claim 1)",
-              "A large fraction (>= 50%) of the heads can be pruned at random with limited effect on BLEU.",
-              quantity="largest share of heads pruned (per type, and of all heads jointly) whose mean paired BLEU "
-                       "drop is <= tolerance",
-              precondition="the trained model translates (BLEU well above 0)"),
-        Claim("budhraja.retraining_recovers", "Budhraja et al. 2020 (set-up)",
-              "Training with the mask fixed recovers BLEU lost by pruning.",
-              quantity="recovery = BLEU drop without retraining - drop after retrain_steps (vs the unpruned model "
-                       "continued as long), sign-flip test over masks",
-              precondition="enough masks for the sign-flip test to reach the level"),
-        Claim("budhraja.location_no_better", "Budhraja et al. 2020 (claim 2)",
-              "On the Transformer, choosing heads to prune by their layer brings no advantage over random pruning "
-              "at the same budget.",
-              quantity="BLEU(strategy) - BLEU(random) paired by type, budget, model and mask seed, pooled",
-              precondition="random among the strategies"),
-        Claim("voita.type_prunability_random", "Voita et al. 2019 (Sec. 6, Table 2)",
-              "Encoder self-attention is the most prunable attention type and encoder-decoder attention the least.",
-              quantity="BLEU with a share of type a pruned - with the same share of type b pruned, paired by seed",
-              precondition="random pruning of at least two types"),
-        Claim("voita.type_prunability_l0", "Voita et al. 2019 (Sec. 6, Table 2)",
-              "L0 gates on all three types keep the fewest encoder self-attention heads and the most "
-              "encoder-decoder heads.",
-              quantity="share of each type's heads kept per lambda (gates on all three types)",
-              precondition="lambdas that prune some heads and keep some"),
-        Claim("voita.enc_most_prunable", "Voita et al. 2019 (Sec. 6.2)",
-              "Most encoder heads can be pruned with little BLEU loss (38 of 48: -0.15 BLEU).",
-              quantity="fewest encoder heads kept by an L0 mask whose BLEU is within -margin of the full model",
-              precondition="L0 gates on the encoder"),
-        Claim("voita.l0_beats_random", "Voita et al. 2019 (Sec. 6)",
-              "L0 gates choose heads that matter: better than random heads at the same counts per type.",
-              quantity="BLEU(L0 masks) - BLEU(random masks with the same heads per type), pooled, sign-flip test",
-              precondition="masks that prune something and keep something"),
-        Claim("voita.positional_heads", "Voita et al. 2019 (Sec. 5)",
-              "Positional heads exist in the encoder (max attention on the previous or next token >= 90% of the time).",
-              quantity="positional encoder heads per model",
-              precondition="dev source sentences"),
-        Claim("voita.syntactic_heads", "Voita et al. 2019 (Sec. 5)",
-              "Syntactic heads exist: they beat the best fixed-offset baseline by >= 10 points on UD relations.",
-              quantity="syntactic encoder heads per model and relation (UD English-EWT)",
-              precondition="an English source (UD English-EWT)"),
-        Claim("voita.rare_word_head", "Voita et al. 2019 (Sec. 5)",
-              "A rare-word head exists (attends to the least frequent token; one, in the first layer).",
-              quantity="rare-word encoder heads per model and their layers",
-              precondition="piece frequencies from the training source side"),
-        Claim("voita.important_are_confident", "Voita et al. 2019 (Sec. 4)",
-              "The most important encoder heads are the most confident.",
-              quantity="Spearman(ablation importance = dev NLL increase, confidence) over the encoder heads, per model",
-              precondition="importance here is the NLL increase when the head alone is zeroed, not LRP"),
-        Claim("voita.specialized_last_pruned", "Voita et al. 2019 (Sec. 6.2)",
-              "Specialized heads are the last to be pruned.",
-              quantity="AUC of the survival level over lambdas, specialized vs other encoder heads, stratified by "
-                       "L0 setting x model, permutation test",
-              precondition="specialized and other heads in a model"),
-        Claim("voita.functions_at_17_of_48", "Voita et al. 2019 (Sec. 6.2)",
-              "With 17 of 48 encoder heads kept, every identified head function is still present.",
-              quantity="whether each role keeps a head in the L0 mask nearest 17/48 of the encoder heads",
-              precondition="roles found in the encoder"),
-    )
+    claims = CLAIMS  # with their rules: nmt_heads_analysis.rules and verdicts
 
     def plan(self, cfg: NMTHeadsConfig) -> list[Cell]:
         return plan_cells(cfg)
@@ -622,5 +565,5 @@ __all__ = [
     "strategy_rows", "strategy_summary", "strategy_contrasts", "strategy_mask_rows", "role_source", "roles",
     "role_counts", "role_map", "encoder_scores", "importance_table", "score_agreement", "l0_curve",
     "l0_by_type", "l0_contrasts", "type_prunability", "l0_survival_source", "survival", "survival_tests",
-    "survival_map", "survival_by_role", "roles_at_budget", "verdicts",
+    "survival_map", "survival_by_role", "roles_at_budget", "CLAIMS", "RULES", "SEMANTICS", "rules", "scale", "verdicts",
 ]

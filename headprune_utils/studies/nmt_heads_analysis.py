@@ -20,7 +20,10 @@ from .. import pruning_curves, role_survival, stats, strategy_sweep
 from ..head_scores import rank_agreement
 from ..masks import mask_from_string
 from ..paired_contrasts import LOCATION_CONTRASTS, Contrast, contrast_table, paired_by_strategy
-from ..verdict_rules import budget_presence, greater_verdict, most_prunable_verdict
+from ..claims import (Equivalence, Measurement, NonInferiority, ShareOfHeadroom, Superiority, adjust, empty_table,
+                      evaluate, role_found, validate)
+from ..verdict_rules import no_nan_text, plateau_gate, presence_effect, untestable
+from .base import Claim
 
 __all__ = [
     "VOITA_ALL_TYPES", "VOITA_BASELINE_BLEU", "VOITA_FRACTION", "TYPE_CONTRASTS", "ROLE_NAMES",
@@ -28,7 +31,7 @@ __all__ = [
     "strategy_rows", "strategy_summary", "strategy_contrasts", "strategy_mask_rows", "role_source", "roles",
     "role_counts", "role_map", "encoder_scores", "importance_table", "score_agreement", "l0_curve", "l0_by_type",
     "l0_contrasts", "type_prunability", "l0_survival_source", "survival", "survival_tests", "survival_map",
-    "survival_by_role", "roles_at_budget", "verdicts",
+    "survival_by_role", "roles_at_budget", "CLAIMS", "RULES", "SEMANTICS", "rules", "scale", "verdicts",
 ]
 
 ROLE_NAMES = role_survival.ROLE_NAMES
@@ -340,7 +343,8 @@ def l0_contrasts(curve: pd.DataFrame, confidence: float = 0.95, n_boot: int = 20
             x = g["diff"].to_numpy(dtype=float)
             if len(x) == 0:
                 continue
-            lo, hi = stats.bootstrap_ci(x, confidence, n_boot, seed) if len(x) > 1 else (np.nan, np.nan)
+            one = "n/a (one pair, no interval)"
+            lo, hi = stats.bootstrap_ci(x, confidence, n_boot, seed) if len(x) > 1 else (one, one)
             rows.append({"contrast": name, "setting": setting, "lam": lam, "n_pairs": len(x),
                          "mean_kept": float(g["n_kept"].mean()), "n_heads_total": int(g["n_heads_total"].max()),
                          "mean_diff": float(x.mean()), "boot_ci_low": lo, "boot_ci_high": hi,
@@ -419,182 +423,254 @@ def roles_at_budget(table: pd.DataFrame, role_tab: pd.DataFrame, fraction: float
         columns={"task": "setting", "seed": "model_seed"})
 
 
-# ---------------------------------------------------------------------------------------------- verdicts
-def _ci(mean, lo, hi, digits: int = 2) -> str:
-    if lo != lo or hi != hi:  # one pair: no interval
-        return f"{mean:+.{digits}f} (one pair, no interval)"
-    return f"{mean:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
+# ---------------------------------------------------------------------------------------------- claims
+BUDHRAJA, VOITA = "Budhraja et al. 2020", "Voita et al. 2019"
+_TRAINED = "the trained model's dev loss at a plateau (no improvement over the last `patience` evaluations)"
+_MODELS = "independently trained models (model seeds): mask seeds of one model are not replicates"
+CLAIMS: tuple[Claim, ...] = (
+    Claim("budhraja.random_prunable", f"{BUDHRAJA} (claim 1)",
+          "A large fraction (>= 50%) of the heads can be pruned at random with limited effect on BLEU.",
+          quantity="per model: BLEU(random 50% of a type's heads pruned, mean over mask seeds) - BLEU(full), per "
+                   "type; non-inferiority, margin margin_share x BLEU(full)",
+          precondition=f"{_TRAINED}; {_MODELS}"),
+    Claim("budhraja.retraining_recovers", "ours (exploratory)",
+          "Training with the mask fixed recovers BLEU lost by pruning.",
+          quantity="per model: recovery = BLEU drop without retraining - drop after retrain_steps (vs the unpruned "
+                   "model continued as long), mean over mask seeds; superiority",
+          precondition=f"{_TRAINED}; {_MODELS}"),
+    Claim("budhraja.location_no_better", f"{BUDHRAJA} (claim 2)",
+          "On the Transformer, choosing heads to prune by their layer brings no advantage over random pruning "
+          "at the same budget.",
+          quantity="per model and strategy: BLEU(strategy) - BLEU(random), paired by type, budget and mask seed, "
+                   "mean within the model; equivalence, margin margin_share x BLEU(full)",
+          precondition=f"{_TRAINED}; {_MODELS}; random among the strategies"),
+    Claim("voita.type_prunability_random", f"{VOITA} (Sec. 6, Table 2)",
+          "Encoder self-attention is the most prunable attention type and encoder-decoder attention the least.",
+          quantity="per model: BLEU with a share of type a pruned - with the same share of type b pruned, paired by "
+                   "fraction and mask seed, mean within the model; superiority per ordered pair",
+          precondition=f"{_TRAINED}; {_MODELS}"),
+    Claim("voita.type_prunability_l0", f"{VOITA} (Sec. 6, Table 2)",
+          "L0 gates on all three types keep the fewest encoder self-attention heads and the most "
+          "encoder-decoder heads.",
+          quantity="per model: share of type b's heads kept - share of type a's, mean over the lambdas that prune "
+                   "some heads and keep some (gates on all three types); superiority per ordered pair",
+          precondition=f"{_TRAINED}; {_MODELS}"),
+    Claim("voita.enc_most_prunable", f"{VOITA} (Sec. 6.2)",
+          "Most encoder heads can be pruned with little BLEU loss (38 of 48: -0.15 BLEU).",
+          quantity="per model: BLEU(encoder L0 mask keeping the most heads among those keeping at most half) - "
+                   "BLEU(full); non-inferiority, margin margin_share x BLEU(full)",
+          precondition=f"{_TRAINED}; {_MODELS}; an encoder L0 mask keeping at most half of the heads"),
+    Claim("voita.l0_beats_random", f"{VOITA} (Sec. 6)",
+          "L0 gates choose heads that matter: better than random heads at the same counts per type.",
+          quantity="per model and L0 setting: BLEU(L0 masks) - BLEU(random masks with the same heads per type), mean "
+                   "over lambdas that prune something and keep something; superiority",
+          precondition=f"{_TRAINED}; {_MODELS}"),
+    Claim("voita.positional_heads", f"{VOITA} (Sec. 5)",
+          "Positional heads exist in the encoder (max attention on the previous or next token >= 90% of the time).",
+          quantity="positional encoder heads per model; superiority (mean count > 0)",
+          precondition=f"{_TRAINED}; {_MODELS}"),
+    Claim("voita.syntactic_heads", f"{VOITA} (Sec. 5)",
+          "Syntactic heads exist: they beat the best fixed-offset baseline by >= 10 points on UD relations.",
+          quantity="syntactic encoder heads per model (UD English-EWT); superiority (mean count > 0)",
+          precondition=f"{_TRAINED}; {_MODELS}; an English source (UD English-EWT)"),
+    Claim("voita.rare_word_head", f"{VOITA} (Sec. 5)",
+          "A rare-word head exists (attends to the least frequent token; one, in the first layer).",
+          quantity="rare-word encoder heads IN THE FIRST LAYER per model; superiority (mean count > 0)",
+          precondition=f"{_TRAINED}; {_MODELS}"),
+    Claim("voita.important_are_confident", f"{VOITA} (Sec. 4)",
+          "The most important encoder heads are the most confident.",
+          quantity="per model: Spearman(ablation importance = dev NLL increase, confidence) over its encoder heads; "
+                   "superiority",
+          precondition=f"{_TRAINED}; {_MODELS}; importance here is the NLL increase when the head alone is zeroed, "
+                       "not LRP"),
+    Claim("voita.specialized_last_pruned", f"{VOITA} (Sec. 6.2)",
+          "Specialized heads are the last to be pruned.",
+          quantity="per model and L0 setting: AUC of the survival level, specialized vs other encoder heads of the "
+                   "same layer, mean over layers with both, minus 0.5; superiority",
+          precondition=f"{_TRAINED}; {_MODELS}; at least one specialized head found"),
+    Claim("voita.functions_at_17_of_48", f"{VOITA} (Sec. 6.2)",
+          "With 17 of 48 encoder heads kept, every identified head function is still present.",
+          quantity="per model, L0 setting and role: 1 if the mask nearest 17/48 of the encoder heads keeps one of "
+                   "the role's heads, minus the chance that a random mask of that size would; superiority",
+          precondition=f"{_TRAINED}; {_MODELS}; at least one head of the role found"),
+)
+CLAIM = {c.id: c for c in CLAIMS}
+UNIT = "model (model seed)"
+NAME = "nmt_heads"
+SEMANTICS = "zero"  # a pruned head's output is zeroed (both papers' Transformer code; the study's only ablation)
 
 
-def verdicts(full: pd.DataFrame, drops: pd.DataFrame, retrain: pd.DataFrame, type_contr: pd.DataFrame,
-             strat_contr: pd.DataFrame, counts: pd.DataFrame, agreement: pd.DataFrame, l0_contr: pd.DataFrame,
-             prunability: pd.DataFrame, by_type: pd.DataFrame, surv_tests: pd.DataFrame, budget: pd.DataFrame,
-             relations: list[str], tolerance: float = 1.0, margin: float = 1.0, alpha: float = 0.05) -> pd.DataFrame:
-    """The table "claim - our result - verdict", every number from this run (BLEU points unless said)."""
-    rows = []
+def rules(margin_share: float = 0.1) -> dict:
+    """Claim id -> rule. Margins: ``margin_share`` x (BLEU(full) - 0) (``claims.ShareOfHeadroom``; chance = 0 BLEU)."""
+    margin = ShareOfHeadroom(margin_share)
+    sup = Superiority("greater")
+    out = {c.id: sup for c in CLAIMS}
+    out.update({"budhraja.random_prunable": NonInferiority(margin), "voita.enc_most_prunable": NonInferiority(margin),
+                "budhraja.location_no_better": Equivalence(margin)})
+    return out
 
-    def add(paper, claim, result, verdict):
-        rows.append({"paper": paper, "claim": claim, "our result": result, "verdict": verdict + " at this scale"})
 
-    base = (f"full model BLEU {full['bleu'].mean():.2f}" + (f" (mean of {len(full)} models)" if len(full) > 1 else "")
-            if len(full) else "no full model")
+RULES = rules()
 
-    # Budhraja 1: random pruning
-    if len(drops):
-        pr = prunable(drops, tolerance)
-        parts = []
-        pr = pr.assign(_o=pr["type"].map(lambda v: KIND_ORDER.index(v) if v in KIND_ORDER else len(KIND_ORDER)))
-        for r in pr.sort_values(["regime", "_o"]).itertuples():
-            d = drops[(drops["type"] == r.type) & (drops["regime"] == r.regime)].sort_values("fraction")
-            detail = ", ".join(f"{100 * x.fraction:.0f}%: {_ci(x.mean_drop, x.boot_ci_low, x.boot_ci_high)}" for x in d.itertuples())
-            parts.append(f"{r.type} ({r.regime}): largest share within -{tolerance:g} BLEU = {100 * r.max_fraction_within_tolerance:.0f}% "
-                         f"(mean BLEU drop, paired: {detail})")
-        joint = pr[pr["type"] == "all"]
-        best = joint["max_fraction_within_tolerance"].max() if len(joint) else pr["max_fraction_within_tolerance"].max()
-        v = "supported" if best >= 0.5 else "partly supported" if (pr["max_fraction_within_tolerance"] >= 0.5).any() else "not supported"
-        add("Budhraja et al. (claim 1)", "A large fraction (>= 50%) of the heads can be pruned at random with limited "
-            f"effect on BLEU (here: mean drop <= {tolerance:g} BLEU)", f"{base}; " + "; ".join(parts), v)
-    if len(retrain):
-        g = retrain.groupby(["type", "fraction"])
-        parts = []
-        for (t, f), x in g:
-            rec = x["recovery"].to_numpy(dtype=float)
-            lo, hi = stats.bootstrap_ci(rec, 0.95, 2000, 0) if len(rec) > 1 else (np.nan, np.nan)
-            parts.append(f"{t} {100 * f:.0f}%: drop without retraining {x['drop_without_retraining'].mean():.2f}, after "
-                         f"{int(x['retrain_steps'].iloc[0])} training steps "
-                         f"{x['drop_with_retraining'].mean():.2f} (vs the unpruned model continued as long); recovery "
-                         f"{_ci(rec.mean(), lo, hi)}")
-        rec_all = retrain["recovery"].to_numpy(dtype=float)
-        p = stats.sign_flip_test(rec_all) if len(rec_all) else np.nan
-        n = len(rec_all)
-        smallest = stats.smallest_sign_flip_p(n) if n else np.nan
-        v = (greater_verdict(float(rec_all.mean()), p, alpha) if smallest <= alpha else
-             f"not testable with {n} masks (the smallest possible sign-flip p is {smallest:.3g}); recovery > 0 for "
-             f"{int((rec_all > 0).sum())} of {n}")
-        add("Budhraja et al. (set-up)", "Training with the mask fixed recovers BLEU lost by pruning (they fine-tune "
-            "25 epochs; here a few dozen steps)", "; ".join(parts) + f"; sign-flip p = {p:.3g} over {n} masks", v)
 
-    # Budhraja 2: location strategies vs random
-    if len(strat_contr):
-        pooled = strat_contr[(strat_contr["type"] == "all") & (strat_contr["budget"] == "all")
-                             & strat_contr["contrast"].str.endswith("vs random")]
-        parts, better, worse = [], [], []
-        for r in pooled.itertuples():
-            parts.append(f"{r.a}: {_ci(r.mean_diff, r.boot_ci_low, r.boot_ci_high)}, p = {r.sign_flip_p:.3g}")
-            if r.sign_flip_p < alpha:
-                (better if r.mean_diff > 0 else worse).append(r.a)
-        per_type = strat_contr[(strat_contr["type"] != "all") & strat_contr["contrast"].str.endswith("vs random")]
-        sig = per_type[per_type["sign_flip_p"] < alpha]
-        within = bool(len(pooled)) and bool(((pooled["boot_ci_low"] >= -margin) & (pooled["boot_ci_high"] <= margin)).all())
-        if better:
-            v = f"contradicted ({', '.join(better)} significantly better than random)"
-        elif within:
-            v = f"supported (no strategy better than random; every pooled CI within +-{margin:g} BLEU)"
-        else:
-            v = "supported (no strategy significantly better than random)" + (
-                f"; {', '.join(worse)} significantly WORSE" if worse else "; CIs wider than the margin")
-        n_pairs = int(pooled["n_pairs"].max()) if len(pooled) else 0
-        add("Budhraja et al. (claim 2)", "On the Transformer, choosing heads to prune by their location (layer) brings "
-            "no advantage over random pruning at the same budget",
-            f"strategy - random, BLEU, pooled over types, budgets and seeds ({n_pairs} pairs): " + "; ".join(parts)
-            + f". Per type and budget, {len(sig)} of {len(per_type)} contrasts have p < {alpha:g}", v)
+def scale(cfg) -> str:
+    """The ``scale`` column from the parameters (model, heads, training pairs x steps, seeds)."""
+    per = cfg.encoder_layers * cfg.heads, cfg.decoder_layers * cfg.heads
+    small = cfg.encoder_layers < 6 or cfg.decoder_layers < 6 or cfg.heads < 8 or not cfg.corpus.startswith("wmt")
+    pairs = "all" if cfg.train_size is None else str(cfg.train_size)
+    return (f"{cfg.encoder_layers}+{cfg.decoder_layers} layers x {cfg.heads} heads per type ({per[0]} enc, {per[1]} "
+            f"dec, {per[1]} cross), d_model {cfg.d_model}; {cfg.corpus} {pairs} training pairs x at most "
+            f"{cfg.max_steps} steps; model seeds {list(cfg.model_seeds)}, mask seeds {list(cfg.seeds)}"
+            + ("; a small-scale test, not the paper's set-up" if small else ""))
 
-    # Voita: type prunability (random pruning)
-    if len(type_contr):
-        pooled = type_contr[(type_contr["task"] == "all") & (type_contr["budget"] == "all")].set_index("contrast")
-        parts = [f"{c}: {_ci(r.mean_diff, r.boot_ci_low, r.boot_ci_high)}, p = {r.sign_flip_p:.3g}"
-                 for c, r in pooled.iterrows()]
-        ok = [c for c, r in pooled.iterrows() if r.mean_diff > 0 and r.sign_flip_p < alpha]
-        bad = [c for c, r in pooled.iterrows() if r.mean_diff < 0 and r.sign_flip_p < alpha]
-        v = ("supported" if len(ok) == len(pooled) else "contradicted (" + ", ".join(bad) + " reversed)" if bad
-             else f"partly supported ({len(ok)} of {len(pooled)} orderings significant)" if ok
-             else "not supported (no significant difference)")
-        add("Voita et al. (Sec. 6, Table 2)", "Encoder self-attention is the most prunable type and encoder-decoder "
-            "attention the least: random pruning test (BLEU with type a pruned - with type b pruned, same share)",
-            "; ".join(parts) + " (pooled over fractions and seeds)", v)
-    if len(prunability):
-        n = len(prunability)
-        fr = by_type[by_type["setting"] == "all"].groupby("type")["frac_kept"].mean()
-        res = (f"over {n} lambda(s) that prune some heads: encoder keeps the smallest share in {int(prunability['enc_fewest'].sum())}, "
-               f"encoder-decoder the largest in {int(prunability['cross_most'].sum())}; mean share kept enc "
-               f"{fr.get('enc', np.nan):.2f}, dec {fr.get('dec', np.nan):.2f}, cross {fr.get('cross', np.nan):.2f}. Per lambda: "
-               + "; ".join(f"lambda {r.lam:g}: {r.kept_enc}/{r.kept_dec}/{r.kept_cross} kept, BLEU {r.bleu_l0:.2f}"
-                           for r in prunability.itertuples())
-               + ". Voita et al. Table 2 (of 48 each): " + "; ".join(f"{a}/{b}/{c} -> {d}" for a, b, c, d in VOITA_ALL_TYPES))
-        both = prunability["enc_fewest"] & prunability["cross_most"]
-        v = ("supported" if both.all() else "partly supported" if (prunability["enc_fewest"] | prunability["cross_most"]).any()
-             else "not supported")
-        add("Voita et al. (Sec. 6, Table 2)", "L0 gates on all three types keep the fewest encoder self-attention heads "
-            "and the most encoder-decoder heads", res, v)
 
-    # Voita: encoder heads prunable with little loss
-    if len(l0_contr):
-        enc = l0_contr[(l0_contr["contrast"] == "L0 - full") & (l0_contr["setting"] == "enc") & (l0_contr["lam"] != "all")]
-        if len(enc):
-            total = int(enc["n_heads_total"].max())
-            ok = enc[enc["mean_diff"] >= -margin]
-            parts = [f"lambda {float(r.lam):g}: {r.mean_kept:.1f} of {total} kept, BLEU {r.mean_diff:+.2f}" for r in enc.itertuples()]
-            v = most_prunable_verdict(ok["mean_kept"].tolist(), total)
-            add("Voita et al. (Sec. 6.2)", "Most encoder heads can be pruned with little BLEU loss (38 of 48: -0.15 BLEU); "
-                f"here: at least half of them within -{margin:g} BLEU (L0 gates on the encoder, frozen model)",
-                "; ".join(parts), v)
-        pooled = l0_contr[(l0_contr["contrast"] == "L0 - random") & (l0_contr["setting"] == "pooled")]
-        if len(pooled):
-            r = pooled.iloc[0]
-            per = l0_contr[(l0_contr["contrast"] == "L0 - random") & (l0_contr["setting"] != "pooled") & (l0_contr["lam"] == "all")]
-            detail = "; ".join(f"{p.setting}: {_ci(p.mean_diff, p.boot_ci_low, p.boot_ci_high)}" for p in per.itertuples())
-            add("Voita et al. (Sec. 6)", "L0 gates choose heads that matter: better than random heads at the same counts "
-                "per type (no retraining)", f"L0 - random = {_ci(r.mean_diff, r.boot_ci_low, r.boot_ci_high)}, sign-flip "
-                f"p = {r.sign_flip_p:.3g} over {int(r.n_pairs)} masks. Per setting: {detail}",
-                greater_verdict(r.mean_diff, r.sign_flip_p, alpha))
+def _histories(table: pd.DataFrame) -> dict:
+    m = _kind(table, "model")
+    return {int(r["model_seed"]): (r["history"] if isinstance(r.get("history"), list) else None)
+            for r in m.to_dict("records")}
 
-    # Voita: roles
-    if len(counts):
-        n_models = len(counts)
-        for role, claim in (("positional", "Positional heads exist in the encoder (max attention on the previous or next "
-                             "token >= 90% of the time)"),
-                            ("syntactic", "Syntactic heads exist (beat the best fixed-offset baseline by >= 10 points on "
-                             + ", ".join(relations) + "; UD English-EWT)"),
-                            ("rare-word", "A rare-word head exists (attends to the least frequent token; the paper: one, "
-                             "in the first layer)")):
-            n = counts[f"n_{role}"].to_numpy(dtype=int)
-            col = {"positional": "positional_layers", "rare-word": "rare_layers"}.get(role)
-            layers = sorted(set(x for v in counts[col] for x in str(v).split(",") if x and x != "nan")) if col else []
-            where = f"; in layers {', '.join(layers)} (0-based)" if layers else ""
-            if role == "syntactic":
-                rel = "; ".join(f"{r}: {counts[f'n_syntactic_{r}'].mean():.1f}" for r in relations if f"n_syntactic_{r}" in counts)
-                where = f". Per relation: {rel}" if rel else ""
-            res = f"{n.mean():.1f} head(s) per model (range {n.min()}-{n.max()}, {n_models} model(s)){where}"
-            v = "supported" if (n > 0).all() else "partly supported" if (n > 0).any() else "not supported (none found)"
-            add("Voita et al. (Sec. 5)", claim, res, v)
-    if len(agreement):
-        g = agreement[(agreement["a"] == "importance") & (agreement["b"] == "confidence")]
-        if len(g):
-            rho = g["spearman"].to_numpy(dtype=float)
-            res = "; ".join(f"model {int(r.model_seed)}: Spearman {r.spearman:+.2f} (p = {r.spearman_p:.3g}, {int(r.n)} heads)"
-                            for r in g.itertuples())
-            sig_pos = int(((g["spearman"] > 0) & (g["spearman_p"] < alpha)).sum())
-            v = ("supported" if sig_pos == len(g) else "partly supported" if sig_pos
-                 else "contradicted (significantly negative)" if ((g["spearman"] < 0) & (g["spearman_p"] < alpha)).any()
-                 else "not supported (no significant correlation)")
-            add("Voita et al. (Sec. 4)", "The most important encoder heads are the most confident (importance here: dev "
-                "NLL increase when the head alone is zeroed, not LRP)", res, v + f" ({np.nanmean(rho):+.2f} mean)")
 
-    # Voita: survival
-    if len(surv_tests):
-        st = surv_tests.set_index("group")
-        if "specialized" in st.index:
-            r = st.loc["specialized"]
-            detail = "; ".join(f"{g}: AUC {st.loc[g, 'mean_auc']:.2f}, p = {st.loc[g, 'p_greater']:.3g} ({int(st.loc[g, 'n_group_heads'])} heads)"
-                               for g in ROLE_NAMES if g in st.index and st.loc[g, "n_group_heads"] > 0)
-            res = (f"specialized encoder heads: mean survival level {r.mean_survival_group:.2f} vs {r.mean_survival_other:.2f}; "
-                   f"mean AUC {r.mean_auc:.2f} (0.5 = no difference), stratified permutation p = {r.p_greater:.3g} "
-                   f"(one-sided; strata = L0 setting x model: {int(r.n_models)}). By role: {detail or 'none'}")
-            v = ("not testable (no specialized heads)" if r.n_models == 0 else "supported" if r.p_greater < alpha
-                 else "contradicted (specialized heads go earlier)" if r.p_less < alpha else "not supported (no significant difference)")
-            add("Voita et al. (Sec. 6.2)", "Specialized heads are the last to be pruned", res, v)
+def _mean_by(d: pd.DataFrame, keys: list[str], value: str = "diff") -> pd.DataFrame:
+    return d.groupby(keys, as_index=False, sort=False)[value].mean() if len(d) else d
+
+
+def claim_rows(claim: Claim, rule, task: str, data: pd.DataFrame, settings: list[str], gates, semantics: str,
+               scale_: str, effect: str, full: dict | None = None, empty: str = "no measurement",
+               models: list[int] = ()) -> pd.DataFrame:
+    """One measurement per setting (rows ``setting``, ``model_seed``, ``diff``; unit = the model seed); ``full``:
+    model seed -> BLEU(full), given when the effect is in BLEU (margins; chance = 0 BLEU)."""
+    ms, out = [], []
+    for setting in settings:
+        d = data[data["setting"] == setting] if len(data) else data
+        if d.empty:
+            out.append(untestable(claim, rule, task, f"{empty} ({setting})" if empty else "", setting=setting, semantics=semantics,
+                                  unit=UNIT, scale=scale_, study=NAME, units=list(models), gates=gates))
+            continue
+        units = [int(u) for u in d["model_seed"]]
+        kw = {"full": [full[u] for u in dict.fromkeys(units)], "chance": 0.0} if full is not None else {}
+        ms.append(Measurement(task, d["diff"].to_numpy(dtype=float), units, setting, semantics, effect, UNIT, **kw))
+    if ms:
+        out.insert(0, evaluate(claim, rule, ms, gates, scale=scale_, study=NAME))
+    return pd.concat(out, ignore_index=True) if out else empty_table()
+
+
+def verdicts(table: pd.DataFrame, role_tab: pd.DataFrame, surv: pd.DataFrame, budget: pd.DataFrame,
+             agreement: pd.DataFrame, by_type: pd.DataFrame, *, corpus: str, semantics: str, scale_: str,
+             patience: int | None, margin_share: float = 0.1, fractions=(0.5,)) -> pd.DataFrame:
+    """The verdict table (``claims.COLUMNS``) of :data:`CLAIMS`, every number from this run (BLEU points).
+
+    Unit of replication = the trained model (model seed): values of one model (mask seeds, lambdas, fractions) are
+    averaged first, never treated as replicates; with one model every claim is ``not testable`` (computed by the
+    rule's power gate). Gate: the model's dev loss reached a plateau (:func:`verdict_rules.plateau_gate`, ``n`` =
+    ``patience`` evaluations, 3 when None). ``corpus``: with the models' direction, the ``task`` column;
+    ``semantics``: the ablation."""
+    rule = rules(margin_share)
+    directions = sorted(set(_kind(table, "model").get("direction", pd.Series(dtype=str)).dropna()))
+    task = f"{corpus} {', '.join(directions)}".strip()
+    full = {int(r.model_seed): float(r.bleu) for r in _kind(table, "model").itertuples()}
+    gates = [plateau_gate(_histories(table), patience or 3)]
+    parts = []
+
+    def add(cid, data, settings, effect, bleu=True, extra=(), empty="no measurement"):
+        parts.append(claim_rows(CLAIM[cid], rule[cid], task, data, settings, [*gates, *extra], semantics, scale_,
+                                effect, full if bleu else None, empty, list(full)))
+
+    # random pruning at >= 50%
+    prune = _kind(table, "prune")
+    if len(prune):
+        p = prune[prune["fraction"].isin(list(fractions))]
+        d = p.assign(setting=[f"{t}, {100 * f:.0f}% pruned" for t, f in zip(p["type"], p["fraction"])],
+                     diff=p["bleu"].astype(float) - p["model_seed"].map(full))
+        settings = list(dict.fromkeys(d["setting"]))
+        add("budhraja.random_prunable", _mean_by(d, ["setting", "model_seed"]), settings, "BLEU(pruned) - BLEU(full)")
+    re = retrain_table(table)
+    if len(re):
+        d = re.assign(setting=[f"{t}, {100 * f:.0f}% pruned" for t, f in zip(re["type"], re["fraction"])],
+                      diff=re["recovery"])
+        add("budhraja.retraining_recovers", _mean_by(d, ["setting", "model_seed"]), list(dict.fromkeys(d["setting"])),
+            "recovery (BLEU)")
+    rows = strategy_rows(table)
+    if len(rows):
+        ref = rows[rows["strategy"] == "random"].set_index(["task", "budget", "model_seed", "seed"])["score"]
+        other = rows[rows["strategy"] != "random"]
+        key = zip(other["task"], other["budget"], other["model_seed"], other["seed"])  # seed: (model, mask) pair
+        d = other.assign(setting=other["strategy"],
+                         diff=other["score"].to_numpy() - np.array([ref.get(k, np.nan) for k in key]))
+        d = d.dropna(subset=["diff"])
+        add("budhraja.location_no_better", _mean_by(d, ["setting", "model_seed"]), list(dict.fromkeys(other["strategy"])),
+            "BLEU(strategy) - BLEU(random)", empty="no random mask to pair with")
+    if len(prune):
+        w = prune.pivot_table(index=["fraction", "model_seed", "seed"], columns="type", values="bleu")
+        parts_d = []
+        for c in TYPE_CONTRASTS:
+            if c.a in w and c.b in w:
+                x = (w[c.a] - w[c.b]).dropna().rename("diff").reset_index()
+                parts_d.append(x.assign(setting=f"{c.a} - {c.b}"))
+        d = pd.concat(parts_d, ignore_index=True) if parts_d else pd.DataFrame(columns=["setting", "model_seed", "diff"])
+        add("voita.type_prunability_random", _mean_by(d, ["setting", "model_seed"]),
+            [f"{c.a} - {c.b}" for c in TYPE_CONTRASTS], "BLEU(a pruned) - BLEU(b pruned)", bleu=False,
+            empty="random pruning of both types missing")
+    prun = type_prunability(by_type) if len(by_type) else pd.DataFrame()
+    pairs = (("dec", "enc"), ("cross", "enc"), ("cross", "dec"))
+    if len(prun):
+        d = pd.concat([prun.assign(setting=f"kept {b} - kept {a}", diff=prun[f"frac_{b}"] - prun[f"frac_{a}"])
+                       for b, a in pairs], ignore_index=True)
+    else:
+        d = pd.DataFrame(columns=["setting", "model_seed", "diff"])
+    add("voita.type_prunability_l0", _mean_by(d, ["setting", "model_seed"]), [f"kept {b} - kept {a}" for b, a in pairs],
+        "share kept (b - a)", bleu=False, empty="no L0 mask on all three types that prunes some heads and keeps some")
+    curve = l0_curve(table)
+    if len(curve):
+        enc = curve[(curve["setting"] == "enc") & (curve["n_kept"] <= 0.5 * curve["n_heads_total"])]
+        pick = enc.sort_values(["n_kept", "lam"]).groupby("model_seed", as_index=False).tail(1)
+        d = pick.assign(setting="enc, <= half kept", diff=pick["bleu_l0"] - pick["bleu_full"])
+        add("voita.enc_most_prunable", d, ["enc, <= half kept"], "BLEU(L0) - BLEU(full)",
+            empty="no encoder L0 mask keeps at most half of the heads")
+        c = curve[(curve["n_kept"] > 0) & (curve["n_kept"] < curve["n_heads_total"])]
+        d = c.assign(diff=c["bleu_l0"] - c["bleu_random_mean"])
+        add("voita.l0_beats_random", _mean_by(d, ["setting", "model_seed"]), list(dict.fromkeys(curve["setting"])),
+            "BLEU(L0) - BLEU(random), mean over lambdas", empty="no mask that prunes something and keeps something")
+    # roles
+    ft = role_tab if len(role_tab) else pd.DataFrame(columns=["seed", "positional", "syntactic", "rare", "layer",
+                                                               "specialized"])
+    for cid, role in (("voita.positional_heads", "positional"), ("voita.syntactic_heads", "syntactic"),
+                      ("voita.rare_word_head", "rare-word")):
+        rows_ = [{"setting": "encoder", "model_seed": int(ms),
+                  "diff": int((g["rare"] & (g["layer"] == 0)).sum()) if role == "rare-word" else int(g[role].sum())}
+                 for ms, g in ft.groupby("seed")]
+        add(cid, pd.DataFrame(rows_, columns=["setting", "model_seed", "diff"]), ["encoder"],
+            f"{role} heads per model" + (" (first layer)" if role == "rare-word" else ""), bleu=False,
+            empty="no roles measured")
+    g = agreement[agreement[["a", "b"]].apply(frozenset, axis=1) == frozenset({"importance", "confidence"})] \
+        if len(agreement) else pd.DataFrame(columns=["model_seed", "spearman"])
+    d = g.dropna(subset=["spearman"]).assign(setting="encoder").rename(columns={"spearman": "diff"})
+    add("voita.important_are_confident", d, ["encoder"], "Spearman(importance, confidence) per model", bleu=False,
+        empty="no defined Spearman")
+    # survival and the roles at 17/48
+    n_spec = int(ft["specialized"].sum()) if len(ft) else 0
+    found = {r: int(role_survival.role_mask(ft, r).sum()) if len(ft) else 0 for r in ROLE_NAMES}
+    settings = list(dict.fromkeys(surv["task"])) if len(surv) else []
+    if settings:
+        auc = role_survival.survival_auc_per_model(surv, _roles_per_setting(role_tab, settings)) if len(role_tab) \
+            else pd.DataFrame(columns=["task", "seed", "auc"])
+        d = pd.DataFrame({"setting": auc["task"], "model_seed": auc["seed"], "diff": auc["auc"] - 0.5})
+        add("voita.specialized_last_pruned", d, settings, "within-layer AUC - 0.5 per model", bleu=False,
+            extra=[role_found("specialized", n_spec)],
+            empty="" if not n_spec else "no layer with specialized and other heads")
     if len(budget):
-        res, v = budget_presence(budget, heads="the encoder heads", kept="", per="")
-        add("Voita et al. (Sec. 6.2)", "With 17 of 48 encoder heads kept, every identified head function is still present",
-            res, v)
-    return pd.DataFrame(rows)
+        rows_ = [{"setting": f"{r['setting']}: {role}", "model_seed": int(r["model_seed"]),
+                  "diff": presence_effect(r[f"present_{role}"], r[f"random_{role}"])}
+                 for r in budget.to_dict("records") for role in ROLE_NAMES if r[f"n_{role}"] > 0]
+        d = pd.DataFrame(rows_, columns=["setting", "model_seed", "diff"])
+        for role in ROLE_NAMES:
+            s_ = [f"{s}: {role}" for s in dict.fromkeys(budget["setting"])]
+            add("voita.functions_at_17_of_48", d, s_, "kept - P(random mask keeps one)", bleu=False,
+                extra=[role_found(role, found[role])], empty="" if not found[role] else "no measurement")
+    done = {cid for p in parts for cid in p["claim_id"]}
+    for c in CLAIMS:  # a claim no cell of this run measures: not testable, saying so
+        if c.id not in done:
+            parts.append(untestable(c, rule[c.id], task, "no cell of this run measures it", semantics=semantics,
+                                    unit=UNIT, scale=scale_, study=NAME, units=list(full), gates=gates))
+    out = no_nan_text(adjust(pd.concat(parts, ignore_index=True)))
+    validate(out)
+    return out

@@ -2,58 +2,192 @@
 
 The score curves, the drops paired by seed, the largest prunable fraction and the difference between the two
 regimes are the library's (:mod:`headprune_utils.pruning_curves`, shared with study 7; re-exported here); this
-module adds the regimes' names, the verdicts and the findings text. ``cfg`` is the study's parameters
-(``RandomPruningConfig``, defined with the protocol in :mod:`.random_pruning`); only ``tolerance`` and ``dev_size``
-are read.
+module adds the regimes' names, the claims' decision rules and verdicts (:mod:`headprune_utils.claims`) and the
+findings text. ``cfg`` is the study's parameters (``RandomPruningConfig``, defined with the protocol in
+:mod:`.random_pruning`); read here: ``tolerance``, ``margin_share``, ``model``, ``train_size``, ``dev_size``,
+``epochs``, ``seeds``, ``ablation``.
+
+The claims (declared in :mod:`.random_pruning`) and how each is decided (:data:`RULES`):
+
+- ``budhraja.random_prunable``: non-inferiority of score(pruned at f, then fine-tuned) - score(full model), per
+  (task, seed) model, at every mask-then-fine-tune share f >= 50%; margin ``margin_share`` x (full - chance) of
+  the task. Gates: the full model is above chance by :data:`ABOVE_CHANCE` in every seed; fine-tuning adapts to the
+  mask (at 50% pruned, mask-then-fine-tune beats fine-tune-then-mask on the task, 95% t-interval above 0).
+- ``ours.retraining_recovers``: superiority of score(mask, then fine-tune) - score(fine-tune, then mask) at the
+  same random mask, per (task, seed) model and share; smallest effect of interest the same margin. Gate: above
+  chance. (It is the adapts-to-mask quantity itself, so it does not carry that gate.)
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
 import pandas as pd
 
+from .. import claims, masks
 from ..pruning_curves import (  # noqa: F401 (re-exported: the notebook and the tests read them from this study)
     paired_drop, prunable_fraction, regime_difference, summarise,
 )
 
-__all__ = ["REGIME_NAMES", "summarise", "paired_drop", "prunable_fraction", "regime_difference", "verdicts",
-           "findings"]
+__all__ = ["REGIME_NAMES", "summarise", "paired_drop", "prunable_fraction", "regime_difference", "ABOVE_CHANCE",
+           "ADAPT_FRACTION", "RULES", "ClaimRule", "scale", "too_short_to_adapt", "adapt_diffs",
+           "prunable_measurements", "retraining_measurements", "claim_verdicts", "findings"]
 
 REGIME_NAMES = {
     "mask_then_finetune": "mask, then fine-tune",
     "finetune_then_mask": "fine-tune, then mask (no retraining)",
 }
+ABOVE_CHANCE = 0.05   # score units: a trained-model claim needs the full model this far above chance in every seed
+ADAPT_FRACTION = 0.5  # the share pruned at which fine-tuning must be seen to adapt to the mask
+UNIT = "model (task x seed)"
 
 
-def verdicts(drops: pd.DataFrame, gains: pd.DataFrame, cfg) -> pd.DataFrame:
-    """The table "claim - our result - verdict", every number from this run."""
-    rows = []
-    prunable = prunable_fraction(drops, cfg.tolerance)
-    a = prunable[prunable["regime"] == "mask_then_finetune"]
-    if len(a):
-        best = a["max_fraction_within_tolerance"]
-        worst = drops[(drops["regime"] == "mask_then_finetune")].sort_values("fraction")
-        at_half = worst[worst["fraction"] >= 0.5].groupby("task").first()
-        result = "; ".join(
-            f"{t}: largest fraction with mean drop <= {cfg.tolerance:g} is {100 * f:.0f}%"
-            + (f", drop at {100 * at_half.loc[t, 'fraction']:.0f}% = {at_half.loc[t, 'mean_drop']:.3f} "
-               f"[{at_half.loc[t, 'boot_ci_low']:.3f}, {at_half.loc[t, 'boot_ci_high']:.3f}]" if t in at_half.index else "")
-            for t, f in zip(a["task"], best))
-        verdict = ("supported" if (best >= 0.5).all() else "partly supported" if (best >= 0.5).any() else "not supported")
-        rows.append({"claim": "Budhraja et al. claim 1: a large fraction (>= 50%) of heads can be pruned at random "
-                              "with limited effect when fine-tuning follows the masking",
-                     "our result": result, "verdict": f"{verdict} at this scale"})
-    if len(gains):
-        g = gains.sort_values(["task", "fraction"])
-        result = "; ".join(f"{r.task} {100 * r.fraction:.0f}%: {r.mean_gain_of_retraining:+.3f} "
-                           f"[{r.boot_ci_low:+.3f}, {r.boot_ci_high:+.3f}]" for r in g.itertuples())
-        positive = (g["boot_ci_low"] > 0).sum()
-        negative = (g["boot_ci_high"] < 0).sum()
-        verdict = (f"retraining helps in {positive} of {len(g)} task x fraction settings (CI above 0), "
-                   f"hurts in {negative}")
-        rows.append({"claim": "Fine-tuning after masking recovers more than masking a fine-tuned model "
-                              "(the premise of Budhraja et al.'s regime vs Michel et al.'s)",
-                     "our result": result, "verdict": verdict})
-    return pd.DataFrame(rows)
+# ---------------------------------------------------------------------------------------------- measurements
 
+def _full(table: pd.DataFrame) -> pd.DataFrame:
+    """``[task, seed, full, chance]``: the fine-tuned full model's score (fraction 0; both regimes share it)."""
+    f = table[table["fraction"] == 0]
+    return f.groupby(["task", "seed"], as_index=False).agg(full=("score", "first"), chance=("chance", "first"))
+
+
+def _pairs(table: pd.DataFrame, a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """``[task, seed, diff, full, chance]``: ``score(a) - score(b)`` paired by (task, seed)."""
+    m = a[["task", "seed", "score"]].merge(b[["task", "seed", "score"]], on=["task", "seed"], suffixes=("_a", "_b"))
+    m["diff"] = m["score_a"] - m["score_b"]
+    return m.merge(_full(table), on=["task", "seed"])[["task", "seed", "diff", "full", "chance"]]
+
+
+def _setting(fraction: float, regime: str) -> str:
+    return f"{100 * fraction:g}% of heads pruned at random; {REGIME_NAMES[regime]}"
+
+
+def _measurements(pairs: pd.DataFrame, setting: str, semantics: str, effect: str) -> list[claims.Measurement]:
+    out = []
+    for task, g in pairs.groupby("task", sort=True):
+        out.append(claims.Measurement(task, g["diff"].tolist(), [(task, int(s)) for s in g["seed"]], setting,
+                                      semantics, effect, UNIT, full=g["full"].tolist(),
+                                      chance=float(g["chance"].iloc[0])))
+    return out
+
+
+def _at(table: pd.DataFrame, regime: str, fraction: float) -> pd.DataFrame:
+    return table[(table["regime"] == regime) & (table["fraction"] == fraction)]
+
+
+def prunable_measurements(table: pd.DataFrame, semantics: str) -> list[claims.Measurement]:
+    """Per task and mask-then-fine-tune share >= 50%: score(pruned, then fine-tuned) - score(full), per seed."""
+    fractions = sorted(f for f in table.loc[table["regime"] == "mask_then_finetune", "fraction"].unique() if f >= 0.5)
+    out = []
+    full = _at(table, "mask_then_finetune", 0.0)
+    for f in fractions:
+        pairs = _pairs(table, _at(table, "mask_then_finetune", f), full)
+        out += _measurements(pairs, _setting(f, "mask_then_finetune"), semantics,
+                             "score(pruned, then fine-tuned) - score(full)")
+    return out
+
+
+def retraining_measurements(table: pd.DataFrame, semantics: str) -> list[claims.Measurement]:
+    """Per task and share > 0 run in both regimes: score(mask, then fine-tune) - score(fine-tune, then mask)."""
+    shares = [set(table.loc[table["regime"] == r, "fraction"]) for r in REGIME_NAMES]
+    out = []
+    for f in sorted(f for f in shares[0] & shares[1] if f > 0):
+        pairs = _pairs(table, _at(table, "mask_then_finetune", f), _at(table, "finetune_then_mask", f))
+        out += _measurements(pairs, f"{100 * f:g}% of heads pruned at random", semantics,
+                             "score(mask, then fine-tune) - score(fine-tune, then mask)")
+    return out
+
+
+def adapt_diffs(table: pd.DataFrame) -> pd.DataFrame:
+    """``[task, seed, diff]`` at :data:`ADAPT_FRACTION`: mask-then-fine-tune - fine-tune-then-mask (the same mask)."""
+    pairs = _pairs(table, _at(table, "mask_then_finetune", ADAPT_FRACTION), _at(table, "finetune_then_mask", ADAPT_FRACTION))
+    return pairs[["task", "seed", "diff"]]
+
+
+# ------------------------------------------------------------------------------------------------- rules
+
+@dataclass(frozen=True)
+class ClaimRule:
+    """How one claim is decided: its rule (from ``cfg``), its measurements (from the table and the ablation
+    semantics) and the names of its gates (:func:`_gates`)."""
+
+    rule: Callable[[object], claims.Rule]
+    measurements: Callable[[pd.DataFrame, str], list[claims.Measurement]]
+    gates: tuple[str, ...]
+
+
+RULES: dict[str, ClaimRule] = {
+    "budhraja.random_prunable": ClaimRule(
+        lambda cfg: claims.NonInferiority(claims.ShareOfHeadroom(cfg.margin_share)),
+        prunable_measurements, ("above_chance", "adapts_to_mask")),
+    "ours.retraining_recovers": ClaimRule(
+        lambda cfg: claims.Superiority("greater", margin=claims.ShareOfHeadroom(cfg.margin_share)),
+        retraining_measurements, ("above_chance",)),
+}
+
+
+def _gates(names: Sequence[str], table: pd.DataFrame) -> list[claims.Gate]:
+    made = {
+        "above_chance": lambda: claims.above_chance(ABOVE_CHANCE),
+        "adapts_to_mask": lambda: too_short_to_adapt(claims.adapts_to_mask(
+            adapt_diffs(table), what=f"at {100 * ADAPT_FRACTION:g}% pruned, mask-then-fine-tune - fine-tune-then-mask")),
+    }
+    return [made[n]() for n in names]
+
+
+def too_short_to_adapt(gate: claims.Gate) -> claims.Gate:
+    """``gate`` (:func:`claims.adapts_to_mask`) with its failure named as the issue names it: "fine-tuning too
+    short to adapt: <the numbers>" (a missing comparison keeps its own reason)."""
+
+    def named(m: claims.Measurement) -> str | None:
+        why = gate(m)
+        return f"fine-tuning too short to adapt ({why})" if why and why.startswith("fine-tuning does not adapt") else why
+
+    return named
+
+
+def scale(cfg, table: pd.DataFrame) -> str:
+    """The run's scale in words, from ``cfg`` (and the heads of the table's masks)."""
+    shape = masks.mask_from_string(str(table["mask"].iloc[0])).shape if len(table) and "mask" in table else None
+    heads = f"{shape[0]} x {shape[1]} heads" if shape is not None else "heads n/a (no cells)"
+    train = "full training sets" if cfg.train_size is None else f"{cfg.train_size} training examples"
+    dev = "full dev sets" if cfg.dev_size is None else f"{cfg.dev_size} dev examples"
+    text = f"{cfg.model} ({heads}); {train} x {cfg.epochs} epochs, {dev}; {len(cfg.seeds)} seeds per task"
+    paper = cfg.model == "bert-base-uncased" and cfg.train_size is None and cfg.dev_size is None
+    return text + ("" if paper else "; a small-scale test, not the paper's set-up")
+
+
+def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence) -> pd.DataFrame:
+    """The study's verdict table (:data:`claims.COLUMNS`): every declared claim (``declared``: the study's
+    ``claims``) decided by its :data:`RULES` entry, per task then pooled, Holm over the study's family. A claim
+    with no measurement in this run gets one ``not testable`` row saying so."""
+    if {c.id for c in declared} != set(RULES):
+        raise ValueError(f"claims without a rule or rules without a claim: {sorted({c.id for c in declared} ^ set(RULES))}")
+    text = scale(cfg, table)
+    parts = []
+    for claim in declared:
+        spec = RULES[claim.id]
+        ms = spec.measurements(table, cfg.ablation)
+        if ms:
+            parts.append(claims.evaluate(claim, spec.rule(cfg), ms, _gates(spec.gates, table), text, "random_pruning"))
+        else:
+            parts.append(_no_measurement(claim, cfg, text))
+    out = claims.adjust(pd.concat(parts, ignore_index=True))
+    claims.validate(out)
+    return out
+
+
+def _no_measurement(claim, cfg, scale_text: str) -> pd.DataFrame:
+    why = {"budhraja.random_prunable": "no mask-then-fine-tune cells with >= 50% of heads pruned in this run",
+           "ours.retraining_recovers": "no share of heads pruned in both regimes in this run"}[claim.id]
+    nan = float("nan")
+    row = {"study": "random_pruning", "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": "all",
+           "setting": "", "semantics": cfg.ablation, "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
+           "unit": UNIT, "test": "n/a", "p": nan, "p_adjusted": nan, "margin": nan, "verdict": "not testable",
+           "reason": why, "scale": scale_text}
+    return pd.DataFrame([row], columns=list(claims.COLUMNS))
+
+
+# ---------------------------------------------------------------------------------------------- findings
 
 def findings(summary: pd.DataFrame, drops: pd.DataFrame, cfg) -> str:
     """The run's findings per task as Markdown, every number computed from the tables."""

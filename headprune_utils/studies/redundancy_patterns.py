@@ -32,9 +32,10 @@ from .. import batching, clustering, costs, data, glue_workbench, mlm, models, p
 from ..config import ParameterError
 from ..paths import StudyPaths
 from ..results import fingerprint
-from .base import Cell, Claim, Cost, Study
+from .base import Cell, Cost, Study
 from .redundancy_patterns_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    Matrices, group_labels, metric_agreement, summary_stats, verdicts, when, where, who, why,
+    CLAIMS, CLAIM_RULES, MLM_TRAINED, SAME_SHARE, Matrices, group_labels, metric_agreement, mlm_trained, scale_text,
+    summary_stats, verdicts, when, where, who, why,
 )
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "text_tasks", "finetuned_tasks", "probe_names", "plan_cells", "study_fingerprint", "probe_matrices", "run_cell",
     # the analysis (redundancy_patterns_analysis), re-exported so the notebook needs one module
     "Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why", "verdicts",
+    "scale_text", "mlm_trained", "CLAIM_RULES", "SAME_SHARE", "MLM_TRAINED",
 ]
 
 NAME = "redundancy_patterns"
@@ -340,43 +342,7 @@ class RedundancyPatterns(Study):
     name = NAME
     notebook = "04_redundancy_patterns.ipynb"
     Config = RedundancyPatternsConfig
-    claims = (
-        Claim("bian.what_token", "Bian et al. 2021 (What/How)",
-              "Token-based distances between heads' attention maps agree with each other: the same heads are redundant.",
-              quantity="Mantel r between the pre-trained model's matrices of every two token-based distances (generic text)",
-              precondition="at least two token-based distances among the metrics"),
-        Claim("bian.what_sentence", "Bian et al. 2021 (What/How)",
-              "Sentence-based distances between heads' attention maps agree with each other.",
-              quantity="Mantel r between the pre-trained model's matrices of every two sentence-based distances (generic text)",
-              precondition="at least two sentence-based distances among the metrics"),
-        Claim("bian.what_token_sentence", "Bian et al. 2021 (What/How)",
-              "Token-based and sentence-based distances agree.",
-              quantity="Mantel r between a token-based and a sentence-based distance's matrices (generic text)",
-              precondition="at least one distance of each kind among the metrics"),
-        Claim("bian.where", "Bian et al. 2021 (Where)",
-              "Heads form clear clusters of mutually redundant heads.",
-              quantity="silhouette of the groups of the cluster_metric matrix (pre-trained, generic text), against the "
-                       "same criterion on matrices shuffled over head pairs",
-              precondition="more heads than k_max"),
-        Claim("bian.when", "Bian et al. 2021 (When)",
-              "The redundancy patterns are the same before and after fine-tuning (phase-independent).",
-              quantity="Mantel r between the pre-trained and each fine-tuned model's matrix on the task's inputs, "
-                       "beside the probe's split-half ceiling",
-              precondition="the task probe's split-half agreement leaves room to tell alike from not"),
-        Claim("bian.who_tasks", "Bian et al. 2021 (Who)",
-              "The redundancy patterns are the same across GLUE tasks (task-agnostic).",
-              quantity="Mantel r between the pre-trained model's matrices on every two task probes",
-              precondition="at least two probe tasks"),
-        Claim("bian.who_random", "Bian et al. 2021 (Who)",
-              "The redundancy patterns are the same on random token sequences as on task inputs.",
-              quantity="Mantel r between the pre-trained model's matrices on a random-token probe and on a task probe",
-              precondition="at least one random probe and one task probe"),
-        Claim("bian.why", "Bian et al. 2021 (Why)",
-              "Dropout changes redundancy (the paper varies pre-training dropout; here, continued masked-LM training).",
-              quantity="OLS slope of the mean distance on the dropout ratio; mean |difference| between dropout ratios "
-                       "against between seeds",
-              precondition="at least two dropout ratios (and two MLM seeds for the between-seed comparison)"),
-    )
+    claims = CLAIMS  # the claims as data, with their rules, in the analysis module
 
     def plan(self, cfg: RedundancyPatternsConfig) -> list[Cell]:
         return plan_cells(cfg)

@@ -14,9 +14,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .. import clustering, redundancy
+from .. import claims, clustering, redundancy
+from .base import Claim
 
-__all__ = ["Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why", "verdicts"]
+__all__ = ["CLAIMS", "Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why", "verdicts",
+           "scale_text", "mlm_trained", "CLAIM_RULES", "SAME_SHARE", "MLM_TRAINED"]
 
 def _square(upper: list[float], n: int) -> np.ndarray:
     out = np.zeros((n, n))
@@ -208,74 +210,313 @@ def why(mats: Matrices, cfg) -> tuple[pd.DataFrame, pd.DataFrame]:
     return runs, pd.DataFrame(tests)
 
 
-def verdicts(agree: pd.DataFrame, where_info: pd.DataFrame, when_t: pd.DataFrame, who_t: pd.DataFrame,
-             why_tests: pd.DataFrame, cfg, alpha: float = 0.05, strong: float = 0.8) -> pd.DataFrame:
-    """"claim - our result - verdict" rows. "Alike" = Mantel p < alpha for every comparison; "the same" =
-    also mean r >= ``strong`` (stated, and beside the split-half ceiling)."""
+# ------------------------------------------------------------------------------------------------ claims
+
+SAME_SHARE = 0.2  # "the same": r within 0.2 x (ceiling - chance) of the probe's split-half ceiling (chance: r = 0)
+MLM_TRAINED = 0.5  # the MLM is trained when its final loss is at most this share of ln |V| (uniform guessing)
+_SAME_TEXT = (f"non-inferiority of (r - ceiling) with margin {SAME_SHARE:g} x (ceiling - chance), chance r = 0: "
+              f"'the same' = r at most {SAME_SHARE:g} x (ceiling - chance) below the ceiling")
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("bian.what_token", "ours (exploratory)",
+          "Token-based distances between heads' attention maps agree with each other: the same heads are redundant.",
+          quantity="per fine-tuned model (task x seed), on its task's inputs: mean Mantel r between its matrices of "
+                   f"every two token-based distances, minus the ceiling min(split-half r of each); {_SAME_TEXT}",
+          precondition="at least two token-based distances among the metrics; fine-tuned models of at least 2 "
+                       "seeds per task (the unit; the pre-trained model alone is one unit)"),
+    Claim("bian.what_sentence", "ours (exploratory)",
+          "Sentence-based distances between heads' attention maps agree with each other.",
+          quantity="as bian.what_token, for every two sentence-based distances",
+          precondition="at least two sentence-based distances among the metrics; fine-tuned models of at least 2 "
+                       "seeds per task"),
+    Claim("bian.what_token_sentence", "ours (exploratory)",
+          "Token-based and sentence-based distances agree.",
+          quantity="as bian.what_token, for every pair of a token-based and a sentence-based distance",
+          precondition="at least one distance of each kind among the metrics; fine-tuned models of at least 2 "
+                       "seeds per task"),
+    Claim("bian.where", "Bian et al. 2021 (Where)",
+          "Heads form clusters of mutually redundant heads (more cluster structure than the same distances "
+          "without structure).",
+          quantity="per fine-tuned model (task x seed), its cluster_metric matrix on its task's inputs: silhouette "
+                   "of the groups minus the mean of the same criterion on the matrix shuffled over head pairs; "
+                   "superiority (> 0). The pre-trained model's clusters are described, not tested (one model)",
+          precondition="fine-tuned models of at least 2 seeds per task; a randomly initialised model as a negative "
+                       "control is MISSING (it needs new cells): structure that the architecture or the inputs "
+                       "alone produce is not ruled out"),
+    Claim("bian.when", "Bian et al. 2021 (When)",
+          "The redundancy patterns are the same before and after fine-tuning (phase-independent).",
+          quantity="per fine-tuned model (task x seed): Mantel r between the pre-trained and the fine-tuned model's "
+                   f"matrix on the task's inputs, minus the probe's split-half ceiling; {_SAME_TEXT}",
+          precondition="fine-tuned models of at least 2 seeds per task"),
+    Claim("bian.who_tasks", "Bian et al. 2021 (Who)",
+          "The redundancy patterns are the same across GLUE tasks (task-agnostic).",
+          quantity="per pair of fine-tuned tasks and seed: Mantel r between the model fine-tuned on one task and the "
+                   "model of the same seed fine-tuned on the other (each on its own task's inputs), minus the mean "
+                   f"of their split-half ceilings; {_SAME_TEXT}. Pairs of tasks share models: never pooled",
+          precondition="fine-tuned models of at least 2 tasks, with at least 2 seeds in common; a randomly "
+                       "initialised model as a negative control is MISSING (it needs new cells)"),
+    Claim("bian.who_random", "Bian et al. 2021 (Who)",
+          "The redundancy patterns are the same on random token sequences as on task inputs.",
+          quantity="Mantel r between the pre-trained model's matrices on a random-token probe and on a task probe, "
+                   f"minus the task probe's split-half ceiling; {_SAME_TEXT}",
+          precondition="random-token probes of at least 2 independently trained models (they run on the "
+                       "pre-trained model only: one unit, so not testable here); a randomly initialised model as "
+                       "a negative control is MISSING (it needs new cells)"),
+    Claim("bian.why", "Bian et al. 2021 (Why; the direction is ours: the paper reports that dropout influences "
+          "redundancy)",
+          "More dropout makes heads more redundant (lower mean distance); the paper varies pre-training dropout, "
+          "here continued masked-LM training.",
+          quantity="per MLM run (seed): OLS slope of the mean distance on the dropout ratio; superiority (< 0) per "
+                   "distance, Holm over the distances (and the rest of the study's family)",
+          precondition="at least two dropout ratios and 2 MLM seeds; the MLM head is trained: every run's final "
+                       "masked-LM loss is at most 0.5 x ln |V| (ln |V| = uniform guessing; a head that learned only "
+                       "token frequencies stays near 0.7 x ln |V|)"),
+)
+
+
+# ---------------------------------------------------------------------------------------------- verdicts
+
+NO_RANDOM_INIT = ("no randomly initialised model was run as a negative control (it needs new cells), so a pattern "
+                  "that the architecture or the inputs alone produce cannot be ruled out")
+
+
+def scale_text(cfg) -> str:
+    """What the run is, from ``cfg``: model, heads, the fine-tuned models (examples x epochs, seeds), probes, the
+    MLM runs; whether it is the paper's set-up (Bian et al.: bert-base-uncased, full GLUE, pre-training)."""
+    n_layers, n_heads = cfg.head_shape()
+    train = "full training sets" if cfg.train_size is None else f"{cfg.train_size} training examples"
+    mlm_part = (f"; dropout: {cfg.mlm_steps} steps of continued MLM training x {len(cfg.mlm_seeds)} seed(s), "
+                "not pre-training" if cfg.dropouts else "")
+    text = (f"{cfg.model} ({n_layers} x {n_heads} = {n_layers * n_heads} heads); fine-tuned models: {train} x "
+            f"{cfg.epochs} epochs, seeds {', '.join(str(s) for s in cfg.seeds)}; probes of {cfg.probe_size} sentences"
+            + mlm_part)
+    paper = cfg.model == "bert-base-uncased" and cfg.train_size is None
+    return text + ("" if paper else "; a small-scale test, not the paper's set-up")
+
+
+def _kind(metric: str) -> str:
+    return "token" if metric in redundancy.TOKEN_METRICS else "sentence"
+
+
+def _ft_models(mats: Matrices, cfg, tasks: list[str]) -> list[tuple[str, int, str, str]]:
+    """``(task, seed, model, probe)`` of every fine-tuned model whose cell is in ``mats``."""
+    have = set(mats.keys())
+    return [(t, s, f"finetuned-{t}-s{s}", f"task-{t}") for t in tasks for s in cfg.seeds
+            if (f"finetuned-{t}-s{s}", f"task-{t}") in have]
+
+
+def _same(effect: str) -> str:
+    return f"{effect} (Mantel r minus the split-half ceiling)"
+
+
+def _what(mats, cfg, tasks, ka, kb, sem):
+    """Per fine-tuned task, units = its models: mean over the metric pairs of kinds (ka, kb) of r(a, b) minus the
+    ceiling min(split-half a, split-half b) of that model's probe; ``full`` = the mean ceiling, chance 0."""
+    metrics = list(cfg.metrics)
+    pairs = [(a, b) for i, a in enumerate(metrics) for b in metrics[i + 1:] if {_kind(a), _kind(b)} == {ka, kb}
+             and (ka != kb or _kind(a) == ka)]
+    if not pairs:
+        return [], f"no pair of {ka}-based and {kb}-based distances among the metrics {metrics}"
     rows = []
+    for task, seed, model, probe in _ft_models(mats, cfg, tasks):
+        sh = {m: mats.split_half(model, probe, m) for m in {x for p in pairs for x in p}}
+        r = [clustering.mantel(mats.get(model, probe, a), mats.get(model, probe, b), n_perm=0)[0] for a, b in pairs]
+        c = [min(sh[a], sh[b]) for a, b in pairs]
+        rows.append((task, seed, float(np.mean(r) - np.mean(c)), float(np.mean(c))))
+    setting = ", ".join(f"{a}~{b}" for a, b in pairs)
+    out = []
+    for task in dict.fromkeys(r[0] for r in rows):
+        g = [r for r in rows if r[0] == task]
+        out.append(claims.Measurement(task, [r[2] for r in g], [(task, r[1]) for r in g], setting, sem,
+                                      effect=_same("mean r between the distances"), full=[r[3] for r in g], chance=0.0))
+    return out, "" if out else "no fine-tuned model's cells"
 
-    def alike(t: pd.DataFrame) -> str:
-        if t.empty:
-            return "not run"
-        sig = bool((t["mantel_p"] < alpha).all())
-        if sig and t["mantel_r"].mean() >= strong:
-            return "supported"
-        return "partly supported (alike but not the same)" if sig else "not supported"
 
-    pairs = agree[agree["what"] == "two distances"].rename(columns={"pearson_r": "mantel_r"})
-    kind = {m: "token" if m in redundancy.TOKEN_METRICS else "sentence" for m in redundancy.METRICS}
-    families = (("token-based distances agree with each other", "token", "token"),
-                ("sentence-based distances agree with each other", "sentence", "sentence"),
-                ("token-based and sentence-based distances agree", "token", "sentence"))
-    for claim, ka, kb in families:
-        t = pairs[[{kind[a], kind[b]} == {ka, kb} for a, b in zip(pairs["metric_a"], pairs["metric_b"])]]
-        if t.empty:
+def _where(mats, cfg, tasks, sem):
+    """Per fine-tuned task, units = its models: the silhouette of the groups (as :func:`where` chooses them) minus
+    the mean of the same criterion on ``n_null`` shuffles of that model's ``cluster_metric`` matrix."""
+    k_range, out = (cfg.k_min, cfg.k_max), []
+    rows = []
+    for task, seed, model, probe in _ft_models(mats, cfg, tasks):
+        d = mats.get(model, probe, cfg.cluster_metric)
+        sil = clustering.cluster_heads(d, k_range=k_range, order=False, min_size=cfg.min_cluster_size).silhouette
+        null = clustering.silhouette_null(d, k_range, n_perm=cfg.n_null, min_size=cfg.min_cluster_size)
+        if np.isfinite(sil) and np.isfinite(null).any():
+            rows.append((task, seed, float(sil - np.nanmean(null))))
+    for task in dict.fromkeys(r[0] for r in rows):
+        g = [r for r in rows if r[0] == task]
+        out.append(claims.Measurement(task, [r[2] for r in g], [(task, r[1]) for r in g], cfg.cluster_metric, sem,
+                                      effect="silhouette minus the shuffled-distance null's mean"))
+    return out, "" if out else "no fine-tuned model with two groups of heads (or no fine-tuned model's cells)"
+
+
+def _when(when_t: pd.DataFrame, sem):
+    out = []
+    for (metric, task), g in when_t.groupby(["metric", "task"], sort=False):
+        out.append(claims.Measurement(task, (g["mantel_r"] - g["split_half_r"]).tolist(),
+                                      [(task, s) for s in g["seed"]], metric, sem,
+                                      effect=_same("r(pre-trained, fine-tuned) on the task's inputs"),
+                                      full=g["split_half_r"].tolist(), chance=0.0))
+    return out, "" if out else "no fine-tuned model"
+
+
+def _who_tasks(mats, cfg, tasks, sem):
+    """One list of measurements per pair of fine-tuned tasks (evaluated apart: pairs share models, so they are never
+    pooled): per seed s, r between the models (A, s) and (B, s), each on its own task's inputs, minus the mean of
+    the two models' split-half ceilings."""
+    models = _ft_models(mats, cfg, tasks)
+    done = sorted({t for t, *_ in models}, key=tasks.index)
+    if len(done) < 2:
+        return [], f"fine-tuned models of {len(done)} task(s) ({', '.join(done) or 'none'}): task-agnostic compares " \
+                   "fine-tuned models of different tasks"
+    by = {(t, s): (m, p) for t, s, m, p in models}
+    groups = []
+    for i, a in enumerate(done):
+        for b in done[i + 1:]:
+            ms = []
+            for metric in cfg.metrics:
+                vals, fulls, units = [], [], []
+                for s in cfg.seeds:
+                    if (a, s) in by and (b, s) in by:
+                        (ma, pa), (mb, pb) = by[(a, s)], by[(b, s)]
+                        r = clustering.mantel(mats.get(ma, pa, metric), mats.get(mb, pb, metric), n_perm=0)[0]
+                        c = (mats.split_half(ma, pa, metric) + mats.split_half(mb, pb, metric)) / 2
+                        vals.append(r - c), fulls.append(c), units.append(s)
+                if vals:
+                    ms.append(claims.Measurement(f"{a} vs {b}", vals, units, metric, sem,
+                                                 effect=_same("r(model of one task, model of the other, same seed)"),
+                                                 unit="seed (a model of each task)", full=fulls, chance=0.0))
+            if ms:
+                groups.append(ms)
+    return groups, "" if groups else "no seed with a fine-tuned model of both tasks"
+
+
+def _who_random(mats, cfg, sem):
+    """The pre-trained model only (the random probes run on it alone): r(random probe, task probe) minus the
+    task probe's split-half ceiling, every random x task probe; one unit (the pre-trained model)."""
+    have = {p for m, p in mats.keys() if m == "pretrained"}
+    rand = sorted(p for p in have if p.startswith("random-"))
+    task = sorted(p for p in have if p.startswith("task-"))
+    if not rand or not task:
+        return [], f"needs a random-token probe and a task probe of the pre-trained model (random: {len(rand)}, " \
+                   f"task: {len(task)})"
+    out = []
+    for metric in cfg.metrics:
+        vals, fulls = [], []
+        for r_ in rand:
+            for t in task:
+                r = clustering.mantel(mats.get("pretrained", r_, metric), mats.get("pretrained", t, metric), n_perm=0)[0]
+                c = mats.split_half("pretrained", t, metric)
+                vals.append(r - c), fulls.append(c)
+        out.append(claims.Measurement("random tokens vs task inputs", vals, ["pretrained"] * len(vals), metric, sem,
+                                      effect=_same("r(random-token probe, task probe)"), unit="model (pre-trained)",
+                                      full=fulls, chance=0.0))
+    return out, ""
+
+
+def _why(why_runs: pd.DataFrame, sem):
+    """Per distance, units = MLM seeds: the OLS slope of the mean distance on the dropout ratio within the seed."""
+    if why_runs.empty or why_runs["dropout"].nunique() < 2:
+        return [], "fewer than two dropout ratios were run"
+    out = []
+    for metric, g in why_runs.groupby("metric", sort=False):
+        slopes, units = [], []
+        for s, gs in g.groupby("seed"):
+            if gs["dropout"].nunique() > 1:
+                slopes.append(float(sps.linregress(gs["dropout"], gs["mean_distance"]).slope)), units.append(s)
+        out.append(claims.Measurement("generic text", slopes, units, metric, sem,
+                                      effect="slope of the mean distance on the dropout ratio", unit="MLM run (seed)"))
+    return out, ""
+
+
+def mlm_trained(mats: Matrices, cfg, vocab_size: int) -> str | None:
+    """Gate of the dropout claim: every MLM run ends with a masked-LM loss at most ``MLM_TRAINED`` x ln |V|. ln |V|
+    is the loss of guessing uniformly; a head that learned only how frequent tokens are stays near the unigram
+    entropy of English word pieces (about 0.7 x ln |V| for a 30k vocabulary), a pre-trained BERT reaches about
+    0.2 x ln |V|. ``None`` when it holds, else the failed precondition with the recorded losses."""
+    names = [f"mlm-p{p:g}-s{s}" for p in cfg.dropouts for s in cfg.mlm_seeds]
+    extra = mats.extra
+    if "loss_last" not in extra.columns:
+        return "the cells record no masked-LM loss: cannot tell whether the MLM head is trained"
+    rows = [extra.loc[(n, "generic")] for n in names if (n, "generic") in extra.index]
+    last = np.array([float(r["loss_last"]) for r in rows], dtype=float)
+    if not len(last) or not np.isfinite(last).all():
+        return "the cells record no masked-LM loss for every MLM run: cannot tell whether the MLM head is trained"
+    uniform = float(np.log(vocab_size))
+    if (last <= MLM_TRAINED * uniform).all():
+        return None
+    first = [float(r["head_loss_first"]) for r in rows if "head_loss_first" in r and np.isfinite(r["head_loss_first"])]
+    start = f"; the untrained head started at {min(first):.3g}-{max(first):.3g}" if first else ""
+    return (f"the MLM head is not trained: the masked-LM loss ends at {last.min():.3g}-{last.max():.3g} nats = "
+            f"{last.min() / uniform:.2f}-{last.max() / uniform:.2f} x ln |V| (uniform guessing: {uniform:.3g}{start}), "
+            f"above the stated {MLM_TRAINED:g} x ln |V|: no better than predicting token frequencies")
+
+
+def _no_numbers(claim, study, scale, task, setting, sem, reason, label) -> dict:
+    """A ``not testable`` row without numbers (nothing could be measured)."""
+    nan = float("nan")
+    return {"study": study, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": task,
+            "setting": setting, "semantics": sem, "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
+            "unit": claims.DEFAULT_UNIT, "test": label, "p": nan, "p_adjusted": nan, "margin": nan,
+            "verdict": claims.VERDICTS[-1], "reason": reason, "scale": scale}
+
+
+_SAME = claims.NonInferiority(claims.ShareOfHeadroom(SAME_SHARE))
+CLAIM_RULES = {
+    # claim id -> rule (how the measurements are built: the _what/_where/... functions above; gates in verdicts)
+    "bian.what_token": _SAME,
+    "bian.what_sentence": _SAME,
+    "bian.what_token_sentence": _SAME,
+    "bian.where": claims.Superiority("greater"),
+    "bian.when": _SAME,
+    "bian.who_tasks": _SAME,
+    "bian.who_random": _SAME,
+    "bian.why": claims.Superiority("less"),
+}
+_NEEDS_CONTROL = ("bian.where", "bian.who_tasks", "bian.who_random")
+
+
+def verdicts(mats: Matrices, cfg, when_t: pd.DataFrame, why_runs: pd.DataFrame, tasks: list[str],
+             vocab_size: int | None = None, claim_list=None, study: str = "redundancy_patterns") -> pd.DataFrame:
+    """The study's verdict table (:data:`claims.COLUMNS`). Units: the fine-tuned models (task x seed) for
+    what/where/when, seed-matched pairs of fine-tuned models of two tasks for who_tasks, the pre-trained model (one
+    unit) for who_random, the MLM runs (seeds) for why. ``tasks``: the fine-tuned tasks; ``vocab_size``: the
+    model's vocabulary (the MLM gate; default: read from ``cfg.model``'s config)."""
+    claim_list = CLAIMS if claim_list is None else claim_list
+    by_id = {c.id: c for c in claim_list}
+    scale, sem = scale_text(cfg), cfg.ablation
+    if vocab_size is None and cfg.dropouts:
+        from .. import models
+        vocab_size = int(models.load_config(cfg.model).vocab_size)
+    built = {
+        "bian.what_token": _what(mats, cfg, tasks, "token", "token", sem),
+        "bian.what_sentence": _what(mats, cfg, tasks, "sentence", "sentence", sem),
+        "bian.what_token_sentence": _what(mats, cfg, tasks, "token", "sentence", sem),
+        "bian.where": _where(mats, cfg, tasks, sem),
+        "bian.when": _when(when_t, sem),
+        "bian.who_tasks": _who_tasks(mats, cfg, tasks, sem),
+        "bian.who_random": _who_random(mats, cfg, sem),
+        "bian.why": _why(why_runs, sem),
+    }
+    mlm_reason = mlm_trained(mats, cfg, vocab_size) if built["bian.why"][0] else None
+    gates = {
+        "bian.who_random": [lambda m: "the random-token probes run on the pre-trained model only: one model"],
+        "bian.why": [lambda m: mlm_reason],
+    }
+    parts = []
+    for cid, rule in CLAIM_RULES.items():
+        claim = by_id[cid]
+        ms, why_not = built[cid]
+        if not ms:
+            label = f"{rule.kind}; not run"
+            parts.append(pd.DataFrame([_no_numbers(claim, study, scale, "n/a", "", sem, why_not, label)],
+                                      columns=list(claims.COLUMNS)))
             continue
-        rows.append({"W": "What/How", "claim": f"{claim} (the same heads redundant; our check, the paper uses both kinds)",
-                     "our result": "; ".join(f"{r.metric_a}~{r.metric_b} r={r.mantel_r:.2f} (p={r.mantel_p:.3g})"
-                                             for r in t.itertuples()),
-                     "verdict": alike(t)})
-    w = where_info.iloc[0]
-    beats_null = bool(w["silhouette_null_p"] < alpha) if np.isfinite(w["silhouette_null_p"]) else False
-    sil = w["silhouette"]
-    if beats_null and sil > 0.5:
-        where_v = "supported (a reasonable structure: silhouette above 0.5)"
-    elif beats_null and sil > 0.25:
-        where_v = "partly supported (real but weak structure: silhouette 0.25-0.5)"
-    elif beats_null:
-        where_v = "partly supported (more structure than chance, but no substantial structure: silhouette below 0.25)"
-    else:
-        where_v = "not supported (no more structure than the shuffled distances)"
-    rows.append({"W": "Where", "claim": "heads form clear clusters of mutually redundant heads",
-                 "our result": (f"{w['metric']}: {w['n_groups']} groups of >= {w['min_cluster_size']} heads (sizes "
-                                f"{w['group_sizes']}) and {w['n_unique_heads']} unique head(s) ({w['unique_heads']}); "
-                                f"silhouette {w['silhouette']:.2f} (shuffled-distance null {w['silhouette_null_mean']:.2f}, "
-                                f"p = {w['silhouette_null_p']:.3g}); within/between-group distance "
-                                f"{w['mean_within_cluster_distance']:.3f}/{w['mean_between_cluster_distance']:.3f}; "
-                                f"ARI with layers {w['ari_with_layer']:.2f}; hierarchical vs spectral ARI "
-                                f"{w['ari_hierarchical_vs_spectral']:.2f}"),
-                 "verdict": where_v + "; thresholds of Kaufman & Rousseeuw, null p < 0.05"})
-    rows.append({"W": "When", "claim": "the patterns are the same before and after fine-tuning (phase-independent)",
-                 "our result": "; ".join(f"{m}: r={g['mantel_r'].mean():.2f} (min {g['mantel_r'].min():.2f}, split-half "
-                                         f"{g['split_half_r'].mean():.2f}), max p={g['mantel_p'].max():.3g}"
-                                         for m, g in when_t.groupby("metric")),
-                 "verdict": alike(when_t)})
-    tasks_only = who_t[who_t["probe_a"].str.startswith("task-") & who_t["probe_b"].str.startswith("task-")]
-    vs_random = who_t[(who_t["probe_a"].str.startswith("random-") ^ who_t["probe_b"].str.startswith("random-"))
-                      & ~(who_t["probe_a"] == "generic") & ~(who_t["probe_b"] == "generic")]
-    for name, t in (("across GLUE tasks (task-agnostic)", tasks_only), ("on random token sequences vs task inputs", vs_random)):
-        rows.append({"W": "Who", "claim": f"the patterns are the same {name}",
-                     "our result": "; ".join(f"{m}: mean r={g['mantel_r'].mean():.2f} (min {g['mantel_r'].min():.2f}), "
-                                             f"max p={g['mantel_p'].max():.3g}" for m, g in t.groupby("metric")),
-                     "verdict": alike(t)})
-    if not why_tests.empty and "slope_p" in why_tests:
-        res = "; ".join(f"{r.metric}: slope {r.slope_per_unit_dropout:+.4f} per unit p (p={r.slope_p:.3g}), |diff| between "
-                        f"dropouts {r.mean_abs_diff_between_dropouts:.4f} vs between seeds {r.mean_abs_diff_between_seeds:.4f}"
-                        for r in why_tests.itertuples())
-        moved = why_tests[(why_tests["slope_p"] < alpha)
-                          & (why_tests["mean_abs_diff_between_dropouts"] > why_tests["mean_abs_diff_between_seeds"])]
-        v = (f"supported for {len(moved)}/{len(why_tests)} distances" if len(moved) else "not supported") + \
-            " in continued MLM training (not pre-training)"
-        rows.append({"W": "Why", "claim": "dropout changes redundancy (Bian et al.: pre-training dropout)",
-                     "our result": res, "verdict": v})
-    return pd.DataFrame(rows)
+        groups = ms if cid == "bian.who_tasks" else [ms]
+        for g in groups:
+            parts.append(claims.evaluate(claim, rule, g, gates.get(cid, ()), scale=scale, study=study))
+    table = claims.adjust(pd.concat(parts, ignore_index=True))
+    control = table["claim_id"].isin(_NEEDS_CONTROL)
+    table.loc[control, "reason"] = table.loc[control, "reason"] + "; caveat: " + NO_RANDOM_INIT
+    claims.validate(table)
+    return table

@@ -41,11 +41,12 @@ from ..hard_concrete import HardConcreteGates, l0_train
 from ..metrics import main_score
 from ..paths import StudyPaths
 from ..results import cell_key, fingerprint
-from .base import Cell, Claim, Cost, Study
+from .base import Cell, Cost, Study
 from .specialized_heads_l0_analysis import (  # the analysis: pure functions over the table
-    ROLE_NAMES, SCORES, VOITA_FRACTION, agreement_summary, curve_contrasts, head_score_table, l0_curve, role_counts,
-    rare_ratio_sensitivity, role_map_data, role_stability, role_table, roles_at_budget, score_agreement, score_map_data, survival_heads,
-    survival_map_data, survival_tests, survival_with_roles, sweep_summary, verdicts,
+    CLAIMS, ROLE_NAMES, RULES, SCORES, VOITA_FRACTION, rules, agreement_summary, curve_contrasts, full_scores, head_score_table,
+    l0_curve, role_counts, rare_ratio_sensitivity, role_map_data, role_stability, role_table, roles_at_budget, scale,
+    score_agreement, score_map_data, survival_auc_per_model, survival_heads, survival_map_data, survival_tests,
+    survival_with_roles, sweep_summary, verdicts,
 )
 
 __all__ = [
@@ -53,15 +54,15 @@ __all__ = [
     "study_fingerprint", "role_thresholds", "head_roles", "gate_batches", "run_roles_cell", "run_scores_cell",
     "run_l0_cell",
     # the analysis (specialized_heads_l0_analysis, role_survival), re-exported so the notebook needs one module
-    "ROLE_NAMES", "SCORES", "VOITA_FRACTION", "agreement_summary", "curve_contrasts", "head_score_table", "l0_curve",
-    "rare_ratio_sensitivity", "role_counts", "role_map_data", "role_stability", "role_table", "roles_at_budget",
-    "score_agreement", "score_map_data", "survival_heads", "survival_map_data", "survival_tests",
-    "survival_with_roles", "sweep_summary", "verdicts",
+    "CLAIMS", "ROLE_NAMES", "RULES", "SCORES", "rules", "VOITA_FRACTION", "agreement_summary", "curve_contrasts", "full_scores",
+    "head_score_table", "l0_curve", "rare_ratio_sensitivity", "role_counts", "role_map_data", "role_stability",
+    "role_table", "roles_at_budget", "scale", "score_agreement", "score_map_data", "survival_auc_per_model",
+    "survival_heads", "survival_map_data", "survival_tests", "survival_with_roles", "sweep_summary", "verdicts",
 ]
 
 NAME = "specialized_heads_l0"
 RESULTS_VERSION = 1
-ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_ratio", "rare_alpha", "equivalence_margin",
+ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_ratio", "rare_alpha", "margin_share",
                  "n_permutations")
 # UD English-EWT (v2): sentences and mean words per sentence of each split, for the planned cost only
 UD_SPLITS = {"train": (12543, 16.3), "dev": (2001, 12.6), "test": (2077, 12.1)}
@@ -94,7 +95,7 @@ class SpecializedHeadsL0Config(glue_workbench.GlueStudyConfig):
     syntactic_margin: float = 0.10              # analysis: syntactic if accuracy beats the best fixed-offset baseline by at least this
     rare_ratio: float = 4.0                     # analysis: rare-word if share at least ratio x chance ...
     rare_alpha: float = 0.01                    # ... and the one-sided binomial p < alpha
-    equivalence_margin: float = 0.02            # analysis: "little loss" means within this many score units of the full model
+    margin_share: float = 0.1                   # analysis: margins of "little loss" / "equally good": share x (full - chance)
     n_permutations: int = 10000                 # analysis: permutations of the survival test
 
     def check(self) -> None:
@@ -118,8 +119,10 @@ class SpecializedHeadsL0Config(glue_workbench.GlueStudyConfig):
             raise ParameterError(f"positional_threshold must be in (0, 1], got {self.positional_threshold}")
         if not 0 < self.rare_alpha < 1 or not self.rare_ratio > 0:
             raise ParameterError(f"need 0 < rare_alpha < 1 and rare_ratio > 0, got {self.rare_alpha}, {self.rare_ratio}")
-        if not self.syntactic_margin >= 0 or not self.equivalence_margin >= 0:
-            raise ParameterError("syntactic_margin and equivalence_margin must be >= 0")
+        if not self.syntactic_margin >= 0:
+            raise ParameterError("syntactic_margin must be >= 0")
+        if not 0 < self.margin_share < 1:
+            raise ParameterError(f"margin_share must be in (0, 1), got {self.margin_share}")
         super().check()
         # the UD files, now: a missing treebank must stop the run before any model is loaded
         for split in {self.ud_split, *(["train"] if self.rare_corpus == "ud_train" else [])}:
@@ -439,49 +442,7 @@ class SpecializedHeadsL0(Study):
     name = NAME
     notebook = "06_specialized_heads_l0.ipynb"
     Config = SpecializedHeadsL0Config
-    claims = (
-        Claim("voita.important_are_confident", "Voita et al. 2019 (Sec. 4)",
-              "The most important heads (LRP relevance) are also the most confident.",
-              quantity="Spearman(first-order relevance, confidence) over the heads of each fine-tuned model, mean "
-                       "with a t-interval over models (gradient and ablation importance alongside)",
-              precondition="at least two models; relevance here is first-order (gradient x activation), not LRP"),
-        Claim("voita.positional_heads", "Voita et al. 2019 (Sec. 5)",
-              "Positional heads exist: the maximum attention falls on the previous or next token >= 90% of the time.",
-              quantity="positional heads of the pre-trained and of each fine-tuned model (UD English-EWT)",
-              precondition="UD English-EWT sentences"),
-        Claim("voita.syntactic_heads", "Voita et al. 2019 (Sec. 5)",
-              "Syntactic heads exist: they point to a word's dependency relative more often than the best "
-              "fixed-offset baseline (by >= 10 points).",
-              quantity="syntactic heads per model and per UD relation (word pieces aggregated)",
-              precondition="UD English-EWT sentences with instances of the relations"),
-        Claim("voita.rare_word_head", "Voita et al. 2019 (Sec. 5)",
-              "A rare-word head exists: it attends to the least frequent token of the sentence, in the first layer.",
-              quantity="heads whose share of queries pointing at the rarest token is >= rare_ratio x chance "
-                       "(one-sided binomial p < rare_alpha), and their layers",
-              precondition="word-piece frequencies of the stated corpus"),
-        Claim("voita.most_prunable", "Voita et al. 2019 (Sec. 6)",
-              "Most encoder heads can be pruned with little loss (38 of 48 pruned for -0.15 BLEU).",
-              quantity="heads kept at the strongest lambda whose paired L0 - full interval stays above -margin, "
-                       "per task",
-              precondition="the full model scores more than the margin above a constant predictor"),
-        Claim("voita.l0_beats_random", "Voita et al. 2019 (Sec. 6)",
-              "L0 gates choose heads that matter: better than random heads at the same count (no retraining).",
-              quantity="score(L0 mask) - score(random mask at its head count), pooled over tasks, seeds and lambdas",
-              precondition="masks that prune something and keep something"),
-        Claim("exploratory.l0_vs_importance", "Voita et al. 2019 vs Michel et al. 2019 (no claim in either paper)",
-              "L0 gates and gradient importance choose equally good heads at the same head count.",
-              quantity="score(L0 mask) - score(least-important heads at its head count), pooled",
-              precondition="masks that prune something and keep something"),
-        Claim("voita.specialized_last_pruned", "Voita et al. 2019 (Sec. 6.2)",
-              "Specialized heads are the last to be pruned.",
-              quantity="AUC of the survival level, specialized vs other heads of the same model, mean over models "
-                       "with a stratified permutation test (and its dependence on the rare-word threshold)",
-              precondition="models with specialized and other heads"),
-        Claim("voita.functions_at_17_of_48", "Voita et al. 2019 (Sec. 6.2)",
-              "With 17 of 48 heads kept, every identified head function is still present.",
-              quantity="per model, whether each role keeps a head in the L0 mask nearest 17/48 of the heads",
-              precondition="roles found in the model"),
-    )
+    claims = CLAIMS  # with their rules: specialized_heads_l0_analysis.RULES and verdicts
 
     def plan(self, cfg: SpecializedHeadsL0Config) -> list[Cell]:
         return plan_cells(cfg)

@@ -21,8 +21,13 @@ from ..role_survival import (  # noqa: F401 (re-exported: the notebook and the t
     ROLE_NAMES, VOITA_FRACTION, role_counts, role_map_data, role_stability, role_table, roles_at_budget,
     survival_heads, survival_map_data, survival_tests, survival_with_roles,
 )
-from ..verdict_rules import budget_presence, greater_verdict
+from ..claims import (Equivalence, Measurement, NonInferiority, ShareOfHeadroom, Superiority, adjust, evaluate,
+                      role_found, validate)
+from ..role_survival import role_mask, survival_auc_per_model  # noqa: F401
+from ..verdict_rules import no_nan_text, presence_effect, trained_gate, untestable
+from .base import Claim
 
+NAME = "specialized_heads_l0"
 SCORES: tuple[str, ...] = ("gradient_importance", "relevance", "ablation", "confidence", "entropy")
 
 
@@ -173,169 +178,224 @@ def rare_ratio_sensitivity(table: pd.DataFrame, surv: pd.DataFrame, ratios=(2.0,
 
 
 
-# ---------------------------------------------------------------------------------------------- verdicts
-def _ci(r) -> str:
-    return f"{r.mean_diff:+.3f} [{r.boot_ci_low:+.3f}, {r.boot_ci_high:+.3f}]"
+# ---------------------------------------------------------------------------------------------- claims
+VOITA = "Voita et al. 2019"
+CLAIMS: tuple[Claim, ...] = (
+    Claim("voita.important_are_confident", f"{VOITA} (Sec. 4)",
+          "The most important heads (LRP relevance) are also the most confident.",
+          quantity="per fine-tuned model (task x seed): Spearman(first-order relevance, confidence) over its heads; "
+                   "superiority (> 0), one-sample t over models",
+          precondition="the full model above chance (+ 0.1 x (1 - chance)); relevance here is first-order "
+                       "(gradient x activation), not LRP; confidence with special-token keys excluded (Voita et al. "
+                       "exclude EOS) would need new cells and is not measured"),
+    Claim("voita.positional_heads", f"{VOITA} (Sec. 5)",
+          "Positional heads exist: the maximum attention falls on the previous or next token >= 90% of the time.",
+          quantity="positional heads per fine-tuned model (UD English-EWT); superiority (mean count > 0)",
+          precondition="the full model above chance (+ 0.1 x (1 - chance)); UD English-EWT sentences"),
+    Claim("voita.syntactic_heads", f"{VOITA} (Sec. 5)",
+          "Syntactic heads exist: they point to a word's dependency relative more often than the best "
+          "fixed-offset baseline (by >= 10 points).",
+          quantity="syntactic heads per fine-tuned model (word pieces aggregated); superiority (mean count > 0)",
+          precondition="the full model above chance (+ 0.1 x (1 - chance)); UD sentences with the relations"),
+    Claim("voita.rare_word_head", f"{VOITA} (Sec. 5)",
+          "A rare-word head exists: it attends to the least frequent token of the sentence, in the first layer.",
+          quantity="rare-word heads IN THE FIRST LAYER per fine-tuned model (share pointing at the rarest token >= "
+                   "rare_ratio x chance, binomial p < rare_alpha); superiority (mean count > 0)",
+          precondition="the full model above chance (+ 0.1 x (1 - chance)); word-piece frequencies of the stated corpus"),
+    Claim("voita.most_prunable", f"{VOITA} (Sec. 6)",
+          "Most encoder heads can be pruned with little loss (38 of 48 pruned for -0.15 BLEU).",
+          quantity="per model: score(L0 mask) - score(full) at the L0 mask keeping the most heads among those keeping "
+                   "at most half; non-inferiority, margin margin_share x (full - chance)",
+          precondition="the full model above chance (+ 0.1 x (1 - chance)); an L0 mask that prunes at least half"),
+    Claim("voita.l0_beats_random", f"{VOITA} (Sec. 6)",
+          "L0 gates choose heads that matter: better than random heads at the same count (no retraining).",
+          quantity="per model: score(L0 mask) - score(random mask at its head count), mean over its lambdas; "
+                   "superiority, per task, pooled on (full - chance)",
+          precondition="the full model above chance (+ 0.1 x (1 - chance)); masks that prune something and keep "
+                       "something"),
+    Claim("exploratory.l0_vs_importance", "ours (exploratory)",
+          "L0 gates and gradient importance choose equally good heads at the same head count.",
+          quantity="per model: score(L0 mask) - score(least-important heads at its head count), mean over its "
+                   "lambdas; equivalence, margin margin_share x (full - chance)",
+          precondition="the full model above chance (+ 0.1 x (1 - chance)); masks that prune something and keep "
+                       "something"),
+    Claim("voita.specialized_last_pruned", f"{VOITA} (Sec. 6.2)",
+          "Specialized heads are the last to be pruned.",
+          quantity="per model: AUC of the survival level, specialized vs the other heads OF THE SAME LAYER, mean over "
+                   "layers with both, minus 0.5; superiority (the rare-word threshold's effect: a descriptive table)",
+          precondition="the full model above chance (+ 0.1 x (1 - chance)); at least one specialized head found; a "
+                       "layer with specialized and other heads"),
+    Claim("voita.functions_at_17_of_48", f"{VOITA} (Sec. 6.2)",
+          "With 17 of 48 heads kept, every identified head function is still present.",
+          quantity="per model and role: 1 if the L0 mask nearest 17/48 of the heads keeps one of the role's heads, "
+                   "minus the chance that a random mask of that size would; superiority, per role",
+          precondition="the full model above chance (+ 0.1 x (1 - chance)); at least one head of the role found"),
+)
+CLAIM = {c.id: c for c in CLAIMS}
+TRAINED_SHARE = 0.1             # a trained model: above chance by a tenth of the chance-to-perfect range
 
 
+def rules(margin_share: float = 0.1) -> dict:
+    """Claim id -> the rule its measurements are tested by (gates and measurements: :func:`verdicts`). Margins of
+    "little loss" and "equally good": ``margin_share`` x (full - chance) of the task (``claims.ShareOfHeadroom``)."""
+    margin = ShareOfHeadroom(margin_share)
+    return {
+        "voita.important_are_confident": Superiority("greater"),
+        "voita.positional_heads": Superiority("greater"),
+        "voita.syntactic_heads": Superiority("greater"),
+        "voita.rare_word_head": Superiority("greater"),
+        "voita.most_prunable": NonInferiority(margin),
+        "voita.l0_beats_random": Superiority("greater"),
+        "exploratory.l0_vs_importance": Equivalence(margin),
+        "voita.specialized_last_pruned": Superiority("greater"),
+        "voita.functions_at_17_of_48": Superiority("greater"),
+    }
 
-def verdicts(agree: pd.DataFrame, counts: pd.DataFrame, contr: pd.DataFrame, surv_tests: pd.DataFrame,
-             budget: pd.DataFrame, relations: list[str], margin: float = 0.02, alpha: float = 0.05,
-             curve: pd.DataFrame | None = None, sensitivity: pd.DataFrame | None = None) -> pd.DataFrame:
-    """"claim - our result - verdict", every number from this run (``agreement_summary``, ``role_counts``,
-    ``curve_contrasts``, ``survival_tests``, ``roles_at_budget``; ``curve``: :func:`l0_curve`, to leave out tasks
-    whose full model is within ``margin`` of a constant predictor: nothing to lose there; ``sensitivity``:
-    :func:`rare_ratio_sensitivity`, whose survival p-values join the survival row, and when the verdict at
-    ``alpha`` changes with the rare-word threshold the row says so instead of a single verdict)."""
+
+RULES = rules()
+UNIT = "model (task x seed)"
+
+
+def scale(cfg, n_heads: int | None = None) -> str:
+    """The ``scale`` column: model, heads, training examples x epochs, seeds, gate steps, from the parameters."""
+    heads = f", {n_heads} heads" if n_heads else ""
+    ex = "all" if cfg.train_size is None else f"{cfg.train_size}"
+    steps = f"{cfg.l0_steps} gate steps" if cfg.l0_steps is not None else f"{cfg.l0_epochs} gate epoch(s)"
+    return (f"{cfg.model}{heads}; {ex} training examples x {cfg.epochs} epochs; seeds {list(cfg.seeds)}; {steps}; "
+            "a small-scale test, not the paper's set-up (BERT-family encoders on GLUE, not NMT encoders)")
+
+
+def full_scores(table: pd.DataFrame) -> pd.DataFrame:
+    """Per fine-tuned model (task, seed): its full-model dev score and the task's chance score (scores cells)."""
+    t = _kind(table, "scores")
+    return pd.DataFrame({"task": t["task"].to_numpy(), "seed": t["seed"].astype(int).to_numpy(),
+                         "score_full": t["score_full"].astype(float).to_numpy(),
+                         "chance": t["chance"].astype(float).to_numpy()})
+
+
+def claim_rows(claim: Claim, rule, data: pd.DataFrame, value: str, gates, semantics: str, scale_: str,
+               tasks: list[str], setting: str = "", effect: str = "", full: pd.DataFrame | None = None,
+               empty: str = "no unit has a measurement", in_score_units: bool = True) -> pd.DataFrame:
+    """``claims.evaluate`` of one claim over ``data`` rows (task, seed, ``value``), one measurement per task
+    (units = (task, seed)); ``full``: :func:`full_scores` rows, given when the effect is in score units (margins,
+    pooling on full - chance) when ``in_score_units``. Tasks without a row get ``not testable`` with ``empty`` as the
+    reason (and what the gates say of the task's models, ``full``'s units)."""
+    ms, out = [], []
+    for task in tasks:
+        d = data[data["task"] == task] if len(data) else data
+        if d.empty:
+            units = [] if full is None else [(task, int(x)) for x in full.loc[full["task"] == task, "seed"]]
+            out.append(untestable(claim, rule, task, f"{empty} on {task}", setting=setting, semantics=semantics,
+                                  unit=UNIT, scale=scale_, study=NAME, units=units, gates=gates))
+            continue
+        units = [(task, int(s)) for s in d["seed"]]
+        kw = {}
+        if full is not None and in_score_units:
+            f = full[full["task"] == task].set_index("seed")
+            kw = {"full": [float(f.loc[u[1], "score_full"]) for u in dict.fromkeys(units)],
+                  "chance": float(f["chance"].iloc[0])}
+        ms.append(Measurement(task, d[value].to_numpy(dtype=float), units, setting, semantics, effect, UNIT, **kw))
+    if ms:
+        out.insert(0, evaluate(claim, rule, ms, gates, scale=scale_, study=NAME))
+    return pd.concat(out, ignore_index=True)
+
+
+def _l0_pairs(curve: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
+    """Per model: mean over its lambdas (masks that prune something and keep something) of ``a - b``."""
+    c = curve[(curve["n_kept"] > 0) & (curve["n_kept"] < curve["n_heads_total"])]
+    d = c.assign(diff=c[a] - c[b])
+    return d.groupby(["task", "seed"], as_index=False, sort=False)["diff"].mean()
+
+
+def most_prunable_rows(curve: pd.DataFrame) -> pd.DataFrame:
+    """Per model: the L0 mask keeping the most heads among those keeping at most half (chosen by its head count,
+    never by its score), and ``diff`` = its score - the full model's."""
     rows = []
+    for (task, seed), g in curve.groupby(["task", "seed"], sort=False):
+        half = g[g["n_kept"] <= 0.5 * g["n_heads_total"]]
+        if len(half):
+            r = half.sort_values(["n_kept", "lam"]).iloc[-1]
+            rows.append({"task": task, "seed": int(seed), "lam": float(r["lam"]), "n_kept": int(r["n_kept"]),
+                         "diff": float(r["score_l0"] - r["score_full"])})
+    return pd.DataFrame(rows, columns=["task", "seed", "lam", "n_kept", "diff"])
 
-    def add(claim, result, verdict):
-        rows.append({"claim": claim, "our result": result, "verdict": verdict + " at this scale"})
 
-    # 1. importance vs confidence
-    a = agree.set_index(["a", "b"])
-    parts, main = [], None
-    for x, label in (("relevance", "first-order relevance"), ("gradient_importance", "gradient importance"),
-                     ("ablation", "ablation importance")):
-        if (x, "confidence") in a.index:
-            r = a.loc[(x, "confidence")]
-            if not r.n_models:
-                parts.append(f"Spearman({label}, confidence) undefined (a constant score)")
-                continue
-            parts.append(f"Spearman({label}, confidence) = {r.mean_spearman:+.2f} [{r.ci_low:+.2f}, {r.ci_high:+.2f}] over "
-                         f"{int(r.n_models)} models ({int(r.n_sig_positive)} significantly positive, {int(r.n_sig_negative)} negative)")
-            main = r if main is None else main
-    if main is not None:
-        if main.n_models < 2:
-            v = "not testable (fewer than two models)"
-        elif main.ci_low > 0:
-            v = "supported"
-        elif main.ci_high < 0:
-            v = "contradicted (negative)"
-        else:
-            v = "not supported (interval includes 0)"
-        v += " for first-order relevance (not LRP)"
-        add("Voita et al. (Sec. 4): the most important heads (LRP relevance) are also the most confident", "; ".join(parts), v)
+def role_heads_per_model(roles: pd.DataFrame) -> pd.DataFrame:
+    """Per fine-tuned model (task, seed): heads per role (``positional``, ``syntactic``), rare-word heads in the
+    first layer (``rare-word``), and specialized heads (``specialized``)."""
+    ft = roles[roles["source"] != "pretrained"]
+    rows = []
+    for (task, seed), g in ft.groupby(["task", "seed"], sort=False):
+        rows.append({"task": task, "seed": int(seed), "positional": int(g["positional"].sum()),
+                     "syntactic": int(g["syntactic"].sum()), "rare-word": int((g["rare"] & (g["layer"] == 0)).sum()),
+                     "specialized": int(g["specialized"].sum())})
+    return pd.DataFrame(rows, columns=["task", "seed", "positional", "syntactic", "rare-word", "specialized"])
 
-    # 2. roles exist
-    pre = counts[counts["source"] == "pretrained"] if len(counts) else counts
-    ft = counts[counts["source"] != "pretrained"] if len(counts) else counts
 
-    def role_row(role, claim, extra=""):
-        n_pre = int(pre[f"n_{role}"].iloc[0]) if len(pre) else 0
-        n_ft = ft[f"n_{role}"].to_numpy(dtype=int)
-        have = int((n_ft > 0).sum())
-        res = f"pre-trained model: {n_pre} head(s)"
-        if len(n_ft):
-            res += (f"; fine-tuned models: {n_ft.mean():.1f} on average (range {n_ft.min()}-{n_ft.max()}; {have} of "
-                    f"{len(n_ft)} models have one)")
-        res += extra
-        v = ("supported" if n_pre > 0 and have == len(n_ft) else "partly supported" if n_pre > 0 or have > 0
-             else "not supported (none found)")
-        add(claim, res, v)
+def presence_rows(budget: pd.DataFrame) -> pd.DataFrame:
+    """Long rows (task, seed, role, effect) of :func:`roles_at_budget`: per model and role found in it,
+    ``verdict_rules.presence_effect``."""
+    rows = []
+    for r in budget.to_dict("records"):
+        for role in ROLE_NAMES:
+            if r[f"n_{role}"] > 0:
+                rows.append({"task": r["task"], "seed": int(r["seed"]), "role": role,
+                             "effect": presence_effect(r[f"present_{role}"], r[f"random_{role}"])})
+    return pd.DataFrame(rows, columns=["task", "seed", "role", "effect"])
 
-    if len(counts):
-        layers = pre["positional_layers"].iloc[0] if len(pre) else ""
-        role_row("positional", "Voita et al.: positional heads exist (max attention on the previous or next token "
-                 ">= 90% of the time)", f"; pre-trained positional heads in layers {layers or '-'} (0-based)")
-        def n_rel(t, r, how):
-            col = f"n_syntactic_{r}"
-            return float(getattr(t[col], how)()) if len(t) and col in t else 0.0
 
-        rel = "; ".join(f"{r}: {n_rel(pre, r, 'max'):.0f} pre-trained, {n_rel(ft, r, 'mean'):.1f} fine-tuned"
-                        for r in relations)
-        role_row("syntactic", "Voita et al.: syntactic heads beat the best fixed-offset baseline by >= 10 points on "
-                 f"{', '.join(relations)}", f". Per relation: {rel}")
-        rl = pre["rare_layers"].iloc[0] if len(pre) else ""
-        role_row("rare-word", "Voita et al.: a rare-word head (attends to the least frequent token; one head, in the "
-                 "first layer)", f"; pre-trained rare-word heads in layers {rl or '-'} (0-based; the paper: layer 1 = our 0)")
+def verdicts(table: pd.DataFrame, agreement: pd.DataFrame, roles: pd.DataFrame, surv: pd.DataFrame,
+             budget: pd.DataFrame, semantics: str, scale_: str, margin_share: float = 0.1) -> pd.DataFrame:
+    """The verdict table (``claims.COLUMNS``) of :data:`CLAIMS`, every number from this run.
 
-    # 3. most heads prunable with little loss
-    full = contr[(contr["contrast"] == "L0 - full") & (contr["task"] != "all") & (contr["lam"] != "all")]
-    if len(full):
-        parts, good = [], 0
-        tasks = list(dict.fromkeys(full["task"]))
-        for t in list(tasks):
-            g = full[full["task"] == t]
-            if curve is not None:
-                c = curve[curve["task"] == t]
-                gap = float(c["score_full"].mean() - c["chance"].iloc[0])
-                if gap <= margin:
-                    parts.append(f"{t}: left out, the full model is {gap:+.3f} from a constant predictor")
-                    tasks.remove(t)
-                    continue
-            total = None  # heads kept at the strongest pruning within the margin
-            ok = g[g["boot_ci_low"] >= -margin]
-            strong = g.loc[g["mean_kept"].idxmin()]
-            if len(ok):
-                b = ok.loc[ok["mean_kept"].idxmin()]
-                parts.append(f"{t}: fewest heads within -{margin:g} of the full model: lambda {float(b.lam):g} keeps "
-                             f"{b.mean_kept:.1f} heads, L0 - full = {_ci(b)}; strongest lambda {float(strong.lam):g} keeps "
-                             f"{strong.mean_kept:.1f} heads, L0 - full = {_ci(strong)}")
-                total = b.mean_kept
-            else:
-                parts.append(f"{t}: no lambda within -{margin:g} (weakest keeps {g['mean_kept'].max():.1f} heads)")
-            good += int(total is not None and total <= 0.5 * float(g["n_heads_total"].max()))
-        v = ("not testable (every full model is at chance)" if not tasks else "supported" if good == len(tasks)
-             else f"partly supported ({good} of {len(tasks)} tasks)" if good else "not supported")
-        add("Voita et al.: most encoder heads can be pruned with little loss (38 of 48 pruned: -0.15 BLEU); here: "
-            "at least half the heads pruned with the L0 - full interval above -margin", "; ".join(parts), v)
+    ``table``: the cells; ``agreement``: :func:`score_agreement` per model; ``roles``: :func:`role_table`;
+    ``surv``: :func:`survival_heads`; ``budget``: :func:`roles_at_budget`; ``semantics``: the ablation;
+    ``scale_``: :func:`scale`; ``margin_share``: :func:`rules`. Unit = the fine-tuned model (task, seed): values of one model (its lambdas) are
+    averaged first; one measurement per task, a pooled row when tasks agree; Holm over the whole table."""
+    rule = rules(margin_share)
+    full = full_scores(table)
+    tasks = list(dict.fromkeys(full["task"]))
+    trained = trained_gate({(r.task, int(r.seed)): r.score_full for r in full.itertuples()},
+                           dict(zip(full["task"], full["chance"])), TRAINED_SHARE)
+    curve = l0_curve(table)
+    per_model = role_heads_per_model(roles)
+    parts = []
 
-    # 4/5. against the baselines (pooled)
-    pooled = contr[(contr["task"] == "all") & (contr["lam"] == "all")].set_index("contrast")
-    for name, claim, neutral in (
-        ("L0 - random", "Voita et al.'s L0 gates choose heads that matter: better than random heads at the same count "
-         "(fine-tuned model, no retraining)", False),
-        ("L0 - importance", "L0 gates vs Michel et al.'s gradient importance at the same head count (no claim in the paper)", True),
-    ):
-        if name in pooled.index:
-            r = pooled.loc[name]
-            per = contr[(contr["contrast"] == name) & (contr["task"] != "all") & (contr["lam"] == "all")]
-            detail = "; ".join(f"{p.task}: {_ci(p)}" for p in per.itertuples())
-            res = (f"{name} = {_ci(r)}, sign-flip p = {r.sign_flip_p:.3g} over {int(r.n_pairs)} masks (task x seed x lambda, "
-                   f"pruning something). Per task: {detail}")
-            if neutral:
-                v = ("L0 better" if r.mean_diff > 0 and r.sign_flip_p < alpha else "importance better"
-                     if r.mean_diff < 0 and r.sign_flip_p < alpha else "no significant difference")
-            else:
-                v = greater_verdict(r.mean_diff, r.sign_flip_p, alpha)
-            add(claim, res, v)
+    def add(cid, data, value, gates=(), setting="", effect="", full_=None, empty="no unit has a measurement"):
+        parts.append(claim_rows(CLAIM[cid], rule[cid], data, value, [trained, *gates], semantics, scale_, tasks,
+                                setting, effect, full, empty, in_score_units=full_ is not None))
 
-    # 6. survival
-    st = surv_tests.set_index("group")
-    if "specialized" in st.index:
-        r = st.loc["specialized"]
-        detail = "; ".join(f"{g}: AUC {st.loc[g, 'mean_auc']:.2f}, p = {st.loc[g, 'p_greater']:.3g} "
-                           f"({int(st.loc[g, 'n_group_heads'])} heads)" for g in ROLE_NAMES
-                           if g in st.index and st.loc[g, "n_group_heads"] > 0)
-        res = (f"specialized heads: mean survival level {r.mean_survival_group:.2f} vs {r.mean_survival_other:.2f} for the "
-               f"others; mean AUC {r.mean_auc:.2f} (0.5 = no difference), stratified permutation p = {r.p_greater:.3g} "
-               f"(one-sided) over {int(r.n_models)} models; AUC of the final log_alpha {r.mean_auc_log_alpha:.2f} "
-               f"(p = {r.p_greater_log_alpha:.3g}); Mann-Whitney p < {alpha:g} in {int(r.n_models_mwu_sig)} models. "
-               f"By role: {detail or 'none'}")
-        if r.n_models == 0:
-            v = "not testable (no specialized heads)"
-        elif r.p_greater < alpha:
-            v = "supported"
-        elif r.p_less < alpha:
-            v = "contradicted (specialized heads are pruned earlier)"
-        else:
-            v = "not supported (no significant difference)"
-        if sensitivity is not None and len(sensitivity):
-            sens = sensitivity.sort_values("rare_ratio")
-            res += (". Rare-word threshold (share >= ratio x chance) vs the specialized-heads test: " + "; ".join(
-                f"{x.rare_ratio:g}x: {x.n_rare_pretrained} rare-word heads pre-trained, AUC {x.auc_specialized:.2f}, "
-                f"p = {x.p_specialized:.3g}" for x in sens.itertuples()))
-            sig = sens["p_specialized"].to_numpy(dtype=float) < alpha
-            if sig.any() and not sig.all():
-                yes = ", ".join(f"{x:g}x" for x in sens["rare_ratio"][sig])
-                no = ", ".join(f"{x:g}x" for x in sens["rare_ratio"][~sig])
-                v = (f"depends on the rare-word threshold: supported at {yes}, not at {no} (this run's threshold: "
-                     f"{v})")
-        add("Voita et al.: specialized heads are the last to be pruned", res, v)
+    rho = agreement[agreement[["a", "b"]].apply(frozenset, axis=1) == frozenset({"relevance", "confidence"})] \
+        if len(agreement) else pd.DataFrame(columns=["task", "seed", "spearman"])
+    add("voita.important_are_confident", rho.dropna(subset=["spearman"]), "spearman",
+        effect="Spearman(relevance, confidence) per model", empty="no defined Spearman (a constant score)")
+    for cid, role in (("voita.positional_heads", "positional"), ("voita.syntactic_heads", "syntactic"),
+                      ("voita.rare_word_head", "rare-word")):
+        add(cid, per_model, role, effect=f"{role} heads per model" + (" (first layer)" if role == "rare-word" else ""),
+            empty="no roles measured")
+    add("voita.most_prunable", most_prunable_rows(curve), "diff", setting="<= half the heads kept",
+        effect="score(L0) - score(full)", full_=full, empty="no L0 mask keeps at most half of the heads")
+    add("voita.l0_beats_random", _l0_pairs(curve, "score_l0", "score_random_mean"), "diff",
+        effect="score(L0) - score(random), mean over lambdas", full_=full,
+        empty="no L0 mask prunes something and keeps something")
+    add("exploratory.l0_vs_importance", _l0_pairs(curve, "score_l0", "score_importance"), "diff",
+        effect="score(L0) - score(importance), mean over lambdas", full_=full,
+        empty="no L0 mask prunes something and keeps something")
+    auc = survival_auc_per_model(surv, roles) if len(surv) and len(roles) else pd.DataFrame(columns=["task", "seed", "auc"])
+    add("voita.specialized_last_pruned", auc.assign(effect=auc["auc"] - 0.5), "effect",
+        gates=[role_found("specialized", _role_totals(roles, "specialized"))], effect="within-layer AUC - 0.5 per model",
+        empty="no model has a layer with specialized and other heads")
+    pres = presence_rows(budget) if len(budget) else pd.DataFrame(columns=["task", "seed", "role", "effect"])
+    for role in ROLE_NAMES:
+        add("voita.functions_at_17_of_48", pres[pres["role"] == role], "effect",
+            gates=[role_found(role, _role_totals(roles, role))],
+            setting=role, effect="kept - P(random mask keeps one)", empty=f"no head of role '{role}' found")
+    out = no_nan_text(adjust(pd.concat(parts, ignore_index=True)))
+    validate(out)
+    return out
 
-    # 7. roles present at ~17/48 heads
-    if len(budget):
-        res, v = budget_presence(budget)
-        add("Voita et al.: with 17 of 48 heads kept, every identified head function is still present", res, v)
-    return pd.DataFrame(rows)
+
+def _role_totals(roles: pd.DataFrame, role: str) -> dict[str, int]:
+    """Per task: heads of ``role`` over its fine-tuned models (any layer)."""
+    ft = roles[roles["source"] != "pretrained"]
+    return {t: int(role_mask(g, role).sum()) for t, g in ft.groupby("task")} if len(ft) else {}

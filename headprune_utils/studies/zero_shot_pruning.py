@@ -10,11 +10,12 @@ Cells are those of the strategy sweep (:mod:`headprune_utils.strategy_sweep`, as
 strategy x budget x seed, with the full model as the reference cell), with the strategy ``zero_shot`` added; the
 regimes are "mask, then fine-tune" (the paper's protocol: the mask is fixed during fine-tuning; one fine-tuning per
 cell, shared with studies 1 and 2 through the fine-tuning cache) and, cheaply, "fine-tune, then mask" (the masks of
-one fine-tuned model form a group, evaluated together). The claims are paired contrasts
-(:mod:`headprune_utils.paired_contrasts`).
+one fine-tuned model form a group, evaluated together). The claims are paired contrasts per (task, seed) model,
+decided by :mod:`headprune_utils.claims`.
 
-The analysis (pure functions over the cells' table: means, example masks, contrasts, verdicts, mask overlap) is
-in :mod:`.zero_shot_pruning_analysis`, re-exported here so the notebook needs one module.
+The analysis (pure functions over the cells' table: means, example masks, contrasts, the claims' decision rules
+and verdicts, mask overlap) is in :mod:`.zero_shot_pruning_analysis`, re-exported here so the notebook needs one
+module; :func:`verdicts` decides this study's declared ``claims`` with it.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+import pandas as pd
 import torch
 
 from .. import clustering, costs, glue_workbench, masks, models, probes, redundancy, strategy_sweep
@@ -31,15 +33,16 @@ from ..results import fingerprint
 from ..strategy_sweep import REGIMES, Regime, run_batch, run_cell, run_cells
 from .base import Cell, Claim, Cost, Study
 from .zero_shot_pruning_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    CONTRASTS, METHODS, REGIME_NAMES, contrasts, example_masks, mask_overlap, paired, summarise, verdicts,
+    CONTRASTS, METHODS, REGIME_NAMES, RULES, claim_verdicts, contrasts, example_masks, mask_overlap, paired, scale,
+    summarise, verdict_masks, zero_shot_masks,
 )
 
 __all__ = [
     "NAME", "STUDY", "ZeroShotPruningConfig", "ZeroShotPruning", "REGIMES", "Regime", "probe_cost", "plan_cells",
     "study_fingerprint", "zero_shot_matrix", "Context", "run_cells", "run_cell",
     # the analysis (zero_shot_pruning_analysis), re-exported so the notebook needs one module
-    "METHODS", "CONTRASTS", "REGIME_NAMES", "summarise", "example_masks", "paired", "contrasts", "verdicts",
-    "mask_overlap",
+    "METHODS", "CONTRASTS", "REGIME_NAMES", "RULES", "summarise", "example_masks", "paired", "contrasts", "scale",
+    "claim_verdicts", "verdicts", "zero_shot_masks", "verdict_masks", "mask_overlap",
 ]
 
 NAME = "zero_shot_pruning"
@@ -62,7 +65,7 @@ class ZeroShotPruningConfig(glue_workbench.GlueStudyConfig):
     linkage: Literal["average", "complete", "single", "weighted"] = "average"
     importance_size: int | None = 1000          # training examples for the gradient importance baseline (None: all)
     shared_evaluation: bool = True              # evaluation-only masks of one model evaluated together (mask_sweep)
-    equivalence_margin: float = 0.02            # analysis only: comparable means within this many score units of the full model
+    margin_share: float = 0.1                   # analysis only: verdict margins are this share of (full - chance), per task
 
     def check(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -81,8 +84,8 @@ class ZeroShotPruningConfig(glue_workbench.GlueStudyConfig):
             raise ParameterError(f"probe_size must be >= 2, got {self.probe_size}")
         if self.importance_size is not None and self.importance_size < 1:
             raise ParameterError(f"importance_size must be a positive integer or None, got {self.importance_size}")
-        if not self.equivalence_margin >= 0:
-            raise ParameterError(f"equivalence_margin must be >= 0, got {self.equivalence_margin}")
+        if not 0 < self.margin_share < 1:  # a margin of 0 can never be shown
+            raise ParameterError(f"margin_share must be in (0, 1) (a share of full - chance), got {self.margin_share}")
         super().check()
         self.check_fractions("fractions", self.fractions)
         if any(not 0 < f < 1 for f in self.fractions):
@@ -131,7 +134,7 @@ def plan_cells(cfg: ZeroShotPruningConfig) -> list[Cell]:
 
 def study_fingerprint(cfg: ZeroShotPruningConfig, device: torch.device) -> str:
     return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION,
-                                            drop=("fractions", "finetune_fractions", "methods", "regimes", "shared_evaluation", "equivalence_margin")))
+                                            drop=("fractions", "finetune_fractions", "methods", "regimes", "shared_evaluation", "margin_share")))
 
 
 def zero_shot_matrix(cfg: ZeroShotPruningConfig, model, tokenizer, device) -> np.ndarray:
@@ -172,7 +175,9 @@ class Context(strategy_sweep.Context):
         return clustering.zero_shot_mask(self.matrix(), n_keep, self.shape, self.cfg.linkage)
 
 
-_ABOVE_CHANCE = "the fine-tuned full model scores above chance"
+_GATES = ("the full model is above chance by 0.05 in every seed; mask-then-fine-tune rows: fine-tuning adapts to "
+          "the mask (at 50% pruned, random masks, mask-then-fine-tune beats fine-tune-then-mask, 95% CI above 0, on "
+          "the task)")
 
 
 class ZeroShotPruning(Study):
@@ -185,20 +190,25 @@ class ZeroShotPruning(Study):
         Claim("bian.zero_shot_comparable", "Bian et al. 2021",
               "Most heads can be pruned zero-shot (from the pre-trained model's redundancy clusters, no task data) "
               "with fine-tuned scores comparable to the full model's.",
-              quantity="score(zero_shot) - score(full model) at the same task and seed, per budget pooled over tasks",
-              precondition=_ABOVE_CHANCE + "; comparable: the interval stays above -equivalence_margin"),
-        Claim("bian.zero_shot_beats_random", "Bian et al. 2021",
-              "Zero-shot pruning from redundancy clusters beats random pruning at the same budget.",
-              quantity="score(zero_shot) - score(random) at the same task, budget and seed, pooled over tasks",
-              precondition=_ABOVE_CHANCE),
-        Claim("bian.zero_shot_vs_importance", "Bian et al. 2021 vs Michel et al. 2019",
-              "Zero-shot pruning (no task data) is no worse than gradient-importance pruning (task data).",
-              quantity="score(zero_shot) - score(least_important) at the same task, budget and seed, pooled over tasks",
-              precondition=_ABOVE_CHANCE + "; no worse: the interval stays above -equivalence_margin"),
+              quantity="score(zero_shot) - score(full model) per (task, seed) model, per regime x share pruned; "
+                       "non-inferiority within margin_share x (full - chance)",
+              precondition=_GATES),
+        Claim("bian.zero_shot_vs_random", "Bian et al. 2021",
+              "Zero-shot pruning from redundancy clusters scores comparably to random pruning at the same budget.",
+              quantity="score(zero_shot) - score(random) per (task, seed) model, per regime x share pruned; "
+                       "equivalence (TOST) within margin_share x (full - chance)",
+              precondition=_GATES),
+        Claim("ours.zero_shot_vs_importance", "ours (exploratory)",
+              "Zero-shot pruning (no task data) scores comparably to gradient-importance pruning (Michel et al. "
+              "2019; task data) at the same budget.",
+              quantity="score(zero_shot) - score(least_important) per (task, seed) model, per regime x share "
+                       "pruned; equivalence (TOST) within margin_share x (full - chance)",
+              precondition=_GATES),
         Claim("budhraja.random_comparable", "Budhraja et al. 2020",
-              "Reference: random pruning keeps fine-tuned scores comparable to the full model's.",
-              quantity="score(random) - score(full model) at the same task and seed, per budget pooled over tasks",
-              precondition=_ABOVE_CHANCE + "; comparable: the interval stays above -equivalence_margin"),
+              "Reference (claim 1): random pruning keeps fine-tuned scores comparable to the full model's.",
+              quantity="score(random) - score(full model) per (task, seed) model, per regime x share pruned; "
+                       "non-inferiority within margin_share x (full - chance)",
+              precondition=_GATES),
     )
 
     def plan(self, cfg: ZeroShotPruningConfig) -> list[Cell]:
@@ -221,3 +231,9 @@ class ZeroShotPruning(Study):
 
 
 STUDY = ZeroShotPruning()
+
+
+def verdicts(table: pd.DataFrame, cfg: ZeroShotPruningConfig) -> pd.DataFrame:
+    """The study's verdict table (``claims.COLUMNS``): its declared claims decided on the cells' ``table``
+    (:func:`.zero_shot_pruning_analysis.claim_verdicts`)."""
+    return claim_verdicts(table, cfg, ZeroShotPruning.claims)

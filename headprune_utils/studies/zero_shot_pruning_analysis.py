@@ -1,21 +1,35 @@
 """Study 5's analysis: pure functions over the tidy table of the ``zero_shot_pruning`` cells (one row per cell).
 
 The mean per method is the strategy sweep's (:mod:`headprune_utils.strategy_sweep`, shared with study 2;
-re-exported here); the contrasts pair zero-shot pruning with the full model, random pruning and gradient
-importance (:mod:`headprune_utils.paired_contrasts`); :func:`mask_overlap` compares the methods' masks. ``cfg`` is
-the study's parameters (``ZeroShotPruningConfig``, defined with the protocol in :mod:`.zero_shot_pruning`); only
-``equivalence_margin`` is read.
+re-exported here); the descriptive contrasts pair zero-shot pruning with the full model, random pruning and
+gradient importance (:mod:`headprune_utils.paired_contrasts`); :func:`mask_overlap` compares the methods' masks;
+:func:`zero_shot_masks` / :func:`verdict_masks` put each zero-shot mask's heads per layer beside the verdicts.
+``cfg`` is the study's parameters (``ZeroShotPruningConfig``, defined with the protocol in
+:mod:`.zero_shot_pruning`); read here: ``margin_share``, ``model``, ``train_size``, ``dev_size``, ``epochs``,
+``seeds``, ``ablation``.
+
+The claims (declared in :mod:`.zero_shot_pruning`) and how each is decided (:data:`RULES`): every one is a paired
+contrast ``score(a) - score(b)`` per (task, seed) model, per regime x share pruned, per task and then pooled over
+tasks (effects / (full - chance)); margin ``margin_share`` x (full - chance) of the task. Against the full model
+(``bian.zero_shot_comparable``, ``budhraja.random_comparable``): non-inferiority; between two methods
+(``bian.zero_shot_vs_random``, ``ours.zero_shot_vs_importance``): equivalence (TOST). Gates: the full model above
+chance by :data:`ABOVE_CHANCE` in every seed; for mask-then-fine-tune rows, fine-tuning adapts to the mask (at 50%
+pruned, random masks, mask-then-fine-tune beats fine-tune-then-mask on the task, 95% t-interval above 0).
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
 import pandas as pd
 
-from .. import masks, strategy_sweep
-from ..paired_contrasts import Contrast, contrast_table, contrast_verdict
+from .. import claims, masks, strategy_sweep
+from ..paired_contrasts import Contrast, contrast_table
 from ..strategy_sweep import REGIME_NAMES, summarise  # noqa: F401 (re-exported: the notebook reads them from this study)
 
-__all__ = ["METHODS", "CONTRASTS", "REGIME_NAMES", "summarise", "example_masks", "paired", "contrasts", "verdicts",
-           "mask_overlap"]
+__all__ = ["METHODS", "CONTRASTS", "REGIME_NAMES", "summarise", "example_masks", "paired", "contrasts", "ABOVE_CHANCE",
+           "ADAPT_BUDGET", "RULES", "ClaimRule", "contrast_measurements", "adapt_diffs", "adapts_gate", "scale",
+           "claim_verdicts", "zero_shot_masks", "verdict_masks", "mask_overlap"]
 
 METHODS: tuple[str, ...] = ("zero_shot", "random", "least_important")
 
@@ -28,12 +42,12 @@ def example_masks(table: pd.DataFrame, seed: int | None = None) -> pd.DataFrame:
 CONTRASTS: tuple[Contrast, ...] = (
     Contrast("zero-shot vs full model", "Bian et al.: most heads can be pruned zero-shot with comparable fine-tuned "
              "scores", "zero_shot", "none", "not_worse"),
-    Contrast("zero-shot vs random", "Bian et al.: zero-shot pruning from redundancy clusters beats random pruning",
-             "zero_shot", "random", "greater"),
-    Contrast("zero-shot vs gradient importance", "Zero-shot pruning (no task data) is no worse than gradient-importance "
-             "pruning (task data)", "zero_shot", "least_important", "not_worse"),
-    Contrast("random vs full model", "Reference: random pruning keeps comparable fine-tuned scores",
-             "random", "none", "not_worse"),
+    Contrast("zero-shot vs random", "Bian et al.: zero-shot pruning from redundancy clusters is comparable to random "
+             "pruning at the same budget", "zero_shot", "random", "equal"),
+    Contrast("zero-shot vs gradient importance", "ours (exploratory): zero-shot pruning (no task data) is comparable "
+             "to gradient-importance pruning (task data)", "zero_shot", "least_important", "equal"),
+    Contrast("random vs full model", "Reference (Budhraja et al. claim 1): random pruning keeps comparable "
+             "fine-tuned scores", "random", "none", "not_worse"),
 )
 
 
@@ -56,23 +70,178 @@ def contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000,
     return contrast_table(CONTRASTS, lambda a, b: paired(table, a, b), confidence, n_boot, seed, pool_per_budget=True)
 
 
-def verdicts(contr: pd.DataFrame, cfg, alpha: float = 0.05) -> pd.DataFrame:
-    """"claim - setting - our result - verdict" per contrast, regime and budget (pooled over tasks)."""
+# ------------------------------------------------------------------------------------------------- claims
+
+ABOVE_CHANCE = 0.05   # score units: a trained-model claim needs the full model this far above chance in every seed
+ADAPT_BUDGET = 0.5    # the share pruned at which fine-tuning must be seen to adapt to the mask (random masks)
+UNIT = "model (task x seed)"
+STUDY_NAME = "zero_shot_pruning"
+
+
+def _setting(budget: float, regime: str) -> str:
+    return f"{100 * float(budget):g}% of heads pruned; {REGIME_NAMES[regime]}"
+
+
+def _is_mask_then_finetune(m: claims.Measurement) -> bool:
+    return m.setting.endswith("; " + REGIME_NAMES["mask_then_finetune"])
+
+
+def _full(table: pd.DataFrame) -> pd.DataFrame:
+    """``[task, regime, seed, full, chance]``: the fine-tuned full model's score (strategy ``none``)."""
+    f = table[table["strategy"] == "none"]
+    return f.groupby(["task", "regime", "seed"], as_index=False).agg(full=("score", "first"),
+                                                                     chance=("chance", "first"))
+
+
+def contrast_measurements(table: pd.DataFrame, a: str, b: str, semantics: str) -> list[claims.Measurement]:
+    """``score(a) - score(b)`` (``b="none"``: the full model) per regime x budget x task, one value per
+    (task, seed) model, with the full model's scores and the task's chance score."""
+    d = paired(table, a, b).merge(_full(table), on=["task", "regime", "seed"])
+    b_name = "full" if b == "none" else b
+    out = []
+    regimes = [r for r in REGIME_NAMES if r in set(d["regime"])]
+    for regime in regimes:
+        for budget in sorted(d.loc[d["regime"] == regime, "budget"].unique()):
+            g = d[(d["regime"] == regime) & (d["budget"] == budget)]
+            for task, gt in g.groupby("task", sort=True):
+                out.append(claims.Measurement(task, gt["diff"].tolist(), [(task, int(s)) for s in gt["seed"]],
+                                              _setting(budget, regime), semantics, f"score({a}) - score({b_name})",
+                                              UNIT, full=gt["full"].tolist(), chance=float(gt["chance"].iloc[0])))
+    return out
+
+
+def adapt_diffs(table: pd.DataFrame) -> pd.DataFrame:
+    """``[task, seed, diff]``: at :data:`ADAPT_BUDGET`, the random mask's score after mask-then-fine-tune minus
+    after fine-tune-then-mask (the same mask: study 1's masks, so the gate reads as it does there)."""
+    t = table[(table["strategy"] == "random") & (table["budget"] == ADAPT_BUDGET)]
+    p = t.pivot_table(index=["task", "seed"], columns="regime", values="score")
+    if not set(REGIME_NAMES) <= set(p.columns):
+        return pd.DataFrame(columns=["task", "seed", "diff"])
+    return (p["mask_then_finetune"] - p["finetune_then_mask"]).dropna().rename("diff").reset_index()
+
+
+def adapts_gate(table: pd.DataFrame) -> claims.Gate:
+    """:func:`claims.adapts_to_mask` on :func:`adapt_diffs`, for mask-then-fine-tune measurements only (a model
+    masked after fine-tuning has nothing to adapt), its failure named "fine-tuning too short to adapt"."""
+    gate = claims.adapts_to_mask(adapt_diffs(table), what=f"at {100 * ADAPT_BUDGET:g}% pruned (random masks), "
+                                                          "mask-then-fine-tune - fine-tune-then-mask")
+
+    def named(m: claims.Measurement) -> str | None:
+        if not _is_mask_then_finetune(m):
+            return None
+        why = gate(m)
+        return f"fine-tuning too short to adapt ({why})" if why and why.startswith("fine-tuning does not adapt") else why
+
+    return named
+
+
+@dataclass(frozen=True)
+class ClaimRule:
+    """How one claim is decided: the contrast ``a - b`` it measures, its rule (from ``cfg``) and its gates."""
+
+    a: str
+    b: str
+    rule: Callable[[object], claims.Rule]
+    gates: tuple[str, ...] = ("above_chance", "adapts_to_mask")
+
+
+def _comparable(cfg) -> claims.Rule:
+    return claims.Equivalence(claims.ShareOfHeadroom(cfg.margin_share))
+
+
+def _limited_loss(cfg) -> claims.Rule:
+    return claims.NonInferiority(claims.ShareOfHeadroom(cfg.margin_share))
+
+
+# claim id -> how it is decided (against the full model: non-inferiority, a pruned model scoring above the full
+# one does not contradict "comparable scores"; between two methods: equivalence, two-sided)
+RULES: dict[str, ClaimRule] = {
+    "bian.zero_shot_comparable": ClaimRule("zero_shot", "none", _limited_loss),
+    "bian.zero_shot_vs_random": ClaimRule("zero_shot", "random", _comparable),
+    "ours.zero_shot_vs_importance": ClaimRule("zero_shot", "least_important", _comparable),
+    "budhraja.random_comparable": ClaimRule("random", "none", _limited_loss),
+}
+
+
+def _gates(names, table: pd.DataFrame) -> list[claims.Gate]:
+    made = {"above_chance": lambda: claims.above_chance(ABOVE_CHANCE), "adapts_to_mask": lambda: adapts_gate(table)}
+    return [made[n]() for n in names]
+
+
+def scale(cfg, table: pd.DataFrame) -> str:
+    """The run's scale in words, from ``cfg`` (and the heads of the table's masks)."""
+    shape = masks.mask_from_string(str(table["mask"].iloc[0])).shape if len(table) and "mask" in table else None
+    heads = f"{shape[0]} x {shape[1]} heads" if shape is not None else "heads n/a (no cells)"
+    train = "full training sets" if cfg.train_size is None else f"{cfg.train_size} training examples"
+    dev = "full dev sets" if cfg.dev_size is None else f"{cfg.dev_size} dev examples"
+    text = f"{cfg.model} ({heads}); {train} x {cfg.epochs} epochs, {dev}; {len(cfg.seeds)} seeds per task"
+    paper = cfg.model == "bert-base-uncased" and cfg.train_size is None and cfg.dev_size is None
+    return text + ("" if paper else "; a small-scale test, not the paper's set-up")
+
+
+def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence) -> pd.DataFrame:
+    """The study's verdict table (:data:`claims.COLUMNS`): every declared claim (``declared``: the study's
+    ``claims``) decided by its :data:`RULES` entry per task, then pooled over tasks, per regime x budget; Holm over
+    the study's family. A claim with no measurement in this run gets one ``not testable`` row saying so."""
+    if {c.id for c in declared} != set(RULES):
+        raise ValueError(f"claims without a rule or rules without a claim: {sorted({c.id for c in declared} ^ set(RULES))}")
+    text = scale(cfg, table)
+    parts = []
+    for claim in declared:
+        spec = RULES[claim.id]
+        ms = contrast_measurements(table, spec.a, spec.b, cfg.ablation)
+        if ms:
+            parts.append(claims.evaluate(claim, spec.rule(cfg), ms, _gates(spec.gates, table), text, STUDY_NAME))
+            continue
+        nan = float("nan")
+        parts.append(pd.DataFrame([{
+            "study": STUDY_NAME, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": "all",
+            "setting": "", "semantics": cfg.ablation, "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
+            "unit": UNIT, "test": "n/a", "p": nan, "p_adjusted": nan, "margin": nan, "verdict": "not testable",
+            "reason": f"no paired cells of {spec.a} and {'the full model' if spec.b == 'none' else spec.b} in this run",
+            "scale": text}], columns=list(claims.COLUMNS)))
+    out = claims.adjust(pd.concat(parts, ignore_index=True))
+    claims.validate(out)
+    return out
+
+
+def zero_shot_masks(table: pd.DataFrame) -> pd.DataFrame:
+    """The zero-shot mask of every regime x budget (the same for every task and seed: no task data): heads
+    pruned and kept, heads kept per layer (bottom layer first) and layers emptied, keyed by the verdicts'
+    ``setting``. ``n_masks`` > 1 would mean the mask changed with task or seed."""
     rows = []
-    pooled = contr[(contr["task"] == "all") & (contr["budget"] != "all")]
-    for c in CONTRASTS:
-        for r in pooled[pooled["contrast"] == c.name].itertuples():
-            per = contr[(contr["contrast"] == c.name) & (contr["regime"] == r.regime) & (contr["task"] != "all")
-                        & (contr["budget"] == r.budget)]
-            detail = "; ".join(f"{p.task}: {p.mean_diff:+.3f} [{p.boot_ci_low:+.3f}, {p.boot_ci_high:+.3f}]"
-                               for p in per.itertuples())
-            b = "full model" if c.b == "none" else c.b
-            result = (f"{c.a} - {b} = {r.mean_diff:+.3f}, 95% CI [{r.boot_ci_low:+.3f}, {r.boot_ci_high:+.3f}], "
-                      f"sign-flip p = {r.sign_flip_p:.3g} over {r.n_pairs} pairs (task x seed). Per task: {detail}")
-            rows.append({"claim": c.claim, "regime": REGIME_NAMES[r.regime], "heads pruned": f"{100 * float(r.budget):.0f}%",
-                         "our result": result,
-                         "verdict": contrast_verdict(c.expect, r, cfg.equivalence_margin, alpha) + " at this scale"})
-    return pd.DataFrame(rows)
+    z = table[table["strategy"] == "zero_shot"]
+    for (regime, budget), g in z.groupby(["regime", "budget"], sort=True):
+        m = masks.mask_from_string(str(g["mask"].iloc[0]))
+        kept = [int(k) for k in m.sum(dim=1).tolist()]
+        rows.append({"setting": _setting(budget, regime), "regime": regime, "budget": float(budget),
+                     "heads_pruned": int((m == 0).sum()), "heads_kept": int(m.sum()),
+                     "kept_per_layer": "[" + ", ".join(map(str, kept)) + "]",
+                     "layers_emptied": sum(k == 0 for k in kept), "n_masks": int(g["mask"].nunique())})
+    return pd.DataFrame(rows, columns=["setting", "regime", "budget", "heads_pruned", "heads_kept", "kept_per_layer",
+                                       "layers_emptied", "n_masks"])
+
+
+def _interval(r) -> str:
+    if pd.isna(r["effect"]):
+        return "n/a (not testable)" if r["verdict"] == "not testable" else "n/a"
+    if pd.isna(r["ci_low"]):
+        return f"{r['effect']:+.3f} (CI n/a: one unit)"
+    return f"{r['effect']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
+
+
+def verdict_masks(verdict: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """The zero-shot claims' verdicts beside the zero-shot mask each was measured with: claim_id, task,
+    setting, verdict, effect [CI] (text, never NaN), heads kept per layer (bottom layer first), layers emptied."""
+    zs = {k for k, spec in RULES.items() if "zero_shot" in (spec.a, spec.b)}
+    v = verdict[verdict["claim_id"].isin(zs)].copy()
+    v["effect [CI]"] = [_interval(r) for _, r in v.iterrows()]
+    m = zero_shot_masks(table)[["setting", "kept_per_layer", "layers_emptied"]]
+    out = v.merge(m, on="setting", how="left")
+    out["kept_per_layer"] = out["kept_per_layer"].fillna("n/a (no zero-shot mask)")
+    out["layers_emptied"] = out["layers_emptied"].map(lambda x: "n/a" if pd.isna(x) else str(int(x)))
+    return out[["claim_id", "task", "setting", "verdict", "effect [CI]", "kept_per_layer", "layers_emptied"]].rename(
+        columns={"kept_per_layer": "zero-shot heads kept per layer", "layers_emptied": "layers emptied"})
 
 
 def mask_overlap(table: pd.DataFrame) -> pd.DataFrame:

@@ -377,3 +377,16 @@ def test_a_task_at_chance_cannot_be_normalised_and_stays_out_of_the_pool():
     t = evaluate(CLAIM, Superiority(), ms[1:])
     pooled = one(t, "all (mrpc, rte)")
     assert pooled.verdict == "not testable" and "full <= chance on rte" in pooled.reason
+
+
+def test_identical_unit_values_are_tested_exactly_not_at_p_zero():
+    """One head of a role in every one of 3 models: t is undefined; the exact sign-flip p is 2/2**3 = 0.25."""
+    from headprune_utils import claims
+    from headprune_utils.studies.base import Claim
+
+    claim = Claim("x.role", "nobody", "Heads of the role exist.")
+    m = claims.Measurement("SST-2", [1.0, 1.0, 1.0], [0, 1, 2], effect="heads of the role")
+    row = claims.evaluate(claim, claims.Superiority(), [m]).iloc[0]
+    assert row["p"] == pytest.approx(0.25) and row["verdict"] == "inconclusive"
+    m6 = claims.Measurement("SST-2", [1.0] * 6, list(range(6)), effect="heads of the role")
+    assert claims.evaluate(claim, claims.Superiority(), [m6]).iloc[0]["p"] == pytest.approx(2 / 64)

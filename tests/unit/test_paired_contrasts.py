@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from headprune_utils.paired_contrasts import (LOCATION_CONTRASTS, Contrast, contrast_table, contrast_verdict,
-                                              paired_by_strategy)
+                                              identical_masks, paired_by_strategy, unit_contrast_table)
 
 
 def table(offsets: dict[str, list[float]]) -> pd.DataFrame:
@@ -76,3 +76,42 @@ def test_location_contrasts_name_known_strategies():
     assert len({c.name for c in LOCATION_CONTRASTS}) == len(LOCATION_CONTRASTS)
     assert all(c.a in ALL_STRATEGIES and c.b in ALL_STRATEGIES for c in LOCATION_CONTRASTS)
     assert {c.expect for c in LOCATION_CONTRASTS} <= {"equal", "greater", "not_worse"}
+
+
+def with_masks(t: pd.DataFrame, same: set[tuple]) -> pd.DataFrame:
+    """Masks: the strategy's own, except (task, budget, seed) in ``same`` where b prunes a's mask."""
+    t = t.copy()
+    t["mask"] = [("a" if s == "b" and (k, b, d) in same else s) + f"-{b}-{d}"
+                 for s, k, b, d in zip(t["strategy"], t["task"], t["budget"], t["seed"])]
+    return t
+
+
+def test_pairs_with_identical_masks_are_flagged_and_reported():
+    t = with_masks(table({"a": [0.1, 0.2, 0.3], "b": [0.0, 0.0, 0.1]}), {("A", 0.25, 0), ("B", 0.25, 0)})
+    d = paired_by_strategy(t, "a", "b", same_mask=True)
+    assert list(d.columns) == ["task", "regime", "budget", "seed", "diff", "same_mask"]
+    assert sorted(map(tuple, d.loc[d["same_mask"], ["task", "budget", "seed"]].values.tolist())) == \
+        [("A", 0.25, 0), ("B", 0.25, 0)]
+    assert list(paired_by_strategy(t, "a", "b").columns) == ["task", "regime", "budget", "seed", "diff"]
+    same = identical_masks(t)
+    assert len(same) == 2 and set(same["strategies"]) == {"a = b"}
+    assert identical_masks(with_masks(t, set())).empty
+
+
+def test_unit_contrast_table_averages_within_the_model_and_leaves_identical_masks_out():
+    t = table({"a": [0.1, 0.2, 0.3], "b": [0.0, 0.0, 0.1]})
+    t.loc[(t["strategy"] == "a") & (t["budget"] == 0.5), "score"] += 0.1  # a - b: 0.1, 0.2, 0.2 at 25%; +0.1 at 50%
+    c = Contrast("a vs b", "a beats b", "a", "b", "greater")
+    out = unit_contrast_table([c], lambda a, b: paired_by_strategy(t, a, b))
+    over = out[(out["task"] == "A") & (out["budget"] == "all")].iloc[0]
+    assert over["n_units"] == 3 and over["mean_diff"] == pytest.approx(np.mean([0.15, 0.25, 0.25]))
+    per = out[(out["task"] == "A") & (out["budget"] == 0.5)].iloc[0]
+    assert per["n_units"] == 3 and per["ci_low"] < per["mean_diff"] < per["ci_high"]
+    assert "all" not in set(out["task"]) and (out["n_same_mask"] == 0).all()
+    tm = with_masks(t, {("A", 0.5, 0), ("A", 0.5, 1), ("A", 0.5, 2)})
+    out = unit_contrast_table([c], lambda a, b: paired_by_strategy(tm, a, b, same_mask=True))
+    a_rows = out[out["task"] == "A"]
+    assert list(a_rows["budget"]) == [0.25, "all"], "a setting whose every pair is identical has no row"
+    over = a_rows[a_rows["budget"] == "all"].iloc[0]
+    assert over["mean_diff"] == pytest.approx(np.mean([0.1, 0.2, 0.2])) and over["n_same_mask"] == 3
+    assert "3 pair(s) left out: a and b pruned identical masks (budgets 50%; seeds 0, 1, 2)" == over["note"]

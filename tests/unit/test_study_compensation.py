@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from headprune_utils import claims
 from headprune_utils.config import ParameterError, validate
 from headprune_utils.execution import run_study
 from headprune_utils.masks import mask_from_string, mask_to_string
@@ -40,8 +41,10 @@ def test_cells_measure_every_kept_head_and_only_those(tiny_model_dir, tiny_glue_
     assert len(tests) == 2 * 2 * 3  # seeds x strategies x measures
     assert tests["excess_p"].between(0, 1).all()
     pool = study.pooled(tests)
-    v = study.verdicts(pool)
-    assert len(v) == 2 * len(pool) and v["verdict"].str.endswith("at this scale").all()
+    assert {"mean_shift", "rho_lc_pruned_adjacent", "mean_var_between_layers"} <= set(pool.columns)
+    v = study.verdicts(tests, cfg)
+    assert tuple(v.columns) == claims.COLUMNS and set(v["claim_id"]) == {c.id for c in study.STUDY.claims}
+    assert "nan" not in claims.render(v).lower()
 
 
 def synthetic(concentrated: bool, n_seeds: int = 4, seed: int = 0) -> pd.DataFrame:
@@ -75,9 +78,7 @@ def test_equal_spread_is_told_from_a_concentrated_one():
     assert abs(e["excess_dispersion"]) < 0.05
     assert c["excess_dispersion"] > 0.2 and c["excess_dispersion_ci_low"] > 0
     assert e["excess_fisher_p"] > 0.05 and e["excess_dispersion_ci_low"] < 0 < e["excess_dispersion_ci_high"]
-    ve = study.verdicts(even).iloc[0]["verdict"]
-    vc = study.verdicts(conc).iloc[0]["verdict"]
-    assert ve.startswith("supported") and vc.startswith("not supported")
+    assert e["mean_shift"] == pytest.approx(np.log(1.5), abs=0.05)  # the kept heads changed 1.5x as much
 
 
 def test_per_head_extra_change_by_hand():
@@ -90,6 +91,17 @@ def test_per_head_extra_change_by_hand():
     assert h["x"] == pytest.approx(np.log(p / o)) and h["x_noise"] == pytest.approx(np.log(f / o))
     assert h["pruned_in_layer"] == 0 and h["pruned_adjacent"] == 3
     assert len(heads[(heads["measure"] == "weight_change") & (heads["seed"] == 0)]) == 9  # kept heads only
+
+
+def test_layer_split_adds_up_and_layer_control_needs_varying_masks():
+    """between + within = the variance of x; the same mask in every run (as here) leaves the count no variation
+    beyond the layer, so the layer-controlled correlation is undefined."""
+    heads = study.per_head(synthetic(False, n_seeds=3))
+    tests = study.spread_tests(heads, n_boot=100)
+    for r in tests.itertuples():
+        g = heads[(heads["seed"] == r.seed) & (heads["measure"] == r.measure)]
+        assert r.var_between_layers + r.var_within_layers == pytest.approx(np.var(g["x"]))
+    assert tests["rho_lc_pruned_adjacent"].isna().all()
 
 
 def test_bad_parameters(tiny_model_dir, tiny_glue_root):

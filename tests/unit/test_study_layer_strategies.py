@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from headprune_utils import claims
 from headprune_utils.config import ParameterError, validate
 from headprune_utils.execution import run_study
 from headprune_utils.masks import mask_from_string
@@ -50,8 +51,12 @@ def test_every_strategy_meets_the_same_budget_and_shared_evaluation_changes_noth
     assert (summary["ci_low"] <= summary["mean"] + 1e-12).all()
     contr = study.contrasts(table)
     assert set(contr["contrast"]) == {c.name for c in study.CONTRASTS}
-    v = study.verdicts(contr, cfg)
-    assert len(v) == len(study.CONTRASTS) * 2 and v["verdict"].str.endswith("at this scale").all()
+    assert (contr.groupby(["contrast", "task", "regime"])["budget"].apply(lambda b: (b == "all").sum()) == 1).all()
+    v = study.verdicts(table, cfg)
+    claims.validate(v)
+    assert set(v["claim_id"]) == {c.id for c in study.STUDY.claims}
+    assert set(v["verdict"]) <= set(claims.VERDICTS) and (v["n_units"] <= 2).all()  # 2 seeds = 2 models
+    assert "nan" not in claims.render(v).lower().replace("n/a", "")
     rows = study.example_masks(table)
     assert len(rows) == n_strat * 2 * 12
 
@@ -68,37 +73,45 @@ def test_resume_computes_nothing_twice(tiny_model_dir, tiny_glue_root, tmp_path,
 
 
 def table_from_diffs(diffs: dict[str, list[float]], base: float = 0.8) -> pd.DataFrame:
-    """A results table with 2 tasks x 2 budgets x 3 seeds, strategy scores = base + the given offsets."""
+    """A results table with 2 tasks x 2 budgets x 3 seeds, strategy scores = base + the given offsets; the full
+    model ("none") = base + 0.1 + a seed jitter; every strategy's mask its own."""
     rows = []
     for task in ("A", "B"):
+        for seed in range(3):
+            rows.append({"task": task, "regime": "finetune_then_mask", "strategy": "none", "budget": 0.0,
+                         "seed": seed, "score": base + 0.1 + 0.01 * seed, "metric": "accuracy", "chance": 0.5,
+                         "n_heads_pruned": 0, "mask": "full"})
         for budget in (0.25, 0.5):
             for seed in range(3):
                 for st, offs in diffs.items():
                     rows.append({"task": task, "regime": "finetune_then_mask", "strategy": st, "budget": budget,
                                  "seed": seed, "score": base + offs[seed], "metric": "accuracy", "chance": 0.5,
-                                 "n_heads_pruned": 1})
+                                 "n_heads_pruned": 1, "mask": st})
     return pd.DataFrame(rows)
 
 
 def test_contrasts_and_verdicts_on_hand_made_tables():
-    cfg = study.LayerStrategiesConfig(equivalence_margin=0.02)
+    cfg = study.LayerStrategiesConfig()
     clear = table_from_diffs({"top_bottom": [0.10, 0.12, 0.11], "middle": [0.0, 0.0, 0.0],
                               "top": [0.001, 0.0, -0.001], "bottom": [0.0, 0.001, 0.0],
                               "spread": [0.0, 0.0, 0.0], "consecutive": [0.05, 0.06, 0.04]})
     c = study.contrasts(clear)
-    pooled = c[c["task"] == "all"].set_index("contrast")
-    assert pooled.loc["avoid the middle", "mean_diff"] == pytest.approx(0.11)
-    assert pooled.loc["avoid the middle", "n_pairs"] == 12
-    assert pooled.loc["avoid the middle", "sign_flip_p"] < 0.01
+    # over all budgets: one value per model (task, seed), budgets averaged within the model
+    over = c[c["budget"] == "all"].set_index(["contrast", "task"])
+    assert over.loc[("avoid the middle", "A"), "mean_diff"] == pytest.approx(0.11)
+    assert over.loc[("avoid the middle", "A"), "n_units"] == 3
     per = c[(c["contrast"] == "avoid the middle") & (c["task"] == "A") & (c["budget"] == 0.25)]
-    assert per["mean_diff"].iloc[0] == pytest.approx(0.11) and per["n_pairs"].iloc[0] == 3
-    v = study.verdicts(c, cfg).set_index("claim")["verdict"]
-    verdict = {cn.name: v[cn.claim] for cn in study.CONTRASTS if cn.claim in v}
-    assert verdict["avoid the middle"].startswith("supported")
-    assert verdict["top vs bottom"].startswith("supported (CI within")
-    assert verdict["avoid consecutive layers"].startswith("contradicted")
-    # contrasts whose strategies did not run are left out, not invented
+    assert per["mean_diff"].iloc[0] == pytest.approx(0.11) and per["n_units"].iloc[0] == 3
+    assert "all" not in set(c["task"]), "no pooled test over task x budget x seed pseudo-replicates"
+    v = study.verdicts(clear, cfg)
+    verdict = v.set_index(["claim_id", "task"])["verdict"]
+    assert verdict[("budhraja.avoid_middle", "A")] == "supported"
+    assert verdict[("budhraja.avoid_middle", "all (A, B)")] == "supported"
+    assert verdict[("budhraja.location_no_preference", "A")] == "supported"
+    assert verdict[("budhraja.avoid_consecutive", "A")] == "contradicted"
+    # contrasts whose strategies did not run are left out, not invented; their claims are not testable
     assert "most important vs random" not in set(c["contrast"])
+    assert verdict[("ours.most_important_not_worse", "all")] == "not testable"
 
 
 def test_bad_parameters_fail_before_any_work(tiny_model_dir, tiny_glue_root):

@@ -1,0 +1,207 @@
+"""Study 2's claims on hand-made tables: each claim's wiring in both directions, the gates' both branches
+(above chance, fine-tuning adapts to the mask, identical masks), per task then pooled, the model as the unit,
+and no NaN in the rendered verdicts."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headprune_utils import claims
+from headprune_utils.studies import layer_strategies as study
+
+SEEDS = range(5)
+STRATEGIES = ("random", "top", "bottom", "middle", "top_bottom", "consecutive", "spread", "least_important",
+              "most_important")
+SUPPORTING = {"top_bottom": 0.1, "spread": 0.1, "least_important": 0.1}  # every other strategy = random
+OPPOSING = {"top": -0.1, "top_bottom": -0.3, "middle": -0.1, "spread": -0.1, "most_important": -0.1,
+            "least_important": -0.1}
+FTM, MTF = "finetune_then_mask", "mask_then_finetune"
+TEXT = {c.id: c.text for c in study.STUDY.claims}
+
+
+def make_table(effects=None, per_task=None, full=None, adapt=None, strategies=STRATEGIES, same=()) -> pd.DataFrame:
+    """Tasks A and B (chance 0.5), 5 seeds, budgets 25%/50% (fine-tune, then mask) and 50% (mask, then fine-tune).
+    Full model = ``full[task]`` + a seed jitter (SD 0.0158); random = full - 0.1; strategy s = random +
+    ``effects[s]`` (or ``per_task[task][s]``) + small noise. Mask-then-fine-tune scores = those + ``adapt[task]``.
+    ``same``: (strategy, its twin, budget, seeds) whose mask is made identical to the twin's."""
+    rng = np.random.default_rng(0)
+    full = full or {"A": 0.8, "B": 0.85}
+    adapt = adapt or {"A": 0.05, "B": 0.05}
+    rows = []
+    for task in ("A", "B"):
+        eff = (per_task or {}).get(task, effects or {})
+        for seed in SEEDS:
+            f = full[task] + 0.01 * (seed - 2)
+            for regime, budgets in ((FTM, (0.25, 0.5)), (MTF, (0.5,))):
+                rows.append({"task": task, "regime": regime, "strategy": "none", "budget": 0.0, "seed": seed,
+                             "score": f, "chance": 0.5, "metric": "accuracy", "mask": "full", "n_heads_total": 72})
+                for budget in budgets:
+                    for s in strategies:
+                        score = f - 0.1 + eff.get(s, 0.0) + rng.normal(0, 0.002) + (adapt[task] if regime == MTF else 0)
+                        mask = f"{s}-{budget}-{seed}"
+                        for a, twin, b, seeds in same:
+                            if s == a and budget == b and seed in seeds:
+                                mask = f"{twin}-{budget}-{seed}"
+                        rows.append({"task": task, "regime": regime, "strategy": s, "budget": budget, "seed": seed,
+                                     "score": score, "chance": 0.5, "metric": "accuracy", "mask": mask,
+                                     "n_heads_total": 72})
+    return pd.DataFrame(rows)
+
+
+def verdicts(table, **cfg):
+    v = study.verdicts(table, study.LayerStrategiesConfig(**cfg))
+    assert tuple(v.columns) == claims.COLUMNS
+    claims.validate(v)
+    text = claims.render(v)
+    assert not re.search(r"\bnan\b", text, flags=re.I), "no NaN in the rendered verdicts"
+    assert not re.search(r"\bnan\b", v.astype(str).drop(columns=["effect", "ci_low", "ci_high", "p", "p_adjusted",
+                                                                   "margin"]).to_string(), flags=re.I)
+    return v
+
+
+def row(v, claim_id, task, regime=FTM):
+    r = v[(v["claim_id"] == claim_id) & (v["task"] == task)
+          & v["setting"].str.startswith(study.REGIME_NAMES[regime])]
+    assert len(r) == 1, (claim_id, task, regime)
+    return r.iloc[0]
+
+
+POOLED = "all (A, B)"
+
+
+@pytest.mark.parametrize("claim_id, yes, no", [
+    ("budhraja.location_no_preference", "supported", "contradicted"),
+    ("budhraja.avoid_middle", "supported", "contradicted"),
+    ("budhraja.avoid_consecutive", "supported", "contradicted"),
+    ("budhraja.important_location_not_worse", "supported", "contradicted"),
+    ("ours.most_important_not_worse", "supported", "contradicted"),
+    ("michel.least_important_first", "supported", "contradicted"),
+])
+def test_each_claim_in_both_directions_in_both_regimes(claim_id, yes, no):
+    for effects, expected in ((SUPPORTING, yes), (OPPOSING, no)):
+        v = verdicts(make_table(effects))
+        for regime in (FTM, MTF):
+            for task in ("A", "B", POOLED):
+                r = row(v, claim_id, task, regime)
+                assert r["verdict"] == expected, (claim_id, task, regime, r["reason"])
+                assert r["claim"] == TEXT[claim_id] and r["semantics"] == "zero"
+
+
+def test_the_unit_is_the_model_and_budgets_are_averaged_within_it():
+    t = make_table({"top_bottom": 0.1})
+    v = verdicts(t)
+    r = row(v, "budhraja.avoid_middle", "A")
+    assert r["n_units"] == 5 and r["unit"] == "model (task x seed)"  # 5 models, not 10 (budget x seed) pairs
+    a = t[(t["task"] == "A") & (t["regime"] == FTM)].pivot_table(index=["seed", "budget"], columns="strategy",
+                                                                 values="score")
+    per_model = (a["top_bottom"] - a["middle"]).groupby(level="seed").mean()
+    assert r["effect"] == pytest.approx(per_model.mean())
+    _, lo, hi = claims.stats.t_interval(per_model.to_numpy(), 0.95)
+    assert (r["ci_low"], r["ci_high"]) == pytest.approx((lo, hi))
+    pooled = row(v, "budhraja.avoid_middle", POOLED)
+    assert pooled["n_units"] == 10 and "(full - chance)" in pooled["test"]
+
+
+def test_equivalence_margin_is_the_seed_to_seed_sd_of_the_full_model():
+    v = verdicts(make_table(SUPPORTING), equivalence_margin=2.0)
+    r = row(v, "budhraja.location_no_preference", "A")
+    assert r["margin"] == pytest.approx(2.0 * np.std([0.78, 0.79, 0.8, 0.81, 0.82], ddof=1))
+    assert "2 x seed-to-seed SD of the full model" in r["test"] and r["test"].startswith("equivalence")
+    assert row(v, "budhraja.important_location_not_worse", "A")["test"].startswith("non-inferiority")
+    assert row(v, "budhraja.avoid_middle", "A")["test"].startswith("superiority (greater)")
+
+
+def test_tasks_that_disagree_give_an_inconclusive_pooled_row_and_per_task_verdicts():
+    v = verdicts(make_table(per_task={"A": {"top_bottom": 0.1}, "B": {"top_bottom": -0.1}}))
+    assert row(v, "budhraja.avoid_middle", "A")["verdict"] == "supported"
+    assert row(v, "budhraja.avoid_middle", "B")["verdict"] == "contradicted"
+    pooled = row(v, "budhraja.avoid_middle", POOLED)
+    assert pooled["verdict"] == "inconclusive" and pooled["reason"].startswith("tasks disagree")
+
+
+def test_gate_above_chance_both_branches():
+    v = verdicts(make_table(SUPPORTING, full={"A": 0.8, "B": 0.53}))
+    assert row(v, "budhraja.avoid_middle", "A")["verdict"] == "supported"
+    b = row(v, "budhraja.avoid_middle", "B")
+    assert b["verdict"] == "not testable" and "not above chance by 0.05 on B" in b["reason"]
+    pooled = row(v, "budhraja.avoid_middle", POOLED)
+    assert pooled["verdict"] == "not testable" and "fewer than 2 tasks" in pooled["reason"]
+
+
+def test_gate_adapts_to_mask_only_on_mask_then_fine_tune_rows_both_branches():
+    v = verdicts(make_table(SUPPORTING, adapt={"A": 0.05, "B": -0.05}))
+    for claim_id in study.CLAIM_RULES:
+        assert row(v, claim_id, "A", MTF)["verdict"] == "supported"
+        b = row(v, claim_id, "B", MTF)
+        assert b["verdict"] == "not testable"
+        assert "fine-tuning does not adapt to the mask on B" in b["reason"] and "random masks" in b["reason"]
+        assert row(v, claim_id, "B", FTM)["verdict"] != "not testable", "the gate is for mask-then-fine-tune only"
+
+
+def test_identical_masks_are_reported_once_and_never_tested_against_each_other():
+    # consecutive pruned the same mask as spread in every pair: the contrast is degenerate
+    everywhere = [("consecutive", "spread", b, SEEDS) for b in (0.25, 0.5)]
+    t = make_table(SUPPORTING, same=everywhere)
+    same = study.identical_masks(t)
+    assert set(same["strategies"]) == {"consecutive = spread"}
+    assert len(same) == 3, "one line per regime x budget x group of names"  # ftm 25%, ftm 50%, mtf 50%
+    assert (same["tasks"] == "A, B").all() and "'avoid consecutive layers'" in same["note"].iloc[0]
+    v = verdicts(t)
+    for task in ("A", "B", POOLED):
+        r = row(v, "budhraja.avoid_consecutive", task)
+        assert r["verdict"] == "not testable"
+    r = row(v, "budhraja.avoid_consecutive", "A")
+    assert r["reason"].startswith("degenerate contrast: spread and consecutive pruned identical masks in 10 of 10")
+    assert "not tested against itself" in r["reason"]
+    assert row(v, "budhraja.avoid_middle", "A")["verdict"] == "supported", "other contrasts are untouched"
+    # the descriptive contrasts leave the pairs out too
+    c = study.contrasts(t)
+    assert "avoid consecutive layers" not in set(c["contrast"])
+
+
+def test_partly_identical_masks_are_left_out_and_said_in_the_reason():
+    t = make_table(SUPPORTING, same=[("consecutive", "spread", 0.25, (0, 1))])
+    v = verdicts(t)
+    r = row(v, "budhraja.avoid_consecutive", "A")
+    assert r["verdict"] == "supported" and r["n_units"] == 5
+    assert "identical masks in 2 of 10 pairs (budgets 25%; seeds 0, 1), left out" in r["reason"]
+    kept = t[(t["task"] == "A") & (t["regime"] == FTM)].pivot_table(index=["seed", "budget"], columns="strategy",
+                                                                    values="score")
+    d = (kept["spread"] - kept["consecutive"]).drop([(0, 0.25), (1, 0.25)])
+    assert r["effect"] == pytest.approx(d.groupby(level="seed").mean().mean())
+    assert "left out" in row(v, "budhraja.avoid_consecutive", POOLED)["reason"]
+    c = study.contrasts(t)
+    all_a = c[(c["contrast"] == "avoid consecutive layers") & (c["task"] == "A") & (c["regime"] == FTM)
+              & (c["budget"] == "all")].iloc[0]
+    assert all_a["n_same_mask"] == 2 and all_a["mean_diff"] == pytest.approx(r["effect"])
+
+
+def test_a_claim_whose_strategies_did_not_run_is_not_testable_once():
+    v = verdicts(make_table(SUPPORTING, strategies=STRATEGIES[:7]))
+    for claim_id in ("ours.most_important_not_worse", "michel.least_important_first"):
+        r = v[v["claim_id"] == claim_id]
+        assert len(r) == 1 and r["verdict"].iloc[0] == "not testable"
+        assert "did not both run" in r["reason"].iloc[0]
+    assert row(v, "budhraja.avoid_middle", "A")["verdict"] == "supported"
+
+
+def test_one_seed_is_not_testable_and_holm_runs_over_the_whole_family():
+    t = make_table(SUPPORTING)
+    v = verdicts(t[t["seed"] == 0])
+    assert (v["verdict"] == "not testable").all()
+    assert v["reason"].str.contains("needs at least 2 units").any()
+    v = verdicts(t)
+    tested = v[v["p"].notna()]
+    np.testing.assert_allclose(tested["p_adjusted"], claims.stats.holm(tested["p"].to_numpy()))
+    assert (v["study"] == "layer_strategies").all()
+
+
+def test_scale_says_when_it_is_not_the_papers_set_up():
+    cfg = study.LayerStrategiesConfig()
+    assert study.scale(cfg).endswith("a small-scale test, not the paper's set-up")
+    assert "300 training examples x 3 epochs" in study.scale(cfg)
+    paper = study.LayerStrategiesConfig(model="bert-base-uncased", train_size=None)
+    assert "small-scale" not in study.scale(paper)

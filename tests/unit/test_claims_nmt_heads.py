@@ -1,0 +1,89 @@
+"""Study 7's claims on hand-made tables: the unit is the trained model (model seed), so one model makes every claim
+``not testable`` (computed by the rule, never typed) and mask seeds are never replicates; the dev-loss plateau
+gate both ways; the claims' wiring both ways with two models; no NaN in the tables or the text."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headprune_utils import claims
+from headprune_utils.studies import nmt_heads as study
+
+PLATEAU = [{"dev_loss": x} for x in (5.0, 4.0, 3.5, 3.6, 3.55, 3.52)]
+RISING = [{"dev_loss": x} for x in (5.0, 4.0, 3.5, 3.2)]
+
+
+def cells(model_seeds=(0, 1), enc_drop=1.0, cross_drop=6.0, history=PLATEAU):
+    """Full models (BLEU 30 + seed) and random pruning of enc and cross at 50%, three mask seeds each."""
+    rows = []
+    for ms in model_seeds:
+        full = 30.0 + ms
+        rows.append({"kind": "model", "model_seed": ms, "bleu": full, "chrf": 50.0, "nll": 2.0, "seconds": 1.0,
+                     "direction": "en-de", "history": history})
+        for t, drop in (("enc", enc_drop), ("cross", cross_drop)):
+            for s in range(3):
+                rows.append({"kind": "prune", "type": t, "fraction": 0.5, "seed": s, "model_seed": ms,
+                             # the types differ a little from model to model (identical differences would leave
+                             # the t statistic undefined: the exact sign-flip test over 2 models cannot reach 0.05)
+                             "bleu": full - drop - 0.1 * s - (0.25 if t == "cross" else 0.2) * ms, "chrf": 0.0,
+                             "nll": 2.5, "n_heads_pruned": 24,
+                             "n_heads_total": 48, "seconds": 1.0})
+    return pd.DataFrame(rows)
+
+
+def run(table):
+    empty = pd.DataFrame()
+    v = study.verdicts(table, empty, empty, empty, empty, empty, corpus="toy", semantics=study.SEMANTICS,
+                       scale_="hand-made", patience=3)
+    claims.validate(v)
+    assert set(v["claim_id"]) == {c.id for c in study.CLAIMS}
+    assert "nan" not in claims.render(v).lower()
+    return v
+
+
+def row(v, cid, setting):
+    r = v[(v["claim_id"] == cid) & (v["setting"] == setting)]
+    assert len(r) == 1, r
+    return r.iloc[0]
+
+
+def test_one_model_is_not_testable_and_mask_seeds_are_not_replicates():
+    v = run(cells(model_seeds=(0,)))
+    assert (v["verdict"] == "not testable").all()
+    r = row(v, "voita.type_prunability_random", "enc - cross")
+    assert r["n_units"] == 1 and "needs at least 2 units; got 1" in r["reason"]
+    assert r["effect"] == pytest.approx(5.0)  # the mean over the model's three mask seeds, one value
+    assert r["unit"] == "model (model seed)" and r["task"] == "toy en-de"
+
+
+def test_two_models_test_the_claims_both_ways():
+    v = run(cells(enc_drop=1.0, cross_drop=6.0))
+    assert row(v, "voita.type_prunability_random", "enc - cross")["verdict"] == "supported"
+    r = row(v, "budhraja.random_prunable", "enc, 50% pruned")  # margin 0.1 x BLEU(full) = 3.05 BLEU
+    assert r["margin"] == pytest.approx(0.1 * 30.5) and r["verdict"] == "supported"
+    assert row(v, "budhraja.random_prunable", "cross, 50% pruned")["verdict"] == "contradicted"
+    v2 = run(cells(enc_drop=6.0, cross_drop=1.0))
+    assert row(v2, "voita.type_prunability_random", "enc - cross")["verdict"] == "contradicted"
+    assert row(v2, "voita.enc_most_prunable", "")["verdict"] == "not testable"  # no L0 cells in this run
+    assert "no cell of this run measures it" in row(v2, "voita.enc_most_prunable", "")["reason"]
+
+
+def test_the_plateau_gate_both_ways():
+    v = run(cells(history=RISING))
+    r = row(v, "voita.type_prunability_random", "enc - cross")
+    assert r["verdict"] == "not testable" and "not reached a plateau" in r["reason"] and np.isnan(r["p"])
+    v2 = run(cells(history=None))
+    r2 = row(v2, "voita.type_prunability_random", "enc - cross")
+    assert r2["verdict"] == "not testable" and "cannot be judged" in r2["reason"]
+
+
+def test_no_role_head_gives_no_nan_in_the_survival_and_role_tables():
+    from headprune_utils import role_survival
+
+    surv = pd.DataFrame({"task": "enc", "seed": 0, "layer": [0, 0, 1, 1], "head": [0, 1, 0, 1],
+                         "survival": [1, 2, 0, 3], "mean_log_alpha": [0.1, 0.2, -1.0, 1.0]})
+    roles = pd.DataFrame({"source": "enc", "task": "enc", "seed": 0, "layer": [0, 0, 1, 1], "head": [0, 1, 0, 1],
+                          "positional": False, "syntactic": False, "rare": False, "specialized": False, "role": "other"})
+    t = role_survival.survival_tests(surv, roles, n_perm=9)
+    assert not t.isna().any().any() and t.loc[0, "mean_auc"] == "n/a (no specialized heads)"

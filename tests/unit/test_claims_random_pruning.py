@@ -1,0 +1,157 @@
+"""Study 1's claims on hand-made cell tables: each claim's wiring in both directions, both branches of every gate,
+per-task then pooled verdicts, Holm over the study, no NaN in the rendered text."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from headprune_utils import claims
+from headprune_utils.studies import random_pruning as study
+
+JITTER = (-0.002, -0.001, 0.0, 0.001, 0.002)  # seed-to-seed spread of every score (5 seeds)
+MASK = "1111/1111/1111"
+PRUNABLE, RETRAIN = "budhraja.random_prunable", "ours.retraining_recovers"
+
+
+def cfg(**kw):
+    base = dict(model="minilm", train_size=300, dev_size=300, epochs=3, seeds=list(range(len(JITTER))),
+                ablation="zero", margin_share=0.1, tolerance=0.02)
+    return SimpleNamespace(**{**base, **kw})
+
+
+def cells(tasks: dict, regimes=("mask_then_finetune", "finetune_then_mask")) -> pd.DataFrame:
+    """``tasks``: name -> (full, chance, {fraction: drop after mask-then-fine-tune}, {fraction: drop after
+    fine-tune-then-mask}); the full model is the fraction-0 cell of both regimes."""
+    rows = []
+    for task, (full, chance, mtf, ftm) in tasks.items():
+        for seed, j in enumerate(JITTER):
+            f = full + j
+            for regime, drops in (("mask_then_finetune", mtf), ("finetune_then_mask", ftm)):
+                if regime not in regimes:
+                    continue
+                for fraction, drop in {0.0: 0.0, **drops}.items():
+                    # the pruned score's jitter differs from the full model's and between the regimes, so every
+                    # paired difference varies by seed
+                    wobble = j * j * (10 if regime == "mask_then_finetune" else 5) if fraction else 0.0
+                    rows.append({"task": task, "regime": regime, "fraction": fraction, "seed": seed,
+                                 "score": f - drop + wobble, "chance": chance,
+                                 "metric": "accuracy", "mask": MASK, "n_heads_pruned": int(12 * fraction)})
+    return pd.DataFrame(rows)
+
+
+def rows(v, claim_id, task=None, fraction=None):
+    r = v[v["claim_id"] == claim_id]
+    if task is not None:
+        r = r[r["task"] == task]
+    if fraction is not None:
+        r = r[r["setting"].str.startswith(f"{100 * fraction:g}% ")]
+    return r
+
+
+def one(v, *a, **k):
+    r = rows(v, *a, **k)
+    assert len(r) == 1, r
+    return r.iloc[0]
+
+
+ADAPTS = {0.5: 0.005, 0.75: 0.01}, {0.5: 0.15, 0.75: 0.25}          # fine-tuning recovers: mtf drops << ftm drops
+NO_ADAPT = {0.5: 0.10, 0.75: 0.20}, {0.5: 0.05, 0.75: 0.08}         # masking a fine-tuned model does better
+
+
+def test_layout_claims_and_no_nan():
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS), "STS-B": (0.8, 0.0, *ADAPTS)}), cfg())
+    claims.validate(v)
+    assert tuple(v.columns) == claims.COLUMNS
+    assert set(v["claim_id"]) == {c.id for c in study.STUDY.claims} == set(study.RULES)
+    assert (v["study"] == "random_pruning").all() and (v["semantics"] == "zero").all()
+    assert v["scale"].iloc[0] == ("minilm (3 x 4 heads); 300 training examples x 3 epochs, 300 dev examples; "
+                                  "5 seeds per task; a small-scale test, not the paper's set-up")
+    assert "nan" not in claims.render(v).lower() and "nan" not in " ".join(v["test"]).lower()
+    paper = {c.id: c.paper for c in study.STUDY.claims}
+    assert paper[RETRAIN] == "ours (exploratory)" and paper[PRUNABLE].startswith("Budhraja")
+
+
+def test_prunable_supported_when_fine_tuning_adapts_and_the_loss_is_within_the_margin():
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS)}), cfg())
+    for f in (0.5, 0.75):
+        r = one(v, PRUNABLE, "SST-2", f)
+        assert r["verdict"] == "supported", r["reason"]
+        assert r["margin"] == pytest.approx(0.1 * 0.3) and r["n_units"] == 5
+        assert r["test"].startswith("non-inferiority (greater)") and "0.1 x (full - chance)" in r["test"]
+    assert one(v, RETRAIN, "SST-2", 0.5)["verdict"] == "supported"
+
+
+def test_prunable_contradicted_when_the_loss_exceeds_the_margin():
+    mtf, ftm = {0.5: 0.10, 0.75: 0.12}, {0.5: 0.30, 0.75: 0.35}  # adapts (mtf beats ftm) but loses 0.1 > 0.03
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, mtf, ftm)}), cfg())
+    r = one(v, PRUNABLE, "SST-2", 0.5)
+    assert r["verdict"] == "contradicted" and r["ci_high"] < -r["margin"]
+
+
+def test_adapts_gate_fails_and_the_mask_then_fine_tune_claim_is_not_testable():
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, *NO_ADAPT)}), cfg())
+    for f in (0.5, 0.75):
+        r = one(v, PRUNABLE, "SST-2", f)
+        assert r["verdict"] == "not testable" and pd.isna(r["p"])
+        assert r["reason"].startswith("fine-tuning too short to adapt") and "SST-2" in r["reason"]
+    # the regime comparison itself carries no adapts gate: here it is significant the other way
+    assert one(v, RETRAIN, "SST-2", 0.5)["verdict"] == "contradicted"
+
+
+def test_adapts_gate_needs_both_regimes_at_half():
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS)}, regimes=("mask_then_finetune",)), cfg())
+    r = one(v, PRUNABLE, "SST-2", 0.5)
+    assert r["verdict"] == "not testable" and r["reason"].startswith("no results to check that fine-tuning adapts")
+    r = one(v, RETRAIN)
+    assert r["verdict"] == "not testable" and "both regimes" in r["reason"] and r["n_units"] == 0
+
+
+def test_above_chance_gate_both_branches():
+    v = study.verdicts(cells({"SST-2": (0.52, 0.5, *ADAPTS), "STS-B": (0.8, 0.0, *ADAPTS)}), cfg())
+    for claim in (PRUNABLE, RETRAIN):
+        r = one(v, claim, "SST-2", 0.5)
+        assert r["verdict"] == "not testable" and "not above chance by 0.05" in r["reason"]
+        assert one(v, claim, "STS-B", 0.5)["verdict"] == "supported"
+        pooled = one(v, claim, "all (SST-2, STS-B)", 0.5)  # the pool that could not be formed
+        assert pooled["verdict"] == "not testable" and "fewer than 2 tasks testable" in pooled["reason"]
+
+
+def test_per_task_then_pooled_when_tasks_agree_and_inconclusive_when_they_disagree():
+    agree = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS), "STS-B": (0.8, 0.0, *ADAPTS)}), cfg())
+    pooled = one(agree, PRUNABLE, "all (SST-2, STS-B)", 0.5)
+    assert pooled["verdict"] == "supported" and pooled["n_units"] == 10
+    assert pooled["margin"] == pytest.approx(0.1)  # normalised: the share of (full - chance)
+    bad = {0.5: 0.10, 0.75: 0.12}, {0.5: 0.30, 0.75: 0.35}
+    split = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS), "STS-B": (0.8, 0.0, *bad)}), cfg())
+    assert one(split, PRUNABLE, "SST-2", 0.5)["verdict"] == "supported"
+    assert one(split, PRUNABLE, "STS-B", 0.5)["verdict"] == "contradicted"
+    pooled = one(split, PRUNABLE, "all (SST-2, STS-B)", 0.5)
+    assert pooled["verdict"] == "inconclusive" and pooled["reason"].startswith("tasks disagree")
+    assert "n/a (tasks disagree)" in claims.render(split)
+
+
+def test_holm_runs_over_the_whole_study():
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS), "STS-B": (0.8, 0.0, *ADAPTS)}), cfg())
+    tested = v[v["p"].notna()]
+    from headprune_utils.stats import holm
+
+    assert len(set(tested["claim_id"])) == 2
+    assert tested["p_adjusted"].to_numpy() == pytest.approx(holm(tested["p"].to_numpy()))
+
+
+def test_the_paper_scale_is_named_as_such():
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS)}), cfg(model="bert-base-uncased", train_size=None,
+                                                                  dev_size=None))
+    assert "not the paper's set-up" not in v["scale"].iloc[0] and "full training sets" in v["scale"].iloc[0]
+
+
+def test_margin_share_is_checked(tiny_model_dir, tiny_glue_root):
+    from headprune_utils.config import ParameterError, validate
+
+    base = dict(model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0], device="cpu", data_dir=str(tiny_glue_root),
+                allow_hub=False)
+    with pytest.raises(ParameterError, match="margin_share"):
+        validate(study.RandomPruningConfig, {**base, "margin_share": 0.0})
+    assert validate(study.RandomPruningConfig, base).margin_share == 0.1

@@ -1,0 +1,174 @@
+"""Study 4's claims (claims model) on hand-made matrices: each claim's verdict in both directions where the cells
+allow, the gates' both branches (one task / one model / MLM not trained / one MLM seed), no NaN in the text."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headprune_utils import claims, clustering
+from headprune_utils.config import validate
+from headprune_utils.studies import redundancy_patterns as study
+
+N = 12  # the tiny model: 3 layers x 4 heads
+METRICS = ["js", "hellinger", "dcor"]
+VOCAB = 30522
+
+
+@pytest.fixture(scope="module")
+def cfg(tiny_model_dir, tiny_glue_root):
+    return validate(study.RedundancyPatternsConfig, dict(
+        model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0, 1, 2], probe_tasks=["SST-2"], metrics=METRICS,
+        cluster_metric="js", k_max=4, n_null=19, n_permutations=99, dropouts=[0.0, 0.1, 0.3], mlm_seeds=[0, 1, 2],
+        train_size=None, dev_size=None, epochs=1, device="cpu", data_dir=str(tiny_glue_root), allow_hub=False,
+        progress=False))
+
+
+def sym(rng, base=None, noise=0.0):
+    x = rng.random((N, N)) if base is None else base + noise * rng.standard_normal((N, N))
+    x = np.clip(np.abs((x + x.T) / 2), 0, 1)
+    np.fill_diagonal(x, 0)
+    return x
+
+
+def blocks(rng, noise=0.02):
+    """Three clear groups of 4 heads: small distances within, large between."""
+    lab = np.repeat([0, 1, 2], 4)
+    return sym(rng, base=np.where(lab[:, None] == lab[None, :], 0.1, 0.8), noise=noise)
+
+
+def table_of(cells: dict, extra: dict | None = None) -> pd.DataFrame:
+    rows = []
+    for (model, probe), m in cells.items():
+        rows.append({"model": model, "probe": probe, "seconds": 0.0,
+                     "matrices": {**{k: {"a": clustering.upper(a).tolist(), "b": clustering.upper(b).tolist()}
+                                     for k, (a, b) in m.items()}, "n_a": 4, "n_b": 4},
+                     **(extra or {}).get(model, {})})
+    return pd.DataFrame(rows)
+
+
+def own(rng):
+    """Two halves of one pattern unrelated to anything else (a consistent matrix: split-half ceiling near 1)."""
+    x = sym(rng)
+    return x, sym(rng, base=x, noise=0.01)
+
+
+def world(related: bool = True, tasks=("A", "B"), loss_last: float = 2.0, slope: float = -0.2, seed: int = 0):
+    """Pre-trained model on generic / random / task probes, fine-tuned models (task x seed 0-2), MLM runs: every
+    matrix a noisy copy of one block matrix when ``related``, else independent noise for the fine-tuned models."""
+    rng = np.random.default_rng(seed)
+    base = blocks(rng)
+    copy = lambda: sym(rng, base=base, noise=0.01)
+    cells = {("pretrained", p): {m: (copy(), copy()) for m in METRICS}
+             for p in ["generic", "random-0", *(f"task-{t}" for t in tasks)]}
+    for t in tasks:
+        for s in (0, 1, 2):
+            cells[(f"finetuned-{t}-s{s}", f"task-{t}")] = {
+                m: ((copy(), copy()) if related else own(rng)) for m in METRICS}
+    extra = {}
+    for p in (0.0, 0.1, 0.3):
+        for s in (0, 1, 2):
+            name = f"mlm-p{p:g}-s{s}"
+            shifted = np.clip(base * (1 + slope * p) + 0.002 * rng.standard_normal(), 0, 1)
+            np.fill_diagonal(shifted, 0)
+            cells[(name, "generic")] = {m: (shifted, shifted) for m in METRICS}
+            extra[name] = {"head_loss_first": 9.8, "head_loss_last": 8.0, "loss_first": loss_last + 1, "loss_last": loss_last}
+    return study.Matrices(table_of(cells, extra), (3, 4))
+
+
+def run(mats, cfg, tasks=("A", "B")):
+    when_t = study.when(mats, cfg, list(tasks))
+    why_runs, _ = study.why(mats, cfg)
+    return study.verdicts(mats, cfg, when_t, why_runs, list(tasks), vocab_size=VOCAB)
+
+
+def one(v, cid, task=None, setting=None):
+    r = v[v["claim_id"] == cid]
+    if task is not None:
+        r = r[r["task"] == task]
+    if setting is not None:
+        r = r[r["setting"] == setting]
+    assert len(r) == 1, r
+    return r.iloc[0]
+
+
+@pytest.fixture(scope="module")
+def alike(cfg):
+    return run(world(related=True), cfg)
+
+
+@pytest.fixture(scope="module")
+def unrelated(cfg):
+    return run(world(related=False, loss_last=7.5), cfg)
+
+
+def test_layout_and_no_nan(alike, unrelated):
+    for v in (alike, unrelated):
+        assert tuple(v.columns) == claims.COLUMNS
+        claims.validate(v)
+        assert set(v["claim_id"]) == {c.id for c in study.STUDY.claims}
+        assert "nan" not in claims.render(v).lower()
+    papers = {c.id: c.paper for c in study.STUDY.claims}
+    assert papers["bian.what_token"] == "ours (exploratory)" and papers["bian.when"].startswith("Bian")
+
+
+def test_when_both_directions(alike, unrelated):
+    assert one(alike, "bian.when", "all (A, B)", "js")["verdict"] == "supported"
+    assert one(alike, "bian.when", "A", "js")["margin"] == pytest.approx(
+        study.SAME_SHARE * np.mean(one(alike, "bian.when", "A", "js")["margin"] / study.SAME_SHARE))
+    assert one(unrelated, "bian.when", "A", "js")["verdict"] == "contradicted"
+
+
+def test_who_tasks_pairs_models_of_two_tasks(alike, unrelated, cfg):
+    r = one(alike, "bian.who_tasks", "A vs B", "js")
+    assert r["verdict"] == "supported" and r["unit"].startswith("seed") and "negative control" in r["reason"]
+    assert one(unrelated, "bian.who_tasks", "A vs B", "js")["verdict"] == "contradicted"
+    single = run(world(tasks=("A",)), cfg, tasks=("A",))
+    row = one(single, "bian.who_tasks")
+    assert row["verdict"] == "not testable" and "fine-tuned models of 1 task(s)" in row["reason"]
+
+
+def test_what_on_the_fine_tuned_models(alike, unrelated):
+    assert one(alike, "bian.what_token", "all (A, B)")["verdict"] == "supported"
+    assert one(alike, "bian.what_token", "A")["n_units"] == 3
+    assert one(unrelated, "bian.what_token_sentence", "A")["verdict"] == "contradicted"  # independent noise per metric
+    # one sentence-based distance only: the pair claim is not testable (no pair)
+    row = one(alike, "bian.what_sentence")
+    assert row["verdict"] == "not testable" and "no pair" in row["reason"]
+
+
+def test_where_clusters_against_the_shuffled_null(alike, unrelated):
+    assert one(alike, "bian.where", "all (A, B)")["verdict"] == "supported"
+    assert one(unrelated, "bian.where", "A")["verdict"] != "supported"
+
+
+def test_who_random_is_one_model(alike):
+    r = one(alike, "bian.who_random", setting="js")
+    assert r["verdict"] == "not testable" and r["n_units"] == 1 and "pre-trained model only" in r["reason"]
+    assert "negative control" in r["reason"]
+
+
+def test_why_gate_mlm_trained_both_branches(alike, unrelated, cfg):
+    trained = one(alike, "bian.why", setting="js")
+    assert trained["verdict"] == "supported" and trained["effect"] < 0  # more dropout, lower distance
+    untrained = one(unrelated, "bian.why", setting="js")
+    assert untrained["verdict"] == "not testable" and "MLM head is not trained" in untrained["reason"]
+    up = run(world(slope=+0.2), cfg)
+    assert one(up, "bian.why", setting="js")["verdict"] == "contradicted"
+
+
+def test_why_one_mlm_seed_is_not_testable(tiny_model_dir, tiny_glue_root):
+    cfg1 = validate(study.RedundancyPatternsConfig, dict(
+        model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0, 1, 2], probe_tasks=["SST-2"], metrics=METRICS,
+        cluster_metric="js", k_max=4, n_null=19, n_permutations=99, dropouts=[0.0, 0.1, 0.3], mlm_seeds=[0],
+        train_size=None, dev_size=None, epochs=1, device="cpu", data_dir=str(tiny_glue_root), allow_hub=False,
+        progress=False))
+    v = run(world(), cfg1)
+    r = one(v, "bian.why", setting="js")
+    assert r["verdict"] == "not testable" and "at least 2 units" in r["reason"]
+
+
+def test_holm_over_the_family_includes_the_dropout_slopes(alike):
+    tested = alike[alike["p"].notna()]
+    assert (tested["claim_id"] == "bian.why").sum() == len(METRICS)
+    assert np.allclose(tested["p_adjusted"], claims.stats.holm(tested["p"].to_numpy()))

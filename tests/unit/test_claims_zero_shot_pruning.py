@@ -1,0 +1,153 @@
+"""Study 5's claims on hand-made cell tables: each claim's wiring in both directions, both branches of every gate,
+per-task then pooled verdicts, the zero-shot masks beside the verdicts, no NaN in the rendered text."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from headprune_utils import claims
+from headprune_utils.studies import zero_shot_pruning as study
+
+JITTER = (-0.002, -0.001, 0.0, 0.001, 0.002)  # seed-to-seed spread of every score (5 seeds)
+FULL_MASK = "1111/1111/1111"
+ZS_MASK = {0.5: "1110/1100/1000", 0.75: "1000/0000/0010"}  # kept per layer [3, 2, 1] and [1, 0, 1]
+COMPARABLE, VS_RANDOM, VS_IMPORTANCE, RANDOM = ("bian.zero_shot_comparable", "bian.zero_shot_vs_random",
+                                                 "ours.zero_shot_vs_importance", "budhraja.random_comparable")
+MTF, FTM = "mask_then_finetune", "finetune_then_mask"
+
+
+def cfg(**kw):
+    base = dict(model="minilm", train_size=300, dev_size=300, epochs=3, seeds=list(range(len(JITTER))),
+                ablation="zero", margin_share=0.1)
+    return SimpleNamespace(**{**base, **kw})
+
+
+def cells(tasks: dict, methods=("zero_shot", "random", "least_important")) -> pd.DataFrame:
+    """``tasks``: name -> (full, chance, {(regime, method, budget): drop from the full model}); a drop not given
+    is 0.1 (mask-then-fine-tune) or 0.2 (fine-tune-then-mask)."""
+    rows = []
+    for task, (full, chance, drops) in tasks.items():
+        for seed, j in enumerate(JITTER):
+            for regime in (MTF, FTM):
+                rows.append({"task": task, "regime": regime, "strategy": "none", "budget": 0.0, "seed": seed,
+                             "score": full + j, "chance": chance, "mask": FULL_MASK})
+                for budget in ((0.5,) if regime == MTF else (0.5, 0.75)):
+                    for m in methods:
+                        drop = drops.get((regime, m, budget), 0.1 if regime == MTF else 0.2)
+                        mask = ZS_MASK[budget] if m == "zero_shot" else f"{seed % 2}111/1111/0000"
+                        rows.append({"task": task, "regime": regime, "strategy": m, "budget": budget, "seed": seed,
+                                     "score": full + j - drop + j * j * (10 + len(m) + budget), "chance": chance, "mask": mask})
+    return pd.DataFrame(rows)
+
+
+def one(v, claim_id, task, budget, regime):
+    setting = f"{100 * budget:g}% of heads pruned; {study.REGIME_NAMES[regime]}"
+    r = v[(v["claim_id"] == claim_id) & (v["task"] == task) & (v["setting"] == setting)]
+    assert len(r) == 1, (claim_id, task, setting, v[["claim_id", "task", "setting"]])
+    return r.iloc[0]
+
+
+GOOD = {(MTF, "zero_shot", 0.5): 0.005, (MTF, "random", 0.5): 0.005, (MTF, "least_important", 0.5): 0.005,
+        (FTM, "zero_shot", 0.5): 0.2, (FTM, "random", 0.5): 0.2, (FTM, "least_important", 0.5): 0.2}
+
+
+def test_layout_labels_and_no_nan():
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD), "STS-B": (0.8, 0.0, GOOD)}), cfg())
+    claims.validate(v)
+    assert tuple(v.columns) == claims.COLUMNS
+    assert set(v["claim_id"]) == {c.id for c in study.STUDY.claims} == set(study.RULES)
+    paper = {c.id: c.paper for c in study.STUDY.claims}
+    assert paper[VS_IMPORTANCE] == "ours (exploratory)" and paper[COMPARABLE].startswith("Bian")
+    assert "nan" not in claims.render(v).lower() and "nan" not in " ".join(v["test"]).lower()
+    assert v["scale"].str.endswith("a small-scale test, not the paper's set-up").all()
+    # rules: against the full model non-inferiority, between methods equivalence
+    assert one(v, COMPARABLE, "SST-2", 0.5, MTF)["test"].startswith("non-inferiority (greater)")
+    assert one(v, VS_RANDOM, "SST-2", 0.5, MTF)["test"].startswith("equivalence (TOST)")
+    assert one(v, VS_IMPORTANCE, "SST-2", 0.5, MTF)["test"].startswith("equivalence (TOST)")
+
+
+def test_comparable_to_the_full_model_both_directions():
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD)}), cfg())
+    r = one(v, COMPARABLE, "SST-2", 0.5, MTF)
+    assert r["verdict"] == "supported" and r["margin"] == pytest.approx(0.03), r["reason"]
+    # fine-tune, then mask loses 0.2 (> 0.03): contradicted
+    assert one(v, COMPARABLE, "SST-2", 0.75, FTM)["verdict"] == "contradicted"
+    assert one(v, RANDOM, "SST-2", 0.5, MTF)["verdict"] == "supported"
+    assert one(v, RANDOM, "SST-2", 0.5, FTM)["verdict"] == "contradicted"
+
+
+def test_equivalence_between_methods_both_directions():
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD)}), cfg())
+    assert one(v, VS_RANDOM, "SST-2", 0.5, MTF)["verdict"] == "supported"
+    assert one(v, VS_IMPORTANCE, "SST-2", 0.5, MTF)["verdict"] == "supported"
+    better = {**GOOD, (MTF, "random", 0.5): 0.09}  # zero-shot 0.085 better than random: outside +-0.03
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, better)}), cfg())
+    r = one(v, VS_RANDOM, "SST-2", 0.5, MTF)
+    assert r["verdict"] == "contradicted" and r["ci_low"] > r["margin"]
+
+
+def test_adapts_gate_only_on_mask_then_fine_tune_rows():
+    no_adapt = {**GOOD, (FTM, "random", 0.5): 0.0}  # masking the fine-tuned model loses nothing: mtf cannot beat it
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, no_adapt)}), cfg())
+    for claim in (COMPARABLE, VS_RANDOM, VS_IMPORTANCE, RANDOM):
+        r = one(v, claim, "SST-2", 0.5, MTF)
+        assert r["verdict"] == "not testable" and r["reason"].startswith("fine-tuning too short to adapt")
+        assert "random masks" in r["reason"] and pd.isna(r["p"])
+        assert one(v, claim, "SST-2", 0.5, FTM)["verdict"] != "not testable"
+
+
+def test_above_chance_gate_both_branches():
+    v = study.verdicts(cells({"SST-2": (0.53, 0.5, GOOD), "STS-B": (0.8, 0.0, GOOD)}), cfg())
+    r = one(v, COMPARABLE, "SST-2", 0.75, FTM)
+    assert r["verdict"] == "not testable" and "not above chance by 0.05" in r["reason"]
+    assert one(v, COMPARABLE, "STS-B", 0.75, FTM)["verdict"] == "contradicted"
+    pooled = one(v, COMPARABLE, "all (SST-2, STS-B)", 0.75, FTM)
+    assert pooled["verdict"] == "not testable" and "fewer than 2 tasks testable" in pooled["reason"]
+
+
+def test_pooled_when_tasks_agree_inconclusive_when_they_disagree():
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD), "STS-B": (0.8, 0.0, GOOD)}), cfg())
+    pooled = one(v, COMPARABLE, "all (SST-2, STS-B)", 0.5, MTF)
+    assert pooled["verdict"] == "supported" and pooled["n_units"] == 10 and pooled["margin"] == pytest.approx(0.1)
+    worse = {**GOOD, (MTF, "zero_shot", 0.5): 0.1}
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD), "STS-B": (0.8, 0.0, worse)}), cfg())
+    assert one(v, COMPARABLE, "STS-B", 0.5, MTF)["verdict"] == "contradicted"
+    pooled = one(v, COMPARABLE, "all (SST-2, STS-B)", 0.5, MTF)
+    assert pooled["verdict"] == "inconclusive" and pooled["reason"].startswith("tasks disagree")
+    tested = v[v["p"].notna()]
+    from headprune_utils.stats import holm
+
+    assert tested["p_adjusted"].to_numpy() == pytest.approx(holm(tested["p"].to_numpy()))  # one family
+
+
+def test_zero_shot_masks_beside_the_verdicts():
+    table = cells({"SST-2": (0.8, 0.5, GOOD), "STS-B": (0.8, 0.0, GOOD)})
+    zm = study.zero_shot_masks(table).set_index(["regime", "budget"])
+    assert zm.loc[(FTM, 0.75), "kept_per_layer"] == "[1, 0, 1]" and zm.loc[(FTM, 0.75), "layers_emptied"] == 1
+    assert zm.loc[(MTF, 0.5), "kept_per_layer"] == "[3, 2, 1]" and (zm["n_masks"] == 1).all()
+    v = study.verdicts(table, cfg())
+    beside = study.verdict_masks(v, table)
+    assert set(beside["claim_id"]) == {COMPARABLE, VS_RANDOM, VS_IMPORTANCE}  # the claims measured on zero-shot
+    assert len(beside) == (v["claim_id"] != RANDOM).sum()
+    row = beside[(beside["claim_id"] == COMPARABLE) & beside["setting"].str.startswith("75%")].iloc[0]
+    assert row["zero-shot heads kept per layer"] == "[1, 0, 1]" and row["layers emptied"] == "1"
+    assert not beside.isna().any().any() and "nan" not in beside.to_csv().lower()
+
+
+def test_a_method_not_run_makes_its_claim_not_testable():
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD)}, methods=("zero_shot", "random")), cfg())
+    r = v[v["claim_id"] == VS_IMPORTANCE]
+    assert len(r) == 1 and r.iloc[0]["verdict"] == "not testable" and "least_important" in r.iloc[0]["reason"]
+    claims.validate(v)
+
+
+def test_margin_share_is_checked(tiny_model_dir, tiny_glue_root):
+    from headprune_utils.config import ParameterError, validate
+
+    base = dict(model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0], fractions=[0.5], device="cpu",
+                data_dir=str(tiny_glue_root), allow_hub=False)
+    with pytest.raises(ParameterError, match="margin_share"):
+        validate(study.ZeroShotPruningConfig, {**base, "margin_share": 1.5})
+    assert validate(study.ZeroShotPruningConfig, base).margin_share == 0.1
