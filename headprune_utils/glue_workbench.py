@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import pandas as pd
 import torch
 
 from . import batching, data, masks, models, training
@@ -377,6 +378,18 @@ def chance_score(task: str, train, dev) -> float:
     preds = np.full(len(dev.labels), values[np.argmax(counts)])
     return float(main_score(task, compute_metrics(task, preds, np.asarray(dev.labels))))
 
+
+
+def scale_text(cfg: GlueStudyConfig, table: pd.DataFrame) -> str:
+    """A GLUE study run's scale in words (the ``scale`` column of its verdicts), from ``cfg`` and the heads of
+    the table's masks."""
+    shape = masks.mask_from_string(str(table["mask"].iloc[0])).shape if len(table) and "mask" in table else None
+    heads = f"{shape[0]} x {shape[1]} heads" if shape is not None else "heads n/a (no cells)"
+    train = "full training sets" if cfg.train_size is None else f"{cfg.train_size} training examples"
+    dev = "full dev sets" if cfg.dev_size is None else f"{cfg.dev_size} dev examples"
+    text = f"{cfg.model} ({heads}); {train} x {cfg.epochs} epochs, {dev}; {len(cfg.seeds)} seeds per task"
+    paper = cfg.model == "bert-base-uncased" and cfg.train_size is None and cfg.dev_size is None
+    return text + ("" if paper else "; a small-scale test, not the paper's set-up")
 
 
 # ---------------------------------------------------------------------------------------------- planned cost

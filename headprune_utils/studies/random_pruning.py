@@ -34,14 +34,14 @@ from ..pruning_curves import REGIMES
 from ..results import fingerprint
 from .base import Cell, Claim, Cost, Study
 from .random_pruning_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    REGIME_NAMES, RULES, claim_verdicts, findings, paired_drop, prunable_fraction, regime_difference, scale, summarise,
+    REGIME_NAMES, RULES, claim_verdicts, findings, paired_drop, prunable_fraction, regime_difference, summarise,
 )
 
 __all__ = [
     "NAME", "STUDY", "RandomPruning", "RandomPruningConfig", "REGIMES", "Regime", "plan_cells", "study_fingerprint",
     "cell_mask", "run_cell",
     # the analysis (random_pruning_analysis), re-exported so the notebook needs one module
-    "REGIME_NAMES", "RULES", "summarise", "paired_drop", "prunable_fraction", "regime_difference", "scale",
+    "REGIME_NAMES", "RULES", "summarise", "paired_drop", "prunable_fraction", "regime_difference",
     "claim_verdicts", "verdicts", "findings",
 ]
 

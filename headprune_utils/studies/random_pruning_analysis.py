@@ -24,13 +24,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .. import claims, masks
+from .. import claims, glue_workbench
 from ..pruning_curves import (  # noqa: F401 (re-exported: the notebook and the tests read them from this study)
     paired_drop, prunable_fraction, regime_difference, summarise,
 )
 
 __all__ = ["REGIME_NAMES", "summarise", "paired_drop", "prunable_fraction", "regime_difference", "ABOVE_CHANCE",
-           "ADAPT_FRACTION", "RULES", "ClaimRule", "scale", "too_short_to_adapt", "adapt_diffs",
+           "ADAPT_FRACTION", "RULES", "ClaimRule", "too_short_to_adapt", "adapt_diffs",
            "prunable_measurements", "retraining_measurements", "claim_verdicts", "findings"]
 
 REGIME_NAMES = {
@@ -145,24 +145,13 @@ def too_short_to_adapt(gate: claims.Gate) -> claims.Gate:
     return named
 
 
-def scale(cfg, table: pd.DataFrame) -> str:
-    """The run's scale in words, from ``cfg`` (and the heads of the table's masks)."""
-    shape = masks.mask_from_string(str(table["mask"].iloc[0])).shape if len(table) and "mask" in table else None
-    heads = f"{shape[0]} x {shape[1]} heads" if shape is not None else "heads n/a (no cells)"
-    train = "full training sets" if cfg.train_size is None else f"{cfg.train_size} training examples"
-    dev = "full dev sets" if cfg.dev_size is None else f"{cfg.dev_size} dev examples"
-    text = f"{cfg.model} ({heads}); {train} x {cfg.epochs} epochs, {dev}; {len(cfg.seeds)} seeds per task"
-    paper = cfg.model == "bert-base-uncased" and cfg.train_size is None and cfg.dev_size is None
-    return text + ("" if paper else "; a small-scale test, not the paper's set-up")
-
-
 def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence) -> pd.DataFrame:
     """The study's verdict table (:data:`claims.COLUMNS`): every declared claim (``declared``: the study's
     ``claims``) decided by its :data:`RULES` entry, per task then pooled, Holm over the study's family. A claim
     with no measurement in this run gets one ``not testable`` row saying so."""
     if {c.id for c in declared} != set(RULES):
         raise ValueError(f"claims without a rule or rules without a claim: {sorted({c.id for c in declared} ^ set(RULES))}")
-    text = scale(cfg, table)
+    text = glue_workbench.scale_text(cfg, table)
     parts = []
     for claim in declared:
         spec = RULES[claim.id]

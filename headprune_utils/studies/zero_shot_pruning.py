@@ -33,7 +33,7 @@ from ..results import fingerprint
 from ..strategy_sweep import REGIMES, Regime, run_batch, run_cell, run_cells
 from .base import Cell, Claim, Cost, Study
 from .zero_shot_pruning_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    CONTRASTS, METHODS, REGIME_NAMES, RULES, claim_verdicts, contrasts, example_masks, mask_overlap, paired, scale,
+    CONTRASTS, METHODS, REGIME_NAMES, RULES, claim_verdicts, contrasts, example_masks, mask_overlap, paired,
     summarise, verdict_masks, zero_shot_masks,
 )
 
@@ -41,7 +41,7 @@ __all__ = [
     "NAME", "STUDY", "ZeroShotPruningConfig", "ZeroShotPruning", "REGIMES", "Regime", "probe_cost", "plan_cells",
     "study_fingerprint", "zero_shot_matrix", "Context", "run_cells", "run_cell",
     # the analysis (zero_shot_pruning_analysis), re-exported so the notebook needs one module
-    "METHODS", "CONTRASTS", "REGIME_NAMES", "RULES", "summarise", "example_masks", "paired", "contrasts", "scale",
+    "METHODS", "CONTRASTS", "REGIME_NAMES", "RULES", "summarise", "example_masks", "paired", "contrasts",
     "claim_verdicts", "verdicts", "zero_shot_masks", "verdict_masks", "mask_overlap",
 ]
 

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .. import claims, masks, strategy_sweep
+from .. import claims, glue_workbench, masks, strategy_sweep
 from ..paired_contrasts import Contrast, contrast_table
 from ..strategy_sweep import REGIME_NAMES, summarise  # noqa: F401 (re-exported: the notebook reads them from this study)
 
 __all__ = ["METHODS", "CONTRASTS", "REGIME_NAMES", "summarise", "example_masks", "paired", "contrasts", "ABOVE_CHANCE",
-           "ADAPT_BUDGET", "RULES", "ClaimRule", "contrast_measurements", "adapt_diffs", "adapts_gate", "scale",
+           "ADAPT_BUDGET", "RULES", "ClaimRule", "contrast_measurements", "adapt_diffs", "adapts_gate",
            "claim_verdicts", "zero_shot_masks", "verdict_masks", "mask_overlap"]
 
 METHODS: tuple[str, ...] = ("zero_shot", "random", "least_important")
@@ -168,24 +168,13 @@ def _gates(names, table: pd.DataFrame) -> list[claims.Gate]:
     return [made[n]() for n in names]
 
 
-def scale(cfg, table: pd.DataFrame) -> str:
-    """The run's scale in words, from ``cfg`` (and the heads of the table's masks)."""
-    shape = masks.mask_from_string(str(table["mask"].iloc[0])).shape if len(table) and "mask" in table else None
-    heads = f"{shape[0]} x {shape[1]} heads" if shape is not None else "heads n/a (no cells)"
-    train = "full training sets" if cfg.train_size is None else f"{cfg.train_size} training examples"
-    dev = "full dev sets" if cfg.dev_size is None else f"{cfg.dev_size} dev examples"
-    text = f"{cfg.model} ({heads}); {train} x {cfg.epochs} epochs, {dev}; {len(cfg.seeds)} seeds per task"
-    paper = cfg.model == "bert-base-uncased" and cfg.train_size is None and cfg.dev_size is None
-    return text + ("" if paper else "; a small-scale test, not the paper's set-up")
-
-
 def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence) -> pd.DataFrame:
     """The study's verdict table (:data:`claims.COLUMNS`): every declared claim (``declared``: the study's
     ``claims``) decided by its :data:`RULES` entry per task, then pooled over tasks, per regime x budget; Holm over
     the study's family. A claim with no measurement in this run gets one ``not testable`` row saying so."""
     if {c.id for c in declared} != set(RULES):
         raise ValueError(f"claims without a rule or rules without a claim: {sorted({c.id for c in declared} ^ set(RULES))}")
-    text = scale(cfg, table)
+    text = glue_workbench.scale_text(cfg, table)
     parts = []
     for claim in declared:
         spec = RULES[claim.id]
