@@ -103,8 +103,14 @@ class Study(ABC):
         """Compute ``cells`` (one batch), yielding ``(cell, result)`` as each finishes; never writes results."""
 
     def run_params(self, cfg) -> dict:
-        """Recorded in ``run_meta.json`` beside the parameters (e.g. the tasks run and the ones unavailable)."""
-        return {}
+        """Recorded in ``run_meta.json`` beside the parameters. Default: a GLUE study's tasks run and the ones
+        unavailable (with why)."""
+        from ..glue_workbench import GlueStudyConfig, resolve_tasks
+
+        if not isinstance(cfg, GlueStudyConfig):
+            return {}
+        tasks, missing = resolve_tasks(cfg)
+        return {"tasks_run": tasks, "tasks_unavailable": missing}
 
     def data_fingerprints(self, cfg) -> dict:
         """``{name: content hash}`` of the data files the run reads (recorded in ``run_meta.json``; the same hashes

@@ -204,9 +204,5 @@ class Compensation(Study):
         for cell in cells:
             yield cell, run_cell(ctx, dict(cell.axes))
 
-    def run_params(self, cfg: CompensationConfig) -> dict:
-        tasks, missing = glue_workbench.resolve_tasks(cfg)
-        return {"tasks_run": tasks, "tasks_unavailable": missing}
-
 
 STUDY = Compensation()

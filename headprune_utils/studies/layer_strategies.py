@@ -178,10 +178,6 @@ class LayerStrategies(Study):
         shared = ctx.cfg.shared_evaluation
         yield from run_batch(cells, lambda axes: run_cells(ctx, axes, shared=shared), lambda axes: run_cell(ctx, axes))
 
-    def run_params(self, cfg: LayerStrategiesConfig) -> dict:
-        tasks, missing = glue_workbench.resolve_tasks(cfg)
-        return {"tasks_run": tasks, "tasks_unavailable": missing}
-
 
 def verdicts(table, cfg: LayerStrategiesConfig, alpha: float = 0.05):
     """The verdict table of the study's claims (``claims.COLUMNS``) from the cells' table: see

@@ -177,10 +177,6 @@ class RandomPruning(Study):
         for cell in cells:
             yield cell, run_cell(ctx, dict(cell.axes))
 
-    def run_params(self, cfg: RandomPruningConfig) -> dict:
-        tasks, missing = glue_workbench.resolve_tasks(cfg)
-        return {"tasks_run": tasks, "tasks_unavailable": missing}
-
 
 STUDY = RandomPruning()
 

@@ -469,9 +469,5 @@ class SpecializedHeadsL0(Study):
                 yield cell, run_l0_cell(ctx, axes, torch.tensor(scores["gradient_importance"]), scores["score_full"],
                                         batches[(task, seed)])
 
-    def run_params(self, cfg: SpecializedHeadsL0Config) -> dict:
-        tasks, missing = glue_workbench.resolve_tasks(cfg)
-        return {"tasks_run": tasks, "tasks_unavailable": missing}
-
 
 STUDY = SpecializedHeadsL0()

@@ -225,10 +225,6 @@ class ZeroShotPruning(Study):
         shared = ctx.cfg.shared_evaluation
         yield from run_batch(cells, lambda axes: run_cells(ctx, axes, shared=shared), lambda axes: run_cell(ctx, axes))
 
-    def run_params(self, cfg: ZeroShotPruningConfig) -> dict:
-        tasks, missing = glue_workbench.resolve_tasks(cfg)
-        return {"tasks_run": tasks, "tasks_unavailable": missing}
-
 
 STUDY = ZeroShotPruning()
 
