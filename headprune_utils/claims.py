@@ -48,6 +48,12 @@ adjusts within the claim, ``adjust`` on the study's concatenated table supersede
   t-interval): ``supported`` if ``p_adj < alpha`` (unadjusted: the CI's lower end above ``-m``);
   ``contradicted`` if ``hi < -m`` (worse by more than the margin); ``inconclusive`` otherwise.
 
+Semantics. Every row names the ablation semantics it was measured under (``semantics``: ``zero``, ``uniform``,
+``mean``, :mod:`headprune_utils.gates`) and whether that is the claim's own paper's (``analysis = "primary"``)
+or another one (``"sensitivity"``: the same claim re-tested under another intervention). Holm families: a
+study's primary rows; each sensitivity semantics of a study apart (:func:`adjust`). Whether a verdict flips with
+the semantics: :func:`semantics_dependence`.
+
 The CIs are not multiplicity-adjusted; only the p-values are. Margins are stated in the ``margin`` column and
 their derivation in the ``test`` column (e.g. "1 x seed-to-seed SD of the full model", :class:`SeedSpread`;
 "0.1 x (full - chance)", :class:`ShareOfHeadroom`), so every verdict can be re-derived from its row
@@ -68,14 +74,15 @@ from . import stats
 __all__ = [
     "VERDICTS", "COLUMNS", "Untestable", "SeedSpread", "ShareOfHeadroom", "Superiority", "Equivalence",
     "NonInferiority", "Measurement", "Gate", "enough_units", "above_chance", "adapts_to_mask", "role_found",
-    "evaluate", "decide", "adjust", "render", "validate", "empty_table",
+    "evaluate", "decide", "adjust", "render", "validate", "empty_table", "ANALYSES", "semantics_dependence",
 ]
 
 VERDICTS: tuple[str, ...] = ("supported", "not supported", "contradicted", "inconclusive", "not testable")
 COLUMNS: tuple[str, ...] = (
-    "study", "claim_id", "paper", "claim", "task", "setting", "semantics", "effect", "ci_low", "ci_high",
-    "n_units", "unit", "test", "p", "p_adjusted", "margin", "verdict", "reason", "scale",
+    "study", "claim_id", "paper", "claim", "task", "setting", "semantics", "analysis", "effect", "ci_low",
+    "ci_high", "n_units", "unit", "test", "p", "p_adjusted", "margin", "verdict", "reason", "scale",
 )
+ANALYSES: tuple[str, ...] = ("primary", "sensitivity")  # under the claim's own paper's semantics, or another
 DEFAULT_UNIT = "model (task x seed)"
 
 
@@ -370,7 +377,7 @@ def _row(claim, study: str, scale: str, task: str, m: Measurement, rule: Rule, x
     else:
         effect = low = high = p = nan
     return {"study": study, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": task,
-            "setting": m.setting, "semantics": m.semantics, "effect": effect, "ci_low": low, "ci_high": high,
+            "setting": m.setting, "semantics": m.semantics, "analysis": "primary", "effect": effect, "ci_low": low, "ci_high": high,
             "n_units": int(x.size), "unit": m.unit, "test": label, "p": p, "p_adjusted": float("nan"),
             "margin": margin, "verdict": "inconclusive" if testable else "not testable",
             "reason": "" if testable else "; ".join(reasons), "scale": scale}
@@ -497,13 +504,26 @@ def decide(row) -> tuple[str, str]:
     return "inconclusive", f"{ci} reaches past {bound:+.3g} (the margin); {ps} >= {alpha:g} ({n})"
 
 
-def adjust(table: pd.DataFrame) -> pd.DataFrame:
-    """Holm-adjust ``p`` within each study's family (every row of the study with a p) and set the verdicts of
-    those rows from the adjusted p (:func:`decide`). Rows without p (not testable, tasks disagree) keep their
-    verdict and reason. Returns a new table in :data:`COLUMNS` order."""
-    out = table.loc[:, list(COLUMNS)].copy()
+def adjust(table: pd.DataFrame, primary: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Holm-adjust ``p`` within each family and set the verdicts of those rows from the adjusted p
+    (:func:`decide`). Rows without p (not testable, tasks disagree) keep their verdict and reason. Returns a new
+    table in :data:`COLUMNS` order.
+
+    ``primary``: ``{claim_id: the semantics of the claim's own paper}`` (``studies.base.Claim.semantics``). A row
+    measured under that semantics is the ``"primary"`` analysis, any other a ``"sensitivity"`` one (claims not
+    in ``primary`` keep the ``analysis`` they have, else ``"primary"``). Families: a study's primary rows are one
+    family (the claims as the papers made them); each sensitivity semantics of a study is a family of its own
+    (a re-test of the same claims under another intervention, which must not dilute the primary tests)."""
+    out = table.reindex(columns=list(COLUMNS)).copy()
+    out["analysis"] = out["analysis"].where(out["analysis"].isin(ANALYSES), "primary")
+    if primary:
+        known = out["claim_id"].isin(list(primary))
+        own = out["claim_id"].map(primary)
+        out.loc[known, "analysis"] = np.where(out.loc[known, "semantics"] == own[known], "primary", "sensitivity")
     out["p_adjusted"] = np.nan
-    for _, idx in out.groupby("study", sort=False, dropna=False).groups.items():
+    family = out["study"].astype(str) + "|" + out["analysis"].astype(str) + "|" + np.where(
+        out["analysis"] == "sensitivity", out["semantics"].astype(str), "")
+    for _, idx in out.groupby(family, sort=False, dropna=False).groups.items():
         out.loc[idx, "p_adjusted"] = stats.holm(out.loc[idx, "p"].to_numpy(dtype=float))
     for i in out.index[out["p"].notna()]:
         out.loc[i, ["verdict", "reason"]] = decide(out.loc[i])
@@ -522,6 +542,9 @@ def validate(table: pd.DataFrame) -> None:
     bad = set(table["verdict"]) - set(VERDICTS)
     if bad:
         raise ValueError(f"unknown verdict words {sorted(bad)}; use {VERDICTS}")
+    odd = set(table["analysis"]) - set(ANALYSES)
+    if odd:
+        raise ValueError(f"unknown analysis {sorted(map(str, odd))}; use {ANALYSES}")
     missing = table["reason"].isna() | (table["reason"].astype(str).str.strip() == "")
     if missing.any():
         raise ValueError(f"rows without a reason: {table.loc[missing, ['claim_id', 'task']].values.tolist()}")
@@ -556,9 +579,41 @@ def render(table: pd.DataFrame) -> str:
         scale = f" [{first['scale']}]" if str(first["scale"]) else ""
         lines.append(f"{cid} ({first['paper']}): {claim}{scale}")
         for _, r in rows.iterrows():
-            where = " | ".join(str(v) for v in (r["task"], r["setting"], r["semantics"]) if str(v))
+            sem = f"{r['semantics']} ablation" + (" (sensitivity)" if r["analysis"] == "sensitivity" else "") \
+                if str(r["semantics"]) else ""
+            where = " | ".join(str(v) for v in (r["task"], r["setting"], sem) if str(v))
             lines.append(
                 f"  {where}: {str(r['verdict']).upper()}: effect {_val(r, 'effect')}, CI [{_val(r, 'ci_low')}, "
                 f"{_val(r, 'ci_high')}], {r['n_units']} x {r['unit']}, p {_val(r, 'p')}, Holm p "
                 f"{_val(r, 'p_adjusted')}, margin {_val(r, 'margin')}; {r['reason']} ({r['test']})")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ semantics dependence
+
+def semantics_dependence(table: pd.DataFrame) -> pd.DataFrame:
+    """Does a verdict depend on the ablation semantics? One row per claim x task x setting measured under two or
+    more semantics: the verdict under each (columns ``verdict_<semantics>``), the primary semantics, and
+    ``depends``: ``"yes"`` when two testable verdicts differ, ``"no"`` when at least two are testable and all
+    agree, ``"cannot tell"`` otherwise (fewer than two testable), with ``note`` saying which."""
+    cols = ["claim_id", "task", "setting", "primary_semantics", "depends", "note"]
+    if table.empty or table["semantics"].astype(str).nunique() < 2:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for (cid, task, setting), g in table.groupby(["claim_id", "task", "setting"], sort=False):
+        if g["semantics"].nunique() < 2:
+            continue
+        verdict = dict(zip(g["semantics"], g["verdict"]))
+        testable = {s: v for s, v in verdict.items() if v != "not testable"}
+        prim = g.loc[g["analysis"] == "primary", "semantics"]
+        if len(testable) < 2:
+            depends, note = "cannot tell", f"testable under {', '.join(testable) or 'none'} only"
+        elif len(set(testable.values())) > 1:
+            depends, note = "yes", "; ".join(f"{s}: {v}" for s, v in testable.items())
+        else:
+            depends, note = "no", f"{next(iter(testable.values()))} under {', '.join(testable)}"
+        rows.append({"claim_id": cid, "task": task, "setting": setting,
+                     "primary_semantics": prim.iloc[0] if len(prim) else "", "depends": depends, "note": note,
+                     **{f"verdict_{s}": v for s, v in verdict.items()}})
+    return pd.DataFrame(rows).reindex(columns=cols + sorted({c for r in rows for c in r} - set(cols))) if rows \
+        else pd.DataFrame(columns=cols)

@@ -510,6 +510,28 @@ def subset_indices(n: int, size: int | None, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).permutation(n)[:size])
 
 
+def _rows(data: TaskData, idx: np.ndarray) -> TaskData:
+    return TaskData(task=data.task, split=data.split, text_a=[data.text_a[i] for i in idx],
+                    text_b=None if data.text_b is None else [data.text_b[i] for i in idx],
+                    labels=np.asarray(data.labels)[idx].copy(), source=data.source, n_skipped=data.n_skipped)
+
+
+def hold_out(data: TaskData, size: int, seed: int) -> tuple[TaskData, TaskData]:
+    """``(rest, held_out)``: ``size`` rows chosen as :func:`subset` chooses them (``seed``) held out, e.g. a
+    validation split carved from the training data; both keep the file order and share no row.
+
+    Raises:
+        ValueError: ``size`` not in ``[1, len(data) - 1]`` (something must be left on each side).
+    """
+    size = operator.index(size)
+    if not 1 <= size < len(data):
+        raise ValueError(f"cannot hold out {size} of {len(data)} {data.task} {data.split} rows: leave at least one "
+                         "on each side")
+    held = subset_indices(len(data), size, seed)
+    rest = np.setdiff1d(np.arange(len(data)), held)
+    return _rows(data, rest), _rows(data, held)
+
+
 def subset(data: TaskData, size: int | None, seed: int) -> TaskData:
     """Deterministic random subset of ``size`` rows, in the original row order.
 

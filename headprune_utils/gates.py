@@ -61,6 +61,9 @@ from .architecture import (
 Ablation = Literal["zero", "uniform", "mean"]
 ABLATIONS: tuple[str, ...] = ("zero", "uniform", "mean")
 UNIFORM_KINDS: tuple[str, ...] = ("enc",)  # encoder-decoder types that support ablation="uniform"
+# Bump when what a semantics computes changes (:func:`ablate_heads`): every study's fingerprint holds it, so
+# results made under the old meaning of an ablation are then stale.
+ABLATION_VERSION = 1
 
 
 def ablate_heads(

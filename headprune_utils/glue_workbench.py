@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -18,7 +17,8 @@ import torch
 from . import batching, data, masks, models, training
 from .architecture import head_shape
 from .config import ParameterError, as_dict
-from .gates import head_means
+from . import semantics
+from .gates import ABLATION_VERSION, Ablation, head_means
 from .metrics import compute_metrics, main_score
 from .pruning import prune_heads
 from . import paths
@@ -48,11 +48,11 @@ class GlueStudyConfig:
     model: str = "minilm"                       # "minilm" (embedded), a local folder, or a hub id (bert-base-uncased)
     tasks: list[str] = field(default_factory=lambda: ["SST-2", "STS-B"])  # GLUE names, or ["all"] = every available task
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # seed s: mask, classifier init, data order
-    ablation: Literal["zero", "uniform", "mean"] = "zero"  # what a pruned head outputs (see gates.py)
     train_size: int | None = 300                # training examples per task (None: all)
     dev_size: int | None = 300                  # dev examples per task (None: all)
     subset_seed: int = 0                        # which examples form the subsets (fixed across seeds)
-    epochs: int = 3
+    epochs: int = 3                             # (with validation_size: the most epochs; the best one is kept)
+    validation_size: int | None = None          # training examples held out to choose each model's epoch on (None: none; train all epochs)
     batch_size: int = 16
     lr: float = 1e-4
     weight_decay: float = 0.01
@@ -75,10 +75,13 @@ class GlueStudyConfig:
             raise ParameterError("seeds must not be empty")
         if len(set(self.seeds)) != len(self.seeds):
             raise ParameterError("seeds must not repeat")
-        for name in ("train_size", "dev_size"):
+        for name in ("train_size", "dev_size", "validation_size"):
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ParameterError(f"{name} must be a positive integer or None, got {v}")
+        if self.validation_size is not None and self.train_size is not None and self.validation_size >= self.train_size:
+            raise ParameterError(f"validation_size ({self.validation_size}) must be smaller than train_size "
+                                 f"({self.train_size}): it is carved out of the training examples")
         for name in ("epochs", "batch_size", "max_length"):
             if getattr(self, name) < 1:
                 raise ParameterError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -168,6 +171,26 @@ class GlueStudyConfig:
             raise ParameterError(f"finetune_fractions {extra} are not in fractions {self.fractions}")
 
 
+@dataclass(frozen=True)
+class MaskingStudyConfig(GlueStudyConfig):
+    """The parameters of a GLUE study that masks heads under named ablation semantics (``semantics.py``): every
+    cell carries its semantics in its key (``ablation``), so results of different semantics never mix.
+
+    ``ablations``: the semantics of the evaluation-only cells (fine-tune, then mask: cheap, every one is run);
+    ``finetune_ablations``: the semantics of the mask-then-fine-tune cells (one fine-tuning each). A study's
+    claims are decided under their own paper's semantics (primary) and re-tested under the others measured
+    (sensitivity); the defaults (the quick profile) run ``uniform`` and ``zero`` without fine-tuning (``mean`` too in
+    the standard profile) and Budhraja et al.'s ``uniform`` with it."""
+
+    ablations: list[Ablation] = field(default_factory=lambda: ["uniform", "zero"])  # semantics of the evaluation-only cells (fine-tune, then mask; "mean" too where affordable)
+    finetune_ablations: list[Ablation] = field(default_factory=lambda: ["uniform"])  # semantics of the mask-then-fine-tune cells (one fine-tuning each)
+
+    def check(self) -> None:
+        semantics.check_ablations("ablations", self.ablations)
+        semantics.check_ablations("finetune_ablations", self.finetune_ablations)
+        super().check()
+
+
 def fine_tuned_at(cfg, fraction: float) -> bool:
     """Whether the mask-then-fine-tune regime runs at ``fraction`` (``cfg.finetune_fractions``; None: all)."""
     return cfg.finetune_fractions is None or fraction in cfg.finetune_fractions
@@ -201,11 +224,17 @@ def result_params(cfg: GlueStudyConfig, device: torch.device, version: int, drop
     d = as_dict(cfg)
     for k in (*GlueStudyConfig._NOT_RESULTS, *drop):
         d.pop(k, None)
+    if d.get("validation_size", 0) is None:  # as in training_fingerprint
+        d.pop("validation_size")
     d["device_type"] = torch.device(device).type
     d["data_source"] = "local" if data.resolve_data_dir(cfg.data_dir) is not None else "hub"
     d["data"] = data_fingerprints(cfg)
     d["results_version"] = version
     d["training_version"] = TRAINING_VERSION
+    if isinstance(cfg, MaskingStudyConfig):
+        for k in ("ablations", "finetune_ablations", "ablation"):  # each cell's semantics is in its key
+            d.pop(k, None)
+        d["ablation_version"] = ABLATION_VERSION  # what each semantics computes
     return d
 
 
@@ -221,6 +250,8 @@ def training_fingerprint(cfg: GlueStudyConfig, device: torch.device, task: str |
     keys = ("model", "train_size", "subset_seed", "epochs", "batch_size", "lr", "weight_decay", "warmup_ratio",
             "max_grad_norm", "max_length", "freeze_word_embeddings")
     d = {k: getattr(cfg, k) for k in keys}
+    if cfg.validation_size is not None:  # absent when None: the models cached before it existed stay valid
+        d["validation_size"] = cfg.validation_size
     d["device_type"] = torch.device(device).type
     d["data_source"] = "local" if data.resolve_data_dir(cfg.data_dir) is not None else "hub"
     if task is not None:
@@ -253,18 +284,25 @@ class Workbench:
         self._means: dict = {}  # (task, seed) -> mean-ablation values of the full model (last one only)
 
     def task_data(self, task: str):
-        """``(spec, train Encoded, dev Encoded, train source, dev source)`` of the task's subsets."""
+        """``(spec, train Encoded, dev Encoded, train source, dev source, validation Encoded or None)`` of the
+        task's subsets. With ``validation_size``, that many examples of the training subset (a seeded random choice,
+        ``subset_seed + 1``) are held out as the validation split each model's epoch is chosen on; the training
+        Encoded is the rest. The reported dev set is never used for any choice."""
         if task not in self._data:
             spec = data.get_task(task)
             tr = data.subset(data.load_task(task, "train", self.cfg.data_dir, allow_hub=self.cfg.allow_hub),
                              self.cfg.train_size, self.cfg.subset_seed)
             dv = data.subset(data.load_task(task, "dev", self.cfg.data_dir, allow_hub=self.cfg.allow_hub),
                              self.cfg.dev_size, self.cfg.subset_seed)
+            val = None
+            if self.cfg.validation_size is not None:
+                tr, val = data.hold_out(tr, self.cfg.validation_size, self.cfg.subset_seed + 1)
             mx = self.cfg.max_length
             etr, edv = batching.encode(self.tokenizer, tr, mx), batching.encode(self.tokenizer, dv, mx)
+            evl = batching.encode(self.tokenizer, val, mx) if val is not None else None
             if spec.is_regression:
-                batching.standardize_labels(etr, edv)
-            self._data[task] = (spec, etr, edv, tr.source, dv.source)
+                batching.standardize_labels(etr, edv, *([evl] if evl is not None else []))
+            self._data[task] = (spec, etr, edv, tr.source, dv.source, evl)
         return self._data[task]
 
     def fresh_model(self, task: str, seed: int):
@@ -278,49 +316,56 @@ class Workbench:
     def checkpoint_path(self, task: str, seed: int) -> Path:
         return paths.finetuned_model(self.cache_dir, task, seed, training_fingerprint(self.cfg, self.device, task))
 
-    def finetune_masked(self, task: str, seed: int, mask: torch.Tensor, desc: str):
-        """A fresh model, pruned by ``mask`` (physically for "zero", else gated), fine-tuned.
+    def finetune_masked(self, task: str, seed: int, mask: torch.Tensor, desc: str, ablation: Ablation):
+        """A fresh model, pruned by ``mask`` under ``ablation`` (physically for "zero", else gated: the mask is
+        fixed and the masked heads' value and output projections keep training), fine-tuned.
 
         Returns (model, history, gates, means): evaluate with the same ``gates``/``means`` (None when the
         heads were removed physically).
         """
         cfg = self.cfg
-        spec, tr, dv, *_ = self.task_data(task)
+        spec, tr, dv, *_, val = self.task_data(task)
         model = self.fresh_model(task, seed)
         gates, means = None, None
         if bool((mask < 1).any()):
-            if cfg.ablation == "zero":
+            if ablation == "zero":
                 prune_heads(model, mask)  # same outputs as zero gates, and faster
             else:
                 gates = mask.to(self.device)
-                if cfg.ablation == "mean":
+                if ablation == "mean":
                     means = self.means(model, tr)
-        history = training.finetune(model, tr, task, train_config(cfg), seed,
-                                    dev=dv if cfg.eval_every_epoch else None, gates=gates,
-                                    ablation=cfg.ablation, means=means, progress=cfg.progress, desc=desc)
+        if val is not None:  # each model's epoch chosen on the held-out validation split
+            history = training.finetune(model, tr, task, train_config(cfg), seed, dev=val, gates=gates,
+                                        ablation=ablation, means=means, progress=cfg.progress, desc=desc,
+                                        keep_best=True, dev_name="val")
+        else:
+            history = training.finetune(model, tr, task, train_config(cfg), seed,
+                                        dev=dv if cfg.eval_every_epoch else None, gates=gates,
+                                        ablation=ablation, means=means, progress=cfg.progress, desc=desc)
         return model, history, gates, means
 
-    def masked_scores_path(self, task: str, seed: int, mask: torch.Tensor) -> Path:
+    def masked_scores_path(self, task: str, seed: int, mask: torch.Tensor, ablation: Ablation) -> Path:
         cfg = self.cfg
         key = fingerprint({"training": training_fingerprint(cfg, self.device, task), "task": task, "seed": int(seed),
                            "dev_data": data.split_fingerprint(task, "dev", cfg.data_dir),
-                           "mask": masks.mask_to_string(mask), "ablation": cfg.ablation, "dev_size": cfg.dev_size,
+                           "mask": masks.mask_to_string(mask), "ablation": ablation, "dev_size": cfg.dev_size,
                            "max_length": cfg.max_length, "eval_every_epoch": cfg.eval_every_epoch,
                            "training_version": TRAINING_VERSION})
         return paths.masked_scores(self.cache_dir, task, seed, key)
 
-    def masked_scores(self, task: str, seed: int, mask: torch.Tensor, desc: str) -> tuple[dict, list[dict]]:
+    def masked_scores(self, task: str, seed: int, mask: torch.Tensor, desc: str,
+                      ablation: Ablation) -> tuple[dict, list[dict]]:
         """(dev metrics, history) of the pre-trained model pruned by ``mask`` and fine-tuned (mask, then
         fine-tune), cached on disk beside the fine-tuned full models: keyed by everything the numbers depend
         on (training parameters, task, seed, mask, ablation, dev subset), so studies that fine-tune the same
         mask share one run."""
         def build(tmp: Path) -> None:
-            model, history, gates, means = self.finetune_masked(task, seed, mask, desc)
+            model, history, gates, means = self.finetune_masked(task, seed, mask, desc, ablation)
             metrics = training.evaluate(model, self.task_data(task)[2], task, EVAL_BATCH, gates=gates,
-                                        ablation=self.cfg.ablation, means=means)
+                                        ablation=ablation, means=means)
             atomic_write_json(tmp, {"metrics": metrics, "history": history})
 
-        saved = cached(self.masked_scores_path(task, seed, mask), build, lambda p: json.loads(p.read_text()))
+        saved = cached(self.masked_scores_path(task, seed, mask, ablation), build, lambda p: json.loads(p.read_text()))
         return saved["metrics"], saved["history"]
 
     def means(self, model, enc) -> torch.Tensor:
@@ -346,7 +391,8 @@ class Workbench:
         def build(tmp: Path) -> None:  # studies side by side train each model once (caches.cached)
             nonlocal trained_now
             n_layers, n_heads = self.shape
-            model, history, _, _ = self.finetune_masked(task, seed, torch.ones(n_layers, n_heads), f"{task} s{seed} full")
+            model, history, _, _ = self.finetune_masked(task, seed, torch.ones(n_layers, n_heads), f"{task} s{seed} full",
+                                                        "zero")  # no head masked: every semantics is the same model
             torch.save({"state_dict": model.state_dict(), "history": history}, tmp)
             trained_now = True
 
@@ -394,16 +440,17 @@ def scale_text(cfg: GlueStudyConfig, table: pd.DataFrame) -> str:
 
 # ---------------------------------------------------------------------------------------------- planned cost
 
-def finetune_cost(cfg: GlueStudyConfig, task: str, kept_share: float = 1.0) -> float:
+def finetune_cost(cfg: GlueStudyConfig, task: str, kept_share: float = 1.0, ablation: str = "zero") -> float:
     """Estimated FLOPs of fine-tuning on the task's training subset for ``cfg.epochs`` epochs and scoring the dev
     subset, with ``kept_share`` of the heads (pruned heads cost nothing only when removed: ``ablation="zero"``)."""
     from . import costs
 
-    share = kept_share if cfg.ablation == "zero" else 1.0
+    share = kept_share if ablation == "zero" else 1.0
     shape = costs.Shape.of(cfg.model)
     n_tr, len_tr = costs.split_tokens(task, "train", cfg.train_size, cfg.data_dir)
+    val = cfg.epochs * eval_cost(cfg, task, share, split="train", size=cfg.validation_size) if cfg.validation_size else 0.0
     return (costs.train_flops(shape, cfg.epochs * n_tr * len_tr, len_tr, share)
-            + eval_cost(cfg, task, share))
+            + eval_cost(cfg, task, share) + val)
 
 
 def eval_cost(cfg: GlueStudyConfig, task: str, kept_share: float = 1.0, split: str = "dev",

@@ -7,12 +7,17 @@ Queries and keys. Scores that average over tokens average over the real QUERY to
 (token-weighted, pooled over all sentences, so longer sentences weigh more). With ``exclude_special=True``
 the special tokens are left out as queries by a tokenizer-independent rule: the first and the last real
 token of every sequence ([CLS]/<s> and the final [SEP]/</s>), padding, and any id in ``special_ids`` (e.g.
-the middle [SEP] of a sentence pair). KEYS are never filtered: each row is the model's full distribution
-over all real keys, specials included, as Voita et al. compute confidence (they drop EOS as a query only).
+the middle [SEP] of a sentence pair). For :func:`confidence` and :func:`entropy` KEYS are never filtered: each
+row is the model's full distribution over all real keys, specials included (EOS dropped as a query only).
+:func:`attention_scores` also gives confidence with the special tokens excluded as KEYS (the same rule picks
+them), the reading of Voita et al.'s "maximum attention weight excluding the end of sentence symbol" in which a
+head that parks its attention on [CLS]/[SEP] (a "no-op", Clark et al. 2019) is not confident.
 
 Definitions (``A[b, h, i, j]`` = attention of query ``i`` to key ``j``, see ``attention.attention_maps``):
 
 - confidence ``= mean_i max_j A[., h, i, j]`` (unitless, in ``[1/n_keys, 1]``);
+- confidence without special keys ``= mean_i max_{j not special} A[., h, i, j]``: the max over the non-special
+  keys of the SAME distribution, not renormalised (unitless, in ``[0, 1]``), see :func:`confidence_from_maps`;
 - entropy ``= mean_i -sum_j A log A`` (nats);
 - ablation importance ``= score(full model) - score(model without head h)`` (task metric units);
 - ablation loss ``= loss(model without head h) - loss(full model)`` (mean task loss: nats, or squared error);
@@ -41,6 +46,7 @@ from .metrics import main_score
 
 __all__ = [
     "query_mask", "confidence_from_maps", "entropy_from_maps", "confidence", "entropy", "confidence_entropy",
+    "attention_scores",
     "ablation_importance", "ablation_loss", "relevance", "rank_agreement",
 ]
 
@@ -105,13 +111,30 @@ def _mean_from_maps(stat, maps: list[torch.Tensor], queries: torch.Tensor) -> to
     return (_query_sums([stat(a) for a in maps], queries) / n).to(torch.float32)
 
 
-def confidence_from_maps(maps: list[torch.Tensor], queries: torch.Tensor) -> torch.Tensor:
+def _max_weight_over(keys: torch.Tensor):
+    """The max over the keys ``keys`` (bool ``[batch, seq]``) of each row; other keys count as weight 0."""
+
+    def stat(a: torch.Tensor) -> torch.Tensor:
+        k = keys.to(a.device)[:, None, None, :]
+        return torch.where(k, a, torch.zeros((), dtype=a.dtype, device=a.device)).amax(dim=-1)
+
+    return stat
+
+
+def confidence_from_maps(maps: list[torch.Tensor], queries: torch.Tensor,
+                         keys: torch.Tensor | None = None) -> torch.Tensor:
     """Mean over the ``queries`` (bool ``[batch, seq]``) of each head's maximum attention weight.
 
     maps: per layer ``[batch, n_heads, seq, seq]`` (rows = queries, summing to 1 over the real keys).
+    keys: bool ``[batch, seq]``, the keys the maximum is taken over (None: every key). The weights are those of
+    the model's distribution over ALL keys, not renormalised over ``keys``: a head that puts 0.9 on [SEP] and
+    0.1 spread over the words has confidence about 0.1 without the special keys. Renormalising would instead
+    blow the leftover 0.1 up into a full distribution whose maximum depends on how that small remainder happens
+    to be spread (a head that only attends to [SEP] would look as confident, or as diffuse, as that noise), and
+    would call such a "no-op" head confident, the opposite of what excluding the end-of-sentence symbol is for.
     Returns float32 ``[n_layers, n_heads]``; NaN for an all-NaN (absent) head.
     """
-    return _mean_from_maps(_max_weight, maps, queries)
+    return _mean_from_maps(_max_weight if keys is None else _max_weight_over(keys), maps, queries)
 
 
 def entropy_from_maps(maps: list[torch.Tensor], queries: torch.Tensor) -> torch.Tensor:
@@ -179,6 +202,30 @@ def confidence_entropy(model: nn.Module, batches: Iterable[Batch],
     if not n_total:
         raise ValueError("no query tokens in the batches")
     return (conf / n_total).to(torch.float32), (ent / n_total).to(torch.float32)
+
+
+def attention_scores(model: nn.Module, batches: Iterable[Batch],
+                     special_ids: Iterable[int] | None = None) -> dict[str, torch.Tensor]:
+    """The attention-map scores of one forward per batch, float32 ``[L, H]`` each, special tokens excluded as
+    queries (:func:`query_mask`): ``confidence`` (every key), ``confidence_no_special_keys`` (the maximum over the
+    non-special keys, picked by the same rule as the queries, not renormalised: :func:`confidence_from_maps`) and
+    ``entropy`` (every key). ``confidence`` and ``entropy`` equal :func:`confidence_entropy`'s."""
+    sums: dict[str, torch.Tensor] = {}
+    n_total = 0
+    names = ("confidence", "confidence_no_special_keys", "entropy")
+    for batch in batches:
+        maps = attention_maps(model, batch)
+        q = query_mask(batch["attention_mask"], batch["input_ids"], True, special_ids)
+        n = int(q.sum())
+        if not n:
+            continue
+        vals = (confidence_from_maps(maps, q), confidence_from_maps(maps, q, keys=q), entropy_from_maps(maps, q))
+        for name, v in zip(names, vals):
+            sums[name] = v.double() * n + sums[name] if name in sums else v.double() * n
+        n_total += n
+    if not n_total:
+        raise ValueError("no query tokens in the batches")
+    return {name: (sums[name] / n_total).to(torch.float32) for name in names}
 
 
 def ablation_importance(

@@ -8,9 +8,12 @@ attention type) use them.
   two strategy names that pruned the same heads measure one thing, not two);
 - :func:`identical_masks`: every group of strategies that pruned the same mask in one setting and seed;
 - :func:`unit_contrast_table`: descriptive statistics with the model (task x seed) as the unit: per setting over
-  seeds, and per task x regime over the models' means across budgets (t-intervals; identical-mask pairs left out);
+  seeds, and per task x regime over the models' means across budgets (t-intervals; identical-mask pairs left out).
+  Studies 2 and 5 use it: several budgets of one fine-tuned model are not independent replicates;
+- :func:`per_ablation`: a table function applied to the rows of each ablation semantics apart (column
+  ``ablation``), so results of different semantics are never paired, pooled or compared with each other;
 - :func:`contrast_table` / :func:`contrast_verdict`: the older summaries (bootstrap CI, t-test and sign-flip test;
-  the pooled rows treat task x budget x seed as replicates). Verdicts on claims come from
+  the pooled rows treat task x budget x seed as replicates; study 7 only). Verdicts on claims come from
   :mod:`headprune_utils.claims` instead.
 """
 from __future__ import annotations
@@ -26,7 +29,7 @@ from scipy import stats as sps
 from . import stats
 
 __all__ = ["Contrast", "LOCATION_CONTRASTS", "paired_by_strategy", "identical_masks", "unit_contrast_table",
-           "contrast_table", "contrast_verdict"]
+           "per_ablation", "contrast_table", "contrast_verdict"]
 
 PAIR_COLUMNS = ["task", "regime", "budget", "seed", "diff"]
 SETTING = ["task", "regime", "budget", "seed"]
@@ -87,6 +90,31 @@ def identical_masks(table: pd.DataFrame, keys: tuple[str, ...] = tuple(SETTING))
             if names.nunique() > 1:
                 rows.append({**dict(zip(keys, k)), "strategies": " = ".join(sorted(set(names))), "mask": mask})
     return pd.DataFrame(rows, columns=[*keys, "strategies", "mask"])
+
+
+def per_ablation(table: pd.DataFrame, make: Callable[[pd.DataFrame], pd.DataFrame],
+                 after: str = "regime") -> pd.DataFrame:
+    """``make`` applied to the rows of each ablation semantics of ``table`` apart (its ``ablation`` column, in
+    order of first appearance), the results stacked with an ``ablation`` column inserted after the column
+    ``after`` (first when absent). A table without an ``ablation`` column is passed to ``make`` whole. Results of
+    different semantics are different interventions: never paired, pooled or compared here."""
+    if "ablation" not in table.columns:
+        return make(table)
+    parts, columns = [], None
+    for sem in dict.fromkeys(table["ablation"].astype(str)):
+        part = make(table[table["ablation"].astype(str) == sem])
+        cols = list(part.columns)
+        part = part.copy()
+        part.insert(cols.index(after) + 1 if after in cols else 0, "ablation", sem)
+        columns = columns or list(part.columns)
+        if not part.empty:
+            parts.append(part)
+    if not parts:
+        out = make(table.iloc[:0])
+        cols = list(out.columns)
+        out.insert(cols.index(after) + 1 if after in cols else 0, "ablation", pd.Series(dtype=object))
+        return out
+    return pd.concat(parts, ignore_index=True).reindex(columns=columns)
 
 
 def _pct(budgets) -> str:

@@ -1,7 +1,8 @@
 """The "task x regime x strategy x budget x seed" sweep of GLUE head-pruning strategies (studies 2 and 5).
 
-A cell (its axes: ``task``, ``regime``, ``strategy``, ``budget``, ``seed``) prunes ``budget`` (share of ALL heads)
-with ``strategy`` and scores the task's dev subset:
+A cell (its axes: ``task``, ``regime``, ``strategy``, ``budget``, ``seed``, ``ablation``) prunes ``budget`` (share of
+ALL heads) with ``strategy`` under the ablation semantics ``ablation`` (:mod:`headprune_utils.semantics`) and scores
+the task's dev subset:
 
 - ``finetune_then_mask`` (evaluation only): the fine-tuned full model of (task, seed) with the mask applied;
   the masks of one model are evaluated together, sharing work (``mask_sweep``; same outputs as one forward each);
@@ -99,28 +100,29 @@ def run_cell(ctx: Context, cell: dict) -> dict:
 
 
 def run_cells(ctx: Context, cells: list[dict], shared: bool = True) -> list[dict]:
-    """Results of ``cells`` of ONE (task, seed), in order. Evaluation-only cells are evaluated together
-    (``mask_sweep``: work shared between masks) when ``shared``; the outputs equal the plain way's."""
+    """Results of ``cells`` of ONE (task, seed), in order, each under its own semantics (``cell["ablation"]``).
+    Evaluation-only cells of one semantics are evaluated together (``mask_sweep``: work shared between masks)
+    when ``shared``; the outputs equal the plain way's."""
     if len({(c["task"], c["seed"]) for c in cells}) > 1:
         raise ValueError("run_cells takes the cells of one (task, seed)")
-    cfg = ctx.cfg
     out: dict[int, dict] = {}
     evals = [i for i, c in enumerate(cells) if c["regime"] == "finetune_then_mask"]
-    if evals:
-        task, seed = cells[evals[0]]["task"], cells[evals[0]]["seed"]
+    for ablation in dict.fromkeys(cells[i]["ablation"] for i in evals):
+        idx = [i for i in evals if cells[i]["ablation"] == ablation]
+        task, seed = cells[idx[0]]["task"], cells[idx[0]]["seed"]
         model = ctx.full_model(task, seed)[0]
         dv = ctx.task_data(task)[2]
-        means = ctx.full_means(task, seed) if cfg.ablation == "mean" else None
-        cell_masks = {i: ctx.cell_mask(cells[i]) for i in evals}
+        means = ctx.full_means(task, seed) if ablation == "mean" else None
+        cell_masks = {i: ctx.cell_mask(cells[i]) for i in idx}
         t0 = time.perf_counter()
-        if shared and len(evals) > 1:
+        if shared and len(idx) > 1:
             metrics = mask_sweep.evaluate_masks(model, dv, task, cell_masks, glue_workbench.EVAL_BATCH,
-                                                ablation=cfg.ablation, means=means)
+                                                ablation=ablation, means=means)
         else:
             metrics = {i: training.evaluate(model, dv, task, glue_workbench.EVAL_BATCH, gates=m.to(ctx.device),
-                                            ablation=cfg.ablation, means=means) for i, m in cell_masks.items()}
-        each = (time.perf_counter() - t0) / len(evals)
-        for i in evals:
+                                            ablation=ablation, means=means) for i, m in cell_masks.items()}
+        each = (time.perf_counter() - t0) / len(idx)
+        for i in idx:
             out[i] = result_row(ctx, cells[i], metrics[i], cell_masks[i], [], each)
     for i, cell in enumerate(cells):
         if cell["regime"] != "mask_then_finetune":
@@ -131,12 +133,12 @@ def run_cells(ctx: Context, cells: list[dict], shared: bool = True) -> list[dict
         dv = ctx.task_data(task)[2]
         if cell["strategy"] == "none":
             model, history, _ = ctx.full_model(task, seed)
-            metrics = training.evaluate(model, dv, task, glue_workbench.EVAL_BATCH, gates=None, ablation=cfg.ablation,
-                                        means=None)
+            metrics = training.evaluate(model, dv, task, glue_workbench.EVAL_BATCH)
         else:
-            # the same (task, seed, mask) fine-tuned in another study (study 5 shares study 2's random and
-            # importance masks, study 1 the random ones) is read back, not trained again
-            metrics, history = ctx.masked_scores(task, seed, mask, f"{task} s{seed} {cell['strategy']} {cell['budget']:g}")
+            # the same (task, seed, mask, semantics) fine-tuned in another study (study 5 shares study 2's random
+            # and importance masks, study 1 the random ones) is read back, not trained again
+            metrics, history = ctx.masked_scores(task, seed, mask, f"{task} s{seed} {cell['strategy']} "
+                                                 f"{cell['budget']:g} {cell['ablation']}", cell["ablation"])
         out[i] = result_row(ctx, cell, metrics, mask, history, time.perf_counter() - t0)
     return [out[i] for i in range(len(cells))]
 
@@ -161,14 +163,18 @@ def run_batch(cells: Sequence[Any], evaluate_together: Callable[[list[dict]], li
 # ---------------------------------------------------------------------------------------------- analysis
 
 def summarise(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """Mean score per task x regime x strategy x budget with a t-interval over seeds."""
+    """Mean score per task x ablation x regime x strategy x budget with a t-interval over seeds (no ablation when the
+    table has no ``ablation`` column, e.g. study 7's)."""
     rows = []
-    for (task, regime, strategy, budget), g in table.groupby(["task", "regime", "strategy", "budget"]):
+    keys = ["task", "ablation", "regime", "strategy", "budget"] if "ablation" in table.columns else \
+        ["task", "regime", "strategy", "budget"]
+    for k, g in table.groupby(keys):
         mean, lo, hi = stats.t_interval(g["score"].to_numpy(dtype=float), confidence)
-        rows.append({"task": task, "regime": regime, "strategy": strategy, "budget": budget,
+        rows.append({**dict(zip(keys, k)),
                      "metric": g["metric"].iloc[0], "n_seeds": len(g), "mean": mean, "ci_low": lo, "ci_high": hi,
                      "n_heads_pruned": int(g["n_heads_pruned"].iloc[0]), "chance": float(g["chance"].iloc[0])})
-    return pd.DataFrame(rows).sort_values(["task", "regime", "budget", "strategy"]).reset_index(drop=True)
+    order = [k for k in ("task", "ablation", "regime", "budget", "strategy") if k in keys]
+    return pd.DataFrame(rows).sort_values(order).reset_index(drop=True)
 
 
 def example_masks(table: pd.DataFrame, seed: int | None = None, order: tuple[str, ...] = ALL_STRATEGIES) -> pd.DataFrame:
@@ -179,6 +185,8 @@ def example_masks(table: pd.DataFrame, seed: int | None = None, order: tuple[str
         return pd.DataFrame(columns=["strategy", "budget", "layer", "head", "kept"])
     seed = int(t["seed"].min()) if seed is None else seed
     t = t[(t["seed"] == seed) & (t["task"] == t["task"].iloc[0])]
+    if "ablation" in t.columns:  # masks do not depend on the semantics: one semantics' rows
+        t = t[t["ablation"] == t["ablation"].iloc[0]]
     t = t[t["regime"] == ("finetune_then_mask" if (t["regime"] == "finetune_then_mask").any() else "mask_then_finetune")]
     rows = []
     rank = {s: i for i, s in enumerate(order)}

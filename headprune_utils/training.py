@@ -138,11 +138,19 @@ def finetune(
     means: torch.Tensor | None = None,
     progress: bool = True,
     desc: str = "fine-tune",
+    keep_best: bool = False,
+    dev_name: str = "dev",
 ) -> list[dict]:
-    """Fine-tune ``model`` in place; returns one record per epoch (train loss, dev metrics, seconds).
+    """Fine-tune ``model`` in place; returns one record per epoch (train loss, ``dev`` metrics, seconds).
 
     ``gates`` (``[n_layers, n_heads]``, fixed, no grad) stay applied during training and evaluation.
+    ``keep_best`` (needs ``dev``: a validation split, never the reported dev set): after the last epoch the model's
+    weights are those of the epoch with the best ``dev`` score (the first of equals), so the number of epochs is
+    chosen on ``dev``, at most ``cfg.epochs`` (the learning-rate schedule spans ``cfg.epochs``); that record has
+    ``"selected": True``. ``dev_name`` prefixes the metrics' keys (``dev_accuracy``, ``val_accuracy``, ...).
     """
+    if keep_best and dev is None:
+        raise ValueError("keep_best needs a dev (validation) set to choose the epoch on")
     set_seed(seed)
     device = model_device(model)
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
@@ -152,6 +160,7 @@ def finetune(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: linear_schedule(s, total, warmup))
     lengths = train.lengths
     history = []
+    best: tuple[float, int, dict] | None = None  # (score, epoch, weights) of the best epoch so far (keep_best)
     bar = tqdm(total=total, desc=desc, disable=not progress, mininterval=10, leave=False)
     step = 0
     try:
@@ -188,10 +197,17 @@ def finetune(
                 if dev is not None:
                     t0 = time.perf_counter()
                     metrics = evaluate(model, dev, task, cfg.eval_batch_size)  # gates already applied
-                    record.update({f"dev_{k}": v for k, v in metrics.items()})
-                    record["dev_score"] = main_score(task, metrics)
+                    record.update({f"{dev_name}_{k}": v for k, v in metrics.items()})
+                    record[f"{dev_name}_score"] = main_score(task, metrics)
                     record["eval_seconds"] = time.perf_counter() - t0
+                    if keep_best and (best is None or record[f"{dev_name}_score"] > best[0]):
+                        best = (record[f"{dev_name}_score"], epoch,
+                                {k: v.detach().clone() for k, v in model.state_dict().items()})
                 history.append(record)
+            if keep_best and best is not None:
+                model.load_state_dict(best[2])
+                for r in history:
+                    r["selected"] = r["epoch"] == best[1] + 1
     finally:
         bar.close()
         model.eval()

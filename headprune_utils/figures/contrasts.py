@@ -8,31 +8,61 @@ import seaborn as sns
 from .labels import REGIME_LABELS
 
 
-def contrast_forest(contr: pd.DataFrame, regime_labels: dict[str, str] | None = None,
-                    xlabel: str = "score difference a - b (95% bootstrap CI; black = pooled)") -> plt.Figure:
-    """Mean paired difference a - b with its bootstrap CI, per contrast, task and budget; a panel per regime.
+def _interval_columns(contr: pd.DataFrame) -> tuple[str, str]:
+    """``ci_low``/``ci_high`` (the t-intervals over units of ``paired_contrasts.unit_contrast_table``), else the
+    older ``boot_ci_low``/``boot_ci_high`` (``paired_contrasts.contrast_table``, study 7)."""
+    if {"ci_low", "ci_high"} <= set(contr.columns):
+        return "ci_low", "ci_high"
+    if {"boot_ci_low", "boot_ci_high"} <= set(contr.columns):
+        return "boot_ci_low", "boot_ci_high"
+    raise ValueError("the contrast table has no interval columns (ci_low, ci_high)")
 
-    contr: columns contrast, task, regime, budget, mean_diff, boot_ci_low, boot_ci_high (``layer_strategies_analysis.contrasts``).
+
+def contrast_forest(contr: pd.DataFrame, regime_labels: dict[str, str] | None = None,
+                    xlabel: str = "score difference a - b (95% t-interval over models; black = pooled)") -> plt.Figure:
+    """Mean paired difference a - b with its confidence interval, per contrast, task and budget; a panel per
+    regime, and a row of panels per ablation semantics when ``contr`` has an ``ablation`` column (contrasts of
+    different semantics are never drawn in one panel).
+
+    contr: columns contrast, task, regime, budget, mean_diff, ci_low, ci_high (``layer_strategies_analysis.contrasts``,
+    ``zero_shot_pruning_analysis.contrasts``; the older boot_ci_low, boot_ci_high are read when ci_low is absent),
+    optionally ablation. Rows with task "all" (pooled) are drawn in black.
     regime_labels: the regimes to draw, in order, with their panel titles (default: the GLUE studies' two regimes).
     """
+    lo_col, hi_col = _interval_columns(contr)
     labels_of = REGIME_LABELS if regime_labels is None else regime_labels
     regimes = [r for r in labels_of if r in set(contr["regime"])]
+    sems = list(dict.fromkeys(contr["ablation"])) if "ablation" in contr.columns else [None]
+
+    def rows_of(regime, sem):
+        at = contr["regime"] == regime
+        if sem is not None:
+            at &= contr["ablation"] == sem
+        return contr[at].reset_index(drop=True)
+
     sns.set_theme(style="whitegrid", context="notebook")
-    n = max(len(contr[contr["regime"] == r]) for r in regimes)
-    fig, axes = plt.subplots(1, len(regimes), figsize=(6.2 * len(regimes), 0.28 * n + 1.5), squeeze=False)
-    for ax, regime in zip(axes[0], regimes):
-        c = contr[contr["regime"] == regime].reset_index(drop=True)
-        labels = [f"{r.contrast} | {r.task}" + ("" if r.budget == "all" else f" {100 * float(r.budget):.0f}%") for r in c.itertuples()]
-        y = list(range(len(c)))[::-1]
-        for pooled_rows, color in ((c["task"] != "all", "tab:blue"), (c["task"] == "all", "black")):
-            g = c[pooled_rows]
-            yy = [y[i] for i in g.index]
-            ax.errorbar(g["mean_diff"], yy, xerr=[g["mean_diff"] - g["boot_ci_low"], g["boot_ci_high"] - g["mean_diff"]],
-                        fmt="o", markersize=3.5, color=color, capsize=2)
-        ax.axvline(0, color="grey", linewidth=1)
-        ax.set_yticks(y)
-        ax.set_yticklabels(labels, fontsize=7)
-        ax.set_xlabel(xlabel)
-        ax.set_title(labels_of[regime], fontsize="medium")
+    n = max([len(rows_of(r, s)) for r in regimes for s in sems] + [1])
+    fig, axes = plt.subplots(len(sems), max(1, len(regimes)), figsize=(6.2 * max(1, len(regimes)),
+                                                                     (0.28 * n + 1.5) * len(sems)), squeeze=False)
+    for i, sem in enumerate(sems):
+        for ax, regime in zip(axes[i], regimes):
+            c = rows_of(regime, sem)
+            title = labels_of[regime] + ("" if sem is None else f" | {sem} ablation")
+            ax.set_title(title, fontsize="medium")
+            if c.empty:
+                ax.set_axis_off()
+                continue
+            labels = [f"{r.contrast} | {r.task}" + ("" if r.budget == "all" else f" {100 * float(r.budget):.0f}%")
+                      for r in c.itertuples()]
+            y = list(range(len(c)))[::-1]
+            for pooled_rows, color in ((c["task"] != "all", "tab:blue"), (c["task"] == "all", "black")):
+                g = c[pooled_rows]
+                yy = [y[k] for k in g.index]
+                ax.errorbar(g["mean_diff"], yy, xerr=[g["mean_diff"] - g[lo_col], g[hi_col] - g["mean_diff"]],
+                            fmt="o", markersize=3.5, color=color, capsize=2)
+            ax.axvline(0, color="grey", linewidth=1)
+            ax.set_yticks(y)
+            ax.set_yticklabels(labels, fontsize=7)
+            ax.set_xlabel(xlabel)
     fig.tight_layout()
     return fig

@@ -12,51 +12,57 @@ from .labels import METRIC_LABELS, NMT_REGIME_LABELS, REGIME_LABELS, TYPE_COLORS
 
 
 def score_vs_fraction(summary: pd.DataFrame, raw: pd.DataFrame | None = None) -> plt.Figure:
-    """One panel per task: mean score vs share of heads pruned, a line per regime, CI band over seeds.
+    """One panel per task (and a row of panels per ablation semantics when ``summary`` has an ``ablation``
+    column): mean score vs share of heads pruned, a line per regime, CI band over seeds.
 
     summary: columns task, regime, fraction, mean, ci_low, ci_high, metric (``pruning_curves.summarise``).
     raw: optional per-seed rows (task, regime, fraction, score) drawn as points.
     """
     tasks = list(dict.fromkeys(summary["task"]))
+    sems = list(dict.fromkeys(summary["ablation"])) if "ablation" in summary else [None]
     sns.set_theme(style="whitegrid", context="notebook")
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4.2), squeeze=False)
+    fig, axes = plt.subplots(len(sems), len(tasks), figsize=(5.2 * len(tasks), 4.2 * len(sems)), squeeze=False)
     palette = dict(zip(REGIME_LABELS, sns.color_palette("colorblind", len(REGIME_LABELS))))
-    for ax, task in zip(axes[0], tasks):
-        s = summary[summary["task"] == task]
-        for regime, g in s.groupby("regime"):
-            g = g.sort_values("fraction")
-            color = palette.get(regime)
-            ax.plot(100 * g["fraction"], g["mean"], marker="o", color=color, label=REGIME_LABELS.get(regime, regime))
-            ax.fill_between(100 * g["fraction"], g["ci_low"], g["ci_high"], color=color, alpha=0.2, linewidth=0)
-            if raw is not None:
-                r = raw[(raw["task"] == task) & (raw["regime"] == regime)]
-                ax.scatter(100 * r["fraction"], r["score"], color=color, s=10, alpha=0.5)
-        if "chance" in s:
-            ax.axhline(s["chance"].iloc[0], color="grey", linestyle="--", linewidth=1, label="constant predictor")
-        ax.set_title(task)
-        ax.set_xlabel("heads pruned (%)")
-        ax.set_ylabel(s["metric"].iloc[0])
+    for i, sem in enumerate(sems):
+        for ax, task in zip(axes[i], tasks):
+            s = summary[(summary["task"] == task) & ((summary["ablation"] == sem) if sem else True)]
+            for regime, g in s.groupby("regime"):
+                g = g.sort_values("fraction")
+                color = palette.get(regime)
+                ax.plot(100 * g["fraction"], g["mean"], marker="o", color=color, label=REGIME_LABELS.get(regime, regime))
+                ax.fill_between(100 * g["fraction"], g["ci_low"], g["ci_high"], color=color, alpha=0.2, linewidth=0)
+                if raw is not None:
+                    r = raw[(raw["task"] == task) & (raw["regime"] == regime) & ((raw["ablation"] == sem) if sem else True)]
+                    ax.scatter(100 * r["fraction"], r["score"], color=color, s=10, alpha=0.5)
+            if "chance" in s and len(s):
+                ax.axhline(s["chance"].iloc[0], color="grey", linestyle="--", linewidth=1, label="constant predictor")
+            ax.set_title(f"{task} — {sem} ablation" if sem else task, fontsize="medium")
+            ax.set_xlabel("heads pruned (%)")
+            ax.set_ylabel(s["metric"].iloc[0] if len(s) else "")
     axes[0][0].legend(loc="lower left", fontsize="small")
     fig.tight_layout()
     return fig
 
 
 def score_by_strategy(summary: pd.DataFrame, strategies: list[str]) -> plt.Figure:
-    """A row of panels per regime, a column per task: mean score (t-interval over seeds) by budget, a line
+    """A row of panels per regime (x ablation semantics, when ``summary`` has an ``ablation`` column), a column per task: mean score (t-interval over seeds) by budget, a line
     per strategy; the full model (budget 0) as a dotted line.
 
     summary: columns task, regime, strategy, budget, mean, ci_low, ci_high, metric, chance
     (``strategy_sweep.summarise``).
     """
     tasks = list(dict.fromkeys(summary["task"]))
-    regimes = [r for r in REGIME_LABELS if r in set(summary["regime"])]
+    sems = list(dict.fromkeys(summary["ablation"])) if "ablation" in summary else [None]
+    rows = [(r, a) for r in REGIME_LABELS for a in sems
+            if ((summary["regime"] == r) & ((summary["ablation"] == a) if a else True)).any()]
     sns.set_theme(style="whitegrid", context="notebook")
-    fig, axes = plt.subplots(len(regimes), len(tasks), figsize=(5.6 * len(tasks), 4.0 * len(regimes)), squeeze=False)
+    fig, axes = plt.subplots(len(rows), len(tasks), figsize=(5.6 * len(tasks), 4.0 * len(rows)), squeeze=False)
     palette = dict(zip(strategies, sns.color_palette("tab10", len(strategies))))
-    for i, regime in enumerate(regimes):
+    for i, (regime, sem) in enumerate(rows):
         for j, task in enumerate(tasks):
             ax = axes[i][j]
-            s = summary[(summary["task"] == task) & (summary["regime"] == regime)]
+            s = summary[(summary["task"] == task) & (summary["regime"] == regime)
+                        & ((summary["ablation"] == sem) if sem else True)]
             full = s[s["strategy"] == "none"]
             budgets = sorted(s.loc[s["strategy"] != "none", "budget"].unique())
             offsets = {st: (k - (len(strategies) - 1) / 2) * 0.6 for k, st in enumerate(strategies)}
@@ -71,7 +77,7 @@ def score_by_strategy(summary: pd.DataFrame, strategies: list[str]) -> plt.Figur
                 ax.axhline(full["mean"].iloc[0], color="black", linestyle=":", linewidth=1, label="full model")
             ax.axhline(s["chance"].iloc[0], color="grey", linestyle="--", linewidth=1, label="constant predictor")
             ax.set_xticks([100 * b for b in budgets])
-            ax.set_title(f"{task} — {REGIME_LABELS[regime]}", fontsize="medium")
+            ax.set_title(f"{task} — {REGIME_LABELS[regime]}" + (f" — {sem} ablation" if sem else ""), fontsize="medium")
             ax.set_xlabel("heads pruned (%)")
             ax.set_ylabel(s["metric"].iloc[0])
     handles, labels = axes[0][0].get_legend_handles_labels()

@@ -26,7 +26,8 @@ ROLE_LETTERS = {"other": "", "positional": "P", "syntactic": "S", "rare-word": "
 
 # head scores (studies 6, 7)
 SCORE_LABELS = {"gradient_importance": "gradient importance", "relevance": "first-order relevance",
-                "ablation": "ablation importance", "confidence": "confidence", "entropy": "entropy (nats)",
+                "ablation": "ablation importance", "confidence": "confidence",
+                "confidence_no_special_keys": "confidence (special-token keys excluded)", "entropy": "entropy (nats)",
                 "l0_survival": "L0 survival level"}
 
 # distances between heads' attention maps (study 4; redundancy.METRICS)

@@ -68,14 +68,17 @@ class Cell:
 @dataclass(frozen=True)
 class Claim:
     """A claim a study tests, as data: ``id`` (``paper.short_name``), the paper, the claim in one sentence,
-    the quantity measured, and the precondition without which the claim is not testable (text; the claims
-    model computes verdicts from the tables)."""
+    the quantity measured, the precondition without which the claim is not testable (text; the claims
+    model computes verdicts from the tables), and ``semantics``: the ablation semantics the paper's own
+    intervention used (``"zero"``, ``"uniform"``, ``"mean"``; :data:`headprune_utils.semantics.PAPER_SEMANTICS`),
+    under which the claim's primary verdict is tested ("" where the claim masks no head)."""
 
     id: str
     paper: str
     text: str
     quantity: str = ""
     precondition: str = ""
+    semantics: str = "zero"
 
 
 class Study(ABC):

@@ -2,21 +2,30 @@
 
 Claim under test: the compensation for pruned heads is spread roughly EQUALLY across the kept heads.
 
-Cells: task x seed x (strategy, budget), plus a reference cell per (task, seed) — strategy ``"none"``,
-budget 0: the same fine-tuning without pruning (shared with studies 1 and 2). Each cell fine-tunes (mask,
+Cells: task x seed x ablation x (strategy, budget), plus a reference cell per (task, seed, ablation) — strategy
+``"none"``, budget 0: the same fine-tuning without pruning (the fine-tuned full model, shared with studies 1 and 2).
+``ablation`` is the semantics of the masked heads (:mod:`headprune_utils.semantics`), one of
+``finetune_ablations``: every cell of this study masks before fine-tuning, so ``uniform`` (Budhraja et al.'s BERT
+code: the mask is fixed during fine-tuning, the masked heads attend uniformly and their value and output
+projections train; the primary semantics) and ``zero`` (the heads removed from the weights; sensitivity) by
+default. The reference cell is not shared across semantics: its model is, but its gradient importance (the
+derivative with respect to a gate, whose 0 means what the semantics says) is not. Each cell fine-tunes (mask,
 then fine-tune) and records, per head (``[n_layers, n_heads]``, NaN for pruned heads):
 
 - ``weight_change``: relative change of the head's query/key/value rows and output-projection columns
   during fine-tuning, ``||theta_after - theta_before|| / ||theta_before||`` (``head_weights``);
 - ``importance``: Michel et al.'s gradient importance E|dL/dg_h| of the fine-tuned model on the training
-  subset (raw; the analysis normalises per layer over the heads kept in both runs compared);
+  subset under the cell's semantics (raw; the analysis normalises per layer over the heads kept in both runs
+  compared); under ``mean`` the gates' means are those the model was fine-tuned with (the pre-trained model's,
+  for a pruned cell) or, for the unpruned reference, the fine-tuned full model's;
 - ``attention_change``: Jensen-Shannon divergence (nats) between the head's attention maps before and after
   fine-tuning on the same dev sentences ("before" = the pre-trained model with the same heads pruned).
 
 The analysis (pure functions over the cells' table, in :mod:`.compensation_analysis`, re-exported here so the
 notebook needs one module) compares each kept head's change in a pruned run with the same head's change in an
-unpruned run of ANOTHER seed, against seed-to-seed noise: is the extra change spread equally over the kept heads,
-and is it larger near the pruned heads?
+unpruned run of ANOTHER seed and the same semantics, against seed-to-seed noise: is the extra change spread
+equally over the kept heads, and is it larger near the pruned heads? Every table is per semantics, and the claims
+are decided under each (:func:`headprune_utils.semantics.verdicts_by_semantics`).
 """
 from __future__ import annotations
 
@@ -48,12 +57,19 @@ __all__ = [
 
 NAME = "compensation"
 # Bump when a code change alters this study's results: old cells then no longer match.
-RESULTS_VERSION = 1
+RESULTS_VERSION = 2  # 2: cells keyed by their ablation semantics; mean ablation of the reference cell
 
 
 @dataclass(frozen=True)
-class CompensationConfig(glue_workbench.GlueStudyConfig):
-    """Parameters of the study (the shared ones in ``glue_workbench.GlueStudyConfig``); defaults = the quick profile."""
+class CompensationConfig(glue_workbench.MaskingStudyConfig):
+    """Parameters of the study (the shared ones in ``glue_workbench.MaskingStudyConfig``); defaults = the quick profile.
+
+    Every cell masks the heads, then fine-tunes: the semantics are ``finetune_ablations`` (``uniform``, Budhraja
+    et al.'s BERT code, primary; ``zero``, sensitivity). ``ablations`` (the semantics of evaluation-only cells,
+    fine-tune then mask) does not apply to this study: it has no such cells, and the field is ignored (as is the
+    shared config's single ``ablation``)."""
+
+    finetune_ablations: list[glue_workbench.Ablation] = field(default_factory=lambda: ["uniform", "zero"])  # semantics of every cell: Budhraja et al.'s BERT (uniform), then zero (sensitivity)
 
     strategies: list[str] = field(default_factory=lambda: ["random", "middle"])  # how heads are chosen (strategies.py)
     budgets: list[float] = field(default_factory=lambda: [0.5])  # share of ALL heads pruned, each in (0, 1)
@@ -81,36 +97,40 @@ class CompensationConfig(glue_workbench.GlueStudyConfig):
 
 
 def plan_cells(cfg: CompensationConfig) -> list[Cell]:
-    """Every cell of the study: per task and seed, the unpruned reference, then each budget x strategy.
+    """Every cell of the study: per task, seed and semantics (``finetune_ablations``), the unpruned reference, then
+    each budget x strategy.
 
     No cell reads another's result (the analysis pairs them afterwards; the unpruned model comes from the
     fine-tuning cache shared with studies 1 and 2) and no two share a loaded model (each fine-tunes its own),
-    so cells neither require one another nor form groups.
+    so cells neither require one another nor form groups. The semantics loop is inside the seed's so that the
+    reference cells of one (task, seed) follow one another (the full model stays in memory).
     """
     tasks = glue_workbench.resolve_tasks(cfg)[0]
     cells = []
     for task in tasks:
         for seed in cfg.seeds:
-            cells.append(Cell({"task": task, "strategy": "none", "budget": 0.0, "seed": int(seed)},
-                              cost=Cost(cell_cost(cfg, task, 0.0))))
-            for b in sorted(cfg.budgets):
-                for s in cfg.strategies:
-                    cells.append(Cell({"task": task, "strategy": s, "budget": float(b), "seed": int(seed)},
-                                      cost=Cost(cell_cost(cfg, task, float(b)))))
+            for ablation in cfg.finetune_ablations:
+                cells.append(Cell({"task": task, "ablation": ablation, "strategy": "none", "budget": 0.0,
+                                   "seed": int(seed)}, cost=Cost(cell_cost(cfg, task, 0.0, ablation))))
+                for b in sorted(cfg.budgets):
+                    for s in cfg.strategies:
+                        cells.append(Cell({"task": task, "ablation": ablation, "strategy": s, "budget": float(b),
+                                           "seed": int(seed)}, cost=Cost(cell_cost(cfg, task, float(b), ablation))))
     return cells
 
 
-def cell_cost(cfg: CompensationConfig, task: str, budget: float) -> float:
-    """Estimated FLOPs of one cell: one fine-tuning with ``1 - budget`` of the heads kept, scored on the dev subset
-    (the unpruned cell's fine-tuning is shared through the cache, counted as if trained here), the gradient
-    importance (forward and backward: 3 forwards over ``importance_size`` training examples) and the attention
-    maps before and after fine-tuning (2 forwards over ``probe_size`` dev examples), with the same heads kept."""
+def cell_cost(cfg: CompensationConfig, task: str, budget: float, ablation: str) -> float:
+    """Estimated FLOPs of one cell: one fine-tuning with ``1 - budget`` of the heads kept under ``ablation``
+    (only ``zero`` removes them from the computation), scored on the dev subset (the unpruned cell's fine-tuning
+    is shared through the cache, counted as if trained here), the gradient importance (forward and backward: 3
+    forwards over ``importance_size`` training examples) and the attention maps before and after fine-tuning (2
+    forwards over ``probe_size`` dev examples), with the same heads kept."""
     kept = 1.0 - budget
-    share = kept if cfg.ablation == "zero" else 1.0  # gated heads are computed, then zeroed
+    share = kept if ablation == "zero" else 1.0  # gated heads are computed, then replaced
     n_imp = cfg.importance_size if cfg.train_size is None else (
         cfg.train_size if cfg.importance_size is None else min(cfg.train_size, cfg.importance_size))
     n_probe = cfg.probe_size if cfg.dev_size is None else min(cfg.dev_size, cfg.probe_size)
-    return (glue_workbench.finetune_cost(cfg, task, kept)
+    return (glue_workbench.finetune_cost(cfg, task, kept, ablation)
             + 3 * glue_workbench.eval_cost(cfg, task, share, split="train", size=n_imp)
             + 2 * glue_workbench.eval_cost(cfg, task, share, size=n_probe))
 
@@ -146,30 +166,33 @@ def _attention_change(before, after, probe, gates, ablation, means) -> torch.Ten
 
 
 def run_cell(ctx: glue_workbench.Workbench, cell: dict) -> dict:
-    """Fine-tune (or take the cached unpruned model) and measure every kept head's change."""
+    """Fine-tune (or take the cached unpruned model) under the cell's semantics and measure every kept head's change."""
     cfg = ctx.cfg
-    task, seed = cell["task"], cell["seed"]
+    task, seed, ablation = cell["task"], cell["seed"], cell["ablation"]
     spec, tr, dv, *_ = ctx.task_data(task)
     mask = cell_mask(ctx.shape, cell)
     t0 = time.perf_counter()
     if cell["strategy"] == "none":
-        after, history, _ = ctx.full_model(task, seed)
-        gates = means = None
+        after, history, _ = ctx.full_model(task, seed)  # no head masked: the same model under every semantics
+        gates = None
+        # what a gate of 0 means under "mean" (the importance is a derivative at the gates): the model's own means
+        means = ctx.full_means(task, seed) if ablation == "mean" else None
     else:
-        after, history, gates, means = ctx.finetune_masked(task, seed, mask, f"{task} s{seed} {cell['strategy']} {cell['budget']:g}")
-    metrics = training.evaluate(after, dv, task, glue_workbench.EVAL_BATCH, gates=gates, ablation=cfg.ablation, means=means)
+        after, history, gates, means = ctx.finetune_masked(
+            task, seed, mask, f"{task} s{seed} {cell['strategy']} {cell['budget']:g} {ablation}", ablation)
+    metrics = training.evaluate(after, dv, task, glue_workbench.EVAL_BATCH, gates=gates, ablation=ablation, means=means)
     # "before": the pre-trained model with the same heads removed (its classifier is the seed's fresh one)
     before = ctx.fresh_model(task, seed).eval()
     before_means = None
     if gates is None and bool((mask < 1).any()):
         prune_heads(before, mask)
-    elif gates is not None and cfg.ablation == "mean":
+    elif gates is not None and ablation == "mean":
         before_means = ctx.means(before, tr)
     change = head_weights.relative_change(before, after)
-    imp = importance.head_importance(after, glue_workbench.batches(tr, ctx.device, cfg.importance_size), mask=mask.to(ctx.device), ablation=cfg.ablation,
-                                     means=means, normalize_layers=False)
+    imp = importance.head_importance(after, glue_workbench.batches(tr, ctx.device, cfg.importance_size),
+                                     mask=mask.to(ctx.device), ablation=ablation, means=means, normalize_layers=False)
     probe = glue_workbench.batches(dv, ctx.device, cfg.probe_size)
-    js = _attention_change(before, after, probe, gates, cfg.ablation, (before_means, means) if means is not None else None)
+    js = _attention_change(before, after, probe, gates, ablation, (before_means, means) if gates is not None and means is not None else None)
     keep = mask.bool()
     grid = lambda t: [[float(v) if k else None for v, k in zip(row, krow)] for row, krow in zip(t.tolist(), keep.tolist())]
     return {

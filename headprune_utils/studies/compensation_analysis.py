@@ -1,7 +1,8 @@
 """Study 3's analysis: pure functions over the tidy table of the ``compensation`` cells (one row per cell).
 
 Each kept head's change in a pruned run is compared with the same head's change in an unpruned run of ANOTHER
-seed, and, as the noise baseline, the unpruned run of this seed with that same other run (so both sides carry
+seed and the SAME ablation semantics (the cells' ``ablation``: every table here is per semantics, and runs of
+different semantics are never paired), and, as the noise baseline, the unpruned run of this seed with that same other run (so both sides carry
 seed-to-seed noise): the EXTRA change of head h is ``x_h = log(c_pruned(h) / c_other(h))`` (a difference of
 per-layer-normalised scores for importance), the noise ``x'_h = log(c_full(h) / c_other(h))`` (:func:`per_head`).
 
@@ -19,7 +20,9 @@ per-layer-normalised scores for importance), the noise ``x'_h = log(c_full(h) / 
   split of the dispersion of ``x`` into between-layer and within-layer parts.
 
 Verdicts (:func:`verdicts`) follow :mod:`headprune_utils.claims`: the unit is the fine-tuned model (task x seed),
-per task first, then pooled over tasks, Holm over the study's family.
+per task first, then pooled over tasks; every claim is decided under each semantics measured
+(:func:`headprune_utils.semantics.verdicts_by_semantics`): Budhraja et al.'s ``uniform`` is the primary analysis
+(Holm over the study's primary rows), the others are sensitivity analyses (each semantics its own Holm family).
 """
 from __future__ import annotations
 
@@ -29,13 +32,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .. import claims, masks, stats
+from .. import claims, masks, semantics, stats
 from .base import Claim
 
 __all__ = ["CLAIMS", "MEASURES", "MEASURE_NAMES", "per_head", "spread_tests", "pooled", "verdicts", "heatmap_data",
            "NoiseSpread", "scale_text", "CLAIM_RULES"]
 
 MEASURES: tuple[str, ...] = ("weight_change", "importance", "attention_change")
+RUN_KEYS: list[str] = ["task", "ablation", "seed", "strategy", "budget"]  # one pruned run
 
 
 def _grid(value) -> np.ndarray:
@@ -51,16 +55,19 @@ def _normalise_rows(x: np.ndarray, keep: np.ndarray) -> np.ndarray:
 
 
 def per_head(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per (task, seed, strategy, budget, measure, kept head): the head's change in the pruned run
-    (``pruned``), in the unpruned run of the same seed (``full``) and of the next seed (``other``), the
-    extra change ``x = log(pruned / other)`` and the noise ``x_noise = log(full / other)`` (importance:
-    differences of per-layer-normalised scores), and where the pruned heads are."""
+    """One row per (task, ablation, seed, strategy, budget, measure, kept head): the head's change in the pruned
+    run (``pruned``), in the unpruned run of the same seed (``full``) and of the next seed (``other``), both of
+    the pruned run's semantics (``ablation``), the extra change ``x = log(pruned / other)`` and the noise
+    ``x_noise = log(full / other)`` (importance: differences of per-layer-normalised scores), and where the
+    pruned heads are."""
+    if "ablation" not in table.columns:
+        raise ValueError("the cells' table has no 'ablation' column (each cell's semantics)")
     seeds = sorted(table["seed"].unique())
     nxt = {s: seeds[(i + 1) % len(seeds)] for i, s in enumerate(seeds)}
-    full = {(r.task, r.seed): r for r in table[table["strategy"] == "none"].itertuples()}
+    full = {(r.task, r.ablation, r.seed): r for r in table[table["strategy"] == "none"].itertuples()}
     rows = []
     for r in table[table["strategy"] != "none"].itertuples():
-        f, o = full.get((r.task, r.seed)), full.get((r.task, nxt[r.seed]))
+        f, o = full.get((r.task, r.ablation, r.seed)), full.get((r.task, r.ablation, nxt[r.seed]))
         if f is None or o is None or nxt[r.seed] == r.seed:
             continue
         m = masks.mask_from_string(r.mask).numpy().astype(bool)
@@ -79,7 +86,8 @@ def per_head(table: pd.DataFrame) -> pd.DataFrame:
             for l in range(n_layers):
                 for h in range(n_heads):
                     if m[l, h] and np.isfinite(x[l, h]) and np.isfinite(x0[l, h]):
-                        rows.append({"task": r.task, "seed": r.seed, "strategy": r.strategy, "budget": r.budget,
+                        rows.append({"task": r.task, "ablation": r.ablation, "seed": r.seed, "strategy": r.strategy,
+                                     "budget": r.budget,
                                      "measure": measure, "layer": l, "head": h, "pruned": p[l, h], "full": fu[l, h],
                                      "other": ot[l, h], "x": x[l, h], "x_noise": x0[l, h],
                                      "pruned_in_layer": int(pruned_in_layer[l]), "pruned_adjacent": int(adjacent[l])})
@@ -93,7 +101,7 @@ def _dispersion(measure: str, x: np.ndarray) -> float:
 
 
 def spread_tests(heads: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Per pruned run and measure:
+    """Per pruned run (task, ablation, seed, strategy, budget) and measure:
 
     - ``dispersion`` of the kept heads' extra change ``x`` and ``dispersion_noise`` of the same heads' noise
       ``x_noise``; ``excess_p``: one-sided permutation p of ``dispersion - dispersion_noise``, swapping the
@@ -105,7 +113,7 @@ def spread_tests(heads: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.D
     """
     rng = np.random.default_rng(seed)
     rows = []
-    for (task, s, strategy, budget, measure), g in heads.groupby(["task", "seed", "strategy", "budget", "measure"]):
+    for (task, ablation, s, strategy, budget, measure), g in heads.groupby(RUN_KEYS + ["measure"]):
         x, x0 = g["x"].to_numpy(dtype=float), g["x_noise"].to_numpy(dtype=float)
         d_obs, d_noise = _dispersion(measure, x), _dispersion(measure, x0)
         excess = d_obs - d_noise
@@ -113,7 +121,8 @@ def spread_tests(heads: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.D
         null = np.array([_dispersion(measure, np.where(w, x0, x)) - _dispersion(measure, np.where(w, x, x0)) for w in swaps])
         layer = g["layer"].to_numpy()
         (b_obs, w_obs), (b_noise, w_noise) = _layer_split(x, layer), _layer_split(x0, layer)
-        row = {"task": task, "seed": s, "strategy": strategy, "budget": budget, "measure": measure, "n_heads": len(g),
+        row = {"task": task, "ablation": ablation, "seed": s, "strategy": strategy, "budget": budget, "measure": measure,
+               "n_heads": len(g),
                "dispersion_kind": "sd of differences" if measure == "importance" else "Gini of ratios",
                "dispersion": d_obs, "dispersion_noise": d_noise, "excess_dispersion": excess,
                "excess_p": float((1 + np.sum(null >= excess - 1e-12)) / (1 + n_boot)),
@@ -133,7 +142,7 @@ def spread_tests(heads: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.D
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    return out.merge(_layer_controlled(heads), on=["task", "seed", "strategy", "budget", "measure"], how="left")
+    return out.merge(_layer_controlled(heads), on=RUN_KEYS + ["measure"], how="left")
 
 
 def _layer_split(x: np.ndarray, layer: np.ndarray) -> tuple[float, float]:
@@ -148,17 +157,18 @@ def _layer_split(x: np.ndarray, layer: np.ndarray) -> tuple[float, float]:
 def _layer_controlled(heads: pd.DataFrame) -> pd.DataFrame:
     """Per run: Spearman rho of ``x - (layer-only model)`` with ``count - (its layer-only model)``, per count
     (``rho_lc_pruned_in_layer``, ``rho_lc_pruned_adjacent``). The layer-only model of a run is the mean over the
-    OTHER seeds' runs of the same task x strategy x budget x measure, per layer (their kept heads of that layer):
+    OTHER seeds' runs of the same task x ablation x strategy x budget x measure, per layer (their kept heads of that layer):
     what the head's layer alone predicts. NaN where the count does not vary beyond that (e.g. the ``middle``
     strategy prunes the same layers in every run: the count is a pure layer effect) or no other run has kept
     heads in the layer."""
     rows = []
     feats = ("pruned_in_layer", "pruned_adjacent")
-    for (task, strategy, budget, measure), g in heads.groupby(["task", "strategy", "budget", "measure"]):
+    for (task, ablation, strategy, budget, measure), g in heads.groupby(["task", "ablation", "strategy", "budget", "measure"]):
         per_run = g.groupby(["seed", "layer"])[list(feats)].first()
         for s, run in g.groupby("seed"):
             other = g[g["seed"] != s]
-            row = {"task": task, "seed": s, "strategy": strategy, "budget": budget, "measure": measure}
+            row = {"task": task, "ablation": ablation, "seed": s, "strategy": strategy, "budget": budget,
+                   "measure": measure}
             x_layer = other.groupby("layer")["x"].mean()
             counts = per_run.drop(index=s, level="seed").groupby(level="layer").mean()
             for feat in feats:
@@ -170,18 +180,18 @@ def _layer_controlled(heads: pd.DataFrame) -> pd.DataFrame:
                 else:
                     row[f"rho_lc_{feat}"] = float(sps.spearmanr(rx[ok], rz[ok]).statistic)
             rows.append(row)
-    cols = ["task", "seed", "strategy", "budget", "measure", *(f"rho_lc_{f}" for f in feats)]
+    cols = [*RUN_KEYS, "measure", *(f"rho_lc_{f}" for f in feats)]
     return pd.DataFrame(rows, columns=cols)
 
 
 def pooled(tests: pd.DataFrame, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
-    """Descriptive, per strategy x budget x measure over tasks and seeds (the runs): mean excess dispersion, mean
+    """Descriptive, per ablation x strategy x budget x measure over tasks and seeds (the runs): mean excess dispersion, mean
     shift, the between/within-layer variance parts, and the mean correlations (raw and layer-controlled) with a
     bootstrap CI and a sign-flip p; the runs' ``excess_p`` combined by Fisher's method (``excess_fisher_p``).
     The verdicts are :func:`verdicts` (per task first, unit = model, t-intervals), not these pooled numbers."""
     rows = []
-    for (strategy, budget, measure), g in tests.groupby(["strategy", "budget", "measure"]):
-        row = {"strategy": strategy, "budget": budget, "measure": measure, "n_runs": len(g),
+    for (ablation, strategy, budget, measure), g in tests.groupby(["ablation", "strategy", "budget", "measure"]):
+        row = {"ablation": ablation, "strategy": strategy, "budget": budget, "measure": measure, "n_runs": len(g),
                "dispersion_kind": g["dispersion_kind"].iloc[0], "mean_dispersion": float(g["dispersion"].mean()),
                "mean_dispersion_noise": float(g["dispersion_noise"].mean()),
                "excess_fisher_p": float(sps.combine_pvalues(g["excess_p"].to_numpy(dtype=float), method="fisher").pvalue)}
@@ -215,7 +225,8 @@ CLAIMS: tuple[Claim, ...] = (
                        "fine-tune beats fine-tune-then-mask at 50%) is not applied: these cells hold no "
                        "fine-tune-then-mask score (study 1 holds it), and the claim is measured on how much each "
                        "kept head changed during fine-tuning, which is defined whether or not the fine-tuning "
-                       "recovered the score"),
+                       "recovered the score",
+          semantics="uniform"),
     Claim("ours.kept_heads_change_more", "ours (exploratory)",
           "Kept heads change more during fine-tuning when other heads are pruned (there is extra change to "
           "spread).",
@@ -224,7 +235,8 @@ CLAIMS: tuple[Claim, ...] = (
                    "weight change and attention-pattern change only (per-layer normalised importance has no "
                    "level to shift)",
           precondition="enough units for a t-test; the adapts-to-mask gate is not applied (as for the spread "
-                       "claim: no fine-tune-then-mask score in these cells)"),
+                       "claim: no fine-tune-then-mask score in these cells)",
+          semantics="uniform"),
     Claim("ours.compensation_local", "ours (exploratory)",
           "Heads near the pruned ones (same layer, adjacent layers) compensate more, beyond what their layer "
           "alone predicts.",
@@ -233,7 +245,8 @@ CLAIMS: tuple[Claim, ...] = (
                    "runs of the same task and setting, per layer), per pruned model (task x seed)",
           precondition="the number of pruned heads near a kept head varies beyond its layer across runs (random "
                        "masks differ by seed; the middle strategy prunes the same layers in every run, so its "
-                       "locality is a pure layer effect and not testable); enough units for a t-test"),
+                       "locality is a pure layer effect and not testable); enough units for a t-test",
+          semantics="uniform"),
 )
 
 
@@ -344,34 +357,49 @@ def _no_numbers(claim, study: str, scale: str, task: str, setting: str, sem: str
 
 
 def verdicts(tests: pd.DataFrame, cfg, claim_list=None, study: str = "compensation") -> pd.DataFrame:
-    """The study's verdict table (:data:`claims.COLUMNS`) from :func:`spread_tests`: one row per claim x task x
-    setting, then the pooled rows, Holm over the study's family (:func:`claims.adjust`). ``claim_list``: the
-    study's ``Claim`` objects (default: ``compensation.Compensation.claims``)."""
+    """The study's verdict table (:data:`claims.COLUMNS`) from :func:`spread_tests`: every claim decided under
+    every semantics of the runs (their ``ablation``; :func:`semantics.verdicts_by_semantics`), one row per claim x
+    task x setting, then the pooled rows; the rows under the claim's own semantics (``Claim.semantics``:
+    ``uniform``) are the primary analysis, Holm over the study's primary family, the others sensitivity rows,
+    each semantics its own family. A claim measured in no run of its own semantics gets one ``not testable`` row
+    saying so. ``claim_list``: the study's ``Claim`` objects (default: ``compensation.Compensation.claims``)."""
     claim_list = CLAIMS if claim_list is None else claim_list
     by_id = {c.id: c for c in claim_list}
-    scale, sem = scale_text(cfg), cfg.ablation
-    parts = []
-    for cid, (rule, build) in CLAIM_RULES.items():
-        claim, extra = by_id[cid], []
-        if cid == "ours.compensation_local":
-            ms, why, unmeasured = build(tests, sem)
-            gates = [lambda m, why=why: why.get((m.task, m.setting))]
-            label = f"{rule.kind} ({rule.direction}); one-sample t on Spearman rho beyond a layer-only model; alpha={rule.alpha:g}"
-            extra = [_no_numbers(claim, study, scale, u["task"], u["setting"], sem, u["reason"], label) for u in unmeasured]
-        else:
-            ms, gates = build(tests, sem), []
-        if ms:
-            parts.append(claims.evaluate(claim, rule, ms, gates, scale=scale, study=study))
-        if extra:
-            parts.append(pd.DataFrame(extra, columns=list(claims.COLUMNS)))
-    if not parts:
-        return claims.empty_table()
-    table = claims.adjust(pd.concat(parts, ignore_index=True))
-    claims.validate(table)
-    return table
+    scale = scale_text(cfg)
+    if "ablation" not in tests.columns:
+        if not tests.empty:
+            raise ValueError("the spread_tests table has no 'ablation' column (each run's semantics)")
+        tests = tests.assign(ablation=pd.Series(dtype=object))
+
+    def decide(sub: pd.DataFrame, sem: str) -> pd.DataFrame:
+        parts = []
+        for cid, (rule, build) in CLAIM_RULES.items():
+            claim, extra, ms, gates = by_id[cid], [], [], []
+            if sub.empty:
+                pass
+            elif cid == "ours.compensation_local":
+                ms, why, unmeasured = build(sub, sem)
+                gates = [lambda m, why=why: why.get((m.task, m.setting))]
+                label = f"{rule.kind} ({rule.direction}); one-sample t on Spearman rho beyond a layer-only model; alpha={rule.alpha:g}"
+                extra = [_no_numbers(claim, study, scale, u["task"], u["setting"], sem, u["reason"], label) for u in unmeasured]
+            else:
+                ms = build(sub, sem)
+            if ms:
+                parts.append(claims.evaluate(claim, rule, ms, gates, scale=scale, study=study))
+            if not ms and not extra:
+                extra = [_no_numbers(claim, study, scale, "all", "", sem,
+                                     f"no pruned run measured under the {sem} semantics in this run", "n/a")]
+            if extra:
+                parts.append(pd.DataFrame(extra).reindex(columns=list(claims.COLUMNS)))
+        return pd.concat(parts, ignore_index=True) if parts else claims.empty_table()
+
+    order = semantics.order(claim_list[0].semantics, [*(c.semantics for c in claim_list),
+                                                      *getattr(cfg, "finetune_ablations", [])])
+    return semantics.verdicts_by_semantics(tests, claim_list, decide, order)
 
 
 def heatmap_data(heads: pd.DataFrame) -> pd.DataFrame:
-    """Mean extra change per (strategy, budget, measure, layer, head) over tasks and seeds."""
-    keys = ["strategy", "budget", "measure", "layer", "head"]
+    """Mean extra change per (ablation, strategy, budget, measure, layer, head) over tasks and seeds (draw one
+    semantics at a time: ``grid[grid["ablation"] == s]``)."""
+    keys = ["ablation", "strategy", "budget", "measure", "layer", "head"]
     return heads.groupby(keys, as_index=False).agg(x=("x", "mean"), x_noise=("x_noise", "mean"), n=("x", "size"))

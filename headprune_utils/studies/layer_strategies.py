@@ -7,10 +7,14 @@ Jawahar et al. 2019, Hewitt and Manning 2019), and pruning by measured importanc
 gradient importance of the fine-tuned model: least or most important heads first) — the "weak link
 between importance and prunability".
 
-Cells: task x regime x strategy x budget x seed (the sweep of :mod:`headprune_utils.strategy_sweep`). ``budget``
-is the share of ALL heads pruned; every strategy prunes exactly the same number of heads (``strategies.py`` says
+Cells: task x regime x ablation x strategy x budget x seed (the sweep of :mod:`headprune_utils.strategy_sweep`).
+``ablation`` is the semantics of the masked heads (:mod:`headprune_utils.semantics`): ``ablations`` for the
+evaluation-only regime (all three by default, cheap), ``finetune_ablations`` for mask-then-fine-tune (Budhraja et
+al.'s ``uniform``, the semantics of their BERT code); the Budhraja claims are decided under ``uniform`` (primary),
+Michel et al.'s least-important-first under ``zero``, every other semantics measured re-tests them (sensitivity).
+``budget`` is the share of ALL heads pruned; every strategy prunes exactly the same number of heads (``strategies.py`` says
 how a budget that does not fill whole layers is spread). Reference cells (strategy ``"none"``, budget 0) hold the
-fine-tuned full model. Regimes as in study 1: ``finetune_then_mask`` (evaluation only: the masks of one fine-tuned
+fine-tuned full model (one per regime and semantics: the cached model, evaluated). Regimes as in study 1: ``finetune_then_mask`` (evaluation only: the masks of one fine-tuned
 model form a group, evaluated together with shared work, ``mask_sweep``) and ``mask_then_finetune`` (one
 fine-tuning per cell, at ``finetune_budgets``; shared with studies 1 and 5 through the fine-tuning cache).
 The claims are paired contrasts (:mod:`headprune_utils.paired_contrasts`), decided by the claims model
@@ -50,8 +54,10 @@ RESULTS_VERSION = 1
 
 
 @dataclass(frozen=True)
-class LayerStrategiesConfig(glue_workbench.GlueStudyConfig):
-    """Parameters of the study (the shared ones in ``glue_workbench.GlueStudyConfig``); defaults = the quick profile."""
+class LayerStrategiesConfig(glue_workbench.MaskingStudyConfig):
+    """Parameters of the study (the shared ones in ``glue_workbench.MaskingStudyConfig``); defaults = the quick profile."""
+
+    finetune_ablations: list[glue_workbench.Ablation] = field(default_factory=lambda: ["uniform"])  # mask-then-fine-tune semantics: Budhraja et al.'s BERT (uniform)
 
     strategies: list[str] = field(default_factory=lambda: list(ALL_STRATEGIES))  # see strategies.py
     budgets: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75])  # share of ALL heads pruned (evaluation-only regime)
@@ -87,29 +93,34 @@ class LayerStrategiesConfig(glue_workbench.GlueStudyConfig):
 
 
 def plan_cells(cfg: LayerStrategiesConfig) -> list[Cell]:
-    """Every cell, (task, seed) by (task, seed). The evaluation-only cells of one fine-tuned model form a group
-    (evaluated together, the model loaded once); each fine-tuning cell is a batch of its own."""
+    """Every cell, (task, seed) by (task, seed), each regime under each of its semantics (``cfg.ablations`` for
+    the evaluation-only regime, ``cfg.finetune_ablations`` for mask-then-fine-tune). The evaluation-only cells of
+    one fine-tuned model form a group (evaluated together, the model loaded once), and so do the reference cells
+    (the cached full model, evaluated); each fine-tuning cell is a batch of its own."""
     tasks = glue_workbench.resolve_tasks(cfg)[0]
     cells = []
     for task in tasks:
-        finetune_cost: dict[float, float] = {}  # budget -> FLOPs of fine-tuning with that share pruned
+        finetune_cost: dict[tuple, float] = {}  # (budget, semantics) -> FLOPs of fine-tuning with that share pruned
         eval_cost = glue_workbench.eval_cost(cfg, task)
         for seed in cfg.seeds:
             for regime in REGIMES:
                 if regime not in cfg.regimes:
                     continue
                 budgets = cfg.budgets if regime == "finetune_then_mask" else cfg.finetune_budgets
-                axes = [{"task": task, "regime": regime, "strategy": "none", "budget": 0.0, "seed": int(seed)}]
-                for b in sorted(budgets):
-                    for s in cfg.strategies:
-                        axes.append({"task": task, "regime": regime, "strategy": s, "budget": float(b), "seed": int(seed)})
-                for a in axes:
-                    if regime == "mask_then_finetune":  # "none": the full model's fine-tuning (shared, cached)
-                        if a["budget"] not in finetune_cost:
-                            finetune_cost[a["budget"]] = glue_workbench.finetune_cost(cfg, task, 1.0 - a["budget"])
-                        cells.append(Cell(a, cost=Cost(finetune_cost[a["budget"]])))
-                    else:
-                        cells.append(Cell(a, group=(task, int(seed), "evaluate"), cost=Cost(eval_cost)))
+                for ablation in (cfg.finetune_ablations if regime == "mask_then_finetune" else cfg.ablations):
+                    head = {"task": task, "regime": regime, "ablation": ablation}
+                    axes = [{**head, "strategy": "none", "budget": 0.0, "seed": int(seed)}]
+                    for b in sorted(budgets):
+                        for s in cfg.strategies:
+                            axes.append({**head, "strategy": s, "budget": float(b), "seed": int(seed)})
+                    for a in axes:
+                        if regime == "mask_then_finetune" and a["strategy"] != "none":
+                            k = (a["budget"], ablation)
+                            if k not in finetune_cost:
+                                finetune_cost[k] = glue_workbench.finetune_cost(cfg, task, 1.0 - a["budget"], ablation)
+                            cells.append(Cell(a, cost=Cost(finetune_cost[k])))
+                        else:  # evaluation only, or the reference: the cached full model, evaluated
+                            cells.append(Cell(a, group=(task, int(seed), "evaluate"), cost=Cost(eval_cost)))
     return cells
 
 
@@ -119,19 +130,19 @@ def study_fingerprint(cfg: LayerStrategiesConfig, device: torch.device) -> str:
     return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=drop))
 
 
-def _claim(id_: str, paper: str, text: str, contrast: str, precondition: str) -> Claim:
+def _claim(id_: str, paper: str, text: str, contrast: str, precondition: str, semantics: str) -> Claim:
     c = next(c for c in CONTRASTS if c.name == contrast)
     return Claim(id_, paper, text,
                  quantity=f"score({c.a}) - score({c.b}) of the same fine-tuned model (task, seed) and budget, averaged "
                           f"over the budgets within the model; per task and regime, then pooled over tasks on "
                           f"(full - chance)-normalised effects (contrast {c.name!r}; pairs where both strategies "
                           f"pruned identical masks are left out)",
-                 precondition=precondition)
+                 precondition=precondition, semantics=semantics)
 
 
 _ABOVE_CHANCE = ("the fine-tuned full model scores above chance by more than 0.05 (score units) in every seed; "
                  "mask-then-fine-tune rows: fine-tuning adapts to the mask (at 50% pruned, mask-then-fine-tune beats "
-                 "fine-tune-then-mask on the task, 95% CI above 0); the two strategies' masks differ")
+                 "fine-tune-then-mask on the task, 95% CI above 0, under the same semantics); the two strategies' masks differ")
 _MARGIN = "; margin: equivalence_margin x the seed-to-seed SD of the full model on the task"
 
 
@@ -144,24 +155,24 @@ class LayerStrategies(Study):
     claims = (
         _claim("budhraja.location_no_preference", "Budhraja et al. 2020",
                "There is no preference between pruning the top or the bottom layers.", "top vs bottom",
-               _ABOVE_CHANCE + _MARGIN + " (equivalence)"),
+               _ABOVE_CHANCE + _MARGIN + " (equivalence)", "uniform"),
         _claim("budhraja.avoid_middle", "Budhraja et al. 2020",
                "Pruning that avoids the middle layers (top + bottom) beats pruning the middle layers.",
-               "avoid the middle", _ABOVE_CHANCE),
+               "avoid the middle", _ABOVE_CHANCE, "uniform"),
         _claim("budhraja.avoid_consecutive", "Budhraja et al. 2020",
                "Pruning layers spread apart beats pruning the same number of consecutive layers.",
-               "avoid consecutive layers", _ABOVE_CHANCE),
+               "avoid consecutive layers", _ABOVE_CHANCE, "uniform"),
         _claim("budhraja.important_location_not_worse", "Budhraja et al. 2020",
                "Pruning the layers earlier studies call important (the middle) is no worse than random pruning "
                "(the paper's claim 2, made for the Transformer, tested on BERT).",
-               "important-by-location vs random", _ABOVE_CHANCE + _MARGIN + " (non-inferiority)"),
+               "important-by-location vs random", _ABOVE_CHANCE + _MARGIN + " (non-inferiority)", "uniform"),
         _claim("ours.most_important_not_worse", "ours (exploratory)",
                "Pruning the most important heads (gradient importance) is no worse than random pruning: our reading "
                "of Budhraja et al.'s weak link between importance and prunability.", "most important vs random",
-               _ABOVE_CHANCE + _MARGIN + " (non-inferiority); the importance strategies ran"),
+               _ABOVE_CHANCE + _MARGIN + " (non-inferiority); the importance strategies ran", "uniform"),
         _claim("michel.least_important_first", "Michel et al. 2019",
                "Pruning the least important heads (gradient importance) first beats random pruning.",
-               "least important vs random", _ABOVE_CHANCE + "; the importance strategies ran"),
+               "least important vs random", _ABOVE_CHANCE + "; the importance strategies ran", "zero"),
     )
 
     def plan(self, cfg: LayerStrategiesConfig) -> list[Cell]:

@@ -3,13 +3,18 @@
 The mean per strategy and the example masks are the strategy sweep's (:mod:`headprune_utils.strategy_sweep`,
 shared with study 5; re-exported here); the contrasts are the location contrasts of
 :mod:`headprune_utils.paired_contrasts`. ``cfg`` is the study's parameters (``LayerStrategiesConfig``, defined with
-the protocol in :mod:`.layer_strategies`).
+the protocol in :mod:`.layer_strategies`). Every table is per ablation semantics (the cells' ``ablation`` column,
+:mod:`headprune_utils.semantics`): results of different semantics are never paired, pooled or compared.
 
 Verdicts (:func:`verdicts`) follow :mod:`headprune_utils.claims`: every claim is a paired contrast
 ``score(a) - score(b)`` of the same model (task, seed) and budget. The unit of replication is the model: a model's
 differences over its budgets are averaged first, and the claim is tested on the model means (one-sample t over
 ``n_seeds - 1`` degrees of freedom), per task and regime, then pooled over tasks (effects / (full - chance)) when
-the tasks agree; Holm over the study's family. Pairs where ``a`` and ``b`` pruned IDENTICAL masks (two names for
+the tasks agree. Each claim is decided under every semantics measured, on that semantics' cells and with that
+semantics' gates (:func:`semantics.verdicts_by_semantics`): the rows under the claim's own paper's semantics
+(``Claim.semantics``: ``uniform`` for Budhraja et al.'s BERT code, ``zero`` for Michel et al.) are the primary
+analysis, Holm over the study's primary rows; each other semantics is a sensitivity analysis, its own Holm family.
+Pairs where ``a`` and ``b`` pruned IDENTICAL masks (two names for
 one mask, e.g. ``consecutive`` placed at the top) are left out: a mask is not tested against itself; a
 measurement with no other pair is ``not testable`` ("degenerate contrast"), and a row that lost some pairs says so
 in its reason. Margins of the "no preference" / "no worse than random" claims: ``cfg.equivalence_margin`` x the
@@ -24,8 +29,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .. import claims, paired_contrasts
-from ..paired_contrasts import LOCATION_CONTRASTS, Contrast, paired_by_strategy, unit_contrast_table
+from .. import claims, paired_contrasts, semantics
+from ..paired_contrasts import LOCATION_CONTRASTS, Contrast, paired_by_strategy, per_ablation, unit_contrast_table
 from ..strategy_sweep import (  # noqa: F401 (re-exported: the notebook and the tests read them from this study)
     REGIME_NAMES, example_masks, summarise,
 )
@@ -70,34 +75,43 @@ CLAIM_RULES: dict[str, ClaimRule] = {
 
 
 def contrasts(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """Every contrast per task x regime x budget (over seeds) and per task x regime over all budgets (each
-    model's mean over its budgets first): mean difference and t-interval over the models; pairs with identical
-    masks left out (``n_same_mask``, ``note``). Descriptive: the tests are in :func:`verdicts`."""
-    return unit_contrast_table(CONTRASTS, lambda a, b: paired_by_strategy(table, a, b, same_mask=True), confidence)
+    """Every contrast per task x regime x ablation x budget (over seeds) and per task x regime x ablation over all
+    budgets (each model's mean over its budgets first): mean difference and t-interval (``ci_low``, ``ci_high``)
+    over the models (task x seed), never over budget x seed pseudo-replicates; pairs with identical masks left out
+    (``n_same_mask``, ``note``). Descriptive: the tests are in :func:`verdicts`."""
+    return per_ablation(table, lambda t: unit_contrast_table(
+        CONTRASTS, lambda a, b: paired_by_strategy(t, a, b, same_mask=True), confidence))
 
 
 def identical_masks(table: pd.DataFrame) -> pd.DataFrame:
-    """Strategies that pruned the same mask, reported once per regime x budget x group of names (columns regime,
-    budget, strategies, tasks, seeds, n_cells, note). The note names the contrast that left those pairs out."""
-    same = paired_contrasts.identical_masks(table)
+    """Strategies that pruned the same mask, reported once per regime x ablation x budget x group of names
+    (columns regime, ablation, budget, strategies, tasks, seeds, n_cells, note; per semantics, as the contrasts
+    that leave those pairs out are). The note names the contrast that left those pairs out."""
+    keys = ("task", "regime", "ablation", "budget", "seed")
+    same = paired_contrasts.identical_masks(table, keys=keys)
     rows = []
-    for (regime, budget, names), g in same.groupby(["regime", "budget", "strategies"], sort=True):
+    for (regime, ablation, budget, names), g in same.groupby(["regime", "ablation", "budget", "strategies"], sort=True):
         group = set(names.split(" = "))
         hit = [c.name for c in CONTRASTS if {c.a, c.b} <= group]
         note = "one mask under several names: the same measurement, not independent ones"
         if hit:
             note += f"; left out of the contrast(s) {', '.join(repr(h) for h in hit)} (a mask is not tested against itself)"
-        rows.append({"regime": regime, "budget": budget, "strategies": names,
+        rows.append({"regime": regime, "ablation": ablation, "budget": budget, "strategies": names,
                      "tasks": ", ".join(sorted(set(g["task"]))), "seeds": ", ".join(map(str, sorted(set(g["seed"])))),
                      "n_cells": len(g) * len(group), "note": note})
-    return pd.DataFrame(rows, columns=["regime", "budget", "strategies", "tasks", "seeds", "n_cells", "note"])
+    return pd.DataFrame(rows, columns=["regime", "ablation", "budget", "strategies", "tasks", "seeds", "n_cells",
+                                       "note"])
 
 
 def adaptation_diffs(table: pd.DataFrame, budget: float = ADAPT_BUDGET) -> tuple[pd.DataFrame, str]:
     """``(rows, what)``: per (task, seed) model, ``diff`` = score(mask, then fine-tune) - score(fine-tune, then
-    mask) at ``budget``, with the random masks (the same mask in both regimes), or the mean over the strategies run
+    mask) at ``budget`` (``table``: the cells of ONE ablation semantics, both regimes under it), with the random masks (the same mask in both regimes), or the mean over the strategies run
     in both regimes when random did not run. ``what`` describes the quantity (the gate's text)."""
+    if "ablation" in table.columns and table["ablation"].nunique() > 1:
+        raise ValueError("adaptation_diffs compares the regimes under one semantics: pass one semantics' cells")
     t = table[(table["budget"] == budget) & (table["strategy"] != "none")]
+    if t.empty:
+        return pd.DataFrame(columns=["task", "seed", "diff"]), f"at {100 * budget:g}% pruned (no cells in both regimes)"
     p = t.pivot_table(index=["task", "seed", "strategy"], columns="regime", values="score")
     if not set(REGIME_ORDER) <= set(p.columns):
         return pd.DataFrame(columns=["task", "seed", "diff"]), f"at {100 * budget:g}% pruned (no cells in both regimes)"
@@ -173,26 +187,38 @@ def _gates(adapt: claims.Gate, notes: dict) -> list[claims.Gate]:
 
 def verdicts(table: pd.DataFrame, cfg, claim_list, alpha: float = 0.05) -> pd.DataFrame:
     """The verdict table (exactly :data:`claims.COLUMNS`) of ``claim_list`` (the study's ``claims``; ids in
-    :data:`CLAIM_RULES`), Holm-adjusted over the study's family; every number from ``table``. A claim whose two
-    strategies did not both run gets one ``not testable`` row saying so. ``alpha``: the level of every rule."""
-    diffs, what = adaptation_diffs(table)
-    adapt = claims.adapts_to_mask(diffs, value="diff", unit="seed", task="task", what=what)
+    :data:`CLAIM_RULES`) under every ablation semantics of ``table`` (its ``ablation`` column;
+    :func:`semantics.verdicts_by_semantics`): each semantics decided on its own cells, with its own gates (the
+    adapts-to-mask gate from the same semantics' two regimes); ``analysis`` primary for the claim's own paper's
+    semantics, sensitivity otherwise; Holm over the study's primary rows and each sensitivity semantics apart.
+    Every number from ``table``. A claim whose two strategies did not both run under its own semantics gets one
+    ``not testable`` row saying so. ``alpha``: the level of every rule."""
     text = scale(cfg, table)
-    parts, notes_of = [], {}
+    notes_of: dict[tuple[str, str], dict] = {}
     by_name = {c.name: c for c in CONTRASTS}
-    for claim in claim_list:
-        spec = CLAIM_RULES[claim.id]
-        contrast = by_name[spec.contrast]
-        rule = spec.rule(cfg, alpha)
-        ms, notes = measurements(table, contrast, semantics=cfg.ablation)
-        if not ms:
-            parts.append(pd.DataFrame([_not_run(claim, contrast, table, text, cfg.ablation)], columns=list(claims.COLUMNS)))
-            continue
-        parts.append(claims.evaluate(claim, rule, ms, _gates(adapt, notes), scale=text, study=STUDY))
-        notes_of[claim.id] = notes
-    out = claims.adjust(pd.concat(parts, ignore_index=True)) if parts else claims.empty_table()
+
+    def decide(sub: pd.DataFrame, sem: str) -> pd.DataFrame:
+        diffs, what = adaptation_diffs(sub)
+        adapt = claims.adapts_to_mask(diffs, value="diff", unit="seed", task="task", what=what)
+        parts = []
+        for claim in claim_list:
+            spec = CLAIM_RULES[claim.id]
+            contrast = by_name[spec.contrast]
+            ms, notes = measurements(sub, contrast, semantics=sem) if len(sub) else ([], {})
+            if not ms:
+                parts.append(pd.DataFrame([_not_run(claim, contrast, sub, text, sem)], columns=list(claims.COLUMNS)))
+                continue
+            parts.append(claims.evaluate(claim, spec.rule(cfg, alpha), ms, _gates(adapt, notes), scale=text,
+                                         study=STUDY))
+            notes_of[(claim.id, sem)] = notes
+        return pd.concat(parts, ignore_index=True)
+
+    order = semantics.order(claim_list[0].semantics, [*(c.semantics for c in claim_list),
+                                                      *getattr(cfg, "finetune_ablations", ()),
+                                                      *getattr(cfg, "ablations", ())])
+    out = semantics.verdicts_by_semantics(table, claim_list, decide, order)
     for i, r in out.iterrows():  # pairs left out: said in the reason of the rows they touch (after the verdicts)
-        notes = notes_of.get(r["claim_id"], {})
+        notes = notes_of.get((r["claim_id"], r["semantics"]), {})
         extra = [t for (task, setting), (kind, t) in notes.items() if kind == "partial" and setting == r["setting"]
                  and (task == r["task"] or str(r["task"]).startswith("all ("))]
         if extra:
@@ -205,12 +231,12 @@ def verdicts(table: pd.DataFrame, cfg, claim_list, alpha: float = 0.05) -> pd.Da
 
 
 def _not_run(claim, contrast: Contrast, table: pd.DataFrame, text: str, semantics: str) -> dict:
-    ran = set(table["strategy"])
+    ran = set(table["strategy"]) if "strategy" in table.columns else set()
     missing = [s for s in (contrast.a, contrast.b) if s not in ran]
     nan = float("nan")
     return {"study": STUDY, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": "all",
-            "setting": "", "semantics": semantics, "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
+            "setting": "", "semantics": semantics, "analysis": "primary", "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
             "unit": claims.DEFAULT_UNIT, "test": "", "p": nan, "p_adjusted": nan, "margin": nan,
             "verdict": "not testable",
-            "reason": f"the strategies of the contrast {contrast.name!r} did not both run"
+            "reason": f"the strategies of the contrast {contrast.name!r} did not both run under the {semantics} semantics"
                       + (f" (missing: {', '.join(missing)})" if missing else " in any common setting"), "scale": text}

@@ -1,6 +1,9 @@
 """Study 1: random head pruning (Budhraja et al. 2020, claim 1; Michel et al. 2019's regime).
 
-Cells: task x regime x fraction x seed, each independent (a cluster engine can run them anywhere):
+Cells: task x regime x ablation x fraction x seed, each independent (a cluster engine can run them anywhere);
+``ablation`` is the semantics of the masked heads (:mod:`headprune_utils.semantics`): ``ablations`` for the
+evaluation-only regime (all three by default, cheap), ``finetune_ablations`` for mask-then-fine-tune (Budhraja
+et al.'s ``uniform``, and ``zero`` as the sensitivity semantics):
 
 - ``mask_then_finetune`` (Budhraja et al.): prune a random ``fraction`` of all heads of the
   pre-trained model, then fine-tune with the mask fixed.
@@ -8,7 +11,8 @@ Cells: task x regime x fraction x seed, each independent (a cluster engine can r
   ``fraction`` of its heads and evaluate without retraining.
 
 Masks of seed ``s`` are nested across fractions and shared by both regimes and all tasks (paired
-comparisons). The fine-tuned full model of (task, seed) is the ``fraction = 0`` cell of the first
+comparisons). The evaluation-only regime may draw ``mask_draws`` random masks per model (axis ``draw``; draw 0 is
+the shared mask); the analysis averages the draws within the model first (the model is the unit). The fine-tuned full model of (task, seed) is the ``fraction = 0`` cell of the first
 regime; its checkpoint is cached (``glue_workbench.Workbench``) so the second regime, and other studies, reuse it.
 Mask-then-fine-tune runs at ``finetune_fractions`` (None: every fraction), each fine-tuning through the cache
 studies 2 and 5 share (``Workbench.masked_scores``): their random masks at the same budget and seed are these.
@@ -34,15 +38,16 @@ from ..pruning_curves import REGIMES
 from ..results import fingerprint
 from .base import Cell, Claim, Cost, Study
 from .random_pruning_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    REGIME_NAMES, RULES, claim_verdicts, findings, paired_drop, prunable_fraction, regime_difference, summarise,
+    REGIME_NAMES, RULES, claim_verdicts, findings, mask_spread, paired_drop, per_model, prunable_fraction,
+    regime_difference, summarise,
 )
 
 __all__ = [
     "NAME", "STUDY", "RandomPruning", "RandomPruningConfig", "REGIMES", "Regime", "plan_cells", "study_fingerprint",
-    "cell_mask", "run_cell",
+    "cell_mask", "mask_seed", "run_cell",
     # the analysis (random_pruning_analysis), re-exported so the notebook needs one module
-    "REGIME_NAMES", "RULES", "summarise", "paired_drop", "prunable_fraction", "regime_difference",
-    "claim_verdicts", "verdicts", "findings",
+    "REGIME_NAMES", "RULES", "per_model", "mask_spread", "summarise", "paired_drop", "prunable_fraction",
+    "regime_difference", "claim_verdicts", "verdicts", "findings",
 ]
 
 NAME = "random_pruning"
@@ -53,12 +58,15 @@ RESULTS_VERSION = 2
 
 
 @dataclass(frozen=True)
-class RandomPruningConfig(glue_workbench.GlueStudyConfig):
-    """Parameters of the study (the shared ones in ``glue_workbench.GlueStudyConfig``); defaults = the quick profile."""
+class RandomPruningConfig(glue_workbench.MaskingStudyConfig):
+    """Parameters of the study (the shared ones in ``glue_workbench.MaskingStudyConfig``); defaults = the quick profile."""
+
+    finetune_ablations: list[glue_workbench.Ablation] = field(default_factory=lambda: ["uniform", "zero"])  # mask-then-fine-tune semantics: Budhraja et al.'s BERT (uniform), then zero (sensitivity)
 
     fractions: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75])  # share of ALL heads pruned, in [0, 1]
     finetune_fractions: list[float] | None = field(default_factory=lambda: [0.5, 0.75])  # of those, the ones of the mask-then-fine-tune regime (one fine-tuning each; None: all)
     regimes: list[Regime] = field(default_factory=lambda: list(REGIMES))
+    mask_draws: int = 1                         # random masks per fine-tuned model in the evaluation-only regime (draw 0: the mask-then-fine-tune regime's)
     tolerance: float = 0.02                     # analysis only: a drop up to this (score units) counts as "limited" (descriptive table)
     margin_share: float = 0.1                   # analysis only: verdict margins are this share of (full - chance), per task
 
@@ -68,6 +76,8 @@ class RandomPruningConfig(glue_workbench.GlueStudyConfig):
             raise ParameterError(f"regimes must be a non-empty list of {REGIMES}, got {self.regimes}")
         if not 0 < self.margin_share < 1:  # a margin of 0 can never be shown
             raise ParameterError(f"margin_share must be in (0, 1) (a share of full - chance), got {self.margin_share}")
+        if isinstance(self.mask_draws, bool) or not isinstance(self.mask_draws, int) or self.mask_draws < 1:
+            raise ParameterError(f"mask_draws must be an integer >= 1 (random masks per model), got {self.mask_draws!r}")
         super().check()
         self.check_fractions("fractions", self.fractions)
         self.check_finetune_fractions()
@@ -83,26 +93,38 @@ def plan_cells(cfg: RandomPruningConfig) -> list[Cell]:
             for regime in REGIMES:
                 if regime not in cfg.regimes:
                     continue
-                for f in sorted(cfg.fractions):
-                    if regime == "mask_then_finetune" and f != 0 and not glue_workbench.fine_tuned_at(cfg, f):
-                        continue  # 0: the fine-tuned full model, shared by both regimes, always there
-                    axes = {"task": task, "regime": regime, "fraction": float(f), "seed": int(seed)}
-                    if regime == "mask_then_finetune":
-                        cost = glue_workbench.finetune_cost(cfg, task, 1.0 - f)
-                        cells.append(Cell(axes, cost=Cost(cost)))
-                    else:
-                        cost = glue_workbench.eval_cost(cfg, task)
-                        cells.append(Cell(axes, group=(task, int(seed), "evaluate"), cost=Cost(cost)))
+                for ablation in (cfg.finetune_ablations if regime == "mask_then_finetune" else cfg.ablations):
+                    for f in sorted(cfg.fractions):
+                        if regime == "mask_then_finetune" and f != 0 and not glue_workbench.fine_tuned_at(cfg, f):
+                            continue  # 0: the fine-tuned full model, shared by both regimes, always there
+                        axes = {"task": task, "regime": regime, "ablation": ablation, "fraction": float(f),
+                                "seed": int(seed), "draw": 0}
+                        if regime == "mask_then_finetune" and f != 0:
+                            cost = glue_workbench.finetune_cost(cfg, task, 1.0 - f, ablation)
+                            cells.append(Cell(axes, cost=Cost(cost)))
+                            continue
+                        cost = glue_workbench.eval_cost(cfg, task)  # the cached full model, evaluated (masked)
+                        draws = range(cfg.mask_draws) if regime == "finetune_then_mask" and f != 0 else range(1)
+                        for d in draws:
+                            cells.append(Cell({**axes, "draw": d}, group=(task, int(seed), "evaluate"), cost=Cost(cost)))
     return cells
 
 
 def study_fingerprint(cfg: RandomPruningConfig, device: torch.device) -> str:
-    return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=("fractions", "finetune_fractions", "regimes", "tolerance", "margin_share")))
+    return fingerprint(glue_workbench.result_params(
+        cfg, device, RESULTS_VERSION, drop=("fractions", "finetune_fractions", "regimes", "mask_draws", "tolerance", "margin_share")))
 
 
-def cell_mask(shape: tuple[int, int], fraction: float, seed: int) -> torch.Tensor:
+def mask_seed(seed: int, draw: int = 0) -> int:
+    """The random-mask seed of draw ``draw`` of model ``seed``: ``seed`` itself for draw 0 (the mask shared with the
+    mask-then-fine-tune regime and studies 2 and 5), ``1_000_000 * draw + seed`` for the extra draws."""
+    return int(seed) if draw == 0 else 1_000_000 * int(draw) + int(seed)
+
+
+def cell_mask(shape: tuple[int, int], fraction: float, seed: int, draw: int = 0) -> torch.Tensor:
     n_layers, n_heads = shape
-    return masks.random_mask(n_layers, n_heads, masks.n_pruned_for_fraction(fraction, n_layers, n_heads), seed)
+    return masks.random_mask(n_layers, n_heads, masks.n_pruned_for_fraction(fraction, n_layers, n_heads),
+                             mask_seed(seed, draw))
 
 
 def _row(task, spec, history, metrics, mask, seconds) -> dict:
@@ -120,23 +142,22 @@ def _row(task, spec, history, metrics, mask, seconds) -> dict:
 
 def run_cell(ctx: glue_workbench.Workbench, cell: dict) -> dict:
     """Compute one cell's result (pure of the store; the caller saves it)."""
-    cfg = ctx.cfg
-    task, regime, fraction, seed = cell["task"], cell["regime"], cell["fraction"], cell["seed"]
+    task, regime, fraction, seed, ablation = cell["task"], cell["regime"], cell["fraction"], cell["seed"], cell["ablation"]
     spec, tr, dv, *_ = ctx.task_data(task)
-    mask = cell_mask(ctx.shape, fraction, seed)
+    mask = cell_mask(ctx.shape, fraction, seed, cell.get("draw", 0))
     t0 = time.perf_counter()
     if regime == "mask_then_finetune":
         if fraction == 0:
             model, history, _ = ctx.full_model(task, seed)
-            metrics = training.evaluate(model, dv, task, EVAL_BATCH, ablation=cfg.ablation)
+            metrics = training.evaluate(model, dv, task, EVAL_BATCH)
         else:
-            # shared with the other studies: a (task, seed, mask) fine-tuned there (e.g. study 2's and 5's
-            # random masks at the same budget, which are this study's masks) is read back, not trained again
-            metrics, history = ctx.masked_scores(task, seed, mask, f"{task} s{seed} f{fraction:g}")
+            # shared with the other studies: a (task, seed, mask, semantics) fine-tuned there (e.g. study 2's and
+            # 5's random masks at the same budget, which are this study's masks) is read back, not trained again
+            metrics, history = ctx.masked_scores(task, seed, mask, f"{task} s{seed} f{fraction:g} {ablation}", ablation)
     else:
         model, _, _ = ctx.full_model(task, seed)
-        means = ctx.full_means(task, seed) if cfg.ablation == "mean" else None
-        metrics = training.evaluate(model, dv, task, EVAL_BATCH, gates=mask.to(ctx.device), ablation=cfg.ablation, means=means)
+        means = ctx.full_means(task, seed) if ablation == "mean" else None
+        metrics = training.evaluate(model, dv, task, EVAL_BATCH, gates=mask.to(ctx.device), ablation=ablation, means=means)
         history = []
     metrics = {**metrics, "score": main_score(task, metrics), "chance": glue_workbench.chance_score(task, tr, dv)}
     return _row(task, spec, history, metrics, mask, time.perf_counter() - t0)
@@ -155,13 +176,14 @@ class RandomPruning(Study):
               quantity="score(pruned at random, then fine-tuned) - score(full model), per (task, seed) model, at "
                        "every mask-then-fine-tune share >= 50%; non-inferiority within margin_share x (full - chance)",
               precondition="the full model is above chance by 0.05 in every seed; fine-tuning adapts to the mask "
-                           "(at 50% pruned, mask-then-fine-tune beats fine-tune-then-mask, 95% CI above 0, on the task)"),
+                           "(at 50% pruned, mask-then-fine-tune beats fine-tune-then-mask, 95% CI above 0, on the task)",
+              semantics="uniform"),
         Claim("ours.retraining_recovers", "ours (exploratory)",
               "Fine-tuning after masking recovers more than masking a fine-tuned model (Budhraja et al.'s regime "
               "vs Michel et al.'s).",
               quantity="score(mask, then fine-tune) - score(fine-tune, then mask) at the same random mask, per "
                        "(task, seed) model and share pruned",
-              precondition="the full model is above chance by 0.05 in every seed"),
+              precondition="the full model is above chance by 0.05 in every seed", semantics="uniform"),
     )
 
     def plan(self, cfg: RandomPruningConfig) -> list[Cell]:

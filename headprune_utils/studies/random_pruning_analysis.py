@@ -5,7 +5,8 @@ regimes are the library's (:mod:`headprune_utils.pruning_curves`, shared with st
 module adds the regimes' names, the claims' decision rules and verdicts (:mod:`headprune_utils.claims`) and the
 findings text. ``cfg`` is the study's parameters (``RandomPruningConfig``, defined with the protocol in
 :mod:`.random_pruning`); read here: ``tolerance``, ``margin_share``, ``model``, ``train_size``, ``dev_size``,
-``epochs``, ``seeds``, ``ablation``.
+``epochs``, ``seeds``, ``ablations``, ``finetune_ablations``. Every table is per ablation semantics (the
+cells' ``ablation``); the verdicts are decided under each (:mod:`headprune_utils.semantics`).
 
 The claims (declared in :mod:`.random_pruning`) and how each is decided (:data:`RULES`):
 
@@ -24,12 +25,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .. import claims, glue_workbench
-from ..pruning_curves import (  # noqa: F401 (re-exported: the notebook and the tests read them from this study)
-    paired_drop, prunable_fraction, regime_difference, summarise,
-)
+from .. import claims, glue_workbench, semantics
+from .. import pruning_curves
+from ..pruning_curves import prunable_fraction  # noqa: F401 (re-exported: the notebook and the tests read it from here)
 
-__all__ = ["REGIME_NAMES", "summarise", "paired_drop", "prunable_fraction", "regime_difference", "ABOVE_CHANCE",
+__all__ = ["REGIME_NAMES", "per_model", "mask_spread", "summarise", "paired_drop", "prunable_fraction", "regime_difference", "ABOVE_CHANCE",
            "ADAPT_FRACTION", "RULES", "ClaimRule", "too_short_to_adapt", "adapt_diffs",
            "prunable_measurements", "retraining_measurements", "claim_verdicts", "findings"]
 
@@ -40,6 +40,58 @@ REGIME_NAMES = {
 ABOVE_CHANCE = 0.05   # score units: a trained-model claim needs the full model this far above chance in every seed
 ADAPT_FRACTION = 0.5  # the share pruned at which fine-tuning must be seen to adapt to the mask
 UNIT = "model (task x seed)"
+
+
+# ------------------------------------------------------------------------------------------------- units
+
+_KEYS = ("task", "ablation", "regime", "fraction", "seed")
+
+
+def per_model(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per fine-tuned model (task x seed) and setting: the mean over the model's random-mask draws
+    (``draw``; several in the evaluation-only regime when ``mask_draws`` > 1). Draws of one model are not
+    independent replicates, so every table and test below runs on these rows. With one draw per model, the
+    table itself."""
+    if "draw" not in table.columns or (table.groupby(list(_KEYS)).size() == 1).all():
+        return table
+    first = table.sort_values("draw").groupby(list(_KEYS), as_index=False).first()
+    means = table.groupby(list(_KEYS), as_index=False)["score"].mean()
+    out = first.drop(columns=["score"]).merge(means, on=list(_KEYS))
+    out["draw"] = -1  # the mean over draws
+    return out
+
+
+def mask_spread(table: pd.DataFrame) -> pd.DataFrame:
+    """How much the random mask matters next to the model: per task x ablation x regime x fraction, the SD of the
+    score over a model's mask draws (averaged over models) and the SD over models of their draw means.
+    Empty when no model has more than one draw."""
+    if "draw" not in table.columns:
+        return pd.DataFrame()
+    g = table.groupby(list(_KEYS))["score"]
+    within = g.std(ddof=1).rename("sd_over_masks").reset_index().dropna()
+    if within.empty:
+        return pd.DataFrame()
+    keys = [k for k in _KEYS if k != "seed"]
+    between = per_model(table).groupby(keys)["score"].std(ddof=1).rename("sd_over_models")
+    draws = table.groupby(list(_KEYS)).size().groupby(keys).max().rename("draws_per_model")
+    return (within.groupby(keys)["sd_over_masks"].mean().to_frame().join(between).join(draws).reset_index())
+
+
+def summarise(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """``pruning_curves.summarise`` over the models (:func:`per_model`)."""
+    return pruning_curves.summarise(per_model(table), confidence)
+
+
+def paired_drop(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """``pruning_curves.paired_drop`` over the models (:func:`per_model`)."""
+    return pruning_curves.paired_drop(per_model(table), confidence)
+
+
+def regime_difference(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """``pruning_curves.regime_difference`` over the models (:func:`per_model`); only draw 0 exists in both regimes,
+    so the difference is taken at the shared mask."""
+    t = table[table["draw"] == 0] if "draw" in table.columns else table
+    return pruning_curves.regime_difference(t, confidence)
 
 
 # ---------------------------------------------------------------------------------------------- measurements
@@ -147,53 +199,65 @@ def too_short_to_adapt(gate: claims.Gate) -> claims.Gate:
 
 def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence) -> pd.DataFrame:
     """The study's verdict table (:data:`claims.COLUMNS`): every declared claim (``declared``: the study's
-    ``claims``) decided by its :data:`RULES` entry, per task then pooled, Holm over the study's family. A claim
-    with no measurement in this run gets one ``not testable`` row saying so."""
+    ``claims``) decided by its :data:`RULES` entry under every ablation semantics of the table (the cells'
+    ``ablation``; :func:`semantics.verdicts_by_semantics`: primary = the claim's paper's, the others sensitivity),
+    per task then pooled, Holm over the study's primary family and each sensitivity semantics apart. A claim with
+    no measurement under its own semantics gets one ``not testable`` row saying so."""
     if {c.id for c in declared} != set(RULES):
         raise ValueError(f"claims without a rule or rules without a claim: {sorted({c.id for c in declared} ^ set(RULES))}")
     text = glue_workbench.scale_text(cfg, table)
-    parts = []
-    for claim in declared:
-        spec = RULES[claim.id]
-        ms = spec.measurements(table, cfg.ablation)
-        if ms:
-            parts.append(claims.evaluate(claim, spec.rule(cfg), ms, _gates(spec.gates, table), text, "random_pruning"))
-        else:
-            parts.append(_no_measurement(claim, cfg, text))
-    out = claims.adjust(pd.concat(parts, ignore_index=True))
-    claims.validate(out)
-    return out
+    if "draw" in table.columns:  # both claims pair the regimes at the same mask: draw 0 (the only one fine-tuned)
+        table = table[table["draw"] == 0]
+
+    def decide(sub: pd.DataFrame, sem: str) -> pd.DataFrame:
+        parts = []
+        for claim in declared:
+            spec = RULES[claim.id]
+            ms = spec.measurements(sub, sem)
+            if ms:
+                parts.append(claims.evaluate(claim, spec.rule(cfg), ms, _gates(spec.gates, sub), text, "random_pruning"))
+            else:
+                parts.append(_no_measurement(claim, sem, text))
+        return pd.concat(parts, ignore_index=True)
+
+    order = semantics.order(declared[0].semantics, [*(c.semantics for c in declared), *cfg.finetune_ablations,
+                                                    *cfg.ablations])
+    return semantics.verdicts_by_semantics(table, declared, decide, order)
 
 
-def _no_measurement(claim, cfg, scale_text: str) -> pd.DataFrame:
+def _no_measurement(claim, sem: str, scale_text: str) -> pd.DataFrame:
     why = {"budhraja.random_prunable": "no mask-then-fine-tune cells with >= 50% of heads pruned in this run",
            "ours.retraining_recovers": "no share of heads pruned in both regimes in this run"}[claim.id]
     nan = float("nan")
     row = {"study": "random_pruning", "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": "all",
-           "setting": "", "semantics": cfg.ablation, "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
+           "setting": "", "semantics": sem, "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
            "unit": UNIT, "test": "n/a", "p": nan, "p_adjusted": nan, "margin": nan, "verdict": "not testable",
-           "reason": why, "scale": scale_text}
+           "reason": f"{why} under the {sem} semantics", "scale": scale_text}
     return pd.DataFrame([row], columns=list(claims.COLUMNS))
 
 
 # ---------------------------------------------------------------------------------------------- findings
 
 def findings(summary: pd.DataFrame, drops: pd.DataFrame, cfg) -> str:
-    """The run's findings per task as Markdown, every number computed from the tables."""
+    """The run's findings per task and ablation semantics as Markdown, every number computed from the tables."""
     lines = []
     prunable = prunable_fraction(drops, cfg.tolerance)
-    for task, g in summary.groupby("task"):
+    for (task, ablation), g in summary.groupby(["task", "ablation"], sort=False):
         metric = g["metric"].iloc[0]
-        lines.append(f"**{task}** ({metric}; dev subset of {cfg.dev_size or 'all'} examples; {g['n_seeds'].max()} seeds; "
-                     f"a constant predictor scores {g['chance'].iloc[0]:.3f}):")
+        lines.append(f"**{task}, {ablation} ablation** ({metric}; dev subset of {cfg.dev_size or 'all'} examples; "
+                     f"{g['n_seeds'].max()} seeds; a constant predictor scores {g['chance'].iloc[0]:.3f}):")
         for regime, gr in g.groupby("regime"):
             full = gr[gr["fraction"] == 0]["mean"]
             parts = []
+            at = (drops["task"] == task) & (drops["ablation"] == ablation) & (drops["regime"] == regime)
             for _, r in gr[gr["fraction"] > 0].sort_values("fraction").iterrows():
-                d = drops[(drops["task"] == task) & (drops["regime"] == regime) & (drops["fraction"] == r["fraction"])]
-                ci = f" (paired drop {d['mean_drop'].iloc[0]:+.3f}, bootstrap 95% CI [{d['boot_ci_low'].iloc[0]:+.3f}, {d['boot_ci_high'].iloc[0]:+.3f}])" if len(d) else ""
+                d = drops[at & (drops["fraction"] == r["fraction"])]
+                ci = ""
+                if len(d) and pd.notna(d["ci_low"].iloc[0]):
+                    ci = (f" (paired drop {d['mean_drop'].iloc[0]:+.3f}, 95% t-interval over seeds "
+                          f"[{d['ci_low'].iloc[0]:+.3f}, {d['ci_high'].iloc[0]:+.3f}])")
                 parts.append(f"{100 * r['fraction']:.0f}% pruned ({r['n_heads_pruned']} heads): {r['mean']:.3f}{ci}")
-            p = prunable[(prunable["task"] == task) & (prunable["regime"] == regime)]
+            p = prunable[(prunable["task"] == task) & (prunable["ablation"] == ablation) & (prunable["regime"] == regime)]
             within = f"{100 * p['max_fraction_within_tolerance'].iloc[0]:.0f}%" if len(p) else "n/a"
             base = f"{full.iloc[0]:.3f}" if len(full) else "n/a"
             lines.append(f"- {REGIME_NAMES[regime]}: full model {base}; " + "; ".join(parts)

@@ -15,9 +15,13 @@ comparison, comes for free; the full matrix is the sentence-weighted mean of the
   (``random-<r>``): task independence.
 - Why: the pre-trained model after brief continued masked-LM training with dropout ``p`` (``mlm.py`` says what
   this is and is not), on the generic probe, against seed-to-seed variation at the same ``p``.
+- The negative control (``random_init_control``): the pre-trained model's architecture with randomly initialised
+  weights (``AutoModel.from_config``, seed :data:`CONTROL_SEED`; nothing from the hub) on every probe of the
+  pre-trained model. What it shares with the pre-trained model is not evidence of learned redundancy.
 
-The analysis (pure functions over the cells' table: the matrices back, the Five Ws, verdicts) is in
-:mod:`.redundancy_patterns_analysis`, re-exported here so the notebook needs one module.
+The analysis (pure functions over the cells' table: the matrices back, the Five Ws, the negative control) is in
+:mod:`.redundancy_patterns_analysis`, the claims and verdicts in :mod:`.redundancy_patterns_claims`; both are
+re-exported here so the notebook needs one module.
 """
 from __future__ import annotations
 
@@ -34,16 +38,21 @@ from ..paths import StudyPaths
 from ..results import fingerprint
 from .base import Cell, Cost, Study
 from .redundancy_patterns_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    CLAIMS, CLAIM_RULES, MLM_TRAINED, SAME_SHARE, Matrices, group_labels, metric_agreement, mlm_trained, scale_text,
-    summary_stats, verdicts, when, where, who, why,
+    CONTROL, CONTROL_SEED, SAME_SHARE, Matrices, group_labels, metric_agreement, negative_control, sameness,
+    summary_stats, when, where, who, why,
+)
+from .redundancy_patterns_claims import (  # the claims, their rules and the verdicts, re-exported for the notebook
+    CLAIMS, CLAIM_RULES, MLM_TRAINED, NO_RANDOM_INIT, control_gate, mlm_trained, scale_text, verdicts,
 )
 
 __all__ = [
     "NAME", "STUDY", "RedundancyPatterns", "RedundancyPatternsConfig", "Context", "resolve_probe_tasks",
-    "text_tasks", "finetuned_tasks", "probe_names", "plan_cells", "study_fingerprint", "probe_matrices", "run_cell",
-    # the analysis (redundancy_patterns_analysis), re-exported so the notebook needs one module
-    "Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why", "verdicts",
-    "scale_text", "mlm_trained", "CLAIM_RULES", "SAME_SHARE", "MLM_TRAINED",
+    "text_tasks", "finetuned_tasks", "probe_names", "plan_cells", "study_fingerprint", "random_init_model",
+    "probe_matrices", "run_cell",
+    # the analysis (redundancy_patterns_analysis, _claims), re-exported so the notebook needs one module
+    "Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why", "sameness",
+    "negative_control", "CONTROL", "CONTROL_SEED", "verdicts", "scale_text", "mlm_trained", "control_gate",
+    "CLAIM_RULES", "SAME_SHARE", "MLM_TRAINED", "NO_RANDOM_INIT",
 ]
 
 NAME = "redundancy_patterns"
@@ -73,6 +82,7 @@ class RedundancyPatternsConfig(glue_workbench.GlueStudyConfig):
     n_permutations: int = 999                   # Mantel test permutations
     n_null: int = 99                            # shuffled matrices for the silhouette null (cluster structure)
     min_cluster_size: int = 3                   # smaller clusters hold "unique" heads, not structure (see clustering.core_silhouette)
+    random_init_control: bool = True            # negative control: the same architecture, randomly initialised, on every probe
 
     def check(self) -> None:
         unknown = [m for m in self.metrics if m not in redundancy.METRICS]
@@ -80,6 +90,8 @@ class RedundancyPatternsConfig(glue_workbench.GlueStudyConfig):
             raise ParameterError(f"metrics must be distinct names from {list(redundancy.METRICS)}, got {self.metrics}")
         if self.cluster_metric not in self.metrics:
             raise ParameterError(f"cluster_metric {self.cluster_metric!r} must be one of metrics {self.metrics}")
+        if not isinstance(self.random_init_control, bool):
+            raise ParameterError(f"random_init_control must be true or false, got {self.random_init_control!r}")
         if self.probe_max_length < 4:
             raise ParameterError(f"probe_max_length must be >= 4, got {self.probe_max_length}")
         if self.probe_size < 4:
@@ -163,12 +175,15 @@ def probe_names(cfg: RedundancyPatternsConfig) -> list[str]:
 
 def plan_cells(cfg: RedundancyPatternsConfig) -> list[Cell]:
     """Every cell of the study: the pre-trained model on every probe, each fine-tuned model on its task's inputs,
-    then the MLM-trained models (seed by seed, every dropout) on generic text.
+    then the MLM-trained models (seed by seed, every dropout) on generic text, then (``random_init_control``) the
+    negative control, the randomly initialised model (:data:`CONTROL`), on every probe of the pre-trained model.
 
     No cell reads another's result (the analysis compares the matrices afterwards; the fine-tuned models come
     from the cache shared with studies 1-3), so none requires another. Groups: the pre-trained model's cells
     share one loaded model (and the generic probe, whose lengths the random probes copy); the MLM cells of one
-    seed share the prepared MLM model (its new head trained once per seed). A fine-tuned model's cell is alone.
+    seed share the prepared MLM model (its new head trained once per seed); the control's cells share the one
+    initialised model (and the probes). A fine-tuned model's cell is alone. The control's cells come last, so the
+    other cells' keys and order are those of a plan without them.
     """
     estimate = _CostModel(cfg)
     cells = [Cell({"model": "pretrained", "probe": name}, group=("pretrained",), cost=Cost(estimate.matrices(name)))
@@ -181,13 +196,18 @@ def plan_cells(cfg: RedundancyPatternsConfig) -> list[Cell]:
         cells += [Cell({"model": f"mlm-p{p:g}-s{s}", "probe": "generic"}, group=("mlm", int(s)),
                        cost=Cost(estimate.mlm(prepare=i == 0) + estimate.matrices("generic")))
                   for i, p in enumerate(cfg.dropouts)]
+    if cfg.random_init_control:
+        cells += [Cell({"model": CONTROL, "probe": name}, group=("random-init", CONTROL_SEED),
+                       cost=Cost(estimate.matrices(name)))
+                  for name in probe_names(cfg)]
     return cells
 
 
 class _CostModel:
     """Estimated FLOPs of the cells (rough, for ``--plan`` and the executors; see :mod:`headprune_utils.costs`).
 
-    A cell's matrices: the model's forward pass over the probe (``probe_size`` sentences at their mean length,
+    A cell's matrices (the control's cells: nothing else; initialising the model is negligible): the model's
+    forward pass over the probe (``probe_size`` sentences at their mean length,
     at most ``probe_max_length`` tokens) plus the distances of every head pair per sentence of ``n`` tokens:
     about 4 n^2 per token-based distance, 2 n^2 per pair and 3 n^3 per head for "dcor", 5 n^3 per pair for
     "procrustes" (a product and its singular values). A fine-tuned model's cell adds its fine-tuning (shared
@@ -246,7 +266,10 @@ def study_fingerprint(cfg: RedundancyPatternsConfig, device: torch.device) -> st
     d = glue_workbench.result_params(cfg, device, RESULTS_VERSION,
                                      drop=("probe_tasks", "random_probes", "dropouts", "mlm_seeds",
                                            "cluster_metric", "k_min", "k_max", "n_permutations", "n_null",
-                                           "min_cluster_size"))
+                                           "min_cluster_size",
+                                           # it only adds cells (keyed by their model name): the others' results
+                                           # do not depend on it
+                                           "random_init_control"))
     d["probe_data"] = glue_workbench.data_fingerprints(cfg, resolve_probe_tasks(cfg))  # the probes' texts
     return fingerprint(d)
 
@@ -258,6 +281,7 @@ class Context(glue_workbench.Workbench):
         super().__init__(cfg, device, cache_dir)
         self._probes: dict[str, batching.Encoded] = {}
         self._pretrained = None
+        self._random_init: tuple[int, torch.nn.Module] | None = None
         self._mlm_base: tuple[int, torch.nn.Module] | None = None
 
     def probe(self, name: str) -> batching.Encoded:
@@ -281,6 +305,12 @@ class Context(glue_workbench.Workbench):
             self._pretrained = models.load_classifier(self.cfg.model, 2, device=self.device, seed=0).eval()
         return self._pretrained
 
+    def random_init(self, seed: int):
+        """The negative control of ``seed`` (:func:`random_init_model`), built once per process."""
+        if self._random_init is None or self._random_init[0] != seed:
+            self._random_init = (seed, random_init_model(self.cfg.model, seed, self.device))
+        return self._random_init[1]
+
     def mlm_model(self, dropout: float, seed: int):
         """The MLM-trained encoder of (dropout, seed) and its training record."""
         cfg = self.cfg
@@ -296,6 +326,23 @@ class Context(glue_workbench.Workbench):
         hist = mlm.continue_mlm(model, text, self.tokenizer, dropout, cfg.mlm_steps, seed, cfg.mlm_batch_size,
                                 cfg.mlm_lr, progress=cfg.progress)
         return model.base_model, {**self._mlm_base[2], **{k: v for k, v in hist.items() if k != "loss"}}
+
+
+def random_init_model(name: str, seed: int, device) -> torch.nn.Module:
+    """The negative control: the encoder of ``name``'s architecture (its config only: ``models.load_config``;
+    weights never loaded) with every weight drawn by the architecture's own initialiser
+    (``transformers.AutoModel.from_config``) after ``torch.manual_seed(seed)``, on the CPU so the draw is the same
+    on every machine, then moved to ``device``; eval mode (no dropout). The same seed gives the same weights."""
+    from transformers import AutoModel
+
+    config = models.load_config(name)
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = AutoModel.from_config(config, attn_implementation="sdpa")
+    finally:
+        torch.random.set_rng_state(state)  # the caller's random stream is left as it was
+    return model.to(device).eval()
 
 
 def _halves(enc: batching.Encoded) -> tuple[batching.Encoded, batching.Encoded]:
@@ -330,6 +377,8 @@ def run_cell(ctx: Context, cell: dict) -> dict:
     elif name.startswith("mlm-"):
         p, s = name[len("mlm-p"):].rsplit("-s", 1)
         model, extra = ctx.mlm_model(float(p), int(s))
+    elif name.startswith("random-init-s"):
+        model = ctx.random_init(int(name[len("random-init-s"):]))
     else:
         raise ValueError(f"unknown model {name!r}")
     mats = probe_matrices(model, ctx.probe(cell["probe"]), list(ctx.cfg.metrics), ctx.device)

@@ -3,7 +3,9 @@
 
 :class:`Matrices` gives back each cell's ``[N, N]`` matrices (N = n_layers * n_heads, layer-major); the Five Ws
 compare them: what/how (:func:`metric_agreement`, :func:`summary_stats`), where (:func:`where`,
-:func:`group_labels`), when (:func:`when`), who (:func:`who`), why (:func:`why`), then the :func:`verdicts`.
+:func:`group_labels`), when (:func:`when`), who (:func:`who`), why (:func:`why`); :func:`negative_control` puts the
+randomly initialised model (:data:`CONTROL`) beside the pre-trained one for every pattern that needs a negative
+control. The claims, their rules and the verdicts are in :mod:`.redundancy_patterns_claims`.
 ``cfg`` is the study's parameters (``RedundancyPatternsConfig``, defined with the protocol in
 :mod:`.redundancy_patterns`); which fine-tuned tasks and probes to compare are passed in (the notebook passes the
 planned ones: ``redundancy_patterns.finetuned_tasks``, ``redundancy_patterns.probe_names``).
@@ -14,11 +16,16 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .. import claims, clustering, redundancy
-from .base import Claim
+from .. import clustering
 
-__all__ = ["CLAIMS", "Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why", "verdicts",
-           "scale_text", "mlm_trained", "CLAIM_RULES", "SAME_SHARE", "MLM_TRAINED"]
+__all__ = ["Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why",
+           "sameness", "negative_control", "CONTROL", "CONTROL_SEED", "SAME_SHARE", "CONTROL_ALPHA"]
+
+CONTROL_SEED = 0  # the negative control's weights: the pre-trained model's architecture initialised from this seed
+CONTROL = f"random-init-s{CONTROL_SEED}"  # its cells' model name
+SAME_SHARE = 0.2  # "the same": r within 0.2 x (ceiling - chance) of the probe's split-half ceiling (chance: r = 0)
+CONTROL_ALPHA = 0.05  # a model "has clusters" / "a reproducible matrix" when its permutation test reaches this level
+
 
 def _square(upper: list[float], n: int) -> np.ndarray:
     out = np.zeros((n, n))
@@ -160,14 +167,15 @@ def when(mats: Matrices, cfg, tasks: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def who(mats: Matrices, cfg, names: list[str]) -> pd.DataFrame:
-    """Mantel r (p) between the pre-trained model's matrices on every two probes, per distance. ``names``: the
-    probes compared (every planned one: ``redundancy_patterns.probe_names(cfg)``)."""
+def who(mats: Matrices, cfg, names: list[str], model: str = "pretrained") -> pd.DataFrame:
+    """Mantel r (p) between ``model``'s matrices on every two probes, per distance. ``names``: the probes compared
+    (every planned one: ``redundancy_patterns.probe_names(cfg)``); ``model``: the pre-trained model, or the
+    negative control (:data:`CONTROL`, run on the same probes)."""
     rows = []
     for m in cfg.metrics:
         for i, a in enumerate(names):
             for b in names[i + 1:]:
-                r, p = clustering.mantel(mats.get("pretrained", a, m), mats.get("pretrained", b, m), cfg.n_permutations)
+                r, p = clustering.mantel(mats.get(model, a, m), mats.get(model, b, m), cfg.n_permutations)
                 rows.append({"metric": m, "probe_a": a, "probe_b": b, "mantel_r": r, "mantel_p": p})
     return pd.DataFrame(rows)
 
@@ -210,313 +218,117 @@ def why(mats: Matrices, cfg) -> tuple[pd.DataFrame, pd.DataFrame]:
     return runs, pd.DataFrame(tests)
 
 
-# ------------------------------------------------------------------------------------------------ claims
+# ------------------------------------------------------------------------------------------ negative control
 
-SAME_SHARE = 0.2  # "the same": r within 0.2 x (ceiling - chance) of the probe's split-half ceiling (chance: r = 0)
-MLM_TRAINED = 0.5  # the MLM is trained when its final loss is at most this share of ln |V| (uniform guessing)
-_SAME_TEXT = (f"non-inferiority of (r - ceiling) with margin {SAME_SHARE:g} x (ceiling - chance), chance r = 0: "
-              f"'the same' = r at most {SAME_SHARE:g} x (ceiling - chance) below the ceiling")
-
-CLAIMS: tuple[Claim, ...] = (
-    Claim("bian.what_token", "ours (exploratory)",
-          "Token-based distances between heads' attention maps agree with each other: the same heads are redundant.",
-          quantity="per fine-tuned model (task x seed), on its task's inputs: mean Mantel r between its matrices of "
-                   f"every two token-based distances, minus the ceiling min(split-half r of each); {_SAME_TEXT}",
-          precondition="at least two token-based distances among the metrics; fine-tuned models of at least 2 "
-                       "seeds per task (the unit; the pre-trained model alone is one unit)"),
-    Claim("bian.what_sentence", "ours (exploratory)",
-          "Sentence-based distances between heads' attention maps agree with each other.",
-          quantity="as bian.what_token, for every two sentence-based distances",
-          precondition="at least two sentence-based distances among the metrics; fine-tuned models of at least 2 "
-                       "seeds per task"),
-    Claim("bian.what_token_sentence", "ours (exploratory)",
-          "Token-based and sentence-based distances agree.",
-          quantity="as bian.what_token, for every pair of a token-based and a sentence-based distance",
-          precondition="at least one distance of each kind among the metrics; fine-tuned models of at least 2 "
-                       "seeds per task"),
-    Claim("bian.where", "Bian et al. 2021 (Where)",
-          "Heads form clusters of mutually redundant heads (more cluster structure than the same distances "
-          "without structure).",
-          quantity="per fine-tuned model (task x seed), its cluster_metric matrix on its task's inputs: silhouette "
-                   "of the groups minus the mean of the same criterion on the matrix shuffled over head pairs; "
-                   "superiority (> 0). The pre-trained model's clusters are described, not tested (one model)",
-          precondition="fine-tuned models of at least 2 seeds per task; a randomly initialised model as a negative "
-                       "control is MISSING (it needs new cells): structure that the architecture or the inputs "
-                       "alone produce is not ruled out"),
-    Claim("bian.when", "Bian et al. 2021 (When)",
-          "The redundancy patterns are the same before and after fine-tuning (phase-independent).",
-          quantity="per fine-tuned model (task x seed): Mantel r between the pre-trained and the fine-tuned model's "
-                   f"matrix on the task's inputs, minus the probe's split-half ceiling; {_SAME_TEXT}",
-          precondition="fine-tuned models of at least 2 seeds per task"),
-    Claim("bian.who_tasks", "Bian et al. 2021 (Who)",
-          "The redundancy patterns are the same across GLUE tasks (task-agnostic).",
-          quantity="per pair of fine-tuned tasks and seed: Mantel r between the model fine-tuned on one task and the "
-                   "model of the same seed fine-tuned on the other (each on its own task's inputs), minus the mean "
-                   f"of their split-half ceilings; {_SAME_TEXT}. Pairs of tasks share models: never pooled",
-          precondition="fine-tuned models of at least 2 tasks, with at least 2 seeds in common; a randomly "
-                       "initialised model as a negative control is MISSING (it needs new cells)"),
-    Claim("bian.who_random", "Bian et al. 2021 (Who)",
-          "The redundancy patterns are the same on random token sequences as on task inputs.",
-          quantity="Mantel r between the pre-trained model's matrices on a random-token probe and on a task probe, "
-                   f"minus the task probe's split-half ceiling; {_SAME_TEXT}",
-          precondition="random-token probes of at least 2 independently trained models (they run on the "
-                       "pre-trained model only: one unit, so not testable here); a randomly initialised model as "
-                       "a negative control is MISSING (it needs new cells)"),
-    Claim("bian.why", "Bian et al. 2021 (Why; the direction is ours: the paper reports that dropout influences "
-          "redundancy)",
-          "More dropout makes heads more redundant (lower mean distance); the paper varies pre-training dropout, "
-          "here continued masked-LM training.",
-          quantity="per MLM run (seed): OLS slope of the mean distance on the dropout ratio; superiority (< 0) per "
-                   "distance, Holm over the distances (and the rest of the study's family)",
-          precondition="at least two dropout ratios and 2 MLM seeds; the MLM head is trained: every run's final "
-                       "masked-LM loss is at most 0.5 x ln |V| (ln |V| = uniform guessing; a head that learned only "
-                       "token frequencies stays near 0.7 x ln |V|)"),
-)
+def sameness(mats: Matrices, model: str, metric: str, a: str, b: str, ceiling: str = "b") -> tuple[float, float]:
+    """``(r - c, c)``: Mantel r between ``model``'s matrices on probes ``a`` and ``b`` minus the ceiling ``c``, the
+    split-half r of probe ``b`` (``ceiling="b"``: ``b`` is the reference, e.g. the task probe against a random-token
+    probe) or the mean of both probes' (``"mean"``). The quantity of every "the same" claim of the study."""
+    if ceiling not in ("b", "mean"):
+        raise ValueError(f"ceiling must be 'b' or 'mean', got {ceiling!r}")
+    r = clustering.mantel(mats.get(model, a, metric), mats.get(model, b, metric), n_perm=0)[0]
+    c = mats.split_half(model, b, metric)
+    if ceiling == "mean":
+        c = (c + mats.split_half(model, a, metric)) / 2
+    return float(r - c), float(c)
 
 
-# ---------------------------------------------------------------------------------------------- verdicts
-
-NO_RANDOM_INIT = ("no randomly initialised model was run as a negative control (it needs new cells), so a pattern "
-                  "that the architecture or the inputs alone produce cannot be ruled out")
-
-
-def scale_text(cfg) -> str:
-    """What the run is, from ``cfg``: model, heads, the fine-tuned models (examples x epochs, seeds), probes, the
-    MLM runs; whether it is the paper's set-up (Bian et al.: bert-base-uncased, full GLUE, pre-training)."""
-    n_layers, n_heads = cfg.head_shape()
-    train = "full training sets" if cfg.train_size is None else f"{cfg.train_size} training examples"
-    mlm_part = (f"; dropout: {cfg.mlm_steps} steps of continued MLM training x {len(cfg.mlm_seeds)} seed(s), "
-                "not pre-training" if cfg.dropouts else "")
-    text = (f"{cfg.model} ({n_layers} x {n_heads} = {n_layers * n_heads} heads); fine-tuned models: {train} x "
-            f"{cfg.epochs} epochs, seeds {', '.join(str(s) for s in cfg.seeds)}; probes of {cfg.probe_size} sentences"
-            + mlm_part)
-    paper = cfg.model == "bert-base-uncased" and cfg.train_size is None
-    return text + ("" if paper else "; a small-scale test, not the paper's set-up")
+def _consistent(mats: Matrices, model: str, metric: str, probes: list[str], n_perm: int) -> tuple[bool, str]:
+    """Whether ``model`` has a reproducible matrix on every one of ``probes``: the Mantel test of the two halves of
+    each gives p < ``CONTROL_ALPHA`` (a matrix of noise has nothing to be "the same" as)."""
+    ps = {p: clustering.mantel(mats.get(model, p, metric, "a"), mats.get(model, p, metric, "b"), n_perm)[1]
+          for p in probes}
+    worst = max(ps, key=ps.get)
+    ok = ps[worst] < CONTROL_ALPHA
+    return ok, (f"split-half Mantel p <= {ps[worst]:.3g} < {CONTROL_ALPHA:g} on every reference probe" if ok else
+                f"no reproducible matrix on {worst} (split-half Mantel p = {ps[worst]:.3g} >= {CONTROL_ALPHA:g})")
 
 
-def _kind(metric: str) -> str:
-    return "token" if metric in redundancy.TOKEN_METRICS else "sentence"
+def _same_row(values: list[tuple[float, float]], consistent: tuple[bool, str]) -> dict:
+    """The "the same" criterion at the point estimate (a single model has no interval): the model has a reproducible
+    matrix on the reference probes (``consistent``, :func:`_consistent`) and mean (r - c) > -SAME_SHARE x mean c."""
+    effect, ceiling = float(np.mean([v[0] for v in values])), float(np.mean([v[1] for v in values]))
+    margin = SAME_SHARE * ceiling
+    if not consistent[0]:
+        return {"effect": effect, "reference": ceiling, "shows_pattern": False, "decidable": True,
+                "criterion": f"{consistent[1]}: no consistent pattern to be the same (r - ceiling = {effect:+.3g})"}
+    shows = effect > -margin
+    return {"effect": effect, "reference": ceiling, "shows_pattern": bool(shows), "decidable": True,
+            "criterion": f"r - ceiling = {effect:+.3g} {'>' if shows else '<='} -{margin:.3g} "
+                         f"(= -{SAME_SHARE:g} x ceiling {ceiling:.3g}; mean of {len(values)} probe pair(s)); "
+                         f"{consistent[1]}"}
 
 
-def _ft_models(mats: Matrices, cfg, tasks: list[str]) -> list[tuple[str, int, str, str]]:
-    """``(task, seed, model, probe)`` of every fine-tuned model whose cell is in ``mats``."""
-    have = set(mats.keys())
-    return [(t, s, f"finetuned-{t}-s{s}", f"task-{t}") for t in tasks for s in cfg.seeds
-            if (f"finetuned-{t}-s{s}", f"task-{t}") in have]
+def _cluster_row(mats: Matrices, cfg, model: str, probe: str) -> dict:
+    """Cluster structure of one model on one probe, by the permutation test of :func:`where` (silhouette of the
+    groups against ``n_null`` matrices shuffled over head pairs): present when ``p < CONTROL_ALPHA``; not decidable
+    when ``n_null`` shuffles cannot give such a p (smallest p = 1 / (1 + n_null))."""
+    d = mats.get(model, probe, cfg.cluster_metric)
+    k_range = (cfg.k_min, cfg.k_max)
+    sil = clustering.cluster_heads(d, k_range=k_range, order=False, min_size=cfg.min_cluster_size).silhouette
+    null = clustering.silhouette_null(d, k_range, n_perm=cfg.n_null, min_size=cfg.min_cluster_size)
+    ok = np.isfinite(null)
+    smallest = 1 / (1 + len(null))
+    if smallest >= CONTROL_ALPHA:
+        return {"effect": float("nan"), "reference": float("nan"), "shows_pattern": False, "decidable": False,
+                "criterion": f"n_null = {len(null)} shuffles cannot give p < {CONTROL_ALPHA:g} (smallest p = "
+                             f"{smallest:.3g}): cluster structure cannot be told"}
+    if not np.isfinite(sil) or not ok.any():
+        return {"effect": float("nan"), "reference": float(np.nanmean(null)) if ok.any() else float("nan"),
+                "shows_pattern": False, "decidable": True,
+                "criterion": f"no two groups of >= {cfg.min_cluster_size} heads (or none in the shuffled matrices): "
+                             "no cluster structure"}
+    p = float((1 + np.sum(null[ok] >= sil - 1e-12)) / (1 + len(null)))  # as where(): a null without groups counts below
+    shows = p < CONTROL_ALPHA
+    return {"effect": float(sil - np.nanmean(null)), "reference": float(np.nanmean(null)), "shows_pattern": bool(shows),
+            "decidable": True,
+            "criterion": f"silhouette {sil:.3g} vs shuffled null mean {np.nanmean(null):.3g}: permutation p = {p:.3g} "
+                         f"{'<' if shows else '>='} {CONTROL_ALPHA:g}"}
 
 
-def _same(effect: str) -> str:
-    return f"{effect} (Mantel r minus the split-half ceiling)"
+def negative_control(mats: Matrices, cfg, tasks: list[str], control: str = CONTROL) -> pd.DataFrame:
+    """The patterns the claims call evidence of redundancy, measured the same way on the pre-trained model and on
+    the randomly initialised one (``control``: same architecture, same probes). One row per claim x task x setting x
+    model; empty when the control's cells are absent.
 
+    - ``bian.who_random`` (setting = distance): mean over the random-token x task probes of r(random, task) minus the
+      task probe's split-half ceiling (:func:`sameness`); the pattern is shown when the model's matrix is
+      reproducible on every task probe (split-half Mantel p < ``CONTROL_ALPHA``, ``n_permutations``) and the mean
+      exceeds ``-SAME_SHARE`` x the mean ceiling (the claim's "the same", at the point estimate);
+    - ``bian.who_tasks`` (task = "A vs B", setting = distance): r between the model's matrices on the two tasks'
+      inputs minus the mean of the two ceilings, the same criterion;
+    - ``bian.where`` (task = each fine-tuned task, setting = ``cluster_metric``): the silhouette against the
+      shuffled-distance null on the task's inputs; shown when the permutation p < ``CONTROL_ALPHA``.
 
-def _what(mats, cfg, tasks, ka, kb, sem):
-    """Per fine-tuned task, units = its models: mean over the metric pairs of kinds (ka, kb) of r(a, b) minus the
-    ceiling min(split-half a, split-half b) of that model's probe; ``full`` = the mean ceiling, chance 0."""
-    metrics = list(cfg.metrics)
-    pairs = [(a, b) for i, a in enumerate(metrics) for b in metrics[i + 1:] if {_kind(a), _kind(b)} == {ka, kb}
-             and (ka != kb or _kind(a) == ka)]
-    if not pairs:
-        return [], f"no pair of {ka}-based and {kb}-based distances among the metrics {metrics}"
+    Columns: claim_id, pattern, task, setting, model, effect, reference (the ceiling, or the null's mean; NaN only
+    where the criterion says there is no number), shows_pattern, decidable (False: the test cannot reach its level
+    with the shuffles at hand), criterion (the rule with its numbers). ``tasks``: the fine-tuned tasks (their probes)."""
+    cols = ["claim_id", "pattern", "task", "setting", "model", "effect", "reference", "shows_pattern", "decidable",
+            "criterion"]
+    have = {p for m, p in mats.keys() if m == control}
+    if not have:
+        return pd.DataFrame(columns=cols)
+    pre = {p for m, p in mats.keys() if m == "pretrained"}
+    both = have & pre
+    rand = sorted(p for p in both if p.startswith("random-"))
+    task_probes = sorted(p for p in both if p.startswith("task-"))
+    fine = [t for t in tasks if f"task-{t}" in both]
     rows = []
-    for task, seed, model, probe in _ft_models(mats, cfg, tasks):
-        sh = {m: mats.split_half(model, probe, m) for m in {x for p in pairs for x in p}}
-        r = [clustering.mantel(mats.get(model, probe, a), mats.get(model, probe, b), n_perm=0)[0] for a, b in pairs]
-        c = [min(sh[a], sh[b]) for a, b in pairs]
-        rows.append((task, seed, float(np.mean(r) - np.mean(c)), float(np.mean(c))))
-    setting = ", ".join(f"{a}~{b}" for a, b in pairs)
-    out = []
-    for task in dict.fromkeys(r[0] for r in rows):
-        g = [r for r in rows if r[0] == task]
-        out.append(claims.Measurement(task, [r[2] for r in g], [(task, r[1]) for r in g], setting, sem,
-                                      effect=_same("mean r between the distances"), full=[r[3] for r in g], chance=0.0))
-    return out, "" if out else "no fine-tuned model's cells"
-
-
-def _where(mats, cfg, tasks, sem):
-    """Per fine-tuned task, units = its models: the silhouette of the groups (as :func:`where` chooses them) minus
-    the mean of the same criterion on ``n_null`` shuffles of that model's ``cluster_metric`` matrix."""
-    k_range, out = (cfg.k_min, cfg.k_max), []
-    rows = []
-    for task, seed, model, probe in _ft_models(mats, cfg, tasks):
-        d = mats.get(model, probe, cfg.cluster_metric)
-        sil = clustering.cluster_heads(d, k_range=k_range, order=False, min_size=cfg.min_cluster_size).silhouette
-        null = clustering.silhouette_null(d, k_range, n_perm=cfg.n_null, min_size=cfg.min_cluster_size)
-        if np.isfinite(sil) and np.isfinite(null).any():
-            rows.append((task, seed, float(sil - np.nanmean(null))))
-    for task in dict.fromkeys(r[0] for r in rows):
-        g = [r for r in rows if r[0] == task]
-        out.append(claims.Measurement(task, [r[2] for r in g], [(task, r[1]) for r in g], cfg.cluster_metric, sem,
-                                      effect="silhouette minus the shuffled-distance null's mean"))
-    return out, "" if out else "no fine-tuned model with two groups of heads (or no fine-tuned model's cells)"
-
-
-def _when(when_t: pd.DataFrame, sem):
-    out = []
-    for (metric, task), g in when_t.groupby(["metric", "task"], sort=False):
-        out.append(claims.Measurement(task, (g["mantel_r"] - g["split_half_r"]).tolist(),
-                                      [(task, s) for s in g["seed"]], metric, sem,
-                                      effect=_same("r(pre-trained, fine-tuned) on the task's inputs"),
-                                      full=g["split_half_r"].tolist(), chance=0.0))
-    return out, "" if out else "no fine-tuned model"
-
-
-def _who_tasks(mats, cfg, tasks, sem):
-    """One list of measurements per pair of fine-tuned tasks (evaluated apart: pairs share models, so they are never
-    pooled): per seed s, r between the models (A, s) and (B, s), each on its own task's inputs, minus the mean of
-    the two models' split-half ceilings."""
-    models = _ft_models(mats, cfg, tasks)
-    done = sorted({t for t, *_ in models}, key=tasks.index)
-    if len(done) < 2:
-        return [], f"fine-tuned models of {len(done)} task(s) ({', '.join(done) or 'none'}): task-agnostic compares " \
-                   "fine-tuned models of different tasks"
-    by = {(t, s): (m, p) for t, s, m, p in models}
-    groups = []
-    for i, a in enumerate(done):
-        for b in done[i + 1:]:
-            ms = []
-            for metric in cfg.metrics:
-                vals, fulls, units = [], [], []
-                for s in cfg.seeds:
-                    if (a, s) in by and (b, s) in by:
-                        (ma, pa), (mb, pb) = by[(a, s)], by[(b, s)]
-                        r = clustering.mantel(mats.get(ma, pa, metric), mats.get(mb, pb, metric), n_perm=0)[0]
-                        c = (mats.split_half(ma, pa, metric) + mats.split_half(mb, pb, metric)) / 2
-                        vals.append(r - c), fulls.append(c), units.append(s)
-                if vals:
-                    ms.append(claims.Measurement(f"{a} vs {b}", vals, units, metric, sem,
-                                                 effect=_same("r(model of one task, model of the other, same seed)"),
-                                                 unit="seed (a model of each task)", full=fulls, chance=0.0))
-            if ms:
-                groups.append(ms)
-    return groups, "" if groups else "no seed with a fine-tuned model of both tasks"
-
-
-def _who_random(mats, cfg, sem):
-    """The pre-trained model only (the random probes run on it alone): r(random probe, task probe) minus the
-    task probe's split-half ceiling, every random x task probe; one unit (the pre-trained model)."""
-    have = {p for m, p in mats.keys() if m == "pretrained"}
-    rand = sorted(p for p in have if p.startswith("random-"))
-    task = sorted(p for p in have if p.startswith("task-"))
-    if not rand or not task:
-        return [], f"needs a random-token probe and a task probe of the pre-trained model (random: {len(rand)}, " \
-                   f"task: {len(task)})"
-    out = []
-    for metric in cfg.metrics:
-        vals, fulls = [], []
-        for r_ in rand:
-            for t in task:
-                r = clustering.mantel(mats.get("pretrained", r_, metric), mats.get("pretrained", t, metric), n_perm=0)[0]
-                c = mats.split_half("pretrained", t, metric)
-                vals.append(r - c), fulls.append(c)
-        out.append(claims.Measurement("random tokens vs task inputs", vals, ["pretrained"] * len(vals), metric, sem,
-                                      effect=_same("r(random-token probe, task probe)"), unit="model (pre-trained)",
-                                      full=fulls, chance=0.0))
-    return out, ""
-
-
-def _why(why_runs: pd.DataFrame, sem):
-    """Per distance, units = MLM seeds: the OLS slope of the mean distance on the dropout ratio within the seed."""
-    if why_runs.empty or why_runs["dropout"].nunique() < 2:
-        return [], "fewer than two dropout ratios were run"
-    out = []
-    for metric, g in why_runs.groupby("metric", sort=False):
-        slopes, units = [], []
-        for s, gs in g.groupby("seed"):
-            if gs["dropout"].nunique() > 1:
-                slopes.append(float(sps.linregress(gs["dropout"], gs["mean_distance"]).slope)), units.append(s)
-        out.append(claims.Measurement("generic text", slopes, units, metric, sem,
-                                      effect="slope of the mean distance on the dropout ratio", unit="MLM run (seed)"))
-    return out, ""
-
-
-def mlm_trained(mats: Matrices, cfg, vocab_size: int) -> str | None:
-    """Gate of the dropout claim: every MLM run ends with a masked-LM loss at most ``MLM_TRAINED`` x ln |V|. ln |V|
-    is the loss of guessing uniformly; a head that learned only how frequent tokens are stays near the unigram
-    entropy of English word pieces (about 0.7 x ln |V| for a 30k vocabulary), a pre-trained BERT reaches about
-    0.2 x ln |V|. ``None`` when it holds, else the failed precondition with the recorded losses."""
-    names = [f"mlm-p{p:g}-s{s}" for p in cfg.dropouts for s in cfg.mlm_seeds]
-    extra = mats.extra
-    if "loss_last" not in extra.columns:
-        return "the cells record no masked-LM loss: cannot tell whether the MLM head is trained"
-    rows = [extra.loc[(n, "generic")] for n in names if (n, "generic") in extra.index]
-    last = np.array([float(r["loss_last"]) for r in rows], dtype=float)
-    if not len(last) or not np.isfinite(last).all():
-        return "the cells record no masked-LM loss for every MLM run: cannot tell whether the MLM head is trained"
-    uniform = float(np.log(vocab_size))
-    if (last <= MLM_TRAINED * uniform).all():
-        return None
-    first = [float(r["head_loss_first"]) for r in rows if "head_loss_first" in r and np.isfinite(r["head_loss_first"])]
-    start = f"; the untrained head started at {min(first):.3g}-{max(first):.3g}" if first else ""
-    return (f"the MLM head is not trained: the masked-LM loss ends at {last.min():.3g}-{last.max():.3g} nats = "
-            f"{last.min() / uniform:.2f}-{last.max() / uniform:.2f} x ln |V| (uniform guessing: {uniform:.3g}{start}), "
-            f"above the stated {MLM_TRAINED:g} x ln |V|: no better than predicting token frequencies")
-
-
-def _no_numbers(claim, study, scale, task, setting, sem, reason, label) -> dict:
-    """A ``not testable`` row without numbers (nothing could be measured)."""
-    nan = float("nan")
-    return {"study": study, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": task,
-            "setting": setting, "semantics": sem, "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
-            "unit": claims.DEFAULT_UNIT, "test": label, "p": nan, "p_adjusted": nan, "margin": nan,
-            "verdict": claims.VERDICTS[-1], "reason": reason, "scale": scale}
-
-
-_SAME = claims.NonInferiority(claims.ShareOfHeadroom(SAME_SHARE))
-CLAIM_RULES = {
-    # claim id -> rule (how the measurements are built: the _what/_where/... functions above; gates in verdicts)
-    "bian.what_token": _SAME,
-    "bian.what_sentence": _SAME,
-    "bian.what_token_sentence": _SAME,
-    "bian.where": claims.Superiority("greater"),
-    "bian.when": _SAME,
-    "bian.who_tasks": _SAME,
-    "bian.who_random": _SAME,
-    "bian.why": claims.Superiority("less"),
-}
-_NEEDS_CONTROL = ("bian.where", "bian.who_tasks", "bian.who_random")
-
-
-def verdicts(mats: Matrices, cfg, when_t: pd.DataFrame, why_runs: pd.DataFrame, tasks: list[str],
-             vocab_size: int | None = None, claim_list=None, study: str = "redundancy_patterns") -> pd.DataFrame:
-    """The study's verdict table (:data:`claims.COLUMNS`). Units: the fine-tuned models (task x seed) for
-    what/where/when, seed-matched pairs of fine-tuned models of two tasks for who_tasks, the pre-trained model (one
-    unit) for who_random, the MLM runs (seeds) for why. ``tasks``: the fine-tuned tasks; ``vocab_size``: the
-    model's vocabulary (the MLM gate; default: read from ``cfg.model``'s config)."""
-    claim_list = CLAIMS if claim_list is None else claim_list
-    by_id = {c.id: c for c in claim_list}
-    scale, sem = scale_text(cfg), cfg.ablation
-    if vocab_size is None and cfg.dropouts:
-        from .. import models
-        vocab_size = int(models.load_config(cfg.model).vocab_size)
-    built = {
-        "bian.what_token": _what(mats, cfg, tasks, "token", "token", sem),
-        "bian.what_sentence": _what(mats, cfg, tasks, "sentence", "sentence", sem),
-        "bian.what_token_sentence": _what(mats, cfg, tasks, "token", "sentence", sem),
-        "bian.where": _where(mats, cfg, tasks, sem),
-        "bian.when": _when(when_t, sem),
-        "bian.who_tasks": _who_tasks(mats, cfg, tasks, sem),
-        "bian.who_random": _who_random(mats, cfg, sem),
-        "bian.why": _why(why_runs, sem),
-    }
-    mlm_reason = mlm_trained(mats, cfg, vocab_size) if built["bian.why"][0] else None
-    gates = {
-        "bian.who_random": [lambda m: "the random-token probes run on the pre-trained model only: one model"],
-        "bian.why": [lambda m: mlm_reason],
-    }
-    parts = []
-    for cid, rule in CLAIM_RULES.items():
-        claim = by_id[cid]
-        ms, why_not = built[cid]
-        if not ms:
-            label = f"{rule.kind}; not run"
-            parts.append(pd.DataFrame([_no_numbers(claim, study, scale, "n/a", "", sem, why_not, label)],
-                                      columns=list(claims.COLUMNS)))
-            continue
-        groups = ms if cid == "bian.who_tasks" else [ms]
-        for g in groups:
-            parts.append(claims.evaluate(claim, rule, g, gates.get(cid, ()), scale=scale, study=study))
-    table = claims.adjust(pd.concat(parts, ignore_index=True))
-    control = table["claim_id"].isin(_NEEDS_CONTROL)
-    table.loc[control, "reason"] = table.loc[control, "reason"] + "; caveat: " + NO_RANDOM_INIT
-    claims.validate(table)
-    return table
+    for model in ("pretrained", control):
+        for metric in cfg.metrics:
+            if rand and task_probes:
+                vals = [sameness(mats, model, metric, r, t) for r in rand for t in task_probes]
+                same = _same_row(vals, _consistent(mats, model, metric, task_probes, cfg.n_permutations))
+                rows.append({"claim_id": "bian.who_random", "pattern": "the same on random tokens as on task inputs",
+                             "task": "random tokens vs task inputs", "setting": metric, "model": model, **same})
+            for i, a in enumerate(fine):
+                for b in fine[i + 1:]:
+                    pa, pb = f"task-{a}", f"task-{b}"
+                    same = _same_row([sameness(mats, model, metric, pa, pb, ceiling="mean")],
+                                     _consistent(mats, model, metric, [pa, pb], cfg.n_permutations))
+                    rows.append({"claim_id": "bian.who_tasks", "pattern": "the same on two tasks' inputs",
+                                 "task": f"{a} vs {b}", "setting": metric, "model": model, **same})
+        for t in fine:
+            rows.append({"claim_id": "bian.where", "pattern": "cluster structure", "task": t,
+                         "setting": cfg.cluster_metric, "model": model, **_cluster_row(mats, cfg, model, f"task-{t}")})
+    return pd.DataFrame(rows, columns=cols)

@@ -7,7 +7,8 @@ Cells (keyed, resumable; :func:`plan_cells`):
 - ``{"kind": "scores", "task", "seed"}``: every head score of the fine-tuned full model of (task, seed)
   (``Workbench.full_model``, shared with studies 1-5 through the fine-tuned model cache) on ``score_size``
   examples of the task's TRAINING subset (gradient importance, first-order relevance, ablation importance,
-  confidence, entropy: ``head_scores``, ``importance``), its dev score, and its specialized-head measurements on
+  confidence with every key and without the special-token keys, entropy: ``head_scores``, ``importance``), its
+  dev score, and its specialized-head measurements on
   UD English-EWT. Roles are measured on each fine-tuned model because the question is whether the heads the L0
   gates of THAT model keep are the specialized ones; the pre-trained cell shows how much fine-tuning moved them.
 - ``{"kind": "l0", "task", "seed", "lam"}``: Hard Concrete gates trained on the fine-tuned model (frozen by
@@ -37,13 +38,14 @@ from .. import (batching, costs, data, glue_workbench, head_scores, importance, 
                strategies, training)
 from ..attention import attention_maps
 from ..config import ParameterError
+from ..gates import Ablation
 from ..hard_concrete import HardConcreteGates, l0_train
 from ..metrics import main_score
 from ..paths import StudyPaths
 from ..results import cell_key, fingerprint
 from .base import Cell, Cost, Study
 from .specialized_heads_l0_analysis import (  # the analysis: pure functions over the table
-    CLAIMS, ROLE_NAMES, RULES, SCORES, VOITA_FRACTION, rules, agreement_summary, curve_contrasts, full_scores, head_score_table,
+    CLAIMS, CONFIDENCES, ROLE_NAMES, RULES, SCORES, VOITA_FRACTION, rules, scores_recorded, agreement_summary, curve_contrasts, full_scores, head_score_table,
     l0_curve, role_counts, rare_ratio_sensitivity, role_map_data, role_stability, role_table, roles_at_budget, scale,
     score_agreement, score_map_data, survival_auc_per_model, survival_heads, survival_map_data, survival_tests,
     survival_with_roles, sweep_summary, verdicts,
@@ -54,14 +56,16 @@ __all__ = [
     "study_fingerprint", "role_thresholds", "head_roles", "gate_batches", "run_roles_cell", "run_scores_cell",
     "run_l0_cell",
     # the analysis (specialized_heads_l0_analysis, role_survival), re-exported so the notebook needs one module
-    "CLAIMS", "ROLE_NAMES", "RULES", "SCORES", "rules", "VOITA_FRACTION", "agreement_summary", "curve_contrasts", "full_scores",
+    "CLAIMS", "CONFIDENCES", "ROLE_NAMES", "RULES", "SCORES", "rules", "scores_recorded", "VOITA_FRACTION", "agreement_summary", "curve_contrasts", "full_scores",
     "head_score_table", "l0_curve", "rare_ratio_sensitivity", "role_counts", "role_map_data", "role_stability",
     "role_table", "roles_at_budget", "scale", "score_agreement", "score_map_data", "survival_auc_per_model",
     "survival_heads", "survival_map_data", "survival_tests", "survival_with_roles", "sweep_summary", "verdicts",
 ]
 
 NAME = "specialized_heads_l0"
-RESULTS_VERSION = 1
+# Bump when a code change alters this study's results: old cells then no longer match.
+# 2: the scores cells also record confidence without the special-token keys (``confidence_no_special_keys``).
+RESULTS_VERSION = 2
 ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_ratio", "rare_alpha", "margin_share",
                  "n_permutations")
 # UD English-EWT (v2): sentences and mean words per sentence of each split, for the planned cost only
@@ -72,6 +76,7 @@ UD_SPLITS = {"train": (12543, 16.3), "dev": (2001, 12.6), "test": (2077, 12.1)}
 class SpecializedHeadsL0Config(glue_workbench.GlueStudyConfig):
     """Parameters of the study (the shared ones in ``glue_workbench.GlueStudyConfig``); defaults = the quick profile."""
 
+    ablation: Ablation = "zero"                 # what a gated-off head outputs in the scores and the L0 gates: zero, Voita et al.'s (see semantics.py)
     score_size: int | None = 128                # training examples for gradient importance, relevance, confidence, entropy (None: all)
     ablation_size: int | None = 24              # training examples for the ablation importance (one evaluation per head; None: all)
     ablation_measure: Literal["loss", "score"] = "loss"  # ablation importance as the increase of the task loss, or the drop of the task score
@@ -336,7 +341,7 @@ def run_scores_cell(ctx: Context, cell: dict) -> dict:
     means = ctx.full_means(task, seed) if cfg.ablation == "mean" else None
     batches = glue_workbench.batches(tr, ctx.device, cfg.score_size)
     special = ctx.tokenizer.all_special_ids
-    conf, ent = head_scores.confidence_entropy(model, batches, special)
+    attn = head_scores.attention_scores(model, batches, special)  # one forward per batch for the three
     abl = _first(tr, cfg.ablation_size)
     scores = {
         # Michel et al., normalised per layer: the ranking the importance baseline prunes by (as studies 2 and 5)
@@ -346,8 +351,9 @@ def run_scores_cell(ctx: Context, cell: dict) -> dict:
                      if cfg.ablation_measure == "loss" else
                      head_scores.ablation_importance(model, abl, task, ablation=cfg.ablation, means=means,
                                                      batch_size=glue_workbench.EVAL_BATCH)),
-        "confidence": conf,
-        "entropy": ent,
+        "confidence": attn["confidence"],
+        "confidence_no_special_keys": attn["confidence_no_special_keys"],
+        "entropy": attn["entropy"],
     }
     dev = training.evaluate(model, dv, task, glue_workbench.EVAL_BATCH)
     row = {k: v.tolist() for k, v in scores.items()}

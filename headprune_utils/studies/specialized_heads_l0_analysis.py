@@ -28,7 +28,12 @@ from ..verdict_rules import no_nan_text, presence_effect, trained_gate, untestab
 from .base import Claim
 
 NAME = "specialized_heads_l0"
-SCORES: tuple[str, ...] = ("gradient_importance", "relevance", "ablation", "confidence", "entropy")
+SCORES: tuple[str, ...] = ("gradient_importance", "relevance", "ablation", "confidence", "confidence_no_special_keys",
+                           "entropy")
+# The two definitions of confidence (head_scores): every key, and the special-token keys excluded (Voita et al.
+# exclude EOS). The claim "important heads are confident" is reported under both (setting column).
+CONFIDENCES: dict[str, str] = {"confidence": "confidence: every key (special tokens included)",
+                               "confidence_no_special_keys": "confidence: special-token keys excluded"}
 
 
 def _arr(x) -> np.ndarray:
@@ -39,13 +44,29 @@ def _kind(table: pd.DataFrame, kind: str) -> pd.DataFrame:
     return table[table["kind"] == kind] if "kind" in table else table.iloc[0:0]
 
 
+def scores_recorded(table: pd.DataFrame) -> list[str]:
+    """The scores (of :data:`SCORES`, in that order) the scores cells record: every one, except in cells made before
+    ``confidence_no_special_keys`` existed (RESULTS_VERSION 1), which lack it. A score recorded by only some cells
+    is an error (cells of two code versions mixed)."""
+    t = _kind(table, "scores")
+    out = []
+    for s in SCORES:
+        have = t[s].notna() if s in t else pd.Series(False, index=t.index)
+        if have.all() and len(t):
+            out.append(s)
+        elif have.any():
+            raise ValueError(f"score {s!r} is recorded by some scores cells only: cells of two code versions are mixed")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- scores
 def head_score_table(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per (task, seed, layer, head) with every score (``SCORES``) of the fine-tuned full model."""
-    rows = []
+    """One row per (task, seed, layer, head) with every score the cells record (:func:`scores_recorded`) of the
+    fine-tuned full model."""
+    rows, names = [], scores_recorded(table)
     for r in _kind(table, "scores").itertuples():
-        grids = {s: _arr(getattr(r, s)) for s in SCORES}
-        n_layers, n_heads = grids[SCORES[0]].shape
+        grids = {s: _arr(getattr(r, s)) for s in names}
+        n_layers, n_heads = grids[names[0]].shape
         for layer in range(n_layers):
             for head in range(n_heads):
                 rows.append({"task": r.task, "seed": int(r.seed), "layer": layer, "head": head,
@@ -55,10 +76,12 @@ def head_score_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def score_map_data(scores: pd.DataFrame, task: str | None = None) -> pd.DataFrame:
-    """Long rows (score, layer, head, value): each score's mean over the seeds of ``task`` (default: the first)."""
+    """Long rows (score, layer, head, value): each score's mean over the seeds of ``task`` (default: the first).
+    ``scores``: :func:`head_score_table` (its score columns: those of :data:`SCORES` it has)."""
     task = scores["task"].iloc[0] if task is None else task
-    m = scores[scores["task"] == task].groupby(["layer", "head"])[list(SCORES)].mean().reset_index()
-    return m.melt(id_vars=["layer", "head"], value_vars=list(SCORES), var_name="score", value_name="value").assign(task=task)
+    names = [s for s in SCORES if s in scores]
+    m = scores[scores["task"] == task].groupby(["layer", "head"])[names].mean().reset_index()
+    return m.melt(id_vars=["layer", "head"], value_vars=names, var_name="score", value_name="value").assign(task=task)
 
 
 
@@ -67,13 +90,13 @@ def score_agreement(table: pd.DataFrame, surv: pd.DataFrame | None = None) -> pd
 
     surv: optional :func:`survival_heads` rows; then ``l0_survival`` (the survival level) joins as a score.
     """
-    out = []
+    out, names = [], scores_recorded(table)
     for r in _kind(table, "scores").itertuples():
-        scores = {s: torch.tensor(getattr(r, s)) for s in SCORES}
+        scores = {s: torch.tensor(getattr(r, s)) for s in names}
         if surv is not None:
             g = surv[(surv["task"] == r.task) & (surv["seed"] == r.seed)]
             if len(g):
-                grid = np.zeros(tuple(scores[SCORES[0]].shape))
+                grid = np.zeros(tuple(scores[names[0]].shape))
                 grid[g["layer"].to_numpy(), g["head"].to_numpy()] = g["survival"].to_numpy(dtype=float)
                 scores["l0_survival"] = torch.from_numpy(grid)
         with warnings.catch_warnings():  # a constant score (e.g. nothing pruned) has no rank correlation: NaN
@@ -184,10 +207,13 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("voita.important_are_confident", f"{VOITA} (Sec. 4)",
           "The most important heads (LRP relevance) are also the most confident.",
           quantity="per fine-tuned model (task x seed): Spearman(first-order relevance, confidence) over its heads; "
-                   "superiority (> 0), one-sample t over models",
+                   "superiority (> 0), one-sample t over models; under BOTH definitions of confidence (setting): "
+                   "special-token keys excluded (the max over the non-special keys, not renormalised: Voita et al. "
+                   "exclude EOS; the primary reading) and every key (sensitivity: a head parking its attention on "
+                   "[CLS]/[SEP] counts as confident); both rows are in the Holm family",
           precondition="the full model above chance (+ 0.1 x (1 - chance)); relevance here is first-order "
-                       "(gradient x activation), not LRP; confidence with special-token keys excluded (Voita et al. "
-                       "exclude EOS) would need new cells and is not measured"),
+                       "(gradient x activation), not LRP; the special-key-free confidence needs scores cells of "
+                       "RESULTS_VERSION >= 2"),
     Claim("voita.positional_heads", f"{VOITA} (Sec. 5)",
           "Positional heads exist: the maximum attention falls on the previous or next token >= 90% of the time.",
           quantity="positional heads per fine-tuned model (UD English-EWT); superiority (mean count > 0)",
@@ -365,10 +391,15 @@ def verdicts(table: pd.DataFrame, agreement: pd.DataFrame, roles: pd.DataFrame, 
         parts.append(claim_rows(CLAIM[cid], rule[cid], data, value, [trained, *gates], semantics, scale_, tasks,
                                 setting, effect, full, empty, in_score_units=full_ is not None))
 
-    rho = agreement[agreement[["a", "b"]].apply(frozenset, axis=1) == frozenset({"relevance", "confidence"})] \
-        if len(agreement) else pd.DataFrame(columns=["task", "seed", "spearman"])
-    add("voita.important_are_confident", rho.dropna(subset=["spearman"]), "spearman",
-        effect="Spearman(relevance, confidence) per model", empty="no defined Spearman (a constant score)")
+    for conf, setting in CONFIDENCES.items():  # both definitions of confidence (the claim's quantity)
+        if len(agreement):
+            rho = agreement[agreement[["a", "b"]].apply(frozenset, axis=1) == frozenset({"relevance", conf})]
+        else:
+            rho = pd.DataFrame(columns=["task", "seed", "spearman"])
+        empty = ("no defined Spearman (a constant score)" if len(rho) else
+                 f"the scores cells do not record {conf} (cells made before it existed: RESULTS_VERSION 1)")
+        add("voita.important_are_confident", rho.dropna(subset=["spearman"]), "spearman", setting=setting,
+            effect=f"Spearman(relevance, {conf}) per model", empty=empty)
     for cid, role in (("voita.positional_heads", "positional"), ("voita.syntactic_heads", "syntactic"),
                       ("voita.rare_word_head", "rare-word")):
         add(cid, per_model, role, effect=f"{role} heads per model" + (" (first layer)" if role == "rare-word" else ""),

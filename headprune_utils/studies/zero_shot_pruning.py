@@ -7,7 +7,13 @@ seed. Baselines at the same budgets: ``random`` (the seed's random heads) and ``
 al.'s gradient importance of the task's fine-tuned model on its training subset: it DOES use task data).
 
 Cells are those of the strategy sweep (:mod:`headprune_utils.strategy_sweep`, as in study 2: task x regime x
-strategy x budget x seed, with the full model as the reference cell), with the strategy ``zero_shot`` added; the
+ablation x strategy x budget x seed, with the full model as the reference cell), with the strategy ``zero_shot``
+added. ``ablation`` is the semantics of the masked heads (:mod:`headprune_utils.semantics`): ``ablations`` for the
+evaluation-only regime (all three by default), ``finetune_ablations`` for mask-then-fine-tune (``zero``, Bian et
+al.'s, then ``uniform``, Budhraja et al.'s). Bian et al. released no code; in 2021 "pruning" a BERT head meant the
+Hugging Face ``prune_heads``/``head_mask``, both of which remove the head's output: their claims are decided under
+``zero`` (primary, our reading), the Budhraja reference claim under ``uniform``; the other semantics measured
+re-test them (sensitivity). The
 regimes are "mask, then fine-tune" (the paper's protocol: the mask is fixed during fine-tuning; one fine-tuning per
 cell, shared with studies 1 and 2 through the fine-tuning cache) and, cheaply, "fine-tune, then mask" (the masks of
 one fine-tuned model form a group, evaluated together). The claims are paired contrasts per (task, seed) model,
@@ -50,8 +56,10 @@ RESULTS_VERSION = 1
 
 
 @dataclass(frozen=True)
-class ZeroShotPruningConfig(glue_workbench.GlueStudyConfig):
-    """Parameters of the study (the shared ones in ``glue_workbench.GlueStudyConfig``); defaults = the quick profile."""
+class ZeroShotPruningConfig(glue_workbench.MaskingStudyConfig):
+    """Parameters of the study (the shared ones in ``glue_workbench.MaskingStudyConfig``); defaults = the quick profile."""
+
+    finetune_ablations: list[glue_workbench.Ablation] = field(default_factory=lambda: ["zero", "uniform"])  # mask-then-fine-tune semantics: Bian et al.'s (zero, our reading), Budhraja et al.'s BERT (uniform)
 
     fractions: list[float] = field(default_factory=lambda: [0.5, 0.75])  # share of ALL heads pruned
     finetune_fractions: list[float] | None = field(default_factory=lambda: [0.5])  # of those, the ones of the mask-then-fine-tune regime (None: all)
@@ -102,33 +110,38 @@ def probe_cost(cfg: ZeroShotPruningConfig) -> float:
 
 
 def plan_cells(cfg: ZeroShotPruningConfig) -> list[Cell]:
-    """Every cell, (task, seed) by (task, seed). The evaluation-only cells of one fine-tuned model form a group
-    (evaluated together, the model loaded once); each fine-tuning cell is a batch of its own. A zero-shot cell
-    also costs the probe its mask is read from."""
+    """Every cell, (task, seed) by (task, seed), each regime under each of its semantics (``cfg.ablations`` for
+    the evaluation-only regime, ``cfg.finetune_ablations`` for mask-then-fine-tune). The evaluation-only cells of
+    one fine-tuned model form a group (evaluated together, the model loaded once), and so do the reference cells
+    (the cached full model, evaluated); each fine-tuning cell is a batch of its own. A zero-shot cell also costs
+    the probe its mask is read from."""
     tasks = glue_workbench.resolve_tasks(cfg)[0]
     probe = probe_cost(cfg) if "zero_shot" in cfg.methods else 0.0
     cells = []
     for task in tasks:
-        finetune_cost: dict[float, float] = {}  # budget -> FLOPs of fine-tuning with that share pruned
+        finetune_cost: dict[tuple, float] = {}  # (budget, semantics) -> FLOPs of fine-tuning with that share pruned
         eval_cost = glue_workbench.eval_cost(cfg, task)
         for seed in cfg.seeds:
             for regime in REGIMES:
                 if regime not in cfg.regimes:
                     continue
-                axes = [{"task": task, "regime": regime, "strategy": "none", "budget": 0.0, "seed": int(seed)}]
-                for f in sorted(cfg.fractions):
-                    if regime == "mask_then_finetune" and not glue_workbench.fine_tuned_at(cfg, f):
-                        continue
-                    for m in cfg.methods:
-                        axes.append({"task": task, "regime": regime, "strategy": m, "budget": float(f), "seed": int(seed)})
-                for a in axes:
-                    extra = probe if a["strategy"] == "zero_shot" else 0.0
-                    if regime == "mask_then_finetune":  # "none": the full model's fine-tuning (shared, cached)
-                        if a["budget"] not in finetune_cost:
-                            finetune_cost[a["budget"]] = glue_workbench.finetune_cost(cfg, task, 1.0 - a["budget"])
-                        cells.append(Cell(a, cost=Cost(finetune_cost[a["budget"]] + extra)))
-                    else:
-                        cells.append(Cell(a, group=(task, int(seed), "evaluate"), cost=Cost(eval_cost + extra)))
+                for ablation in (cfg.finetune_ablations if regime == "mask_then_finetune" else cfg.ablations):
+                    head = {"task": task, "regime": regime, "ablation": ablation}
+                    axes = [{**head, "strategy": "none", "budget": 0.0, "seed": int(seed)}]
+                    for f in sorted(cfg.fractions):
+                        if regime == "mask_then_finetune" and not glue_workbench.fine_tuned_at(cfg, f):
+                            continue
+                        for m in cfg.methods:
+                            axes.append({**head, "strategy": m, "budget": float(f), "seed": int(seed)})
+                    for a in axes:
+                        extra = probe if a["strategy"] == "zero_shot" else 0.0
+                        if regime == "mask_then_finetune" and a["strategy"] != "none":
+                            k = (a["budget"], ablation)
+                            if k not in finetune_cost:
+                                finetune_cost[k] = glue_workbench.finetune_cost(cfg, task, 1.0 - a["budget"], ablation)
+                            cells.append(Cell(a, cost=Cost(finetune_cost[k] + extra)))
+                        else:  # evaluation only, or the reference: the cached full model, evaluated
+                            cells.append(Cell(a, group=(task, int(seed), "evaluate"), cost=Cost(eval_cost + extra)))
     return cells
 
 
@@ -177,7 +190,7 @@ class Context(strategy_sweep.Context):
 
 _GATES = ("the full model is above chance by 0.05 in every seed; mask-then-fine-tune rows: fine-tuning adapts to "
           "the mask (at 50% pruned, random masks, mask-then-fine-tune beats fine-tune-then-mask, 95% CI above 0, on "
-          "the task)")
+          "the task, under the same semantics)")
 
 
 class ZeroShotPruning(Study):
@@ -192,23 +205,23 @@ class ZeroShotPruning(Study):
               "with fine-tuned scores comparable to the full model's.",
               quantity="score(zero_shot) - score(full model) per (task, seed) model, per regime x share pruned; "
                        "non-inferiority within margin_share x (full - chance)",
-              precondition=_GATES),
+              precondition=_GATES, semantics="zero"),
         Claim("bian.zero_shot_vs_random", "Bian et al. 2021",
               "Zero-shot pruning from redundancy clusters scores comparably to random pruning at the same budget.",
               quantity="score(zero_shot) - score(random) per (task, seed) model, per regime x share pruned; "
                        "equivalence (TOST) within margin_share x (full - chance)",
-              precondition=_GATES),
+              precondition=_GATES, semantics="zero"),
         Claim("ours.zero_shot_vs_importance", "ours (exploratory)",
               "Zero-shot pruning (no task data) scores comparably to gradient-importance pruning (Michel et al. "
               "2019; task data) at the same budget.",
               quantity="score(zero_shot) - score(least_important) per (task, seed) model, per regime x share "
                        "pruned; equivalence (TOST) within margin_share x (full - chance)",
-              precondition=_GATES),
+              precondition=_GATES, semantics="zero"),
         Claim("budhraja.random_comparable", "Budhraja et al. 2020",
               "Reference (claim 1): random pruning keeps fine-tuned scores comparable to the full model's.",
               quantity="score(random) - score(full model) per (task, seed) model, per regime x share pruned; "
                        "non-inferiority within margin_share x (full - chance)",
-              precondition=_GATES),
+              precondition=_GATES, semantics="uniform"),
     )
 
     def plan(self, cfg: ZeroShotPruningConfig) -> list[Cell]:

@@ -6,7 +6,8 @@ gradient importance (:mod:`headprune_utils.paired_contrasts`); :func:`mask_overl
 :func:`zero_shot_masks` / :func:`verdict_masks` put each zero-shot mask's heads per layer beside the verdicts.
 ``cfg`` is the study's parameters (``ZeroShotPruningConfig``, defined with the protocol in
 :mod:`.zero_shot_pruning`); read here: ``margin_share``, ``model``, ``train_size``, ``dev_size``, ``epochs``,
-``seeds``, ``ablation``.
+``seeds``, ``ablations``, ``finetune_ablations``. Every table is per ablation semantics (the cells' ``ablation``
+column, :mod:`headprune_utils.semantics`): results of different semantics are never paired, pooled or compared.
 
 The claims (declared in :mod:`.zero_shot_pruning`) and how each is decided (:data:`RULES`): every one is a paired
 contrast ``score(a) - score(b)`` per (task, seed) model, per regime x share pruned, per task and then pooled over
@@ -14,7 +15,11 @@ tasks (effects / (full - chance)); margin ``margin_share`` x (full - chance) of 
 (``bian.zero_shot_comparable``, ``budhraja.random_comparable``): non-inferiority; between two methods
 (``bian.zero_shot_vs_random``, ``ours.zero_shot_vs_importance``): equivalence (TOST). Gates: the full model above
 chance by :data:`ABOVE_CHANCE` in every seed; for mask-then-fine-tune rows, fine-tuning adapts to the mask (at 50%
-pruned, random masks, mask-then-fine-tune beats fine-tune-then-mask on the task, 95% t-interval above 0).
+pruned, random masks, mask-then-fine-tune beats fine-tune-then-mask on the task, 95% t-interval above 0, both
+regimes under the same semantics). Each claim is decided under every semantics measured
+(:func:`semantics.verdicts_by_semantics`): the rows under the claim's own paper's semantics (``Claim.semantics``:
+``zero`` for Bian et al., our reading, and for ours; ``uniform`` for Budhraja et al.'s BERT code) are the primary
+analysis, Holm over the study's primary rows; each other semantics is a sensitivity analysis, its own Holm family.
 """
 from __future__ import annotations
 
@@ -23,8 +28,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .. import claims, glue_workbench, masks, strategy_sweep
-from ..paired_contrasts import Contrast, contrast_table
+from .. import claims, glue_workbench, masks, semantics, strategy_sweep
+from ..paired_contrasts import Contrast, per_ablation, unit_contrast_table
 from ..strategy_sweep import REGIME_NAMES, summarise  # noqa: F401 (re-exported: the notebook reads them from this study)
 
 __all__ = ["METHODS", "CONTRASTS", "REGIME_NAMES", "summarise", "example_masks", "paired", "contrasts", "ABOVE_CHANCE",
@@ -35,7 +40,8 @@ METHODS: tuple[str, ...] = ("zero_shot", "random", "least_important")
 
 
 def example_masks(table: pd.DataFrame, seed: int | None = None) -> pd.DataFrame:
-    """One mask per method x budget (seed ``seed``, default the smallest; first task) as rows for the picture."""
+    """One mask per method x budget (seed ``seed``, default the smallest; first task; one semantics: the masks
+    do not depend on it) as rows for the picture."""
     return strategy_sweep.example_masks(table, seed, order=METHODS)
 
 
@@ -51,23 +57,33 @@ CONTRASTS: tuple[Contrast, ...] = (
 )
 
 
+def _by(table: pd.DataFrame) -> list[str]:
+    """The keys that pair two cells besides budget: task, regime, seed and, when present, the semantics."""
+    return ["task", "regime", *(["ablation"] if "ablation" in table.columns else []), "seed"]
+
+
 def paired(table: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
-    """Rows (task, regime, budget, seed, diff = score_a - score_b); ``b="none"`` pairs with the full model."""
-    t = table[table["strategy"] == a][["task", "regime", "budget", "seed", "score"]]
+    """Rows (task, regime[, ablation], budget, seed, diff = score_a - score_b), paired within one semantics;
+    ``b="none"`` pairs with the full model."""
+    by = _by(table)
+    t = table[table["strategy"] == a][[*by, "budget", "score"]]
     if b == "none":
-        ref = table[table["strategy"] == "none"][["task", "regime", "seed", "score"]]
-        m = t.merge(ref, on=["task", "regime", "seed"], suffixes=("_a", "_b"))
+        ref = table[table["strategy"] == "none"][[*by, "score"]]
+        m = t.merge(ref, on=by, suffixes=("_a", "_b"))
     else:
-        ref = table[table["strategy"] == b][["task", "regime", "budget", "seed", "score"]]
-        m = t.merge(ref, on=["task", "regime", "budget", "seed"], suffixes=("_a", "_b"))
+        ref = table[table["strategy"] == b][[*by, "budget", "score"]]
+        m = t.merge(ref, on=[*by, "budget"], suffixes=("_a", "_b"))
     m["diff"] = m["score_a"] - m["score_b"]
-    return m[["task", "regime", "budget", "seed", "diff"]]
+    return m[[*by[:-1], "budget", "seed", "diff"]]
 
 
-def contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Every contrast per task x regime x budget (paired over seeds), per regime x budget pooled over tasks
-    (``task="all"``), and per regime over everything (``task="all", budget="all"``)."""
-    return contrast_table(CONTRASTS, lambda a, b: paired(table, a, b), confidence, n_boot, seed, pool_per_budget=True)
+def contrasts(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Every contrast per task x regime x ablation x budget (over seeds: one difference per fine-tuned model) and
+    per task x regime x ablation over all budgets (``budget = "all"``: each model's differences averaged over its
+    budgets first): mean difference and Student-t interval (``ci_low``, ``ci_high``) over the models (task x seed).
+    No pooled test over task x budget x seed pseudo-replicates (several budgets of one fine-tuned model are not
+    independent). Descriptive: the tests are in :func:`claim_verdicts`."""
+    return per_ablation(table, lambda t: unit_contrast_table(CONTRASTS, lambda a, b: paired(t, a, b), confidence))
 
 
 # ------------------------------------------------------------------------------------------------- claims
@@ -87,16 +103,20 @@ def _is_mask_then_finetune(m: claims.Measurement) -> bool:
 
 
 def _full(table: pd.DataFrame) -> pd.DataFrame:
-    """``[task, regime, seed, full, chance]``: the fine-tuned full model's score (strategy ``none``)."""
+    """``[task, regime[, ablation], seed, full, chance]``: the fine-tuned full model's score (strategy ``none``)."""
     f = table[table["strategy"] == "none"]
-    return f.groupby(["task", "regime", "seed"], as_index=False).agg(full=("score", "first"),
-                                                                     chance=("chance", "first"))
+    return f.groupby(_by(table), as_index=False).agg(full=("score", "first"), chance=("chance", "first"))
 
 
 def contrast_measurements(table: pd.DataFrame, a: str, b: str, semantics: str) -> list[claims.Measurement]:
     """``score(a) - score(b)`` (``b="none"``: the full model) per regime x budget x task, one value per
-    (task, seed) model, with the full model's scores and the task's chance score."""
-    d = paired(table, a, b).merge(_full(table), on=["task", "regime", "seed"])
+    (task, seed) model, with the full model's scores and the task's chance score. ``table``: the cells of one
+    semantics (``semantics``)."""
+    if "ablation" in table.columns and table["ablation"].nunique() > 1:
+        raise ValueError("contrast_measurements takes the cells of one semantics")
+    if table.empty:
+        return []
+    d = paired(table, a, b).merge(_full(table), on=_by(table))
     b_name = "full" if b == "none" else b
     out = []
     regimes = [r for r in REGIME_NAMES if r in set(d["regime"])]
@@ -112,8 +132,13 @@ def contrast_measurements(table: pd.DataFrame, a: str, b: str, semantics: str) -
 
 def adapt_diffs(table: pd.DataFrame) -> pd.DataFrame:
     """``[task, seed, diff]``: at :data:`ADAPT_BUDGET`, the random mask's score after mask-then-fine-tune minus
-    after fine-tune-then-mask (the same mask: study 1's masks, so the gate reads as it does there)."""
+    after fine-tune-then-mask (the same mask: study 1's masks, so the gate reads as it does there); ``table``: the
+    cells of one semantics (both regimes under it)."""
+    if "ablation" in table.columns and table["ablation"].nunique() > 1:
+        raise ValueError("adapt_diffs compares the regimes under one semantics: pass one semantics' cells")
     t = table[(table["strategy"] == "random") & (table["budget"] == ADAPT_BUDGET)]
+    if t.empty:
+        return pd.DataFrame(columns=["task", "seed", "diff"])
     p = t.pivot_table(index=["task", "seed"], columns="regime", values="score")
     if not set(REGIME_NAMES) <= set(p.columns):
         return pd.DataFrame(columns=["task", "seed", "diff"])
@@ -170,45 +195,55 @@ def _gates(names, table: pd.DataFrame) -> list[claims.Gate]:
 
 def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence) -> pd.DataFrame:
     """The study's verdict table (:data:`claims.COLUMNS`): every declared claim (``declared``: the study's
-    ``claims``) decided by its :data:`RULES` entry per task, then pooled over tasks, per regime x budget; Holm over
-    the study's family. A claim with no measurement in this run gets one ``not testable`` row saying so."""
+    ``claims``) decided by its :data:`RULES` entry per task, then pooled over tasks, per regime x budget, under every
+    ablation semantics of the table (:func:`semantics.verdicts_by_semantics`: each semantics on its own cells and
+    with its own gates; primary = the claim's paper's semantics, the others sensitivity); Holm over the study's
+    primary rows and each sensitivity semantics apart. A claim with no measurement under its own semantics gets one
+    ``not testable`` row saying so."""
     if {c.id for c in declared} != set(RULES):
         raise ValueError(f"claims without a rule or rules without a claim: {sorted({c.id for c in declared} ^ set(RULES))}")
     text = glue_workbench.scale_text(cfg, table)
-    parts = []
-    for claim in declared:
-        spec = RULES[claim.id]
-        ms = contrast_measurements(table, spec.a, spec.b, cfg.ablation)
-        if ms:
-            parts.append(claims.evaluate(claim, spec.rule(cfg), ms, _gates(spec.gates, table), text, STUDY_NAME))
-            continue
-        nan = float("nan")
-        parts.append(pd.DataFrame([{
-            "study": STUDY_NAME, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": "all",
-            "setting": "", "semantics": cfg.ablation, "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
-            "unit": UNIT, "test": "n/a", "p": nan, "p_adjusted": nan, "margin": nan, "verdict": "not testable",
-            "reason": f"no paired cells of {spec.a} and {'the full model' if spec.b == 'none' else spec.b} in this run",
-            "scale": text}], columns=list(claims.COLUMNS)))
-    out = claims.adjust(pd.concat(parts, ignore_index=True))
-    claims.validate(out)
-    return out
+
+    def decide(sub: pd.DataFrame, sem: str) -> pd.DataFrame:
+        parts = []
+        for claim in declared:
+            spec = RULES[claim.id]
+            ms = contrast_measurements(sub, spec.a, spec.b, sem)
+            if ms:
+                parts.append(claims.evaluate(claim, spec.rule(cfg), ms, _gates(spec.gates, sub), text, STUDY_NAME))
+                continue
+            nan = float("nan")
+            other = "the full model" if spec.b == "none" else spec.b
+            parts.append(pd.DataFrame([{
+                "study": STUDY_NAME, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": "all",
+                "setting": "", "semantics": sem, "analysis": "primary", "effect": nan, "ci_low": nan, "ci_high": nan,
+                "n_units": 0, "unit": UNIT, "test": "n/a", "p": nan, "p_adjusted": nan, "margin": nan,
+                "verdict": "not testable",
+                "reason": f"no paired cells of {spec.a} and {other} under the {sem} semantics in this run",
+                "scale": text}], columns=list(claims.COLUMNS)))
+        return pd.concat(parts, ignore_index=True)
+
+    order = semantics.order(declared[0].semantics, [*(c.semantics for c in declared), *cfg.finetune_ablations,
+                                                    *cfg.ablations])
+    return semantics.verdicts_by_semantics(table, declared, decide, order)
 
 
 def zero_shot_masks(table: pd.DataFrame) -> pd.DataFrame:
-    """The zero-shot mask of every regime x budget (the same for every task and seed: no task data): heads
-    pruned and kept, heads kept per layer (bottom layer first) and layers emptied, keyed by the verdicts'
-    ``setting``. ``n_masks`` > 1 would mean the mask changed with task or seed."""
+    """The zero-shot mask of every regime x ablation x budget (the same for every task and seed: no task data;
+    and for every semantics): heads pruned and kept, heads kept per layer (bottom layer first) and layers emptied,
+    keyed by the verdicts' ``setting`` and ``semantics`` (= the cells' ``ablation``). ``n_masks`` > 1 would mean
+    the mask changed with task or seed."""
     rows = []
     z = table[table["strategy"] == "zero_shot"]
-    for (regime, budget), g in z.groupby(["regime", "budget"], sort=True):
+    for (regime, ablation, budget), g in z.groupby(["regime", "ablation", "budget"], sort=True):
         m = masks.mask_from_string(str(g["mask"].iloc[0]))
         kept = [int(k) for k in m.sum(dim=1).tolist()]
-        rows.append({"setting": _setting(budget, regime), "regime": regime, "budget": float(budget),
-                     "heads_pruned": int((m == 0).sum()), "heads_kept": int(m.sum()),
+        rows.append({"setting": _setting(budget, regime), "semantics": ablation, "regime": regime,
+                     "budget": float(budget), "heads_pruned": int((m == 0).sum()), "heads_kept": int(m.sum()),
                      "kept_per_layer": "[" + ", ".join(map(str, kept)) + "]",
                      "layers_emptied": sum(k == 0 for k in kept), "n_masks": int(g["mask"].nunique())})
-    return pd.DataFrame(rows, columns=["setting", "regime", "budget", "heads_pruned", "heads_kept", "kept_per_layer",
-                                       "layers_emptied", "n_masks"])
+    return pd.DataFrame(rows, columns=["setting", "semantics", "regime", "budget", "heads_pruned", "heads_kept",
+                                       "kept_per_layer", "layers_emptied", "n_masks"])
 
 
 def _interval(r) -> str:
@@ -221,28 +256,30 @@ def _interval(r) -> str:
 
 def verdict_masks(verdict: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     """The zero-shot claims' verdicts beside the zero-shot mask each was measured with: claim_id, task,
-    setting, verdict, effect [CI] (text, never NaN), heads kept per layer (bottom layer first), layers emptied."""
+    setting, semantics, analysis (primary / sensitivity), verdict, effect [CI] (text, never NaN), heads kept per
+    layer (bottom layer first), layers emptied."""
     zs = {k for k, spec in RULES.items() if "zero_shot" in (spec.a, spec.b)}
     v = verdict[verdict["claim_id"].isin(zs)].copy()
     v["effect [CI]"] = [_interval(r) for _, r in v.iterrows()]
-    m = zero_shot_masks(table)[["setting", "kept_per_layer", "layers_emptied"]]
-    out = v.merge(m, on="setting", how="left")
+    m = zero_shot_masks(table)[["setting", "semantics", "kept_per_layer", "layers_emptied"]]
+    out = v.merge(m, on=["setting", "semantics"], how="left")
     out["kept_per_layer"] = out["kept_per_layer"].fillna("n/a (no zero-shot mask)")
     out["layers_emptied"] = out["layers_emptied"].map(lambda x: "n/a" if pd.isna(x) else str(int(x)))
-    return out[["claim_id", "task", "setting", "verdict", "effect [CI]", "kept_per_layer", "layers_emptied"]].rename(
+    return out[["claim_id", "task", "setting", "semantics", "analysis", "verdict", "effect [CI]", "kept_per_layer",
+                "layers_emptied"]].rename(
         columns={"kept_per_layer": "zero-shot heads kept per layer", "layers_emptied": "layers emptied"})
 
 
 def mask_overlap(table: pd.DataFrame) -> pd.DataFrame:
-    """How much the methods' masks agree: per regime x budget x task x seed, the share of pruned heads that
-    zero-shot shares with each other method (Jaccard index of the pruned sets), and how many layers each
+    """How much the methods' masks agree: per task x regime x ablation x budget x seed, the share of pruned heads
+    that zero-shot shares with each other method (Jaccard index of the pruned sets), and how many layers each
     method's mask touches and empties."""
     rows = []
     t = table[table["strategy"] != "none"]
-    for (task, regime, budget, seed), g in t.groupby(["task", "regime", "budget", "seed"]):
+    for (task, regime, ablation, budget, seed), g in t.groupby(["task", "regime", "ablation", "budget", "seed"]):
         pruned = {r.strategy: masks.mask_from_string(r.mask) < 1 for r in g.itertuples()}
         for m, p in pruned.items():
-            row = {"task": task, "regime": regime, "budget": budget, "seed": seed, "method": m,
+            row = {"task": task, "regime": regime, "ablation": ablation, "budget": budget, "seed": seed, "method": m,
                    "layers_touched": int(p.any(dim=1).sum()), "layers_emptied": int(p.all(dim=1).sum())}
             if "zero_shot" in pruned and m != "zero_shot":
                 z = pruned["zero_shot"]

@@ -33,8 +33,8 @@ def one(table, task=None):
 
 def test_vocabulary_and_layout():
     assert VERDICTS == ("supported", "not supported", "contradicted", "inconclusive", "not testable")
-    assert COLUMNS == ("study", "claim_id", "paper", "claim", "task", "setting", "semantics", "effect", "ci_low",
-                       "ci_high", "n_units", "unit", "test", "p", "p_adjusted", "margin", "verdict", "reason",
+    assert COLUMNS == ("study", "claim_id", "paper", "claim", "task", "setting", "semantics", "analysis", "effect",
+                       "ci_low", "ci_high", "n_units", "unit", "test", "p", "p_adjusted", "margin", "verdict", "reason",
                        "scale")
     t = evaluate(CLAIM, Superiority(), [meas("sst2", [0.03, 0.05, 0.04])], scale="quick", study="s")
     assert tuple(t.columns) == COLUMNS

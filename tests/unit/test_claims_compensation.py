@@ -19,8 +19,8 @@ def cfg(tiny_model_dir, tiny_glue_root):
 
 
 def runs(excess=(0.0, 0.0), noise_sd=0.05, shift=(0.2, 0.2), rho_lc=(0.5, 0.5), rho=0.3, strategy="random",
-         tasks=("A", "B"), seeds=(0, 1, 2, 3), measures=("weight_change",), jitter=0.01) -> pd.DataFrame:
-    """One row per run (task x seed) like ``spread_tests``: per task, ``excess`` / ``shift`` / ``rho_lc`` give the
+         tasks=("A", "B"), seeds=(0, 1, 2, 3), measures=("weight_change",), jitter=0.01, ablation="uniform") -> pd.DataFrame:
+    """One row per run (task x seed) like ``spread_tests``, all under the semantics ``ablation``: per task, ``excess`` / ``shift`` / ``rho_lc`` give the
     mean of that task's units (small jitter between seeds); the noise dispersion varies with SD ``noise_sd``."""
     rng = np.random.default_rng(0)
     rows = []
@@ -29,7 +29,7 @@ def runs(excess=(0.0, 0.0), noise_sd=0.05, shift=(0.2, 0.2), rho_lc=(0.5, 0.5), 
         for si, s in enumerate(seeds):
             for m in measures:
                 j = jitter * (si - (len(seeds) - 1) / 2)
-                rows.append({"task": task, "seed": s, "strategy": strategy, "budget": 0.5, "measure": m,
+                rows.append({"task": task, "ablation": ablation, "seed": s, "strategy": strategy, "budget": 0.5, "measure": m,
                              "dispersion_kind": "Gini of ratios", "dispersion": noise[si] + excess[ti] + j,
                              "dispersion_noise": noise[si], "excess_dispersion": excess[ti] + j,
                              "mean_shift": shift[ti] + j, "rho_pruned_in_layer": rho + j, "rho_pruned_adjacent": rho + j,
@@ -54,7 +54,8 @@ def test_layout_scale_and_no_nan(cfg):
     assert tuple(v.columns) == claims.COLUMNS
     claims.validate(v)
     assert set(v["claim_id"]) == {c.id for c in study.STUDY.claims}
-    assert (v["semantics"] == cfg.ablation).all()
+    assert (v["semantics"] == "uniform").all() and (v["analysis"] == "primary").all()
+    assert all(c.semantics == "uniform" for c in study.STUDY.claims)  # Budhraja et al.'s BERT code, and ours re-read it
     assert v["scale"].str.contains("small-scale test, not the paper's set-up").all()
     assert v["scale"].str.contains("seeds 0, 1, 2").all()
     text = claims.render(v)
@@ -130,3 +131,52 @@ def test_holm_runs_over_the_whole_family(cfg):
     tested = v[v["p"].notna()]
     assert len(tested) > 3
     assert np.allclose(tested["p_adjusted"], claims.stats.holm(tested["p"].to_numpy()))
+
+
+def two_semantics(**zero_kw) -> pd.DataFrame:
+    """Even spread under uniform; under zero the same runs, changed by ``zero_kw``."""
+    return pd.concat([runs(), runs(ablation="zero", **zero_kw)], ignore_index=True)
+
+
+def test_verdict_rows_carry_semantics_and_analysis_and_holm_per_family(cfg):
+    """Each semantics decided on its own runs: uniform (Budhraja et al.'s) primary, zero sensitivity; Holm over
+    the primary rows as one family and the zero rows as another."""
+    v = study.verdicts(two_semantics(excess=(0.3, 0.3)), cfg)
+    claims.validate(v)
+    assert set(v["semantics"]) == {"uniform", "zero"}
+    assert (v["analysis"] == np.where(v["semantics"] == "uniform", "primary", "sensitivity")).all()
+    for sem, word in (("uniform", "supported"), ("zero", "contradicted")):
+        part = v[v["semantics"] == sem]
+        assert verdict(part, "budhraja.compensation_spread", "all (A, B)")["verdict"] == word
+        tested = part[part["p"].notna()]
+        assert np.allclose(tested["p_adjusted"], claims.stats.holm(tested["p"].to_numpy()))
+    # the same runs under uniform alone give the same primary rows: the zero rows never enter them
+    alone = study.verdicts(runs(), cfg)
+    cols = ["claim_id", "task", "setting", "effect", "p", "p_adjusted", "verdict"]
+    pd.testing.assert_frame_equal(v[v["semantics"] == "uniform"][cols].reset_index(drop=True),
+                                  alone[cols].reset_index(drop=True))
+
+
+def test_semantics_dependence_reports_a_flip(cfg):
+    v = study.verdicts(two_semantics(excess=(0.3, 0.3)), cfg)
+    dep = claims.semantics_dependence(v)
+    r = dep[(dep["claim_id"] == "budhraja.compensation_spread") & (dep["task"] == "all (A, B)")].iloc[0]
+    assert r["depends"] == "yes" and r["primary_semantics"] == "uniform"
+    assert r["verdict_uniform"] == "supported" and r["verdict_zero"] == "contradicted"
+    same = claims.semantics_dependence(study.verdicts(two_semantics(), cfg))
+    assert (same.loc[same["claim_id"] == "budhraja.compensation_spread", "depends"] == "no").all()
+
+
+def test_primary_semantics_not_run_is_not_testable(cfg):
+    """Runs under zero only: each claim gets one primary (uniform) row saying nothing was measured under it, and
+    its zero rows as the sensitivity analysis."""
+    v = study.verdicts(runs(ablation="zero"), cfg)
+    claims.validate(v)
+    primary = v[v["analysis"] == "primary"]
+    assert sorted(primary["claim_id"]) == sorted(c.id for c in study.STUDY.claims)
+    assert (primary["semantics"] == "uniform").all() and (primary["verdict"] == "not testable").all()
+    assert primary["reason"].str.contains("under the uniform semantics").all()
+    assert (v.loc[v["analysis"] == "sensitivity", "semantics"] == "zero").all()
+    assert "nan" not in claims.render(v).lower()
+    empty = study.verdicts(pd.DataFrame(), cfg)
+    assert len(empty) == len(study.STUDY.claims) and (empty["verdict"] == "not testable").all()

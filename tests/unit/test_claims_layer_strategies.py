@@ -1,6 +1,6 @@
 """Study 2's claims on hand-made tables: each claim's wiring in both directions, the gates' both branches
 (above chance, fine-tuning adapts to the mask, identical masks), per task then pooled, the model as the unit,
-and no NaN in the rendered verdicts."""
+no NaN in the rendered verdicts, and each claim decided under each ablation semantics apart (primary = its paper's)."""
 from __future__ import annotations
 
 import re
@@ -20,13 +20,16 @@ OPPOSING = {"top": -0.1, "top_bottom": -0.3, "middle": -0.1, "spread": -0.1, "mo
             "least_important": -0.1}
 FTM, MTF = "finetune_then_mask", "mask_then_finetune"
 TEXT = {c.id: c.text for c in study.STUDY.claims}
+OWN = {c.id: c.semantics for c in study.STUDY.claims}
 
 
-def make_table(effects=None, per_task=None, full=None, adapt=None, strategies=STRATEGIES, same=()) -> pd.DataFrame:
+def make_table(effects=None, per_task=None, full=None, adapt=None, strategies=STRATEGIES, same=(),
+               ablations=("uniform", "zero")) -> pd.DataFrame:
     """Tasks A and B (chance 0.5), 5 seeds, budgets 25%/50% (fine-tune, then mask) and 50% (mask, then fine-tune).
     Full model = ``full[task]`` + a seed jitter (SD 0.0158); random = full - 0.1; strategy s = random +
     ``effects[s]`` (or ``per_task[task][s]``) + small noise. Mask-then-fine-tune scores = those + ``adapt[task]``.
-    ``same``: (strategy, its twin, budget, seeds) whose mask is made identical to the twin's."""
+    ``same``: (strategy, its twin, budget, seeds) whose mask is made identical to the twin's. The same cells under
+    each semantics of ``ablations`` (identical scores)."""
     rng = np.random.default_rng(0)
     full = full or {"A": 0.8, "B": 0.85}
     adapt = adapt or {"A": 0.05, "B": 0.05}
@@ -48,7 +51,8 @@ def make_table(effects=None, per_task=None, full=None, adapt=None, strategies=ST
                         rows.append({"task": task, "regime": regime, "strategy": s, "budget": budget, "seed": seed,
                                      "score": score, "chance": 0.5, "metric": "accuracy", "mask": mask,
                                      "n_heads_total": 72})
-    return pd.DataFrame(rows)
+    one = pd.DataFrame(rows)
+    return pd.concat([one.assign(ablation=a) for a in ablations], ignore_index=True)
 
 
 def verdicts(table, **cfg):
@@ -62,10 +66,13 @@ def verdicts(table, **cfg):
     return v
 
 
-def row(v, claim_id, task, regime=FTM):
-    r = v[(v["claim_id"] == claim_id) & (v["task"] == task)
+def row(v, claim_id, task, regime=FTM, sem=None):
+    """The claim's one row for task x regime under ``sem`` (default: its own paper's semantics, the primary row)."""
+    sem = sem or OWN[claim_id]
+    r = v[(v["claim_id"] == claim_id) & (v["task"] == task) & (v["semantics"] == sem)
           & v["setting"].str.startswith(study.REGIME_NAMES[regime])]
-    assert len(r) == 1, (claim_id, task, regime)
+    assert len(r) == 1, (claim_id, task, regime, sem)
+    assert r["analysis"].iloc[0] == ("primary" if sem == OWN[claim_id] else "sensitivity")
     return r.iloc[0]
 
 
@@ -87,7 +94,9 @@ def test_each_claim_in_both_directions_in_both_regimes(claim_id, yes, no):
             for task in ("A", "B", POOLED):
                 r = row(v, claim_id, task, regime)
                 assert r["verdict"] == expected, (claim_id, task, regime, r["reason"])
-                assert r["claim"] == TEXT[claim_id] and r["semantics"] == "zero"
+                assert r["claim"] == TEXT[claim_id] and r["semantics"] == OWN[claim_id]
+                other = "zero" if OWN[claim_id] == "uniform" else "uniform"
+                assert row(v, claim_id, task, regime, other)["verdict"] == expected  # the same cells: same verdict
 
 
 def test_the_unit_is_the_model_and_budgets_are_averaged_within_it():
@@ -147,7 +156,8 @@ def test_identical_masks_are_reported_once_and_never_tested_against_each_other()
     t = make_table(SUPPORTING, same=everywhere)
     same = study.identical_masks(t)
     assert set(same["strategies"]) == {"consecutive = spread"}
-    assert len(same) == 3, "one line per regime x budget x group of names"  # ftm 25%, ftm 50%, mtf 50%
+    assert len(same) == 6, "one line per regime x semantics x budget x group of names"  # (ftm 25%, ftm 50%, mtf 50%) x 2
+    assert same.groupby("ablation").size().to_dict() == {"uniform": 3, "zero": 3}
     assert (same["tasks"] == "A, B").all() and "'avoid consecutive layers'" in same["note"].iloc[0]
     v = verdicts(t)
     for task in ("A", "B", POOLED):
@@ -175,7 +185,7 @@ def test_partly_identical_masks_are_left_out_and_said_in_the_reason():
     assert "left out" in row(v, "budhraja.avoid_consecutive", POOLED)["reason"]
     c = study.contrasts(t)
     all_a = c[(c["contrast"] == "avoid consecutive layers") & (c["task"] == "A") & (c["regime"] == FTM)
-              & (c["budget"] == "all")].iloc[0]
+              & (c["budget"] == "all") & (c["ablation"] == "uniform")].iloc[0]
     assert all_a["n_same_mask"] == 2 and all_a["mean_diff"] == pytest.approx(r["effect"])
 
 
@@ -194,8 +204,11 @@ def test_one_seed_is_not_testable_and_holm_runs_over_the_whole_family():
     assert (v["verdict"] == "not testable").all()
     assert v["reason"].str.contains("needs at least 2 units").any()
     v = verdicts(t)
-    tested = v[v["p"].notna()]
-    np.testing.assert_allclose(tested["p_adjusted"], claims.stats.holm(tested["p"].to_numpy()))
+    # Holm families: the study's primary rows; each sensitivity semantics apart
+    for (analysis, sem), fam in v[v["p"].notna()].groupby(["analysis", "semantics"]):
+        prim = v[(v["analysis"] == "primary") & v["p"].notna()] if analysis == "primary" else fam
+        np.testing.assert_allclose(prim["p_adjusted"], claims.stats.holm(prim["p"].to_numpy()))
+    assert set(v.loc[v["analysis"] == "primary", "semantics"]) == {"uniform", "zero"}  # Budhraja's, Michel's
     assert (v["study"] == "layer_strategies").all()
 
 
@@ -205,3 +218,56 @@ def test_scale_says_when_it_is_not_the_papers_set_up():
     assert "300 training examples x 3 epochs" in study.scale(cfg)
     paper = study.LayerStrategiesConfig(model="bert-base-uncased", train_size=None)
     assert "small-scale" not in study.scale(paper)
+
+
+def test_each_semantics_is_decided_on_its_own_cells_and_michels_primary_rows_are_zero_cells():
+    """Uniform cells where least-important pruning loses, zero cells where it wins: Michel et al.'s claim (zero,
+    their intervention) is supported on its primary rows and contradicted in the uniform sensitivity rows;
+    Budhraja et al.'s claims (uniform) have their primary rows from the uniform cells."""
+    t = pd.concat([make_table(OPPOSING, ablations=("uniform",)), make_table(SUPPORTING, ablations=("zero",))],
+                  ignore_index=True)
+    v = verdicts(t)
+    assert set(v["analysis"]) == {"primary", "sensitivity"} and v["semantics"].isin(["uniform", "zero"]).all()
+    for regime in (FTM, MTF):
+        for task in ("A", "B", POOLED):
+            r = row(v, "michel.least_important_first", task, regime)
+            assert (r["semantics"], r["analysis"], r["verdict"]) == ("zero", "primary", "supported")
+            assert row(v, "michel.least_important_first", task, regime, "uniform")["verdict"] == "contradicted"
+            b = row(v, "budhraja.avoid_middle", task, regime)
+            assert (b["semantics"], b["analysis"], b["verdict"]) == ("uniform", "primary", "contradicted")
+            assert row(v, "budhraja.avoid_middle", task, regime, "zero")["verdict"] == "supported"
+    # every verdict row says which semantics it was measured under, and whether that is the claim's own
+    assert ((v["analysis"] == "primary") == (v["semantics"] == v["claim_id"].map(OWN))).all()
+    dep = claims.semantics_dependence(v)
+    assert (dep.loc[dep["claim_id"] == "michel.least_important_first", "depends"] == "yes").all()
+    # the descriptive tables too: one row per semantics, never pooled over them
+    c = study.contrasts(t)
+    per = c[(c["contrast"] == "least important vs random") & (c["budget"] == "all") & (c["task"] == "A")
+            & (c["regime"] == FTM)].set_index("ablation")
+    assert per.loc["zero", "mean_diff"] > 0.05 and per.loc["uniform", "mean_diff"] < -0.05
+    assert (per["n_units"] == 5).all()
+    s = study.summarise(t.assign(n_heads_pruned=36))
+    assert set(s["ablation"]) == {"uniform", "zero"} and (s["n_seeds"] == 5).all()
+
+
+def test_the_adapts_gate_of_a_semantics_comes_from_its_own_cells():
+    """Fine-tuning adapts under uniform, not under zero: zero's mask-then-fine-tune rows are not testable, uniform's
+    are decided."""
+    t = pd.concat([make_table(SUPPORTING, ablations=("uniform",)),
+                   make_table(SUPPORTING, adapt={"A": -0.05, "B": -0.05}, ablations=("zero",))], ignore_index=True)
+    v = verdicts(t)
+    assert row(v, "budhraja.avoid_middle", "A", MTF)["verdict"] == "supported"
+    z = row(v, "budhraja.avoid_middle", "A", MTF, "zero")
+    assert z["verdict"] == "not testable" and "does not adapt" in z["reason"]
+    assert row(v, "michel.least_important_first", "A", MTF)["verdict"] == "not testable"
+
+
+def test_a_semantics_with_no_cells_gives_not_testable_primary_rows_only():
+    """Only uniform cells ran: Michel et al.'s claim (zero) has one not-testable primary row, and its uniform rows
+    are sensitivity; no zero row is invented for the Budhraja claims."""
+    v = verdicts(make_table(SUPPORTING, ablations=("uniform",)))
+    m = v[(v["claim_id"] == "michel.least_important_first") & (v["analysis"] == "primary")]
+    assert len(m) == 1 and m["verdict"].iloc[0] == "not testable" and m["semantics"].iloc[0] == "zero"
+    assert "zero semantics" in m["reason"].iloc[0]
+    assert row(v, "michel.least_important_first", "A", FTM, "uniform")["verdict"] == "supported"
+    assert (v.loc[v["claim_id"].str.startswith("budhraja"), "semantics"] == "uniform").all()

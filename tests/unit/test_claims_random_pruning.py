@@ -17,11 +17,11 @@ PRUNABLE, RETRAIN = "budhraja.random_prunable", "ours.retraining_recovers"
 
 def cfg(**kw):
     base = dict(model="minilm", train_size=300, dev_size=300, epochs=3, seeds=list(range(len(JITTER))),
-                ablation="zero", margin_share=0.1, tolerance=0.02)
+                ablations=["uniform"], finetune_ablations=["uniform"], margin_share=0.1, tolerance=0.02)
     return SimpleNamespace(**{**base, **kw})
 
 
-def cells(tasks: dict, regimes=("mask_then_finetune", "finetune_then_mask")) -> pd.DataFrame:
+def cells(tasks: dict, regimes=("mask_then_finetune", "finetune_then_mask"), ablation="uniform") -> pd.DataFrame:
     """``tasks``: name -> (full, chance, {fraction: drop after mask-then-fine-tune}, {fraction: drop after
     fine-tune-then-mask}); the full model is the fraction-0 cell of both regimes."""
     rows = []
@@ -35,7 +35,7 @@ def cells(tasks: dict, regimes=("mask_then_finetune", "finetune_then_mask")) -> 
                     # the pruned score's jitter differs from the full model's and between the regimes, so every
                     # paired difference varies by seed
                     wobble = j * j * (10 if regime == "mask_then_finetune" else 5) if fraction else 0.0
-                    rows.append({"task": task, "regime": regime, "fraction": fraction, "seed": seed,
+                    rows.append({"task": task, "regime": regime, "ablation": ablation, "fraction": fraction, "seed": seed,
                                  "score": f - drop + wobble, "chance": chance,
                                  "metric": "accuracy", "mask": MASK, "n_heads_pruned": int(12 * fraction)})
     return pd.DataFrame(rows)
@@ -65,7 +65,8 @@ def test_layout_claims_and_no_nan():
     claims.validate(v)
     assert tuple(v.columns) == claims.COLUMNS
     assert set(v["claim_id"]) == {c.id for c in study.STUDY.claims} == set(study.RULES)
-    assert (v["study"] == "random_pruning").all() and (v["semantics"] == "zero").all()
+    assert (v["study"] == "random_pruning").all() and (v["semantics"] == "uniform").all()
+    assert (v["analysis"] == "primary").all()
     assert v["scale"].iloc[0] == ("minilm (3 x 4 heads); 300 training examples x 3 epochs, 300 dev examples; "
                                   "5 seeds per task; a small-scale test, not the paper's set-up")
     assert "nan" not in claims.render(v).lower() and "nan" not in " ".join(v["test"]).lower()
@@ -155,3 +156,25 @@ def test_margin_share_is_checked(tiny_model_dir, tiny_glue_root):
     with pytest.raises(ParameterError, match="margin_share"):
         validate(study.RandomPruningConfig, {**base, "margin_share": 0.0})
     assert validate(study.RandomPruningConfig, base).margin_share == 0.1
+
+
+def test_sensitivity_semantics_are_decided_apart_and_flag_a_flip():
+    """The same claims under zero (sensitivity): their own rows, their own Holm family; a verdict that differs
+    from the primary one is reported by ``claims.semantics_dependence``."""
+    t = pd.concat([cells({"SST-2": (0.8, 0.5, *ADAPTS)}, ablation="uniform"),
+                   cells({"SST-2": (0.8, 0.5, *NO_ADAPT)}, ablation="zero")], ignore_index=True)
+    v = study.verdicts(t, cfg(ablations=["uniform", "zero"], finetune_ablations=["uniform", "zero"]))
+    claims.validate(v)
+    prim, sens = v[v["analysis"] == "primary"], v[v["analysis"] == "sensitivity"]
+    assert set(prim["semantics"]) == {"uniform"} and set(sens["semantics"]) == {"zero"}
+    # Holm within each family: the primary p-values are adjusted over the primary rows only
+    from headprune_utils import stats
+    tested = prim[prim["p"].notna()]
+    assert tested["p_adjusted"].tolist() == pytest.approx(list(stats.holm(tested["p"].to_numpy())))
+    u = one(prim, PRUNABLE, "SST-2", 0.5)
+    z = one(sens, PRUNABLE, "SST-2", 0.5)
+    assert u["verdict"] == "supported" and z["verdict"] == "not testable", (u["reason"], z["reason"])
+    dep = claims.semantics_dependence(v).set_index(["claim_id", "task", "setting"])
+    row = dep.loc[(RETRAIN, "SST-2", "50% of heads pruned at random")]
+    assert row["depends"] == "yes" and row["primary_semantics"] == "uniform"
+    assert row["verdict_uniform"] == "supported" and row["verdict_zero"] == "contradicted"

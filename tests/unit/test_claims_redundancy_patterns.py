@@ -1,6 +1,9 @@
 """Study 4's claims (claims model) on hand-made matrices: each claim's verdict in both directions where the cells
-allow, the gates' both branches (one task / one model / MLM not trained / one MLM seed), no NaN in the text."""
+allow, the gates' both branches (one task / one model / MLM not trained / one MLM seed / the negative control shows
+the pattern or not), no NaN in the text."""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pandas as pd
@@ -19,7 +22,7 @@ VOCAB = 30522
 def cfg(tiny_model_dir, tiny_glue_root):
     return validate(study.RedundancyPatternsConfig, dict(
         model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0, 1, 2], probe_tasks=["SST-2"], metrics=METRICS,
-        cluster_metric="js", k_max=4, n_null=19, n_permutations=99, dropouts=[0.0, 0.1, 0.3], mlm_seeds=[0, 1, 2],
+        cluster_metric="js", k_max=4, n_null=39, n_permutations=99, dropouts=[0.0, 0.1, 0.3], mlm_seeds=[0, 1, 2],
         train_size=None, dev_size=None, epochs=1, device="cpu", data_dir=str(tiny_glue_root), allow_hub=False,
         progress=False))
 
@@ -53,14 +56,20 @@ def own(rng):
     return x, sym(rng, base=x, noise=0.01)
 
 
-def world(related: bool = True, tasks=("A", "B"), loss_last: float = 2.0, slope: float = -0.2, seed: int = 0):
+def world(related: bool = True, tasks=("A", "B"), loss_last: float = 2.0, slope: float = -0.2, seed: int = 0,
+          control: str | None = None):
     """Pre-trained model on generic / random / task probes, fine-tuned models (task x seed 0-2), MLM runs: every
-    matrix a noisy copy of one block matrix when ``related``, else independent noise for the fine-tuned models."""
+    matrix a noisy copy of one block matrix when ``related``, else independent noise for the fine-tuned models.
+    ``control``: the negative control's cells on the pre-trained model's probes, None (absent), "same" (copies of the
+    block matrix: it shows every pattern) or "noise" (independent noise per probe and half: no pattern)."""
     rng = np.random.default_rng(seed)
     base = blocks(rng)
     copy = lambda: sym(rng, base=base, noise=0.01)
-    cells = {("pretrained", p): {m: (copy(), copy()) for m in METRICS}
-             for p in ["generic", "random-0", *(f"task-{t}" for t in tasks)]}
+    probes = ["generic", "random-0", *(f"task-{t}" for t in tasks)]
+    cells = {("pretrained", p): {m: (copy(), copy()) for m in METRICS} for p in probes}
+    if control is not None:
+        make = copy if control == "same" else (lambda: sym(rng))
+        cells.update({(study.CONTROL, p): {m: (make(), make()) for m in METRICS} for p in probes})
     for t in tasks:
         for s in (0, 1, 2):
             cells[(f"finetuned-{t}-s{s}", f"task-{t}")] = {
@@ -145,7 +154,62 @@ def test_where_clusters_against_the_shuffled_null(alike, unrelated):
 def test_who_random_is_one_model(alike):
     r = one(alike, "bian.who_random", setting="js")
     assert r["verdict"] == "not testable" and r["n_units"] == 1 and "pre-trained model only" in r["reason"]
-    assert "negative control" in r["reason"]
+    assert "negative control" in r["reason"] and study.NO_RANDOM_INIT in r["reason"]  # no control cells: the caveat
+
+
+def test_a_control_with_the_same_patterns_makes_them_not_testable(cfg):
+    """The randomly initialised model shows the clusters and the sameness (across tasks' inputs, random tokens vs
+    text): those rows are "not testable", the reason naming the control and both models' numbers."""
+    v = run(world(control="same"), cfg)
+    for cid, task in (("bian.where", "A"), ("bian.where", "B"), ("bian.who_tasks", "A vs B"),
+                      ("bian.who_random", "random tokens vs task inputs")):
+        r = one(v, cid, task, "js")
+        assert r["verdict"] == "not testable", (cid, r["reason"])
+        assert "negative control" in r["reason"] and "shows the same pattern" in r["reason"]
+        assert "not evidence of learned redundancy" in r["reason"] and "the pre-trained model:" in r["reason"]
+    pooled = one(v, "bian.where", "all (A, B)")
+    assert pooled["verdict"] == "not testable" and "negative control" in pooled["reason"]
+    assert one(v, "bian.when", "all (A, B)", "js")["verdict"] == "supported"  # a claim without the control: unchanged
+    assert "nan" not in claims.render(v).lower()
+
+
+def test_a_control_without_the_patterns_lets_the_claims_be_tested(cfg, alike):
+    """Noise in the control: no cluster structure, no consistent matrix (split-half ceiling near 0). The verdicts are
+    those without the control, and the reason says the control passed (with its numbers)."""
+    v = run(world(control="noise"), cfg)
+    for cid, task in (("bian.where", "all (A, B)"), ("bian.who_tasks", "A vs B")):
+        r = one(v, cid, task, "js")
+        assert r["verdict"] == one(alike, cid, task, "js")["verdict"] == "supported"
+        assert "negative control passed" in r["reason"] and study.NO_RANDOM_INIT not in r["reason"]
+    r = one(v, "bian.who_random", setting="js")  # still one model, but the control is no longer a second reason
+    assert r["verdict"] == "not testable" and "negative control passed" in r["reason"]
+    assert "shows the same pattern" not in r["reason"]
+
+
+def test_negative_control_table_by_hand(cfg):
+    """The control's numbers: r - ceiling by hand (Pearson r of the upper triangles), the "same" criterion at the
+    point estimate, and the cluster test only when the shuffles can reach its level."""
+    mats = world(control="same")
+    t = study.negative_control(mats, cfg, ["A", "B"])
+    assert set(t["model"]) == {"pretrained", study.CONTROL} and t["decidable"].all()
+    up = lambda x: clustering.upper(x)
+    r = lambda x, y: np.corrcoef(up(x), up(y))[0, 1]
+    g = lambda p, h="full": mats.get(study.CONTROL, p, "js", h)
+    want = np.mean([r(g("random-0"), g(f"task-{k}")) - r(g(f"task-{k}", "a"), g(f"task-{k}", "b")) for k in "AB"])
+    row = t[(t["claim_id"] == "bian.who_random") & (t["model"] == study.CONTROL) & (t["setting"] == "js")].iloc[0]
+    assert row["effect"] == pytest.approx(want) and bool(row["shows_pattern"])
+    pair = t[(t["claim_id"] == "bian.who_tasks") & (t["model"] == study.CONTROL) & (t["setting"] == "js")].iloc[0]
+    ceil = (r(g("task-A", "a"), g("task-A", "b")) + r(g("task-B", "a"), g("task-B", "b"))) / 2
+    assert pair["effect"] == pytest.approx(r(g("task-A"), g("task-B")) - ceil) and pair["reference"] == pytest.approx(ceil)
+    noise = study.negative_control(world(control="noise"), cfg, ["A", "B"])
+    assert not noise.loc[noise["model"] == study.CONTROL, "shows_pattern"].any()
+    assert study.negative_control(world(), cfg, ["A", "B"]).empty  # no control cells
+    few = dataclasses.replace(cfg, n_null=19)  # smallest p = 0.05: the cluster test cannot reach p < 0.05
+    t19 = study.negative_control(mats, few, ["A"])
+    where19 = t19[t19["claim_id"] == "bian.where"]
+    assert not where19["decidable"].any() and where19["criterion"].str.contains("cannot").all()
+    gate = study.control_gate(t19, "bian.where")
+    assert "cannot be judged" in gate(claims.Measurement("A", [0.1], [("A", 0)], "js"))
 
 
 def test_why_gate_mlm_trained_both_branches(alike, unrelated, cfg):

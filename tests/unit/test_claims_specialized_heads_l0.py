@@ -62,15 +62,24 @@ def roles_of(table, found=True):
     return pd.DataFrame(rows)
 
 
-def agreement_of(rho):
-    return pd.DataFrame([{"task": t, "seed": s, "a": "relevance", "b": "confidence",
-                          "spearman": rho + 0.01 * s} for t in TASKS for s in SEEDS])
+def agreement_of(rho, rho_no_special=None):
+    """Spearman(relevance, confidence) per model; with ``rho_no_special`` also the special-key-free confidence's."""
+    rows = [{"task": t, "seed": s, "a": "relevance", "b": "confidence", "spearman": rho + 0.01 * s}
+            for t in TASKS for s in SEEDS]
+    if rho_no_special is not None:
+        rows += [{"task": t, "seed": s, "a": "confidence_no_special_keys", "b": "relevance",
+                  "spearman": rho_no_special + 0.01 * s} for t in TASKS for s in SEEDS]
+    return pd.DataFrame(rows)
 
 
-def run(table, roles, rho=0.5):
+EVERY_KEY, NO_SPECIAL = study.CONFIDENCES["confidence"], study.CONFIDENCES["confidence_no_special_keys"]
+
+
+def run(table, roles, rho=0.5, rho_no_special=None):
     surv = study.survival_heads(table)
     budget = study.roles_at_budget(table, roles, fraction=1 / 3)
-    v = study.verdicts(table, agreement_of(rho), roles, surv, budget, semantics="zero", scale_="hand-made")
+    v = study.verdicts(table, agreement_of(rho, rho_no_special), roles, surv, budget, semantics="zero",
+                       scale_="hand-made")
     claims.validate(v)
     text = claims.render(v)
     assert "nan" not in text.lower()
@@ -91,8 +100,8 @@ def test_every_claim_has_a_rule_and_a_row():
     assert (v["study"] == "specialized_heads_l0").all() and (v["semantics"] == "zero").all()
     assert (v["unit"] == "model (task x seed)").all()
     assert {c.id: c for c in study.CLAIMS}["exploratory.l0_vs_importance"].paper == "ours (exploratory)"
-    eos = {c.id: c for c in study.CLAIMS}["voita.important_are_confident"].precondition
-    assert "EOS" in eos and "not measured" in eos
+    confident = {c.id: c for c in study.CLAIMS}["voita.important_are_confident"]
+    assert "EOS" in confident.quantity and "BOTH" in confident.quantity and "not measured" not in confident.precondition
 
 
 def test_l0_beats_random_both_ways_per_task_and_pooled():
@@ -180,11 +189,26 @@ def test_functions_present_beyond_chance():
 
 def test_important_are_confident_both_ways_and_holm_over_the_study():
     v = run(cells(), roles_of(None), rho=0.5)
-    assert verdict(v, "voita.important_are_confident")["verdict"] == "supported"
+    assert verdict(v, "voita.important_are_confident", setting=EVERY_KEY)["verdict"] == "supported"
     v2 = run(cells(), roles_of(None), rho=-0.5)
-    assert verdict(v2, "voita.important_are_confident")["verdict"] == "contradicted"
+    assert verdict(v2, "voita.important_are_confident", setting=EVERY_KEY)["verdict"] == "contradicted"
     tested = v[v["p"].notna()]
     assert np.allclose(tested["p_adjusted"], claims.stats.holm(tested["p"].to_numpy()))
+
+
+def test_important_are_confident_under_both_definitions_of_confidence():
+    """One row per definition (setting) and task, each tested on its own Spearman; both in the Holm family. Cells
+    without the special-key-free confidence (RESULTS_VERSION 1) make its rows not testable, with that reason."""
+    v = run(cells(), roles_of(None), rho=0.5, rho_no_special=-0.5)
+    assert verdict(v, "voita.important_are_confident", setting=EVERY_KEY)["verdict"] == "supported"
+    row = verdict(v, "voita.important_are_confident", setting=NO_SPECIAL)
+    assert row["verdict"] == "contradicted" and "confidence_no_special_keys" in row["test"]
+    assert verdict(v, "voita.important_are_confident", "all (A, B)", setting=NO_SPECIAL)["n_units"] == 8
+    tested = v[v["p"].notna()]
+    assert (tested["claim_id"] == "voita.important_are_confident").sum() == 6  # 2 tasks + pool, x 2 definitions
+    assert np.allclose(tested["p_adjusted"], claims.stats.holm(tested["p"].to_numpy()))
+    old = verdict(run(cells(), roles_of(None)), "voita.important_are_confident", setting=NO_SPECIAL)
+    assert old["verdict"] == "not testable" and "do not record confidence_no_special_keys" in old["reason"]
 
 
 def test_tasks_that_disagree_give_no_pooled_verdict():

@@ -1,5 +1,6 @@
 """Study 5's claims on hand-made cell tables: each claim's wiring in both directions, both branches of every gate,
-per-task then pooled verdicts, the zero-shot masks beside the verdicts, no NaN in the rendered text."""
+per-task then pooled verdicts, the zero-shot masks beside the verdicts, no NaN in the rendered text, each claim
+decided under each ablation semantics apart (primary = its paper's: zero for Bian et al., uniform for Budhraja et al.)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -16,17 +17,18 @@ ZS_MASK = {0.5: "1110/1100/1000", 0.75: "1000/0000/0010"}  # kept per layer [3, 
 COMPARABLE, VS_RANDOM, VS_IMPORTANCE, RANDOM = ("bian.zero_shot_comparable", "bian.zero_shot_vs_random",
                                                  "ours.zero_shot_vs_importance", "budhraja.random_comparable")
 MTF, FTM = "mask_then_finetune", "finetune_then_mask"
+OWN = {c.id: c.semantics for c in study.STUDY.claims}
 
 
 def cfg(**kw):
     base = dict(model="minilm", train_size=300, dev_size=300, epochs=3, seeds=list(range(len(JITTER))),
-                ablation="zero", margin_share=0.1)
+                ablations=["zero", "uniform"], finetune_ablations=["zero", "uniform"], margin_share=0.1)
     return SimpleNamespace(**{**base, **kw})
 
 
-def cells(tasks: dict, methods=("zero_shot", "random", "least_important")) -> pd.DataFrame:
+def cells(tasks: dict, methods=("zero_shot", "random", "least_important"), ablations=("zero", "uniform")) -> pd.DataFrame:
     """``tasks``: name -> (full, chance, {(regime, method, budget): drop from the full model}); a drop not given
-    is 0.1 (mask-then-fine-tune) or 0.2 (fine-tune-then-mask)."""
+    is 0.1 (mask-then-fine-tune) or 0.2 (fine-tune-then-mask). The same cells under each of ``ablations``."""
     rows = []
     for task, (full, chance, drops) in tasks.items():
         for seed, j in enumerate(JITTER):
@@ -39,13 +41,17 @@ def cells(tasks: dict, methods=("zero_shot", "random", "least_important")) -> pd
                         mask = ZS_MASK[budget] if m == "zero_shot" else f"{seed % 2}111/1111/0000"
                         rows.append({"task": task, "regime": regime, "strategy": m, "budget": budget, "seed": seed,
                                      "score": full + j - drop + j * j * (10 + len(m) + budget), "chance": chance, "mask": mask})
-    return pd.DataFrame(rows)
+    one_sem = pd.DataFrame(rows)
+    return pd.concat([one_sem.assign(ablation=a) for a in ablations], ignore_index=True)
 
 
-def one(v, claim_id, task, budget, regime):
+def one(v, claim_id, task, budget, regime, sem=None):
+    """The claim's row for task x budget x regime under ``sem`` (default: its own paper's semantics: primary)."""
+    sem = sem or OWN[claim_id]
     setting = f"{100 * budget:g}% of heads pruned; {study.REGIME_NAMES[regime]}"
-    r = v[(v["claim_id"] == claim_id) & (v["task"] == task) & (v["setting"] == setting)]
-    assert len(r) == 1, (claim_id, task, setting, v[["claim_id", "task", "setting"]])
+    r = v[(v["claim_id"] == claim_id) & (v["task"] == task) & (v["setting"] == setting) & (v["semantics"] == sem)]
+    assert len(r) == 1, (claim_id, task, setting, sem, v[["claim_id", "task", "setting", "semantics"]])
+    assert r["analysis"].iloc[0] == ("primary" if sem == OWN[claim_id] else "sensitivity")
     return r.iloc[0]
 
 
@@ -116,22 +122,30 @@ def test_pooled_when_tasks_agree_inconclusive_when_they_disagree():
     assert one(v, COMPARABLE, "STS-B", 0.5, MTF)["verdict"] == "contradicted"
     pooled = one(v, COMPARABLE, "all (SST-2, STS-B)", 0.5, MTF)
     assert pooled["verdict"] == "inconclusive" and pooled["reason"].startswith("tasks disagree")
-    tested = v[v["p"].notna()]
     from headprune_utils.stats import holm
 
-    assert tested["p_adjusted"].to_numpy() == pytest.approx(holm(tested["p"].to_numpy()))  # one family
+    tested = v[v["p"].notna()]
+    for (analysis, sem), fam in tested.groupby(["analysis", "semantics"]):  # primary: one family; sensitivity: per semantics
+        fam = tested[tested["analysis"] == "primary"] if analysis == "primary" else fam
+        assert fam["p_adjusted"].to_numpy() == pytest.approx(holm(fam["p"].to_numpy()))
+    assert set(tested.loc[tested["analysis"] == "primary", "semantics"]) == {"zero", "uniform"}
 
 
 def test_zero_shot_masks_beside_the_verdicts():
     table = cells({"SST-2": (0.8, 0.5, GOOD), "STS-B": (0.8, 0.0, GOOD)})
-    zm = study.zero_shot_masks(table).set_index(["regime", "budget"])
+    zm = study.zero_shot_masks(table)
+    assert len(zm) == 2 * 3  # per semantics x (mtf 50%, ftm 50%, ftm 75%)
+    zm = zm[zm["semantics"] == "zero"].set_index(["regime", "budget"])
     assert zm.loc[(FTM, 0.75), "kept_per_layer"] == "[1, 0, 1]" and zm.loc[(FTM, 0.75), "layers_emptied"] == 1
     assert zm.loc[(MTF, 0.5), "kept_per_layer"] == "[3, 2, 1]" and (zm["n_masks"] == 1).all()
     v = study.verdicts(table, cfg())
     beside = study.verdict_masks(v, table)
     assert set(beside["claim_id"]) == {COMPARABLE, VS_RANDOM, VS_IMPORTANCE}  # the claims measured on zero-shot
     assert len(beside) == (v["claim_id"] != RANDOM).sum()
-    row = beside[(beside["claim_id"] == COMPARABLE) & beside["setting"].str.startswith("75%")].iloc[0]
+    assert {"semantics", "analysis"} <= set(beside.columns)
+    assert set(beside.loc[beside["analysis"] == "primary", "semantics"]) == {"zero"}  # Bian et al.'s and ours
+    row = beside[(beside["claim_id"] == COMPARABLE) & beside["setting"].str.startswith("75%")
+                 & (beside["semantics"] == "uniform")].iloc[0]
     assert row["zero-shot heads kept per layer"] == "[1, 0, 1]" and row["layers emptied"] == "1"
     assert not beside.isna().any().any() and "nan" not in beside.to_csv().lower()
 
@@ -151,3 +165,42 @@ def test_margin_share_is_checked(tiny_model_dir, tiny_glue_root):
     with pytest.raises(ParameterError, match="margin_share"):
         validate(study.ZeroShotPruningConfig, {**base, "margin_share": 1.5})
     assert validate(study.ZeroShotPruningConfig, base).margin_share == 0.1
+
+
+def test_each_semantics_is_decided_on_its_own_cells_primary_is_the_papers():
+    """Zero-shot pruning holds up under zero (Bian et al.'s, primary) and not under uniform (sensitivity); the
+    Budhraja reference claim is primary under uniform. Nothing is pooled over the semantics."""
+    bad = {**GOOD, (MTF, "zero_shot", 0.5): 0.1, (MTF, "random", 0.5): 0.1}
+    table = pd.concat([cells({"SST-2": (0.8, 0.5, GOOD)}, ablations=("zero",)),
+                       cells({"SST-2": (0.8, 0.5, bad)}, ablations=("uniform",))], ignore_index=True)
+    v = study.verdicts(table, cfg())
+    claims.validate(v)
+    assert ((v["analysis"] == "primary") == (v["semantics"] == v["claim_id"].map(OWN))).all()
+    r = one(v, COMPARABLE, "SST-2", 0.5, MTF)
+    assert (r["semantics"], r["verdict"]) == ("zero", "supported")
+    assert one(v, COMPARABLE, "SST-2", 0.5, MTF, "uniform")["verdict"] == "contradicted"
+    b = one(v, RANDOM, "SST-2", 0.5, MTF)
+    assert (b["semantics"], b["verdict"]) == ("uniform", "contradicted")
+    assert one(v, RANDOM, "SST-2", 0.5, MTF, "zero")["verdict"] == "supported"
+    assert one(v, COMPARABLE, "SST-2", 0.5, MTF)["n_units"] == len(JITTER)  # the seeds of one semantics, not both
+    dep = claims.semantics_dependence(v)
+    yes = dep[(dep["claim_id"] == COMPARABLE) & dep["setting"].str.endswith(study.REGIME_NAMES[MTF])]
+    assert (yes["depends"] == "yes").all() and len(yes)
+    # the descriptive contrasts: per semantics, the model as the unit
+    c = study.contrasts(table)
+    zf = c[(c["contrast"] == "zero-shot vs full model") & (c["regime"] == MTF) & (c["budget"] == 0.5)].set_index("ablation")
+    assert zf.loc["zero", "mean_diff"] == pytest.approx(-0.005, abs=1e-3)
+    assert zf.loc["uniform", "mean_diff"] == pytest.approx(-0.1, abs=1e-3)
+    assert (zf["n_units"] == len(JITTER)).all() and "all" not in set(c["task"])
+
+
+def test_a_semantics_without_fine_tuning_cells_has_no_mask_then_fine_tune_rows():
+    """Uniform ran evaluation-only cells only: no uniform mask-then-fine-tune row, and the uniform rows' gates come
+    from the uniform cells."""
+    table = cells({"SST-2": (0.8, 0.5, GOOD)})
+    table = table[~((table["ablation"] == "uniform") & (table["regime"] == MTF))]
+    v = study.verdicts(table, cfg(finetune_ablations=["zero"]))
+    uni = v[v["semantics"] == "uniform"]
+    assert not uni["setting"].str.endswith(study.REGIME_NAMES[MTF]).any()
+    assert one(v, RANDOM, "SST-2", 0.5, FTM)["verdict"] == "contradicted"  # primary (uniform), fine-tune-then-mask
+    assert one(v, COMPARABLE, "SST-2", 0.5, MTF)["verdict"] == "supported"  # zero: its own adapts gate passes

@@ -219,3 +219,76 @@ def test_ablation_loss_and_confidence_entropy_equal_the_plain_computations(regre
     conf, ent = head_scores.confidence_entropy(model, batches, [0, 2, 3])
     torch.testing.assert_close(conf, head_scores.confidence(model, batches, special_ids=[0, 2, 3]))
     torch.testing.assert_close(ent, head_scores.entropy(model, batches, special_ids=[0, 2, 3]))
+
+
+def numpy_confidence_without_special_keys(maps: np.ndarray, att: np.ndarray, ids: np.ndarray, special: set) -> np.ndarray:
+    """Independent of the package: for every real, non-special query (not the first/last real token, not an id in
+    ``special``), the largest weight on a real, non-special key, NOT renormalised; the mean over all such queries.
+    maps: ``[batch, heads, seq, seq]``."""
+    b, h, s, _ = maps.shape
+    vals = [[] for _ in range(h)]
+    for i in range(b):
+        n = int(att[i].sum())
+        ok = [t for t in range(n) if 0 < t < n - 1 and int(ids[i, t]) not in special]
+        for head in range(h):
+            for q in ok:
+                vals[head].append(max(maps[i, head, q, k] for k in ok))
+    return np.array([np.mean(v) for v in vals])
+
+
+def test_confidence_without_special_keys_by_hand():
+    """A hand-made map: head 0 parks 0.9 on [CLS] (a "no-op" head), head 1 puts 0.7 on one word, head 2 0.6 on [SEP].
+    Without special keys, head 0's confidence is the largest weight left on a word (0.06, not renormalised to a
+    near-uniform or peaked distribution), head 1's is unchanged, head 2's the largest word weight."""
+    att = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0]])  # [CLS] w w (w|[SEP]) ... [SEP] pad
+    ids = torch.tensor([[2, 7, 8, 9, 10, 3], [2, 7, 3, 8, 3, 0]])  # the second row: a pair, middle [SEP] at 2
+    b, s = ids.shape
+    rng = np.random.default_rng(0)
+    a = np.zeros((b, 3, s, s))
+    for i in range(b):
+        n = int(att[i].sum())
+        for q in range(s):
+            rest = rng.dirichlet(np.ones(n - 1))
+            a[i, 0, q, :n] = np.r_[0.9, 0.1 * rest]                  # 0.9 on [CLS]
+            row = 0.3 * rng.dirichlet(np.ones(n))
+            row[1] += 0.7                                            # 0.7 on the first word
+            a[i, 1, q, :n] = row
+            row = 0.4 * rng.dirichlet(np.ones(n))
+            row[n - 1] += 0.6                                        # 0.6 on the final [SEP]
+            a[i, 2, q, :n] = row
+    maps = [torch.tensor(a, dtype=torch.float32)]
+    q = query_mask(att, ids, special_ids={0, 2, 3})
+    got = confidence_from_maps(maps, q, keys=q)
+    want = numpy_confidence_without_special_keys(a, att.numpy(), ids.numpy(), {0, 2, 3})
+    np.testing.assert_allclose(got[0].numpy(), want, rtol=1e-5)
+    plain = confidence_from_maps(maps, q)
+    assert plain[0, 0] > 0.89 and got[0, 0] < 0.1  # the no-op head: confident only with [CLS] counted
+    assert got[0, 1] == pytest.approx(float(plain[0, 1]))  # its max is on a word anyway
+    assert bool((got <= plain + 1e-7).all())  # a max over fewer keys of the same weights
+
+
+def test_attention_scores_in_one_forward_equal_the_separate_scores():
+    """On a tiny model: confidence and entropy equal confidence_entropy's; the special-key-free confidence equals the
+    numpy computation on the model's own maps, and is never above the plain confidence."""
+    from headprune_utils import head_scores
+
+    model = tiny_model(initializer_range=0.5)
+    bs = [tiny_inputs(batch=3, seq=9, seed=1), tiny_inputs(batch=2, seq=6, seed=2)]
+    for b in bs:  # real special tokens: [CLS] first, [SEP] last (and one in the middle of the first row)
+        n = b["attention_mask"].sum(1)
+        b["input_ids"][:, 0] = 2
+        b["input_ids"][torch.arange(len(n)), n - 1] = 3
+    bs[0]["input_ids"][0, 3] = 3
+    got = head_scores.attention_scores(model, bs, [0, 2, 3])
+    conf, ent = head_scores.confidence_entropy(model, bs, [0, 2, 3])
+    torch.testing.assert_close(got["confidence"], conf)
+    torch.testing.assert_close(got["entropy"], ent)
+    num, den = np.zeros(12), 0
+    for b in bs:
+        maps = np.stack([m.numpy() for m in attention_maps(model, b)])  # [L, batch, H, seq, seq]
+        n_q = int(query_mask(b["attention_mask"], b["input_ids"], True, [0, 2, 3]).sum())
+        per = [numpy_confidence_without_special_keys(maps[layer], b["attention_mask"].numpy(), b["input_ids"].numpy(),
+                                                     {0, 2, 3}) for layer in range(3)]
+        num, den = num + n_q * np.concatenate(per), den + n_q
+    np.testing.assert_allclose(got["confidence_no_special_keys"].flatten().numpy(), num / den, rtol=1e-5)
+    assert bool((got["confidence_no_special_keys"] <= got["confidence"] + 1e-7).all())

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from headprune_utils.paired_contrasts import (LOCATION_CONTRASTS, Contrast, contrast_table, contrast_verdict,
-                                              identical_masks, paired_by_strategy, unit_contrast_table)
+                                              identical_masks, paired_by_strategy, per_ablation, unit_contrast_table)
 
 
 def table(offsets: dict[str, list[float]]) -> pd.DataFrame:
@@ -115,3 +115,19 @@ def test_unit_contrast_table_averages_within_the_model_and_leaves_identical_mask
     over = a_rows[a_rows["budget"] == "all"].iloc[0]
     assert over["mean_diff"] == pytest.approx(np.mean([0.1, 0.2, 0.2])) and over["n_same_mask"] == 3
     assert "3 pair(s) left out: a and b pruned identical masks (budgets 50%; seeds 0, 1, 2)" == over["note"]
+
+
+def test_per_ablation_never_pairs_cells_of_two_semantics():
+    zero = table({"a": [0.1, 0.12, 0.11], "b": [0.0, 0.0, 0.0]}).assign(ablation="zero")
+    uniform = table({"a": [0.0, 0.0, 0.0], "b": [0.2, 0.2, 0.2]}).assign(ablation="uniform")
+    t = pd.concat([zero, uniform], ignore_index=True)
+    c = Contrast("a vs b", "a beats b", "a", "b", "greater")
+    out = per_ablation(t, lambda sub: unit_contrast_table([c], lambda a, b: paired_by_strategy(sub, a, b)))
+    assert list(out.columns[:7]) == ["contrast", "a", "b", "expect", "task", "regime", "ablation"]
+    assert list(dict.fromkeys(out["ablation"])) == ["zero", "uniform"]
+    assert out.groupby("ablation")["n_units"].max().to_dict() == {"zero": 3, "uniform": 3}  # seeds, not 6
+    assert out[out["ablation"] == "zero"]["mean_diff"].gt(0.09).all()
+    np.testing.assert_allclose(out[out["ablation"] == "uniform"]["mean_diff"], -0.2)
+    # without the column: the table whole; an empty table keeps the columns
+    assert "ablation" not in per_ablation(zero.drop(columns="ablation"), lambda sub: sub.head(1)).columns
+    assert "ablation" in per_ablation(t.iloc[:0], lambda sub: unit_contrast_table([c], lambda a, b: paired_by_strategy(sub, a, b))).columns

@@ -21,8 +21,8 @@ class FakeContext:
         return torch.arange(12, dtype=torch.float).reshape(3, 4)  # head (0, 0) least important, (2, 3) most
 
 
-def axes(regime, strategy="random", budget=0.5, task="A", seed=0):
-    return {"task": task, "regime": regime, "strategy": strategy, "budget": budget, "seed": seed}
+def axes(regime, strategy="random", budget=0.5, task="A", seed=0, ablation="zero"):
+    return {"task": task, "regime": regime, "ablation": ablation, "strategy": strategy, "budget": budget, "seed": seed}
 
 
 def test_cell_mask_meets_the_budget_for_every_strategy_and_none_keeps_all():
@@ -69,6 +69,47 @@ def test_run_cells_refuses_cells_of_two_models():
         strategy_sweep.run_cells(SimpleNamespace(cfg=None), [axes("finetune_then_mask"), axes("finetune_then_mask", seed=1)])
 
 
+def test_run_cells_evaluates_each_semantics_apart_and_fine_tunes_under_the_cells_own(monkeypatch):
+    """Cells of different semantics never share an evaluation: one mask sweep per semantics, with that semantics;
+    a fine-tuning cell is fine-tuned (and cached) under its own semantics."""
+    sweeps, fine_tuned, evaluated = [], [], []
+
+    class Ctx(FakeContext):
+        device = "cpu"
+
+        def full_model(self, task, seed):
+            return "model", [], None
+
+        def task_data(self, task):
+            return None, None, "dev"
+
+        def full_means(self, task, seed):
+            return "means"
+
+        def cell_mask(self, cell):
+            return strategy_sweep.cell_mask(self, cell)
+
+        def masked_scores(self, task, seed, mask, desc, ablation):
+            fine_tuned.append(ablation)
+            return {"accuracy": 0.5}, []
+
+    def sweep(model, dv, task, cell_masks, batch, ablation, means):
+        sweeps.append((sorted(cell_masks), ablation, means))
+        return {i: {"accuracy": 0.5} for i in cell_masks}
+
+    monkeypatch.setattr(strategy_sweep.mask_sweep, "evaluate_masks", sweep)
+    monkeypatch.setattr(strategy_sweep.training, "evaluate", lambda *a, **k: evaluated.append(k.get("ablation")) or {})
+    monkeypatch.setattr(strategy_sweep, "result_row", lambda ctx, cell, metrics, mask, history, seconds: dict(cell))
+    cells = [axes("finetune_then_mask", "top", ablation="uniform"), axes("finetune_then_mask", "top", ablation="zero"),
+             axes("finetune_then_mask", "none", 0.0, ablation="uniform"), axes("finetune_then_mask", "random", ablation="mean"),
+             axes("finetune_then_mask", "none", 0.0, ablation="zero"), axes("mask_then_finetune", "top", ablation="uniform")]
+    out = strategy_sweep.run_cells(Ctx(), cells)
+    assert out == cells  # in order, each from its own cell
+    assert sweeps == [([0, 2], "uniform", None), ([1, 4], "zero", None)]
+    assert evaluated == ["mean"]  # a lone mask: the plain evaluation, under its semantics
+    assert fine_tuned == ["uniform"]
+
+
 def table():
     rows = []
     for seed, (a, b) in enumerate([(0.8, 0.7), (0.9, 0.6), (0.7, 0.8)]):
@@ -80,8 +121,14 @@ def table():
     return pd.DataFrame(rows)
 
 
-def test_summarise_means_over_seeds():
-    s = strategy_sweep.summarise(table()).set_index("strategy")
+def test_summarise_means_over_seeds_and_never_mixes_semantics():
+    t = table()
+    other = t.assign(ablation="uniform", score=t["score"] - 0.5)
+    both = strategy_sweep.summarise(pd.concat([t, other], ignore_index=True))
+    assert len(both) == 4 and set(both["ablation"]) == {"zero", "uniform"}
+    u = both[both["ablation"] == "uniform"].set_index("strategy")
+    assert u.loc["top", "mean"] == pytest.approx(0.3) and u.loc["top", "n_seeds"] == 3
+    s = strategy_sweep.summarise(t).set_index("strategy")
     assert s.loc["top", "mean"] == pytest.approx(0.8) and s.loc["random", "mean"] == pytest.approx(0.7)
     assert s.loc["top", "n_seeds"] == 3 and (s["ci_low"] <= s["mean"]).all() and (s["mean"] <= s["ci_high"]).all()
 

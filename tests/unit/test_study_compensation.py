@@ -5,8 +5,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headprune_utils import claims
+import torch
+
+from headprune_utils import claims, glue_workbench
 from headprune_utils.config import ParameterError, validate
+from headprune_utils.head_weights import head_parameters
 from headprune_utils.execution import run_study
 from headprune_utils.masks import mask_from_string, mask_to_string
 from headprune_utils.paths import StudyPaths
@@ -21,15 +24,19 @@ def config(model_dir, data_root, **kw):
 
 
 def test_cells_measure_every_kept_head_and_only_those(tiny_model_dir, tiny_glue_root, tmp_path):
+    """Both default semantics (uniform: primary, zero: sensitivity) end to end: every kept head measured, the
+    analysis per semantics, verdict rows under each with their analysis."""
     cfg = config(tiny_model_dir, tiny_glue_root)
+    assert cfg.finetune_ablations == ["uniform", "zero"]
     table = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path))
-    assert len(table) == 2 * 3
+    assert len(table) == 2 * 2 * 3  # seeds x semantics x (reference, random, middle)
+    assert table.groupby("ablation").size().to_dict() == {"uniform": 6, "zero": 6}
     for r in table.itertuples():
         kept = mask_from_string(r.mask).numpy().astype(bool)
         for measure in study.MEASURES:
             grid = np.array([[np.nan if v is None else v for v in row] for row in getattr(r, measure)], dtype=float)
-            assert np.isfinite(grid[kept]).all(), (r.strategy, measure)
-            assert np.isnan(grid[~kept]).all(), (r.strategy, measure)
+            assert np.isfinite(grid[kept]).all(), (r.ablation, r.strategy, measure)
+            assert np.isnan(grid[~kept]).all(), (r.ablation, r.strategy, measure)
             assert (grid[kept] >= 0).all()
         wc = np.array([[np.nan if v is None else v for v in row] for row in r.weight_change], dtype=float)
         assert (wc[kept] > 0).all(), "fine-tuning moved every kept head"
@@ -38,13 +45,63 @@ def test_cells_measure_every_kept_head_and_only_those(tiny_model_dir, tiny_glue_
     n_kept = sum(int(mask_from_string(m).sum()) for m in table[table["strategy"] != "none"]["mask"])
     assert len(heads[heads["measure"] == "weight_change"]) == n_kept
     tests = study.spread_tests(heads, n_boot=200)
-    assert len(tests) == 2 * 2 * 3  # seeds x strategies x measures
+    assert len(tests) == 2 * 2 * 2 * 3  # semantics x seeds x strategies x measures
     assert tests["excess_p"].between(0, 1).all()
     pool = study.pooled(tests)
     assert {"mean_shift", "rho_lc_pruned_adjacent", "mean_var_between_layers"} <= set(pool.columns)
+    assert set(pool["ablation"]) == {"uniform", "zero"} and len(pool) == 2 * 2 * 3
+    grid = study.heatmap_data(heads)
+    assert set(grid["ablation"]) == {"uniform", "zero"}
     v = study.verdicts(tests, cfg)
     assert tuple(v.columns) == claims.COLUMNS and set(v["claim_id"]) == {c.id for c in study.STUDY.claims}
+    assert set(v["semantics"]) == {"uniform", "zero"}
+    assert (v["analysis"] == np.where(v["semantics"] == "uniform", "primary", "sensitivity")).all()
     assert "nan" not in claims.render(v).lower()
+
+
+def test_mean_ablation_runs_every_cell(tiny_model_dir, tiny_glue_root, tmp_path):
+    """The unpruned reference under ``mean`` takes the fine-tuned full model's means (it used to have none and
+    crashed in the gradient importance); its importance differs from the same model's under ``zero``."""
+    cfg = config(tiny_model_dir, tiny_glue_root, seeds=[0, 1], strategies=["random"], finetune_ablations=["mean", "zero"])
+    table = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path))
+    assert len(table) == 2 * 2 * 2 and set(table["ablation"]) == {"mean", "zero"}
+    for r in table.itertuples():
+        kept = mask_from_string(r.mask).numpy().astype(bool)
+        for measure in study.MEASURES:
+            grid = np.array([[np.nan if v is None else v for v in row] for row in getattr(r, measure)], dtype=float)
+            assert np.isfinite(grid[kept]).all(), (r.ablation, r.strategy, measure)
+    ref = table[table["strategy"] == "none"].set_index(["ablation", "seed"])
+    for seed in (0, 1):
+        assert ref.loc[("mean", seed), "weight_change"] == ref.loc[("zero", seed), "weight_change"]  # one model
+        assert ref.loc[("mean", seed), "importance"] != ref.loc[("zero", seed), "importance"]  # gates mean another thing
+    v = study.verdicts(study.spread_tests(study.per_head(table), n_boot=100), cfg)
+    primary = v[v["analysis"] == "primary"]
+    assert set(primary["semantics"]) == {"uniform"} and (primary["verdict"] == "not testable").all()
+    assert primary["reason"].str.contains("no pruned run measured under the uniform semantics").all()
+    assert set(v.loc[v["analysis"] == "sensitivity", "semantics"]) <= {"mean", "zero"}
+
+
+def test_uniform_finetuning_keeps_the_mask_and_trains_the_value_path(tiny_model_dir, tiny_glue_root, tmp_path):
+    """Mask, then fine-tune under ``uniform`` (Budhraja et al.'s BERT code): the heads stay in the weights, the
+    gates stay fixed, the masked heads' value rows and output-projection columns train, and their query/key
+    rows get no gradient (weight decay off, so a parameter without gradient does not move at all)."""
+    cfg = config(tiny_model_dir, tiny_glue_root, weight_decay=0.0, epochs=1)
+    ctx = glue_workbench.Workbench(cfg, torch.device("cpu"), tmp_path / "cache")
+    mask = study.cell_mask(ctx.shape, {"strategy": "random", "budget": 0.5, "seed": 0})
+    before = head_parameters(ctx.fresh_model("SST-2", 0))
+    model, history, gates, means = ctx.finetune_masked("SST-2", 0, mask, "test", "uniform")
+    assert means is None and torch.equal(gates.cpu(), mask) and not gates.requires_grad
+    after = head_parameters(model)
+    n_layers, n_heads = ctx.shape
+    assert all(after[p][l][h] is not None for p in after for l in range(n_layers) for h in range(n_heads))
+    moved = lambda part, l, h: not torch.equal(before[part][l][h], after[part][l][h])
+    for l in range(n_layers):
+        for h in range(n_heads):
+            if mask[l, h] == 0:
+                assert not moved("query", l, h) and not moved("key", l, h), (l, h)
+                assert moved("value", l, h) and moved("output", l, h), (l, h)
+            else:
+                assert all(moved(p, l, h) for p in ("query", "key", "value", "output")), (l, h)
 
 
 def synthetic(concentrated: bool, n_seeds: int = 4, seed: int = 0) -> pd.DataFrame:
@@ -58,15 +115,16 @@ def synthetic(concentrated: bool, n_seeds: int = 4, seed: int = 0) -> pd.DataFra
     for s in range(n_seeds):
         base = 1 + 0.05 * rng.standard_normal((2, 6))
         full = {m: grid(base * (1 + 0.05 * rng.standard_normal((2, 6))), np.ones((2, 6))) for m in study.MEASURES}
-        rows.append({"task": "A", "seed": s, "strategy": "none", "budget": 0.0, "mask": mask_to_string(np.ones((2, 6))),
-                     **full})
+        rows.append({"task": "A", "ablation": "uniform", "seed": s, "strategy": "none", "budget": 0.0,
+                     "mask": mask_to_string(np.ones((2, 6))), **full})
         factor = np.ones((2, 6))
         if concentrated:
             factor[1, 5] = 10.0
         else:
             factor *= 1.5
         pruned = {m: grid(base * factor * (1 + 0.05 * rng.standard_normal((2, 6))), mask) for m in study.MEASURES}
-        rows.append({"task": "A", "seed": s, "strategy": "random", "budget": 0.25, "mask": mask_to_string(mask), **pruned})
+        rows.append({"task": "A", "ablation": "uniform", "seed": s, "strategy": "random", "budget": 0.25,
+                     "mask": mask_to_string(mask), **pruned})
     return pd.DataFrame(rows)
 
 
@@ -104,6 +162,32 @@ def test_layer_split_adds_up_and_layer_control_needs_varying_masks():
     assert tests["rho_lc_pruned_adjacent"].isna().all()
 
 
+def test_cells_of_different_semantics_never_mix(tiny_model_dir, tiny_glue_root):
+    """The semantics is part of every cell's key (a reference cell per semantics, not shared) and not of the
+    fingerprint's parameters; the analysis pairs a pruned run only with unpruned runs of its own semantics."""
+    cfg = config(tiny_model_dir, tiny_glue_root)
+    cells = study.STUDY.plan(cfg)
+    assert len({c.key for c in cells}) == len(cells)
+    refs = [c for c in cells if c.axes["strategy"] == "none"]
+    assert sorted((c.axes["seed"], c.axes["ablation"]) for c in refs) == [(0, "uniform"), (0, "zero"), (1, "uniform"), (1, "zero")]
+    device = torch.device("cpu")
+    fp = study.study_fingerprint(cfg, device)
+    assert fp == study.study_fingerprint(config(tiny_model_dir, tiny_glue_root, finetune_ablations=["zero"]), device)
+    assert fp == study.study_fingerprint(config(tiny_model_dir, tiny_glue_root, ablations=["zero"]), device)
+    # the analysis: uniform runs evenly spread, zero runs concentrated; each semantics alone gives its own numbers
+    uni, zer = synthetic(False).assign(ablation="uniform"), synthetic(True, seed=1).assign(ablation="zero")
+    both = study.per_head(pd.concat([uni, zer], ignore_index=True))
+    for sem, alone in (("uniform", study.per_head(uni)), ("zero", study.per_head(zer))):
+        got = both[both["ablation"] == sem].reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, alone.reset_index(drop=True))
+    # a zero run whose references are all uniform is not paired with them
+    orphan = pd.concat([uni, zer[zer["strategy"] != "none"]], ignore_index=True)
+    assert set(study.per_head(orphan)["ablation"]) == {"uniform"}
+    pool = study.pooled(study.spread_tests(both, n_boot=200)).set_index(["ablation", "measure"])
+    assert abs(pool.loc[("uniform", "weight_change"), "excess_dispersion"]) < 0.05
+    assert pool.loc[("zero", "weight_change"), "excess_dispersion"] > 0.2
+
+
 def test_bad_parameters(tiny_model_dir, tiny_glue_root):
     with pytest.raises(ParameterError, match="at least 2 seeds"):
         config(tiny_model_dir, tiny_glue_root, seeds=[0])
@@ -111,6 +195,10 @@ def test_bad_parameters(tiny_model_dir, tiny_glue_root):
         config(tiny_model_dir, tiny_glue_root, budgets=[1.0])
     with pytest.raises(ParameterError, match="strategies"):
         config(tiny_model_dir, tiny_glue_root, strategies=["least_important"])
+    with pytest.raises(ParameterError, match="finetune_ablations"):
+        config(tiny_model_dir, tiny_glue_root, finetune_ablations=["uniform", "uniform"])
+    with pytest.raises(ParameterError, match="finetune_ablations"):
+        config(tiny_model_dir, tiny_glue_root, finetune_ablations=["gaussian"])
 
 
 def test_plan_cells_are_independent_and_costed(tiny_model_dir, tiny_glue_root, monkeypatch):
@@ -119,10 +207,13 @@ def test_plan_cells_are_independent_and_costed(tiny_model_dir, tiny_glue_root, m
     cfg = config(tiny_model_dir, tiny_glue_root)
     cells = study.STUDY.plan(cfg)
     assert [dict(c.axes) for c in cells] == [
-        {"task": "SST-2", "strategy": s, "budget": b, "seed": seed}
-        for seed in (0, 1) for s, b in (("none", 0.0), ("random", 0.5), ("middle", 0.5))]
+        {"task": "SST-2", "ablation": a, "strategy": s, "budget": b, "seed": seed}
+        for seed in (0, 1) for a in ("uniform", "zero") for s, b in (("none", 0.0), ("random", 0.5), ("middle", 0.5))]
     assert all(c.requires == () and c.group is None and c.cost.flops > 0 for c in cells)
-    assert cells[0].cost.flops > cells[1].cost.flops == cells[2].cost.flops
+    uniform, zero = cells[0:3], cells[3:6]
+    # zero removes the pruned heads from the computation; uniform-masked heads are still computed
+    assert zero[0].cost.flops > zero[1].cost.flops == zero[2].cost.flops
+    assert uniform[0].cost.flops == uniform[1].cost.flops == zero[0].cost.flops
     monkeypatch.setattr(study, "run_cell", lambda ctx, cell: {"seen": dict(cell)})
     out = list(study.STUDY.run(None, cells[:2], {}))
     assert [(c.key, r["seen"]) for c, r in out] == [(c.key, dict(c.axes)) for c in cells[:2]]

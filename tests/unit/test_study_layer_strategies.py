@@ -21,26 +21,34 @@ def config(model_dir, data_root, **kw):
 
 
 def test_every_strategy_meets_the_same_budget_and_shared_evaluation_changes_nothing(tiny_model_dir, tiny_glue_root, tmp_path):
-    cfg = config(tiny_model_dir, tiny_glue_root)
+    cfg = config(tiny_model_dir, tiny_glue_root, ablations=["uniform", "zero", "mean"])
     table = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path))
     n_strat = len(study.ALL_STRATEGIES)
-    # per seed: eval regime 1 + 9 x 2 budgets, fine-tune regime 1 + 9 x 1
-    assert len(table) == 2 * ((1 + 2 * n_strat) + (1 + n_strat))
+    # per seed: eval regime (1 + 9 x 2 budgets) x 3 semantics, fine-tune regime (1 + 9 x 1) x uniform
+    assert len(table) == 2 * (3 * (1 + 2 * n_strat) + (1 + n_strat))
+    assert set(table["ablation"]) == {"uniform", "zero", "mean"}
+    assert set(table.loc[table["regime"] == "mask_then_finetune", "ablation"]) == {"uniform"}
     for (regime, budget), g in table.groupby(["regime", "budget"]):
         assert g["n_heads_pruned"].nunique() == 1, (regime, budget)
         assert g["n_heads_pruned"].iloc[0] == round(budget * 12)
         for m in g["mask"]:
             assert int((mask_from_string(m) == 0).sum()) == round(budget * 12)
-    # the fine-tuned full model is the reference of both regimes
-    ref = table[table["strategy"] == "none"].pivot(index="seed", columns="regime", values="score")
-    np.testing.assert_allclose(ref["mask_then_finetune"], ref["finetune_then_mask"])
+    # the fine-tuned full model is the reference of both regimes and every semantics (no head masked)
+    ref = table[table["strategy"] == "none"]
+    assert (ref.groupby("seed")["score"].nunique() == 1).all() and len(ref) == 2 * 4
     # importance strategies prune different heads than each other (least vs most)
-    e = table[(table["regime"] == "finetune_then_mask") & (table["budget"] == 0.25) & (table["seed"] == 0)].set_index("strategy")
+    ftm = table[table["regime"] == "finetune_then_mask"]
+    e = ftm[(ftm["budget"] == 0.25) & (ftm["seed"] == 0) & (ftm["ablation"] == "zero")].set_index("strategy")
     assert e.loc["least_important", "mask"] != e.loc["most_important", "mask"]
+    # one mask per strategy, budget and seed whatever the semantics (which semantics each cell is evaluated
+    # under: test_strategy_sweep; the tiny model's scores are too coarse to tell them apart)
+    assert (ftm[ftm["strategy"] != "none"].groupby(["strategy", "budget", "seed"])["mask"].nunique() == 1).all()
+    assert (ftm.groupby(["strategy", "budget", "seed"])["ablation"].nunique() == 3).all()
 
-    plain_cfg = config(tiny_model_dir, tiny_glue_root, shared_evaluation=False, regimes=["finetune_then_mask"])
+    plain_cfg = config(tiny_model_dir, tiny_glue_root, shared_evaluation=False, regimes=["finetune_then_mask"],
+                       ablations=["uniform", "zero", "mean"])
     plain = run_study(study.STUDY, plain_cfg, "p", StudyPaths(study.NAME, "p", root=tmp_path))
-    key = ["regime", "strategy", "budget", "seed"]
+    key = ["regime", "ablation", "strategy", "budget", "seed"]
     a = table[table["regime"] == "finetune_then_mask"].sort_values(key).reset_index(drop=True)
     b = plain.sort_values(key).reset_index(drop=True)
     assert list(a["mask"]) == list(b["mask"])
@@ -51,10 +59,15 @@ def test_every_strategy_meets_the_same_budget_and_shared_evaluation_changes_noth
     assert (summary["ci_low"] <= summary["mean"] + 1e-12).all()
     contr = study.contrasts(table)
     assert set(contr["contrast"]) == {c.name for c in study.CONTRASTS}
-    assert (contr.groupby(["contrast", "task", "regime"])["budget"].apply(lambda b: (b == "all").sum()) == 1).all()
+    assert (contr.groupby(["contrast", "task", "regime", "ablation"])["budget"]
+            .apply(lambda b: (b == "all").sum()) == 1).all()
+    assert {"ci_low", "ci_high"} <= set(contr.columns) and "boot_ci_low" not in contr.columns
     v = study.verdicts(table, cfg)
     claims.validate(v)
     assert set(v["claim_id"]) == {c.id for c in study.STUDY.claims}
+    own = {c.id: c.semantics for c in study.STUDY.claims}
+    assert ((v["analysis"] == "primary") == (v["semantics"] == v["claim_id"].map(own))).all()
+    assert set(v["semantics"]) == {"uniform", "zero", "mean"}
     assert set(v["verdict"]) <= set(claims.VERDICTS) and (v["n_units"] <= 2).all()  # 2 seeds = 2 models
     assert "nan" not in claims.render(v).lower().replace("n/a", "")
     rows = study.example_masks(table)
@@ -69,7 +82,7 @@ def test_resume_computes_nothing_twice(tiny_model_dir, tiny_glue_root, tmp_path,
     monkeypatch.setattr(study, "run_cells", lambda *a, **k: calls.append(a) or [])
     monkeypatch.setattr(study, "run_cell", lambda *a, **k: calls.append(a) or {})
     table = run_study(study.STUDY, cfg, "t", paths)
-    assert calls == [] and len(table) == 2 * 3
+    assert calls == [] and len(table) == 3 * len(cfg.ablations) + 3  # evaluation-only x semantics, fine-tuning x uniform
 
 
 def table_from_diffs(diffs: dict[str, list[float]], base: float = 0.8) -> pd.DataFrame:
@@ -87,7 +100,7 @@ def table_from_diffs(diffs: dict[str, list[float]], base: float = 0.8) -> pd.Dat
                     rows.append({"task": task, "regime": "finetune_then_mask", "strategy": st, "budget": budget,
                                  "seed": seed, "score": base + offs[seed], "metric": "accuracy", "chance": 0.5,
                                  "n_heads_pruned": 1, "mask": st})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).assign(ablation="uniform")
 
 
 def test_contrasts_and_verdicts_on_hand_made_tables():
@@ -126,20 +139,22 @@ def test_bad_parameters_fail_before_any_work(tiny_model_dir, tiny_glue_root):
 
 
 def test_plan_groups_the_evaluation_cells_of_one_model_and_costs_every_cell(tiny_model_dir, tiny_glue_root):
-    cfg = config(tiny_model_dir, tiny_glue_root, strategies=["random", "top"], budgets=[0.25, 0.5])
+    cfg = config(tiny_model_dir, tiny_glue_root, strategies=["random", "top"], budgets=[0.25, 0.5],
+                 finetune_ablations=["uniform", "zero"])
     cells = study.plan_cells(cfg)
     assert [c.key for c in cells] == [c.key for c in study.STUDY.plan(cfg)]
-    assert len(cells) == 2 * ((1 + 2 * 2) + (1 + 2))
+    assert len(cells) == 2 * (len(cfg.ablations) * (1 + 2 * 2) + 2 * (1 + 2))
     for c in cells:
         assert c.cost.flops > 0 and c.requires == ()
-        if c["regime"] == "finetune_then_mask":
+        if c["regime"] == "finetune_then_mask" or c["strategy"] == "none":  # the reference: the cached model, evaluated
             assert c.group == (c["task"], c["seed"], "evaluate")
         else:
             assert c.group is None
-    ft = {(c["strategy"], c["budget"]): c.cost.flops for c in cells if c["regime"] == "mask_then_finetune" and c["seed"] == 0}
-    ev = [c.cost.flops for c in cells if c["regime"] == "finetune_then_mask"]
-    # pruned heads are removed ("zero"): fine-tuning at half the heads costs less than the full model's
-    assert ft[("random", 0.5)] < ft[("none", 0.0)] and max(ev) < min(ft.values())
+    ft = {(c["strategy"], c["ablation"]): c.cost.flops for c in cells
+          if c["regime"] == "mask_then_finetune" and c["seed"] == 0 and c["strategy"] != "none"}
+    ev = [c.cost.flops for c in cells if c.group is not None]
+    # pruned heads are removed under "zero" only: fine-tuning at half the heads costs less than under "uniform"
+    assert ft[("random", "zero")] < ft[("random", "uniform")] and max(ev) < min(ft.values())
 
 
 def test_study_run_evaluates_a_group_together_then_fine_tunes_one_by_one(tiny_model_dir, tiny_glue_root, monkeypatch):
@@ -157,7 +172,27 @@ def test_study_run_evaluates_a_group_together_then_fine_tunes_one_by_one(tiny_mo
     ctx.cfg = cfg
     done = [c.key for c, _ in study.STUDY.run(ctx, cells, {})]
     assert sorted(done) == sorted(c.key for c in cells)
-    assert calls == [("together", 3, True), ("one", "none"), ("one", "random"), ("one", "top")]
+    assert calls == [("together", 3 * len(cfg.ablations), True), ("one", "none"), ("one", "random"), ("one", "top")]
+
+
+def test_the_plan_has_one_cell_per_semantics_and_the_semantics_is_in_the_key_not_the_fingerprint(tiny_model_dir,
+                                                                                                 tiny_glue_root):
+    cfg = config(tiny_model_dir, tiny_glue_root, strategies=["random", "top"], budgets=[0.5],
+                 ablations=["zero", "mean"], finetune_ablations=["uniform", "zero"])
+    cells = study.plan_cells(cfg)
+    assert len({c.key for c in cells}) == len(cells), "no two cells share a key"
+    assert all(list(c.axes)[:3] == ["task", "regime", "ablation"] for c in cells)
+    seen: dict = {}
+    for c in cells:
+        seen.setdefault((c["task"], c["regime"], c["strategy"], c["budget"], c["seed"]), []).append(c["ablation"])
+    for (task, regime, *_), sems in seen.items():
+        assert sems == (cfg.ablations if regime == "finetune_then_mask" else cfg.finetune_ablations)
+    other = config(tiny_model_dir, tiny_glue_root, strategies=["random", "top"], budgets=[0.5])
+    assert study.study_fingerprint(cfg, "cpu") == study.study_fingerprint(other, "cpu")
+    with pytest.raises(ParameterError, match="ablations"):
+        config(tiny_model_dir, tiny_glue_root, ablations=["zero", "zero"])
+    with pytest.raises(ParameterError, match="finetune_ablations"):
+        config(tiny_model_dir, tiny_glue_root, finetune_ablations=["random"])
 
 
 def test_no_import_of_another_study_module():

@@ -16,7 +16,7 @@ from headprune_utils.studies import random_pruning as study
 def config(model_dir, data_root, **kw):
     base = dict(model=str(model_dir), tasks=["SST-2"], fractions=[0.0, 0.5], finetune_fractions=None, seeds=[0, 1], train_size=None,
                 dev_size=None, epochs=2, batch_size=8, lr=1e-3, device="cpu", data_dir=str(data_root),
-                allow_hub=False, progress=False)
+                allow_hub=False, progress=False, ablations=["zero"], finetune_ablations=["zero"])
     return validate(study.RandomPruningConfig, {**base, **kw})
 
 
@@ -65,7 +65,7 @@ def test_interrupted_study_resumes_without_redoing_work(tiny_model_dir, tiny_glu
     table = run_study(study.STUDY, cfg, "test", paths)
     assert len(calls) == n_cells - 3, "only the unfinished cells run again"
     assert len(table) == n_cells
-    key = ["task", "regime", "fraction", "seed"]
+    key = ["task", "regime", "ablation", "fraction", "seed"]
     a = table.sort_values(key).reset_index(drop=True)
     b = ref.sort_values(key).reset_index(drop=True)
     np.testing.assert_allclose(a["score"], b["score"], atol=1e-9)
@@ -123,7 +123,8 @@ def test_unavailable_task_is_reported_not_crashed(tiny_model_dir, tiny_glue_root
 def test_gated_ablations_are_trained_and_evaluated_with_their_gates(tiny_model_dir, tiny_glue_root, tmp_path,
                                                                     monkeypatch, ablation):
     """With "uniform"/"mean" the heads stay in the weights: every pruned cell must be scored WITH its gates."""
-    cfg = config(tiny_model_dir, tiny_glue_root, fractions=[0.0, 0.5], seeds=[0], epochs=1, ablation=ablation)
+    cfg = config(tiny_model_dir, tiny_glue_root, fractions=[0.0, 0.5], seeds=[0], epochs=1, ablations=[ablation],
+                 finetune_ablations=[ablation])
     seen = []
     real_eval, real_ft = training.evaluate, training.finetune
 
@@ -140,12 +141,12 @@ def test_gated_ablations_are_trained_and_evaluated_with_their_gates(tiny_model_d
     table = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path))
     need_means = ablation == "mean"
     # full model: trained and scored without gates; pruned cells: gated in training (regime a) and scoring (both)
-    assert seen.count(("train", False, ablation, False)) == 1
+    assert seen.count(("train", False, "zero", False)) == 1  # the full model: nothing masked, one for every semantics
     assert seen.count(("train", True, ablation, need_means)) == 1
     # regime a at 0.5, regime b at 0.5, and regime b at 0 (all-ones gates) are scored with gates
     assert seen.count(("eval", True, ablation, need_means)) == 3
-    assert seen.count(("eval", False, ablation, False)) == 1  # regime a at 0: nothing pruned
-    assert len(table) == 4
+    assert seen.count(("eval", False, "zero", False)) == 1  # regime a at 0: nothing pruned, no gates
+    assert len(table) == 4 and set(table["ablation"]) == {ablation}
 
 
 def test_finetune_fractions_limit_the_fine_tuned_regime_only(tiny_model_dir, tiny_glue_root):
@@ -158,3 +159,64 @@ def test_finetune_fractions_limit_the_fine_tuned_regime_only(tiny_model_dir, tin
     assert len(study.plan_cells(config(tiny_model_dir, tiny_glue_root, fractions=[0.0, 0.25, 0.5], seeds=[0]))) == 6  # None: every fraction in both regimes
     with pytest.raises(ParameterError, match=r"finetune_fractions \[0.75\] are not in fractions"):
         config(tiny_model_dir, tiny_glue_root, finetune_fractions=[0.75])
+
+
+def test_semantics_are_cells_of_their_own_and_verdicts_say_which(tiny_model_dir, tiny_glue_root, tmp_path):
+    """Each semantics is its own cell (key axis ``ablation``), never mixed in a table row or a summary; the verdict
+    rows under the claim's own semantics (uniform, Budhraja et al.'s BERT code) are primary, the others sensitivity."""
+    cfg = config(tiny_model_dir, tiny_glue_root, fractions=[0.0, 0.5], seeds=[0, 1], epochs=1,
+                 ablations=["uniform", "zero", "mean"], finetune_ablations=["uniform", "zero"])
+    cells = study.plan_cells(cfg)
+    keys = [tuple(sorted(c.axes.items())) for c in cells]
+    assert len(keys) == len(set(keys))
+    per = {(r, a): sum(1 for c in cells if c["regime"] == r and c["ablation"] == a)
+           for r in study.REGIMES for a in ("uniform", "zero", "mean")}
+    assert per == {("mask_then_finetune", "uniform"): 4, ("mask_then_finetune", "zero"): 4,
+                   ("mask_then_finetune", "mean"): 0, ("finetune_then_mask", "uniform"): 4,
+                   ("finetune_then_mask", "zero"): 4, ("finetune_then_mask", "mean"): 4}
+    table = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path))
+    trained = table[(table["fraction"] == 0.5) & (table["regime"] == "mask_then_finetune")]
+    loss = {a: [h[-1]["train_loss"] for h in g.sort_values("seed")["history"]] for a, g in trained.groupby("ablation")}
+    assert not np.allclose(loss["uniform"], loss["zero"]), "each semantics fine-tunes its own model"
+    summary = study.summarise(table)
+    assert set(summary["ablation"]) == {"uniform", "zero", "mean"}
+    assert (summary.groupby(["task", "ablation", "regime", "fraction"]).size() == 1).all()
+    assert (summary["n_seeds"] == 2).all(), "a summary row holds one semantics' seeds, never two semantics"
+    drops = study.paired_drop(table)
+    for _, r in drops.iterrows():
+        g = table[(table["regime"] == r["regime"]) & (table["ablation"] == r["ablation"])]
+        d = g[g["fraction"] == 0].set_index("seed")["score"] - g[g["fraction"] == 0.5].set_index("seed")["score"]
+        assert r["mean_drop"] == pytest.approx(d.mean())
+    v = study.verdicts(table, cfg)
+    claims.validate(v)
+    assert set(v["semantics"]) <= {"uniform", "zero", "mean"}
+    assert (v.loc[v["semantics"] == "uniform", "analysis"] == "primary").all()
+    assert (v.loc[v["semantics"] != "uniform", "analysis"] == "sensitivity").all()
+    assert {"budhraja.random_prunable", "ours.retraining_recovers"} <= set(v.loc[v["analysis"] == "primary", "claim_id"])
+    dep = claims.semantics_dependence(v)
+    assert set(dep["depends"]) <= {"yes", "no", "cannot tell"} and len(dep) > 0
+
+
+def test_mask_draws_are_averaged_within_the_model(tiny_model_dir, tiny_glue_root, tmp_path):
+    """Extra random masks per model (evaluation-only regime): draw 0 is the shared mask, the others differ; every
+    summary averages a model's draws first (the model is the unit), by hand here."""
+    cfg = config(tiny_model_dir, tiny_glue_root, fractions=[0.0, 0.5], seeds=[0, 1], epochs=1, mask_draws=3,
+                 regimes=["finetune_then_mask"])
+    cells = study.plan_cells(cfg)
+    assert sorted((c["fraction"], c["draw"]) for c in cells if c["seed"] == 0) == [(0.0, 0), (0.5, 0), (0.5, 1), (0.5, 2)]
+    m = [study.cell_mask((2, 6), 0.5, 0, d) for d in range(3)]
+    assert torch.equal(m[0], study.cell_mask((2, 6), 0.5, 0)) and not torch.equal(m[0], m[1])
+    assert all(int((x == 0).sum()) == 6 for x in m)
+    table = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path))
+    summary = study.summarise(table).set_index(["fraction"])
+    by_hand = table[table["fraction"] == 0.5].groupby("seed")["score"].mean().mean()
+    assert summary.loc[0.5, "mean"] == pytest.approx(by_hand)
+    assert summary.loc[0.5, "n_seeds"] == 2, "units are models, not masks"
+    drops = study.paired_drop(table)
+    full = table[table["fraction"] == 0].set_index("seed")["score"]
+    assert drops["mean_drop"].iloc[0] == pytest.approx((full - table[table["fraction"] == 0.5].groupby("seed")["score"].mean()).mean())
+    spread = study.mask_spread(table)
+    assert len(spread) == 1 and spread["draws_per_model"].iloc[0] == 3
+    from headprune_utils.config import ParameterError
+    with pytest.raises(ParameterError, match="mask_draws"):
+        config(tiny_model_dir, tiny_glue_root, mask_draws=0)

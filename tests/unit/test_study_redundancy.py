@@ -31,6 +31,8 @@ def test_bad_parameters_are_refused_early(tiny_model_dir, tiny_glue_root):
         config(tiny_model_dir, tiny_glue_root, k_max=12)  # the tiny model has 3 x 4 = 12 heads
     with pytest.raises(ParameterError, match="probe_tasks"):
         config(tiny_model_dir, tiny_glue_root, probe_tasks=["SST-3"])
+    with pytest.raises(ParameterError, match="random_init_control"):
+        config(tiny_model_dir, tiny_glue_root, random_init_control="yes")
 
 
 def test_study_runs_end_to_end_and_resumes(tiny_model_dir, tiny_glue_root, tmp_path):
@@ -38,7 +40,7 @@ def test_study_runs_end_to_end_and_resumes(tiny_model_dir, tiny_glue_root, tmp_p
     paths = StudyPaths(study.NAME, "t", root=tmp_path)
     table = run_study(study.STUDY, cfg, "t", paths)
     cells = study.plan_cells(cfg)
-    assert len(table) == len(cells) == study.STUDY.n_cells(cfg) == 1 + 1 + 1 + 2 + 2
+    assert len(table) == len(cells) == study.STUDY.n_cells(cfg) == 1 + 1 + 1 + 2 + 2 + 3  # + the control's 3 probes
     mats = study.Matrices(table, (3, 4))
     for model, probe in mats.keys():
         for m in redundancy.METRICS:
@@ -48,6 +50,13 @@ def test_study_runs_end_to_end_and_resumes(tiny_model_dir, tiny_glue_root, tmp_p
             assert np.allclose(full, (a + b) / 2, atol=1e-6)  # two halves of 4 sentences each
     # the fine-tuned models changed the maps; the pre-trained matrix on the task probe is that of the probe
     assert not np.allclose(mats.get("pretrained", "task-SST-2", "js"), mats.get("finetuned-SST-2-s0", "task-SST-2", "js"))
+    # the negative control ran on every probe of the pre-trained model. The tiny "checkpoint" is itself BertModel
+    # initialised after torch.manual_seed(0), so the control (seed 0, the architecture's own initialiser) equals it here
+    assert {p for m, p in mats.keys() if m == study.CONTROL} == set(study.probe_names(cfg))
+    assert np.allclose(mats.get("pretrained", "generic", "js"), mats.get(study.CONTROL, "generic", "js"))
+    ctrl = study.negative_control(mats, cfg, ["SST-2"])
+    assert set(ctrl["claim_id"]) == {"bian.who_random", "bian.where"}  # one fine-tuned task: no pair of tasks
+    assert set(ctrl["model"]) == {"pretrained", study.CONTROL} and ctrl["criterion"].str.len().gt(0).all()
     again = run_study(study.STUDY, cfg, "t", paths)  # resumes: every cell reused
     assert again["seconds"].tolist() == table["seconds"].tolist()
     cl, info, crit = study.where(mats, cfg)
@@ -141,8 +150,47 @@ def test_plan_groups_the_cells_that_share_a_model(tiny_model_dir, tiny_glue_root
     assert all(c.requires == () and c.cost.flops > 0 for c in cells)
     groups = {c.key: c.group for c in cells}
     assert [[c.key for c in b] for b in batches_of(cells)] == [[c.key for c in cells[:3]], [cells[3].key], [cells[4].key],
-                                                               [cells[5].key, cells[6].key], [cells[7].key, cells[8].key]]
+                                                               [cells[5].key, cells[6].key], [cells[7].key, cells[8].key],
+                                                               [c.key for c in cells[9:]]]
     assert groups[cells[5].key] == ("mlm", 0) and groups[cells[7].key] == ("mlm", 1)
+    assert [c["model"] for c in cells[9:]] == [study.CONTROL] * 3 and groups[cells[9].key] == ("random-init", 0)
+    assert [c["probe"] for c in cells[9:]] == study.probe_names(cfg)
     assert cells[5].cost.flops > cells[6].cost.flops
     monkeypatch.setattr(study, "run_cell", lambda ctx, cell: {"seen": dict(cell)})
     assert [r["seen"] for _, r in study.STUDY.run(None, cells[:3], {})] == [dict(c.axes) for c in cells[:3]]
+
+
+def test_the_control_only_adds_cells_and_keeps_the_fingerprint(tiny_model_dir, tiny_glue_root):
+    """random_init_control adds the control's cells at the end and changes nothing else: the other cells' keys, order,
+    groups and costs, and the fingerprint (so the committed cells stay valid)."""
+    import torch
+
+    on, off = (config(tiny_model_dir, tiny_glue_root, random_init_control=v) for v in (True, False))
+    with_control, without = study.plan_cells(on), study.plan_cells(off)
+    n = len(without)
+    assert [(c.key, c.group, c.cost) for c in with_control[:n]] == [(c.key, c.group, c.cost) for c in without]
+    assert all(c["model"] == study.CONTROL for c in with_control[n:]) and len(with_control) - n == len(study.probe_names(on))
+    assert all(a.cost == b.cost for a, b in zip(with_control[n:], with_control[:3]))  # the same matrices as the pre-trained model's
+    cpu = torch.device("cpu")
+    assert study.study_fingerprint(on, cpu) == study.study_fingerprint(off, cpu)
+
+
+def test_random_init_model_is_the_architecture_with_seeded_weights(tiny_model_dir):
+    """Built from the config only: the same seed gives the same weights, another seed others, none the checkpoint's;
+    the caller's random stream is untouched; eval mode."""
+    import torch
+    from transformers import AutoModel
+
+    torch.manual_seed(123)
+    before = torch.rand(3)
+    torch.manual_seed(123)
+    a = study.random_init_model(str(tiny_model_dir), 0, torch.device("cpu"))
+    assert torch.equal(torch.rand(3), before)
+    b = study.random_init_model(str(tiny_model_dir), 0, torch.device("cpu"))
+    c = study.random_init_model(str(tiny_model_dir), 1, torch.device("cpu"))
+    ckpt = AutoModel.from_pretrained(str(tiny_model_dir))  # saved from BertModel(config) after torch.manual_seed(0)
+    name = "encoder.layer.0.attention.self.query.weight"
+    sa, sb, sc, sk = (m.state_dict()[name] for m in (a, b, c, ckpt))
+    assert torch.equal(sa, sb) and not torch.equal(sa, sc)
+    assert torch.equal(sa, sk) and not torch.equal(sc, sk)  # the architecture's own initialiser, seeded
+    assert not a.training and type(a) is type(ckpt) and a.config.num_attention_heads == ckpt.config.num_attention_heads

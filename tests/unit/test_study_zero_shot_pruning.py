@@ -35,9 +35,11 @@ def test_bad_parameters_are_refused_early(tiny_model_dir, tiny_glue_root):
 def test_study_runs_end_to_end(tiny_model_dir, tiny_glue_root, tmp_path):
     cfg = config(tiny_model_dir, tiny_glue_root)
     table = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path))
-    assert len(table) == len(study.plan_cells(cfg)) == 2 * 2 * (1 + 3)  # seeds x regimes x (full + 3 methods)
+    n_sem = len(cfg.ablations) + len(cfg.finetune_ablations)
+    assert cfg.finetune_ablations == ["zero", "uniform"]  # Bian et al.'s (our reading), then Budhraja et al.'s
+    assert len(table) == len(study.plan_cells(cfg)) == 2 * n_sem * (1 + 3)  # seeds x regime-semantics x (full + 3)
     zs = table[table["strategy"] == "zero_shot"]
-    assert zs["mask"].nunique() == 1, "the zero-shot mask uses no task data and no seed"
+    assert zs["mask"].nunique() == 1, "the zero-shot mask uses no task data, no seed and no semantics"
     mask = mask_from_string(zs["mask"].iloc[0])
     assert int((mask == 0).sum()) == 6  # 50 % of 12 heads
     # it is the medoid mask of the pre-trained model's matrix on random token sequences
@@ -49,9 +51,15 @@ def test_study_runs_end_to_end(tiny_model_dir, tiny_glue_root, tmp_path):
     assert rnd.nunique() == 2, "random masks change with the seed"
     contr = study.contrasts(table)
     assert set(contr["contrast"]) == {c.name for c in study.CONTRASTS}
+    assert set(contr["ablation"]) == set(cfg.ablations) | set(cfg.finetune_ablations)
+    assert {"ci_low", "ci_high"} <= set(contr.columns) and "boot_ci_low" not in contr.columns
     v = study.verdicts(table, cfg)
     assert tuple(v.columns) == claims.COLUMNS and set(v["claim_id"]) == {c.id for c in study.STUDY.claims}
+    own = {c.id: c.semantics for c in study.STUDY.claims}
+    assert ((v["analysis"] == "primary") == (v["semantics"] == v["claim_id"].map(own))).all()
     assert "nan" not in claims.render(v).lower()
+    beside = study.verdict_masks(v, table)
+    assert beside["zero-shot heads kept per layer"].str.startswith("[").all()
     ov = study.mask_overlap(table)
     assert ov.loc[ov["method"] == "zero_shot", "layers_touched"].iloc[0] >= 1
 
@@ -59,23 +67,28 @@ def test_study_runs_end_to_end(tiny_model_dir, tiny_glue_root, tmp_path):
 def test_paired_contrasts_against_the_full_model_and_between_methods():
     rows = []
     rng = np.random.default_rng(0)
-    for task in ("A", "B"):
-        for seed in range(4):
-            full = 0.8 + 0.01 * rng.standard_normal()
-            rows.append({"task": task, "regime": "mask_then_finetune", "strategy": "none", "budget": 0.0, "seed": seed,
-                         "score": full})
-            for f, drop_z, drop_r in ((0.5, 0.005, 0.10), (0.75, 0.05, 0.20)):
-                rows.append({"task": task, "regime": "mask_then_finetune", "strategy": "zero_shot", "budget": f,
-                             "seed": seed, "score": full - drop_z})
-                rows.append({"task": task, "regime": "mask_then_finetune", "strategy": "random", "budget": f,
-                             "seed": seed, "score": full - drop_r})
+    for ablation, shift in (("zero", 0.0), ("uniform", 0.3)):
+        for task in ("A", "B"):
+            for seed in range(4):
+                full = 0.8 + 0.01 * rng.standard_normal()
+                at = {"task": task, "regime": "mask_then_finetune", "ablation": ablation, "seed": seed}
+                rows.append({**at, "strategy": "none", "budget": 0.0, "score": full})
+                for f, drop_z, drop_r in ((0.5, 0.005, 0.10), (0.75, 0.05, 0.20)):
+                    rows.append({**at, "strategy": "zero_shot", "budget": f, "score": full - drop_z - shift})
+                    rows.append({**at, "strategy": "random", "budget": f, "score": full - drop_r})
     table = pd.DataFrame(rows)
     d = study.paired(table, "zero_shot", "none")
-    assert len(d) == 2 * 4 * 2 and np.allclose(d.loc[d["budget"] == 0.5, "diff"], -0.005)
+    assert len(d) == 2 * 2 * 4 * 2, "paired within a semantics, never across"
+    assert np.allclose(d.loc[(d["budget"] == 0.5) & (d["ablation"] == "zero"), "diff"], -0.005)
     contr = study.contrasts(table)
-    pooled = contr[(contr["task"] == "all") & (contr["budget"] != "all")].set_index(["contrast", "budget"])
-    assert pooled.loc[("zero-shot vs random", 0.5), "mean_diff"] == pytest.approx(0.095)
-    assert pooled.loc[("zero-shot vs full model", 0.75), "mean_diff"] == pytest.approx(-0.05)
+    assert "all" not in set(contr["task"]), "no pooled rows over task x budget x seed pseudo-replicates"
+    per = contr[(contr["task"] == "A") & (contr["ablation"] == "zero")].set_index(["contrast", "budget"])
+    assert per.loc[("zero-shot vs random", 0.5), "mean_diff"] == pytest.approx(0.095)
+    assert per.loc[("zero-shot vs full model", 0.75), "mean_diff"] == pytest.approx(-0.05)
+    assert per.loc[("zero-shot vs full model", "all"), "mean_diff"] == pytest.approx(-0.0275)  # model means over budgets
+    assert (per["n_units"] == 4).all()  # the models (seeds), not budget x seed pairs
+    uni = contr[(contr["task"] == "A") & (contr["ablation"] == "uniform")].set_index(["contrast", "budget"])
+    assert uni.loc[("zero-shot vs full model", 0.5), "mean_diff"] == pytest.approx(-0.305)
 
 
 def test_masked_fine_tuning_is_shared_between_studies(tiny_model_dir, tiny_glue_root, tmp_path, monkeypatch):
@@ -87,33 +100,40 @@ def test_masked_fine_tuning_is_shared_between_studies(tiny_model_dir, tiny_glue_
     mask = torch.ones(3, 4)
     mask[1, :3] = 0
     ctx = common.Workbench(cfg, torch.device("cpu"), tmp_path)
-    metrics, history = ctx.masked_scores("SST-2", 0, mask, "t")
-    assert ctx.masked_scores_path("SST-2", 0, mask).exists()
+    metrics, history = ctx.masked_scores("SST-2", 0, mask, "t", "zero")
+    assert ctx.masked_scores_path("SST-2", 0, mask, "zero").exists()
+    assert not ctx.masked_scores_path("SST-2", 0, mask, "uniform").exists(), "another semantics: another entry"
     # the same as fine-tuning and evaluating directly
-    model, hist2, gates, means = ctx.finetune_masked("SST-2", 0, mask, "t")
+    model, hist2, gates, means = ctx.finetune_masked("SST-2", 0, mask, "t", "zero")
     direct = training.evaluate(model, ctx.task_data("SST-2")[2], "SST-2", common.EVAL_BATCH)
     assert direct == metrics and len(hist2) == len(history)
     other = common.Workbench(cfg, torch.device("cpu"), tmp_path)
     monkeypatch.setattr(other, "finetune_masked", lambda *a, **k: pytest.fail("trained again"))
-    assert other.masked_scores("SST-2", 0, mask, "t") == (metrics, history)
+    assert other.masked_scores("SST-2", 0, mask, "t", "zero") == (metrics, history)
     mask2 = mask.clone()
     mask2[2, 0] = 0
-    assert ctx.masked_scores_path("SST-2", 0, mask2) != ctx.masked_scores_path("SST-2", 0, mask)
-    assert ctx.masked_scores_path("SST-2", 1, mask) != ctx.masked_scores_path("SST-2", 0, mask)
+    assert ctx.masked_scores_path("SST-2", 0, mask2, "zero") != ctx.masked_scores_path("SST-2", 0, mask, "zero")
+    assert ctx.masked_scores_path("SST-2", 1, mask, "zero") != ctx.masked_scores_path("SST-2", 0, mask, "zero")
 
 
 def test_plan_groups_evaluation_cells_and_zero_shot_cells_cost_their_probe(tiny_model_dir, tiny_glue_root):
     cfg = config(tiny_model_dir, tiny_glue_root, fractions=[0.5, 0.75], finetune_fractions=[0.5])
     cells = study.plan_cells(cfg)
     assert [c.key for c in cells] == [c.key for c in study.STUDY.plan(cfg)]
-    assert len(cells) == 2 * ((1 + 3) + (1 + 2 * 3))
+    assert len(cells) == 2 * (len(cfg.finetune_ablations) * (1 + 3) + len(cfg.ablations) * (1 + 2 * 3))
+    assert len({c.key for c in cells}) == len(cells)
     for c in cells:
         assert c.cost.flops > 0 and c.requires == ()
-        assert c.group == ((c["task"], c["seed"], "evaluate") if c["regime"] == "finetune_then_mask" else None)
-    cost = {(c["regime"], c["strategy"], c["budget"]): c.cost.flops for c in cells if c["seed"] == 0}
-    for regime in ("mask_then_finetune", "finetune_then_mask"):
-        extra = cost[(regime, "zero_shot", 0.5)] - cost[(regime, "random", 0.5)]
+        assert list(c.axes)[:3] == ["task", "regime", "ablation"]
+        evaluated = c["regime"] == "finetune_then_mask" or c["strategy"] == "none"  # the reference: cached, evaluated
+        assert c.group == ((c["task"], c["seed"], "evaluate") if evaluated else None)
+        assert c["ablation"] in (cfg.finetune_ablations if c["regime"] == "mask_then_finetune" else cfg.ablations)
+    cost = {(c["regime"], c["ablation"], c["strategy"], c["budget"]): c.cost.flops for c in cells if c["seed"] == 0}
+    for regime, sem in (("mask_then_finetune", "zero"), ("mask_then_finetune", "uniform"), ("finetune_then_mask", "zero")):
+        extra = cost[(regime, sem, "zero_shot", 0.5)] - cost[(regime, sem, "random", 0.5)]
         assert extra == pytest.approx(study.probe_cost(cfg)) and extra > 0
+    # heads removed under zero only: fine-tuning costs less there
+    assert cost[("mask_then_finetune", "zero", "random", 0.5)] < cost[("mask_then_finetune", "uniform", "random", 0.5)]
 
 
 def test_no_import_of_another_study_module():
