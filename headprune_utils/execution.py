@@ -205,7 +205,7 @@ def run_batch(study: Study, cfg, device, paths: StudyPaths, batch: Batch, ctx=No
         if ctx is None:
             ctx = study.context(cfg, device, paths)
         for cell, result in study.run(ctx, batch.cells, batch.inputs):
-            outcomes.append(Outcome(cell.key, "done", result=result))
+            outcomes.append(Outcome(cell.key, "done", result={**result, **study.provenance(ctx, cell)}))
     except Exception:
         err = traceback.format_exc()
         outcomes.extend(Outcome(k, "failed", error=err) for k in batch.keys if k not in {o.key for o in outcomes})
@@ -236,6 +236,7 @@ class LocalExecutor:
         keys = set(batch.keys)
         try:
             for cell, result in self.study.run(self._ctx, batch.cells, batch.inputs):
+                result = {**result, **self.study.provenance(self._ctx, cell)}
                 keys.discard(cell.key)
                 yield Outcome(cell.key, "done", result=result)
         except Exception:
@@ -378,6 +379,30 @@ def make_executor(executor: str | LocalExecutor | RayExecutor = "local", address
 
 # ------------------------------------------------------------------------------------------------ the driver
 
+class MixedModelsError(RuntimeError):
+    """Cells that say they used one trained model (the same task and seed) were made from different weights."""
+
+
+def check_one_model(table: pd.DataFrame, study: str) -> None:
+    """Raise :class:`MixedModelsError` when cells of one (task, seed) carry different ``full_model_sha`` (the hash
+    of the fine-tuned full model's weights a cell was computed with, ``Study.provenance``): a run resumed on
+    another machine retrains a model whose cache was lost, and training need not give the same weights on another
+    CPU, so results of the two trainings must never be mixed in one analysis."""
+    if "full_model_sha" not in table.columns or not {"task", "seed"} <= set(table.columns):
+        return
+    t = table[table["full_model_sha"].notna()]
+    n = t.groupby(["task", "seed"])["full_model_sha"].nunique()
+    bad = n[n > 1]
+    if len(bad):
+        (task, seed) = bad.index[0]
+        shas = sorted(t[(t["task"] == task) & (t["seed"] == seed)]["full_model_sha"].unique())
+        raise MixedModelsError(
+            f"{study}: the cells of {task} seed {seed} were computed with {len(shas)} different trainings of that "
+            f"model (weights {', '.join(shas)}): a resumed run retrained it (its cache was gone, or another machine "
+            f"trained it differently). Recompute those cells (move them away, or --fresh) so that one training "
+            f"underlies them all; {len(bad)} model(s) affected.")
+
+
 def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = None, *,
               executor: str | LocalExecutor | RayExecutor = "local", address: str | None = None,
               progress: bool | None = None) -> pd.DataFrame:
@@ -464,6 +489,7 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
             ex.close()
     stored = [c for c in cells if store.has(c.axes)]
     table = store.table([dict(c.axes) for c in stored])
+    check_one_model(table, study.name)
     durations = {"this_run": time.perf_counter() - t0,
                  "cells_total": float(table["seconds"].sum()) if "seconds" in table else 0.0,
                  "cells_computed_now": len(todo) - len(failed) - len(skipped), "cells_reused": len(done)}

@@ -282,6 +282,7 @@ class Workbench:
         self.shape = cfg.head_shape()
         self._last_full: tuple | None = None  # ((task, seed), model, history) most recently used
         self._means: dict = {}  # (task, seed) -> mean-ablation values of the full model (last one only)
+        self.full_model_sha: dict[tuple[str, int], str] = {}  # (task, seed) -> hash of the weights used here
 
     def task_data(self, task: str):
         """``(spec, train Encoded, dev Encoded, train source, dev source, validation Encoded or None)`` of the
@@ -404,8 +405,31 @@ class Workbench:
             return model, saved.get("history", [])
 
         model, history = cached(self.checkpoint_path(task, seed), build, load)
+        self.full_model_sha[(task, int(seed))] = weights_sha(model)
         self._last_full = ((task, seed), model, history)
         return model, history, trained_now
+
+
+def weights_sha(model: torch.nn.Module) -> str:
+    """A short hash of a model's weights (every state-dict tensor's bytes, in order): equal weights, equal hash."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def provenance(ctx: "Workbench", cell) -> dict:
+    """``{"full_model_sha": ...}`` when this process used the fine-tuned full model of the cell's (task, seed)
+    (``Study.provenance`` of the GLUE studies): the check that one training underlies all cells of a model."""
+    axes = cell.axes
+    pruned = axes.get("fraction", axes.get("budget", 0)) or 0
+    if axes.get("regime", "mask_then_finetune") == "mask_then_finetune" and pruned > 0:
+        return {}  # a masked model fine-tuned from the pre-trained one: the full model was not used
+    sha = ctx.full_model_sha.get((axes.get("task"), axes.get("seed"))) if hasattr(ctx, "full_model_sha") else None
+    return {"full_model_sha": sha} if sha else {}
 
 
 def batches(enc: batching.Encoded, device: torch.device, limit: int | None = None) -> list[dict]:

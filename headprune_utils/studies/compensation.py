@@ -220,6 +220,9 @@ class Compensation(Study):
     def fingerprint(self, cfg: CompensationConfig, device) -> str:
         return study_fingerprint(cfg, device)
 
+    def provenance(self, ctx, cell) -> dict:
+        return glue_workbench.provenance(ctx, cell)
+
     def context(self, cfg: CompensationConfig, device, paths: StudyPaths) -> glue_workbench.Workbench:
         return glue_workbench.Workbench(cfg, device, paths.finetuned_cache)
 

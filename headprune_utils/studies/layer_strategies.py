@@ -190,6 +190,9 @@ class LayerStrategies(Study):
     def fingerprint(self, cfg: LayerStrategiesConfig, device) -> str:
         return study_fingerprint(cfg, device)
 
+    def provenance(self, ctx, cell) -> dict:
+        return glue_workbench.provenance(ctx, cell)
+
     def context(self, cfg: LayerStrategiesConfig, device, paths: StudyPaths) -> Context:
         return Context(cfg, device, paths.finetuned_cache)
 

@@ -192,6 +192,9 @@ class RandomPruning(Study):
     def fingerprint(self, cfg: RandomPruningConfig, device) -> str:
         return study_fingerprint(cfg, device)
 
+    def provenance(self, ctx, cell) -> dict:
+        return glue_workbench.provenance(ctx, cell)
+
     def context(self, cfg: RandomPruningConfig, device, paths: StudyPaths) -> glue_workbench.Workbench:
         return glue_workbench.Workbench(cfg, device, paths.finetuned_cache)
 

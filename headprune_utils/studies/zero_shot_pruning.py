@@ -230,6 +230,9 @@ class ZeroShotPruning(Study):
     def fingerprint(self, cfg: ZeroShotPruningConfig, device) -> str:
         return study_fingerprint(cfg, device)
 
+    def provenance(self, ctx, cell) -> dict:
+        return glue_workbench.provenance(ctx, cell)
+
     def context(self, cfg: ZeroShotPruningConfig, device, paths: StudyPaths) -> Context:
         return Context(cfg, device, paths.finetuned_cache)
 
