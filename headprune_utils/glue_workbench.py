@@ -184,11 +184,27 @@ class MaskingStudyConfig(GlueStudyConfig):
 
     ablations: list[Ablation] = field(default_factory=lambda: ["uniform", "zero"])  # semantics of the evaluation-only cells (fine-tune, then mask; "mean" too where affordable)
     finetune_ablations: list[Ablation] = field(default_factory=lambda: ["uniform"])  # semantics of the mask-then-fine-tune cells (one fine-tuning each)
+    finetune_tasks: list[str] | None = None     # tasks of the mask-then-fine-tune regime (None: every task); the others are evaluation-only
 
     def check(self) -> None:
         semantics.check_ablations("ablations", self.ablations)
         semantics.check_ablations("finetune_ablations", self.finetune_ablations)
         super().check()
+        if self.finetune_tasks is not None:
+            if not self.finetune_tasks:
+                raise ParameterError("finetune_tasks must not be empty (None: every task)")
+            try:
+                names = [data.get_task(t).name for t in self.finetune_tasks]
+            except ValueError as exc:
+                raise ParameterError(f"finetune_tasks: {exc}") from None
+            if self.tasks != ["all"]:
+                extra = sorted(set(names) - {data.get_task(t).name for t in self.tasks})
+                if extra:
+                    raise ParameterError(f"finetune_tasks {extra} are not in tasks {self.tasks}")
+
+    def finetunes(self, task: str) -> bool:
+        """Whether the mask-then-fine-tune regime runs on ``task`` (``finetune_tasks``; None: every task)."""
+        return self.finetune_tasks is None or data.get_task(task).name in {data.get_task(t).name for t in self.finetune_tasks}
 
 
 def fine_tuned_at(cfg, fraction: float) -> bool:
@@ -232,7 +248,7 @@ def result_params(cfg: GlueStudyConfig, device: torch.device, version: int, drop
     d["results_version"] = version
     d["training_version"] = TRAINING_VERSION
     if isinstance(cfg, MaskingStudyConfig):
-        for k in ("ablations", "finetune_ablations", "ablation"):  # each cell's semantics is in its key
+        for k in ("ablations", "finetune_ablations", "finetune_tasks", "ablation"):  # cell axes: in the keys
             d.pop(k, None)
         d["ablation_version"] = ABLATION_VERSION  # what each semantics computes
     return d

@@ -107,7 +107,7 @@ def plan_cells(cfg: CompensationConfig) -> list[Cell]:
     """
     tasks = glue_workbench.resolve_tasks(cfg)[0]
     cells = []
-    for task in tasks:
+    for task in (t for t in tasks if cfg.finetunes(t)):  # every cell fine-tunes: finetune_tasks limits them
         for seed in cfg.seeds:
             for ablation in cfg.finetune_ablations:
                 cells.append(Cell({"task": task, "ablation": ablation, "strategy": "none", "budget": 0.0,

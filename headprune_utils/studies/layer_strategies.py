@@ -110,7 +110,7 @@ def plan_cells(cfg: LayerStrategiesConfig) -> list[Cell]:
         eval_cost = glue_workbench.eval_cost(cfg, task)
         for seed in cfg.seeds:
             for regime in REGIMES:
-                if regime not in cfg.regimes:
+                if regime not in cfg.regimes or (regime == "mask_then_finetune" and not cfg.finetunes(task)):
                     continue
                 budgets = cfg.budgets if regime == "finetune_then_mask" else cfg.finetune_budgets
                 for ablation in (cfg.finetune_ablations if regime == "mask_then_finetune" else cfg.ablations):

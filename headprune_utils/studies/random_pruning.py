@@ -91,7 +91,7 @@ def plan_cells(cfg: RandomPruningConfig) -> list[Cell]:
     for task in tasks:
         for seed in cfg.seeds:
             for regime in REGIMES:
-                if regime not in cfg.regimes:
+                if regime not in cfg.regimes or (regime == "mask_then_finetune" and not cfg.finetunes(task)):
                     continue
                 for ablation in (cfg.finetune_ablations if regime == "mask_then_finetune" else cfg.ablations):
                     for f in sorted(cfg.fractions):

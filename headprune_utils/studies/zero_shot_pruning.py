@@ -123,7 +123,7 @@ def plan_cells(cfg: ZeroShotPruningConfig) -> list[Cell]:
         eval_cost = glue_workbench.eval_cost(cfg, task)
         for seed in cfg.seeds:
             for regime in REGIMES:
-                if regime not in cfg.regimes:
+                if regime not in cfg.regimes or (regime == "mask_then_finetune" and not cfg.finetunes(task)):
                     continue
                 for ablation in (cfg.finetune_ablations if regime == "mask_then_finetune" else cfg.ablations):
                     head = {"task": task, "regime": regime, "ablation": ablation}
