@@ -405,9 +405,10 @@ def check_one_model(table: pd.DataFrame, study: str) -> None:
 
 def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = None, *,
               executor: str | LocalExecutor | RayExecutor = "local", address: str | None = None,
-              progress: bool | None = None) -> pd.DataFrame:
+              progress: bool | None = None, select: Callable[[dict], bool] | None = None) -> pd.DataFrame:
     """Compute every cell of ``study`` not yet stored (resuming), write the run's metadata; returns one row
-    per planned cell (its axes and result). Raises CellsFailed when cells failed (the others are stored),
+    per planned cell stored (its axes and result). ``select(axes) -> bool``: compute only the cells it accepts
+    (and the cells they require), e.g. one slice of a long run; the others are left for later. Raises CellsFailed when cells failed (the others are stored),
     StaleResultsError (naming the parameters that changed) when the stored cells were made with other parameters,
     StudyBusyError when another process is computing the same study and profile."""
     from . import models
@@ -423,7 +424,7 @@ def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = 
             store.check_compatible()
         except StaleResultsError as exc:
             raise StaleResultsError(f"study {study.name!r}, profile {profile!r}: {exc}{changed_parameters(paths, cfg, study)}") from None
-        return _run_locked(study, cfg, profile, paths, device, store, executor, address, progress)
+        return _run_locked(study, cfg, profile, paths, device, store, executor, address, progress, select)
 
 
 def changed_parameters(paths: StudyPaths, cfg, study: Study) -> str:
@@ -450,7 +451,7 @@ def changed_parameters(paths: StudyPaths, cfg, study: Study) -> str:
 
 
 def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, store: ResultStore, executor, address,
-                progress) -> pd.DataFrame:
+                progress, select=None) -> pd.DataFrame:
     from tqdm import tqdm
 
     from .config import as_dict
@@ -458,8 +459,16 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
     cells = study.plan(cfg)
     check_plan(cells)
     done = {c.key for c in cells if store.has(c.axes)}
-    todo = [c for c in cells if c.key not in done]
     by_key = {c.key: c for c in cells}
+    if select is not None:  # the selected cells and, transitively, what they require
+        keep, stack = set(), [c.key for c in cells if select(dict(c.axes))]
+        while stack:
+            k = stack.pop()
+            if k not in keep:
+                keep.add(k)
+                stack.extend(by_key[k].requires)
+        cells = [c for c in cells if c.key in keep or c.key in done]
+    todo = [c for c in cells if c.key not in done]
     ex = make_executor(executor, address)
     t0 = time.perf_counter()
     failed: dict[str, str] = {}
