@@ -13,6 +13,7 @@ One run prints, with the same torch thread count throughout:
    384 -> 384 / 1536 and back, with their transposes for the backward) against the square-matrix peak
    (sizes 1024-2048, as ``finetune_throughput.py`` measures it). MFU against the square peak cannot exceed
    this ratio, whatever is done to the rest of the step.
+   And the wall time of the same steps unprofiled: the share outside the operators (Python, autograd).
 3. With ``--compile``: ``torch.compile`` (inductor, ``dynamic=True``) of the model's forward against eager:
    compile seconds, steady-state seconds per step, ratio.
 
@@ -158,12 +159,14 @@ def main() -> None:
         print(f"   {k:<11} {100 * v:5.1f} %")
     mm = shares.get("matmul", 0.0)
     print(f"   -> removing every non-matmul operation would make a step at most {1 / mm:.2f}x faster")
+    we, se = time_steps(batches, False)
+    print(f"   wall time {se:.3f} s/step (unprofiled): {100 * (1 - per_step / se):.0f}% of it is outside the operators "
+          f"(Python, autograd bookkeeping, allocation)")
     c = matmul_ceiling(batches)
     print(f"\n2. Matmul ceiling: square-matrix peak {c['square_peak_gflops']:.1f} GFLOP/s; torch.mm at the step's own "
           f"linear-layer shapes {c['model_shapes_gflops']:.1f} GFLOP/s = {100 * c['ceiling']:.0f}% of the peak "
           f"(no MFU above this is reachable without larger matrices)")
     if args.compile:
-        we, se = time_steps(batches, False)
         wc, sc = time_steps(batches, True)
         print(f"\n3. torch.compile (inductor, dynamic): eager {se:.3f} s/step, compiled {sc:.3f} s/step "
               f"(compiled/eager time = {sc / se:.2f}x; compile and warm-up {wc:.0f} s vs {we:.0f} s)")

@@ -17,7 +17,7 @@ import yaml
 
 from .paths import params_dir
 
-PROFILES = ("smoke", "quick", "paper")
+PROFILES = ("smoke", "quick", "standard", "paper")
 
 
 class ParameterError(ValueError):

@@ -205,7 +205,7 @@ def run_batch(study: Study, cfg, device, paths: StudyPaths, batch: Batch, ctx=No
         if ctx is None:
             ctx = study.context(cfg, device, paths)
         for cell, result in study.run(ctx, batch.cells, batch.inputs):
-            outcomes.append(Outcome(cell.key, "done", result=result))
+            outcomes.append(Outcome(cell.key, "done", result={**result, **study.provenance(ctx, cell)}))
     except Exception:
         err = traceback.format_exc()
         outcomes.extend(Outcome(k, "failed", error=err) for k in batch.keys if k not in {o.key for o in outcomes})
@@ -236,6 +236,7 @@ class LocalExecutor:
         keys = set(batch.keys)
         try:
             for cell, result in self.study.run(self._ctx, batch.cells, batch.inputs):
+                result = {**result, **self.study.provenance(self._ctx, cell)}
                 keys.discard(cell.key)
                 yield Outcome(cell.key, "done", result=result)
         except Exception:
@@ -378,11 +379,36 @@ def make_executor(executor: str | LocalExecutor | RayExecutor = "local", address
 
 # ------------------------------------------------------------------------------------------------ the driver
 
+class MixedModelsError(RuntimeError):
+    """Cells that say they used one trained model (the same task and seed) were made from different weights."""
+
+
+def check_one_model(table: pd.DataFrame, study: str) -> None:
+    """Raise :class:`MixedModelsError` when cells of one (task, seed) carry different ``full_model_sha`` (the hash
+    of the fine-tuned full model's weights a cell was computed with, ``Study.provenance``): a run resumed on
+    another machine retrains a model whose cache was lost, and training need not give the same weights on another
+    CPU, so results of the two trainings must never be mixed in one analysis."""
+    if "full_model_sha" not in table.columns or not {"task", "seed"} <= set(table.columns):
+        return
+    t = table[table["full_model_sha"].notna()]
+    n = t.groupby(["task", "seed"])["full_model_sha"].nunique()
+    bad = n[n > 1]
+    if len(bad):
+        (task, seed) = bad.index[0]
+        shas = sorted(t[(t["task"] == task) & (t["seed"] == seed)]["full_model_sha"].unique())
+        raise MixedModelsError(
+            f"{study}: the cells of {task} seed {seed} were computed with {len(shas)} different trainings of that "
+            f"model (weights {', '.join(shas)}): a resumed run retrained it (its cache was gone, or another machine "
+            f"trained it differently). Recompute those cells (move them away, or --fresh) so that one training "
+            f"underlies them all; {len(bad)} model(s) affected.")
+
+
 def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = None, *,
               executor: str | LocalExecutor | RayExecutor = "local", address: str | None = None,
-              progress: bool | None = None) -> pd.DataFrame:
+              progress: bool | None = None, select: Callable[[dict], bool] | None = None) -> pd.DataFrame:
     """Compute every cell of ``study`` not yet stored (resuming), write the run's metadata; returns one row
-    per planned cell (its axes and result). Raises CellsFailed when cells failed (the others are stored),
+    per planned cell stored (its axes and result). ``select(axes) -> bool``: compute only the cells it accepts
+    (and the cells they require), e.g. one slice of a long run; the others are left for later. Raises CellsFailed when cells failed (the others are stored),
     StaleResultsError (naming the parameters that changed) when the stored cells were made with other parameters,
     StudyBusyError when another process is computing the same study and profile."""
     from . import models
@@ -398,7 +424,7 @@ def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = 
             store.check_compatible()
         except StaleResultsError as exc:
             raise StaleResultsError(f"study {study.name!r}, profile {profile!r}: {exc}{changed_parameters(paths, cfg, study)}") from None
-        return _run_locked(study, cfg, profile, paths, device, store, executor, address, progress)
+        return _run_locked(study, cfg, profile, paths, device, store, executor, address, progress, select)
 
 
 def changed_parameters(paths: StudyPaths, cfg, study: Study) -> str:
@@ -425,7 +451,7 @@ def changed_parameters(paths: StudyPaths, cfg, study: Study) -> str:
 
 
 def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, store: ResultStore, executor, address,
-                progress) -> pd.DataFrame:
+                progress, select=None) -> pd.DataFrame:
     from tqdm import tqdm
 
     from .config import as_dict
@@ -433,8 +459,16 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
     cells = study.plan(cfg)
     check_plan(cells)
     done = {c.key for c in cells if store.has(c.axes)}
-    todo = [c for c in cells if c.key not in done]
     by_key = {c.key: c for c in cells}
+    if select is not None:  # the selected cells and, transitively, what they require
+        keep, stack = set(), [c.key for c in cells if select(dict(c.axes))]
+        while stack:
+            k = stack.pop()
+            if k not in keep:
+                keep.add(k)
+                stack.extend(by_key[k].requires)
+        cells = [c for c in cells if c.key in keep or c.key in done]
+    todo = [c for c in cells if c.key not in done]
     ex = make_executor(executor, address)
     t0 = time.perf_counter()
     failed: dict[str, str] = {}
@@ -464,6 +498,7 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
             ex.close()
     stored = [c for c in cells if store.has(c.axes)]
     table = store.table([dict(c.axes) for c in stored])
+    check_one_model(table, study.name)
     durations = {"this_run": time.perf_counter() - t0,
                  "cells_total": float(table["seconds"].sum()) if "seconds" in table else 0.0,
                  "cells_computed_now": len(todo) - len(failed) - len(skipped), "cells_reused": len(done)}

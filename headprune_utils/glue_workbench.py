@@ -184,11 +184,27 @@ class MaskingStudyConfig(GlueStudyConfig):
 
     ablations: list[Ablation] = field(default_factory=lambda: ["uniform", "zero"])  # semantics of the evaluation-only cells (fine-tune, then mask; "mean" too where affordable)
     finetune_ablations: list[Ablation] = field(default_factory=lambda: ["uniform"])  # semantics of the mask-then-fine-tune cells (one fine-tuning each)
+    finetune_tasks: list[str] | None = None     # tasks of the mask-then-fine-tune regime (None: every task); the others are evaluation-only
 
     def check(self) -> None:
         semantics.check_ablations("ablations", self.ablations)
         semantics.check_ablations("finetune_ablations", self.finetune_ablations)
         super().check()
+        if self.finetune_tasks is not None:
+            if not self.finetune_tasks:
+                raise ParameterError("finetune_tasks must not be empty (None: every task)")
+            try:
+                names = [data.get_task(t).name for t in self.finetune_tasks]
+            except ValueError as exc:
+                raise ParameterError(f"finetune_tasks: {exc}") from None
+            if self.tasks != ["all"]:
+                extra = sorted(set(names) - {data.get_task(t).name for t in self.tasks})
+                if extra:
+                    raise ParameterError(f"finetune_tasks {extra} are not in tasks {self.tasks}")
+
+    def finetunes(self, task: str) -> bool:
+        """Whether the mask-then-fine-tune regime runs on ``task`` (``finetune_tasks``; None: every task)."""
+        return self.finetune_tasks is None or data.get_task(task).name in {data.get_task(t).name for t in self.finetune_tasks}
 
 
 def fine_tuned_at(cfg, fraction: float) -> bool:
@@ -232,7 +248,7 @@ def result_params(cfg: GlueStudyConfig, device: torch.device, version: int, drop
     d["results_version"] = version
     d["training_version"] = TRAINING_VERSION
     if isinstance(cfg, MaskingStudyConfig):
-        for k in ("ablations", "finetune_ablations", "ablation"):  # each cell's semantics is in its key
+        for k in ("ablations", "finetune_ablations", "finetune_tasks", "ablation"):  # cell axes: in the keys
             d.pop(k, None)
         d["ablation_version"] = ABLATION_VERSION  # what each semantics computes
     return d
@@ -282,6 +298,7 @@ class Workbench:
         self.shape = cfg.head_shape()
         self._last_full: tuple | None = None  # ((task, seed), model, history) most recently used
         self._means: dict = {}  # (task, seed) -> mean-ablation values of the full model (last one only)
+        self.full_model_sha: dict[tuple[str, int], str] = {}  # (task, seed) -> hash of the weights used here
 
     def task_data(self, task: str):
         """``(spec, train Encoded, dev Encoded, train source, dev source, validation Encoded or None)`` of the
@@ -404,8 +421,31 @@ class Workbench:
             return model, saved.get("history", [])
 
         model, history = cached(self.checkpoint_path(task, seed), build, load)
+        self.full_model_sha[(task, int(seed))] = weights_sha(model)
         self._last_full = ((task, seed), model, history)
         return model, history, trained_now
+
+
+def weights_sha(model: torch.nn.Module) -> str:
+    """A short hash of a model's weights (every state-dict tensor's bytes, in order): equal weights, equal hash."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def provenance(ctx: "Workbench", cell) -> dict:
+    """``{"full_model_sha": ...}`` when this process used the fine-tuned full model of the cell's (task, seed)
+    (``Study.provenance`` of the GLUE studies): the check that one training underlies all cells of a model."""
+    axes = cell.axes
+    pruned = axes.get("fraction", axes.get("budget", 0)) or 0
+    if axes.get("regime", "mask_then_finetune") == "mask_then_finetune" and pruned > 0:
+        return {}  # a masked model fine-tuned from the pre-trained one: the full model was not used
+    sha = ctx.full_model_sha.get((axes.get("task"), axes.get("seed"))) if hasattr(ctx, "full_model_sha") else None
+    return {"full_model_sha": sha} if sha else {}
 
 
 def batches(enc: batching.Encoded, device: torch.device, limit: int | None = None) -> list[dict]:

@@ -391,9 +391,31 @@ def print_plan(plan: dict[str, dict], profile: str, gpu_tflops: float, cpu_gflop
           f"Estimates from the model's shape and the data's token counts (headprune_utils/costs.py), not measurements.")
 
 
-def compute_cells(plan: dict[str, dict], profile: str, executor: str, address: str | None) -> bool:
-    """Every planned cell of the studies in ``plan`` through ``executor`` (one instance for all); True when all
-    succeeded. A failed study is reported and the next one still runs (its cells are independent)."""
+def parse_where(items: list[str] | None) -> dict[str, set[str]]:
+    """``["task=SST-2", "seed=0", "seed=1"]`` -> ``{"task": {"SST-2"}, "seed": {"0", "1"}}`` (``--where``)."""
+    out: dict[str, set[str]] = {}
+    for item in items or []:
+        axis, sep, value = item.partition("=")
+        if not sep or not axis or not value:
+            raise ValueError(f"--where takes AXIS=VALUE (e.g. task=SST-2 seed=0), got {item!r}")
+        out.setdefault(axis, set()).add(value)
+    return out
+
+
+def selector(where: dict[str, set[str]]):
+    """``select(axes)`` for ``run_study``: a cell matches when every ``where`` axis it has holds one of the given
+    values (floats compared as ``%g``: ``fraction=0.5``); axes a cell does not have do not filter it."""
+    if not where:
+        return None
+    fmt = lambda v: f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
+    return lambda axes: all(fmt(axes[k]) in vals for k, vals in where.items() if k in axes)
+
+
+def compute_cells(plan: dict[str, dict], profile: str, executor: str, address: str | None,
+                  where: dict[str, set[str]] | None = None) -> bool:
+    """Every planned cell of the studies in ``plan`` (only those matching ``where``: :func:`selector`) through
+    ``executor`` (one instance for all); True when all succeeded. A failed study is reported and the next one
+    still runs (its cells are independent)."""
     from .config import validate
     from .execution import CellsFailed, make_executor, run_study
 
@@ -405,7 +427,7 @@ def compute_cells(plan: dict[str, dict], profile: str, executor: str, address: s
         t0 = time.perf_counter()
         print(f"cells of {name} ({profile}) on {executor}", flush=True)
         try:
-            table = run_study(study, cfg, profile, executor=ex, progress=True)
+            table = run_study(study, cfg, profile, executor=ex, progress=True, select=selector(where or {}))
             print(f"cells of {name}: {len(table)} stored in {time.perf_counter() - t0:.0f} s", flush=True)
         except CellsFailed as exc:
             ok = False
@@ -432,6 +454,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address", default=None,
                         help="--executor ray: a Ray cluster to join ('auto', 'ray://host:10001'); default: a local Ray instance")
     parser.add_argument("--cells-only", action="store_true", help="compute the cells and stop (no notebooks)")
+    parser.add_argument("--where", nargs="+", metavar="AXIS=VALUE",
+                        help="with --cells-only: only the cells whose axes match (e.g. task=SST-2 seed=0 "
+                             "regime=mask_then_finetune; repeat an axis for several values), and what they require: "
+                             "a slice of a long run, e.g. every cell of one fine-tuned model in one session")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--jobs", type=int, default=1,
                         help="studies run side by side (default 1); each kernel then gets cores/jobs torch threads")
@@ -444,6 +470,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.plan_summary and not args.plan:
         print("error: --plan-summary is for --plan", file=sys.stderr)
+        return 2
+    if args.where and not args.cells_only:
+        print("error: --where is for --cells-only (a notebook analyses every cell of its study)", file=sys.stderr)
+        return 2
+    try:
+        where = parse_where(args.where)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     for flag in ("gpu_tflops", "cpu_gflops"):
         value = getattr(args, flag)
@@ -500,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
                 cache.rename(backup)
                 print(f"moved the model cache {_relative(cache)} to {_relative(backup)}")
     if args.executor != "local" or args.cells_only:
-        if not compute_cells(plan, args.profile, args.executor, args.address):
+        if not compute_cells(plan, args.profile, args.executor, args.address, where):
             return 1
         if args.cells_only:
             print(f"cells of {len(plan)} studies done in {time.perf_counter() - total:.0f} s")

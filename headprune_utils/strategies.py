@@ -21,6 +21,10 @@ below it, and every strategy meets every budget from 0 to all heads.
 Importance strategies (:func:`importance_mask`, scores in, mask out): ``least_important`` /
 ``most_important`` prune the heads with the lowest / highest scores (e.g. Michel et al.'s gradient
 importance of the fine-tuned model, normalised per layer), ties broken by head position.
+
+Iterative importance (:func:`iterative_order`, Michel et al. 2019's pruning): prune ``step`` heads (10% of all
+heads) with the lowest importance, re-estimate the importance of the heads kept with the pruned ones masked,
+repeat; the order in which heads go gives nested masks at every budget (``iterative_importance``).
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from .masks import check_budget, random_mask
 
 STRATEGIES: tuple[str, ...] = ("random", "top", "bottom", "middle", "top_bottom", "consecutive", "spread")
 IMPORTANCE_STRATEGIES: tuple[str, ...] = ("least_important", "most_important")
+ITERATIVE_STRATEGIES: tuple[str, ...] = ("iterative_importance",)  # re-estimated after every step (Michel et al.)
 
 
 def layer_groups(n_layers: int) -> dict[str, list[int]]:
@@ -108,4 +113,43 @@ def importance_mask(scores: torch.Tensor, n_prune: int, prune: str = "least_impo
     order = np.lexsort((np.arange(flat.size), key))  # by score, then by position
     mask = torch.ones(n_layers * n_heads)
     mask[torch.as_tensor(order[:n_prune])] = 0.0
+    return mask.view(n_layers, n_heads)
+
+
+def iterative_order(score, n_layers: int, n_heads: int, step: int, until: int | None = None) -> list[int]:
+    """Michel et al.'s iterative pruning as the order heads are pruned in (flat indices, layer-major).
+
+    ``score(mask) -> [n_layers, n_heads]``: the importance of every head with ``mask`` applied (``mask``: 1 kept,
+    0 pruned; the values of pruned heads are ignored). Each step prunes the ``step`` kept heads with the lowest
+    score (ties by position), then the scores are taken again with them masked, until ``until`` heads (default
+    all but one) are pruned; the mask at a budget of ``n`` heads prunes the first ``n`` of the order (nested)."""
+    total = n_layers * n_heads
+    until = total - 1 if until is None else until
+    if step < 1:
+        raise ValueError(f"step must be >= 1 head, got {step}")
+    check_budget(until, n_layers, n_heads)
+    mask = torch.ones(n_layers, n_heads)
+    order: list[int] = []
+    while len(order) < until:
+        s = torch.as_tensor(score(mask.clone()), dtype=torch.float64).flatten()
+        if s.shape[0] != total:
+            raise ValueError(f"score must return [{n_layers}, {n_heads}] values, got {s.shape[0]}")
+        kept = [i for i in range(total) if i not in set(order)]
+        values = s[kept].numpy()
+        if not np.isfinite(values).all():
+            raise ValueError("score returned a non-finite value for a kept head")
+        ranked = [kept[j] for j in np.lexsort((np.asarray(kept), values))]
+        for i in ranked[:min(step, until - len(order))]:
+            order.append(i)
+            mask.view(-1)[i] = 0.0
+    return order
+
+
+def mask_from_order(order: list[int], n_layers: int, n_heads: int, n_prune: int) -> torch.Tensor:
+    """The mask pruning the first ``n_prune`` heads of ``order`` (:func:`iterative_order`)."""
+    check_budget(n_prune, n_layers, n_heads)
+    if n_prune > len(order):
+        raise ValueError(f"the order holds {len(order)} heads, fewer than the {n_prune} to prune")
+    mask = torch.ones(n_layers * n_heads)
+    mask[torch.as_tensor(order[:n_prune], dtype=torch.long)] = 0.0
     return mask.view(n_layers, n_heads)

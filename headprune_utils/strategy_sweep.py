@@ -31,7 +31,7 @@ from . import glue_workbench, importance, mask_sweep, masks, stats, strategies, 
 from .metrics import main_score
 from .pruning_curves import REGIMES
 
-__all__ = ["REGIMES", "REGIME_NAMES", "Regime", "ALL_STRATEGIES", "Context", "cell_mask", "result_row", "run_cells",
+__all__ = ["REGIMES", "REGIME_NAMES", "Regime", "ALL_STRATEGIES", "KNOWN_STRATEGIES", "ITERATIVE_STEP", "Context", "cell_mask", "result_row", "run_cells",
            "run_cell", "run_batch", "summarise", "example_masks"]
 
 Regime = Literal["mask_then_finetune", "finetune_then_mask"]
@@ -39,7 +39,9 @@ REGIME_NAMES = {
     "mask_then_finetune": "mask, then fine-tune",
     "finetune_then_mask": "fine-tune, then mask (no retraining)",
 }
-ALL_STRATEGIES: tuple[str, ...] = strategies.STRATEGIES + strategies.IMPORTANCE_STRATEGIES
+ALL_STRATEGIES: tuple[str, ...] = strategies.STRATEGIES + strategies.IMPORTANCE_STRATEGIES  # the default sweep
+KNOWN_STRATEGIES: tuple[str, ...] = ALL_STRATEGIES + strategies.ITERATIVE_STRATEGIES  # what may be asked for
+ITERATIVE_STEP = 0.1  # Michel et al.: 10% of all heads pruned per step of iterative pruning
 
 
 class Context(glue_workbench.Workbench):
@@ -48,6 +50,7 @@ class Context(glue_workbench.Workbench):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._importance: dict = {}
+        self._iterative: dict = {}
 
     def importance(self, task: str, seed: int) -> torch.Tensor:
         """``[n_layers, n_heads]`` gradient importance (Michel et al.; normalised per layer) of the fine-tuned
@@ -58,6 +61,22 @@ class Context(glue_workbench.Workbench):
             batches = glue_workbench.batches(self.task_data(task)[1], self.device, self.cfg.importance_size)
             self._importance = {(task, seed): importance.head_importance(model, batches).cpu()}
         return self._importance[(task, seed)]
+
+    def iterative_order(self, task: str, seed: int) -> list[int]:
+        """Michel et al.'s iterative pruning of the fine-tuned full model (``strategies.iterative_order``): 10% of
+        all heads per step by gradient importance re-estimated on the TRAINING subset with the pruned heads masked
+        (zero: their output removed, as Michel et al.), normalised per layer. The whole order (all heads but one)
+        is computed once per (task, seed), so every budget's mask comes from the same path (the last (task, seed)
+        only is kept)."""
+        key = (task, seed)
+        if key not in self._iterative:
+            model = self.full_model(task, seed)[0]
+            batches = glue_workbench.batches(self.task_data(task)[1], self.device, self.cfg.importance_size)
+            n_layers, n_heads = self.shape
+            step = max(1, int(round(ITERATIVE_STEP * n_layers * n_heads)))
+            score = lambda m: importance.head_importance(model, batches, mask=m.to(self.device), ablation="zero").cpu()
+            self._iterative = {key: strategies.iterative_order(score, n_layers, n_heads, step)}
+        return self._iterative[key]
 
     def cell_mask(self, cell: dict) -> torch.Tensor:
         """The cell's mask (studies add strategies by overriding this method)."""
@@ -72,6 +91,9 @@ def cell_mask(ctx: Context, cell: dict) -> torch.Tensor:
     n_prune = masks.n_pruned_for_fraction(cell["budget"], n_layers, n_heads)
     if cell["strategy"] in strategies.IMPORTANCE_STRATEGIES:
         return strategies.importance_mask(ctx.importance(cell["task"], cell["seed"]), n_prune, cell["strategy"])
+    if cell["strategy"] in strategies.ITERATIVE_STRATEGIES:
+        order = ctx.iterative_order(cell["task"], cell["seed"])
+        return strategies.mask_from_order(order, n_layers, n_heads, n_prune)
     return strategies.strategy_mask(cell["strategy"], n_layers, n_heads, n_prune, cell["seed"])
 
 

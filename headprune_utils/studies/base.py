@@ -105,6 +105,12 @@ class Study(ABC):
     def run(self, ctx: Any, cells: list[Cell], inputs: Mapping[str, dict]) -> Iterator[tuple[Cell, dict]]:
         """Compute ``cells`` (one batch), yielding ``(cell, result)`` as each finishes; never writes results."""
 
+    def provenance(self, ctx, cell: Cell) -> dict:
+        """Fields added to every result of ``cell`` by the executor, saying what it was computed from (default:
+        none). The GLUE studies add ``full_model_sha`` (``glue_workbench.provenance``), which
+        ``execution.check_one_model`` keeps from mixing two trainings of one model."""
+        return {}
+
     def run_params(self, cfg) -> dict:
         """Recorded in ``run_meta.json`` beside the parameters. Default: a GLUE study's tasks run and the ones
         unavailable (with why)."""

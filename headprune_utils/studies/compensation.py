@@ -107,7 +107,7 @@ def plan_cells(cfg: CompensationConfig) -> list[Cell]:
     """
     tasks = glue_workbench.resolve_tasks(cfg)[0]
     cells = []
-    for task in tasks:
+    for task in (t for t in tasks if cfg.finetunes(t)):  # every cell fine-tunes: finetune_tasks limits them
         for seed in cfg.seeds:
             for ablation in cfg.finetune_ablations:
                 cells.append(Cell({"task": task, "ablation": ablation, "strategy": "none", "budget": 0.0,
@@ -219,6 +219,9 @@ class Compensation(Study):
 
     def fingerprint(self, cfg: CompensationConfig, device) -> str:
         return study_fingerprint(cfg, device)
+
+    def provenance(self, ctx, cell) -> dict:
+        return glue_workbench.provenance(ctx, cell)
 
     def context(self, cfg: CompensationConfig, device, paths: StudyPaths) -> glue_workbench.Workbench:
         return glue_workbench.Workbench(cfg, device, paths.finetuned_cache)

@@ -33,19 +33,19 @@ from .. import glue_workbench
 from ..config import ParameterError
 from ..paths import StudyPaths
 from ..results import fingerprint
-from ..strategy_sweep import ALL_STRATEGIES, REGIMES, Context, Regime, run_batch, run_cell, run_cells
+from ..strategy_sweep import ALL_STRATEGIES, KNOWN_STRATEGIES, REGIMES, Context, Regime, run_batch, run_cell, run_cells
 from .base import Cell, Claim, Cost, Study
 from .layer_strategies_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    ABOVE_CHANCE_MARGIN, ADAPT_BUDGET, CLAIM_RULES, CONTRASTS, REGIME_NAMES, Contrast, adaptation_diffs, contrasts,
+    ABOVE_CHANCE_MARGIN, ADAPT_BUDGET, CLAIM_RULES, CONTRASTS, MICHEL_PRUNABLE, michel_prunable, REGIME_NAMES, Contrast, adaptation_diffs, contrasts,
     example_masks, identical_masks, measurements, scale, summarise,
 )
 from .layer_strategies_analysis import verdicts as claim_verdicts
 
 __all__ = [
     "NAME", "STUDY", "LayerStrategiesConfig", "LayerStrategies", "plan_cells", "study_fingerprint", "run_cells",
-    "run_cell", "ALL_STRATEGIES", "REGIMES", "Regime", "Context",
+    "run_cell", "ALL_STRATEGIES", "KNOWN_STRATEGIES", "REGIMES", "Regime", "Context",
     # the analysis (layer_strategies_analysis), re-exported so the notebook needs one module
-    "CONTRASTS", "Contrast", "REGIME_NAMES", "CLAIM_RULES", "ABOVE_CHANCE_MARGIN", "ADAPT_BUDGET", "summarise",
+    "MICHEL_PRUNABLE", "michel_prunable", "CONTRASTS", "Contrast", "REGIME_NAMES", "CLAIM_RULES", "ABOVE_CHANCE_MARGIN", "ADAPT_BUDGET", "summarise",
     "example_masks", "contrasts", "identical_masks", "adaptation_diffs", "measurements", "scale", "verdicts",
 ]
 
@@ -59,7 +59,8 @@ class LayerStrategiesConfig(glue_workbench.MaskingStudyConfig):
 
     finetune_ablations: list[glue_workbench.Ablation] = field(default_factory=lambda: ["uniform"])  # mask-then-fine-tune semantics: Budhraja et al.'s BERT (uniform)
 
-    strategies: list[str] = field(default_factory=lambda: list(ALL_STRATEGIES))  # see strategies.py
+    strategies: list[str] = field(default_factory=lambda: list(ALL_STRATEGIES))  # see strategies.py (also "iterative_importance": Michel et al.'s)
+    finetune_strategies: list[str] | None = None  # of those, the ones of the mask-then-fine-tune regime (None: all)
     budgets: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75])  # share of ALL heads pruned (evaluation-only regime)
     finetune_budgets: list[float] = field(default_factory=lambda: [0.5])  # budgets of the mask-then-fine-tune regime (one fine-tuning per cell)
     regimes: list[Regime] = field(default_factory=lambda: list(REGIMES))
@@ -71,11 +72,16 @@ class LayerStrategiesConfig(glue_workbench.MaskingStudyConfig):
         bad = [r for r in self.regimes if r not in REGIMES]
         if bad or not self.regimes:
             raise ParameterError(f"regimes must be a non-empty list of {REGIMES}, got {self.regimes}")
-        unknown = [s for s in self.strategies if s not in ALL_STRATEGIES]
+        unknown = [s for s in self.strategies if s not in KNOWN_STRATEGIES]
         if unknown or not self.strategies:
-            raise ParameterError(f"strategies must be a non-empty list of {ALL_STRATEGIES}, got {self.strategies}")
+            raise ParameterError(f"strategies must be a non-empty list of {KNOWN_STRATEGIES}, got {self.strategies}")
         if len(set(self.strategies)) != len(self.strategies):
             raise ParameterError("strategies must not repeat")
+        if self.finetune_strategies is not None:
+            extra = [s for s in self.finetune_strategies if s not in self.strategies]
+            if extra or not self.finetune_strategies or len(set(self.finetune_strategies)) != len(self.finetune_strategies):
+                raise ParameterError(f"finetune_strategies must be distinct names out of strategies {self.strategies} "
+                                     f"(or None: all), got {self.finetune_strategies}")
         if self.importance_size is not None and self.importance_size < 1:
             raise ParameterError(f"importance_size must be a positive integer or None, got {self.importance_size}")
         if not self.equivalence_margin > 0:
@@ -104,14 +110,16 @@ def plan_cells(cfg: LayerStrategiesConfig) -> list[Cell]:
         eval_cost = glue_workbench.eval_cost(cfg, task)
         for seed in cfg.seeds:
             for regime in REGIMES:
-                if regime not in cfg.regimes:
+                if regime not in cfg.regimes or (regime == "mask_then_finetune" and not cfg.finetunes(task)):
                     continue
                 budgets = cfg.budgets if regime == "finetune_then_mask" else cfg.finetune_budgets
                 for ablation in (cfg.finetune_ablations if regime == "mask_then_finetune" else cfg.ablations):
                     head = {"task": task, "regime": regime, "ablation": ablation}
                     axes = [{**head, "strategy": "none", "budget": 0.0, "seed": int(seed)}]
+                    names = cfg.strategies if regime == "finetune_then_mask" or cfg.finetune_strategies is None \
+                        else cfg.finetune_strategies
                     for b in sorted(budgets):
-                        for s in cfg.strategies:
+                        for s in names:
                             axes.append({**head, "strategy": s, "budget": float(b), "seed": int(seed)})
                     for a in axes:
                         if regime == "mask_then_finetune" and a["strategy"] != "none":
@@ -125,7 +133,8 @@ def plan_cells(cfg: LayerStrategiesConfig) -> list[Cell]:
 
 
 def study_fingerprint(cfg: LayerStrategiesConfig, device: torch.device) -> str:
-    drop = ("strategies", "budgets", "finetune_budgets", "regimes", "shared_evaluation", "equivalence_margin")
+    drop = ("strategies", "finetune_strategies", "budgets", "finetune_budgets", "regimes", "shared_evaluation",
+            "equivalence_margin")
     # importance_size stays: it changes the importance strategies' masks
     return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=drop))
 
@@ -180,6 +189,9 @@ class LayerStrategies(Study):
 
     def fingerprint(self, cfg: LayerStrategiesConfig, device) -> str:
         return study_fingerprint(cfg, device)
+
+    def provenance(self, ctx, cell) -> dict:
+        return glue_workbench.provenance(ctx, cell)
 
     def context(self, cfg: LayerStrategiesConfig, device, paths: StudyPaths) -> Context:
         return Context(cfg, device, paths.finetuned_cache)

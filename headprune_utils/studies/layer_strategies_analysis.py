@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from .. import claims, paired_contrasts, semantics
@@ -35,7 +36,7 @@ from ..strategy_sweep import (  # noqa: F401 (re-exported: the notebook and the 
     REGIME_NAMES, example_masks, summarise,
 )
 
-__all__ = ["CONTRASTS", "Contrast", "REGIME_NAMES", "CLAIM_RULES", "ClaimRule", "ABOVE_CHANCE_MARGIN",
+__all__ = ["MICHEL_PRUNABLE", "michel_prunable", "CONTRASTS", "Contrast", "REGIME_NAMES", "CLAIM_RULES", "ClaimRule", "ABOVE_CHANCE_MARGIN",
            "ADAPT_BUDGET", "summarise", "example_masks", "contrasts", "identical_masks", "adaptation_diffs",
            "measurements", "scale", "verdicts"]
 
@@ -72,6 +73,49 @@ CLAIM_RULES: dict[str, ClaimRule] = {
     "michel.least_important_first": ClaimRule(
         "least important vs random", lambda cfg, alpha: claims.Superiority("greater", alpha=alpha)),
 }
+
+
+# Michel et al. 2019's largest share of heads prunable by iterative importance (fine-tune, then mask; BERT-base)
+# with under about one point of loss, per task, as quoted in the project's issue 17 (read from their figures;
+# approximate): compared side by side, not tested.
+MICHEL_PRUNABLE = {"SST-2": 0.6, "CoLA": 0.5, "MRPC": 0.5}
+
+
+def michel_prunable(table: pd.DataFrame, tolerance: float = 0.01, ablation: str = "zero") -> pd.DataFrame:
+    """Michel et al.'s curve read as they read it: per task and fine-tuned model (seed), the largest budget of the
+    ``iterative_importance`` strategy (fine-tune, then mask; ``ablation``, theirs: zero) whose score, and every
+    smaller budget's, is within ``tolerance`` (score units: 0.01 = one point) of the full model; then per task the
+    mean, SD and range over the models, beside Michel et al.'s share (:data:`MICHEL_PRUNABLE`, NaN where they give
+    none). Empty when the strategy did not run."""
+    t = table[(table["strategy"].isin(["iterative_importance", "none"])) & (table["regime"] == "finetune_then_mask")]
+    if "ablation" in t.columns:
+        t = t[t["ablation"] == ablation]
+    cols = ["task", "n_models", "mean_prunable", "sd_prunable", "min_prunable", "max_prunable", "tolerance",
+            "michel_et_al"]
+    if not (t["strategy"] == "iterative_importance").any():
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for task, g in t.groupby("task", sort=False):
+        per_model = []
+        for seed, gs in g.groupby("seed"):
+            full = gs.loc[gs["strategy"] == "none", "score"]
+            if full.empty:
+                continue
+            best = 0.0
+            for _, r in gs[gs["strategy"] == "iterative_importance"].sort_values("budget").iterrows():
+                if full.iloc[0] - r["score"] <= tolerance:
+                    best = float(r["budget"])
+                else:
+                    break
+            per_model.append(best)
+        if not per_model:
+            continue
+        x = np.asarray(per_model, dtype=float)
+        rows.append({"task": task, "n_models": x.size, "mean_prunable": float(x.mean()),
+                     "sd_prunable": float(x.std(ddof=1)) if x.size > 1 else float("nan"),
+                     "min_prunable": float(x.min()), "max_prunable": float(x.max()), "tolerance": tolerance,
+                     "michel_et_al": MICHEL_PRUNABLE.get(task, float("nan"))})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def contrasts(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:

@@ -91,7 +91,7 @@ def plan_cells(cfg: RandomPruningConfig) -> list[Cell]:
     for task in tasks:
         for seed in cfg.seeds:
             for regime in REGIMES:
-                if regime not in cfg.regimes:
+                if regime not in cfg.regimes or (regime == "mask_then_finetune" and not cfg.finetunes(task)):
                     continue
                 for ablation in (cfg.finetune_ablations if regime == "mask_then_finetune" else cfg.ablations):
                     for f in sorted(cfg.fractions):
@@ -191,6 +191,9 @@ class RandomPruning(Study):
 
     def fingerprint(self, cfg: RandomPruningConfig, device) -> str:
         return study_fingerprint(cfg, device)
+
+    def provenance(self, ctx, cell) -> dict:
+        return glue_workbench.provenance(ctx, cell)
 
     def context(self, cfg: RandomPruningConfig, device, paths: StudyPaths) -> glue_workbench.Workbench:
         return glue_workbench.Workbench(cfg, device, paths.finetuned_cache)

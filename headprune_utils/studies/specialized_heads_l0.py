@@ -456,6 +456,9 @@ class SpecializedHeadsL0(Study):
     def fingerprint(self, cfg: SpecializedHeadsL0Config, device) -> str:
         return study_fingerprint(cfg, device)
 
+    def provenance(self, ctx, cell) -> dict:
+        return glue_workbench.provenance(ctx, cell)
+
     def context(self, cfg: SpecializedHeadsL0Config, device, paths: StudyPaths) -> Context:
         return Context(cfg, device, paths.finetuned_cache)
 

@@ -123,7 +123,7 @@ def plan_cells(cfg: ZeroShotPruningConfig) -> list[Cell]:
         eval_cost = glue_workbench.eval_cost(cfg, task)
         for seed in cfg.seeds:
             for regime in REGIMES:
-                if regime not in cfg.regimes:
+                if regime not in cfg.regimes or (regime == "mask_then_finetune" and not cfg.finetunes(task)):
                     continue
                 for ablation in (cfg.finetune_ablations if regime == "mask_then_finetune" else cfg.ablations):
                     head = {"task": task, "regime": regime, "ablation": ablation}
@@ -229,6 +229,9 @@ class ZeroShotPruning(Study):
 
     def fingerprint(self, cfg: ZeroShotPruningConfig, device) -> str:
         return study_fingerprint(cfg, device)
+
+    def provenance(self, ctx, cell) -> dict:
+        return glue_workbench.provenance(ctx, cell)
 
     def context(self, cfg: ZeroShotPruningConfig, device, paths: StudyPaths) -> Context:
         return Context(cfg, device, paths.finetuned_cache)

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.data
 def test_committed_profiles_are_valid_offline(data_root, monkeypatch):
     monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(data_root))
     # the paper profile names a hub model: checked without the model's config (offline here)
-    for profile in ("smoke", "quick"):
+    for profile in ("smoke", "quick", "standard"):
         assert run.validate_profile(profile)
     paper = load_profile("paper")
     assert set(paper) <= set(STUDIES)

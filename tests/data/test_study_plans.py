@@ -15,7 +15,7 @@ from headprune_utils.studies import NAMES, STUDIES
 pytestmark = pytest.mark.data
 
 
-@pytest.mark.parametrize("profile", ["smoke", "quick"])
+@pytest.mark.parametrize("profile", ["smoke", "quick", "standard"])
 @pytest.mark.parametrize("name", NAMES)
 def test_plan_is_consistent(name, profile, data_root, monkeypatch):
     monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(data_root))

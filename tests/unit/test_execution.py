@@ -192,3 +192,28 @@ def test_two_runners_with_different_parameters_never_mix(tmp_path):
         run_study(FakeStudy(), FakeConfig(scale=2.0), "t", paths(tmp_path))
     fps = {json.loads(p.read_text())["fingerprint"] for p in paths(tmp_path).cells.glob("*.json")}
     assert len(fps) == 1 and len(list(paths(tmp_path).cells.glob("*.json"))) == 5
+
+
+def test_a_slice_computes_the_selected_cells_and_what_they_require(tmp_path):
+    """``select`` (the runner's --where): only the matching cells and, transitively, their requirements; the rest
+    is left for a later run, which completes the study without recomputing the slice."""
+    from headprune_utils.run import parse_where, selector
+
+    study = FakeStudy()
+    table = run_study(study, FakeConfig(), "t", paths(tmp_path), select=selector(parse_where(["name=b"])))
+    assert values(table) == {"a1": 4.0, "a2": 9.0, "b": 13.0}, "b and the cells it requires, nothing else"
+    table = run_study(study, FakeConfig(), "t", paths(tmp_path), select=selector(parse_where(["name=a0", "name=a3"])))
+    assert sorted(table["name"]) == ["a0", "a1", "a2", "a3", "b"]
+    assert selector({}) is None
+    with pytest.raises(ValueError, match="AXIS=VALUE"):
+        parse_where(["seed"])
+    match = selector(parse_where(["fraction=0.5", "seed=0"]))
+    assert match({"fraction": 0.5, "seed": 0}) and not match({"fraction": 0.25, "seed": 0})
+    assert match({"kind": "roles"}), "a cell without the axis is not filtered by it"
+
+
+def test_where_needs_cells_only(capsys):
+    from headprune_utils.run import main
+
+    assert main(["--profile", "smoke", "--where", "seed=0"]) == 2
+    assert "--where is for --cells-only" in capsys.readouterr().err

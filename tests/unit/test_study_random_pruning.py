@@ -220,3 +220,23 @@ def test_mask_draws_are_averaged_within_the_model(tiny_model_dir, tiny_glue_root
     from headprune_utils.config import ParameterError
     with pytest.raises(ParameterError, match="mask_draws"):
         config(tiny_model_dir, tiny_glue_root, mask_draws=0)
+
+
+def test_finetune_tasks_limit_the_fine_tuned_regime(tiny_model_dir, tiny_glue_root):
+    from headprune_utils.config import ParameterError
+
+    cfg = config(tiny_model_dir, tiny_glue_root, finetune_tasks=["sst2"])
+    assert any(c["regime"] == "mask_then_finetune" for c in study.plan_cells(cfg))
+    assert cfg.finetunes("SST-2") and not cfg.finetunes("STS-B")
+    import dataclasses
+    other = dataclasses.replace(cfg, finetune_tasks=["STS-B"])  # (not validated: SST-2 then gets no fine-tuning)
+    cells = study.plan_cells(other)
+    assert cells and not [c for c in cells if c["regime"] == "mask_then_finetune"]
+    with pytest.raises(ParameterError, match=r"finetune_tasks \['CoLA'\] are not in tasks"):
+        config(tiny_model_dir, tiny_glue_root, finetune_tasks=["CoLA"])
+    with pytest.raises(ParameterError, match="finetune_tasks"):
+        config(tiny_model_dir, tiny_glue_root, finetune_tasks=["NOPE"])
+    # the parameter only selects cells: the fingerprint is unchanged
+    import torch
+    assert study.study_fingerprint(cfg, torch.device("cpu")) == \
+        study.study_fingerprint(config(tiny_model_dir, tiny_glue_root), torch.device("cpu"))

@@ -1,0 +1,46 @@
+"""One training under all cells of a model: each GLUE cell records the hash of the fine-tuned full model it used,
+and a study whose cells of one (task, seed) come from two trainings is refused (a resumed run on another machine)."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from headprune_utils import glue_workbench
+from headprune_utils.config import validate
+from headprune_utils.execution import MixedModelsError, check_one_model, run_study
+from headprune_utils.paths import StudyPaths
+from headprune_utils.studies import random_pruning as study
+
+
+def test_check_one_model_by_hand():
+    ok = pd.DataFrame({"task": ["A", "A", "B"], "seed": [0, 0, 0], "full_model_sha": ["x", None, "y"]})
+    check_one_model(ok, "s")
+    check_one_model(pd.DataFrame({"task": ["A"], "seed": [0]}), "s")  # older cells: no hash, nothing to check
+    bad = pd.DataFrame({"task": ["A", "A"], "seed": [1, 1], "full_model_sha": ["x", "z"]})
+    with pytest.raises(MixedModelsError, match="A seed 1.*2 different trainings"):
+        check_one_model(bad, "s")
+
+
+def test_cells_carry_the_weights_hash_and_a_mix_is_refused(tiny_model_dir, tiny_glue_root, tmp_path):
+    cfg = validate(study.RandomPruningConfig, dict(
+        model=str(tiny_model_dir), tasks=["SST-2"], fractions=[0.0, 0.5], finetune_fractions=[0.5], seeds=[0],
+        train_size=None, dev_size=None, epochs=1, batch_size=8, lr=1e-3, device="cpu", data_dir=str(tiny_glue_root),
+        allow_hub=False, progress=False, ablations=["zero"], finetune_ablations=["zero"]))
+    paths = StudyPaths(study.NAME, "t", root=tmp_path)
+    table = run_study(study.STUDY, cfg, "t", paths)
+    uses = table[(table["regime"] == "finetune_then_mask") | (table["fraction"] == 0)]
+    assert uses["full_model_sha"].notna().all() and uses["full_model_sha"].nunique() == 1
+    trained = table[(table["regime"] == "mask_then_finetune") & (table["fraction"] > 0)]
+    assert trained["full_model_sha"].isna().all(), "a masked model fine-tuned from scratch did not use the full model"
+    # the hash is the weights' (an independent recomputation from the cached checkpoint)
+    wb = glue_workbench.Workbench(cfg, __import__("torch").device("cpu"), paths.finetuned_cache)
+    assert glue_workbench.weights_sha(wb.full_model("SST-2", 0)[0]) == uses["full_model_sha"].iloc[0]
+    # a cell from "another training" of the same model: the study refuses to mix them
+    f = sorted(paths.cells.glob("*finetune_then_mask*.json"))[0]
+    rec = json.loads(f.read_text())
+    rec["result"]["full_model_sha"] = "0" * 16
+    f.write_text(json.dumps(rec))
+    with pytest.raises(MixedModelsError, match="SST-2 seed 0"):
+        run_study(study.STUDY, cfg, "t", paths)
