@@ -1,7 +1,7 @@
 # The two commands of the README:
 #   make run    creates the environment and runs every study notebook (quick profile) into outputs/
 #   make test   creates the environment and runs the tests (what .ci/run calls)
-# Options: PROFILE=smoke|quick|paper, ONLY="random_pruning ...", JOBS=1 (one study at a time; default 2 side by side), PYTHON=python3.11, HEADPRUNE_DATA_DIR=<data root>
+# Options: PROFILE=smoke|quick|standard|paper, ONLY="random_pruning ...", JOBS=1 (one study at a time; default 2 side by side), PYTHON=python3.11, HEADPRUNE_DATA_DIR=<data root>
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -41,8 +41,10 @@ test-fast: env
 bench: env
 	$(PY) benchmarks/finetune_throughput.py
 
+# JupyterLab at the repository root: notebooks/ to run, outputs/ to read the executed ones (the data root is the
+# package's default, ../shared/data beside the checkout, or HEADPRUNE_DATA_DIR, exported above for the kernels)
 lab: env
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab --notebook-dir=.
 
 clean-env:
 	rm -rf $(VENV)
