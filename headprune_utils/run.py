@@ -161,6 +161,7 @@ def execute_study(name: str, profile: str, overrides: dict, progress: bool = Tru
             pm.execute_notebook(
                 _relative(src), _relative(running), parameters=parameters,
                 kernel_name=kernel_name(), cwd=".", progress_bar=False, log_output=False,
+                kernel_manager_class=ipc_kernel_manager(),
             )
     except PapermillExecutionError as exc:
         running.replace(failed)
@@ -267,6 +268,23 @@ def longest_first(plan: dict[str, dict], profile: str) -> dict[str, dict]:
     cost = {name: recorded_seconds(name, profile) for name in plan}
     order = sorted(plan, key=lambda n: (cost[n] is not None, -(cost[n] or 0.0)))
     return {name: plan[name] for name in order}
+
+
+def ipc_kernel_manager():
+    """A kernel manager talking to its kernel over IPC sockets in the temporary folder, not TCP: no "running over
+    TCP without encryption" warning from every kernel in the terminal (nor an open local port)."""
+    import tempfile
+    import uuid
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    class IPCKernelManager(AsyncKernelManager):
+        transport = "ipc"
+
+        def _ip_default(self):  # the socket files' prefix: under the temporary folder, never the checkout
+            return os.path.join(tempfile.gettempdir(), f"headprune-kernel-{uuid.uuid4().hex[:12]}")
+
+    return IPCKernelManager
 
 
 PROGRESS_SECONDS = 60.0  # between progress lines of the studies running side by side

@@ -120,3 +120,15 @@ def test_progress_line_and_verdict_summary(tmp_path, monkeypatch, data_root):
                   "verdict": ["supported", "not testable", "supported"]}).to_csv(tables / "verdicts.csv", index=False)
     text = run.verdict_summary({name: overrides, "compensation": {}}, "smoke")
     assert "random_pruning: 1 supported, 1 not testable" in text and "compensation: no verdict table" in text
+
+
+def test_kernels_talk_over_ipc_in_the_temporary_folder():
+    """No 'running over TCP without encryption' warning in the terminal: the runner's kernels use IPC sockets,
+    whose files live in the temporary folder (never the checkout)."""
+    import tempfile
+
+    from headprune_utils.run import ipc_kernel_manager
+
+    km = ipc_kernel_manager()(kernel_name="python3")
+    assert km.transport == "ipc" and km.ip.startswith(tempfile.gettempdir())
+    assert ipc_kernel_manager()(kernel_name="python3").ip != km.ip
