@@ -229,15 +229,26 @@ def as_dict(obj) -> dict[str, Any]:
 
 
 def notebook_parameters(namespace: dict[str, Any], before: set[str],
-                        skip: tuple[str, ...] = ("profile", "executor", "ray_address")) -> dict[str, Any]:
+                        skip: tuple[str, ...] = ("profile", "executor", "ray_address"),
+                        study: str | None = None) -> dict[str, Any]:
     """The parameters a notebook received: names defined since ``before`` (its first cell's globals).
 
     ``skip``: where outputs go and how cells are executed, which change no result (not study parameters).
     Catches keys that papermill injected but the notebook does not declare (papermill only warns):
     they then reach :func:`validate` and are rejected there.
+
+    ``study``: the notebook's study. A profile file given to papermill as it is
+    (``papermill notebooks/01_random_pruning.ipynb out.ipynb -f params/smoke.yaml -p profile smoke``) injects one
+    dict per study; the notebook's own study's dict is applied (over the parameters cell) and the others' dropped.
     """
     names = set(namespace) - set(before) - set(skip)
-    return {k: namespace[k] for k in sorted(names) if not k.startswith("_") and _is_plain_data(namespace[k])}
+    params = {k: namespace[k] for k in sorted(names) if not k.startswith("_") and _is_plain_data(namespace[k])}
+    if study is not None:
+        from .studies import NAMES
+
+        sections = {k: params.pop(k) for k in list(params) if k in NAMES and isinstance(params[k], dict)}
+        params.update(sections.get(study, {}))
+    return params
 
 
 def _is_plain_data(value: Any) -> bool:
