@@ -17,7 +17,7 @@ export HEADPRUNE_DATA_DIR
 export TRANSFORMERS_VERBOSITY ?= error
 export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
 
-.PHONY: env run test test-fast bench lab clean-env
+.PHONY: env run test test-fast bench lab summary clean-env
 
 env: $(STAMP)
 
@@ -31,6 +31,10 @@ $(STAMP): pyproject.toml
 
 run: env
 	$(PY) -m headprune_utils.run --profile $(PROFILE) --jobs $(JOBS) $(if $(ONLY),--only $(ONLY),)
+
+# the cross-study summary (outputs/SUMMARY.md for quick) from the committed verdict tables; make run writes it too
+summary: env
+	$(PY) -m headprune_utils.summary --profile $(PROFILE)
 
 test: env
 	$(PY) -m pytest -q -ra

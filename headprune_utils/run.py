@@ -622,6 +622,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"all {len(plan)} studies done in {time.perf_counter() - total:.0f} s")
     print(verdict_summary(plan, args.profile))
+    from .summary import write_summary
+
+    print(f"cross-study summary: {_relative(write_summary(args.profile))}")
     return 0
 
 
