@@ -1,7 +1,7 @@
 # The two commands of the README:
 #   make run    creates the environment and runs every study notebook (quick profile) into outputs/
 #   make test   creates the environment and runs the tests (what .ci/run calls)
-# Options: PROFILE=smoke|quick|paper, ONLY="random_pruning ...", JOBS=1 (one study at a time; default 2 side by side), PYTHON=python3.11, HEADPRUNE_DATA_DIR=<data root>
+# Options: PROFILE=smoke|quick|standard|paper, ONLY="random_pruning ...", JOBS=1 (one study at a time; default 2 side by side), PYTHON=python3.11, HEADPRUNE_DATA_DIR=<data root>
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -17,7 +17,7 @@ export HEADPRUNE_DATA_DIR
 export TRANSFORMERS_VERBOSITY ?= error
 export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
 
-.PHONY: env run test test-fast bench lab clean-env
+.PHONY: env run test test-fast bench lab summary clean-env
 
 env: $(STAMP)
 
@@ -32,6 +32,10 @@ $(STAMP): pyproject.toml
 run: env
 	$(PY) -m headprune_utils.run --profile $(PROFILE) --jobs $(JOBS) $(if $(ONLY),--only $(ONLY),)
 
+# the cross-study summary (outputs/SUMMARY.md for quick) from the committed verdict tables; make run writes it too
+summary: env
+	$(PY) -m headprune_utils.summary --profile $(PROFILE)
+
 test: env
 	$(PY) -m pytest -q -ra
 
@@ -41,8 +45,10 @@ test-fast: env
 bench: env
 	$(PY) benchmarks/finetune_throughput.py
 
+# JupyterLab at the repository root: notebooks/ to run, outputs/ to read the executed ones (the data root is the
+# package's default, ../shared/data beside the checkout, or HEADPRUNE_DATA_DIR, exported above for the kernels)
 lab: env
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab --notebook-dir=.
 
 clean-env:
 	rm -rf $(VENV)

@@ -594,8 +594,16 @@ def render(table: pd.DataFrame) -> str:
 def semantics_dependence(table: pd.DataFrame) -> pd.DataFrame:
     """Does a verdict depend on the ablation semantics? One row per claim x task x setting measured under two or
     more semantics: the verdict under each (columns ``verdict_<semantics>``), the primary semantics, and
-    ``depends``: ``"yes"`` when two testable verdicts differ, ``"no"`` when at least two are testable and all
-    agree, ``"cannot tell"`` otherwise (fewer than two testable), with ``note`` saying which."""
+    ``depends``, from the testable verdicts (``not testable`` ones are left out):
+
+    - ``"flips"``: one semantics supports the claim (``supported``) and another goes against it (``not supported``
+      or ``contradicted``) — the claim's verdict depends on the intervention;
+    - ``"differs in strength"``: the verdicts differ without opposing each other (one decides, another is
+      ``inconclusive``; or ``not supported`` vs ``contradicted``);
+    - ``"no"``: at least two testable and all the same;
+    - ``"cannot tell"``: fewer than two testable;
+
+    with ``note`` listing each semantics' verdict."""
     cols = ["claim_id", "task", "setting", "primary_semantics", "depends", "note"]
     if table.empty or table["semantics"].astype(str).nunique() < 2:
         return pd.DataFrame(columns=cols)
@@ -606,10 +614,13 @@ def semantics_dependence(table: pd.DataFrame) -> pd.DataFrame:
         verdict = dict(zip(g["semantics"], g["verdict"]))
         testable = {s: v for s, v in verdict.items() if v != "not testable"}
         prim = g.loc[g["analysis"] == "primary", "semantics"]
+        sides = {+1 if v == "supported" else -1 for v in testable.values() if v != "inconclusive"}
         if len(testable) < 2:
             depends, note = "cannot tell", f"testable under {', '.join(testable) or 'none'} only"
+        elif len(sides) > 1:
+            depends, note = "flips", "; ".join(f"{s}: {v}" for s, v in testable.items())
         elif len(set(testable.values())) > 1:
-            depends, note = "yes", "; ".join(f"{s}: {v}" for s, v in testable.items())
+            depends, note = "differs in strength", "; ".join(f"{s}: {v}" for s, v in testable.items())
         else:
             depends, note = "no", f"{next(iter(testable.values()))} under {', '.join(testable)}"
         rows.append({"claim_id": cid, "task": task, "setting": setting,

@@ -229,15 +229,26 @@ def as_dict(obj) -> dict[str, Any]:
 
 
 def notebook_parameters(namespace: dict[str, Any], before: set[str],
-                        skip: tuple[str, ...] = ("profile", "executor", "ray_address")) -> dict[str, Any]:
+                        skip: tuple[str, ...] = ("profile", "executor", "ray_address"),
+                        study: str | None = None) -> dict[str, Any]:
     """The parameters a notebook received: names defined since ``before`` (its first cell's globals).
 
     ``skip``: where outputs go and how cells are executed, which change no result (not study parameters).
     Catches keys that papermill injected but the notebook does not declare (papermill only warns):
     they then reach :func:`validate` and are rejected there.
+
+    ``study``: the notebook's study. A profile file given to papermill as it is
+    (``papermill notebooks/01_random_pruning.ipynb out.ipynb -f params/smoke.yaml -p profile smoke``) injects one
+    dict per study; the notebook's own study's dict is applied (over the parameters cell) and the others' dropped.
     """
     names = set(namespace) - set(before) - set(skip)
-    return {k: namespace[k] for k in sorted(names) if not k.startswith("_") and _is_plain_data(namespace[k])}
+    params = {k: namespace[k] for k in sorted(names) if not k.startswith("_") and _is_plain_data(namespace[k])}
+    if study is not None:
+        from .studies import NAMES
+
+        sections = {k: params.pop(k) for k in list(params) if k in NAMES and isinstance(params[k], dict)}
+        params.update(sections.get(study, {}))
+    return params
 
 
 def _is_plain_data(value: Any) -> bool:
@@ -249,3 +260,35 @@ def _is_plain_data(value: Any) -> bool:
     if isinstance(value, dict):
         return all(isinstance(k, str) and _is_plain_data(v) for k, v in value.items())
     return False
+
+
+# Parameters that change nothing a run writes (display only): two runs differing only here share a folder.
+_DISPLAY_ONLY = ("progress",)
+
+
+def output_profile(study, cfg, profile: str) -> str:
+    """The outputs folder name (``outputs/<study>/<name>/``) for a run of ``study`` with ``cfg`` under ``profile``:
+    ``profile`` itself when ``params/<profile>.yaml`` exists and ``cfg`` IS that profile's configuration of the
+    study (the batch runner's case), or when no such profile file exists (a name the user chose for the run);
+    otherwise ``custom-<hash of the parameters>``, so a notebook run with changed parameters never overwrites a
+    profile's (committed) results. The choice is printed."""
+    from .results import fingerprint
+
+    if not profile_path(profile).exists():
+        return profile
+    # the profile's configuration: the defaults overlaid with its overrides (not validated again: a hub model of
+    # the paper profile need not be reachable to tell that these parameters are not its)
+    theirs = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+              for f in dataclasses.fields(study.Config)}
+    theirs.update(load_profile(profile).get(study.name, {}))
+    mine = as_dict(cfg)
+    for k in _DISPLAY_ONLY:
+        mine.pop(k, None)
+        theirs.pop(k, None)
+    if mine == theirs:
+        return profile
+    changed = sorted(k for k in mine if mine[k] != theirs.get(k))
+    name = f"custom-{fingerprint(mine)[:8]}"
+    print(f"These parameters are not profile {profile!r}'s (changed: {', '.join(changed)}): the outputs go to "
+          f"outputs/{study.name}/{name}/, and outputs/{study.name}/{profile}/ is left untouched.")
+    return name

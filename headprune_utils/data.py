@@ -204,8 +204,23 @@ class TaskData:
         return len(self.text_a)
 
 
+def default_data_dir() -> Path | None:
+    """``../shared/data`` beside the checkout (the project's layout: the data root the Makefile uses), when this
+    package runs from a checkout and that folder holds ``glue/``; else None. So papermill, JupyterLab or a script
+    started outside ``make`` read the same local data instead of waiting on the hub."""
+    from .paths import PACKAGE_DIR
+
+    checkout = PACKAGE_DIR.parent
+    if not ((checkout / "pyproject.toml").is_file() and (checkout / "notebooks").is_dir()):
+        return None
+    candidate = checkout.parent / "shared" / "data"
+    return candidate if (candidate / "glue").is_dir() else None
+
+
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path | None:
-    """Return the local data root: ``data_dir``, else ``$HEADPRUNE_DATA_DIR``, else None.
+    """Return the local data root: ``data_dir``, else ``$HEADPRUNE_DATA_DIR``, else :func:`default_data_dir`
+    (``../shared/data`` beside the checkout), else None. ``HEADPRUNE_DATA_DIR=none`` means no local data (the hub
+    only).
 
     Raises:
         DataUnavailableError: a root was given (argument or environment) but is not
@@ -214,9 +229,11 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path | None:
     if data_dir is not None:
         origin, raw = "data_dir argument", os.fspath(data_dir)
     elif os.environ.get(ENV_DATA_DIR):  # an empty variable counts as unset
+        if os.environ[ENV_DATA_DIR].strip().lower() == "none":
+            return None
         origin, raw = f"environment variable {ENV_DATA_DIR}", os.environ[ENV_DATA_DIR]
     else:
-        return None
+        return default_data_dir()
     root = Path(raw).expanduser()
     if not root.is_dir():
         raise DataUnavailableError(
@@ -383,6 +400,44 @@ def offline_var() -> str | None:
     return None
 
 
+_HUB_REACHABLE: dict[str, bool] = {}  # host -> answered (checked once per process)
+HUB_PROBE_SECONDS = 3.0
+
+
+def hub_blocked() -> str | None:
+    """Why the Hugging Face hub cannot be used now, in words, or None when it may be tried.
+
+    An offline variable (``HF_HUB_OFFLINE``, ``HF_DATASETS_OFFLINE``, ...) switched on; else no TCP connection to
+    the hub's host (``HF_ENDPOINT``, default huggingface.co) on port 443 within :data:`HUB_PROBE_SECONDS`
+    (name lookup included; checked once per process). So a machine without a network fails at once with the
+    clear message instead of after the hub clients' 30-45 s of retries."""
+    var = offline_var()
+    if var is not None:
+        return f"offline mode is on ({var} is set)"
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    if host not in _HUB_REACHABLE:
+        ok: list[bool] = []
+
+        def probe() -> None:
+            try:
+                socket.create_connection((host, 443), timeout=HUB_PROBE_SECONDS).close()
+                ok.append(True)
+            except OSError:
+                pass
+
+        t = threading.Thread(target=probe, daemon=True)  # a name lookup can outlast the connect timeout
+        t.start()
+        t.join(HUB_PROBE_SECONDS + 0.5)
+        _HUB_REACHABLE[host] = bool(ok)
+    if _HUB_REACHABLE[host]:
+        return None
+    return f"the hub ({host}) cannot be reached from this machine (no connection within {HUB_PROBE_SECONDS:g} s)"
+
+
 def _load_hub(spec: TaskSpec, split: str) -> TaskData:
     """Load from the hub; lets every exception propagate (the caller wraps it)."""
     from datasets import load_dataset  # imported lazily: slow, and only needed here
@@ -440,11 +495,11 @@ def load_task(
 
     hub_split = _hub_split(spec, split)
     hub_name = f"{HUB_DATASET} (config {spec.hub_config!r}, split {hub_split!r})"
-    offline = offline_var()
+    blocked = hub_blocked() if allow_hub else None
     if not allow_hub:
         hub_note = f"hub dataset {hub_name} not tried (allow_hub=False)"
-    elif offline is not None:
-        hub_note = f"hub dataset {hub_name} not tried: offline mode is on ({offline} is set)"
+    elif blocked is not None:
+        hub_note = f"hub dataset {hub_name} not tried: {blocked}"
     else:
         try:
             return _load_hub(spec, split)

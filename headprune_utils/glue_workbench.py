@@ -62,7 +62,7 @@ class GlueStudyConfig:
     freeze_word_embeddings: bool = True         # quick profile: fewer trainable parameters, faster on a CPU
     eval_every_epoch: bool = False              # dev scores after every epoch (history); the final score is always measured
     device: str = "auto"                        # "auto" (CUDA when present), "cpu", "cuda"
-    data_dir: str | None = None                 # GLUE root; None: $HEADPRUNE_DATA_DIR, else the hub
+    data_dir: str | None = None                 # GLUE root; None: $HEADPRUNE_DATA_DIR, else ../shared/data beside the checkout, else the hub
     allow_hub: bool = True                      # fall back to the Hugging Face hub for missing tasks
     progress: bool = True
 
@@ -123,12 +123,12 @@ class GlueStudyConfig:
             return
         avail = data.task_availability([data.get_task(t).name for t in self.tasks], self.data_dir)
         gone = [f"{t} {s}" for t, v in avail.items() for s, ok in v.items() if not ok]
-        offline = data.offline_var()
         if gone and not self.allow_hub:
             raise ParameterError(f"tasks: no local data for {', '.join(gone)} and allow_hub is false")
-        if gone and offline and not models.is_planning():
+        blocked = data.hub_blocked() if gone and not models.is_planning() else None
+        if blocked:
             raise ParameterError(f"tasks: no local data for {', '.join(gone)}, and the hub cannot be used: "
-                                 f"offline mode ({offline}) is on. Set HEADPRUNE_DATA_DIR (or data_dir) to a "
+                                 f"{blocked}. Set HEADPRUNE_DATA_DIR (or data_dir) to a "
                                  "folder holding glue/<TASK>/, or go online")
 
     def head_shape(self) -> tuple[int, int]:

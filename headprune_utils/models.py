@@ -60,11 +60,12 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
 
 
-def _hub_error(name: str, exc: Exception) -> ModelUnavailableError:
+def _hub_error(name: str, exc: Exception, blocked: str | None = None) -> ModelUnavailableError:
+    why = f" ({blocked}; nor is it in the local cache)" if blocked else \
+        (" (HF_HUB_OFFLINE is set)" if _offline() else " (no internet?)")
     return ModelUnavailableError(
         f"could not load model {name!r}: it is neither an embedded model ({', '.join(EMBEDDED_MODELS)}) "
-        f"nor a local folder, and the Hugging Face hub could not provide it"
-        f"{' (HF_HUB_OFFLINE is set)' if _offline() else ' (no internet?)'}.\n"
+        f"nor a local folder, and the Hugging Face hub could not provide it{why}.\n"
         f"To get it: connect to the internet once (it is then cached under $HF_HOME), or download it "
         f"elsewhere with `hf download {name} --local-dir <folder>` and pass model='<folder>'. "
         f"For offline work use model='minilm'.\nOriginal error: {type(exc).__name__}: {exc}"
@@ -74,10 +75,17 @@ def _hub_error(name: str, exc: Exception) -> ModelUnavailableError:
 def _from_pretrained(auto_class, name: str, **kwargs):
     """``auto_class.from_pretrained`` for ``name``, failing with :class:`ModelUnavailableError`."""
     source = resolve_model_source(name)
+    blocked = None
+    if source == name:  # a hub id: without a network, only the local cache (at once, not after retries)
+        from .data import hub_blocked
+
+        blocked = hub_blocked()
+        if blocked:
+            kwargs.setdefault("local_files_only", True)
     try:
         return auto_class.from_pretrained(source, **kwargs)
     except OSError as exc:
-        raise _hub_error(name, exc) from exc
+        raise _hub_error(name, exc, blocked) from exc
 
 
 # Architectures of hub models, for PLANNING offline (``run --plan``): shapes only; weights always come from the hub.

@@ -28,7 +28,7 @@ from scipy import stats as sps
 
 from . import stats
 
-__all__ = ["Contrast", "LOCATION_CONTRASTS", "paired_by_strategy", "identical_masks", "unit_contrast_table",
+__all__ = ["Contrast", "LOCATION_CONTRASTS", "paired_by_strategy", "identical_masks", "unit_contrast_table", "unit_summary",
            "per_ablation", "contrast_table", "contrast_verdict"]
 
 PAIR_COLUMNS = ["task", "regime", "budget", "seed", "diff"]
@@ -213,3 +213,18 @@ def contrast_verdict(expect: str, r, margin: float, alpha: float) -> str:
     if r.mean_diff < 0 and significant:
         return "contradicted (significantly worse)"
     return f"inconclusive (CI reaches below -{margin:g})"
+
+
+def unit_summary(d: pd.DataFrame, keys: list[str], unit: list[str], value: str = "diff",
+                 confidence: float = 0.95) -> pd.DataFrame:
+    """Per group of ``keys``: the values averaged within each unit (``unit`` columns, e.g. the fine-tuned model's
+    task and seed), then the mean over units with a t-interval (``n_units - 1`` degrees of freedom; NaN bounds from
+    one unit). Columns: ``keys``, n_pairs (rows), n_units, mean_diff, ci_low, ci_high. Several rows of one unit
+    (lambdas or budgets of one model) are never treated as replicates."""
+    rows = []
+    for k, g in d.groupby(keys, sort=False):
+        per = g.groupby(unit)[value].mean().to_numpy(dtype=float)
+        mean, lo, hi = stats.t_interval(per, confidence)
+        rows.append({**dict(zip(keys, k if isinstance(k, tuple) else (k,))), "n_pairs": len(g), "n_units": per.size,
+                     "mean_diff": mean, "ci_low": lo, "ci_high": hi})
+    return pd.DataFrame(rows, columns=[*keys, "n_pairs", "n_units", "mean_diff", "ci_low", "ci_high"])

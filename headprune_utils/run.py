@@ -161,6 +161,7 @@ def execute_study(name: str, profile: str, overrides: dict, progress: bool = Tru
             pm.execute_notebook(
                 _relative(src), _relative(running), parameters=parameters,
                 kernel_name=kernel_name(), cwd=".", progress_bar=False, log_output=False,
+                kernel_manager_class=ipc_kernel_manager(),
             )
     except PapermillExecutionError as exc:
         running.replace(failed)
@@ -269,6 +270,69 @@ def longest_first(plan: dict[str, dict], profile: str) -> dict[str, dict]:
     return {name: plan[name] for name in order}
 
 
+def ipc_kernel_manager():
+    """A kernel manager talking to its kernel over IPC sockets in the temporary folder, not TCP: no "running over
+    TCP without encryption" warning from every kernel in the terminal (nor an open local port)."""
+    import tempfile
+    import uuid
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    class IPCKernelManager(AsyncKernelManager):
+        transport = "ipc"
+
+        def _ip_default(self):  # the socket files' prefix: under the temporary folder, never the checkout
+            return os.path.join(tempfile.gettempdir(), f"headprune-kernel-{uuid.uuid4().hex[:12]}")
+
+    return IPCKernelManager
+
+
+PROGRESS_SECONDS = 60.0  # between progress lines of the studies running side by side
+
+
+def progress_line(name: str, profile: str, overrides: dict, elapsed: float) -> str:
+    """``"  random_pruning: 40/84 cells stored, 3 min 10 s elapsed, about 4 min left"`` (the rate of this run's
+    newly stored cells; no estimate before the first one). The planned cells are counted once per study."""
+    from .results import cell_key
+
+    if name not in _PLANNED:
+        from .config import validate
+
+        study = STUDIES[name]
+        cfg = validate(study.Config, {**overrides, "progress": False})
+        cells_dir = StudyPaths(name, profile, staged=False).cells
+        keys = {cell_key(dict(c.axes)) for c in study.plan(cfg)}
+        _PLANNED[name] = (keys, cells_dir, sum((cells_dir / f"{k}.json").exists() for k in keys))
+    keys, cells_dir, at_start = _PLANNED[name]
+    stored = sum((cells_dir / f"{k}.json").exists() for k in keys)
+    new, left = stored - at_start, len(keys) - stored
+    mins = lambda t: f"{int(t // 60)} min {int(t % 60):02d} s"  # noqa: E731
+    eta = f", about {mins(left * elapsed / new)} left" if new > 0 and left > 0 else ""
+    return f"  {name}: {stored}/{len(keys)} cells stored, {mins(elapsed)} elapsed{eta}"
+
+
+_PLANNED: dict[str, tuple[set, Path, int]] = {}
+
+
+def verdict_summary(plan: dict[str, dict], profile: str) -> str:
+    """Where each study's executed notebook and verdicts are, and how many verdicts of each word it holds."""
+    import pandas as pd
+
+    lines = ["verdicts (primary analysis; tables/verdicts.csv of each study):"]
+    for name in plan:
+        paths = StudyPaths(name, profile, staged=False)
+        f = paths.tables / "verdicts.csv"
+        if not f.exists():
+            lines.append(f"  {name}: no verdict table")
+            continue
+        v = pd.read_csv(f)
+        if "analysis" in v.columns:
+            v = v[v["analysis"] == "primary"]
+        counts = ", ".join(f"{n} {w}" for w, n in v["verdict"].value_counts().items())
+        lines.append(f"  {name}: {counts or 'none'} -> {_relative(paths.dir)}/")
+    return "\n".join(lines)
+
+
 def run_side_by_side(plan: dict[str, dict], profile: str, jobs: int) -> bool:
     """Run the studies of ``plan`` in up to ``jobs`` kernels at once, in plan order; True when all succeed.
 
@@ -276,7 +340,8 @@ def run_side_by_side(plan: dict[str, dict], profile: str, jobs: int) -> bool:
     CPU one thread per study side by side does more work per second than one study on every core, and a
     thread pool shared with another busy process stalls. The caches the studies share (fine-tuned models,
     masked fine-tunings) are filled under file locks, so a model needed by two studies is trained once.
-    After a failure no further study starts; those running finish. Progress: a line per start and end.
+    After a failure no further study starts; those running finish. Progress: a line per start and end, and every
+    ``PROGRESS_SECONDS`` one line per running study (:func:`progress_line`).
     """
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
@@ -288,6 +353,7 @@ def run_side_by_side(plan: dict[str, dict], profile: str, jobs: int) -> bool:
     os.chdir(project_root())  # once for all: execute_study's own chdir is then the same for every thread
     queue = list(plan.items())
     running: dict = {}
+    started: dict[str, float] = {}
     failed = False
     try:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -296,9 +362,13 @@ def run_side_by_side(plan: dict[str, dict], profile: str, jobs: int) -> bool:
                     name, overrides = queue.pop(0)
                     print(f"start {name} ({profile}) -> {_relative(StudyPaths(name, profile).dir)}", flush=True)
                     running[pool.submit(execute_study, name, profile, overrides, False)] = name
+                    started[name] = time.perf_counter()
                 if not running:
                     break
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                done, _ = wait(running, timeout=PROGRESS_SECONDS, return_when=FIRST_COMPLETED)
+                if not done:
+                    for name in running.values():
+                        print(progress_line(name, profile, plan[name], time.perf_counter() - started[name]), flush=True)
                 for future in done:
                     name = running.pop(future)
                     try:
@@ -551,6 +621,10 @@ def main(argv: list[str] | None = None) -> int:
     elif not run_side_by_side(plan, args.profile, args.jobs):
         return 1
     print(f"all {len(plan)} studies done in {time.perf_counter() - total:.0f} s")
+    print(verdict_summary(plan, args.profile))
+    from .summary import write_summary
+
+    print(f"cross-study summary: {_relative(write_summary(args.profile))}")
     return 0
 
 

@@ -32,7 +32,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .data import ENV_DATA_DIR, DataUnavailableError, offline_var, resolve_data_dir, subset_indices
+from .data import ENV_DATA_DIR, DataUnavailableError, hub_blocked, resolve_data_dir, subset_indices
 
 __all__ = ["CORPORA", "SPLITS", "CorpusSpec", "ParallelData", "load_parallel", "subset_pairs", "local_available"]
 
@@ -250,13 +250,13 @@ def load_parallel(
             loaded = _load_local(spec, split, root)
 
     if loaded is None:
-        offline = offline_var()
+        blocked = hub_blocked() if spec.hub is not None and allow_hub else None
         if spec.hub is None:
             hub_note = "no hub copy of this corpus"
         elif not allow_hub:
             hub_note = f"hub dataset {spec.hub[0]} not tried (allow_hub=False)"
-        elif offline is not None:
-            hub_note = f"hub dataset {spec.hub[0]} not tried: offline mode is on ({offline} is set)"
+        elif blocked is not None:
+            hub_note = f"hub dataset {spec.hub[0]} not tried: {blocked}"
         else:
             try:
                 loaded = _load_hub(spec, split)

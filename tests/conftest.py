@@ -27,6 +27,18 @@ def shared_data_root() -> Path | None:
     return None
 
 
+@pytest.fixture(autouse=True)
+def _no_default_data_dir(request, monkeypatch):
+    """Tests decide where data comes from: the package's default (../shared/data beside the checkout) is off
+    unless a test is marked ``uses_default_data_dir``; the hub probe never touches the network (a test that
+    simulates a reachable hub patches ``data.hub_blocked``)."""
+    from headprune_utils import data
+
+    if "uses_default_data_dir" not in request.keywords:
+        monkeypatch.setattr(data, "default_data_dir", lambda: None)
+    monkeypatch.setattr(data, "_HUB_REACHABLE", {"huggingface.co": False})
+
+
 @pytest.fixture(scope="session")
 def data_root() -> Path:
     root = shared_data_root()

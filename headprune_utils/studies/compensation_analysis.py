@@ -185,24 +185,24 @@ def _layer_controlled(heads: pd.DataFrame) -> pd.DataFrame:
 
 
 def pooled(tests: pd.DataFrame, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
-    """Descriptive, per ablation x strategy x budget x measure over tasks and seeds (the runs): mean excess dispersion, mean
-    shift, the between/within-layer variance parts, and the mean correlations (raw and layer-controlled) with a
-    bootstrap CI and a sign-flip p; the runs' ``excess_p`` combined by Fisher's method (``excess_fisher_p``).
-    The verdicts are :func:`verdicts` (per task first, unit = model, t-intervals), not these pooled numbers."""
+    """Descriptive only, per ablation x strategy x budget x measure over tasks and seeds (the runs): the mean and SD
+    over runs of the excess dispersion, the mean shift, the between/within-layer variance parts and the
+    correlations (raw and layer-controlled). No interval or p here: the runs of one task share their reference
+    (unpruned) models, so they are not independent replicates, and tasks are not pooled raw. The tests are
+    :func:`verdicts` (per task first, unit = model, t-intervals). (``confidence`` and ``seed`` are kept for callers
+    and unused.)"""
     rows = []
     for (ablation, strategy, budget, measure), g in tests.groupby(["ablation", "strategy", "budget", "measure"]):
         row = {"ablation": ablation, "strategy": strategy, "budget": budget, "measure": measure, "n_runs": len(g),
                "dispersion_kind": g["dispersion_kind"].iloc[0], "mean_dispersion": float(g["dispersion"].mean()),
-               "mean_dispersion_noise": float(g["dispersion_noise"].mean()),
-               "excess_fisher_p": float(sps.combine_pvalues(g["excess_p"].to_numpy(dtype=float), method="fisher").pvalue)}
+               "mean_dispersion_noise": float(g["dispersion_noise"].mean())}
         for col in ("var_between_layers", "var_within_layers", "var_between_layers_noise", "var_within_layers_noise"):
             row[f"mean_{col}"] = float(g[col].mean())
         for col in ("excess_dispersion", "mean_shift", "rho_pruned_in_layer", "rho_pruned_adjacent",
                     "rho_lc_pruned_in_layer", "rho_lc_pruned_adjacent"):
             v = g[col].dropna().to_numpy(dtype=float)
-            lo, hi = stats.bootstrap_ci(v, confidence, seed=seed) if len(v) > 1 else (np.nan, np.nan)
-            row.update({col: float(v.mean()) if len(v) else np.nan, f"{col}_ci_low": lo, f"{col}_ci_high": hi,
-                        f"{col}_p": stats.sign_flip_test(v, seed=seed) if len(v) else np.nan})
+            row.update({col: float(v.mean()) if len(v) else np.nan,
+                        f"{col}_sd": float(v.std(ddof=1)) if len(v) > 1 else np.nan})
         rows.append(row)
     return pd.DataFrame(rows)
 

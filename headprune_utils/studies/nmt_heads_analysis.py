@@ -333,24 +333,31 @@ def l0_by_type(curve: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
 
 def l0_contrasts(curve: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Paired BLEU differences ``L0 - random`` (masks that prune something and keep something) and ``L0 - full``
-    (every cell), per (setting, lambda), per setting (``lam = "all"``) and pooled (``setting = "pooled"``)."""
-    rows = []
+    (every cell), per (setting, lambda), per setting over lambdas (``lam = "all"``) and over settings
+    (``setting = "pooled"``), each with a t-interval over the trained models (model seeds, the unit; several
+    lambdas or settings of one model are averaged within it first; one model: no interval). Descriptive: the tests
+    are the verdicts. (``n_boot`` and ``seed`` are kept for callers and unused.)"""
+    from ..paired_contrasts import unit_summary
+
+    parts = []
     for name, a, b in (("L0 - random", "bleu_l0", "bleu_random_mean"), ("L0 - full", "bleu_l0", "bleu_full")):
         c = curve if name == "L0 - full" else curve[(curve["n_kept"] > 0) & (curve["n_kept"] < curve["n_heads_total"])]
-        d = c.assign(diff=c[a] - c[b])
-        groups = [((s, l), g) for (s, l), g in d.groupby(["setting", "lam"])]
-        groups += [((s, "all"), g) for s, g in d.groupby("setting")] + [(("pooled", "all"), d)]
-        for (setting, lam), g in groups:
-            x = g["diff"].to_numpy(dtype=float)
-            if len(x) == 0:
-                continue
-            one = "n/a (one pair, no interval)"
-            lo, hi = stats.bootstrap_ci(x, confidence, n_boot, seed) if len(x) > 1 else (one, one)
-            rows.append({"contrast": name, "setting": setting, "lam": lam, "n_pairs": len(x),
-                         "mean_kept": float(g["n_kept"].mean()), "n_heads_total": int(g["n_heads_total"].max()),
-                         "mean_diff": float(x.mean()), "boot_ci_low": lo, "boot_ci_high": hi,
-                         "sign_flip_p": stats.sign_flip_test(x, seed=seed)})
-    return pd.DataFrame(rows)
+        d = c.assign(diff=c[a] - c[b], lam_all="all", pooled="pooled")
+        if d.empty:
+            continue
+        per = unit_summary(d, ["setting", "lam"], ["model_seed"], confidence=confidence)
+        over = unit_summary(d, ["setting", "lam_all"], ["model_seed"], confidence=confidence).rename(columns={"lam_all": "lam"})
+        pool = unit_summary(d, ["pooled", "lam_all"], ["model_seed"], confidence=confidence).rename(
+            columns={"pooled": "setting", "lam_all": "lam"})
+        kept = {**{(s, l): g["n_kept"].mean() for (s, l), g in d.groupby(["setting", "lam"])},
+                **{(s, "all"): g["n_kept"].mean() for s, g in d.groupby("setting")}, ("pooled", "all"): d["n_kept"].mean()}
+        total = {**{s: int(g["n_heads_total"].max()) for s, g in d.groupby("setting")}, "pooled": int(d["n_heads_total"].max())}
+        both = pd.concat([per, over, pool], ignore_index=True)
+        both["mean_kept"] = [float(kept[(s, l)]) for s, l in zip(both["setting"], both["lam"])]
+        both["n_heads_total"] = [total[s] for s in both["setting"]]
+        parts.append(both.assign(contrast=name))
+    cols = ["contrast", "setting", "lam", "n_pairs", "n_units", "mean_kept", "n_heads_total", "mean_diff", "ci_low", "ci_high"]
+    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
 
 def type_prunability(by_type: pd.DataFrame) -> pd.DataFrame:

@@ -13,7 +13,7 @@ from typing import Literal
 from .. import masks, strategies
 from ..architecture import SEQ2SEQ_KINDS
 from ..config import ParameterError
-from ..data import DataUnavailableError, offline_var, resolve_data_dir
+from ..data import DataUnavailableError, hub_blocked, resolve_data_dir
 from ..translation import NMTTrainConfig
 from ..translation_data import CORPORA, corpus_fingerprint, local_available
 from ..models import is_planning
@@ -32,7 +32,7 @@ class NMTHeadsConfig:
     # data
     corpus: str = "multi30k"                    # translation_data.CORPORA: multi30k | newstest-en-ru | wmt14-en-de | wmt14-en-ru
     direction: str | None = None                # "en-de"-style; None: English -> the other language
-    data_dir: str | None = None                 # local data root; None: $HEADPRUNE_DATA_DIR, else the hub
+    data_dir: str | None = None                 # local data root; None: $HEADPRUNE_DATA_DIR, else ../shared/data beside the checkout, else the hub
     allow_hub: bool = True                      # fall back to the Hugging Face hub for splits missing locally
     train_size: int | None = None               # training pairs (None: all; Multi30k has 29,000)
     dev_size: int | None = 500                  # dev pairs (early stopping, roles, importance, L0 gates never see test)
@@ -229,10 +229,10 @@ class NMTHeadsConfig:
         spec = CORPORA[self.corpus]
         missing = [s for s in ("train", "dev", "test") if not local_available(self.corpus, s, self.data_dir)]
         if missing and not is_planning():  # planning (run --plan) sizes the job without the data
-            offline = offline_var()
-            if spec.hub is None or not self.allow_hub or offline:
+            blocked = hub_blocked() if spec.hub is not None and self.allow_hub else None
+            if spec.hub is None or not self.allow_hub or blocked:
                 why = ("no hub copy" if spec.hub is None else "allow_hub is false" if not self.allow_hub
-                       else f"offline mode ({offline}) is on")
+                       else blocked)
                 local = [f"{folder}/{stem}.{{{a},{b}}}[.gz]" for s in missing for folder, stem, (a, b) in spec.local.get(s, [])]
                 fixes = [f"set HEADPRUNE_DATA_DIR (or data_dir) to a folder holding {', '.join(local)}"] if local else []
                 if spec.hub is not None:

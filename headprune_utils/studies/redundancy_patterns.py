@@ -123,9 +123,9 @@ class RedundancyPatternsConfig(glue_workbench.GlueStudyConfig):
         if self.probe_tasks != ["all"]:
             avail = data.task_availability([data.get_task(t).name for t in self.probe_tasks], self.data_dir)
             gone = [t for t, v in avail.items() if not v["dev"]]
-            offline = data.offline_var()
-            if gone and (not self.allow_hub or offline):
-                why = "allow_hub is false" if not self.allow_hub else f"offline mode ({offline}) is on"
+            blocked = data.hub_blocked() if gone and self.allow_hub else None
+            if gone and (not self.allow_hub or blocked):
+                why = "allow_hub is false" if not self.allow_hub else blocked
                 raise ParameterError(f"probe_tasks: no local dev data for {', '.join(gone)} and {why}")
         n_layers, n_heads = self.head_shape()
         if self.k_max > n_layers * n_heads - 1:

@@ -142,28 +142,29 @@ CONTRASTS = (("L0 - random", "score_l0", "score_random_mean"), ("L0 - importance
 
 
 def curve_contrasts(curve: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Paired differences per (task, lambda), per task over lambdas (``lam="all"``) and pooled (``task="all"``).
+    """Paired differences per (task, lambda) and per task over lambdas (``lam="all"``: each model's mean over its
+    lambdas first), with t-intervals over the fine-tuned models (task x seed, the unit); tasks are not pooled (their
+    metrics differ). Against the baselines only masks that prune something and keep something count (else every
+    mask is the same); ``L0 - full`` uses every cell. Descriptive: the tests are the verdicts. (``n_boot`` and
+    ``seed`` are kept for callers and unused.)"""
+    from ..paired_contrasts import unit_summary
 
-    Against the baselines only masks that prune something and keep something count (else every mask is the
-    same); ``L0 - full`` uses every cell. Mean difference, percentile-bootstrap CI, exact/random sign-flip p.
-    """
-    rows = []
+    parts = []
     for name, a, b in CONTRASTS:
         c = curve if name == "L0 - full" else curve[(curve["n_kept"] > 0) & (curve["n_kept"] < curve["n_heads_total"])]
-        d = c.assign(diff=c[a] - c[b])
-        groups = [((t, l), g) for (t, l), g in d.groupby(["task", "lam"])]
-        groups += [((t, "all"), g) for t, g in d.groupby("task")] + [(("all", "all"), d)]
-        for (task, lam), g in groups:
-            x = g["diff"].to_numpy(dtype=float)
-            if len(x) == 0:
-                continue
-            lo, hi = stats.bootstrap_ci(x, confidence, n_boot, seed) if len(x) > 1 else (np.nan, np.nan)
-            rows.append({"contrast": name, "task": task, "lam": lam, "n_pairs": len(x), "mean_kept": float(g["n_kept"].mean()),
-                         "n_heads_total": int(g["n_heads_total"].max()),
-                         "mean_diff": float(x.mean()), "boot_ci_low": lo, "boot_ci_high": hi,
-                         "sign_flip_p": stats.sign_flip_test(x, seed=seed)})
-    return pd.DataFrame(rows)
-
+        d = c.assign(diff=c[a] - c[b], lam_all="all")
+        if d.empty:
+            continue
+        kept = d.groupby(["task", "lam"])["n_kept"].mean().rename("mean_kept")
+        total = d.groupby("task")["n_heads_total"].max().rename("n_heads_total")
+        per = unit_summary(d, ["task", "lam"], ["task", "seed"], confidence=confidence).merge(
+            kept.reset_index(), on=["task", "lam"])
+        over = unit_summary(d, ["task", "lam_all"], ["task", "seed"], confidence=confidence).rename(columns={"lam_all": "lam"})
+        over = over.merge(d.groupby("task")["n_kept"].mean().rename("mean_kept").reset_index(), on="task")
+        both = pd.concat([per, over], ignore_index=True).merge(total.reset_index(), on="task")
+        parts.append(both.assign(contrast=name))
+    cols = ["contrast", "task", "lam", "n_pairs", "n_units", "mean_kept", "n_heads_total", "mean_diff", "ci_low", "ci_high"]
+    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
 
 # ---------------------------------------------------------------------------------------------- survival

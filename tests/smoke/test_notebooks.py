@@ -169,3 +169,32 @@ def test_outputs_are_swapped_in_only_when_the_whole_notebook_succeeds(tmp_path, 
         assert not (final / "tables" / "old.csv").exists(), "the tables folder is replaced whole"
         assert json.loads((final / "metrics.json").read_text())["n"] == 2
         assert not (final.parent / "smoke.staging").exists()
+
+
+def test_papermill_with_the_profile_file_as_users_run_it(tmp_path, data_root, monkeypatch):
+    """`papermill notebooks/01_random_pruning.ipynb out.ipynb -f params/smoke.yaml -p profile smoke`: the file's
+    section for the notebook's study is applied, the other sections ignored, the outputs land in the profile's
+    folder; a changed parameter lands in a custom-<hash> folder instead."""
+    import papermill as pm
+    import yaml
+
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "outputs"))
+    monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(data_root))
+    params = {**yaml.safe_load((repo / "params" / "smoke.yaml").read_text()), "profile": "smoke"}
+    out = tmp_path / "run.ipynb"
+    pm.execute_notebook(str(repo / "notebooks" / "01_random_pruning.ipynb"), str(out), parameters=params,
+                        kernel_name=run.kernel_name(), cwd=str(repo), progress_bar=False, log_output=False,
+                        kernel_manager_class=run.ipc_kernel_manager())
+    folder = tmp_path / "outputs" / "random_pruning" / "smoke"
+    assert (folder / "tables" / "verdicts.csv").exists()
+    from headprune_utils.config import validate
+
+    planned = STUDIES["random_pruning"].plan(validate(STUDIES["random_pruning"].Config, params["random_pruning"]))
+    assert json.loads((folder / "metrics.json").read_text())["n_cells"] == len(planned), "the smoke section applied"
+    pm.execute_notebook(str(repo / "notebooks" / "01_random_pruning.ipynb"), str(out),
+                        parameters={**params, "tolerance": 0.05}, kernel_name=run.kernel_name(), cwd=str(repo),
+                        progress_bar=False, log_output=False, kernel_manager_class=run.ipc_kernel_manager())
+    custom = [p.name for p in (tmp_path / "outputs" / "random_pruning").iterdir() if p.name.startswith("custom-")]
+    assert len(custom) == 1 and "is left untouched" in "".join(
+        o.get("text", "") for c in nbformat.read(out, 4).cells for o in c.get("outputs", []))

@@ -161,7 +161,7 @@ def test_semantics_dependence_reports_a_flip(cfg):
     v = study.verdicts(two_semantics(excess=(0.3, 0.3)), cfg)
     dep = claims.semantics_dependence(v)
     r = dep[(dep["claim_id"] == "budhraja.compensation_spread") & (dep["task"] == "all (A, B)")].iloc[0]
-    assert r["depends"] == "yes" and r["primary_semantics"] == "uniform"
+    assert r["depends"] == "flips" and r["primary_semantics"] == "uniform"
     assert r["verdict_uniform"] == "supported" and r["verdict_zero"] == "contradicted"
     same = claims.semantics_dependence(study.verdicts(two_semantics(), cfg))
     assert (same.loc[same["claim_id"] == "budhraja.compensation_spread", "depends"] == "no").all()

@@ -176,5 +176,5 @@ def test_sensitivity_semantics_are_decided_apart_and_flag_a_flip():
     assert u["verdict"] == "supported" and z["verdict"] == "not testable", (u["reason"], z["reason"])
     dep = claims.semantics_dependence(v).set_index(["claim_id", "task", "setting"])
     row = dep.loc[(RETRAIN, "SST-2", "50% of heads pruned at random")]
-    assert row["depends"] == "yes" and row["primary_semantics"] == "uniform"
+    assert row["depends"] == "flips" and row["primary_semantics"] == "uniform"
     assert row["verdict_uniform"] == "supported" and row["verdict_zero"] == "contradicted"

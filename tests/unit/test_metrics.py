@@ -49,9 +49,12 @@ def offline(monkeypatch):
 
 @pytest.fixture
 def online(monkeypatch):
+    from headprune_utils import data
+
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HEADPRUNE_DATA_DIR", raising=False)
+    monkeypatch.setattr(data, "_HUB_REACHABLE", {"huggingface.co": True})  # a reachable hub, without the network
 
 
 # --------------------------------------------------------------------------- metrics

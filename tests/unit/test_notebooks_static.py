@@ -21,8 +21,8 @@ def test_notebook_is_clean_and_parameters_match_defaults(name):
     source = "".join(params[0]["source"])
     values = {}
     for node in ast.parse(source).body:
-        assert isinstance(node, ast.Assign), "the parameters cell holds assignments only"
-        values[node.targets[0].id] = ast.literal_eval(node.value)
+        assert isinstance(node, ast.AnnAssign), "the parameters cell holds annotated assignments only (name: type = value)"
+        values[node.target.id] = ast.literal_eval(node.value)
     assert values.pop("profile") == "quick"
     assert values.pop("executor", "local") == "local" and values.pop("ray_address", None) is None
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())

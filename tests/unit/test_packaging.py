@@ -21,3 +21,26 @@ def test_environment_yml_matches_pyproject():
     got = {_name(r): r.replace(" ", "") for r in pip if not r.startswith("-e")}
     assert got == wanted
     assert wanted["torch"] == "torch==2.13.0"
+
+
+def test_console_command_license_and_citation():
+    """`headprune` is the batch runner (the same function as python -m headprune_utils.run); the project says its
+    license and how to cite it and the papers it tests."""
+    import tomllib
+
+    root = REPO
+    meta = tomllib.loads((root / "pyproject.toml").read_text())
+    assert meta["project"]["scripts"]["headprune"] == "headprune_utils.run:main"
+    from headprune_utils import run
+
+    assert callable(run.main)
+    assert meta["project"]["license"] == {"text": "Apache-2.0"}
+    assert "Apache License" in (root / "LICENSE").read_text() and "Version 2.0" in (root / "LICENSE").read_text()
+    import yaml
+
+    cff = yaml.safe_load((root / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and cff["license"] == "Apache-2.0"
+    titles = " ".join(r["title"] for r in cff["references"])
+    for paper in ("weak link between importance and prunability", "Specialized Heads Do the Heavy Lifting",
+                  "On Attention Redundancy"):
+        assert paper in titles

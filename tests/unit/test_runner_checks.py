@@ -86,3 +86,49 @@ def test_check_reads_the_task_data(tiny_model_dir, tmp_path, monkeypatch, capsys
     err = capsys.readouterr().err
     assert "SST-2/dev" in err and "not UTF-8" in err
     shutil.rmtree(tmp_path / "data")
+
+
+def test_progress_line_and_verdict_summary(tmp_path, monkeypatch, data_root):
+    """Side by side, each running study gets a line with its stored/planned cells and an estimate; the batch
+    ends with each study's verdict counts and where its outputs are."""
+    import pandas as pd
+
+    from headprune_utils import run
+    from headprune_utils.config import load_profile, validate
+    from headprune_utils.paths import StudyPaths
+    from headprune_utils.results import cell_key
+    from headprune_utils.studies import STUDIES
+
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "outputs"))
+    monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(data_root))
+    monkeypatch.setattr(run, "_PLANNED", {})
+    name = "random_pruning"
+    overrides = load_profile("smoke")[name]
+    cells = STUDIES[name].plan(validate(STUDIES[name].Config, overrides))
+    cdir = StudyPaths(name, "smoke", staged=False).cells
+    cdir.mkdir(parents=True)
+    (cdir / f"{cell_key(dict(cells[0].axes))}.json").write_text("{}")
+    first = run.progress_line(name, "smoke", overrides, 10.0)
+    assert f"1/{len(cells)} cells stored" in first and "left" not in first, "no estimate before a new cell"
+    for c in cells[1:3]:
+        (cdir / f"{cell_key(dict(c.axes))}.json").write_text("{}")
+    line = run.progress_line(name, "smoke", overrides, 60.0)
+    assert f"3/{len(cells)} cells stored" in line and "1 min 00 s elapsed" in line and "left" in line
+    tables = StudyPaths(name, "smoke", staged=False).tables
+    tables.mkdir(parents=True)
+    pd.DataFrame({"analysis": ["primary", "primary", "sensitivity"],
+                  "verdict": ["supported", "not testable", "supported"]}).to_csv(tables / "verdicts.csv", index=False)
+    text = run.verdict_summary({name: overrides, "compensation": {}}, "smoke")
+    assert "random_pruning: 1 supported, 1 not testable" in text and "compensation: no verdict table" in text
+
+
+def test_kernels_talk_over_ipc_in_the_temporary_folder():
+    """No 'running over TCP without encryption' warning in the terminal: the runner's kernels use IPC sockets,
+    whose files live in the temporary folder (never the checkout)."""
+    import tempfile
+
+    from headprune_utils.run import ipc_kernel_manager
+
+    km = ipc_kernel_manager()(kernel_name="python3")
+    assert km.transport == "ipc" and km.ip.startswith(tempfile.gettempdir())
+    assert ipc_kernel_manager()(kernel_name="python3").ip != km.ip

@@ -48,12 +48,16 @@ def test_semantics_dependence_yes_no_cannot_tell():
         _row("b", "uniform", 0.01, "supported"), _row("b", "zero", 0.01, "supported"),              # same
         _row("c", "uniform", np.nan, "not testable", 0), _row("c", "zero", 0.01, "supported"),       # one testable
         _row("d", "uniform", 0.01, "supported"),                                                    # one semantics
+        _row("e", "uniform", 0.01, "supported"), _row("e", "zero", 0.5, "inconclusive"),            # strength only
+        _row("f", "uniform", 0.01, "contradicted"), _row("f", "zero", 0.5, "not supported"),        # both against
     ])
     t["analysis"] = np.where(t["semantics"] == "uniform", "primary", "sensitivity")
     dep = claims.semantics_dependence(t).set_index("claim_id")
-    assert dep.loc["a", "depends"] == "yes" and "zero: not supported" in dep.loc["a", "note"]
+    assert dep.loc["a", "depends"] == "flips" and "zero: not supported" in dep.loc["a", "note"]
     assert dep.loc["b", "depends"] == "no"
     assert dep.loc["c", "depends"] == "cannot tell"
+    assert dep.loc["e", "depends"] == "differs in strength"
+    assert dep.loc["f", "depends"] == "differs in strength", "not supported vs contradicted: no flip"
     assert "d" not in dep.index
     assert (dep["primary_semantics"] == "uniform").all()
     assert dep.loc["a", "verdict_zero"] == "not supported"

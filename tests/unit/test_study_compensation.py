@@ -134,8 +134,8 @@ def test_equal_spread_is_told_from_a_concentrated_one():
     e = even.set_index("measure").loc["weight_change"]
     c = conc.set_index("measure").loc["weight_change"]
     assert abs(e["excess_dispersion"]) < 0.05
-    assert c["excess_dispersion"] > 0.2 and c["excess_dispersion_ci_low"] > 0
-    assert e["excess_fisher_p"] > 0.05 and e["excess_dispersion_ci_low"] < 0 < e["excess_dispersion_ci_high"]
+    assert c["excess_dispersion"] > 0.2 and c["excess_dispersion"] > 2 * c["excess_dispersion_sd"] / np.sqrt(c["n_runs"])
+    assert not [k for k in e.index if k.endswith("_p") or "fisher" in k or "_ci_" in k], "descriptive: no p, no interval"
     assert e["mean_shift"] == pytest.approx(np.log(1.5), abs=0.05)  # the kept heads changed 1.5x as much
 
 

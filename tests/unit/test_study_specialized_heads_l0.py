@@ -346,11 +346,17 @@ def test_curve_contrasts():
                              "score_full": 0.9 + 0.001 * seed, "chance": 0.5, "metric": "accuracy"})
     curve = pd.DataFrame(rows)
     c = study.curve_contrasts(curve)
-    pooled = c[(c["task"] == "all") & (c["lam"] == "all")].set_index("contrast")
+    assert not (c["task"] == "all").any(), "tasks are not pooled raw"
+    over = c[(c["task"] == "A") & (c["lam"] == "all")].set_index("contrast")
     # only masks that prune something: the 12-head rows are left out of the baseline contrasts
-    assert pooled.loc["L0 - random", "n_pairs"] == 2 * 4 * 2
-    assert pooled.loc["L0 - random", "mean_diff"] == pytest.approx(np.mean([0.195, -0.1]) + 0.0015)
-    assert pooled.loc["L0 - full", "n_pairs"] == 2 * 4 * 3
+    assert over.loc["L0 - random", "n_pairs"] == 4 * 2 and over.loc["L0 - random", "n_units"] == 4
+    assert over.loc["L0 - random", "mean_diff"] == pytest.approx(np.mean([0.195, -0.1]) + 0.0015)
+    # by hand: each seed's mean over its two lambdas, then a t-interval over the 4 seeds
+    from scipy import stats as sps
+    x = np.array([np.mean([0.195, -0.1]) + 0.001 * s for s in range(4)])
+    half = sps.t.ppf(0.975, 3) * x.std(ddof=1) / 2
+    assert over.loc["L0 - random", "ci_low"] == pytest.approx(x.mean() - half)
+    assert over.loc["L0 - full", "n_pairs"] == 4 * 3
     per = c[(c["contrast"] == "L0 - full") & (c["task"] == "A") & (c["lam"] == 0.01)].iloc[0]
     assert per["mean_diff"] == pytest.approx(-0.005) and per["mean_kept"] == 5
 
