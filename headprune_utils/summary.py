@@ -35,6 +35,11 @@ def _fmt(x) -> str:
     return "n/a" if x is None or pd.isna(x) else f"{x:+.3g}"
 
 
+def _where(task, setting) -> str:
+    """``"task, setting"`` without the parts that are empty (a missing setting reads nothing, never "nan")."""
+    return ", ".join(str(x) for x in (task, setting) if isinstance(x, str) and x.strip())
+
+
 def claim_rows(profile: str) -> pd.DataFrame:
     """One row per claim of every study with a verdict table under ``profile`` (columns: study, claim_id, paper,
     claim, semantics, verdicts, decided, flips, scale, notebook)."""
@@ -52,7 +57,7 @@ def claim_rows(profile: str) -> pd.DataFrame:
             counts = g["verdict"].value_counts()
             verdicts = ", ".join(f"{int(counts[w])} {w}" for w in claims.VERDICTS if w in counts)
             decided = "; ".join(
-                f"{r.task}, {r.setting}: **{r.verdict}** ({_fmt(r.effect)} [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}])"
+                f"{_where(r.task, r.setting)}: **{r.verdict}** ({_fmt(r.effect)} [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}])"
                 for r in g.itertuples() if r.verdict in DECIDED)
             d = dep[dep["claim_id"] == cid]
             flips = "; ".join(f"{r.task}: {r.note}" for r in d.itertuples() if r.depends in ("flips", "yes"))

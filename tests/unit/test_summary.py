@@ -23,13 +23,15 @@ def test_summary_from_verdict_tables(tmp_path, monkeypatch):
     pd.DataFrame([_row("random_pruning", "a.x", "SST-2", "supported", "uniform", "primary"),
                   _row("random_pruning", "a.x", "STS-B", "not testable", "uniform", "primary", None),
                   _row("random_pruning", "a.x", "SST-2", "not supported", "zero", "sensitivity"),
-                  _row("random_pruning", "b.y", "SST-2", "inconclusive", "uniform", "primary")],
+                  _row("random_pruning", "b.y", "SST-2", "inconclusive", "uniform", "primary"),
+                  {**_row("random_pruning", "c.z", "all (A, B)", "supported", "zero", "primary"), "setting": ""}],
                  columns=list(claims.COLUMNS)).to_csv(t / "verdicts.csv", index=False)
     pd.DataFrame([{"claim_id": "a.x", "task": "SST-2", "setting": "s", "primary_semantics": "uniform",
                    "depends": "flips", "note": "uniform: supported; zero: not supported"}]).to_csv(
         t / "semantics_dependence.csv", index=False)
     rows = summary.claim_rows("quick").set_index("claim_id")
-    assert list(rows.index) == ["a.x", "b.y"], "one row per claim; studies without tables are left out"
+    assert list(rows.index) == ["a.x", "b.y", "c.z"], "one row per claim; studies without tables are left out"
+    assert rows.loc["c.z", "decided"].startswith("all (A, B): **supported**"), "an empty setting reads nothing"
     assert rows.loc["a.x", "verdicts"] == "1 supported, 1 not testable"  # the sensitivity row is not counted
     assert "SST-2, s: **supported** (+0.1 [+0, +0.2])" in rows.loc["a.x", "decided"]
     assert rows.loc["a.x", "flips"].startswith("SST-2: uniform: supported") and rows.loc["b.y", "flips"] == "no"
@@ -37,5 +39,5 @@ def test_summary_from_verdict_tables(tmp_path, monkeypatch):
     path = summary.write_summary("quick")
     text = path.read_text()
     assert path == tmp_path / "SUMMARY.md" and "nan" not in text.lower()
-    assert "[random_pruning](random_pruning/quick/random_pruning.ipynb)" in text and "2 claims in 1 studies" in text
+    assert "[random_pruning](random_pruning/quick/random_pruning.ipynb)" in text and "3 claims in 1 studies" in text
     assert summary.summary_path("standard").name == "SUMMARY-standard.md"
