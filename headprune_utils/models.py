@@ -79,7 +79,8 @@ def _from_pretrained(auto_class, name: str, **kwargs):
     if source == name:  # a hub id: without a network, only the local cache (at once, not after retries)
         from .data import hub_blocked
 
-        blocked = hub_blocked()
+        # the variable that governs models first (HF_HUB_OFFLINE), then the data's, then the network probe
+        blocked = "offline mode is on (HF_HUB_OFFLINE is set)" if _offline() else hub_blocked()
         if blocked:
             kwargs.setdefault("local_files_only", True)
     try:

@@ -357,7 +357,7 @@ STUDY_CASES = [
     case("relations-empty-nm", NM, {"relations": []}, ["relations"]),
     # --- the model
     case("model-folder-missing", RP, {"model": "/nonexistent/model_dir"}, ["/nonexistent/model_dir"], exc=MODEL_ERRORS),
-    case("model-hub-id-offline", LS, {"model": "no-such-model-xyz"}, ["no-such-model-xyz", "offline mode is on"],
+    case("model-hub-id-offline", LS, {"model": "no-such-model-xyz"}, ["no-such-model-xyz", "HF_HUB_OFFLINE"],
          exc=MODEL_ERRORS),
     case("model-folder-without-config", ZS, {"model": "@empty_dir@"}, ["@empty_dir@", "model"], exc=MODEL_ERRORS),
     # --- the device
