@@ -186,22 +186,9 @@ def entropy(
 def confidence_entropy(model: nn.Module, batches: Iterable[Batch],
                        special_ids: Iterable[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`confidence` and :func:`entropy` (float32 ``[L, H]`` each, special tokens excluded as queries) from
-    ONE forward per batch."""
-    conf = ent = None
-    n_total = 0
-    for batch in batches:
-        maps = attention_maps(model, batch)
-        q = query_mask(batch["attention_mask"], batch["input_ids"], True, special_ids)
-        n = int(q.sum())
-        if not n:
-            continue
-        c = confidence_from_maps(maps, q).double() * n
-        e = entropy_from_maps(maps, q).double() * n
-        conf, ent = (c, e) if conf is None else (conf + c, ent + e)
-        n_total += n
-    if not n_total:
-        raise ValueError("no query tokens in the batches")
-    return (conf / n_total).to(torch.float32), (ent / n_total).to(torch.float32)
+    ONE forward per batch (:func:`attention_scores`' two every-key scores)."""
+    scores = attention_scores(model, batches, special_ids)
+    return scores["confidence"], scores["entropy"]
 
 
 def attention_scores(model: nn.Module, batches: Iterable[Batch],
