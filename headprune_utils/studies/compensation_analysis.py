@@ -184,13 +184,12 @@ def _layer_controlled(heads: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def pooled(tests: pd.DataFrame, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
+def pooled(tests: pd.DataFrame) -> pd.DataFrame:
     """Descriptive only, per ablation x strategy x budget x measure over tasks and seeds (the runs): the mean and SD
     over runs of the excess dispersion, the mean shift, the between/within-layer variance parts and the
     correlations (raw and layer-controlled). No interval or p here: the runs of one task share their reference
     (unpruned) models, so they are not independent replicates, and tasks are not pooled raw. The tests are
-    :func:`verdicts` (per task first, unit = model, t-intervals). (``confidence`` and ``seed`` are kept for callers
-    and unused.)"""
+    :func:`verdicts` (per task first, unit = model, t-intervals)."""
     rows = []
     for (ablation, strategy, budget, measure), g in tests.groupby(["ablation", "strategy", "budget", "measure"]):
         row = {"ablation": ablation, "strategy": strategy, "budget": budget, "measure": measure, "n_runs": len(g),

@@ -331,12 +331,12 @@ def l0_by_type(curve: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def l0_contrasts(curve: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+def l0_contrasts(curve: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """Paired BLEU differences ``L0 - random`` (masks that prune something and keep something) and ``L0 - full``
     (every cell), per (setting, lambda), per setting over lambdas (``lam = "all"``) and over settings
     (``setting = "pooled"``), each with a t-interval over the trained models (model seeds, the unit; several
     lambdas or settings of one model are averaged within it first; one model: no interval). Descriptive: the tests
-    are the verdicts. (``n_boot`` and ``seed`` are kept for callers and unused.)"""
+    are the verdicts."""
     from ..paired_contrasts import unit_summary
 
     parts = []

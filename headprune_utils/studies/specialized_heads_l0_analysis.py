@@ -141,12 +141,11 @@ CONTRASTS = (("L0 - random", "score_l0", "score_random_mean"), ("L0 - importance
              ("importance - random", "score_importance", "score_random_mean"), ("L0 - full", "score_l0", "score_full"))
 
 
-def curve_contrasts(curve: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+def curve_contrasts(curve: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """Paired differences per (task, lambda) and per task over lambdas (``lam="all"``: each model's mean over its
     lambdas first), with t-intervals over the fine-tuned models (task x seed, the unit); tasks are not pooled (their
     metrics differ). Against the baselines only masks that prune something and keep something count (else every
-    mask is the same); ``L0 - full`` uses every cell. Descriptive: the tests are the verdicts. (``n_boot`` and
-    ``seed`` are kept for callers and unused.)"""
+    mask is the same); ``L0 - full`` uses every cell. Descriptive: the tests are the verdicts."""
     from ..paired_contrasts import unit_summary
 
     parts = []
