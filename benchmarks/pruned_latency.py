@@ -87,6 +87,31 @@ def time_forward(model, batch: int, seq: int, warmup: int, repeats: int, vocab: 
     return statistics.median(times)
 
 
+def time_train_step(model, batch: int, seq: int, warmup: int, repeats: int, vocab: int) -> float:
+    """Median seconds of one fine-tuning step (forward in train mode with dropout, a 2-way classifier on the first
+    token, cross-entropy, backward, fused AdamW step, zeroed gradients) with the word embeddings frozen, as the
+    studies fine-tune (``freeze_word_embeddings``)."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, vocab - 1, (batch, seq), generator=g)
+    am = torch.ones_like(ids)
+    labels = torch.randint(0, 2, (batch,), generator=g)
+    model = copy.deepcopy(model).train()
+    model.get_input_embeddings().weight.requires_grad_(False)
+    head = torch.nn.Linear(model.config.hidden_size, 2)
+    params = [p for p in model.parameters() if p.requires_grad] + list(head.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-5, fused=True)
+    times = []
+    for i in range(warmup + repeats):
+        t0 = time.perf_counter()
+        logits = head(model(input_ids=ids, attention_mask=am).last_hidden_state[:, 0])
+        torch.nn.functional.cross_entropy(logits, labels).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def ideal_speedup(shape: costs.Shape, mask: torch.Tensor, seq: int) -> float:
     """Forward FLOPs unpruned / pruned: each layer's attention part scales with its kept heads."""
     full = pruned = 0.0
@@ -104,6 +129,11 @@ def main(argv=None) -> int:
     p.add_argument("--batches", nargs="+", type=int, default=[1, 32])
     p.add_argument("--lengths", nargs="+", type=int, default=[32, 128])
     p.add_argument("--layers", action="store_true", default=True, help="also prune whole top layers at 50%%")
+    p.add_argument("--train", action="store_true",
+                   help="also time fine-tuning steps of the pruned models (batch --train-batch, each length): the "
+                        "speed-up of training a physically pruned model (mask-then-fine-tune under zero) against the "
+                        "FLOP ratio")
+    p.add_argument("--train-batch", type=int, default=32)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--threads", type=int, default=None)
@@ -125,7 +155,7 @@ def main(argv=None) -> int:
         if args.layers and 0.5 in args.fractions:
             n = masks.n_pruned_for_fraction(0.5, shape.n_layers, shape.n_heads)
             variants.append((0.5, "layers", layer_mask(shape.n_layers, shape.n_heads, n)))
-        reference: dict[tuple[int, int], float] = {}
+        reference: dict[tuple, float] = {}
         for f, how, mask in variants:
             model = copy.deepcopy(base)
             if f > 0:
@@ -137,12 +167,27 @@ def main(argv=None) -> int:
                         reference[(b, s)] = sec
                     speed = reference[(b, s)] / sec
                     ideal = ideal_speedup(shape, mask, s)
-                    row = dict(model=name, fraction=f, how=how, batch=b, seq=s, ms=1000 * sec, seq_per_s=b / sec,
+                    row = dict(model=name, mode="forward", fraction=f, how=how, batch=b, seq=s, ms=1000 * sec, seq_per_s=b / sec,
                                speedup=speed, ideal=ideal, share_of_ideal=(speed - 1) / (ideal - 1) if ideal > 1 else None)
                     rows.append(row)
                     share = f"{100 * row['share_of_ideal']:.0f}%" if row["share_of_ideal"] is not None else "-"
                     print(f"{name:<10}{100 * f:>7.0f}%{how:>8}{b:>6}{s:>5}{1000 * sec:>10.1f}{b / sec:>9.1f}"
                           f"{speed:>9.2f}x{ideal:>6.2f}x{share:>9}", flush=True)
+            if args.train:
+                b = args.train_batch
+                for s in args.lengths:
+                    sec = time_train_step(model, b, s, args.warmup, args.repeats, cfg.vocab_size)
+                    if f == 0:
+                        reference[("train", b, s)] = sec
+                    speed = reference[("train", b, s)] / sec
+                    ideal = ideal_speedup(shape, mask, s)  # training FLOPs are 3x the forward's, pruned or not
+                    row = dict(model=name, mode="train", fraction=f, how=how, batch=b, seq=s, ms=1000 * sec,
+                               seq_per_s=b / sec, speedup=speed, ideal=ideal,
+                               share_of_ideal=(speed - 1) / (ideal - 1) if ideal > 1 else None)
+                    rows.append(row)
+                    share = f"{100 * row['share_of_ideal']:.0f}%" if row["share_of_ideal"] is not None else "-"
+                    print(f"{name:<10}{100 * f:>7.0f}%{how:>8}{b:>6}{s:>5}{1000 * sec:>10.1f}{b / sec:>9.1f}"
+                          f"{speed:>9.2f}x{ideal:>6.2f}x{share:>9}  train step", flush=True)
             del model
     print("% ideal = (speed-up - 1) / (ideal - 1): the share of the FLOP saving that became time.")
     if args.out:

@@ -35,6 +35,11 @@ KV cache: at every decoding step the hook scales the new positions' contexts. Ab
 
 Gates may require grad: the hooks are differentiable in ``g`` (gradient importance, L0 gates).
 Hooks are removed when the ``with`` block ends, also on error.
+
+Precision: the hooks cast the gates (and ``means``) to the dtype of the activations they scale, so under bf16
+autocast (``precision``) the gated contexts stay bfloat16 and a gate of 0 still zeroes its head exactly (gates
+between 0 and 1 are rounded to bfloat16's 8-bit mantissa there); float32 activations see the float32 gates
+unchanged. Gradients flow back through the cast to float32 gates.
 """
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from .metrics import compute_metrics, main_score
 from .pruning import prune_heads
 from . import paths
 from .caches import cached
+from .precision import training_key
 from .results import atomic_write_json, fingerprint
 
 EVAL_BATCH = 32  # forward-only batches; on a CPU larger ones are no faster
@@ -243,6 +244,7 @@ def result_params(cfg: GlueStudyConfig, device: torch.device, version: int, drop
     if d.get("validation_size", 0) is None:  # as in training_fingerprint
         d.pop("validation_size")
     d["device_type"] = torch.device(device).type
+    d.update(training_key(device))  # bf16 training on CUDA; nothing on the CPU
     d["data_source"] = "local" if data.resolve_data_dir(cfg.data_dir) is not None else "hub"
     d["data"] = data_fingerprints(cfg)
     d["results_version"] = version
@@ -269,6 +271,7 @@ def training_fingerprint(cfg: GlueStudyConfig, device: torch.device, task: str |
     if cfg.validation_size is not None:  # absent when None: the models cached before it existed stay valid
         d["validation_size"] = cfg.validation_size
     d["device_type"] = torch.device(device).type
+    d.update(training_key(device))  # bf16 training on CUDA; nothing on the CPU
     d["data_source"] = "local" if data.resolve_data_dir(cfg.data_dir) is not None else "hub"
     if task is not None:
         d["train_data"] = data.split_fingerprint(task, "train", cfg.data_dir)

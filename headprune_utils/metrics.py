@@ -1,18 +1,19 @@
-"""Official GLUE metrics, implemented with numpy only.
+"""Official GLUE metrics: scikit-learn's and scipy's implementations behind one calling convention
+(``metric(predictions, labels)``, Python floats in natural units).
 
-They are written out here (rather than calling scikit-learn/scipy) so the unit
-tests can check them against those libraries as independent references.
+All values are in natural units: accuracy and F1 in [0, 1], Matthews and correlations in [-1, 1]. Edge cases:
 
-All values are in natural units: accuracy and F1 in [0, 1], Matthews and
-correlations in [-1, 1].  Edge cases follow scikit-learn/scipy:
+* Matthews correlation is 0.0 when it is undefined (constant predictions or labels), as scikit-learn.
+* F1 (positive class 1) is 0.0 when there are no positive predictions (``zero_division=0``).
+* Pearson/Spearman are NaN when either input is constant (or has < 2 values, or contains NaN): a correlation with
+  a constant is undefined. scipy warns there; here the NaN is the answer, without the warning.
 
-* Matthews correlation is 0.0 when it is undefined (constant predictions or labels).
-* F1 (positive class 1) is 0.0 when there are no positive predictions.
-* Pearson/Spearman are NaN when either input is constant (or has < 2 values,
-  or contains NaN): a correlation with a constant is undefined.
+The unit tests check them against independent numpy computations of the same formulas and hand-worked examples.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
@@ -31,75 +32,48 @@ __all__ = [
 
 def accuracy(predictions: np.ndarray, labels: np.ndarray) -> float:
     """Fraction of exact matches, in [0, 1]."""
-    return float(np.mean(predictions == labels))
+    from sklearn.metrics import accuracy_score
+
+    return float(accuracy_score(labels, predictions))
 
 
 def f1_binary(predictions: np.ndarray, labels: np.ndarray) -> float:
     """F1 of the positive class 1, in [0, 1]; 0.0 when it is undefined."""
-    tp = np.sum((predictions == 1) & (labels == 1))
-    fp = np.sum((predictions == 1) & (labels != 1))
-    fn = np.sum((predictions != 1) & (labels == 1))
-    denom = 2 * tp + fp + fn  # F1 = 2PR/(P+R) = 2tp / (2tp + fp + fn)
-    return float(2 * tp / denom) if denom > 0 else 0.0
+    from sklearn.metrics import f1_score
+
+    return float(f1_score(labels, predictions, pos_label=1, average="binary", labels=[0, 1], zero_division=0.0))
 
 
 def matthews_corrcoef(predictions: np.ndarray, labels: np.ndarray) -> float:
-    """Matthews correlation (multiclass form, as scikit-learn), in [-1, 1].
+    """Matthews correlation (multiclass form), in [-1, 1]; 0.0 when the denominator is zero (e.g. constant
+    predictions)."""
+    from sklearn.metrics import matthews_corrcoef as mcc
 
-    Returns 0.0 when the denominator is zero (e.g. constant predictions).
-    """
-    classes, inv = np.unique(np.concatenate([labels, predictions]), return_inverse=True)
-    k, n = len(classes), len(labels)
-    y_true, y_pred = inv[:n], inv[n:]
-    conf = np.zeros((k, k), dtype=np.float64)  # float: products overflow int64 on big sets
-    np.add.at(conf, (y_true, y_pred), 1.0)
-    t = conf.sum(axis=1)  # true count per class
-    p = conf.sum(axis=0)  # predicted count per class
-    c, s = np.trace(conf), conf.sum()
-    cov_tp = c * s - t @ p
-    cov_pp = s * s - p @ p
-    cov_tt = s * s - t @ t
-    denom = cov_tt * cov_pp
-    if denom == 0:
-        return 0.0
-    return float(cov_tp / np.sqrt(denom))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # 0/0: scikit-learn returns 0.0
+        return float(mcc(labels, predictions))
+
+
+def _correlation(kind: str, x: np.ndarray, y: np.ndarray) -> float:
+    from scipy import stats
+
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if len(x) < 2 or np.isnan(x).any() or np.isnan(y).any() or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    r = stats.pearsonr(x, y)[0] if kind == "pearson" else stats.spearmanr(x, y)[0]
+    return float(np.clip(r, -1.0, 1.0))
 
 
 def pearson(x: np.ndarray, y: np.ndarray) -> float:
-    """Pearson correlation in [-1, 1]; NaN if either input is constant."""
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    if len(x) < 2 or np.isnan(x).any() or np.isnan(y).any():
-        return float("nan")
-    dx, dy = x - x.mean(), y - y.mean()
-    sxx, syy = dx @ dx, dy @ dy
-    if sxx == 0 or syy == 0:
-        return float("nan")
-    # clip: rounding can push |r| a hair above 1 for perfectly linear data
-    return float(np.clip((dx @ dy) / np.sqrt(sxx * syy), -1.0, 1.0))
-
-
-def _rank_average(x: np.ndarray) -> np.ndarray:
-    """1-based ranks, ties get their average rank (scipy.stats.rankdata 'average')."""
-    order = np.argsort(x, kind="mergesort")
-    xs = x[order]
-    new_group = np.r_[True, xs[1:] != xs[:-1]]
-    group = np.cumsum(new_group) - 1
-    starts = np.flatnonzero(new_group)
-    counts = np.diff(np.r_[starts, len(x)])
-    avg = starts + (counts + 1) / 2.0  # mean of ranks start+1 .. start+count
-    ranks = np.empty(len(x), dtype=np.float64)
-    ranks[order] = avg[group]
-    return ranks
+    """Pearson correlation in [-1, 1]; NaN if either input is constant (scipy.stats.pearsonr)."""
+    return _correlation("pearson", x, y)
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman rank correlation (Pearson of average ranks); NaN if either is constant."""
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    if len(x) < 2 or np.isnan(x).any() or np.isnan(y).any():
-        return float("nan")
-    return pearson(_rank_average(x), _rank_average(y))
+    """Spearman rank correlation (Pearson of average ranks) in [-1, 1]; NaN if either is constant
+    (scipy.stats.spearmanr)."""
+    return _correlation("spearman", x, y)
 
 
 _METRIC_FUNCS = {

@@ -13,6 +13,8 @@ Layout, for a study ``S`` run with profile ``P``::
     outputs/S/P/cache/           a study's own model caches (not committed)
     outputs/_finetuned/P/        fine-tuned unpruned models shared by every study of profile P (not committed)
     outputs/_nmt/P/              trained translation models (+ tokenizer, meta, evaluations) of profile P (not committed)
+    outputs/report/              the static HTML report (``make report``): index.html, P/index.html, P/S.html
+    outputs/SUMMARY.md           the cross-study findings table of the quick profile (SUMMARY-P.md for others)
 
 The root is ``$HEADPRUNE_OUTPUT_DIR`` when set, else ``outputs/`` of the project checkout (the
 folder holding ``pyproject.toml`` above this package), else ``./outputs``.
@@ -40,6 +42,11 @@ def project_root() -> Path:
 def outputs_root() -> Path:
     env = os.environ.get("HEADPRUNE_OUTPUT_DIR")
     return Path(env) if env else project_root() / "outputs"
+
+
+def report_dir() -> Path:
+    """The static HTML report's root (``outputs/report/``)."""
+    return outputs_root() / "report"
 
 
 def notebooks_dir() -> Path:

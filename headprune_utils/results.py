@@ -95,6 +95,37 @@ def _jsonable(obj):
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+FLOATS_TAG = "float32_base64"  # a packed float array in a result record: {FLOATS_TAG: "...", "n": count}
+
+
+def pack_floats(values) -> dict:
+    """A 1-D float array as a compact record field: float32, little-endian, base64 (about a quarter of the size of
+    the same numbers as indented JSON; 7 significant digits). Non-finite values are an error, not a result."""
+    import base64
+
+    import numpy as np
+
+    a = np.asarray(values, dtype="<f4").ravel()
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"non-finite values in a result array ({int((~np.isfinite(a)).sum())} of {a.size})")
+    return {FLOATS_TAG: base64.b64encode(a.tobytes()).decode("ascii"), "n": int(a.size)}
+
+
+def unpack_floats(field):
+    """The float64 array of a :func:`pack_floats` field; a plain list (cells written before packing) as it is.
+    Raises ``ValueError`` when the stored count does not match the bytes (a truncated or edited field)."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(field, dict) and FLOATS_TAG in field:
+        a = np.frombuffer(base64.b64decode(field[FLOATS_TAG], validate=True), dtype="<f4")
+        if a.size != field.get("n"):
+            raise ValueError(f"a packed array holds {a.size} values, its record says {field.get('n')}")
+        return a.astype(np.float64)
+    return np.asarray(field, dtype=np.float64)
+
+
 def fingerprint(params: dict) -> str:
     """A short hash of the parameters that change results."""
     text = json.dumps(params, sort_keys=True, default=_jsonable)

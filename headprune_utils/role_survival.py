@@ -35,12 +35,14 @@ from . import survival
 from .masks import mask_from_string
 
 __all__ = [
-    "ROLE_NAMES", "VOITA_FRACTION", "role_table", "role_mask", "role_counts", "role_stability", "majority_role",
+    "ROLE_NAMES", "VOITA_FRACTION", "NOT_POSITIONAL", "NOT_SYNTACTIC", "role_table", "role_mask", "role_counts",
+    "role_stability", "majority_role",
     "role_map_data", "survival_heads", "survival_with_roles", "survival_tests", "survival_auc_per_model",
     "survival_map_data", "random_keeps", "roles_at_budget",
 ]
 
 ROLE_NAMES: tuple[str, ...] = ("positional", "syntactic", "rare-word")
+NOT_POSITIONAL, NOT_SYNTACTIC = "n/a (not positional)", "n/a (not syntactic)"  # role_table's text for "none"
 VOITA_FRACTION = 17 / 48  # Voita et al.: "with 17 (of 48 encoder) heads kept, every head function is present"
 
 
@@ -58,9 +60,10 @@ def role_table(table: pd.DataFrame, positional_threshold: float = 0.9, syntactic
     """One row per (source, seed, layer, head): the raw measurements and the roles they give.
 
     ``source`` is ``"pretrained"`` (seed -1) or the task of a fine-tuned model. Columns: prev, next, positional,
-    positional_dir; syn_gain (best accuracy - baseline over relations and directions with instances),
-    syn_relations (relations it qualifies for, comma-separated), syntactic; rare_share, rare_chance, rare_p,
-    rare; n_roles, specialized, role (the single role, "several", or "other").
+    positional_dir ("prev"/"next"; ``NOT_POSITIONAL`` for other heads); syn_gain (best accuracy - baseline over
+    relations and directions with instances), syn_relations (relations it qualifies for, comma-separated;
+    ``NOT_SYNTACTIC`` for none), syntactic; rare_share, rare_chance, rare_p, rare; n_roles, specialized, role (the
+    single role, "several", or "other"). No text column is ever empty (an empty CSV cell reads back as NaN).
     """
     rows = []
     for r in table[table["kind"].isin(["roles", "scores"])].itertuples():
@@ -86,8 +89,9 @@ def role_table(table: pd.DataFrame, positional_threshold: float = 0.9, syntactic
                 role = "other" if n == 0 else ("several" if n > 1 else next(k for k, v in flags.items() if v))
                 rows.append({"source": source, "task": source, "seed": seed, "layer": layer, "head": head,
                              "prev": prev[layer, head], "next": nxt[layer, head], "positional": pos,
-                             "positional_dir": ("prev" if prev[layer, head] >= nxt[layer, head] else "next") if pos else "",
-                             "syn_gain": float(best.get((layer, head), np.nan)), "syn_relations": syn_rel,
+                             "positional_dir": ("prev" if prev[layer, head] >= nxt[layer, head] else "next") if pos
+                             else NOT_POSITIONAL,
+                             "syn_gain": float(best.get((layer, head), np.nan)), "syn_relations": syn_rel or NOT_SYNTACTIC,
                              "syntactic": flags["syntactic"], "rare_share": share[layer, head],
                              "rare_chance": roles["rare_chance"], "rare_p": p[layer, head], "rare": rare,
                              "n_roles": n, "specialized": n > 0, "role": role})
@@ -100,17 +104,19 @@ def role_mask(roles: pd.DataFrame, role: str) -> pd.Series:
 
 
 def role_counts(roles: pd.DataFrame, relations: list[str] | None = None) -> pd.DataFrame:
-    """Per model (source, seed): heads per role, per syntactic relation, and the layers of the rare-word heads."""
+    """Per model (source, seed): heads per role, per syntactic relation, and the layers of the rare-word and the
+    positional heads (comma-separated; ``"n/a (no rare-word head)"`` etc. when there is none, never empty)."""
     rows = []
     for (source, seed), g in roles.groupby(["source", "seed"], sort=False):
         row = {"source": source, "seed": seed, "n_heads": len(g)}
         for role in (*ROLE_NAMES, "specialized"):
             row[f"n_{role}"] = int(role_mask(g, role).sum())
-        rel_count: Counter = Counter(x for s in g["syn_relations"] for x in s.split(",") if x)
+        rel_count: Counter = Counter(x for s in g["syn_relations"] if s != NOT_SYNTACTIC for x in s.split(",") if x)
         for rel in relations or sorted(rel_count):
             row[f"n_syntactic_{rel}"] = int(rel_count.get(rel, 0))
-        row["rare_layers"] = ",".join(str(l) for l in sorted(set(g.loc[g["rare"], "layer"])))
-        row["positional_layers"] = ",".join(str(l) for l in sorted(set(g.loc[g["positional"], "layer"])))
+        for col, role in (("rare_layers", "rare-word"), ("positional_layers", "positional")):
+            layers = sorted(set(g.loc[role_mask(g, role), "layer"]))
+            row[col] = ",".join(str(l) for l in layers) if layers else f"n/a (no {role} head)"
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -176,7 +176,7 @@ def execute_study(name: str, profile: str, overrides: dict, progress: bool = Tru
     finally:
         os.chdir(cwd)
     promote(paths)
-    _finalise(running, paths.notebook)
+    _finalise(running, paths.notebook, name, profile)
     failed.unlink(missing_ok=True)
     return time.perf_counter() - t0
 
@@ -224,12 +224,16 @@ def promote(paths: StudyPaths) -> None:
     shutil.rmtree(paths.staging, ignore_errors=True)
 
 
-def _finalise(running: Path, final: Path) -> None:
-    """Record the final name in papermill's metadata and move the notebook into place atomically."""
+def _finalise(running: Path, final: Path, name: str, profile: str) -> None:
+    """Record the final name in papermill's metadata, put "What this study found" (from the verdict table just
+    promoted) after the notebook's title, and move the notebook into place atomically."""
     import nbformat
+
+    from .summary import inject_findings, study_findings_markdown
 
     nb = nbformat.read(running, as_version=4)
     nb.metadata.setdefault("papermill", {})["output_path"] = _relative(final)
+    inject_findings(nb, study_findings_markdown(name, profile))
     nbformat.write(nb, running)
     running.replace(final)
 
@@ -461,6 +465,26 @@ def print_plan(plan: dict[str, dict], profile: str, gpu_tflops: float, cpu_gflop
           f"Estimates from the model's shape and the data's token counts (headprune_utils/costs.py), not measurements.")
 
 
+def missing_cells(plan: dict[str, dict], profile: str) -> dict[str, tuple[int, int, str]]:
+    """``{study: (missing, planned, an example key)}`` for the studies of ``plan`` whose planned cells are not all
+    stored (of the current parameters); complete studies are left out. Reads only the cell files."""
+    from . import models
+    from .results import ResultStore
+
+    gaps = {}
+    for name, overrides in plan.items():
+        study = STUDIES[name]
+        cfg = validate(study.Config, {**overrides, "progress": False}, where=f"params/{profile}.yaml [{name}]")
+        with models.planning():
+            cells = study.plan(cfg)
+        store = ResultStore(StudyPaths(name, profile, staged=False).cells,
+                            study.fingerprint(cfg, models.resolve_device(cfg.device)), quarantine=False)
+        missing = [c for c in cells if not store.has(dict(c.axes))]
+        if missing:
+            gaps[name] = (len(missing), len(cells), missing[0].key)
+    return gaps
+
+
 def parse_where(items: list[str] | None) -> dict[str, set[str]]:
     """``["task=SST-2", "seed=0", "seed=1"]`` -> ``{"task": {"SST-2"}, "seed": {"0", "1"}}`` (``--where``)."""
     out: dict[str, set[str]] = {}
@@ -528,6 +552,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --cells-only: only the cells whose axes match (e.g. task=SST-2 seed=0 "
                              "regime=mask_then_finetune; repeat an axis for several values), and what they require: "
                              "a slice of a long run, e.g. every cell of one fine-tuned model in one session")
+    parser.add_argument("--from-cells", action="store_true",
+                        help="render the notebooks from the stored cells only: stop before any work, naming what is "
+                             "missing, if a planned cell is not stored (e.g. the committed standard cells on a fresh "
+                             "clone: minutes, no training)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--jobs", type=int, default=1,
                         help="studies run side by side (default 1); each kernel then gets cores/jobs torch threads")
@@ -543,6 +571,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.where and not args.cells_only:
         print("error: --where is for --cells-only (a notebook analyses every cell of its study)", file=sys.stderr)
+        return 2
+    if args.from_cells and (args.cells_only or args.fresh or args.executor != "local"):
+        print("error: --from-cells renders stored cells; it does not go with --cells-only, --fresh or --executor",
+              file=sys.stderr)
         return 2
     try:
         where = parse_where(args.where)
@@ -578,6 +610,15 @@ def main(argv: list[str] | None = None) -> int:
         if any("other parameters" in p for p in problems):
             print("(--fresh moves the earlier results aside, keeping them)", file=sys.stderr)
         return 2
+    if args.from_cells:
+        gaps = missing_cells(plan, args.profile)
+        if gaps:
+            print("error: --from-cells: cells are missing, so these studies would compute (stopped before any work):\n"
+                  + "\n".join(f"  {name}: {n} of {total} planned cells not stored (e.g. {example})"
+                               for name, (n, total, example) in gaps.items())
+                  + f"\ncompute them first (e.g. headprune --profile {args.profile} --cells-only --only "
+                  f"{' '.join(gaps)}), or render only the complete studies with --only", file=sys.stderr)
+            return 2
     if args.check:
         print(f"parameters of profile {args.profile!r} are valid for: {', '.join(plan)}; outputs writable, "
               "no stored results of other parameters, task data readable")
@@ -622,9 +663,22 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"all {len(plan)} studies done in {time.perf_counter() - total:.0f} s")
     print(verdict_summary(plan, args.profile))
+    from .report import build_report
     from .summary import write_summary
 
     print(f"cross-study summary: {_relative(write_summary(args.profile))}")
+    if args.profile in ("quick", "standard"):
+        from .summary import update_readme
+
+        try:
+            if update_readme():
+                print("README.md: the generated findings table is updated")
+        except (OSError, ValueError) as exc:  # an installed package without the checkout's README
+            print(f"README.md not updated: {exc}")
+    try:
+        build_report([args.profile])  # prints where the report is
+    except ValueError as exc:  # the report is a view of the results, which are written: warn, do not fail the run
+        print(f"warning: the report was not built: {exc}", file=sys.stderr)
     return 0
 
 

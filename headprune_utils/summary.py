@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -22,9 +23,12 @@ from .paths import StudyPaths, outputs_root
 from .results import atomic_write_text
 from .studies import STUDIES
 
-__all__ = ["claim_rows", "summary_markdown", "write_summary", "summary_path"]
+__all__ = ["claim_rows", "summary_markdown", "write_summary", "summary_path", "study_findings_markdown",
+           "inject_findings", "FINDINGS_TAG", "readme_findings", "update_readme"]
 
 DECIDED = ("supported", "not supported", "contradicted")
+# the cell tag of the "What this study found" summary at the top of an executed notebook
+FINDINGS_TAG = "findings-summary"
 
 
 def summary_path(profile: str) -> Path:
@@ -69,6 +73,100 @@ def claim_rows(profile: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _reason_head(reason: str, limit: int = 220) -> str:
+    """A reason without its parenthesised details (the numbers are in the verdict table), cut at a word boundary
+    after ``limit`` characters."""
+    text = reason.strip()
+    while True:
+        shorter = re.sub(r"\s*\([^()]*\)", "", text)
+        if shorter == text:
+            break
+        text = shorter
+    text = text.strip().rstrip(";,.")
+    if len(text) > limit:
+        text = text[:limit].rsplit(" ", 1)[0].rstrip(";,.:") + " …"
+    return text
+
+
+def _reasons(g: pd.DataFrame, words: tuple[str, ...], limit: int = 3) -> str:
+    """The distinct reasons of the rows with a verdict in ``words`` (:func:`_reason_head`); rows whose reasons
+    differ only in the task they name are said once, with their tasks joined; at most ``limit`` of them."""
+    heads: dict[str, list[str]] = {}
+    for r in g.itertuples():
+        if r.verdict not in words or not isinstance(r.reason, str) or not r.reason.strip():
+            continue
+        head = _reason_head(r.reason)
+        task = str(r.task) if isinstance(r.task, str) and r.task and r.task in head else ""
+        key = head.replace(task, "{T}") if task else head
+        tasks = heads.setdefault(key, [])
+        if task and task not in tasks:
+            tasks.append(task)
+    shown = [k.replace("{T}", ", ".join(t)) for k, t in list(heads.items())[:limit]]
+    more = f" (and {len(heads) - limit} more)" if len(heads) > limit else ""
+    return "; ".join(shown) + more
+
+
+def study_findings_markdown(name: str, profile: str, verdicts: pd.DataFrame | None = None) -> str:
+    """"What this study found": one bullet per claim of the study's primary analysis (verdicts counted per word,
+    the decided rows with their effect and interval, why the others are not decided, whether a verdict flips
+    with the ablation semantics), from ``tables/verdicts.csv`` (or ``verdicts``). Markdown, with an anchor
+    ``claim-<claim_id>`` per claim for the report's links; "" when the study has no verdict table."""
+    paths = StudyPaths(name, profile, staged=False)
+    if verdicts is None:
+        f = paths.tables / "verdicts.csv"
+        if not f.exists():
+            return ""
+        verdicts = pd.read_csv(f, keep_default_na=False, na_values=[""])
+    if verdicts.empty:
+        return ""
+    dep_f = paths.tables / "semantics_dependence.csv"
+    dep = pd.read_csv(dep_f) if dep_f.exists() else pd.DataFrame(columns=["claim_id", "task", "depends", "note"])
+    v = verdicts[verdicts["analysis"] == "primary"] if "analysis" in verdicts.columns else verdicts
+    scale = str(v["scale"].iloc[0]) if "scale" in v.columns and len(v) else ""
+    lines = ["## What this study found", "",
+             f"*Profile `{profile}`" + (f": {scale}" if scale else "") + ".* From this run's verdict table (the "
+             "last section, with every row's test and reason). Each claim is tested under its own paper's ablation "
+             "semantics; the unit of replication is an independently trained model.", ""]
+    for cid, g in v.groupby("claim_id", sort=False):
+        counts = g["verdict"].value_counts()
+        words = ", ".join(f"{int(counts[w])} {w}" for w in claims.VERDICTS if w in counts)
+        sem = str(g["semantics"].iloc[0]) if "semantics" in g.columns else ""
+        sem = f"under `{sem}`" if sem not in ("", "nan") else "no head masked"
+        lines.append(f'- <a id="claim-{cid}"></a>**`{cid}`** ({g["paper"].iloc[0]}; {sem}): {g["claim"].iloc[0]} '
+                     f"Verdicts: **{words}**.")
+        for r in g.itertuples():
+            if r.verdict in DECIDED:
+                lines.append(f"  - {_where(r.task, r.setting)}: **{r.verdict}**, {_fmt(r.effect)} "
+                             f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]")
+        why = _reasons(g, ("not testable",))
+        if why:
+            lines.append(f"  - not testable because: {why}")
+        d = dep[dep["claim_id"] == cid]
+        flips = "; ".join(f"{r.task}: {r.note}" for r in d.itertuples() if r.depends in ("flips", "yes"))
+        if flips:
+            lines.append(f"  - **the verdict flips with the ablation semantics**: {flips}")
+    return "\n".join(lines) + "\n"
+
+
+def inject_findings(nb, markdown: str) -> bool:
+    """Put ``markdown`` as the notebook's findings cell (tag :data:`FINDINGS_TAG`) right after its title cell,
+    replacing an earlier one; with an empty ``markdown`` any earlier one is removed. Returns whether ``nb``
+    changed. ``nb``: an ``nbformat`` notebook node, changed in place."""
+    import nbformat
+
+    old = [i for i, c in enumerate(nb.cells) if FINDINGS_TAG in c.get("metadata", {}).get("tags", [])]
+    if old and markdown and nb.cells[old[0]].source == markdown and len(old) == 1:
+        return False
+    for i in reversed(old):
+        del nb.cells[i]
+    if markdown:
+        cell = nbformat.v4.new_markdown_cell(markdown, metadata={"tags": [FINDINGS_TAG]})
+        cell.pop("id", None) if nb.nbformat_minor < 5 else None
+        at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
+        nb.cells.insert(at, cell)
+    return bool(old) or bool(markdown)
+
+
 def summary_markdown(profile: str) -> str:
     """The summary page (Markdown)."""
     t = claim_rows(profile)
@@ -95,6 +193,50 @@ def summary_markdown(profile: str) -> str:
     return "\n".join(head + total + lines + scale) + "\n"
 
 
+README_START = "<!-- findings table: generated by `make summary` from outputs/SUMMARY*.md; do not edit by hand -->"
+README_END = "<!-- end of the generated findings table -->"
+
+
+def readme_findings(profiles: tuple[str, ...] = ("standard", "quick")) -> str:
+    """The README's findings table: for each profile with verdict tables (the standard first), one row per claim
+    (study, claim, paper, semantics, primary verdicts, flips), linked to the executed notebook and the profile's
+    summary page."""
+    out = []
+    for profile in profiles:
+        t = claim_rows(profile)
+        if t.empty:
+            continue
+        label = ("the demonstration run: a small-scale test, mostly not testable by rule"
+                 if profile == "quick" else "the findings' run" if profile == "standard" else profile)
+        page = os.path.relpath(summary_path(profile), outputs_root().parent)
+        out += [f"**Profile `{profile}`** ({label}; every row's numbers in [`{page}`]({page}), "
+                f"the report in `outputs/report/{profile}/index.html`):", "",
+                "| study | claim | paper | semantics | verdicts (primary) | flips with the semantics |",
+                "|---|---|---|---|---|---|"]
+        for r in t.itertuples():
+            nb = os.path.relpath(outputs_root() / r.notebook, outputs_root().parent)
+            out.append(f"| [{r.study}]({nb}) | `{r.claim_id}` | {r.paper} | {r.semantics} | {r.verdicts} | "
+                       f"{r.flips.replace('|', '/')} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def update_readme(readme: Path | None = None) -> bool:
+    """Rewrite the README's generated findings table (between :data:`README_START` and :data:`README_END`);
+    returns whether it changed. Raises ``ValueError`` if the markers are missing."""
+    readme = readme or outputs_root().parent / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    if README_START not in text or README_END not in text:
+        raise ValueError(f"{readme}: the findings markers are missing ({README_START!r} ... {README_END!r})")
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    new = head + README_START + "\n\n" + readme_findings() + "\n" + README_END + tail
+    if new == text:
+        return False
+    atomic_write_text(readme, new)
+    return True
+
+
 def write_summary(profile: str = "quick") -> Path:
     path = summary_path(profile)
     atomic_write_text(path, summary_markdown(profile))
@@ -104,8 +246,11 @@ def write_summary(profile: str = "quick") -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m headprune_utils.summary", description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default="quick")
+    ap.add_argument("--no-readme", action="store_true", help="leave the README's findings table as it is")
     args = ap.parse_args(argv)
     print(f"wrote {os.path.relpath(write_summary(args.profile))}")
+    if not args.no_readme and update_readme():
+        print("updated the findings table in README.md")
     return 0
 
 

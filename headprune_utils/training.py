@@ -4,6 +4,14 @@ AdamW (no decay on biases and LayerNorm weights), linear warm-up then linear dec
 clipping, evaluation after every epoch. Pruned heads stay pruned throughout: either physically removed
 before training (``pruning.prune_heads``; the fast way for ``"zero"`` ablation) or gated inside
 ``gates.head_gates`` for the whole run (any ablation). The same seed gives the same numbers on the CPU.
+
+``precision`` (``precision.PRECISIONS``): of :func:`finetune`'s training forward passes and loss, default
+``"auto"``: bf16 autocast on a CUDA device that supports it, plain float32 on the CPU (no autocast entered, so CPU
+numbers are bit-identical to before the setting existed); ``"fp32"`` forces float32, ``"bf16"`` forces autocast on
+any device. Weights and optimizer states stay float32; ``backward()`` runs outside autocast. Scores are computed
+in float32 on every device by default (:func:`predict`, :func:`evaluate`, and the epoch choice inside
+:func:`finetune`), as the mask sweep computes them, so that a study's numbers never depend on which evaluation
+path produced them; ``precision="bf16"`` asks an evaluation for autocast explicitly.
 """
 from __future__ import annotations
 
@@ -20,6 +28,7 @@ from tqdm import tqdm
 from .batching import Encoded, eval_batches, iterate, train_batches
 from .gates import Ablation, head_gates
 from .metrics import compute_metrics, main_score
+from .precision import autocast_context, check_precision
 
 
 @dataclass(frozen=True)
@@ -69,14 +78,17 @@ def gate_context(model, gates, ablation, means):
 
 
 @torch.no_grad()
-def predict(model: nn.Module, enc: Encoded, batch_size: int = 128) -> np.ndarray:
-    """Predictions in the original order: class ids, or float scores for a regression head."""
+def predict(model: nn.Module, enc: Encoded, batch_size: int = 128, *, precision: str = "fp32") -> np.ndarray:
+    """Predictions in the original order: class ids, or float scores for a regression head.
+    ``precision``: see the module docstring."""
+    check_precision(precision)
     model.eval()
     device = model_device(model)
     preds = np.empty(len(enc), dtype=np.float64)
     for index, batch in iterate(enc, eval_batches(enc.lengths, batch_size), device):
         batch.pop("labels")
-        logits = model(**batch).logits
+        with autocast_context(device, precision):
+            logits = model(**batch).logits
         if logits.shape[-1] == 1:
             p = logits.squeeze(-1).float().cpu().numpy()
         else:
@@ -95,12 +107,16 @@ def evaluate(
     gates: torch.Tensor | None = None,
     ablation: Ablation = "zero",
     means: torch.Tensor | None = None,
+    *,
+    precision: str = "fp32",
 ) -> dict[str, float]:
     """The task's official metrics on ``enc`` (with ``gates`` applied when given). A model with non-finite
-    weights is refused (NonFiniteError), and so are non-finite predictions."""
+    weights is refused (NonFiniteError), and so are non-finite predictions. ``precision``: see the module
+    docstring."""
+    check_precision(precision)
     check_finite_weights(model)
     with gate_context(model, gates, ablation, means):
-        preds = predict(model, enc, batch_size)
+        preds = predict(model, enc, batch_size, precision=precision)
     labels = enc.labels
     if preds.dtype != labels.dtype and not np.issubdtype(labels.dtype, np.floating):
         preds = preds.astype(labels.dtype)
@@ -140,6 +156,8 @@ def finetune(
     desc: str = "fine-tune",
     keep_best: bool = False,
     dev_name: str = "dev",
+    *,
+    precision: str = "auto",
 ) -> list[dict]:
     """Fine-tune ``model`` in place; returns one record per epoch (train loss, ``dev`` metrics, seconds).
 
@@ -148,7 +166,10 @@ def finetune(
     weights are those of the epoch with the best ``dev`` score (the first of equals), so the number of epochs is
     chosen on ``dev``, at most ``cfg.epochs`` (the learning-rate schedule spans ``cfg.epochs``); that record has
     ``"selected": True``. ``dev_name`` prefixes the metrics' keys (``dev_accuracy``, ``val_accuracy``, ...).
+    ``precision``: of the training forward passes and the loss (see the module docstring; ``"auto"`` on the CPU
+    is plain float32); the ``dev`` evaluations are float32.
     """
+    check_precision(precision)
     if keep_best and dev is None:
         raise ValueError("keep_best needs a dev (validation) set to choose the epoch on")
     set_seed(seed)
@@ -172,7 +193,8 @@ def finetune(
                 batches = train_batches(lengths, cfg.batch_size, seed=seed * 1000 + epoch,
                                         group_by_length=cfg.group_by_length)
                 for _, batch in iterate(train, batches, device):
-                    loss = model(**batch).loss
+                    with autocast_context(device, precision):
+                        loss = model(**batch).loss
                     if not bool(torch.isfinite(loss.detach())):
                         raise NonFiniteError(
                             f"{desc}: the training loss is {loss.item()} at step {step + 1} of {total} (epoch "
@@ -196,7 +218,8 @@ def finetune(
                 }
                 if dev is not None:
                     t0 = time.perf_counter()
-                    metrics = evaluate(model, dev, task, cfg.eval_batch_size)  # gates already applied
+                    # gates already applied; scores in float32 (the module docstring)
+                    metrics = evaluate(model, dev, task, cfg.eval_batch_size)
                     record.update({f"{dev_name}_{k}": v for k, v in metrics.items()})
                     record[f"{dev_name}_score"] = main_score(task, metrics)
                     record["eval_seconds"] = time.perf_counter() - t0

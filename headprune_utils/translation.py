@@ -14,6 +14,13 @@ Decoding (:func:`translate`): ``model.generate`` (greedy by default, beam search
 its KV cache, inside ``head_gates`` when gates are given; at most ``max_len_a * source_length + max_len_b``
 new tokens; the output is the tokenizer's detokenised text, which :func:`evaluate_translation` scores with
 sacrebleu (``translation_metrics``).
+
+``precision`` (``precision.PRECISIONS``) of the training forward passes (default ``"auto"``): bf16 autocast on a
+CUDA device that supports it, plain float32 on the CPU (no autocast entered: CPU numbers bit-identical to before
+the setting existed); the loss is computed in float32 from the logits either way, weights and optimizer states stay
+float32, ``backward()`` runs outside autocast. Evaluation (:func:`dev_loss`, the early-stopping dev losses,
+:func:`translate` and so BLEU) is float32 on every device by default, as in ``training`` (a study's scores never
+depend on the path that computed them); ``precision="bf16"`` asks for autocast there explicitly.
 """
 from __future__ import annotations
 
@@ -28,6 +35,7 @@ from tqdm import tqdm
 
 from .batching import eval_batches, train_batches
 from .gates import Ablation
+from .precision import autocast_context, check_precision
 from .training import NonFiniteError, check_finite_weights, gate_context, model_device, set_seed
 from .translation_metrics import translation_scores
 
@@ -186,8 +194,9 @@ def inverse_sqrt_schedule(step: int, warmup: int) -> float:
 
 @torch.no_grad()
 def dev_loss(model: nn.Module, enc: EncodedPairs, batch_size: int = 128, gates=None, ablation: Ablation = "zero",
-             means=None) -> float:
+             means=None, *, precision: str = "fp32") -> float:
     """Per-token negative log-likelihood (nats, no smoothing) of the targets of ``enc``, teacher-forced."""
+    check_precision(precision)
     check_finite_weights(model, "the translation model")
     was_training = model.training
     model.eval()
@@ -198,7 +207,9 @@ def dev_loss(model: nn.Module, enc: EncodedPairs, batch_size: int = 128, gates=N
             for index in eval_batches(enc.lengths, batch_size):
                 batch = collate_pairs(enc, index, device)
                 labels = batch.pop("labels")
-                _, nll, n = label_smoothed_loss(model(**batch).logits, labels)
+                with autocast_context(device, precision):
+                    logits = model(**batch).logits
+                _, nll, n = label_smoothed_loss(logits, labels)
                 total += float(nll)
                 count += n
     finally:
@@ -216,12 +227,16 @@ def train_translation(
     ablation: Ablation = "zero",
     means=None,
     progress: bool = True,
+    *,
+    precision: str = "auto",
 ) -> NMTTrainResult:
     """Train ``model`` in place (see the module docstring); returns the evaluation history.
 
     With ``dev``, the weights of the best dev loss are restored at the end; without, the last weights stay.
-    ``gates``: fixed, no grad, applied during training and the dev evaluations.
+    ``gates``: fixed, no grad, applied during training and the dev evaluations. ``precision``: of the training
+    forward passes (see the module docstring); the dev evaluations are float32.
     """
+    check_precision(precision)
     if len(train) == 0:
         raise ValueError("train_translation got no training pairs")
     set_seed(seed)
@@ -251,7 +266,7 @@ def train_translation(
                   "lr": opt.param_groups[0]["lr"], "seconds": time.perf_counter() - start, "tokens": tokens}
         losses = []
         if dev is not None:
-            loss = dev_loss(model, dev, cfg.eval_batch_size)  # the gates are already applied
+            loss = dev_loss(model, dev, cfg.eval_batch_size)  # float32; the gates are already applied
             record["dev_loss"] = loss
             if loss < result.best_dev_loss:
                 result.best_dev_loss, result.best_step, bad_evals = loss, step, 0
@@ -274,7 +289,9 @@ def train_translation(
                 for index in batches:
                     batch = collate_pairs(train, index, device)
                     labels = batch.pop("labels")
-                    loss, _, n = label_smoothed_loss(model(**batch).logits, labels, cfg.label_smoothing)
+                    with autocast_context(device, precision):
+                        logits = model(**batch).logits
+                    loss, _, n = label_smoothed_loss(logits, labels, cfg.label_smoothing)
                     if not bool(torch.isfinite(loss.detach())):
                         raise NonFiniteError(f"translation training: the loss is {loss.item()} at step {step + 1} "
                                              f"(lr={cfg.lr:g}); training stopped. Lower lr, or keep clipping on.")
@@ -323,12 +340,16 @@ def translate(
     ablation: Ablation = "zero",
     means=None,
     progress: bool = False,
+    *,
+    precision: str = "fp32",
 ) -> list[str]:
     """Detokenised translations of ``sources``, in their order (greedy, or beam search with ``num_beams``).
 
     Sources are batched by length; each batch may generate up to ``max_len_a * longest source + max_len_b``
-    tokens. ``gates`` (a dict by attention type) act on every decoding step, KV cache included.
+    tokens. ``gates`` (a dict by attention type) act on every decoding step, KV cache included. ``precision``:
+    of ``generate``'s forward passes (see the module docstring).
     """
+    check_precision(precision)
     if not sources:
         return []
     was_training = model.training
@@ -348,10 +369,11 @@ def translate(
                     ids[row, : lengths[i]] = torch.tensor(enc[i], dtype=torch.long)
                     att[row, : lengths[i]] = 1
                 max_new = int(math.ceil(max_len_a * width + max_len_b))
-                generated = model.generate(
-                    input_ids=ids.to(device), attention_mask=att.to(device), num_beams=num_beams, do_sample=False,
-                    max_length=max_new + 1, early_stopping=num_beams > 1, use_cache=True,
-                )
+                with autocast_context(device, precision):
+                    generated = model.generate(
+                        input_ids=ids.to(device), attention_mask=att.to(device), num_beams=num_beams,
+                        do_sample=False, max_length=max_new + 1, early_stopping=num_beams > 1, use_cache=True,
+                    )
                 texts = tokenizer.batch_decode(generated, skip_special_tokens=True, clean_up_tokenization_spaces=False)
                 for i, text in zip(index, texts):
                     out[i] = text
@@ -365,7 +387,7 @@ def evaluate_translation(model: nn.Module, tokenizer, data, **translate_kwargs) 
     (a model with non-finite weights is refused: NonFiniteError).
 
     Returns ``translation_metrics.translation_scores`` plus ``"hypotheses"`` (the translations, in order).
-    ``translate_kwargs`` go to :func:`translate` (``num_beams``, ``gates``, ...).
+    ``translate_kwargs`` go to :func:`translate` (``num_beams``, ``gates``, ``precision``, ...).
     """
     check_finite_weights(model, "the translation model")
     hyps = translate(model, tokenizer, list(data.src), **translate_kwargs)

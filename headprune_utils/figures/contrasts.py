@@ -28,6 +28,9 @@ def contrast_forest(contr: pd.DataFrame, regime_labels: dict[str, str] | None = 
     ``zero_shot_pruning_analysis.contrasts``; the older boot_ci_low, boot_ci_high are read when ci_low is absent),
     optionally ablation. Rows with task "all" (pooled) are drawn in black.
     regime_labels: the regimes to draw, in order, with their panel titles (default: the GLUE studies' two regimes).
+
+    A (regime, semantics) with no contrast (e.g. no mask-then-fine-tune cells under one semantics) gets no panel:
+    its place in the grid is left blank with a note; a row's panels are as tall as its longest panel needs.
     """
     lo_col, hi_col = _interval_columns(contr)
     labels_of = REGIME_LABELS if regime_labels is None else regime_labels
@@ -40,18 +43,21 @@ def contrast_forest(contr: pd.DataFrame, regime_labels: dict[str, str] | None = 
             at &= contr["ablation"] == sem
         return contr[at].reset_index(drop=True)
 
+    n_rows = {(r, s): len(rows_of(r, s)) for r in regimes for s in sems}
+    sems = [s for s in sems if any(n_rows[r, s] for r in regimes)] or sems[:1]  # only semantics with contrasts
+    heights = [0.28 * max([n_rows.get((r, s), 0) for r in regimes] + [1]) + 1.5 for s in sems]
     sns.set_theme(style="whitegrid", context="notebook")
-    n = max([len(rows_of(r, s)) for r in regimes for s in sems] + [1])
-    fig, axes = plt.subplots(len(sems), max(1, len(regimes)), figsize=(6.2 * max(1, len(regimes)),
-                                                                     (0.28 * n + 1.5) * len(sems)), squeeze=False)
+    fig, axes = plt.subplots(len(sems), max(1, len(regimes)), figsize=(6.2 * max(1, len(regimes)), sum(heights)),
+                             squeeze=False, gridspec_kw={"height_ratios": heights})
+    empty = []
     for i, sem in enumerate(sems):
         for ax, regime in zip(axes[i], regimes):
             c = rows_of(regime, sem)
             title = labels_of[regime] + ("" if sem is None else f" | {sem} ablation")
-            ax.set_title(title, fontsize="medium")
-            if c.empty:
-                ax.set_axis_off()
+            if c.empty:  # no data: no panel (an empty frame would read as a missing result)
+                empty.append((ax, labels_of[regime] + ("" if sem is None else f"\n{sem} ablation")))
                 continue
+            ax.set_title(title, fontsize="medium")
             labels = [f"{r.contrast} | {r.task}" + ("" if r.budget == "all" else f" {100 * float(r.budget):.0f}%")
                       for r in c.itertuples()]
             y = list(range(len(c)))[::-1]
@@ -64,5 +70,11 @@ def contrast_forest(contr: pd.DataFrame, regime_labels: dict[str, str] | None = 
             ax.set_yticks(y)
             ax.set_yticklabels(labels, fontsize=7)
             ax.set_xlabel(xlabel)
+    for ax, _ in empty:
+        ax.set_visible(False)
     fig.tight_layout()
+    for ax, title in empty:  # a note where the panel would be, so the blank reads as "nothing was run"
+        box = ax.get_position()
+        fig.text(box.x0 + box.width / 2, box.y0 + box.height / 2, f"{title}:\nno contrasts (no such cells)",
+                 ha="center", va="center", fontsize="small", color="0.45")
     return fig

@@ -7,8 +7,49 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from .labels import METRIC_LABELS, NMT_REGIME_LABELS, REGIME_LABELS, TYPE_COLORS, TYPE_LABELS
+from .labels import METRIC_LABELS, NMT_REGIME_LABELS, REGIME_LABELS, TYPE_COLORS, TYPE_LABELS, break_title
+
+
+def log_axis(axis, values) -> None:
+    """A log scale on ``axis`` (``ax.xaxis`` or ``ax.yaxis``) labelled in plain numbers (0.02, 0.05, 0.1) at few
+    enough places not to overlap: 1-2-5 per decade over up to 1.5 decades of ``values``, 1-3 up to 3 decades,
+    powers of ten beyond; the other ticks unlabelled."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)]
+    decades = float(np.log10(v.max() / v.min())) if v.size else 1.0
+    subs = (1.0, 2.0, 5.0) if decades <= 1.5 else (1.0, 3.0) if decades <= 3 else (1.0,)
+    if axis is axis.axes.xaxis:
+        axis.axes.set_xscale("log")
+    else:
+        axis.axes.set_yscale("log")
+    axis.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
+    axis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    axis.set_minor_locator(LogLocator(base=10, subs=np.arange(1, 10), numticks=12))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def fit_titles(fig: plt.Figure, axes, sep: str = " — ") -> None:
+    """Lay ``fig`` out (``tight_layout``) with every panel title of ``axes`` no wider than its panel: when one is
+    wider, all of them are broken (at ``sep``, else between words) to the narrowest panel's measure, so panels read
+    alike, and the figure is laid out again."""
+    axes = [ax for ax in np.ravel(axes) if ax.get_visible() and ax.get_title()]
+    fig.tight_layout()
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    width = None
+    for ax in axes:
+        text = ax.get_title()
+        w_title, w_ax = ax.title.get_window_extent(r).width, ax.get_window_extent(r).width
+        if w_title > w_ax:
+            chars = int(0.95 * len(text) * w_ax / w_title)  # the title's own mean character width
+            width = chars if width is None else min(width, chars)
+    if width is None:
+        return
+    for ax in axes:
+        ax.set_title(break_title(ax.get_title(), width, sep), fontsize=ax.title.get_fontsize())
+    fig.tight_layout()
 
 
 def score_vs_fraction(summary: pd.DataFrame, raw: pd.DataFrame | None = None) -> plt.Figure:
@@ -82,7 +123,7 @@ def score_by_strategy(summary: pd.DataFrame, strategies: list[str]) -> plt.Figur
             ax.set_ylabel(s["metric"].iloc[0])
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small")
-    fig.tight_layout()
+    fit_titles(fig, axes)  # "task — regime — semantics" is wider than a panel: broken into lines that fit
     return fig
 
 
@@ -126,7 +167,7 @@ def l0_heads_kept(by_type: pd.DataFrame) -> plt.Figure:
             m = g.groupby("lam")["frac_kept"].mean()
             ax.scatter(g["lam"], g["frac_kept"], color=TYPE_COLORS[t], s=12, alpha=0.5)
             ax.plot(m.index, m.to_numpy(), marker="o", color=TYPE_COLORS[t], label=TYPE_LABELS[t])
-        ax.set_xscale("log")
+        log_axis(ax.xaxis, s["lam"])
         ax.set_ylim(-0.03, 1.03)
         ax.set_title(f"L0 gates on: {TYPE_LABELS.get(setting, setting)}", fontsize="medium")
         ax.set_xlabel("lambda (penalty per open gate, nats)")

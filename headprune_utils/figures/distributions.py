@@ -5,8 +5,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import numpy as np
 import seaborn as sns
+from matplotlib.ticker import MaxNLocator
 
-from .labels import MEASURE_LABELS, ROLE_COLORS
+from .labels import L0_SETTING_TITLES, MEASURE_LABELS, ROLE_COLORS
 
 
 
@@ -47,7 +48,8 @@ def extra_change_distributions(heads: pd.DataFrame) -> plt.Figure:
 
 
 def survival_by_role(data: pd.DataFrame) -> plt.Figure:
-    """Survival level of every head of every model by role (box + points), one panel per task.
+    """Survival level of every head of every model by role (box + points, outlined so the light grey of "other"
+    shows), one panel per task (study 7: per L0 setting).
 
     data: columns task, role, survival (``role_survival.survival_with_roles``).
     """
@@ -59,11 +61,12 @@ def survival_by_role(data: pd.DataFrame) -> plt.Figure:
         g = data[data["task"] == task]
         sns.boxplot(data=g, x="role", y="survival", order=order, ax=ax, color="0.9", fliersize=0)
         _stripplot(data=g, x="role", y="survival", order=order, ax=ax, hue="role", palette=ROLE_COLORS,
-                      size=3, alpha=0.6, jitter=0.25, legend=False)
+                   size=3.5, alpha=0.8, jitter=0.25, legend=False, linewidth=0.6, edgecolor="0.3")
         counts = g["role"].value_counts()
         ax.set_xticks(range(len(order)))
         ax.set_xticklabels([f"{r}\n(n={counts.get(r, 0)})" for r in order], fontsize=8)
-        ax.set_title(task)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # survival levels are whole numbers
+        ax.set_title(L0_SETTING_TITLES.get(task, task))
         ax.set_xlabel("")
         ax.set_ylabel("survival level")
     fig.tight_layout()

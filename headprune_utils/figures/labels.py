@@ -4,6 +4,8 @@ One place for what a legend or a panel title says, so the same thing is named al
 """
 from __future__ import annotations
 
+import textwrap
+
 import seaborn as sns
 
 # the GLUE studies' two regimes (studies 1, 2, 5)
@@ -18,6 +20,9 @@ NMT_REGIME_LABELS = {"prune": "trained model, heads zeroed (no retraining)",
 TYPE_LABELS = {"enc": "encoder self-attention", "dec": "decoder self-attention", "cross": "encoder-decoder attention",
                "all": "all three types jointly"}
 TYPE_COLORS = dict(zip(TYPE_LABELS, sns.color_palette("colorblind", len(TYPE_LABELS))))
+# study 7's L0 settings (which attention types carry gates) as a short panel title
+L0_SETTING_TITLES = {"enc": "L0 on the encoder only", "dec": "L0 on the decoder only",
+                     "cross": "L0 on cross-attention only", "all": "L0 on all three types"}
 
 # specialized-head roles (studies 6, 7): colour and the letter drawn on a head
 ROLE_COLORS = {"other": "#e6e6e6", "positional": "#0173b2", "syntactic": "#de8f05", "rare-word": "#029e73",
@@ -37,3 +42,16 @@ METRIC_LABELS = {"js": "Jensen-Shannon / ln 2", "hellinger": "Hellinger", "cosin
 # per-head change measures of the compensation study (study 3)
 MEASURE_LABELS = {"weight_change": "weight change (log ratio)", "importance": "importance (normalised difference)",
                   "attention_change": "attention change (log JS ratio)"}
+
+
+def break_title(text: str, width: int, sep: str = " — ") -> str:
+    """``text`` in lines of at most ``width`` characters, broken at ``sep`` where it can (the separator dropped at a
+    break), else between words (a title too wide for its panel)."""
+    lines: list[str] = []
+    for part in text.split(sep):
+        if lines and len(lines[-1]) + len(sep) + len(part) <= width:
+            lines[-1] += sep + part
+        else:
+            lines.append(part)
+    return "\n".join(textwrap.fill(line, max(8, width), break_long_words=False, break_on_hyphens=False)
+                     for line in lines)

@@ -3,10 +3,13 @@ agreement between every two measurements (probes, head scores), with the data he
 """
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from mpl_toolkits.axes_grid1 import make_axes_locatable
 from scipy.cluster import hierarchy
 
 from .labels import METRIC_LABELS, SCORE_LABELS
@@ -107,8 +110,54 @@ def probe_agreement(who_t: pd.DataFrame, metric: str) -> plt.Figure:
     return fig
 
 
+def _wrap(text: str, width: int) -> str:
+    """``text`` in lines of at most ``width`` characters, broken between words only (never inside a word)."""
+    return textwrap.fill(text, max(1, width), break_long_words=False, break_on_hyphens=False)
+
+
+def _fit_column_labels(fig: plt.Figure, ax, labels: list[str], fontsize: float) -> None:
+    """Horizontal x tick labels on a heat map of ``len(labels)`` columns, each broken into lines no wider than its
+    column, and the title broken into lines no wider than the heat map (measured on the rendered figure; laid out
+    again with ``tight_layout`` after each change). A single word wider than a column turns the labels upright."""
+    n = len(labels)
+    longest_word = max((len(w) for w in " ".join(labels).split()), default=1)
+    width = max((len(l) for l in labels), default=1)
+    title = ax.get_title()
+    title_width = len(title)
+    upright = False
+    for _ in range(6):
+        if upright:
+            ax.set_xticklabels([_wrap(l, 24) for l in labels], rotation=90, ha="center", fontsize=fontsize)
+        else:
+            ax.set_xticklabels([_wrap(l, width) for l in labels], rotation=0, ha="center", fontsize=fontsize)
+        ax.set_title(_wrap(title, title_width), fontsize=ax.title.get_fontsize())
+        fig.tight_layout()
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        box = ax.get_window_extent(r)
+        cell = box.width / n
+        done = True
+        w_title = ax.title.get_window_extent(r).width
+        if w_title > box.width:
+            longest_line = max(len(line) for line in ax.get_title().split("\n"))
+            title_width = max(8, min(title_width - 1, int(0.95 * longest_line * box.width / w_title)))
+            done = False
+        if not upright:
+            widest = max(ax.get_xticklabels(), key=lambda t: t.get_window_extent(r).width)
+            w = widest.get_window_extent(r).width
+            if w > 0.92 * cell:
+                longest_line = max(len(line) for line in widest.get_text().split("\n"))
+                new = min(width - 1, int(0.92 * longest_line * cell / w))
+                upright = new < longest_word  # a word alone is wider than a column: no wrapping fits
+                width = new
+                done = False
+        if done:
+            return
+
+
 def agreement_heatmap(summary: pd.DataFrame) -> plt.Figure:
-    """Mean Spearman correlation between every pair of scores (over the fine-tuned models), annotated.
+    """Mean Spearman correlation between every pair of scores (over the fine-tuned models), annotated; the score
+    names under the columns broken into lines that fit a column (upright when even a word does not).
 
     summary: columns a, b, mean_spearman (``specialized_heads_l0_analysis.agreement_summary``).
     """
@@ -118,11 +167,15 @@ def agreement_heatmap(summary: pd.DataFrame) -> plt.Figure:
         m.loc[r.a, r.b] = m.loc[r.b, r.a] = r.mean_spearman
     labels = [SCORE_LABELS.get(n, n) for n in names]
     sns.set_theme(style="white", context="notebook")
-    fig, ax = plt.subplots(figsize=(1.1 * len(names) + 2.5, 0.9 * len(names) + 1.5))
+    # at least 6 x 4.5 in: room for the long score names and the title beside two or three columns
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(names) + 2.5), max(4.5, 0.9 * len(names) + 1.5)))
+    # the colour bar on the heat map's own divider: exactly as tall as the (square-celled) heat map, whichever
+    # of the figure's width or height limits it
+    cax = make_axes_locatable(ax).append_axes("right", size=0.22, pad=0.15)
     sns.heatmap(m.to_numpy(dtype=float), annot=True, fmt=".2f", cmap="RdBu_r", vmin=-1, vmax=1, square=True,
-                xticklabels=labels, yticklabels=labels, ax=ax, cbar_kws={"label": "mean Spearman rho"})
-    ax.tick_params(axis="x", rotation=40, labelsize=8)
+                xticklabels=labels, yticklabels=[_wrap(l, 24) for l in labels], ax=ax, cbar_ax=cax,
+                cbar_kws={"label": "mean Spearman rho"})
     ax.tick_params(axis="y", rotation=0, labelsize=8)
     ax.set_title("rank agreement of head scores (mean over fine-tuned models)", fontsize="medium")
-    fig.tight_layout()
+    _fit_column_labels(fig, ax, labels, 8)
     return fig

@@ -9,7 +9,15 @@ from ..results import atomic_write_csv
 
 
 def save_figure(fig: plt.Figure, data: pd.DataFrame, paths: StudyPaths, name: str) -> None:
-    """``figures/<name>.png`` and ``tables/<name>.csv`` (the figure's data)."""
+    """``figures/<name>.png`` and ``tables/<name>.csv`` (the figure's data). A layout problem
+    (:func:`headprune_utils.figures.layout.layout_problems`) is a :class:`FigureLayoutWarning` naming it."""
+    import warnings
+
+    from .layout import FigureLayoutWarning, layout_problems
+
+    problems = layout_problems(fig)
+    if problems:
+        warnings.warn(f"figure {name!r}: " + "; ".join(problems), FigureLayoutWarning, stacklevel=3)
     paths.figures.mkdir(parents=True, exist_ok=True)
     tmp = paths.figure(name).with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=120, bbox_inches="tight", metadata={"Software": None})

@@ -58,6 +58,7 @@ from ..config import as_dict
 from ..hard_concrete import HardConcreteGateDict, l0_train
 from ..paths import StudyPaths
 from ..pruning import prune_heads
+from ..precision import training_key
 from ..results import atomic_write_json, fingerprint
 from ..subword import train_tokenizer
 from ..training import set_seed
@@ -102,6 +103,7 @@ def model_key(cfg: NMTHeadsConfig, model_seed: int, device: torch.device) -> str
         "tokenizer_model": cfg.tokenizer_model, "model": cfg.model_config().as_dict(),
         "training": cfg.train_config().as_dict(), "model_seed": int(model_seed),
         "device_type": torch.device(device).type, "data_source": data_source(cfg), "version": NMT_TRAINING_VERSION,
+        **training_key(device),  # bf16 training on CUDA; nothing on the CPU
     })
 
 
@@ -116,7 +118,7 @@ def study_fingerprint(cfg: NMTHeadsConfig, device: torch.device) -> str:
     for k in (*NOT_RESULTS, *CELL_AXES, *ANALYSIS_ONLY):
         d.pop(k, None)
     d.update(device_type=torch.device(device).type, data_source=data_source(cfg), results_version=RESULTS_VERSION,
-             training_version=NMT_TRAINING_VERSION, eval_version=EVAL_VERSION)
+             training_version=NMT_TRAINING_VERSION, eval_version=EVAL_VERSION, **training_key(device))
     return fingerprint(d)
 
 

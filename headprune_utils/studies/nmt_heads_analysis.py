@@ -335,8 +335,8 @@ def l0_contrasts(curve: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """Paired BLEU differences ``L0 - random`` (masks that prune something and keep something) and ``L0 - full``
     (every cell), per (setting, lambda), per setting over lambdas (``lam = "all"``) and over settings
     (``setting = "pooled"``), each with a t-interval over the trained models (model seeds, the unit; several
-    lambdas or settings of one model are averaged within it first; one model: no interval). Descriptive: the tests
-    are the verdicts."""
+    lambdas or settings of one model are averaged within it first; one model: no interval, ``ci_low``/``ci_high``
+    read ``"n/a (one model seed)"``, never NaN). Descriptive: the tests are the verdicts."""
     from ..paired_contrasts import unit_summary
 
     parts = []
@@ -357,7 +357,14 @@ def l0_contrasts(curve: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
         both["n_heads_total"] = [total[s] for s in both["setting"]]
         parts.append(both.assign(contrast=name))
     cols = ["contrast", "setting", "lam", "n_pairs", "n_units", "mean_kept", "n_heads_total", "mean_diff", "ci_low", "ci_high"]
-    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    out = pd.concat(parts, ignore_index=True)[cols]
+    one = out["n_units"] < 2
+    if one.any():
+        for c in ("ci_low", "ci_high"):
+            out[c] = out[c].astype(object).where(~one, "n/a (one model seed)")
+    return out
 
 
 def type_prunability(by_type: pd.DataFrame) -> pd.DataFrame:

@@ -35,7 +35,7 @@ import torch
 from .. import batching, clustering, costs, data, glue_workbench, mlm, models, probes, redundancy
 from ..config import ParameterError
 from ..paths import StudyPaths
-from ..results import fingerprint
+from ..results import fingerprint, pack_floats
 from .base import Cell, Cost, Study
 from .redundancy_patterns_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
     CONTROL, CONTROL_SEED, SAME_SHARE, Matrices, group_labels, metric_agreement, negative_control, sameness,
@@ -57,7 +57,9 @@ __all__ = [
 
 NAME = "redundancy_patterns"
 # Bump when a code change alters this study's results: old cells then no longer match.
-RESULTS_VERSION = 1
+# 2: the matrices are stored packed (float32, base64; results.pack_floats), about a quarter of the size of version 1's
+#    indented lists of 7-decimal numbers, so that the standard profile's cells can be committed.
+RESULTS_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -356,12 +358,13 @@ def _halves(enc: batching.Encoded) -> tuple[batching.Encoded, batching.Encoded]:
 
 
 def probe_matrices(model, enc: batching.Encoded, metrics: list[str], device) -> dict:
-    """{metric: {"a": upper triangle on the first half, "b": on the second}, "n_a", "n_b"} (lists, 7 decimals)."""
+    """{metric: {"a": upper triangle on the first half, "b": on the second}, "n_a", "n_b"}; each triangle packed
+    (float32, :func:`headprune_utils.results.pack_floats`)."""
     out: dict = {}
     for half_name, half in zip(("a", "b"), _halves(enc)):
         mats = redundancy.redundancy_matrices(model, glue_workbench.batches(half, device), metrics)
         for m in metrics:
-            out.setdefault(m, {})[half_name] = np.round(clustering.upper(mats[m]), 7).tolist()
+            out.setdefault(m, {})[half_name] = pack_floats(clustering.upper(mats[m]))
         out[f"n_{half_name}"] = len(half)
     return out
 

@@ -17,6 +17,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from .. import clustering
+from ..results import unpack_floats
 
 __all__ = ["Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why",
            "sameness", "negative_control", "CONTROL", "CONTROL_SEED", "SAME_SHARE", "CONTROL_ALPHA"]
@@ -27,9 +28,10 @@ SAME_SHARE = 0.2  # "the same": r within 0.2 x (ceiling - chance) of the probe's
 CONTROL_ALPHA = 0.05  # a model "has clusters" / "a reproducible matrix" when its permutation test reaches this level
 
 
-def _square(upper: list[float], n: int) -> np.ndarray:
+def _square(upper, n: int) -> np.ndarray:
+    """The symmetric [n, n] matrix of a stored upper triangle (packed, or a list in cells of results version 1)."""
     out = np.zeros((n, n))
-    out[np.triu_indices(n, k=1)] = upper
+    out[np.triu_indices(n, k=1)] = unpack_floats(upper)
     return out + out.T
 
 

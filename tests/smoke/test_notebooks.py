@@ -65,7 +65,14 @@ def test_notebook_runs_and_writes_its_outputs(smoke_outputs, name):
             assert o.get("output_type") != "error", o
             text = json.dumps(o)
             assert not MACHINE_PATHS.search(text), f"machine-specific path in an output: {text[:300]}"
+            # every figure passes the layout checks (headprune_utils/figures/layout.py) at smoke scale too
+            assert "FigureLayoutWarning" not in text, text[:600]
     assert nb.metadata["papermill"]["input_path"].startswith("notebooks/")
+    # "What this study found" right after the title, from the verdict table the run wrote
+    found = [c for c in nb.cells if "findings-summary" in c.get("metadata", {}).get("tags", [])]
+    assert len(found) == 1 and nb.cells[1] is found[0] and found[0].source.startswith("## What this study found")
+    # the batch ends with the report of the profile: a page per study
+    assert (out / "report" / "smoke" / f"{name}.html").exists()
     metrics = json.loads(paths.metrics.read_text())
     assert metrics["study"] == name and metrics["n_cells"] > 0
     assert list(paths.figures.glob("*.png")), "figures"

@@ -114,8 +114,12 @@ def test_side_by_side_runs_every_study_with_threads_shared_out(tmp_path, monkeyp
     import time
 
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        # setenv first so that the variables the runner sets are restored (or removed) after the test: a bare
+        # delenv of an unset variable records nothing to undo, and a leaked MKL_NUM_THREADS=2 changed later
+        # tests' subprocesses' rounding
+        monkeypatch.setenv(var, "0")
+        monkeypatch.delenv(var)
     monkeypatch.setattr(run.os, "cpu_count", lambda: 4)
     lock, state = threading.Lock(), {"now": 0, "most": 0, "ran": []}
 

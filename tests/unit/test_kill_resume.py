@@ -52,7 +52,8 @@ def test_sigkill_mid_study_then_resume_equals_an_uninterrupted_run(tiny_model_di
     import torch
 
     # the same number of threads as this process: a different count rounds differently
-    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads()),
+           "MKL_NUM_THREADS": str(torch.get_num_threads())}
     child = subprocess.Popen([sys.executable, "-c", CHILD, repr(params), str(tmp_path / "killed")], env=env)
     try:
         deadline = time.time() + 300

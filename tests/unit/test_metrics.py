@@ -60,57 +60,94 @@ def online(monkeypatch):
 # --------------------------------------------------------------------------- metrics
 
 
+# Independent numpy computations of the formulas (the package calls scikit-learn and scipy).
+def _ref_f1(p, y):
+    tp, fp, fn = np.sum((p == 1) & (y == 1)), np.sum((p == 1) & (y != 1)), np.sum((p != 1) & (y == 1))
+    return 2 * tp / (2 * tp + fp + fn) if 2 * tp + fp + fn else 0.0
+
+
+def _ref_mcc(p, y):
+    """Matthews' multiclass form from the confusion matrix (Gorodkin 2004)."""
+    classes, inv = np.unique(np.concatenate([y, p]), return_inverse=True)
+    k, n = len(classes), len(y)
+    conf = np.zeros((k, k))
+    np.add.at(conf, (inv[:n], inv[n:]), 1.0)
+    t, q, c, s = conf.sum(1), conf.sum(0), np.trace(conf), conf.sum()
+    denom = (s * s - t @ t) * (s * s - q @ q)
+    return (c * s - t @ q) / np.sqrt(denom) if denom else 0.0
+
+
+def _ref_ranks(x):
+    """1-based ranks, ties sharing their average rank."""
+    return np.array([np.sum(x < v) + (np.sum(x == v) + 1) / 2 for v in x])
+
+
+def _ref_pearson(x, y):
+    dx, dy = x - x.mean(), y - y.mean()
+    return (dx @ dy) / np.sqrt((dx @ dx) * (dy @ dy))
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("n", [7, 100, 1000])
-def test_classification_metrics_match_sklearn(seed, n):
+def test_classification_metrics_match_the_formulas(seed, n):
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 2, n)
     # correlated predictions so the scores are not all near chance
     preds = np.where(rng.random(n) < 0.7, labels, rng.integers(0, 2, n))
-    assert accuracy(preds, labels) == pytest.approx(skm.accuracy_score(labels, preds), abs=1e-12)
-    assert f1_binary(preds, labels) == pytest.approx(skm.f1_score(labels, preds), abs=1e-12)
-    assert matthews_corrcoef(preds, labels) == pytest.approx(
-        skm.matthews_corrcoef(labels, preds), abs=1e-12
-    )
+    assert accuracy(preds, labels) == pytest.approx(np.mean(preds == labels), abs=1e-12)
+    assert f1_binary(preds, labels) == pytest.approx(_ref_f1(preds, labels), abs=1e-12)
+    assert matthews_corrcoef(preds, labels) == pytest.approx(_ref_mcc(preds, labels), abs=1e-12)
+
+
+def test_metrics_by_hand():
+    # 8 examples: tp 3, tn 3, fp 1, fn 1
+    labels = np.array([1, 0, 1, 1, 0, 0, 1, 0])
+    preds = np.array([1, 0, 0, 1, 0, 1, 1, 0])
+    assert accuracy(preds, labels) == 0.75
+    assert f1_binary(preds, labels) == pytest.approx(2 * 3 / (2 * 3 + 1 + 1))
+    assert matthews_corrcoef(preds, labels) == pytest.approx((3 * 3 - 1 * 1) / math.sqrt(4 * 4 * 4 * 4))
+    # a perfect and an exactly reversed ranking; Spearman of a monotone, non-linear map is 1
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    assert pearson(x, 2 * x + 1) == pytest.approx(1.0) and pearson(x, -x) == pytest.approx(-1.0)
+    assert spearman(x, x ** 3) == pytest.approx(1.0) and pearson(x, x ** 3) < 1.0
+    # ties: x ranks [1.5, 1.5, 3, 4], y ranks [1, 2, 3, 4]
+    assert spearman(np.array([1.0, 1.0, 2.0, 3.0]), x) == pytest.approx(
+        _ref_pearson(np.array([1.5, 1.5, 3, 4]), np.array([1.0, 2, 3, 4])))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_multiclass_accuracy_and_matthews_match_sklearn(seed):
+def test_multiclass_accuracy_and_matthews_match_the_formulas(seed):
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 3, 500)
     preds = np.where(rng.random(500) < 0.5, labels, rng.integers(0, 3, 500))
-    assert accuracy(preds, labels) == pytest.approx(skm.accuracy_score(labels, preds), abs=1e-12)
-    assert matthews_corrcoef(preds, labels) == pytest.approx(
-        skm.matthews_corrcoef(labels, preds), abs=1e-12
-    )
+    assert accuracy(preds, labels) == pytest.approx(np.mean(preds == labels), abs=1e-12)
+    assert matthews_corrcoef(preds, labels) == pytest.approx(_ref_mcc(preds, labels), abs=1e-12)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("n", [5, 200])
-def test_correlations_match_scipy(seed, n):
+def test_correlations_match_the_formulas(seed, n):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=n)
     y = 0.6 * x + rng.normal(size=n)
-    assert pearson(x, y) == pytest.approx(stats.pearsonr(x, y)[0], abs=1e-10)
-    assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y)[0], abs=1e-10)
+    assert pearson(x, y) == pytest.approx(_ref_pearson(x, y), abs=1e-10)
+    assert spearman(x, y) == pytest.approx(_ref_pearson(_ref_ranks(x), _ref_ranks(y)), abs=1e-10)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_spearman_with_ties_matches_scipy(seed):
+def test_spearman_with_ties_matches_the_formula(seed):
     rng = np.random.default_rng(seed)
     # STS-B-like: gold scores on a coarse grid (many ties), rounded predictions
     gold = rng.integers(0, 11, 300) / 2.0
     pred = np.round(gold + rng.normal(scale=1.0, size=300))
     assert len(np.unique(gold)) < 300 and len(np.unique(pred)) < 300
-    assert spearman(pred, gold) == pytest.approx(stats.spearmanr(pred, gold)[0], abs=1e-10)
-    assert pearson(pred, gold) == pytest.approx(stats.pearsonr(pred, gold)[0], abs=1e-10)
+    assert spearman(pred, gold) == pytest.approx(_ref_pearson(_ref_ranks(pred), _ref_ranks(gold)), abs=1e-10)
+    assert pearson(pred, gold) == pytest.approx(_ref_pearson(pred, gold), abs=1e-10)
 
 
-def test_rank_average_matches_scipy_rankdata():
+def test_rank_reference_matches_scipy_rankdata():
     x = np.array([3.0, 1.0, 3.0, 2.0, 3.0, 1.0, 5.0])
-    from headprune_utils.metrics import _rank_average
-
-    np.testing.assert_allclose(_rank_average(x), stats.rankdata(x, method="average"))
+    np.testing.assert_allclose(_ref_ranks(x), stats.rankdata(x, method="average"))
 
 
 def test_task_metric_keys_exact():

@@ -34,7 +34,7 @@ def test_console_command_license_and_citation():
     from headprune_utils import run
 
     assert callable(run.main)
-    assert meta["project"]["license"] == {"text": "Apache-2.0"}
+    assert meta["project"]["license"] == "Apache-2.0" and meta["project"]["license-files"] == ["LICENSE"]
     assert "Apache License" in (root / "LICENSE").read_text() and "Version 2.0" in (root / "LICENSE").read_text()
     import yaml
 

@@ -63,3 +63,29 @@ def test_paths_layout(tmp_path):
     assert not p.dir.exists()
     p.ensure()
     assert p.cells.is_dir() and p.cache.is_dir()
+
+
+def test_packed_floats_round_trip_and_refuse_bad_input():
+    import json
+
+    import numpy as np
+
+    from headprune_utils.results import pack_floats, unpack_floats
+
+    rng = np.random.default_rng(0)
+    x = rng.random(2556)
+    field = json.loads(json.dumps(pack_floats(x)))  # through JSON, as stored
+    back = unpack_floats(field)
+    assert back.dtype == np.float64 and back.shape == x.shape
+    np.testing.assert_allclose(back, x, rtol=1e-7, atol=0)  # float32: 7 significant digits
+    assert np.array_equal(back, x.astype(np.float32).astype(np.float64))
+    # a fraction of the size of the same numbers as the old indented 7-decimal lists
+    old = json.dumps({"a": np.round(x, 7).tolist()}, indent=2)
+    assert len(json.dumps(field)) < len(old) / 2.5
+    # cells written before packing (plain lists) read as before
+    assert np.array_equal(unpack_floats([0.5, 0.25]), np.array([0.5, 0.25]))
+    with pytest.raises(ValueError, match="non-finite"):
+        pack_floats([0.1, float("nan")])
+    field["n"] = 2555
+    with pytest.raises(ValueError, match="2556 values, its record says 2555"):
+        unpack_floats(field)

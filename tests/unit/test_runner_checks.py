@@ -132,3 +132,22 @@ def test_kernels_talk_over_ipc_in_the_temporary_folder():
     km = ipc_kernel_manager()(kernel_name="python3")
     assert km.transport == "ipc" and km.ip.startswith(tempfile.gettempdir())
     assert ipc_kernel_manager()(kernel_name="python3").ip != km.ip
+
+
+def test_from_cells_stops_before_any_work_when_a_cell_is_missing(fake_runner, tmp_path, capsys):
+    """--from-cells renders stored cells only: a missing cell stops the run at once, naming the study and how many."""
+    fake_runner("fake: {}\n")
+    assert run.main(["--profile", "t", "--from-cells"]) == 2
+    err = capsys.readouterr().err
+    assert "fake:" in err and "planned cells not stored" in err and "--cells-only" in err
+    # every cell stored: the check passes (with --check, nothing else runs)
+    run_study(FakeStudy(), FakeConfig(), "t", StudyPaths("fake", "t", root=tmp_path / "out"))
+    assert run.missing_cells({"fake": {}}, "t") == {}
+    assert run.main(["--profile", "t", "--from-cells", "--check"]) == 0
+    # one cell file gone: it is named again
+    cells = StudyPaths("fake", "t", root=tmp_path / "out").cells
+    victim = sorted(cells.glob("*.json"))[0]
+    victim.unlink()
+    gaps = run.missing_cells({"fake": {}}, "t")
+    assert gaps["fake"][0] == 1 and gaps["fake"][2] == victim.stem
+    assert run.main(["--profile", "t", "--from-cells", "--cells-only"]) == 2  # not a compute flag

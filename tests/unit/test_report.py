@@ -1,0 +1,144 @@
+"""The report's parts without a browser: formulas to MathML, the findings summary and its place in a notebook,
+plumbing cells left out, every claim's figure, and no NaN in a page (the browser test opens the pages)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+
+from headprune_utils import report, summary
+from headprune_utils.paths import StudyPaths, notebooks_dir
+from headprune_utils.studies import STUDIES
+
+
+def test_math_becomes_mathml_outside_code_only():
+    store, failures = {}, []
+    text = report.convert_math("A gate $g_h \\in \\{0, 1\\}$ costs `$HOME` and $5.\n\n$$c = \\sum_j a_j v_j$$\n",
+                               store, failures)
+    assert not failures
+    assert "`$HOME`" in text and "$5." in text  # code and a lone dollar stay
+    assert len(store) == 2
+    inline, block = store.values()
+    assert inline.startswith("<math") and 'display="inline"' in inline and "<msub>" in inline
+    assert 'display="block"' in block and "&#x02211;" in block or "∑" in block
+
+
+def test_a_formula_that_does_not_convert_is_reported():
+    store, failures = {}, []
+    report.convert_math("bad: $x^$ here", store, failures)
+    assert failures and "x^" in failures[0]
+    assert list(store.values())[0].startswith("<code>")
+
+
+def test_every_claim_has_a_figure_its_study_writes():
+    for name, study in STUDIES.items():
+        written = {p.stem for p in StudyPaths(name, "quick", staged=False).figures.glob("*.png")}
+        for c in study.claims:
+            fig = report.claim_figure(name, c.id)
+            if written:  # the committed quick outputs are here
+                assert fig in written, f"{name}: {c.id} -> {fig} is not one of {sorted(written)}"
+
+
+def test_plumbing_cells_are_tagged_in_every_notebook():
+    for name, study in STUDIES.items():
+        nb = json.loads((notebooks_dir() / study.notebook).read_text())
+        plumbing = [c for c in nb["cells"] if "plumbing" in c["metadata"].get("tags", [])]
+        starts = sorted("".join(c["source"]).split("\n")[0][:20] for c in plumbing)
+        assert len(plumbing) == 3, f"{study.notebook}: {starts}"
+
+
+def _verdicts(tmp: Path, name: str) -> pd.DataFrame:
+    rows = [dict(study=name, claim_id="x.one", paper="P 2020", claim="One thing holds.", task="SST-2",
+                 setting="50%", semantics="zero", analysis="primary", effect=0.1, ci_low=0.05, ci_high=0.15,
+                 verdict="supported", reason="p = 0.01", scale="tiny"),
+            dict(study=name, claim_id="x.one", paper="P 2020", claim="One thing holds.", task="STS-B",
+                 setting="50%", semantics="zero", analysis="primary", effect=float("nan"), ci_low=float("nan"),
+                 ci_high=float("nan"), verdict="not testable",
+                 reason="the full model is not above chance on STS-B (0.01 < 0.05)", scale="tiny"),
+            dict(study=name, claim_id="x.one", paper="P 2020", claim="One thing holds.", task="SST-2",
+                 setting="50%", semantics="uniform", analysis="sensitivity", effect=-0.1, ci_low=-0.2,
+                 ci_high=-0.05, verdict="contradicted", reason="", scale="tiny")]
+    return pd.DataFrame(rows)
+
+
+def test_findings_summary_and_its_place_in_the_notebook():
+    v = _verdicts(Path("."), "random_pruning")
+    md = summary.study_findings_markdown("random_pruning", "nowhere-profile", verdicts=v)
+    assert md.startswith("## What this study found")
+    assert '<a id="claim-x.one"></a>' in md and "1 supported, 1 not testable" in md
+    assert "SST-2, 50%: **supported**, +0.1 [+0.05, +0.15]" in md
+    assert "not testable because: the full model is not above chance on STS-B" in md
+    assert "contradicted" not in md  # the sensitivity analysis is not the primary verdict
+    assert "nan" not in md.lower().replace("nanmean", "")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title"),
+                                         nbformat.v4.new_code_cell("x = 1")])
+    assert summary.inject_findings(nb, md)
+    assert nb.cells[1].source == md and summary.FINDINGS_TAG in nb.cells[1].metadata["tags"]
+    assert not summary.inject_findings(nb, md)  # the same summary again: nothing changes
+    summary.inject_findings(nb, md.replace("supported", "SUPPORTED"))
+    assert len(nb.cells) == 3 and "SUPPORTED" in nb.cells[1].source  # replaced, not added
+    summary.inject_findings(nb, "")
+    assert [c.source for c in nb.cells] == ["# Title", "x = 1"]
+
+
+@pytest.fixture(scope="module")
+def quick_site(tmp_path_factory):
+    if not StudyPaths("random_pruning", "quick", staged=False).notebook.exists():
+        pytest.skip("no committed quick outputs in this checkout")
+    root = tmp_path_factory.mktemp("site")
+    report.build_report(["quick"], quiet=True, root=root)
+    return root
+
+
+def test_pages_show_findings_first_no_plumbing_and_no_nan(quick_site):
+    import re
+
+    for name, study in STUDIES.items():
+        page = (quick_site / "quick" / f"{name}.html").read_text(encoding="utf-8")
+        h1 = page.index("<h1>")
+        assert h1 < page.index('class="findings"') < page.index("<h2", page.index('class="findings"') + 30)
+        assert "_globals_before_parameters" not in page and "# Headline numbers" not in page
+        assert "Config(" not in page  # the configuration repr of the plumbing cell
+        assert not re.search(r"<td>\s*(NaN|nan)\s*</td>", page), name
+        assert "HPMATHX" not in page
+        assert f'href="../../{name}/quick/{name}.ipynb"' in page or "the executed notebook" in page
+
+
+def test_index_has_one_row_per_claim_with_links(quick_site):
+    import re
+
+    index = (quick_site / "quick" / "index.html").read_text(encoding="utf-8")
+    rows = re.findall(r'<tr class="claim" id="row-([^"]+)">', index)
+    assert sorted(rows) == sorted(f"{n}-{c.id}" for n, st in STUDIES.items() for c in st.claims)
+    for n, st in STUDIES.items():
+        page = (quick_site / "quick" / f"{n}.html").read_text(encoding="utf-8")
+        for c in st.claims:
+            assert f'href="{n}.html#claim-{c.id}"' in index
+            assert f'id="claim-{c.id}"' in page, f"{n}: no anchor for {c.id}"
+
+
+def test_readme_findings_table_is_the_generated_one():
+    """The README's findings table is what `make summary` writes from the committed verdict tables (never stale,
+    never edited by hand)."""
+    from headprune_utils.paths import project_root
+
+    text = (project_root() / "README.md").read_text(encoding="utf-8")
+    assert summary.README_START in text and summary.README_END in text
+    block = text.split(summary.README_START, 1)[1].split(summary.README_END, 1)[0]
+    assert block.strip() == summary.readme_findings().strip()
+
+
+def test_update_readme_rewrites_only_between_the_markers(tmp_path):
+    f = tmp_path / "README.md"
+    f.write_text(f"# x\n\nbefore\n{summary.README_START}\nold table\n{summary.README_END}\nafter\n")
+    summary.update_readme(f)
+    text = f.read_text()
+    assert text.startswith("# x\n\nbefore\n") and text.endswith(f"{summary.README_END}\nafter\n")
+    assert "old table" not in text
+    assert not summary.update_readme(f)  # already current
+    f.write_text("# no markers\n")
+    with pytest.raises(ValueError, match="markers"):
+        summary.update_readme(f)
