@@ -434,9 +434,12 @@ def preflight(plan: dict[str, dict], profile: str, read_data: bool = False, stal
 
 
 def print_plan(plan: dict[str, dict], profile: str, gpu_tflops: float, cpu_gflops: float, cells: bool = True) -> None:
-    """Every selected study's cells (key, group, requirements, estimated cost) and totals; runs nothing."""
+    """Every selected study's cells (key, group, requirements, estimated cost) and totals; runs nothing. Where
+    cells of the current parameters are stored, also what they took (their recorded seconds) and the projected
+    total: the FLOP estimate of every planned cell scaled by the study's measured seconds per estimated FLOP."""
     from . import costs, models
     from .config import validate
+    from .results import ResultStore
 
     rows = []
     with models.planning():
@@ -447,7 +450,21 @@ def print_plan(plan: dict[str, dict], profile: str, gpu_tflops: float, cpu_gflop
             flops = sum(c.cost.flops for c in planned)
             groups = {c.group for c in planned if c.group is not None}
             n_req = sum(1 for c in planned if c.requires)
-            rows.append((name, len(planned), len(groups), n_req, flops))
+            store = ResultStore(StudyPaths(name, profile, staged=False).cells,
+                                study.fingerprint(cfg, models.resolve_device(cfg.device)), quarantine=False)
+            done_flops = done_seconds = 0.0
+            n_done = 0
+            for c in planned:
+                try:
+                    rec = store.get(dict(c.axes))["result"] if store.has(dict(c.axes)) else None
+                except Exception:  # noqa: BLE001 - a plan never fails over a stored cell (stale, corrupt)
+                    rec = None
+                if rec is not None and isinstance(rec.get("seconds"), (int, float)):
+                    n_done += 1
+                    done_seconds += float(rec["seconds"])
+                    done_flops += c.cost.flops
+            projected = flops * done_seconds / done_flops / 3600 if done_flops > 0 else None
+            rows.append((name, len(planned), len(groups), n_req, flops, n_done, done_seconds / 3600, projected))
             print(f"== {name} ({profile}): {len(planned)} cells, {len(groups)} groups, {n_req} with requirements, "
                   f"{costs.fmt_flops(flops)}")
             if cells:
@@ -456,13 +473,26 @@ def print_plan(plan: dict[str, dict], profile: str, gpu_tflops: float, cpu_gflop
                     extra += f"  requires={','.join(c.requires)}" if c.requires else ""
                     print(f"  {c.key}  {costs.fmt_flops(c.cost.flops)}{extra}")
     total = sum(r[4] for r in rows)
-    print(f"\n{'study':<22}{'cells':>7}{'groups':>8}{'req.':>6}{'estimated':>14}{'GPU-hours':>11}{'CPU-hours':>11}")
-    for name, n, g, r, f in rows + [("total", sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), total)]:
-        print(f"{name:<22}{n:>7}{g:>8}{r:>6}{costs.fmt_flops(f):>14}{f / (gpu_tflops * 1e12) / 3600:>11.2f}"
-              f"{f / (cpu_gflops * 1e9) / 3600:>11.2f}")
+    measured = any(r[5] for r in rows)
+    head = f"\n{'study':<22}{'cells':>7}{'groups':>8}{'req.':>6}{'estimated':>14}{'GPU-hours':>11}{'CPU-hours':>11}"
+    print(head + (f"{'stored':>8}{'took (h)':>10}{'projected':>11}" if measured else ""))
+    proj_total = sum(r[7] if r[7] is not None else r[4] / (cpu_gflops * 1e9) / 3600 for r in rows)
+    for r in rows + [("total", sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), total,
+                      sum(r[5] for r in rows), sum(r[6] for r in rows), proj_total)]:
+        name, n, g, q, f, n_done, took, proj = r
+        line = (f"{name:<22}{n:>7}{g:>8}{q:>6}{costs.fmt_flops(f):>14}{f / (gpu_tflops * 1e12) / 3600:>11.2f}"
+                f"{f / (cpu_gflops * 1e9) / 3600:>11.2f}")
+        if measured:
+            line += f"{n_done:>8}{took:>10.2f}" + (f"{proj:>11.2f}" if proj is not None else f"{'-':>11}")
+        print(line)
     print(f"GPU-hours at a sustained {gpu_tflops:g} TFLOP/s (--gpu-tflops), CPU-hours at {cpu_gflops:g} GFLOP/s "
           f"(--cpu-gflops; about what MiniLM fine-tuning sustains on the 2-core CPU, benchmarks/README.md). "
           f"Estimates from the model's shape and the data's token counts (headprune_utils/costs.py), not measurements.")
+    if measured:
+        print("stored / took: the cells of these parameters already stored and the seconds they recorded (one "
+              "thread each; shared models trained once are not in them); projected: every planned cell's estimate "
+              "scaled by its study's measured seconds per estimated FLOP (the total takes the plain estimate where "
+              "a study has no stored cell), in single-thread hours.")
 
 
 def missing_cells(plan: dict[str, dict], profile: str) -> dict[str, tuple[int, int, str]]:

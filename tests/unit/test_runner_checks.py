@@ -151,3 +151,19 @@ def test_from_cells_stops_before_any_work_when_a_cell_is_missing(fake_runner, tm
     gaps = run.missing_cells({"fake": {}}, "t")
     assert gaps["fake"][0] == 1 and gaps["fake"][2] == victim.stem
     assert run.main(["--profile", "t", "--from-cells", "--cells-only"]) == 2  # not a compute flag
+
+
+def test_plan_reports_stored_cells_and_a_projection_from_their_measured_seconds(fake_runner, tmp_path, capsys):
+    fake_runner("fake: {}\n")
+    assert run.main(["--profile", "t", "--plan", "--plan-summary"]) == 0
+    before = capsys.readouterr().out
+    assert "stored" not in before  # nothing measured yet: the estimate only
+    run_study(FakeStudy(), FakeConfig(), "t", StudyPaths("fake", "t", root=tmp_path / "out"))
+    assert run.main(["--profile", "t", "--plan", "--plan-summary"]) == 0
+    out = capsys.readouterr().out
+    head = next(line for line in out.splitlines() if line.startswith("study"))
+    assert head.split()[-4:] == ["stored", "took", "(h)", "projected"]
+    row = next(line for line in out.splitlines() if line.startswith("fake")).split()
+    n_cells, stored, took, projected = int(row[1]), int(row[-3]), float(row[-2]), float(row[-1])
+    assert stored == n_cells and took >= 0 and projected >= 0
+    assert "measured seconds per estimated FLOP" in out
