@@ -35,7 +35,7 @@ from . import claims
 from .paths import StudyPaths, outputs_root, report_dir
 from .results import atomic_write_text
 from .studies import STUDIES
-from .summary import claim_rows, inject_findings, study_findings_markdown
+from .summary import _fmt, _where, claim_rows, inject_findings, study_findings_markdown
 
 __all__ = ["build_report", "render_study", "convert_math", "claim_figure", "profiles_with_outputs", "PLUMBING_TAGS",
            "HEADLINE_FIGURES"]
@@ -234,10 +234,6 @@ def _verdict_words(text: str) -> str:
     return out
 
 
-def _fmt(x) -> str:
-    return "n/a" if x is None or pd.isna(x) else f"{x:+.3g}"
-
-
 def _headline_number(g: pd.DataFrame) -> str:
     """A claim's number as the index shows it: its pooled row (task "all") if it has one, else its first decided
     row, else its first row with an effect; effect [interval], where, verdict."""
@@ -247,7 +243,7 @@ def _headline_number(g: pd.DataFrame) -> str:
     pooled = rows[rows["task"].astype(str).str.startswith("all")]
     decided = rows[rows["verdict"].isin(("supported", "not supported", "contradicted"))]
     r = (pooled if len(pooled) else decided if len(decided) else rows).iloc[0]
-    where = ", ".join(str(x) for x in (r["task"], r["setting"]) if isinstance(x, str) and x.strip())
+    where = _where(r["task"], r["setting"])
     return (f"{_fmt(r['effect'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] "
             f"<small>({html.escape(where)}: {html.escape(str(r['verdict']))})</small>")
 

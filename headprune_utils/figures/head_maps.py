@@ -28,6 +28,19 @@ _LEFT, _BOTTOM, _GAP, _TOP = 0.6, 0.55, 0.35, 0.08        # inches: y labels, x 
 _CB_PAD, _CB_W, _CB_ROOM = 0.08, 0.14, 0.6                 # colour bar: gap, width, room for its tick labels
 
 
+def _style_head_axes(ax, title: str, n_layers: int, n_heads: int, ylabel: str | None) -> None:
+    """One head map's axes: its title, head and layer ticks, the "head" label; y tick labels and ``ylabel`` only
+    on the first panel of a row (``ylabel`` not None)."""
+    ax.set_title(title, fontsize=_TITLE_PT)
+    ax.grid(False)
+    ax.set_xticks(range(0, n_heads, 1 if n_heads <= 16 else 2))
+    ax.set_yticks(range(n_layers))
+    ax.tick_params(labelsize=_TICK_PT, labelleft=ylabel is not None)
+    ax.set_xlabel("head", fontsize=_LABEL_PT)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel, fontsize=_LABEL_PT)
+
+
 def _cell_inches(n_heads: int) -> float:
     """Side of one head's cell: 0.5 in for a few heads per layer, down to 0.28 in from 8 heads per layer on."""
     return float(np.clip(2.0 / max(1, n_heads), 0.28, 0.5))
@@ -79,14 +92,7 @@ def _head_panels(n_panels: int, n_layers: int, n_heads: int, titles: list[str], 
     for i, title in enumerate(titles):
         x = _LEFT + i * step
         ax = fig.add_axes((x / width, bottom / height, pw / width, ph / height))
-        ax.set_title(title, fontsize=_TITLE_PT)
-        ax.grid(False)
-        ax.set_xticks(range(0, n_heads, 1 if n_heads <= 16 else 2))
-        ax.set_yticks(range(n_layers))
-        ax.tick_params(labelsize=_TICK_PT, labelleft=i == 0)
-        ax.set_xlabel("head", fontsize=_LABEL_PT)
-        if i == 0:
-            ax.set_ylabel("layer", fontsize=_LABEL_PT)
+        _style_head_axes(ax, title, n_layers, n_heads, "layer" if i == 0 else None)
         axes.append(ax)
         if colorbar == "each" or (colorbar == "shared" and i == n_panels - 1):
             caxes.append(fig.add_axes(((x + pw + _CB_PAD) / width, bottom / height, _CB_W / width, ph / height)))
@@ -216,14 +222,7 @@ def extra_change_heatmaps(grid: pd.DataFrame) -> plt.Figure:
             ax = fig.add_axes((x / width, bottom / height, pw / width, ph / height))
             ax.set_facecolor("0.8")
             im = ax.imshow(data, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="equal")
-            ax.set_title(title, fontsize=_TITLE_PT)
-            ax.grid(False)
-            ax.set_xticks(range(0, n_heads, 1 if n_heads <= 16 else 2))
-            ax.set_yticks(range(n_layers))
-            ax.tick_params(labelsize=_TICK_PT, labelleft=j == 0)
-            ax.set_xlabel("head", fontsize=_LABEL_PT)
-            if j == 0:
-                ax.set_ylabel(row_labels[i], fontsize=_LABEL_PT)
+            _style_head_axes(ax, title, n_layers, n_heads, row_labels[i] if j == 0 else None)
         x_cb = left + cols * pw + (cols - 1) * _GAP + _CB_PAD
         _colorbar(fig, im, fig.add_axes((x_cb / width, bottom / height, _CB_W / width, ph / height)))
     return fig
