@@ -35,7 +35,7 @@ from . import claims
 from .paths import StudyPaths, outputs_root, report_dir
 from .results import atomic_write_text
 from .studies import STUDIES
-from .summary import _fmt, _where, claim_rows, inject_findings, study_findings_markdown
+from .summary import claim_rows, fmt_number, where_label, inject_findings, study_findings_markdown
 
 __all__ = ["build_report", "render_study", "convert_math", "claim_figure", "profiles_with_outputs", "PLUMBING_TAGS",
            "HEADLINE_FIGURES"]
@@ -243,8 +243,8 @@ def _headline_number(g: pd.DataFrame) -> str:
     pooled = rows[rows["task"].astype(str).str.startswith("all")]
     decided = rows[rows["verdict"].isin(("supported", "not supported", "contradicted"))]
     r = (pooled if len(pooled) else decided if len(decided) else rows).iloc[0]
-    where = _where(r["task"], r["setting"])
-    return (f"{_fmt(r['effect'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] "
+    where = where_label(r["task"], r["setting"])
+    return (f"{fmt_number(r['effect'])} [{fmt_number(r['ci_low'])}, {fmt_number(r['ci_high'])}] "
             f"<small>({html.escape(where)}: {html.escape(str(r['verdict']))})</small>")
 
 

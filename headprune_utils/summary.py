@@ -23,7 +23,7 @@ from .paths import StudyPaths, outputs_root
 from .results import atomic_write_text
 from .studies import STUDIES
 
-__all__ = ["claim_rows", "summary_markdown", "write_summary", "summary_path", "study_findings_markdown",
+__all__ = ["claim_rows", "fmt_number", "where_label", "summary_markdown", "write_summary", "summary_path", "study_findings_markdown",
            "inject_findings", "FINDINGS_TAG", "readme_findings", "update_readme"]
 
 DECIDED = ("supported", "not supported", "contradicted")
@@ -35,11 +35,11 @@ def summary_path(profile: str) -> Path:
     return outputs_root() / ("SUMMARY.md" if profile == "quick" else f"SUMMARY-{profile}.md")
 
 
-def _fmt(x) -> str:
+def fmt_number(x) -> str:
     return "n/a" if x is None or pd.isna(x) else f"{x:+.3g}"
 
 
-def _where(task, setting) -> str:
+def where_label(task, setting) -> str:
     """``"task, setting"`` without the parts that are empty (a missing setting reads nothing, never "nan")."""
     return ", ".join(str(x) for x in (task, setting) if isinstance(x, str) and x.strip())
 
@@ -61,7 +61,7 @@ def claim_rows(profile: str) -> pd.DataFrame:
             counts = g["verdict"].value_counts()
             verdicts = ", ".join(f"{int(counts[w])} {w}" for w in claims.VERDICTS if w in counts)
             decided = "; ".join(
-                f"{_where(r.task, r.setting)}: **{r.verdict}** ({_fmt(r.effect)} [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}])"
+                f"{where_label(r.task, r.setting)}: **{r.verdict}** ({fmt_number(r.effect)} [{fmt_number(r.ci_low)}, {fmt_number(r.ci_high)}])"
                 for r in g.itertuples() if r.verdict in DECIDED)
             d = dep[dep["claim_id"] == cid]
             flips = "; ".join(f"{r.task}: {r.note}" for r in d.itertuples() if r.depends in ("flips", "yes"))
@@ -136,8 +136,8 @@ def study_findings_markdown(name: str, profile: str, verdicts: pd.DataFrame | No
                      f"Verdicts: **{words}**.")
         for r in g.itertuples():
             if r.verdict in DECIDED:
-                lines.append(f"  - {_where(r.task, r.setting)}: **{r.verdict}**, {_fmt(r.effect)} "
-                             f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]")
+                lines.append(f"  - {where_label(r.task, r.setting)}: **{r.verdict}**, {fmt_number(r.effect)} "
+                             f"[{fmt_number(r.ci_low)}, {fmt_number(r.ci_high)}]")
         why = _reasons(g, ("not testable",))
         if why:
             lines.append(f"  - not testable because: {why}")
