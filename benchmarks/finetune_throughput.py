@@ -10,6 +10,9 @@ One run does three things, all with the same torch thread count:
    max grad norm 1.0, fp32, with
    (a) our loop: ``training.finetune(model, encoded, "SST-2", TrainConfig(...), seed=0, dev=None,
        progress=False)`` (dynamic padding, length-grouped batches);
+   (a') the same loop with ``TrainConfig(lean=True)`` (``headprune_utils.lean_loss``: the same loss computed
+       without the work on padding and with the last layer on token 0 only, the one position the classifier
+       reads);
    (b) ``transformers.Trainer`` on a freshly loaded model (same seed), a ``datasets.Dataset`` of the same
        token ids (unpadded), ``DataCollatorWithPadding`` (dynamic padding),
        ``train_sampling_strategy="group_by_length"``, the same hyper-parameters (warm-up passed as the
@@ -29,7 +32,10 @@ One run does three things, all with the same torch thread count:
    forward (2 N T) plus backward (4 N T) of the weight matmuls, the second the attention score (Q K^T)
    and context (P V) matmuls: 4 B S^2 H per layer forward, times 3 for forward + backward.
    Achieved GFLOP/s = FLOPs / training seconds; MFU = achieved / measured matmul peak. The same figures
-   are given for the Trainer (its batch shapes are recorded by a thin wrapper round its collator).
+   are given for the Trainer (its batch shapes are recorded by a thin wrapper round its collator). The lean
+   loop's FLOPs are those it computes: the weight products on real tokens only (the last layer's query,
+   output projection and feed-forward, and the pooler and classifier, on one token per sentence), attention
+   as above but with one query row in the last layer (``LEAN_FLOP_FORMULA``).
 
 Usage::
 
@@ -70,6 +76,13 @@ FLOP_FORMULA = (
     "FLOPs = 6*N*T + 12*L*H*sum_b(B_b*S_b^2); N = non-embedding parameters, T = sum_b(B_b*S_b) tokens "
     "computed INCLUDING padding to each batch's longest sequence, L = layers, H = hidden size, "
     "B_b x S_b = shape of batch b"
+)
+
+
+LEAN_FLOP_FORMULA = (
+    "lean FLOPs = 6*((N - P_last - P_head)*R + P_kv*R + (P_last - P_kv + P_head)*B) + "
+    "12*H*((L-1)*sum_b(B_b*S_b^2) + sum_b(B_b*S_b)); R = real tokens, B = sentences, P_last = the last "
+    "layer's parameters, P_kv = its key and value projections', P_head = pooler and classifier"
 )
 
 
@@ -134,7 +147,28 @@ def model_dims(model) -> dict:
         "params_embedding_tables": n_emb,
         "params_non_embedding": n_total - n_emb,
         "params_trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "params_last_layer": _count(model.base_model.encoder.layer[-1]),
+        "params_last_kv": _count(model.base_model.encoder.layer[-1].attention.self.key)
+        + _count(model.base_model.encoder.layer[-1].attention.self.value),
+        "params_head": _count(model.base_model.pooler) + _count(model.classifier),
     }
+
+
+def _count(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def lean_stats(shapes: list[tuple[int, int]], real_tokens: int, dims: dict) -> dict:
+    """:func:`shape_stats` for the lean loop: the FLOPs it computes (``LEAN_FLOP_FORMULA``)."""
+    out = shape_stats(shapes, real_tokens, dims)
+    n_sent = sum(b for b, _ in shapes)
+    p_last, p_kv, p_head = dims["params_last_layer"], dims["params_last_kv"], dims["params_head"]
+    weights = 6 * ((dims["params_non_embedding"] - p_last - p_head) * real_tokens + p_kv * real_tokens
+                   + (p_last - p_kv + p_head) * n_sent)
+    attn = 12 * dims["hidden"] * ((dims["n_layers"] - 1) * out["sum_batch_seq2"] + sum(b * s for b, s in shapes))
+    out.update({"tokens_computed": int(real_tokens), "padding_fraction": 0.0, "train_flops": float(weights + attn),
+                "train_flops_weights": float(weights), "train_flops_attention": float(attn)})
+    return out
 
 
 def shape_stats(shapes: list[tuple[int, int]], real_tokens: int, dims: dict) -> dict:
@@ -161,12 +195,12 @@ def load_model():
     return load_classifier(MODEL, num_labels=2, device="cpu", seed=SEED)
 
 
-def run_ours(encoded, batch_size: int) -> dict:
+def run_ours(encoded, batch_size: int, lean: bool = False) -> dict:
     from headprune_utils.training import TrainConfig, finetune
 
     model = load_model()
     cfg = TrainConfig(epochs=1, batch_size=batch_size, lr=LR, weight_decay=WEIGHT_DECAY,
-                      warmup_ratio=WARMUP_RATIO, max_grad_norm=MAX_GRAD_NORM, group_by_length=True)
+                      warmup_ratio=WARMUP_RATIO, max_grad_norm=MAX_GRAD_NORM, group_by_length=True, lean=lean)
     t0 = time.perf_counter()
     history = finetune(model, encoded, TASK, cfg, seed=SEED, dev=None, progress=False)
     seconds = time.perf_counter() - t0
@@ -311,6 +345,7 @@ def main(argv=None) -> int:
     dims = model_dims(probe)
     del probe
     ours_stats = shape_stats(our_shapes, int(lengths.sum()), dims)
+    lean_stats_ = lean_stats(our_shapes, int(lengths.sum()), dims)
 
     # Small untimed warm-up of both (lazy imports, allocator, oneDNN kernels).
     n_warm = min(n, 2 * args.batch_size)
@@ -318,15 +353,20 @@ def main(argv=None) -> int:
     warm = hp_data.subset(train, n_warm, seed=SEED)
     warm_enc = encode(tokenizer, warm)
     run_ours(warm_enc, args.batch_size)
+    run_ours(warm_enc, args.batch_size, lean=True)
     run_trainer(trainer_dataset(warm_enc), tokenizer, args.batch_size, len(warm))
 
-    ours_runs, trainer_runs = [], []
+    ours_runs, lean_runs, trainer_runs = [], [], []
+    variants = ["ours", "lean", "trainer"]
     for r in range(args.repeats):
-        order = ("ours", "trainer") if r % 2 == 0 else ("trainer", "ours")
+        order = variants[r % 3:] + variants[:r % 3]  # each variant leads in turn
         for which in order:
             if which == "ours":
                 res = run_ours(encoded, args.batch_size)
                 ours_runs.append(res)
+            elif which == "lean":
+                res = run_ours(encoded, args.batch_size, lean=True)
+                lean_runs.append(res)
             else:
                 res = run_trainer(dataset, tokenizer, args.batch_size, n)
                 trainer_runs.append(res)
@@ -341,6 +381,7 @@ def main(argv=None) -> int:
 
     pk = peak["gflops"]
     ours = summarise([r["seconds"] for r in ours_runs], n, ours_stats, pk)
+    lean = summarise([r["seconds"] for r in lean_runs], n, lean_stats_, pk)
     trainer = summarise([r["seconds"] for r in trainer_runs], n, trainer_stats, pk)
     result = {
         "benchmark": "finetune_throughput",
@@ -365,13 +406,20 @@ def main(argv=None) -> int:
         "matmul_peak_per_size_gflops": {str(k): v for k, v in peak["per_size_gflops"].items()},
         "model_dims": dims,
         "flop_formula": FLOP_FORMULA,
+        "lean_flop_formula": LEAN_FLOP_FORMULA,
         "ours": {**ours, **ours_stats, "train_loss": [r["loss"] for r in ours_runs],
                  "loop_seconds": [r["loop_seconds"] for r in ours_runs]},
+        "lean": {**lean, **lean_stats_, "train_loss": [r["loss"] for r in lean_runs],
+                 "loop_seconds": [r["loop_seconds"] for r in lean_runs]},
         "trainer": {**trainer, **trainer_stats, "train_loss": [r["loss"] for r in trainer_runs],
                     "optim": trainer_runs[0]["optim"],
                     "build_seconds": [r["build_seconds"] for r in trainer_runs]},
         "ratio_ours_over_trainer_best": ours["examples_per_s_best"] / trainer["examples_per_s_best"],
         "ratio_ours_over_trainer_median": ours["examples_per_s_median"] / trainer["examples_per_s_median"],
+        "ratio_lean_over_trainer_best": lean["examples_per_s_best"] / trainer["examples_per_s_best"],
+        "ratio_lean_over_trainer_median": lean["examples_per_s_median"] / trainer["examples_per_s_median"],
+        "ratio_lean_over_ours_best": lean["examples_per_s_best"] / ours["examples_per_s_best"],
+        "ratio_lean_over_ours_median": lean["examples_per_s_median"] / ours["examples_per_s_median"],
     }
 
     lines = [
@@ -390,11 +438,11 @@ def main(argv=None) -> int:
         + (f"{others:.2f} cores busy on average during this run" if others is not None else "? cores busy")
         + f" ({os.cpu_count()} CPUs)",
         "-" * 78,
-        f"{'':22s}{'ours':>14s}{'Trainer':>14s}",
+        f"{'':22s}{'ours':>14s}{'ours, lean':>14s}{'Trainer':>14s}",
     ]
 
     def row(label, key, fmt):
-        lines.append(f"{label:22s}{fmt.format(ours[key]):>14s}{fmt.format(trainer[key]):>14s}")
+        lines.append(f"{label:22s}" + "".join(f"{fmt.format(v[key]):>14s}" for v in (ours, lean, trainer)))
 
     row("seconds (best)", "seconds_best", "{:.2f}")
     row("seconds (median)", "seconds_median", "{:.2f}")
@@ -404,25 +452,31 @@ def main(argv=None) -> int:
     row("comp. tokens/s (best)", "tokens_computed_per_s_best", "{:.0f}")
     row("GFLOP/s (best)", "achieved_gflops_best", "{:.1f}")
     row("GFLOP/s (median)", "achieved_gflops_median", "{:.1f}")
-    lines.append(f"{'MFU (best)':22s}{ours['mfu_best']:>14.1%}{trainer['mfu_best']:>14.1%}")
-    lines.append(f"{'MFU (median)':22s}{ours['mfu_median']:>14.1%}{trainer['mfu_median']:>14.1%}")
+    stats3 = (ours_stats, lean_stats_, trainer_stats)
+    runs3 = (ours_runs, lean_runs, trainer_runs)
+    lines.append(f"{'MFU (best)':22s}" + "".join(f"{v['mfu_best']:>14.1%}" for v in (ours, lean, trainer)))
+    lines.append(f"{'MFU (median)':22s}" + "".join(f"{v['mfu_median']:>14.1%}" for v in (ours, lean, trainer)))
     for label, key in (("batches", "n_batches"), ("real tokens", "tokens_real"),
                        ("computed tokens", "tokens_computed")):
-        lines.append(f"{label:22s}{ours_stats[key]:>14d}{trainer_stats[key]:>14d}")
-    lines.append(f"{'padding fraction':22s}{ours_stats['padding_fraction']:>14.1%}"
-                 f"{trainer_stats['padding_fraction']:>14.1%}")
-    lines.append(f"{'train FLOPs (G)':22s}{ours_stats['train_flops'] / 1e9:>14.1f}"
-                 f"{trainer_stats['train_flops'] / 1e9:>14.1f}")
-    lines.append(f"{'final train loss':22s}{ours_runs[-1]['loss']:>14.4f}{trainer_runs[-1]['loss']:>14.4f}")
+        lines.append(f"{label:22s}" + "".join(f"{st[key]:>14d}" for st in stats3))
+    lines.append(f"{'padding fraction':22s}" + "".join(f"{st['padding_fraction']:>14.1%}" for st in stats3))
+    lines.append(f"{'train FLOPs (G)':22s}" + "".join(f"{st['train_flops'] / 1e9:>14.1f}" for st in stats3))
+    lines.append(f"{'final train loss':22s}" + "".join(f"{rs[-1]['loss']:>14.4f}" for rs in runs3))
     lines += [
         "-" * 78,
         f"ratio ours / Trainer (examples/s): best {result['ratio_ours_over_trainer_best']:.2f}, "
         f"median {result['ratio_ours_over_trainer_median']:.2f}",
+        f"ratio lean / Trainer (examples/s): best {result['ratio_lean_over_trainer_best']:.2f}, "
+        f"median {result['ratio_lean_over_trainer_median']:.2f}",
+        f"ratio lean / ours    (examples/s): best {result['ratio_lean_over_ours_best']:.2f}, "
+        f"median {result['ratio_lean_over_ours_median']:.2f}",
         f"all runs (s): ours {', '.join(f'{t:.2f}' for t in ours['seconds'])}; "
+        f"lean {', '.join(f'{t:.2f}' for t in lean['seconds'])}; "
         f"Trainer {', '.join(f'{t:.2f}' for t in trainer['seconds'])}",
         f"Trainer optimizer: {result['trainer']['optim']}; ours: torch AdamW (fused, see training._optimizer); "
         f"warm-up {result['warmup_steps']} steps both",
         "MFU: " + FLOP_FORMULA + "; achieved = FLOPs / training seconds; MFU = achieved / matmul peak.",
+        "lean MFU: " + LEAN_FLOP_FORMULA + ".",
     ]
     if others is not None and others > max(0.0, (os.cpu_count() or 1) - threads) + 0.25:
         lines.append(f"WARNING: other processes competed for the CPUs ({others:.2f} cores busy on average): "

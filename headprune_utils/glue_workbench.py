@@ -61,6 +61,7 @@ class GlueStudyConfig:
     max_grad_norm: float | None = 1.0           # gradient clipping norm (> 0), or None: no clipping
     max_length: int = 128                       # truncation only; batches are padded to their own longest
     freeze_word_embeddings: bool = True         # quick profile: fewer trainable parameters, faster on a CPU
+    lean_training: bool = False                 # lean_loss: no work on padding nor on the last layer's other tokens (the same function, other dropout draws)
     eval_every_epoch: bool = False              # dev scores after every epoch (history); the final score is always measured
     device: str = "auto"                        # "auto" (CUDA when present), "cpu", "cuda"
     data_dir: str | None = None                 # GLUE root; None: $HEADPRUNE_DATA_DIR, else ../shared/data beside the checkout, else the hub
@@ -243,6 +244,8 @@ def result_params(cfg: GlueStudyConfig, device: torch.device, version: int, drop
         d.pop(k, None)
     if d.get("validation_size", 0) is None:  # as in training_fingerprint
         d.pop("validation_size")
+    if not d.get("lean_training", False):  # as in training_fingerprint
+        d.pop("lean_training", None)
     d["device_type"] = torch.device(device).type
     d.update(training_key(device))  # bf16 training on CUDA; nothing on the CPU
     d["data_source"] = "local" if data.resolve_data_dir(cfg.data_dir) is not None else "hub"
@@ -270,6 +273,8 @@ def training_fingerprint(cfg: GlueStudyConfig, device: torch.device, task: str |
     d = {k: getattr(cfg, k) for k in keys}
     if cfg.validation_size is not None:  # absent when None: the models cached before it existed stay valid
         d["validation_size"] = cfg.validation_size
+    if cfg.lean_training:  # absent when off (the same reason): lean runs draw other dropout masks
+        d["lean_training"] = True
     d["device_type"] = torch.device(device).type
     d.update(training_key(device))  # bf16 training on CUDA; nothing on the CPU
     d["data_source"] = "local" if data.resolve_data_dir(cfg.data_dir) is not None else "hub"
@@ -282,7 +287,7 @@ def training_fingerprint(cfg: GlueStudyConfig, device: torch.device, task: str |
 def train_config(cfg: GlueStudyConfig) -> training.TrainConfig:
     return training.TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
                                 weight_decay=cfg.weight_decay, warmup_ratio=cfg.warmup_ratio,
-                                max_grad_norm=cfg.max_grad_norm)
+                                max_grad_norm=cfg.max_grad_norm, lean=cfg.lean_training)
 
 
 class Workbench:

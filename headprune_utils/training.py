@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -27,6 +28,7 @@ from tqdm import tqdm
 
 from .batching import Encoded, eval_batches, iterate, train_batches
 from .gates import Ablation, head_gates
+from .lean_loss import lean_loss, unsupported_reason
 from .metrics import compute_metrics, main_score
 from .precision import autocast_context, check_precision
 
@@ -41,6 +43,7 @@ class TrainConfig:
     max_grad_norm: float | None = 1.0  # None: no clipping
     eval_batch_size: int = 32
     group_by_length: bool = True
+    lean: bool = False  # lean_loss: no work on padding nor on the last layer's other tokens (same function)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -168,10 +171,21 @@ def finetune(
     ``"selected": True``. ``dev_name`` prefixes the metrics' keys (``dev_accuracy``, ``val_accuracy``, ...).
     ``precision``: of the training forward passes and the loss (see the module docstring; ``"auto"`` on the CPU
     is plain float32); the ``dev`` evaluations are float32.
+    ``cfg.lean``: the training loss by :func:`lean_loss.lean_loss` (the same function without the work on padding
+    and on the last layer's other tokens; the gates applied inside it), where :func:`lean_loss.unsupported_reason`
+    allows, else the model's own forward with a ``RuntimeWarning`` saying why.
     """
     check_precision(precision)
     if keep_best and dev is None:
         raise ValueError("keep_best needs a dev (validation) set to choose the epoch on")
+    lean = False
+    if cfg.lean:
+        why = unsupported_reason(model)
+        if why is None:
+            lean = True
+        else:
+            warnings.warn(f"TrainConfig.lean: {why}; fine-tuning with the model's own forward instead",
+                          RuntimeWarning, stacklevel=2)
     set_seed(seed)
     device = model_device(model)
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
@@ -185,7 +199,8 @@ def finetune(
     bar = tqdm(total=total, desc=desc, disable=not progress, mininterval=10, leave=False)
     step = 0
     try:
-        with gate_context(model, gates, ablation, means):
+        # lean: the gates are applied inside lean_loss and passed to the evaluations (no hook may be open)
+        with contextlib.nullcontext() if lean else gate_context(model, gates, ablation, means):
             for epoch in range(cfg.epochs):
                 start = time.perf_counter()
                 model.train()
@@ -194,7 +209,7 @@ def finetune(
                                         group_by_length=cfg.group_by_length)
                 for _, batch in iterate(train, batches, device):
                     with autocast_context(device, precision):
-                        loss = model(**batch).loss
+                        loss = lean_loss(model, batch, gates, ablation, means)[0] if lean else model(**batch).loss
                     if not bool(torch.isfinite(loss.detach())):
                         raise NonFiniteError(
                             f"{desc}: the training loss is {loss.item()} at step {step + 1} of {total} (epoch "
@@ -218,8 +233,9 @@ def finetune(
                 }
                 if dev is not None:
                     t0 = time.perf_counter()
-                    # gates already applied; scores in float32 (the module docstring)
-                    metrics = evaluate(model, dev, task, cfg.eval_batch_size)
+                    # gates already applied (lean: passed here); scores in float32 (the module docstring)
+                    metrics = (evaluate(model, dev, task, cfg.eval_batch_size, gates=gates, ablation=ablation,
+                                        means=means) if lean else evaluate(model, dev, task, cfg.eval_batch_size))
                     record.update({f"{dev_name}_{k}": v for k, v in metrics.items()})
                     record[f"{dev_name}_score"] = main_score(task, metrics)
                     record["eval_seconds"] = time.perf_counter() - t0

@@ -8,7 +8,11 @@ grouped by length and padded to their own longest sequence, either ``batch_size`
 fairseq). Every ``eval_every`` steps the per-token negative log-likelihood on the dev set is measured; the
 weights with the lowest dev loss are restored at the end (model selection), and training stops early after
 ``patience`` evaluations without improvement. Gates (a dict by attention type, see ``gates``) can stay applied
-for the whole run, as Budhraja et al. fix a mask and then train.
+for the whole run, as Budhraja et al. fix a mask and then train. With ``checkpoint`` (a file path), the whole
+training state (weights, optimizer, schedule, step, position in the epoch, the best weights so far, the history,
+the random-number generators' states) is written there atomically after every evaluation, and a call that finds
+it resumes from it: training that outlives one process (a long run cut into sessions) continues where it stopped
+and ends with the weights an uninterrupted run gives (tested, bit for bit on the same machine).
 
 Decoding (:func:`translate`): ``model.generate`` (greedy by default, beam search with ``num_beams > 1``) with
 its KV cache, inside ``head_gates`` when gates are given; at most ``max_len_a * source_length + max_len_b``
@@ -25,8 +29,10 @@ depend on the path that computed them); ``precision="bf16"`` asks for autocast t
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -217,6 +223,18 @@ def dev_loss(model: nn.Module, enc: EncodedPairs, batch_size: int = 128, gates=N
     return total / max(1, count)
 
 
+def _ids_digest(pairs: EncodedPairs) -> str:
+    """A content hash of the token ids (the tokenizer and the data a checkpoint was trained on)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for seqs in (pairs.src_ids, pairs.tgt_ids):
+        for ids in seqs:
+            h.update(np.asarray(ids, dtype=np.int64).tobytes())
+            h.update(b"|")
+    return h.hexdigest()[:16]
+
+
 def train_translation(
     model: nn.Module,
     train: EncodedPairs,
@@ -229,16 +247,22 @@ def train_translation(
     progress: bool = True,
     *,
     precision: str = "auto",
+    checkpoint: str | os.PathLike | None = None,
 ) -> NMTTrainResult:
     """Train ``model`` in place (see the module docstring); returns the evaluation history.
 
     With ``dev``, the weights of the best dev loss are restored at the end; without, the last weights stay.
     ``gates``: fixed, no grad, applied during training and the dev evaluations. ``precision``: of the training
-    forward passes (see the module docstring); the dev evaluations are float32.
+    forward passes (see the module docstring); the dev evaluations are float32. ``checkpoint``: a file to write
+    the training state to after every evaluation and to resume from when it exists (the module docstring); it
+    is left in place at the end (the caller removes it once the trained model is safely stored). A checkpoint
+    of another training (other config, seed, data size or model shape) is refused with a ValueError naming it.
     """
     check_precision(precision)
     if len(train) == 0:
         raise ValueError("train_translation got no training pairs")
+    if cfg.max_seconds is not None and checkpoint is not None:
+        raise ValueError("checkpoint needs a deterministic run: max_seconds must be None")
     set_seed(seed)
     device = model_device(model)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -256,8 +280,45 @@ def train_translation(
     losses: list[float] = []
     tokens = 0
     start = time.perf_counter()
-    step, epoch = 0, 0
-    bar = tqdm(total=cfg.max_steps, desc="train NMT", disable=not progress, mininterval=10, leave=False)
+    step, epoch, batch_pos = 0, 0, 0  # batch_pos: batches of the current epoch done
+    identity = {"config": cfg.as_dict(), "seed": int(seed), "n_train": len(train), "data": _ids_digest(train),
+                "n_dev": None if dev is None else len(dev), "precision": precision,
+                "shapes": {k: list(v.shape) for k, v in model.state_dict().items()}}
+    ck_path = Path(checkpoint) if checkpoint is not None else None
+    if ck_path is not None and ck_path.exists():
+        try:
+            ck = torch.load(ck_path, map_location="cpu", weights_only=False)
+        except Exception as exc:  # a truncated file cannot happen (atomic writes) but a foreign one can
+            raise ValueError(f"checkpoint {ck_path}: unreadable ({exc}); remove it to train from the start") from None
+        if ck.get("identity") != identity:
+            raise ValueError(f"checkpoint {ck_path} belongs to another training (config, seed, data or model shape "
+                             "differ); remove it to train from the start")
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        sched.load_state_dict(ck["scheduler"])
+        step, epoch, batch_pos = ck["step"], ck["epoch"], ck["batch_pos"]
+        losses, tokens, bad_evals, best_state = ck["losses"], ck["tokens"], ck["bad_evals"], ck["best_state"]
+        result.history, result.best_step, result.best_dev_loss = ck["history"], ck["best_step"], ck["best_dev_loss"]
+        start -= ck["seconds"]
+        torch.set_rng_state(ck["rng_cpu"])
+        if ck.get("rng_cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(ck["rng_cuda"])
+
+    def save_checkpoint() -> None:
+        if ck_path is None:
+            return
+        state = {"identity": identity, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                 "scheduler": sched.state_dict(), "step": step, "epoch": epoch, "batch_pos": batch_pos,
+                 "losses": losses, "tokens": tokens, "bad_evals": bad_evals, "best_state": best_state,
+                 "history": result.history, "best_step": result.best_step, "best_dev_loss": result.best_dev_loss,
+                 "seconds": time.perf_counter() - start, "rng_cpu": torch.get_rng_state(),
+                 "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+        ck_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ck_path.with_name(f".{ck_path.name}.{os.getpid()}.tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, ck_path)
+
+    bar = tqdm(total=cfg.max_steps, initial=step, desc="train NMT", disable=not progress, mininterval=10, leave=False)
 
     def evaluate_now() -> bool:
         """Record an evaluation; True when training should stop early."""
@@ -286,7 +347,8 @@ def train_translation(
                                             max_sentences=cfg.batch_size)
                 else:
                     batches = train_batches(lengths, cfg.batch_size, seed=seed * 1000 + epoch)
-                for index in batches:
+                for index in batches[batch_pos:]:  # a resumed epoch skips the batches done before
+                    batch_pos += 1
                     batch = collate_pairs(train, index, device)
                     labels = batch.pop("labels")
                     with autocast_context(device, precision):
@@ -311,11 +373,17 @@ def train_translation(
                         if evaluate_now():
                             result.stopped = "patience"
                         model.train()
+                        if not last and result.stopped == "max_steps" and not out_of_time:
+                            save_checkpoint()
                     if out_of_time and result.stopped == "max_steps":
                         result.stopped = "max_seconds"
                     if last or result.stopped != "max_steps":
                         break
-                epoch += 1
+                else:
+                    batch_pos = 0
+                    epoch += 1
+                    continue
+                break
     finally:
         bar.close()
         model.eval()

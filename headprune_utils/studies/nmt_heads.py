@@ -282,6 +282,11 @@ class Context:
     def folder(self, model_seed: int) -> Path:
         return model_folder(self.paths, self.cfg, model_seed, self.device)
 
+    def checkpoint(self, model_seed: int) -> Path:
+        """Where the training of ``model_seed``'s model keeps its resumable state (beside its cache folder)."""
+        folder = self.folder(model_seed)
+        return folder.with_name(folder.name + ".training-checkpoint.pt")
+
     def model(self, model_seed: int):
         """``(model, tokenizer, meta, trained_now)``: from memory, the disk cache, or trained now and cached."""
         if model_seed in self._models:
@@ -308,7 +313,11 @@ class Context:
         tr = encode_pairs(tok, train, c.max_length, drop_longer=True)
         dv = encode_pairs(tok, dev, c.max_length)
         model = build_translation_model(c.model_config(), tok, seed=model_seed).to(self.device)
-        res = train_translation(model, tr, dv, c.train_config(), seed=model_seed, progress=c.progress)
+        # training may outlive this process (hours on a CPU): it resumes from its checkpoint beside the cache
+        # folder (deterministic runs only), removed once the model is stored
+        checkpoint = None if c.train_max_seconds is not None else self.checkpoint(model_seed)
+        res = train_translation(model, tr, dv, c.train_config(), seed=model_seed, progress=c.progress,
+                                checkpoint=checkpoint)
         scores = evaluate_translation(model, tok, test, batch_size=c.eval_batch_size, num_beams=c.num_beams,
                                       max_source_length=c.max_length)
         meta = {
@@ -326,6 +335,8 @@ class Context:
                          for s, r, h in list(zip(test.src, test.tgt, scores["hypotheses"]))[:5]],
         }
         save_translation_model(model.cpu(), tok, folder, meta=meta)
+        if checkpoint is not None:
+            checkpoint.unlink(missing_ok=True)  # the folder is complete: caches.cached renames it into place next
 
     def encoded(self, model_seed: int):
         """``(train, dev, test)`` EncodedPairs with the model's tokenizer (training pairs over max_length dropped)."""

@@ -162,6 +162,7 @@ def test_the_study_runs_end_to_end(run):
     assert folders == [study.model_folder(paths, cfg, 0, torch.device("cpu"))]
     assert (folders[0] / "config.json").is_file() and (folders[0] / "tokenizer.json").is_file()
     assert not list(paths.nmt_cache.glob(".*tmp*")), "no temporary folder is left"
+    assert not list(paths.nmt_cache.glob("*checkpoint*")), "the training checkpoint is removed once the model is stored"
     full = table[table["kind"] == "model"].iloc[0]
     assert 0 <= full["bleu"] <= 100 and full["steps"] == 12 and full["trained_now"]
     # the random strategy at budget 0.5 is the random-pruning mask of the same type and seed: decoded once

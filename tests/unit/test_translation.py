@@ -179,6 +179,72 @@ def test_training_is_deterministic_and_stops_early(tok):
     assert result.stopped == "patience" and result.steps < 200
 
 
+class Interrupt(Exception):
+    pass
+
+
+@pytest.mark.parametrize("stop_at", [5, 8, 13])  # steps; 3 batches an epoch: mid-epoch, at an epoch's end, later
+def test_an_interrupted_training_resumes_from_its_checkpoint_to_the_same_weights(tok, tmp_path, monkeypatch, stop_at):
+    """A process killed mid-training (here: an exception at step ``stop_at``) leaves a checkpoint of its last
+    evaluation; the next call resumes from it and ends with the weights, history and best step of an
+    uninterrupted run, bit for bit (dropout on, so the random stream must be restored too)."""
+    import headprune_utils.translation as tr
+
+    drop = NMTModelConfig(**{**TINY.as_dict(), "dropout": 0.2})
+    enc = encode_pairs(tok, pairs())
+    cfg = NMTTrainConfig(max_steps=16, batch_size=2, lr=1e-3, warmup_steps=4, eval_every=2, patience=None)
+    ref_model = build_translation_model(drop, tok, seed=1)
+    ref = train_translation(ref_model, enc, enc, cfg, seed=3, progress=False)
+
+    ck = tmp_path / "train.ckpt"
+    real_loss, calls = tr.label_smoothed_loss, {"n": 0}
+
+    def dying_loss(*args, **kwargs):
+        calls["n"] += torch.is_grad_enabled()  # training steps only (the dev losses run without grad)
+        if calls["n"] == stop_at:
+            raise Interrupt
+        return real_loss(*args, **kwargs)
+
+    monkeypatch.setattr(tr, "label_smoothed_loss", dying_loss)
+    with pytest.raises(Interrupt):
+        train_translation(build_translation_model(drop, tok, seed=1), enc, enc, cfg, seed=3, progress=False,
+                          checkpoint=ck)
+    monkeypatch.setattr(tr, "label_smoothed_loss", real_loss)
+    saved = torch.load(ck, weights_only=False)
+    assert saved["step"] == 2 * ((stop_at - 1) // 2) and saved["step"] > 0
+    assert saved["batch_pos"] == {5: 1, 8: 3, 13: 3}[stop_at]  # 3 batches an epoch: resumed mid-epoch, or at its end
+    model = build_translation_model(drop, tok, seed=1)  # a fresh process: new weights, resumed from the file
+    res = train_translation(model, enc, enc, cfg, seed=3, progress=False, checkpoint=ck)
+    assert res.steps == ref.steps and res.best_step == ref.best_step
+    assert [r["train_loss"] for r in res.history] == [r["train_loss"] for r in ref.history]
+    assert [r["dev_loss"] for r in res.history] == [r["dev_loss"] for r in ref.history]
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), ref_model.parameters()))
+    assert not list(tmp_path.glob(".*.tmp")), "checkpoints are written atomically"
+
+
+def test_a_checkpoint_of_another_training_is_refused(tok, tmp_path):
+    enc = encode_pairs(tok, pairs())
+    cfg = NMTTrainConfig(max_steps=6, batch_size=2, lr=1e-3, warmup_steps=2, eval_every=2, patience=None)
+    ck = tmp_path / "train.ckpt"
+    # a run that ends leaves its last checkpoint (the caller removes it once the model is stored)
+    train_translation(build_translation_model(TINY, tok, seed=1), enc, enc, cfg, seed=3, progress=False, checkpoint=ck)
+    assert ck.exists()
+    other = NMTTrainConfig(**{**cfg.as_dict(), "lr": 2e-3})
+    with pytest.raises(ValueError, match="another training"):
+        train_translation(build_translation_model(TINY, tok, seed=1), enc, enc, other, seed=3, progress=False,
+                          checkpoint=ck)
+    with pytest.raises(ValueError, match="another training"):
+        train_translation(build_translation_model(TINY, tok, seed=1), enc, enc, cfg, seed=4, progress=False,
+                          checkpoint=ck)
+    ck.write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="unreadable"):
+        train_translation(build_translation_model(TINY, tok, seed=1), enc, enc, cfg, seed=3, progress=False,
+                          checkpoint=ck)
+    with pytest.raises(ValueError, match="max_seconds"):
+        train_translation(build_translation_model(TINY, tok, seed=1), enc, enc,
+                          NMTTrainConfig(**{**cfg.as_dict(), "max_seconds": 5.0}), seed=3, checkpoint=ck)
+
+
 def test_generation_under_gates_runs_and_zero_gates_match_pruning(tok):
     model = build_translation_model(TINY, tok, seed=2)
     enc = encode_pairs(tok, pairs())
