@@ -37,10 +37,16 @@ One run does three things, all with the same torch thread count:
    output projection and feed-forward, and the pooler and classifier, on one token per sentence), attention
    as above but with one query row in the last layer (``LEAN_FLOP_FORMULA``).
 
+On a GPU (``--device cuda``): the same three variants with ``--precision bf16`` (our loop's ``"auto"`` on CUDA:
+bf16 autocast, float32 weights; the Trainer's ``bf16=True``), and the peak is measured with ``torch.mm`` in that
+dtype on the device (sizes 4096-8192); ``--model bert-base-random`` trains a bert-base-shaped BERT
+(``BertConfig()``: 12 x 12 heads, hidden 768) with random weights, which needs no download.
+
 Usage::
 
     HEADPRUNE_DATA_DIR=/path/to/data python benchmarks/finetune_throughput.py [--n-train 1024]
         [--batch-size 32] [--repeats 3] [--threads N] [--out results.json]
+        [--device cpu|cuda] [--precision fp32|bf16] [--model minilm|bert-base-random]
 """
 from __future__ import annotations
 
@@ -66,6 +72,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 MODEL = "minilm"
+RUN = {"device": "cpu", "precision": "fp32", "model": "minilm"}  # set by main() from the command line
 TASK = "SST-2"
 SEED = 0
 LR = 5e-5
@@ -113,19 +120,30 @@ def other_load(start, end, wall: float) -> float | None:
 
 
 # ----------------------------------------------------------------------------- matmul peak
-def matmul_peak(sizes=(1024, 1536, 2048), repeats: int = 5) -> dict:
-    """Best fp32 GFLOP/s of square ``torch.mm`` over ``sizes`` (warm-up product first, then ``repeats``)."""
+def sync() -> None:
+    if RUN["device"] == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_peak(sizes=None, repeats: int = 5) -> dict:
+    """Best GFLOP/s of square ``torch.mm`` over ``sizes`` (warm-up product first, then ``repeats``), in the run's
+    dtype (float32, or bfloat16 with ``--precision bf16``) on the run's device."""
     per_size = {}
+    dev = RUN["device"]
+    dtype = torch.bfloat16 if RUN["precision"] == "bf16" else torch.float32
+    sizes = sizes or ((4096, 6144, 8192) if dev == "cuda" else (1024, 1536, 2048))
     gen = torch.Generator().manual_seed(0)
     for n in sizes:
-        a = torch.randn(n, n, generator=gen)
-        b = torch.randn(n, n, generator=gen)
-        out = torch.empty(n, n)
+        a = torch.randn(n, n, generator=gen).to(dev, dtype)
+        b = torch.randn(n, n, generator=gen).to(dev, dtype)
+        out = torch.empty(n, n, device=dev, dtype=dtype)
         torch.mm(a, b, out=out)  # warm-up
+        sync()
         best = math.inf
         for _ in range(repeats):
             t0 = time.perf_counter()
             torch.mm(a, b, out=out)
+            sync()
             best = min(best, time.perf_counter() - t0)
         per_size[n] = 2 * n**3 / best / 1e9
         del a, b, out
@@ -190,9 +208,15 @@ def shape_stats(shapes: list[tuple[int, int]], real_tokens: int, dims: dict) -> 
 
 # ----------------------------------------------------------------------------- the two variants
 def load_model():
+    if RUN["model"] == "bert-base-random":
+        from transformers import AutoModelForSequenceClassification, BertConfig
+
+        torch.manual_seed(SEED)
+        cfg = BertConfig(num_labels=2)  # bert-base's shape; the MiniLM tokenizer's ids (the same 30,522 vocabulary)
+        return AutoModelForSequenceClassification.from_config(cfg, attn_implementation="sdpa").to(RUN["device"])
     from headprune_utils.models import load_classifier
 
-    return load_classifier(MODEL, num_labels=2, device="cpu", seed=SEED)
+    return load_classifier(MODEL, num_labels=2, device=RUN["device"], seed=SEED)
 
 
 def run_ours(encoded, batch_size: int, lean: bool = False) -> dict:
@@ -201,8 +225,10 @@ def run_ours(encoded, batch_size: int, lean: bool = False) -> dict:
     model = load_model()
     cfg = TrainConfig(epochs=1, batch_size=batch_size, lr=LR, weight_decay=WEIGHT_DECAY,
                       warmup_ratio=WARMUP_RATIO, max_grad_norm=MAX_GRAD_NORM, group_by_length=True, lean=lean)
+    sync()
     t0 = time.perf_counter()
-    history = finetune(model, encoded, TASK, cfg, seed=SEED, dev=None, progress=False)
+    history = finetune(model, encoded, TASK, cfg, seed=SEED, dev=None, progress=False, precision=RUN["precision"])
+    sync()
     seconds = time.perf_counter() - t0
     threads = torch.get_num_threads()
     del model
@@ -256,8 +282,8 @@ def run_trainer(dataset, tokenizer, batch_size: int, n_train: int) -> dict:
             weight_decay=WEIGHT_DECAY,
             max_grad_norm=MAX_GRAD_NORM,
             fp16=False,
-            bf16=False,
-            use_cpu=True,
+            bf16=RUN["precision"] == "bf16",
+            use_cpu=RUN["device"] == "cpu",
             train_sampling_strategy="group_by_length",
             eval_strategy="no",
             save_strategy="no",
@@ -275,8 +301,10 @@ def run_trainer(dataset, tokenizer, batch_size: int, n_train: int) -> dict:
                           processing_class=tokenizer)
         trainer.remove_callback(PrinterCallback)  # it prints the final metrics dict to stdout
         build_seconds = time.perf_counter() - t0
+        sync()
         t0 = time.perf_counter()
         output = trainer.train()
+        sync()
         seconds = time.perf_counter() - t0
         optim = str(args.optim.value if hasattr(args.optim, "value") else args.optim)
     threads = torch.get_num_threads()
@@ -311,7 +339,16 @@ def main(argv=None) -> int:
                         help="torch threads for everything (default: torch's default)")
     parser.add_argument("--data-dir", default=None, help="GLUE data root (default $HEADPRUNE_DATA_DIR)")
     parser.add_argument("--out", default=None, help="write the figures as JSON here (default: print only)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to train (default cpu)")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default=None,
+                        help="training precision (default: fp32 on the CPU, bf16 on CUDA; peak in the same dtype)")
+    parser.add_argument("--model", choices=["minilm", "bert-base-random"], default="minilm",
+                        help="the embedded MiniLM, or a bert-base-shaped BERT with random weights (no download)")
     args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available here")
+    RUN.update(device=args.device, model=args.model,
+               precision=args.precision or ("bf16" if args.device == "cuda" else "fp32"))
     if args.repeats < 1 or args.n_train < 1 or args.batch_size < 1:
         parser.error("--n-train, --batch-size and --repeats must be positive")
 
@@ -327,7 +364,7 @@ def main(argv=None) -> int:
     cpu0, wall0 = cpu_seconds(), time.perf_counter()
     log(f"[setup] torch {torch.__version__}, transformers {transformers.__version__}, {threads} threads, "
         f"load average {os.getloadavg()[0]:.2f}")
-    log("[peak] measuring the fp32 matmul peak ...")
+    log(f"[peak] measuring the {RUN['precision']} matmul peak on {RUN['device']} ...")
     peak = matmul_peak()
     log(f"[peak] {peak['gflops']:.1f} GFLOP/s")
 
@@ -385,7 +422,10 @@ def main(argv=None) -> int:
     trainer = summarise([r["seconds"] for r in trainer_runs], n, trainer_stats, pk)
     result = {
         "benchmark": "finetune_throughput",
-        "model": MODEL,
+        "model": RUN["model"],
+        "device": RUN["device"],
+        "device_name": torch.cuda.get_device_name() if RUN["device"] == "cuda" else platform.processor() or None,
+        "precision": RUN["precision"],
         "task": TASK,
         "n_train": n,
         "batch_size": args.batch_size,
@@ -424,11 +464,13 @@ def main(argv=None) -> int:
 
     lines = [
         "=" * 78,
-        f"Fine-tuning throughput: {MODEL} on {n} {TASK} sentences, batch {args.batch_size}, 1 epoch, "
+        f"Fine-tuning throughput: {RUN['model']} on {n} {TASK} sentences, batch {args.batch_size}, 1 epoch, "
+        f"{RUN['precision']} on {RUN['device']}"
+        + (f" ({torch.cuda.get_device_name()})" if RUN["device"] == "cuda" else "") + ", "
         f"lr {LR:g}",
         f"torch {torch.__version__} | transformers {transformers.__version__} | {threads} torch threads "
         f"| {os.cpu_count()} CPUs",
-        f"fp32 matmul peak: {pk:.1f} GFLOP/s (best of "
+        f"{RUN['precision']} matmul peak: {pk:.1f} GFLOP/s (best of "
         + ", ".join(f"{k}: {v:.1f}" for k, v in peak["per_size_gflops"].items()) + ")",
         f"model: {dims['n_layers']} layers x {dims['n_heads']} heads, hidden {dims['hidden']}, "
         f"{dims['params_total'] / 1e6:.2f}M params ({dims['params_non_embedding'] / 1e6:.2f}M non-embedding, "

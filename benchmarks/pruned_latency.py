@@ -18,7 +18,8 @@ FLOP-ideal speed-up: forward FLOPs of the unpruned model over those of the prune
 "% of ideal" says how much of the arithmetic saving turns into time. Embedding and pooler costs are in the
 measured time, not in the FLOP count (a few per cent at these lengths).
 
-One run prints the whole table (and ``--out`` writes it as JSON with the machine and versions).
+One run prints the whole table (and ``--out`` writes it as JSON with the machine and versions). ``--device cuda``
+times the same on a GPU (synchronised around each timed call), under bf16 autocast unless ``--precision fp32``.
 
 Usage::
 
@@ -46,6 +47,8 @@ from headprune_utils import costs, masks, models  # noqa: E402
 from headprune_utils.pruning import prune_heads  # noqa: E402
 from headprune_utils.results import cpu_description, package_versions  # noqa: E402
 
+DEVICE = {"device": "cpu", "precision": "fp32"}  # set by main()
+
 BERT_BASE = dict(num_hidden_layers=12, num_attention_heads=12, hidden_size=768, intermediate_size=3072,
                  vocab_size=30522)
 
@@ -72,17 +75,32 @@ def layer_mask(n_layers: int, n_heads: int, n_prune: int) -> torch.Tensor:
     return mask
 
 
+def _sync() -> None:
+    if DEVICE["device"] == "cuda":
+        torch.cuda.synchronize()
+
+
+def _autocast():
+    import contextlib
+
+    if DEVICE["precision"] == "bf16":
+        return torch.autocast(DEVICE["device"], dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def time_forward(model, batch: int, seq: int, warmup: int, repeats: int, vocab: int) -> float:
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(1000, vocab - 1, (batch, seq), generator=g)
+    ids = torch.randint(1000, vocab - 1, (batch, seq), generator=g).to(DEVICE["device"])
     am = torch.ones_like(ids)
-    with torch.inference_mode():
+    with torch.inference_mode(), _autocast():
         for _ in range(warmup):
             model(input_ids=ids, attention_mask=am)
         times = []
         for _ in range(repeats):
+            _sync()
             t0 = time.perf_counter()
             model(input_ids=ids, attention_mask=am)
+            _sync()
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -92,21 +110,24 @@ def time_train_step(model, batch: int, seq: int, warmup: int, repeats: int, voca
     token, cross-entropy, backward, fused AdamW step, zeroed gradients) with the word embeddings frozen, as the
     studies fine-tune (``freeze_word_embeddings``)."""
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(1000, vocab - 1, (batch, seq), generator=g)
+    ids = torch.randint(1000, vocab - 1, (batch, seq), generator=g).to(DEVICE["device"])
     am = torch.ones_like(ids)
-    labels = torch.randint(0, 2, (batch,), generator=g)
+    labels = torch.randint(0, 2, (batch,), generator=g).to(DEVICE["device"])
     model = copy.deepcopy(model).train()
     model.get_input_embeddings().weight.requires_grad_(False)
-    head = torch.nn.Linear(model.config.hidden_size, 2)
+    head = torch.nn.Linear(model.config.hidden_size, 2).to(DEVICE["device"])
     params = [p for p in model.parameters() if p.requires_grad] + list(head.parameters())
     opt = torch.optim.AdamW(params, lr=1e-5, fused=True)
     times = []
     for i in range(warmup + repeats):
+        _sync()
         t0 = time.perf_counter()
-        logits = head(model(input_ids=ids, attention_mask=am).last_hidden_state[:, 0])
-        torch.nn.functional.cross_entropy(logits, labels).backward()
+        with _autocast():
+            logits = head(model(input_ids=ids, attention_mask=am).last_hidden_state[:, 0])
+        torch.nn.functional.cross_entropy(logits.float(), labels).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        _sync()
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
@@ -138,15 +159,22 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default=None,
+                   help="default: fp32 on the CPU, bf16 autocast on CUDA")
     args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device is available here")
+    DEVICE.update(device=args.device, precision=args.precision or ("bf16" if args.device == "cuda" else "fp32"))
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = []
     header = f"{'model':<10}{'pruned':>8}{'how':>8}{'batch':>6}{'seq':>5}{'ms':>10}{'seq/s':>9}{'speed-up':>10}{'ideal':>7}{'% ideal':>9}"
-    print(f"threads {torch.get_num_threads()}, {cpu_description()['cpu_model']}, torch {torch.__version__}")
+    where = torch.cuda.get_device_name() if args.device == "cuda" else cpu_description()['cpu_model']
+    print(f"threads {torch.get_num_threads()}, {args.device} ({where}), {DEVICE['precision']}, torch {torch.__version__}")
     print(header)
     for name in args.models:
-        base = build(name)
+        base = build(name).to(args.device)
         cfg = base.config
         shape = costs.Shape(cfg.num_hidden_layers, cfg.num_attention_heads, cfg.hidden_size, cfg.intermediate_size)
         variants = [(f, "random", masks.random_mask(shape.n_layers, shape.n_heads,
@@ -192,7 +220,9 @@ def main(argv=None) -> int:
     print("% ideal = (speed-up - 1) / (ideal - 1): the share of the FLOP saving that became time.")
     if args.out:
         args.out.write_text(json.dumps({"rows": rows, "machine": {**cpu_description(), "machine": platform.machine(),
-                                        "threads": torch.get_num_threads()}, "packages": package_versions(),
+                                        "threads": torch.get_num_threads(), "device": args.device,
+                                        "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
+                                        "precision": DEVICE["precision"]}, "packages": package_versions(),
                                         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}},
                                        indent=1))
     return 0

@@ -192,3 +192,18 @@ def test_bf16_autocast_agrees_within_bf16_rounding():
     assert logits.dtype == ref.logits.dtype
     torch.testing.assert_close(logits.float(), ref.logits.float(), rtol=0.05, atol=0.05)
     torch.testing.assert_close(loss.float(), ref.loss.float(), rtol=0.05, atol=0.05)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_on_cuda_in_float32_and_under_bf16_autocast():
+    model = tiny_model().cuda()
+    batch = {k: v.cuda() for k, v in batch_of(make_enc(seed=6)).items()}
+    g = torch.full((L, H), 0.5, device="cuda")
+    with head_gates(model, g, "uniform"):
+        ref = model(**batch).logits
+    torch.testing.assert_close(lean_loss(model, batch, g, "uniform")[1], ref, rtol=1e-4, atol=1e-4)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        with head_gates(model, g, "uniform"):
+            ref = model(**batch).logits
+        logits = lean_loss(model, batch, g, "uniform")[1]
+    torch.testing.assert_close(logits.float(), ref.float(), rtol=0.05, atol=0.05)
