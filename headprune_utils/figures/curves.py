@@ -151,6 +151,27 @@ def bleu_vs_fraction(summary: pd.DataFrame) -> plt.Figure:
     return fig
 
 
+def training_curves(curves: pd.DataFrame) -> plt.Figure:
+    """Loss against training step, a colour per model seed: dev loss (per-token NLL, solid, markers) and the training
+    loss since the previous evaluation (dashed; label-smoothed, so above the NLL), the restored (best) evaluation
+    starred. curves: ``nmt_heads_analysis.training_curves``."""
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    palette = sns.color_palette("colorblind", max(1, curves["model_seed"].nunique()))
+    for color, (seed, g) in zip(palette, curves.groupby("model_seed")):
+        g = g.sort_values("step")
+        ax.plot(g["step"], g["dev_loss"], marker="o", markersize=3, color=color, label=f"model seed {seed}: dev NLL")
+        ax.plot(g["step"], g["train_loss"], linestyle="--", color=color, alpha=0.7, label=f"model seed {seed}: train loss")
+        b = g[g["best"]]
+        ax.plot(b["step"], b["dev_loss"], marker="*", markersize=13, color=color, linestyle="none")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("loss (nats per target token)")
+    ax.set_title("Translation model training (star: the weights kept)", fontsize="medium")
+    ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    return fig
+
+
 def l0_heads_kept(by_type: pd.DataFrame) -> plt.Figure:
     """One panel per L0 setting: share of each gated type's heads kept against lambda (log scale), a line per type
     (mean over model seeds), points per model.

@@ -70,7 +70,8 @@ from ..translation_model import build_translation_model, load_translation_model,
 from .base import Cell, Cost, Study
 from .nmt_heads_config import TYPES, NMTHeadsConfig, data_source
 from .nmt_heads_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    VOITA_ALL_TYPES, VOITA_BASELINE_BLEU, VOITA_FRACTION, TYPE_CONTRASTS, ROLE_NAMES, full_models, random_rows,
+    VOITA_ALL_TYPES, VOITA_BASELINE_BLEU, VOITA_FRACTION, TYPE_CONTRASTS, ROLE_NAMES, full_models, training_curves,
+    random_rows,
     random_summary, random_drops, prunable, retrain_table, type_contrasts, strategy_rows, strategy_summary,
     strategy_contrasts, strategy_mask_rows, role_source, roles, role_counts, role_map, encoder_scores,
     importance_table, score_agreement, l0_curve, l0_by_type, l0_contrasts, type_prunability, l0_survival_source,

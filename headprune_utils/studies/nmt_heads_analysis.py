@@ -59,6 +59,23 @@ def full_models(table: pd.DataFrame) -> pd.DataFrame:
     return t[[c for c in cols if c in t]].sort_values("model_seed").reset_index(drop=True)
 
 
+def training_curves(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per dev evaluation of every trained model (the model cells' histories): ``model_seed, step, epoch,
+    train_loss`` (mean since the previous evaluation), ``dev_loss`` (per-token NLL on the dev pairs), ``seconds``,
+    ``best`` (the evaluation whose weights were restored: the model every other cell uses)."""
+    rows = []
+    for r in _kind(table, "model").to_dict("records"):
+        hist = r.get("history")
+        if not isinstance(hist, list):
+            continue
+        for h in hist:
+            rows.append({"model_seed": int(r["model_seed"]), "step": int(h["step"]), "epoch": h.get("epoch"),
+                         "train_loss": h.get("train_loss"), "dev_loss": h.get("dev_loss"), "seconds": h.get("seconds"),
+                         "best": int(h["step"]) == int(r["best_step"])})
+    cols = ["model_seed", "step", "epoch", "train_loss", "dev_loss", "seconds", "best"]
+    return pd.DataFrame(rows, columns=cols).sort_values(["model_seed", "step"]).reset_index(drop=True)
+
+
 # ---------------------------------------------------------------------------------------------- random pruning
 def random_rows(table: pd.DataFrame) -> pd.DataFrame:
     """Study 1's layout: (task = attention type, regime, fraction, seed = pair, score = BLEU, ...).

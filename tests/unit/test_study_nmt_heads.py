@@ -163,6 +163,9 @@ def test_the_study_runs_end_to_end(run):
     assert (folders[0] / "config.json").is_file() and (folders[0] / "tokenizer.json").is_file()
     assert not list(paths.nmt_cache.glob(".*tmp*")), "no temporary folder is left"
     assert not list(paths.nmt_cache.glob("*checkpoint*")), "the training checkpoint is removed once the model is stored"
+    curves = study.training_curves(table)  # the dev-loss curve: every evaluation of the model cell's history
+    assert curves["step"].tolist() == [6, 12] and curves["best"].sum() == 1
+    assert curves.loc[curves["best"], "dev_loss"].iloc[0] == curves["dev_loss"].min()
     full = table[table["kind"] == "model"].iloc[0]
     assert 0 <= full["bleu"] <= 100 and full["steps"] == 12 and full["trained_now"]
     # the random strategy at budget 0.5 is the random-pruning mask of the same type and seed: decoded once
