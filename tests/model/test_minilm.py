@@ -65,3 +65,28 @@ def test_hub_model_offline_fails_fast_and_clearly(monkeypatch):
     assert "hf download" in str(err.value)
     with pytest.raises(ModelUnavailableError, match="does not exist"):
         load_config("/no/such/model/folder")
+
+
+def test_lean_loss_equals_the_real_models_own_loss_and_gradients(batch):
+    """lean_loss on the real MiniLM (pre-trained weights, padded batch, a pruned layer and uniform gates): the loss,
+    logits and gradients of the model's own forward, in float64."""
+    from headprune_utils.lean_loss import lean_loss, unsupported_reason
+
+    model = load_classifier("minilm", 2, device="cpu", seed=0).double()
+    mask = torch.ones(6, 12)
+    mask[2, :7] = 0
+    prune_heads(model, mask)
+    b = {**batch, "labels": torch.tensor([1, 0, 0])}
+    assert bool((b["attention_mask"] == 0).any()) and unsupported_reason(model) is None
+    g = torch.rand(6, 12, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with head_gates(model, g, "uniform"):
+        ref = model(**b)
+        ref.loss.backward()
+    g_ref = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    loss, logits = lean_loss(model, b, g, "uniform")
+    loss.backward()
+    torch.testing.assert_close(logits, ref.logits, rtol=0, atol=1e-10)
+    for n, p in model.named_parameters():
+        if n in g_ref:
+            torch.testing.assert_close(p.grad, g_ref[n], rtol=0, atol=1e-10, msg=n)
