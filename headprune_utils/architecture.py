@@ -286,3 +286,35 @@ def key_padding_mask_from_call(args: tuple, kwargs: dict) -> torch.Tensor | None
     if mask is None and len(args) >= 2:
         mask = args[1]
     return mask
+
+
+def bert_layout_problem(model: nn.Module) -> str | None:
+    """None when ``model``'s encoder is laid out as BERT's (``encoder.layer[i]``: ``attention.self`` with query,
+    key and value Linears, or no head left after pruning; ``attention.output`` with dense, dropout, LayerNorm;
+    ``intermediate``, ``output``, ``feed_forward_chunk``), as in BERT, RoBERTa, ELECTRA, XLM-R, CamemBERT and
+    MiniLM; else what differs, in words. The code that computes such layers from their sub-modules
+    (``mask_sweep``, ``lean_loss``) checks it first."""
+    from .pruning import EmptyAttention  # pruning imports this module
+
+    cfg = getattr(model, "config", None)
+    if cfg is None or not hasattr(cfg, "num_attention_heads"):
+        return "the model has no config with num_attention_heads"
+    if getattr(cfg, "is_decoder", False) or getattr(cfg, "add_cross_attention", False):
+        return "a decoder (causal or cross attention)"
+    base = base_model(model)
+    layers = getattr(getattr(base, "encoder", None), "layer", None)
+    if not isinstance(layers, nn.ModuleList):
+        return "no encoder.layer list"
+    for i, layer in enumerate(layers):
+        att = getattr(layer, "attention", None)
+        if att is None or not hasattr(att, "self") or not hasattr(att, "output"):
+            return f"layer {i} is not laid out as BERT's (attention.self / attention.output)"
+        if not all(isinstance(getattr(att.output, n, None), nn.Module) for n in ("dense", "LayerNorm", "dropout")):
+            return f"layer {i}'s attention output is not BERT's (dense, dropout, LayerNorm)"
+        if not all(hasattr(layer, n) for n in ("feed_forward_chunk", "intermediate", "output")):
+            return f"layer {i} has no BERT feed-forward"
+        sa = att.self
+        if not isinstance(sa, EmptyAttention) and not all(
+                isinstance(getattr(sa, n, None), nn.Linear) for n in ("query", "key", "value")):
+            return f"layer {i}'s self-attention is not BERT's (query, key, value)"
+    return None

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .architecture import base_model, kept_heads
+from .architecture import base_model, bert_layout_problem, kept_heads
 from .gates import ABLATIONS, ablate_heads, check_gates
 from .pruning import EmptyAttention
 
@@ -54,11 +54,10 @@ def _hooked(model: nn.Module) -> str | None:
 
 def unsupported_reason(model: nn.Module) -> str | None:
     """None when :func:`lean_loss` computes ``model``'s loss exactly; else why not, in words."""
-    cfg = getattr(model, "config", None)
-    if cfg is None:
-        return "the model has no config"
-    if getattr(cfg, "is_decoder", False) or getattr(cfg, "add_cross_attention", False):
-        return "a decoder (causal or cross attention)"
+    problem = bert_layout_problem(model)
+    if problem is not None:
+        return problem
+    cfg = model.config
     if getattr(cfg, "position_embedding_type", "absolute") not in (None, "absolute"):
         return f"position_embedding_type={cfg.position_embedding_type!r} (only absolute position embeddings)"
     if getattr(cfg, "_attn_implementation", None) not in (*_ATTN, None):
@@ -71,22 +70,12 @@ def unsupported_reason(model: nn.Module) -> str | None:
     if not (isinstance(getattr(model, "classifier", None), nn.Linear)
             and isinstance(getattr(model, "dropout", None), nn.Dropout)):
         return "the classification head is not BERT's (dropout, then one linear classifier)"
-    layers = getattr(getattr(base, "encoder", None), "layer", None)
-    if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
-        return "no encoder.layer list"
-    for i, layer in enumerate(layers):
-        att = getattr(layer, "attention", None)
-        if att is None or not hasattr(att, "self") or not hasattr(att, "output"):
-            return f"layer {i} is not laid out as BERT's (attention.self / attention.output)"
-        if not all(isinstance(getattr(att.output, n, None), nn.Module) for n in ("dense", "LayerNorm", "dropout")):
-            return f"layer {i}'s attention output is not BERT's (dense, dropout, LayerNorm)"
-        if not all(hasattr(layer, n) for n in ("feed_forward_chunk", "intermediate", "output")):
-            return f"layer {i} has no BERT feed-forward"
-        sa = att.self
-        if not isinstance(sa, EmptyAttention) and not (
-                all(isinstance(getattr(sa, n, None), nn.Linear) for n in ("query", "key", "value"))
-                and isinstance(getattr(sa, "dropout", None), nn.Dropout)):
-            return f"layer {i}'s self-attention is not BERT's (query, key, value, dropout)"
+    if len(base.encoder.layer) == 0:
+        return "an encoder without layers"
+    for i, layer in enumerate(base.encoder.layer):
+        sa = layer.attention.self
+        if not isinstance(sa, EmptyAttention) and not isinstance(getattr(sa, "dropout", None), nn.Dropout):
+            return f"layer {i}'s self-attention has no attention dropout module"
     hooked = _hooked(model)
     if hooked is not None:
         return (f"a forward hook is registered on {hooked} (e.g. an open head_gates block): pass the gates to "

@@ -78,7 +78,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from .architecture import base_model, head_shape, kept_heads
+from .architecture import base_model, bert_layout_problem, head_shape, kept_heads
 from .batching import Encoded, collate, eval_batches, iterate
 from .gates import ABLATIONS, Ablation, ablate_heads, head_gates
 from .metrics import compute_metrics
@@ -295,31 +295,8 @@ def _attention_function(model: nn.Module, self_attention: nn.Module):
 
 
 def _supported(model: nn.Module) -> bool:
-    """Whether the layers look like BERT's (``encoder.layer[i]``: attention.self/output, intermediate,
-    output, feed_forward_chunk), as in BERT, RoBERTa, ELECTRA, XLM-R, CamemBERT and MiniLM."""
-    base = base_model(model)
-    cfg = getattr(model, "config", None)
-    if cfg is None or not hasattr(cfg, "num_attention_heads"):
-        return False
-    if getattr(cfg, "is_decoder", False) or getattr(cfg, "add_cross_attention", False):
-        return False
-    if not (hasattr(base, "encoder") and isinstance(getattr(base.encoder, "layer", None), nn.ModuleList)):
-        return False
-    for layer in base.encoder.layer:
-        att = getattr(layer, "attention", None)
-        if att is None or not hasattr(att, "self") or not hasattr(att, "output"):
-            return False
-        out = att.output
-        if not all(isinstance(getattr(out, n, None), nn.Module) for n in ("dense", "LayerNorm", "dropout")):
-            return False
-        if not (hasattr(layer, "feed_forward_chunk") and hasattr(layer, "intermediate") and hasattr(layer, "output")):
-            return False
-        sa = att.self
-        if not isinstance(sa, EmptyAttention) and not all(
-            isinstance(getattr(sa, n, None), nn.Linear) for n in ("query", "key", "value")
-        ):
-            return False
-    return True
+    """Whether the layers look like BERT's (:func:`architecture.bert_layout_problem`)."""
+    return bert_layout_problem(model) is None
 
 
 # ----------------------------------------------------------------------------- one layer, many rows
