@@ -384,20 +384,26 @@ class MixedModelsError(RuntimeError):
 
 
 def check_one_model(table: pd.DataFrame, study: str) -> None:
-    """Raise :class:`MixedModelsError` when cells of one (task, seed) carry different ``full_model_sha`` (the hash
-    of the fine-tuned full model's weights a cell was computed with, ``Study.provenance``): a run resumed on
-    another machine retrains a model whose cache was lost, and training need not give the same weights on another
-    CPU, so results of the two trainings must never be mixed in one analysis."""
-    if "full_model_sha" not in table.columns or not {"task", "seed"} <= set(table.columns):
+    """Raise :class:`MixedModelsError` when cells of one model carry different ``full_model_sha`` (the hash of the
+    trained full model's weights a cell was computed with, ``Study.provenance``): a run resumed on another machine
+    retrains a model whose cache was lost, and training need not give the same weights on another CPU, so results
+    of the two trainings must never be mixed in one analysis. A model is a (task, seed) of the GLUE studies, a
+    ``model_seed`` of the translation study."""
+    if "full_model_sha" not in table.columns:
+        return
+    keys = ["task", "seed"] if {"task", "seed"} <= set(table.columns) else ["model_seed"]
+    if not set(keys) <= set(table.columns):
         return
     t = table[table["full_model_sha"].notna()]
-    n = t.groupby(["task", "seed"])["full_model_sha"].nunique()
+    n = t.groupby(keys)["full_model_sha"].nunique()
     bad = n[n > 1]
     if len(bad):
-        (task, seed) = bad.index[0]
-        shas = sorted(t[(t["task"] == task) & (t["seed"] == seed)]["full_model_sha"].unique())
+        first = bad.index[0] if len(keys) > 1 else (bad.index[0],)
+        which = t[(t[keys] == pd.Series(dict(zip(keys, first)))).all(axis=1)]
+        shas = sorted(which["full_model_sha"].unique())
+        name = f"{first[0]} seed {first[1]}" if len(keys) > 1 else f"model seed {first[0]}"
         raise MixedModelsError(
-            f"{study}: the cells of {task} seed {seed} were computed with {len(shas)} different trainings of that "
+            f"{study}: the cells of {name} were computed with {len(shas)} different trainings of that "
             f"model (weights {', '.join(shas)}): a resumed run retrained it (its cache was gone, or another machine "
             f"trained it differently). Recompute those cells (move them away, or --fresh) so that one training "
             f"underlies them all; {len(bad)} model(s) affected.")

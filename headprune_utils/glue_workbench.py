@@ -429,20 +429,9 @@ class Workbench:
             return model, saved.get("history", [])
 
         model, history = cached(self.checkpoint_path(task, seed), build, load)
-        self.full_model_sha[(task, int(seed))] = weights_sha(model)
+        self.full_model_sha[(task, int(seed))] = models.weights_sha(model)
         self._last_full = ((task, seed), model, history)
         return model, history, trained_now
-
-
-def weights_sha(model: torch.nn.Module) -> str:
-    """A short hash of a model's weights (every state-dict tensor's bytes, in order): equal weights, equal hash."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for name, t in model.state_dict().items():
-        h.update(name.encode())
-        h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 def provenance(ctx: "Workbench", cell) -> dict:

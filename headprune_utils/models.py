@@ -175,3 +175,14 @@ def load_classifier(
     attention_sites(model)  # fail now on an architecture the gates cannot reach
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     return model.to(dev).eval()
+
+
+def weights_sha(model: torch.nn.Module) -> str:
+    """A short hash of a model's weights (every state-dict tensor's bytes, in order): equal weights, equal hash."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]

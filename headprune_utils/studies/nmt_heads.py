@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import costs, glue_workbench, masks, specialized, strategies
+from .. import costs, glue_workbench, masks, models, specialized, strategies
 from ..architecture import SEQ2SEQ_KINDS, head_shape
 from ..batching import train_batches
 from ..caches import cached
@@ -270,6 +270,7 @@ class Context:
         self._data = None
         self._models: dict[int, tuple] = {}
         self._encoded: dict[int, tuple] = {}
+        self.model_sha: dict[int, str] = {}  # model seed -> hash of the trained weights used here (provenance)
 
     def data(self):
         """``(train, dev, test)`` ParallelData subsets."""
@@ -300,6 +301,7 @@ class Context:
             trained.append(True)
 
         model, tok, meta = cached(self.folder(model_seed), build, lambda path: load_translation_model(path, self.device))
+        self.model_sha[model_seed] = models.weights_sha(model)
         self._models = {model_seed: (model, tok, meta)}  # one model in memory at a time
         self._encoded = {k: v for k, v in self._encoded.items() if k == model_seed}
         return model, tok, meta, bool(trained)
@@ -563,6 +565,13 @@ class NMTHeads(Study):
 
     def data_fingerprints(self, cfg: NMTHeadsConfig) -> dict:
         return {cfg.corpus: data_source(cfg)}
+
+    def provenance(self, ctx: Context, cell: Cell) -> dict:
+        """``{"full_model_sha": ...}``: the hash of the trained model every cell of a model seed starts from, so that
+        cells of two trainings of one model (a resumed run that retrained it elsewhere) are never mixed
+        (``execution.check_one_model``)."""
+        sha = ctx.model_sha.get(int(cell.axes["model_seed"])) if "model_seed" in cell.axes else None
+        return {"full_model_sha": sha} if sha else {}
 
     def run_params(self, cfg: NMTHeadsConfig) -> dict:
         return {"data_source": data_source(cfg), "model_cache": "<outputs root>/_nmt/<profile>/ (StudyPaths.nmt_cache)"}

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from headprune_utils import glue_workbench
+from headprune_utils import glue_workbench, models
 from headprune_utils.config import validate
 from headprune_utils.execution import MixedModelsError, check_one_model, run_study
 from headprune_utils.paths import StudyPaths
@@ -21,6 +21,10 @@ def test_check_one_model_by_hand():
     bad = pd.DataFrame({"task": ["A", "A"], "seed": [1, 1], "full_model_sha": ["x", "z"]})
     with pytest.raises(MixedModelsError, match="A seed 1.*2 different trainings"):
         check_one_model(bad, "s")
+    # the translation study's models are its model seeds
+    check_one_model(pd.DataFrame({"model_seed": [0, 0, 1], "full_model_sha": ["x", "x", "y"]}), "s")
+    with pytest.raises(MixedModelsError, match="model seed 1.*2 different trainings.*weights x, y"):
+        check_one_model(pd.DataFrame({"model_seed": [0, 1, 1], "full_model_sha": ["x", "y", "x"]}), "s")
 
 
 def test_cells_carry_the_weights_hash_and_a_mix_is_refused(tiny_model_dir, tiny_glue_root, tmp_path):
@@ -36,7 +40,7 @@ def test_cells_carry_the_weights_hash_and_a_mix_is_refused(tiny_model_dir, tiny_
     assert trained["full_model_sha"].isna().all(), "a masked model fine-tuned from scratch did not use the full model"
     # the hash is the weights' (an independent recomputation from the cached checkpoint)
     wb = glue_workbench.Workbench(cfg, __import__("torch").device("cpu"), paths.finetuned_cache)
-    assert glue_workbench.weights_sha(wb.full_model("SST-2", 0)[0]) == uses["full_model_sha"].iloc[0]
+    assert models.weights_sha(wb.full_model("SST-2", 0)[0]) == uses["full_model_sha"].iloc[0]
     # a cell from "another training" of the same model: the study refuses to mix them
     f = sorted(paths.cells.glob("*finetune_then_mask*.json"))[0]
     rec = json.loads(f.read_text())

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from headprune_utils import claims, masks
+from headprune_utils import claims, masks, models
 from headprune_utils.config import ParameterError, validate
 from headprune_utils.execution import run_study
 from headprune_utils.paths import StudyPaths
@@ -183,6 +183,9 @@ def test_the_study_runs_end_to_end(run):
     assert set(re["type"]) == {"none", "all"} and (re["retrain_steps"] == 2).all()
     meta = (paths.dir / "run_meta.json").read_text()
     assert "model_cache" in meta and str(paths.dir) not in meta
+    # every cell records the trained model it started from: the hash of the cached model's weights
+    cached_model = study.Context(cfg, torch.device("cpu"), paths).model(0)[0]
+    assert table["full_model_sha"].tolist() == [models.weights_sha(cached_model)] * len(table)
 
 
 def test_a_context_without_the_cached_model_trains_the_same_model(run, tmp_path):
