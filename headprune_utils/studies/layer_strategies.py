@@ -63,6 +63,7 @@ class LayerStrategiesConfig(glue_workbench.MaskingStudyConfig):
     finetune_strategies: list[str] | None = None  # of those, the ones of the mask-then-fine-tune regime (None: all)
     budgets: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75])  # share of ALL heads pruned (evaluation-only regime)
     finetune_budgets: list[float] = field(default_factory=lambda: [0.5])  # budgets of the mask-then-fine-tune regime (one fine-tuning per cell)
+    iterative_budgets: list[float] = field(default_factory=list)  # more budgets for iterative_importance alone (evaluation only): Michel et al.'s curve, e.g. at every 10%
     regimes: list[Regime] = field(default_factory=lambda: list(REGIMES))
     importance_size: int | None = 1000          # training examples for the gradient importance of the importance strategies (None: all)
     shared_evaluation: bool = True              # evaluate a model's masks together, reusing shared work (False: one full forward per mask)
@@ -96,6 +97,15 @@ class LayerStrategiesConfig(glue_workbench.MaskingStudyConfig):
             if any(b == 0 for b in values):
                 raise ParameterError(f"{name}: 0 is the reference (the full model), always included; list budgets > 0")
             self.check_pruned_heads(name, values)
+        if self.iterative_budgets:
+            if "iterative_importance" not in self.strategies or "finetune_then_mask" not in self.regimes:
+                raise ParameterError("iterative_budgets needs the strategy 'iterative_importance' and the regime "
+                                     f"'finetune_then_mask'; got strategies {self.strategies}, regimes {self.regimes}")
+            self.check_fractions("iterative_budgets", self.iterative_budgets)
+            if any(b == 0 for b in self.iterative_budgets):
+                raise ParameterError("iterative_budgets: 0 is the reference (the full model), always included; "
+                                     "list budgets > 0")
+            self.check_pruned_heads("iterative_budgets", self.iterative_budgets)
 
 
 def plan_cells(cfg: LayerStrategiesConfig) -> list[Cell]:
@@ -121,6 +131,9 @@ def plan_cells(cfg: LayerStrategiesConfig) -> list[Cell]:
                     for b in sorted(budgets):
                         for s in names:
                             axes.append({**head, "strategy": s, "budget": float(b), "seed": int(seed)})
+                    if regime == "finetune_then_mask":  # Michel et al.'s curve at more budgets than the others
+                        axes += [{**head, "strategy": "iterative_importance", "budget": float(b), "seed": int(seed)}
+                                 for b in sorted(set(cfg.iterative_budgets) - set(budgets))]
                     for a in axes:
                         if regime == "mask_then_finetune" and a["strategy"] != "none":
                             k = (a["budget"], ablation)
@@ -133,8 +146,8 @@ def plan_cells(cfg: LayerStrategiesConfig) -> list[Cell]:
 
 
 def study_fingerprint(cfg: LayerStrategiesConfig, device: torch.device) -> str:
-    drop = ("strategies", "finetune_strategies", "budgets", "finetune_budgets", "regimes", "shared_evaluation",
-            "equivalence_margin")
+    drop = ("strategies", "finetune_strategies", "budgets", "finetune_budgets", "iterative_budgets", "regimes",
+            "shared_evaluation", "equivalence_margin")
     # importance_size stays: it changes the importance strategies' masks
     return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=drop))
 

@@ -58,6 +58,42 @@ def test_iterative_strategy_in_the_sweep(tiny_model_dir, tiny_glue_root, tmp_pat
                                                "model": str(tiny_model_dir), "data_dir": str(tiny_glue_root)})
 
 
+def test_iterative_budgets_extend_michels_curve_alone(tiny_model_dir, tiny_glue_root, tmp_path):
+    """``iterative_budgets``: the iterative strategy at more budgets than the others (evaluation only), its masks
+    from the same path (nested), the fingerprint unchanged (stored cells stay valid), the contrasts untouched."""
+    from headprune_utils.execution import run_study
+    from headprune_utils.masks import mask_from_string
+    from headprune_utils.paths import StudyPaths
+
+    base = dict(model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0, 1], budgets=[0.5], finetune_budgets=[0.5],
+                strategies=["random", "top", "iterative_importance"], finetune_strategies=["random"],
+                regimes=["finetune_then_mask"], ablations=["zero"], train_size=None, dev_size=None, epochs=1,
+                batch_size=8, lr=1e-3, device="cpu", data_dir=str(tiny_glue_root), allow_hub=False, progress=False,
+                importance_size=16)
+    plain = validate(study.LayerStrategiesConfig, base)
+    cfg = validate(study.LayerStrategiesConfig, {**base, "iterative_budgets": [0.25, 0.5, 0.75]})
+    extra = {c.key for c in study.plan_cells(cfg)} - {c.key for c in study.plan_cells(plain)}
+    assert len(extra) == 4 and all("strategy=iterative_importance" in k for k in extra), "0.5 is already planned"
+    cpu = torch.device("cpu")
+    assert study.study_fingerprint(cfg, cpu) == study.study_fingerprint(plain, cpu)
+    table = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path))
+    it = table[table["strategy"] == "iterative_importance"]
+    assert sorted(set(it["budget"])) == [0.25, 0.5, 0.75] and set(table[table["strategy"] == "top"]["budget"]) == {0.5}
+    for seed, g in it.groupby("seed"):
+        m = [mask_from_string(x) for x in g.sort_values("budget")["mask"]]
+        assert all(bool((b <= a).all()) for a, b in zip(m, m[1:])), "one path: nested masks"
+        assert [int((x == 0).sum()) for x in m] == [3, 6, 9]
+    tab = study.michel_prunable(table, tolerance=1.0)
+    assert tab.set_index("task").loc["SST-2", "mean_prunable"] == 0.75
+    c = study.contrasts(table)
+    assert set(c["budget"].dropna()) <= {0.5}, "the other strategies' contrasts stay at their own budgets"
+    for bad, match in (([0.0], "0 is the reference"), ([0.25, 0.25], "repeat"), ([1.5], "iterative_budgets")):
+        with pytest.raises(ParameterError, match=match):
+            validate(study.LayerStrategiesConfig, {**base, "iterative_budgets": bad})
+    with pytest.raises(ParameterError, match="iterative_budgets needs"):
+        validate(study.LayerStrategiesConfig, {**base, "strategies": ["random"], "iterative_budgets": [0.25]})
+
+
 def test_michel_prunable_by_hand():
     rows = []
     for seed, scores in enumerate(([0.80, 0.795, 0.792, 0.70], [0.80, 0.78, 0.79, 0.79])):
