@@ -4,6 +4,7 @@
     python -m headprune_utils.run --profile smoke --only random_pruning
     python -m headprune_utils.run --profile quick --check      # validate parameters only
     python -m headprune_utils.run --profile paper --plan       # every cell, its requirements and cost; runs nothing
+    python -m headprune_utils.run --profile standard --plan --plan-slices   # the slices of a long run still to compute
     python -m headprune_utils.run --profile paper --executor ray --address auto   # cells on a Ray cluster
 
 Every study's parameters (``params/<profile>.yaml`` over the notebook defaults) are validated before
@@ -515,6 +516,51 @@ def missing_cells(plan: dict[str, dict], profile: str) -> dict[str, tuple[int, i
     return gaps
 
 
+SLICE_AXES = (("task", "seed"), ("model_seed",), ("task",))  # what selects one trained model: GLUE, translation, a task
+
+
+def slice_counts(plan: dict[str, dict], profile: str) -> list[tuple[str, str, int, int]]:
+    """``[(study, where, stored, planned)]``: every study's cells grouped by the model they belong to (task and
+    seed for the GLUE studies, ``model_seed`` for the translation study; the whole study when its cells have
+    neither), with the ``--where`` arguments that select that slice. Reads only the cell files."""
+    from . import models
+    from .results import ResultStore
+
+    out = []
+    for name, overrides in plan.items():
+        study = STUDIES[name]
+        cfg = validate(study.Config, {**overrides, "progress": False}, where=f"params/{profile}.yaml [{name}]")
+        with models.planning():
+            cells = study.plan(cfg)
+        store = ResultStore(StudyPaths(name, profile, staged=False).cells,
+                            study.fingerprint(cfg, models.resolve_device(cfg.device)), quarantine=False)
+        counts: dict[str, list[int]] = {}
+        for c in cells:
+            axes = dict(c.axes)
+            keys = next((k for k in SLICE_AXES if set(k) <= set(axes)), ())
+            where = " ".join(f"{k}={axes[k]}" for k in keys)
+            n = counts.setdefault(where, [0, 0])
+            n[0] += int(store.has(axes))
+            n[1] += 1
+        out += [(name, where, done, total) for where, (done, total) in counts.items()]
+    return out
+
+
+def print_slices(plan: dict[str, dict], profile: str) -> None:
+    """The incomplete slices of every study (:func:`slice_counts`), one line each with the command's ``--only``
+    and ``--where`` arguments, and the complete ones counted."""
+    rows = slice_counts(plan, profile)
+    for name in plan:
+        mine = [r for r in rows if r[0] == name]
+        done = [r for r in mine if r[2] == r[3]]
+        print(f"== {name} ({profile}): {len(done)} of {len(mine)} slices complete, "
+              f"{sum(r[2] for r in mine)} of {sum(r[3] for r in mine)} cells stored")
+        for _, where, stored, planned in mine:
+            if stored < planned:
+                arg = f" --where {where}" if where else ""
+                print(f"  {stored:>5}/{planned:<5} --only {name}{arg}")
+
+
 def parse_where(items: list[str] | None) -> dict[str, set[str]]:
     """``["task=SST-2", "seed=0", "seed=1"]`` -> ``{"task": {"SST-2"}, "seed": {"0", "1"}}`` (``--where``)."""
     out: dict[str, set[str]] = {}
@@ -571,6 +617,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", action="store_true",
                         help="print every cell, its requirements and estimated cost, and the totals; run nothing")
     parser.add_argument("--plan-summary", action="store_true", help="with --plan: the totals only, not every cell")
+    parser.add_argument("--plan-slices", action="store_true",
+                        help="with --plan: per study, the slices (one trained model each) not yet complete, with "
+                             "their stored / planned cells and the --where that computes each; run nothing")
     parser.add_argument("--gpu-tflops", type=float, default=100.0, help="--plan: sustained GPU throughput for GPU-hours (default 100)")
     parser.add_argument("--cpu-gflops", type=float, default=58.0, help="--plan: sustained CPU throughput for CPU-hours (default 58)")
     parser.add_argument("--executor", choices=("local", "ray"), default="local",
@@ -596,9 +645,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.address and args.executor != "ray":
         print("error: --address is for --executor ray", file=sys.stderr)
         return 2
-    if args.plan_summary and not args.plan:
-        print("error: --plan-summary is for --plan", file=sys.stderr)
-        return 2
+    for flag in ("plan_summary", "plan_slices"):
+        if getattr(args, flag) and not args.plan:
+            print(f"error: --{flag.replace('_', '-')} is for --plan", file=sys.stderr)
+            return 2
     if args.where and not args.cells_only:
         print("error: --where is for --cells-only (a notebook analyses every cell of its study)", file=sys.stderr)
         return 2
@@ -625,7 +675,10 @@ def main(argv: list[str] | None = None) -> int:
 
             with models.planning():
                 plan = validate_profile(args.profile, args.only)
-            print_plan(plan, args.profile, args.gpu_tflops, args.cpu_gflops, cells=not args.plan_summary)
+            if args.plan_slices:
+                print_slices(plan, args.profile)
+            else:
+                print_plan(plan, args.profile, args.gpu_tflops, args.cpu_gflops, cells=not args.plan_summary)
             return 0
         plan = validate_profile(args.profile, args.only)
     except Exception as exc:  # every validation failure (parameters, model, data) is a clear, early stop

@@ -41,3 +41,31 @@ def test_plan_command_runs_nothing_and_sizes_the_paper_profile(data_root, monkey
     assert "GPU-hours" in out and "total" in out
     assert not any(tmp_path.iterdir()), "--plan writes nothing"
     assert not models._PLANNING, "planning mode ends with the command"
+
+
+def test_plan_slices_partition_the_standard_plan_and_each_where_selects_its_slice(data_root, monkeypatch, capsys,
+                                                                                   tmp_path):
+    """--plan --plan-slices: every planned cell in exactly one slice (one trained model: task and seed, or the
+    translation model's seed), and the printed --where selects exactly that slice's cells (run.selector)."""
+    monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(data_root))
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))  # nothing stored: every slice incomplete
+    with models.planning():
+        plan = run.validate_profile("standard", None)
+    rows = run.slice_counts(plan, "standard")
+    for name in NAMES:
+        study = STUDIES[name]
+        cfg = validate(study.Config, {**plan[name], "progress": False}, where=name)
+        with models.planning():
+            cells = study.plan(cfg)
+        mine = [r for r in rows if r[0] == name]
+        assert sum(r[3] for r in mine) == len(cells) and all(r[2] == 0 for r in mine)
+        for _, where, _, planned in mine:
+            select = run.selector(run.parse_where(where.split()) if where else {})
+            hit = [c for c in cells if select is None or select(dict(c.axes))]
+            assert len(hit) == planned, (name, where)
+    assert len([r for r in rows if r[0] == "nmt_heads"]) == len(plan["nmt_heads"]["model_seeds"])
+    assert run.main(["--profile", "standard", "--plan", "--plan-slices", "--only", "compensation"]) == 0
+    out = capsys.readouterr().out
+    assert "== compensation (standard): 0 of 5 slices complete, 0 of 30 cells stored" in out
+    assert "0/6     --only compensation --where task=SST-2 seed=4" in out
+    assert not any(tmp_path.iterdir()), "--plan writes nothing"

@@ -521,6 +521,7 @@ RUNNER_CASES = [
     rcase("flag-executor-unknown", FAKE_OK, ["--profile", "t", "--executor", "spark"], ["--executor", "spark"], fake=True),
     rcase("flag-unknown", FAKE_OK, ["--profile", "t", "--frsh"], ["--frsh"], fake=True),
     rcase("flag-plan-summary-without-plan", FAKE_OK, ["--profile", "t", "--plan-summary"], ["--plan-summary"], fake=True),
+    rcase("flag-plan-slices-without-plan", FAKE_OK, ["--profile", "t", "--plan-slices"], ["--plan-slices"], fake=True),
     rcase("flag-gpu-tflops-0", FAKE_OK, ["--profile", "t", "--plan", "--gpu-tflops", "0"], ["--gpu-tflops"], fake=True),
     rcase("flag-cpu-gflops-negative", FAKE_OK, ["--profile", "t", "--plan", "--cpu-gflops", "-58"], ["--cpu-gflops"],
           fake=True),

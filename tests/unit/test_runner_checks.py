@@ -167,3 +167,17 @@ def test_plan_reports_stored_cells_and_a_projection_from_their_measured_seconds(
     n_cells, stored, took, projected = int(row[1]), int(row[-3]), float(row[-2]), float(row[-1])
     assert stored == n_cells and took >= 0 and projected >= 0
     assert "measured seconds per estimated FLOP" in out
+
+
+def test_plan_slices_counts_stored_cells_per_slice(fake_runner, tmp_path, capsys):
+    """--plan --plan-slices: a study without task, seed or model-seed axes is one slice; its stored cells are
+    counted, and a complete study lists no slice to compute."""
+    fake_runner("fake: {}\n")
+    assert run.main(["--profile", "t", "--plan", "--plan-slices"]) == 0
+    out = capsys.readouterr().out
+    assert "== fake (t): 0 of 1 slices complete, 0 of 5 cells stored" in out and "0/5     --only fake\n" in out
+    run_study(FakeStudy(), FakeConfig(), "t", StudyPaths("fake", "t", root=tmp_path / "out"))
+    assert run.slice_counts({"fake": {}}, "t") == [("fake", "", 5, 5)]
+    assert run.main(["--profile", "t", "--plan", "--plan-slices"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 1 slices complete, 5 of 5 cells stored" in out and "--only" not in out
