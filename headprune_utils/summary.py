@@ -23,7 +23,7 @@ from .paths import StudyPaths, outputs_root
 from .results import atomic_write_text
 from .studies import STUDIES
 
-__all__ = ["claim_rows", "fmt_number", "where_label", "summary_markdown", "write_summary", "summary_path", "study_findings_markdown",
+__all__ = ["claim_rows", "quick_verdicts", "fmt_number", "where_label", "summary_markdown", "write_summary", "summary_path", "study_findings_markdown",
            "inject_findings", "FINDINGS_TAG", "readme_findings", "update_readme"]
 
 DECIDED = ("supported", "not supported", "contradicted")
@@ -167,6 +167,19 @@ def inject_findings(nb, markdown: str) -> bool:
     return bool(old) or bool(markdown)
 
 
+def quick_verdicts(rows: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """``{(study, claim_id): text}`` for each of ``rows`` (another profile's :func:`claim_rows`): the quick
+    (demonstration) run's primary verdicts of that claim, ``"same"`` when they are the same counts, ``"no verdict
+    table"`` where the quick run has none."""
+    q = claim_rows("quick")
+    q = {(r.study, r.claim_id): r.verdicts for r in q.itertuples()} if not q.empty else {}
+    out = {}
+    for r in rows.itertuples():
+        theirs = q.get((r.study, r.claim_id))
+        out[(r.study, r.claim_id)] = "no verdict table" if theirs is None else "same" if theirs == r.verdicts else theirs
+    return out
+
+
 def summary_markdown(profile: str) -> str:
     """The summary page (Markdown)."""
     t = claim_rows(profile)
@@ -175,16 +188,23 @@ def summary_markdown(profile: str) -> str:
             "`python -m headprune_utils.summary`). Verdicts of the primary analysis (each claim under its own paper's "
             "ablation semantics), counted per word; the decided rows spelled out as task, setting: verdict (effect "
             "[interval]); whether a verdict flips under another semantics. The unit of replication is an "
-            "independently trained model; the rules are in `headprune_utils/claims.py`.", ""]
+            "independently trained model; the rules are in `headprune_utils/claims.py`."
+            + ("" if profile == "quick" else " The last column: the quick (demonstration) run's primary verdicts of "
+               "the same claim, for comparison (\"same\": the same counts)."), ""]
     if t.empty:
         return "\n".join(head + ["No study has a verdict table for this profile yet."]) + "\n"
     scales = t.groupby("study")["scale"].first()
-    lines = ["| study | claim | paper | semantics | verdicts (primary) | decided | flips with the semantics |",
-             "|---|---|---|---|---|---|---|"]
     esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    quick = quick_verdicts(t) if profile != "quick" else None
+    extra = " the quick run (demonstration) |" if quick is not None else ""
+    lines = ["| study | claim | paper | semantics | verdicts (primary) | decided | flips with the semantics |" + extra,
+             "|---|---|---|---|---|---|---|" + ("---|" if quick is not None else "")]
     for r in t.itertuples():
-        lines.append(f"| [{r.study}]({r.notebook}) | `{r.claim_id}`: {esc(r.claim)} | {esc(r.paper)} | {r.semantics} | "
-                     f"{r.verdicts} | {esc(r.decided)} | {esc(r.flips)} |")
+        line = (f"| [{r.study}]({r.notebook}) | `{r.claim_id}`: {esc(r.claim)} | {esc(r.paper)} | {r.semantics} | "
+                f"{r.verdicts} | {esc(r.decided)} | {esc(r.flips)} |")
+        if quick is not None:
+            line += f" {esc(quick[(r.study, r.claim_id)])} |"
+        lines.append(line)
     counts = pd.Series([w for v in t["verdicts"] for w in claims.VERDICTS if w in v]).value_counts()
     scale = ["", "**Scale of each study** (say which before quoting a number):", ""] + \
         [f"- {s}: {esc(x)}" for s, x in scales.items()]

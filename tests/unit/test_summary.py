@@ -41,3 +41,21 @@ def test_summary_from_verdict_tables(tmp_path, monkeypatch):
     assert path == tmp_path / "SUMMARY.md" and "nan" not in text.lower()
     assert "[random_pruning](random_pruning/quick/random_pruning.ipynb)" in text and "3 claims in 1 studies" in text
     assert summary.summary_path("standard").name == "SUMMARY-standard.md"
+
+
+def test_another_profiles_summary_sets_the_quick_verdicts_beside_its_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
+    for profile, rows in (("quick", [_row("random_pruning", "a.x", "SST-2", "not testable", "uniform", "primary", None),
+                                     _row("random_pruning", "b.y", "SST-2", "inconclusive", "uniform", "primary")]),
+                          ("standard", [_row("random_pruning", "a.x", "SST-2", "supported", "uniform", "primary"),
+                                        _row("random_pruning", "b.y", "SST-2", "inconclusive", "uniform", "primary"),
+                                        _row("random_pruning", "d.w", "SST-2", "supported", "uniform", "primary")])):
+        t = StudyPaths("random_pruning", profile, staged=False).tables
+        t.mkdir(parents=True)
+        pd.DataFrame(rows, columns=list(claims.COLUMNS)).to_csv(t / "verdicts.csv", index=False)
+    q = summary.quick_verdicts(summary.claim_rows("standard"))
+    assert q == {("random_pruning", "a.x"): "1 not testable", ("random_pruning", "b.y"): "same",
+                 ("random_pruning", "d.w"): "no verdict table"}
+    text = summary.summary_markdown("standard")
+    assert "the quick run (demonstration) |" in text and "| 1 supported | " in text and "| 1 not testable |" in text
+    assert "(demonstration)" not in summary.summary_markdown("quick"), "the quick page compares with nothing"
