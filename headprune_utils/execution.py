@@ -386,8 +386,9 @@ class MixedModelsError(RuntimeError):
 def check_one_model(table: pd.DataFrame, study: str) -> None:
     """Raise :class:`MixedModelsError` when cells of one model carry different ``full_model_sha`` (the hash of the
     trained full model's weights a cell was computed with, ``Study.provenance``): a run resumed on another machine
-    retrains a model whose cache was lost, and training need not give the same weights on another CPU, so results
-    of the two trainings must never be mixed in one analysis. A model is a (task, seed) of the GLUE studies, a
+    retrains a model whose cache was lost, and training need not give the same weights on another CPU or with
+    another number of torch threads (measured: the test suite's tiny model trained with 1 and 2 threads differs in
+    its weights' bytes), so results of the two trainings must never be mixed in one analysis. A model is a (task, seed) of the GLUE studies, a
     ``model_seed`` of the translation study."""
     if "full_model_sha" not in table.columns:
         return
@@ -404,8 +405,8 @@ def check_one_model(table: pd.DataFrame, study: str) -> None:
         name = f"{first[0]} seed {first[1]}" if len(keys) > 1 else f"model seed {first[0]}"
         raise MixedModelsError(
             f"{study}: the cells of {name} were computed with {len(shas)} different trainings of that "
-            f"model (weights {', '.join(shas)}): a resumed run retrained it (its cache was gone, or another machine "
-            f"trained it differently). Recompute those cells (move them away, or --fresh) so that one training "
+            f"model (weights {', '.join(shas)}): a resumed run retrained it (its cache was gone, and another machine "
+            f"or another number of torch threads (OMP_NUM_THREADS, --jobs) trained it differently). Recompute those cells (move them away, or --fresh) so that one training "
             f"underlies them all; {len(bad)} model(s) affected.")
 
 

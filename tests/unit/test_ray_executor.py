@@ -68,7 +68,11 @@ def test_a_cell_whose_worker_always_dies_is_reported_and_its_dependants_not_run(
 
 
 def test_study_one_on_ray_equals_local(local_ray, tiny_model_dir, tiny_glue_root, tmp_path):
-    """A real study (tiny model): the cells Ray computes equal the in-process ones."""
+    """A real study (tiny model): the cells Ray computes equal the in-process ones, the trained weights' hashes
+    included. Like with like: a Ray task has one CPU and so one torch thread, and training with another number of
+    threads gives other weights (bytes) on this CPU, so the in-process run here has one thread too."""
+    import torch
+
     from headprune_utils.config import validate
     from headprune_utils.studies import random_pruning as study
 
@@ -76,7 +80,12 @@ def test_study_one_on_ray_equals_local(local_ray, tiny_model_dir, tiny_glue_root
         model=str(tiny_model_dir), tasks=["SST-2"], fractions=[0.0, 0.5], finetune_fractions=None, seeds=[0, 1],
         train_size=None, dev_size=None, epochs=1, batch_size=8, lr=1e-3, device="cpu", data_dir=str(tiny_glue_root),
         allow_hub=False, progress=False))
-    local = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path / "local"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        local = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path / "local"))
+    finally:
+        torch.set_num_threads(threads)
     remote = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path / "ray"), executor=local_ray)
     key = ["task", "regime", "fraction", "seed"]
     a = local.drop(columns=["seconds", "history"]).sort_values(key).reset_index(drop=True)
