@@ -254,8 +254,13 @@ class RayExecutor:
 
     ``address``: None starts (or joins, in this process) a local Ray instance; "auto" or "ray://host:port"
     joins a cluster. ``num_cpus`` caps a local instance. Workers get the outputs and data roots of this
-    process (``HEADPRUNE_OUTPUT_DIR``, ``HEADPRUNE_DATA_DIR``) unless already set on the cluster.
+    process (``HEADPRUNE_OUTPUT_DIR``, ``HEADPRUNE_DATA_DIR``) unless already set on the cluster. Each task
+    reserves one CPU and computes with one torch thread, whatever ``OMP_NUM_THREADS`` the workers inherited: the
+    trained weights depend on the thread count, so a model trained by a Ray task is the one a one-thread local
+    run trains (and no task oversubscribes its CPU).
     """
+
+    threads = 1  # torch threads per task: the one CPU each task reserves
 
     name = "ray"
 
@@ -292,7 +297,7 @@ class RayExecutor:
                                                       max_retries=self.max_retries, retry_exceptions=False)
         self._job = {"study": study_ref(study), "cfg": as_dict(cfg), "profile": profile,
                      "device": "cuda" if self._gpu else str(device),
-                     "faults": os.environ.get("HEADPRUNE_TEST_FAULTS")}
+                     "faults": os.environ.get("HEADPRUNE_TEST_FAULTS"), "threads": self.threads}
         self._keys: dict[Any, list[str]] = {}
 
     def submit(self, batch: Batch):
@@ -326,6 +331,7 @@ def _ray_batch(job: dict, axes: list[dict], inputs: dict) -> list[dict]:
     from .config import validate
     from .studies import get_study
 
+    torch.set_num_threads(job.get("threads", 1))
     study = get_study(job["study"])
     cfg = validate(study.Config, job["cfg"], where=f"Ray task of {study.name}")
     device = models.resolve_device(job["device"] if job["device"] != "cuda" or torch.cuda.is_available() else "cpu")

@@ -21,16 +21,21 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """One local Ray instance for the module; its workers import this folder's modules (PYTHONPATH)."""
-    before = os.environ.get("PYTHONPATH")
+    """One local Ray instance for the module; its workers import this folder's modules (PYTHONPATH) and inherit
+    OMP_NUM_THREADS=2 (as where an earlier step of the process set it): the tasks must still compute with one
+    torch thread (RayExecutor.threads)."""
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "OMP_NUM_THREADS")}
+    before = saved["PYTHONPATH"]
     os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), *(before.split(os.pathsep) if before else [])])
+    os.environ["OMP_NUM_THREADS"] = "2"
     ex = RayExecutor(num_cpus=2)
     yield ex
     ray.shutdown()
-    if before is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = before
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def results(table: pd.DataFrame) -> pd.DataFrame:
@@ -69,8 +74,10 @@ def test_a_cell_whose_worker_always_dies_is_reported_and_its_dependants_not_run(
 
 def test_study_one_on_ray_equals_local(local_ray, tiny_model_dir, tiny_glue_root, tmp_path):
     """A real study (tiny model): the cells Ray computes equal the in-process ones, the trained weights' hashes
-    included. Like with like: a Ray task has one CPU and so one torch thread, and training with another number of
-    threads gives other weights (bytes) on this CPU, so the in-process run here has one thread too."""
+    included. Like with like: a Ray task computes with one torch thread (RayExecutor.threads, whatever
+    OMP_NUM_THREADS its worker inherited: an earlier test may have set it in this process), and training with
+    another number of threads gives other weights (bytes) on this CPU, so the in-process run here has one thread
+    too."""
     import torch
 
     from headprune_utils.config import validate
