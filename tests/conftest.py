@@ -39,6 +39,21 @@ def _no_default_data_dir(request, monkeypatch):
     monkeypatch.setattr(data, "_HUB_REACHABLE", {"huggingface.co": False})
 
 
+@pytest.fixture(autouse=True)
+def _thread_env_restored():
+    """The runner sets OMP_NUM_THREADS / MKL_NUM_THREADS in its own process (each kernel's torch threads); a test
+    that calls it in-process must not leave them to later tests (a Ray instance started later hands them to its
+    workers, and the thread count changes trained weights)."""
+    names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    saved = {k: os.environ.get(k) for k in names}
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture(scope="session")
 def data_root() -> Path:
     root = shared_data_root()
