@@ -394,8 +394,8 @@ def check_one_model(table: pd.DataFrame, study: str) -> None:
     trained full model's weights a cell was computed with, ``Study.provenance``): a run resumed on another machine
     retrains a model whose cache was lost, and training need not give the same weights on another CPU or with
     another number of torch threads (measured: the test suite's tiny model trained with 1 and 2 threads differs in
-    its weights' bytes), so results of the two trainings must never be mixed in one analysis. A model is a (task, seed) of the GLUE studies, a
-    ``model_seed`` of the translation study."""
+    its weights' bytes), so results of the two trainings must never be mixed in one analysis. A model is a (task,
+    seed) of the GLUE studies, a ``model_seed`` of the translation study."""
     if "full_model_sha" not in table.columns:
         return
     keys = ["task", "seed"] if {"task", "seed"} <= set(table.columns) else ["model_seed"]
@@ -412,8 +412,9 @@ def check_one_model(table: pd.DataFrame, study: str) -> None:
         raise MixedModelsError(
             f"{study}: the cells of {name} were computed with {len(shas)} different trainings of that "
             f"model (weights {', '.join(shas)}): a resumed run retrained it (its cache was gone, and another machine "
-            f"or another number of torch threads (OMP_NUM_THREADS, --jobs) trained it differently). Recompute those cells (move them away, or --fresh) so that one training "
-            f"underlies them all; {len(bad)} model(s) affected.")
+            f"or another number of torch threads (OMP_NUM_THREADS, --jobs) trained it differently). Recompute those "
+            f"cells (move them away, or --fresh) so that one training underlies them all; {len(bad)} model(s) "
+            f"affected.")
 
 
 def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = None, *,
