@@ -24,18 +24,11 @@ def local_ray():
     """One local Ray instance for the module; its workers import this folder's modules (PYTHONPATH) and inherit
     OMP_NUM_THREADS=2 (as where an earlier step of the process set it): the tasks must still compute with one
     torch thread (RayExecutor.threads)."""
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "OMP_NUM_THREADS")}
-    before = saved["PYTHONPATH"]
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), *(before.split(os.pathsep) if before else [])])
-    os.environ["OMP_NUM_THREADS"] = "2"
-    ex = RayExecutor(num_cpus=2)
-    yield ex
-    ray.shutdown()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with pytest.MonkeyPatch.context() as mp:  # restores both variables (or their absence) at the end
+        mp.setenv("PYTHONPATH", str(HERE), prepend=os.pathsep)
+        mp.setenv("OMP_NUM_THREADS", "2")
+        yield RayExecutor(num_cpus=2)
+        ray.shutdown()
 
 
 def results(table: pd.DataFrame) -> pd.DataFrame:
