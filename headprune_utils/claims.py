@@ -1,7 +1,8 @@
 """The claims model: a claim's verdict is computed from unit-level measurements by a stated decision rule, into
 one row of one table layout (:data:`COLUMNS`), with one of five words (:data:`VERDICTS`) and a reason.
 
-Pieces: a decision rule (:class:`Superiority`, :class:`Equivalence`, :class:`NonInferiority`), measurements
+Pieces: a decision rule (:class:`Superiority`, :class:`Equivalence`, :class:`NonInferiority`, :class:`Presence`),
+measurements
 (:class:`Measurement`: one task x setting x ablation semantics, values with the unit each belongs to), gates
 (callables ``Measurement -> None | failed precondition``), :func:`evaluate` (rows of one claim), :func:`adjust`
 (Holm within a study's family), :func:`decide` (the verdict of one row), :func:`render` (text, never "nan").
@@ -14,7 +15,10 @@ freedom (or the exact sign-flip test), never a pooled test over pseudo-replicate
 Rows. One row per measurement (per task first). When a claim is measured on two or more tasks with the same
 setting and semantics, a pooled row follows (``task = "all (t1, t2, ...)"``, listing the tasks pooled):
 
-- tasks that are not testable are left out of the pool (fewer than 2 left: the pooled row is ``not testable``);
+- tasks that are not testable are left out of the pool (fewer than 2 left: the pooled row is ``not testable``),
+  except a task whose only failure is the test's power gate while it has at least 2 units (e.g. 5 models for
+  an exact test that needs 6): its units join the pool, which is what pooling is for (a task of one model never
+  does: every pooled task has its own replication);
 - effects are normalised per task by ``mean(full) - chance`` when every measurement gives ``full`` and
   ``chance`` (raw otherwise, the caller asserting one scale; a mix is an error); a task whose full model is
   not above chance cannot be normalised and is left out; the pooled margin is the smallest of the tasks'
@@ -44,6 +48,15 @@ adjusts within the claim, ``adjust`` on the study's concatenated table supersede
   p = the larger; ``(1 - 2 alpha)`` t-interval): ``supported`` if ``p_adj < alpha`` (unadjusted, this is the
   CI inside ``(-m, m)``); ``contradicted`` if the CI lies wholly outside the margin (``lo > m`` or
   ``hi < -m``); ``inconclusive`` otherwise (the CI overlaps a margin bound). Never ``not supported``.
+- Presence (claim: models trained this way have a head of a role, "positional heads exist"; an existence claim
+  measured per model as a count of such heads): a unit counts as having the role when its count is > 0; ``k``
+  of the ``n`` units have it; effect = ``k / n``, the share of models with the role; ``(1 - alpha)``
+  Clopper-Pearson interval of that share (exact, valid at any n; never a t-interval over counts, which is
+  ``[0, 0]`` when no model has one); exact two-sided binomial test of share = ``m`` = 1/2 ("most models have
+  one"), so at least 6 units for ``alpha`` = 0.05 (fewer: ``not testable``, the row still giving k of n and
+  its interval). ``supported`` if ``p_adj < alpha`` and ``k / n > 1/2``; ``contradicted`` if ``p_adj < alpha``
+  and ``k / n < 1/2`` (most such models lack the role); ``not supported`` if the CI lies below 1/2 but the
+  adjusted p does not reach ``alpha``; ``inconclusive`` otherwise.
 - Non-inferiority (claim: ``e > -m``, "no worse than"; one-sided t-test of ``e <= -m``; ``(1 - 2 alpha)``
   t-interval): ``supported`` if ``p_adj < alpha`` (unadjusted: the CI's lower end above ``-m``);
   ``contradicted`` if ``hi < -m`` (worse by more than the margin); ``inconclusive`` otherwise.
@@ -73,7 +86,7 @@ from . import stats
 
 __all__ = [
     "VERDICTS", "COLUMNS", "Untestable", "SeedSpread", "ShareOfHeadroom", "Superiority", "Equivalence",
-    "NonInferiority", "Measurement", "Gate", "enough_units", "above_chance", "adapts_to_mask", "role_found",
+    "NonInferiority", "Presence", "Measurement", "Gate", "enough_units", "above_chance", "adapts_to_mask", "role_found",
     "evaluate", "decide", "adjust", "render", "validate", "empty_table", "ANALYSES", "semantics_dependence",
 ]
 
@@ -184,19 +197,38 @@ class NonInferiority:
             raise ValueError(f"direction must be 'greater' or 'less', got {self.direction!r}")
 
 
-Rule = Superiority | Equivalence | NonInferiority
-_TEST_NAMES = {"t": "one-sample t", "sign_flip": "exact sign-flip"}
+@dataclass(frozen=True)
+class Presence:
+    """Claim: models trained this way have a head of a role (an existence claim; the measurement's values are
+    counts of such heads per unit). Tested on the share of units with a count > 0 against ``margin`` = 1/2 by an
+    exact two-sided binomial test, with a Clopper-Pearson interval (module docstring)."""
+
+    alpha: float = 0.05
+    direction: str = field(default="greater", init=False)
+    margin: float = field(default=0.5, init=False)
+    test: str = field(default="binomial", init=False)
+    kind: str = field(default="presence", init=False)
+
+    def __post_init__(self):
+        _check_alpha(self.alpha)
+
+
+Rule = Superiority | Equivalence | NonInferiority | Presence
+_TEST_NAMES = {"t": "one-sample t", "sign_flip": "exact sign-flip", "binomial": "exact binomial"}
 
 
 def _label(rule: Rule, effect: str, margin_note: str) -> str:
     """The ``test`` column: kind (direction); test on what; alpha; margin derivation. :func:`decide` parses it."""
     head = "TOST" if rule.kind == "equivalence" else rule.direction
-    text = f"{rule.kind} ({head}); {_TEST_NAMES[rule.test]} on {effect or 'unit means'}; alpha={rule.alpha:g}"
+    what = effect or "unit means"
+    if rule.kind == "presence":
+        what = f"share of units with {what} > 0 (Clopper-Pearson CI)"
+    text = f"{rule.kind} ({head}); {_TEST_NAMES[rule.test]} on {what}; alpha={rule.alpha:g}"
     return text + (f"; margin: {margin_note}" if margin_note else "")
 
 
-_LABEL = re.compile(r"^(superiority|equivalence|non-inferiority) \((greater|less|TOST)\); "
-                    r"(one-sample t|exact sign-flip) on .*?; alpha=([0-9.eE+-]+)(;|$)")
+_LABEL = re.compile(r"^(superiority|equivalence|non-inferiority|presence) \((greater|less|TOST)\); "
+                    r"(one-sample t|exact sign-flip|exact binomial) on .*?; alpha=([0-9.eE+-]+)(;|$)")
 
 
 def _parse_label(label: str) -> tuple[str, str, str, float]:
@@ -255,7 +287,7 @@ def _needed_units(test: str, alpha: float) -> int:
     return n
 
 
-def enough_units(test: Literal["t", "sign_flip", "wilcoxon"] = "t", alpha: float = 0.05,
+def enough_units(test: Literal["t", "sign_flip", "wilcoxon", "binomial"] = "t", alpha: float = 0.05,
                  n: int | None = None) -> Gate:
     """Gate: the two-sided ``test`` can reach p < ``alpha`` with the measurement's units (or ``n`` units)."""
 
@@ -336,8 +368,24 @@ def _margin(rule: Rule, m: Measurement) -> float:
     return value
 
 
+def _presence(rule: Rule, x: np.ndarray) -> tuple[float, float, float, float]:
+    """``(k / n, Clopper-Pearson low, high, exact binomial p)`` of unit counts ``x`` (a unit has the role: > 0)."""
+    k, n = int((x > 0).sum()), int(x.size)
+    low, high = stats.clopper_pearson(k, n, 1 - rule.alpha)
+    return k / n, low, high, stats.binomial_test_p(k, n)
+
+
+def _interval(rule: Rule, x: np.ndarray) -> tuple[float, float, float]:
+    """``(effect, ci_low, ci_high)`` of unit values ``x`` under ``rule``, without a test (descriptive rows)."""
+    if rule.kind == "presence":
+        return _presence(rule, x)[:3]
+    return stats.t_interval(x, 1 - rule.alpha * (1 if rule.kind == "superiority" else 2))
+
+
 def _test(rule: Rule, x: np.ndarray, margin: float) -> tuple[float, float, float, float]:
     """``(effect, ci_low, ci_high, p)`` of unit values ``x`` under ``rule`` (unadjusted p)."""
+    if rule.kind == "presence":
+        return _presence(rule, x)
     if rule.kind == "superiority":
         effect, low, high = stats.t_interval(x, 1 - rule.alpha)
         if rule.test == "t" and x.size >= 2 and float(np.ptp(x)) == 0.0:
@@ -358,6 +406,8 @@ def _direction(kind: str, direction: str, effect: float, low: float, high: float
     """A task's direction for the pooling rule (module docstring)."""
     if kind == "superiority":
         return int(np.sign(effect))
+    if kind == "presence":
+        return int(np.sign(effect - margin))
     if kind == "equivalence":
         return 1 if low > margin else -1 if high < -margin else 0
     if direction == "greater":
@@ -372,8 +422,11 @@ def _row(claim, study: str, scale: str, task: str, m: Measurement, rule: Rule, x
     if testable:
         effect, low, high, p = _test(rule, x, margin)
     elif x.size:  # descriptive only: no p, so outside the Holm family
-        effect, low, high = stats.t_interval(x, 1 - rule.alpha * (1 if rule.kind == "superiority" else 2))
+        effect, low, high = _interval(rule, x)
         p = nan
+        if rule.kind == "presence":
+            reasons = [*reasons, f"found in {int((x > 0).sum())} of {x.size} units ({100 * (1 - rule.alpha):g}% "
+                                 f"Clopper-Pearson CI of the share [{low:.3g}, {high:.3g}])"]
     else:
         effect = low = high = p = nan
     return {"study": study, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": task,
@@ -399,11 +452,14 @@ def evaluate(claim, rule: Rule, measurements: Iterable[Measurement], gates: Sequ
             margin = _margin(rule, m)
         except Untestable as e:
             reasons.append(str(e))
-        reasons += [r for r in (g(m) for g in (power, *gates)) if r]
+        short = power(m)  # too few units for the test: the task may still join a pool (module docstring)
+        reasons += [r for r in (g(m) for g in gates) if r]
+        poolable = not reasons and (short is None or m.n_units >= 2)
+        reasons = [r for r in (short, *reasons) if r]
         x = m.unit_values()
         rows.append(_row(claim, study, scale, m.task, m, rule, x, margin,
                          _label(rule, m.effect, _margin_note(rule, margin)), reasons))
-        info.append((m, x, margin))
+        info.append((m, x, margin, poolable))
     groups: dict[tuple[str, str], list[int]] = {}
     for i, m in enumerate(measurements):
         groups.setdefault((m.setting, m.semantics), []).append(i)
@@ -419,18 +475,20 @@ def evaluate(claim, rule: Rule, measurements: Iterable[Measurement], gates: Sequ
 
 
 def _margin_note(rule: Rule, margin: float) -> str:
+    if rule.kind == "presence":
+        return f"{margin:.3g} = the share of units with the role under the null (most units have one)"
     if rule.kind == "superiority" and not callable(rule.margin) and float(rule.margin) == 0:
         return ""
     return f"{margin:.3g} = {_describe_margin(rule.margin)}" if np.isfinite(margin) else _describe_margin(rule.margin)
 
 
 def _pooled_row(claim, rule: Rule, study: str, scale: str, rows: list[dict], info: list) -> dict:
-    measurements = [m for m, _, _ in info]
+    measurements = [m for m, *_ in info]
     have = [m.headroom is not None for m in measurements]
     if any(have) and not all(have):
         raise ValueError(f"claim {claim.id}: give full and chance scores for every task or for none")
     normalise = all(have)
-    ok = [i for i, r in enumerate(rows) if r["verdict"] != "not testable"]
+    ok = [i for i, r in enumerate(rows) if r["verdict"] != "not testable" or info[i][3]]
     bad = [measurements[i].task for i in ok if normalise and measurements[i].headroom <= 0]
     ok = [i for i in ok if measurements[i].task not in bad]
     base = measurements[0]
@@ -473,13 +531,23 @@ def decide(row) -> tuple[str, str]:
     kind, direction, test, alpha = _parse_label(row["test"])
     p, p_adj, m = float(row["p"]), float(row["p_adjusted"]), float(row["margin"])
     effect, low, high = float(row["effect"]), float(row["ci_low"]), float(row["ci_high"])
-    level = 1 - alpha if kind == "superiority" else 1 - 2 * alpha
+    level = 1 - alpha if kind in ("superiority", "presence") else 1 - 2 * alpha
     ci = f"{100 * level:g}% CI [{_fmt(low)}, {_fmt(high)}]"
     ps = f"p = {p:.3g}, Holm-adjusted p = {p_adj:.3g}"
     n = f"{int(row['n_units'])} units"
     s = -1.0 if direction == "less" else 1.0
     e, hi = s * effect, max(s * low, s * high)  # the claimed direction made positive
     sig = p_adj < alpha
+    if kind == "presence":
+        units = int(row["n_units"])
+        k = int(round(effect * units))
+        found = f"found in {k} of {units} units (share {effect:.3g}; {ci}, Clopper-Pearson)"
+        if sig:
+            side = "above" if effect > m else "below"
+            return ("supported" if effect > m else "contradicted"), f"{found}: {side} {m:g}, {ps} < {alpha:g}"
+        if high < m:
+            return "not supported", f"{found}: the CI lies below {m:g}, {ps} >= {alpha:g}"
+        return "inconclusive", f"{found}: the CI reaches {m:g}; {ps} >= {alpha:g}"
     if kind == "superiority":
         side = ">" if s > 0 else "<"
         if sig and e > 0:

@@ -19,6 +19,8 @@ model (task x seed):
 - :func:`tost`                          two one-sided t-tests (equivalence within a margin).
 - :func:`holm`                          Holm step-down adjusted p-values.
 - :func:`min_attainable_p`              the smallest p-value a test can give with ``n`` units (power gates).
+- :func:`clopper_pearson`               exact interval of a share ``k / n`` (e.g. of models that have a head role).
+- :func:`binomial_test_p`               exact two-sided binomial test of a share against 1/2.
 
 Small n: with 3 units a percentile bootstrap of the mean is far too narrow to be a 95% interval (its spread
 is ``sqrt((n-1)/n)`` of the standard error and it ignores the t quantile); use :func:`t_interval` (right
@@ -408,11 +410,44 @@ def holm(pvalues) -> np.ndarray:
     return out
 
 
-def min_attainable_p(test: Literal["sign_flip", "wilcoxon", "t"], n: int,
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) two-sided interval of a binomial share from ``k`` successes in ``n`` trials:
+    ``[Beta_{a/2}(k, n-k+1), Beta_{1-a/2}(k+1, n-k)]`` with ``a = 1 - confidence`` (0 when ``k = 0``, 1 when
+    ``k = n``). Valid at any ``n`` (conservative). Example: 0 of 2 at 95%: ``[0, 0.842]``."""
+    from scipy import stats
+
+    _check_confidence(confidence)
+    k, n = _counts(k, n)
+    a = 1 - confidence
+    low = 0.0 if k == 0 else float(stats.beta.ppf(a / 2, k, n - k + 1))
+    high = 1.0 if k == n else float(stats.beta.ppf(1 - a / 2, k + 1, n - k))
+    return low, high
+
+
+def binomial_test_p(k: int, n: int) -> float:
+    """Exact two-sided p-value of ``k`` successes in ``n`` trials under share 1/2: twice the smaller tail
+    (``min(1, 2 min(P(X <= k), P(X >= k)))``; the null is symmetric, so this is also the "as likely or less"
+    p-value). It is below ``alpha`` exactly when 1/2 lies outside the ``1 - alpha`` :func:`clopper_pearson`
+    interval. Smallest value: ``2 / 2**n`` (all or none), as :func:`min_attainable_p` ``("binomial", n)``."""
+    from scipy import stats
+
+    k, n = _counts(k, n)
+    tail = min(float(stats.binom.cdf(k, n, 0.5)), float(stats.binom.sf(k - 1, n, 0.5)))
+    return min(1.0, 2.0 * tail)
+
+
+def _counts(k, n) -> tuple[int, int]:
+    if int(n) != n or int(k) != k or not 0 <= k <= n or n < 1:
+        raise ValueError(f"need integers 0 <= k <= n, n >= 1; got k={k}, n={n}")
+    return int(k), int(n)
+
+
+def min_attainable_p(test: Literal["sign_flip", "wilcoxon", "t", "binomial"], n: int,
                      alternative: Literal["two-sided", "greater", "less"] = "two-sided") -> float:
     """The smallest p-value ``test`` can give with ``n`` independent units, so that power gates are computed.
 
-    ``"sign_flip"`` (exact, :func:`sign_flip_test`) and ``"wilcoxon"`` (exact signed-rank): all ``n``
+    ``"sign_flip"`` (exact, :func:`sign_flip_test`), ``"wilcoxon"`` (exact signed-rank) and ``"binomial"``
+    (:func:`binomial_test_p`, share 1/2): all ``n``
     differences on one side is the most extreme of the ``2**n`` equally likely sign vectors, so ``2 / 2**n``
     two-sided and ``1 / 2**n`` one-sided (3 units: 0.25; no level 0.05 test below 6 units two-sided).
     ``"t"``: a t-test is not limited (p -> 0 as the spread shrinks) once ``n >= 2``; with ``n < 2`` there are
@@ -421,8 +456,8 @@ def min_attainable_p(test: Literal["sign_flip", "wilcoxon", "t"], n: int,
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     _extreme(np.zeros(1), 0.0, alternative)
-    if test in ("sign_flip", "wilcoxon"):
+    if test in ("sign_flip", "wilcoxon", "binomial"):
         return min(1.0, (2.0 if alternative == "two-sided" else 1.0) / 2**n)
     if test == "t":
         return 0.0 if n >= 2 else 1.0
-    raise ValueError(f"test must be 'sign_flip', 'wilcoxon' or 't', got {test!r}")
+    raise ValueError(f"test must be 'sign_flip', 'wilcoxon', 'binomial' or 't', got {test!r}")

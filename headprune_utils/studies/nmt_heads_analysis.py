@@ -20,8 +20,8 @@ from .. import pruning_curves, role_survival, stats, strategy_sweep
 from ..head_scores import rank_agreement
 from ..masks import mask_from_string
 from ..paired_contrasts import LOCATION_CONTRASTS, Contrast, contrast_table, paired_by_strategy
-from ..claims import (Equivalence, Measurement, NonInferiority, ShareOfHeadroom, Superiority, adjust, empty_table,
-                      evaluate, role_found, validate)
+from ..claims import (Equivalence, Measurement, NonInferiority, Presence, ShareOfHeadroom, Superiority,
+                      adjust, empty_table, evaluate, role_found, validate)
 from ..verdict_rules import no_nan_text, plateau_gate, presence_effect, untestable
 from .base import Claim
 
@@ -499,15 +499,15 @@ CLAIMS: tuple[Claim, ...] = (
           precondition=f"{_TRAINED}; {_MODELS}"),
     Claim("voita.positional_heads", f"{VOITA} (Sec. 5)",
           "Positional heads exist in the encoder (max attention on the previous or next token >= 90% of the time).",
-          quantity="positional encoder heads per model; superiority (mean count > 0)",
+          quantity="positional encoder heads per model; presence: share of models with one, exact binomial against 1/2",
           precondition=f"{_TRAINED}; {_MODELS}"),
     Claim("voita.syntactic_heads", f"{VOITA} (Sec. 5)",
           "Syntactic heads exist: they beat the best fixed-offset baseline by >= 10 points on UD relations.",
-          quantity="syntactic encoder heads per model (UD English-EWT); superiority (mean count > 0)",
+          quantity="syntactic encoder heads per model (UD English-EWT); presence: share of models with one, exact binomial against 1/2",
           precondition=f"{_TRAINED}; {_MODELS}; an English source (UD English-EWT)"),
     Claim("voita.rare_word_head", f"{VOITA} (Sec. 5)",
           "A rare-word head exists (attends to the least frequent token; one, in the first layer).",
-          quantity="rare-word encoder heads IN THE FIRST LAYER per model; superiority (mean count > 0)",
+          quantity="rare-word encoder heads IN THE FIRST LAYER per model; presence: share of models with one, exact binomial against 1/2",
           precondition=f"{_TRAINED}; {_MODELS}"),
     Claim("voita.important_are_confident", f"{VOITA} (Sec. 4)",
           "The most important encoder heads are the most confident.",
@@ -539,6 +539,7 @@ def rules(margin_share: float = 0.1) -> dict:
     out = {c.id: sup for c in CLAIMS}
     out.update({"budhraja.random_prunable": NonInferiority(margin), "voita.enc_most_prunable": NonInferiority(margin),
                 "budhraja.location_no_better": Equivalence(margin)})
+    out.update({cid: Presence() for cid in ("voita.positional_heads", "voita.syntactic_heads", "voita.rare_word_head")})
     return out
 
 

@@ -21,8 +21,8 @@ from ..role_survival import (  # noqa: F401 (re-exported: the notebook and the t
     ROLE_NAMES, VOITA_FRACTION, role_counts, role_map_data, role_stability, role_table, roles_at_budget,
     survival_heads, survival_map_data, survival_tests, survival_with_roles,
 )
-from ..claims import (Equivalence, Measurement, NonInferiority, ShareOfHeadroom, Superiority, adjust, evaluate,
-                      role_found, validate)
+from ..claims import (Equivalence, Measurement, NonInferiority, Presence, ShareOfHeadroom, Superiority,
+                      adjust, evaluate, role_found, validate)
 from ..role_survival import role_mask, survival_auc_per_model  # noqa: F401
 from ..verdict_rules import no_nan_text, presence_effect, trained_gate, untestable
 from .base import Claim
@@ -216,17 +216,17 @@ CLAIMS: tuple[Claim, ...] = (
                        "RESULTS_VERSION >= 2"),
     Claim("voita.positional_heads", f"{VOITA} (Sec. 5)",
           "Positional heads exist: the maximum attention falls on the previous or next token >= 90% of the time.",
-          quantity="positional heads per fine-tuned model (UD English-EWT); superiority (mean count > 0)",
+          quantity="positional heads per fine-tuned model (UD English-EWT); presence: share of models with one, exact binomial against 1/2",
           precondition="the full model above chance (+ 0.1 x (1 - chance)); UD English-EWT sentences"),
     Claim("voita.syntactic_heads", f"{VOITA} (Sec. 5)",
           "Syntactic heads exist: they point to a word's dependency relative more often than the best "
           "fixed-offset baseline (by >= 10 points).",
-          quantity="syntactic heads per fine-tuned model (word pieces aggregated); superiority (mean count > 0)",
+          quantity="syntactic heads per fine-tuned model (word pieces aggregated); presence: share of models with one, exact binomial against 1/2",
           precondition="the full model above chance (+ 0.1 x (1 - chance)); UD sentences with the relations"),
     Claim("voita.rare_word_head", f"{VOITA} (Sec. 5)",
           "A rare-word head exists: it attends to the least frequent token of the sentence, in the first layer.",
           quantity="rare-word heads IN THE FIRST LAYER per fine-tuned model (share pointing at the rarest token >= "
-                   "rare_ratio x chance, binomial p < rare_alpha); superiority (mean count > 0)",
+                   "rare_ratio x chance, binomial p < rare_alpha); presence: share of models with one, exact binomial against 1/2",
           precondition="the full model above chance (+ 0.1 x (1 - chance)); word-piece frequencies of the stated corpus"),
     Claim("voita.most_prunable", f"{VOITA} (Sec. 6)",
           "Most encoder heads can be pruned with little loss (38 of 48 pruned for -0.15 BLEU).",
@@ -267,9 +267,9 @@ def rules(margin_share: float = 0.1) -> dict:
     margin = ShareOfHeadroom(margin_share)
     return {
         "voita.important_are_confident": Superiority("greater"),
-        "voita.positional_heads": Superiority("greater"),
-        "voita.syntactic_heads": Superiority("greater"),
-        "voita.rare_word_head": Superiority("greater"),
+        "voita.positional_heads": Presence(),
+        "voita.syntactic_heads": Presence(),
+        "voita.rare_word_head": Presence(),
         "voita.most_prunable": NonInferiority(margin),
         "voita.l0_beats_random": Superiority("greater"),
         "exploratory.l0_vs_importance": Equivalence(margin),

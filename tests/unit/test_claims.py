@@ -8,7 +8,7 @@ from scipy import stats as sps
 
 from headprune_utils import claims
 from headprune_utils.claims import (
-    COLUMNS, VERDICTS, Equivalence, Measurement, NonInferiority, SeedSpread, ShareOfHeadroom, Superiority,
+    COLUMNS, VERDICTS, Equivalence, Measurement, NonInferiority, Presence, SeedSpread, ShareOfHeadroom, Superiority,
     above_chance, adapts_to_mask, adjust, decide, enough_units, evaluate, render, role_found, validate,
 )
 from headprune_utils.stats import holm
@@ -62,6 +62,7 @@ SUP_LESS = "superiority (less); one-sample t on unit means; alpha=0.05"
 EQ = "equivalence (TOST); one-sample t on unit means; alpha=0.05; margin: 0.02 = fixed"
 NI = "non-inferiority (greater); one-sample t on unit means; alpha=0.05"
 NI_LESS = "non-inferiority (less); one-sample t on unit means; alpha=0.05"
+PRES = "presence (greater); exact binomial on share of units with heads > 0 (Clopper-Pearson CI); alpha=0.05"
 
 
 def row(test, effect, low, high, p_adj, margin=0.0, p=None):
@@ -89,6 +90,11 @@ def row(test, effect, low, high, p_adj, margin=0.0, p=None):
     (NI, -0.02, -0.04, 0.0, 0.4, 0.02, "inconclusive"),
     (NI_LESS, 0.005, -0.005, 0.015, 0.01, 0.02, "supported"),
     (NI_LESS, 0.05, 0.03, 0.07, 0.99, 0.02, "contradicted"),
+    (PRES, 1.0, 0.55, 1.0, 0.03, 0.5, "supported"),             # most models have the role
+    (PRES, 0.0, 0.0, 0.45, 0.03, 0.5, "contradicted"),           # most models lack it
+    (PRES, 0.0, 0.0, 0.45, 0.3, 0.5, "not supported"),           # CI below 1/2, not after Holm
+    (PRES, 1.0, 0.55, 1.0, 0.3, 0.5, "inconclusive"),            # CI above 1/2, not after Holm
+    (PRES, 0.6, 0.15, 0.95, 1.0, 0.5, "inconclusive"),
 ])
 def test_decide_follows_the_written_rules(test, effect, low, high, p_adj, margin, verdict):
     got, reason = decide(row(test, effect, low, high, p_adj, margin))
@@ -390,3 +396,54 @@ def test_identical_unit_values_are_tested_exactly_not_at_p_zero():
     assert row["p"] == pytest.approx(0.25) and row["verdict"] == "inconclusive"
     m6 = claims.Measurement("SST-2", [1.0] * 6, list(range(6)), effect="heads of the role")
     assert claims.evaluate(claim, claims.Superiority(), [m6]).iloc[0]["p"] == pytest.approx(2 / 64)
+
+
+# ------------------------------------------------------------------------------------------ presence claims
+
+@pytest.mark.parametrize("counts", [[0] * 6, [1, 2, 1, 3, 1, 1], [1, 0, 2, 0, 1, 0], [0, 0, 0, 0, 0, 0, 0, 1],
+                                    [2] * 9])
+def test_presence_tests_the_share_of_models_with_the_role_exactly(counts):
+    """Against scipy's exact binomial test and its Clopper-Pearson interval (an independent computation)."""
+    r = one(evaluate(CLAIM, Presence(), [meas("sst2", counts, effect="heads")]))
+    k, n = sum(c > 0 for c in counts), len(counts)
+    ref = sps.binomtest(k, n, 0.5)
+    ci = ref.proportion_ci(0.95, method="exact")
+    assert r.effect == pytest.approx(k / n) and r.p == pytest.approx(ref.pvalue)
+    assert (r.ci_low, r.ci_high) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    assert r.margin == 0.5 and f"found in {k} of {n} units" in r.reason
+    assert decide(r) == (r.verdict, r.reason)  # re-derivable from the row
+
+
+def test_presence_with_too_few_models_is_not_testable_but_says_what_was_found():
+    """0 of 2 models: no t-interval [0, 0] (as a Superiority on the counts gives), but k of n and its exact CI."""
+    r = one(evaluate(CLAIM, Presence(), [meas("sst2", [0, 0], effect="heads")]))
+    assert r.verdict == "not testable" and np.isnan(r.p)
+    assert "needs 6 units" in r.reason and "found in 0 of 2 units" in r.reason
+    assert (r.effect, r.ci_low) == (0, 0) and r.ci_high == pytest.approx(1 - 0.025 ** 0.5)
+    old = one(evaluate(CLAIM, Superiority(), [meas("sst2", [0, 0])]))
+    assert (old.ci_low, old.ci_high, old.verdict) == (0, 0, "not supported")  # what Presence replaces
+    r = one(evaluate(CLAIM, Presence(), [meas("sst2", [0, 0, 3], units=["a", "a", "b"], effect="heads")]))
+    assert r.n_units == 2 and r.effect == 0.5  # unit means first: a = 0 (two values), b = 3
+
+
+def test_tasks_short_of_units_alone_join_the_pool():
+    """5 models per task cannot reach 0.05 exactly (2 / 2**5); two such tasks pool to 10 models (2 / 2**10).
+    A task failing another gate stays out."""
+    ms = [meas("sst2", [1] * 5, effect="heads"), meas("mrpc", [2] * 5, effect="heads"), meas("rte", [1] * 5)]
+    t = evaluate(CLAIM, Presence(), ms[:2])
+    assert set(t.loc[t["task"] != "all (sst2, mrpc)", "verdict"]) == {"not testable"}
+    pooled = one(t, "all (sst2, mrpc)")
+    assert pooled.n_units == 10 and pooled.p == pytest.approx(2 / 2**10) and pooled.verdict == "supported"
+    gate = role_found("positional", {"sst2": 1, "mrpc": 1, "rte": 0})
+    t = evaluate(CLAIM, Presence(), ms, gates=[gate])
+    assert one(t, "all (sst2, mrpc)").n_units == 10 and "no head of role" in one(t, "rte").reason
+    t = evaluate(CLAIM, Presence(), [ms[0], meas("mrpc", [0] * 5)])
+    assert one(t, "all (sst2, mrpc)").reason.startswith("tasks disagree")
+
+
+def test_a_task_of_one_model_never_joins_a_pool():
+    t = evaluate(CLAIM, Presence(), [meas("sst2", [1] * 5), meas("mrpc", [1]), meas("rte", [1] * 5)])
+    pooled = one(t, "all (sst2, rte)")
+    assert pooled.n_units == 10 and one(t, "mrpc").verdict == "not testable"
+    t = evaluate(CLAIM, Superiority(), [meas("sst2", [0.1]), meas("mrpc", [0.2])])
+    assert one(t, "all (sst2, mrpc)").verdict == "not testable"

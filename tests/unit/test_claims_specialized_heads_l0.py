@@ -153,13 +153,20 @@ def test_role_claims_need_a_role_found():
         assert row["verdict"] == "not testable" and f"no head of role '{setting}'" in row["reason"]
     row = verdict(v, "voita.specialized_last_pruned")
     assert row["verdict"] == "not testable" and "specialized" in row["reason"]
-    assert verdict(v, "voita.positional_heads")["verdict"] == "not supported"  # none found: the CI excludes > 0
+    # existence claims are tested on the share of models with the role (claims.Presence): none found in 4 models
+    # per task is k = 0 of 4, whose exact binomial test cannot reach 0.05 (not testable, never a t-interval [0, 0]);
+    # the two tasks pool to 0 of 8, p = 2 / 2**8, the Clopper-Pearson upper bound 1 - 0.025**(1/8)
+    row, pooled = verdict(v, "voita.positional_heads"), verdict(v, "voita.positional_heads", task="all (A, B)")
+    assert row["verdict"] == "not testable" and "found in 0 of 4 units" in row["reason"]
+    assert row["effect"] == 0 and row["ci_high"] == pytest.approx(1 - 0.025 ** (1 / 4))
+    assert pooled["effect"] == 0 and pooled["p"] == pytest.approx(2 / 2**8)
+    assert pooled["ci_high"] == pytest.approx(1 - 0.025 ** (1 / 8)) and pooled["verdict"] in ("contradicted", "not supported")
     v2 = run(cells(), roles_of(None))
-    # the same head count in every model: t is undefined, so the exact sign-flip test decides; 4 models per task
-    # agree in sign (p = 2 / 2**4), 8 when pooled (p = 2 / 2**8)
     for cid in ("voita.positional_heads", "voita.rare_word_head"):  # rare-word: (0, 0), the first layer
         row, pooled = verdict(v2, cid), verdict(v2, cid, task="all (A, B)")
-        assert row["effect"] > 0 and row["p"] == pytest.approx(2 / 2**4) and pooled["p"] == pytest.approx(2 / 2**8)
+        assert row["effect"] == 1 and row["verdict"] == "not testable" and "found in 4 of 4 units" in row["reason"]
+        assert pooled["effect"] == 1 and pooled["p"] == pytest.approx(2 / 2**8)
+        assert pooled["ci_low"] == pytest.approx(0.025 ** (1 / 8))
     assert verdict(v2, "voita.functions_at_17_of_48", setting="syntactic")["verdict"] == "not testable"
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from headprune_utils.stats import bootstrap_ci, gini, permutation_test, sign_flip_test, t_interval
+from headprune_utils.stats import binomial_test_p, bootstrap_ci, clopper_pearson, gini, permutation_test, sign_flip_test, t_interval
 
 
 # --- gini ---------------------------------------------------------------------------------------------
@@ -371,3 +371,22 @@ def test_min_attainable_p():
         min_attainable_p("anova", 4)
     with pytest.raises(ValueError, match="n must"):
         min_attainable_p("t", 0)
+
+
+@pytest.mark.parametrize("k, n", [(0, 1), (0, 2), (2, 2), (0, 6), (6, 6), (3, 6), (1, 8), (7, 20), (20, 20)])
+def test_binomial_test_and_clopper_pearson_match_scipy_and_each_other(k, n):
+    ref = sps.binomtest(k, n, 0.5)
+    assert binomial_test_p(k, n) == pytest.approx(ref.pvalue)
+    for conf in (0.9, 0.95):
+        ci = ref.proportion_ci(conf, method="exact")
+        low, high = clopper_pearson(k, n, conf)
+        assert (low, high) == (pytest.approx(ci.low), pytest.approx(ci.high))
+        assert (binomial_test_p(k, n) < 1 - conf) == (not low <= 0.5 <= high)  # the test inverts the interval
+
+
+def test_binomial_inputs_are_checked():
+    for k, n in ((3, 2), (-1, 2), (0, 0), (1.5, 3)):
+        with pytest.raises(ValueError, match="0 <= k <= n"):
+            binomial_test_p(k, n)
+    with pytest.raises(ValueError, match="confidence"):
+        clopper_pearson(1, 2, 1.0)
