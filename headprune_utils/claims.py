@@ -2,10 +2,10 @@
 one row of one table layout (:data:`COLUMNS`), with one of five words (:data:`VERDICTS`) and a reason.
 
 Pieces: a decision rule (:class:`Superiority`, :class:`Equivalence`, :class:`NonInferiority`, :class:`Presence`),
-measurements
-(:class:`Measurement`: one task x setting x ablation semantics, values with the unit each belongs to), gates
-(callables ``Measurement -> None | failed precondition``), :func:`evaluate` (rows of one claim), :func:`adjust`
-(Holm within a study's family), :func:`decide` (the verdict of one row), :func:`render` (text, never "nan").
+measurements (:class:`Measurement`: one task x setting x ablation semantics, values with the unit each belongs
+to), gates (callables ``Measurement -> None | failed precondition``), :func:`evaluate` (rows of one claim),
+:func:`adjust` (Holm within a study's family), :func:`decide` (the verdict of one row), :func:`render` (text,
+never "nan").
 
 Units. The unit of replication is an independently trained model (task x seed). Several values of one unit
 (nested budgets of one model, masks on one fine-tuned model) are averaged within the unit first
@@ -86,8 +86,8 @@ from . import stats
 
 __all__ = [
     "VERDICTS", "COLUMNS", "Untestable", "SeedSpread", "ShareOfHeadroom", "Superiority", "Equivalence",
-    "NonInferiority", "Presence", "Measurement", "Gate", "enough_units", "above_chance", "adapts_to_mask", "role_found",
-    "evaluate", "decide", "adjust", "render", "validate", "empty_table", "ANALYSES", "semantics_dependence",
+    "NonInferiority", "Presence", "Measurement", "Gate", "enough_units", "above_chance", "adapts_to_mask",
+    "role_found", "evaluate", "decide", "adjust", "render", "validate", "empty_table", "ANALYSES", "semantics_dependence",
 ]
 
 VERDICTS: tuple[str, ...] = ("supported", "not supported", "contradicted", "inconclusive", "not testable")
