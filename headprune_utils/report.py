@@ -35,7 +35,7 @@ from . import claims
 from .paths import StudyPaths, outputs_root, report_dir
 from .results import atomic_write_text
 from .studies import STUDIES
-from .summary import claim_rows, fmt_number, where_label, inject_findings, study_findings_markdown
+from .summary import claim_rows, fmt_estimate, where_label, inject_findings, study_findings_markdown
 
 __all__ = ["build_report", "render_study", "convert_math", "claim_figure", "profiles_with_outputs", "PLUMBING_TAGS",
            "HEADLINE_FIGURES"]
@@ -244,7 +244,7 @@ def _headline_number(g: pd.DataFrame) -> str:
     decided = rows[rows["verdict"].isin(("supported", "not supported", "contradicted"))]
     r = (pooled if len(pooled) else decided if len(decided) else rows).iloc[0]
     where = where_label(r["task"], r["setting"])
-    return (f"{fmt_number(r['effect'])} [{fmt_number(r['ci_low'])}, {fmt_number(r['ci_high'])}] "
+    return (f"{html.escape(fmt_estimate(r.to_dict()))} "
             f"<small>({html.escape(where)}: {html.escape(str(r['verdict']))})</small>")
 
 

@@ -23,7 +23,7 @@ from .paths import StudyPaths, outputs_root
 from .results import atomic_write_text
 from .studies import STUDIES
 
-__all__ = ["claim_rows", "quick_verdicts", "fmt_number", "where_label", "summary_markdown", "write_summary", "summary_path", "study_findings_markdown",
+__all__ = ["claim_rows", "quick_verdicts", "fmt_number", "fmt_estimate", "where_label", "summary_markdown", "write_summary", "summary_path", "study_findings_markdown",
            "inject_findings", "FINDINGS_TAG", "readme_findings", "update_readme"]
 
 DECIDED = ("supported", "not supported", "contradicted")
@@ -37,6 +37,20 @@ def summary_path(profile: str) -> Path:
 
 def fmt_number(x) -> str:
     return "n/a" if x is None or pd.isna(x) else f"{x:+.3g}"
+
+
+def fmt_estimate(row) -> str:
+    """A verdict row's estimate and interval as text: ``"+1.2 [+0.4, +2]"`` for an effect; for an existence claim
+    (``claims.Presence``, test label ``presence ...``) the share of units with the role, unsigned, with its count:
+    ``"share 0 of 2 units = 0 [0, 0.842]"`` (a share is not an effect with a sign)."""
+    get = row.get if isinstance(row, dict) else (lambda k, d=None: getattr(row, k, d))
+    test, n = str(get("test", "") or ""), get("n_units")
+    if test.startswith("presence") and n is not None and not pd.isna(n) and not pd.isna(get("effect")):
+        n = int(n)
+        k = int(round(float(get("effect")) * n))
+        u = lambda x: "n/a" if x is None or pd.isna(x) else f"{float(x):.3g}"
+        return f"share {k} of {n} units = {u(get('effect'))} [{u(get('ci_low'))}, {u(get('ci_high'))}]"
+    return f"{fmt_number(get('effect'))} [{fmt_number(get('ci_low'))}, {fmt_number(get('ci_high'))}]"
 
 
 def where_label(task, setting) -> str:
@@ -61,7 +75,7 @@ def claim_rows(profile: str) -> pd.DataFrame:
             counts = g["verdict"].value_counts()
             verdicts = ", ".join(f"{int(counts[w])} {w}" for w in claims.VERDICTS if w in counts)
             decided = "; ".join(
-                f"{where_label(r.task, r.setting)}: **{r.verdict}** ({fmt_number(r.effect)} [{fmt_number(r.ci_low)}, {fmt_number(r.ci_high)}])"
+                f"{where_label(r.task, r.setting)}: **{r.verdict}** ({fmt_estimate(r)})"
                 for r in g.itertuples() if r.verdict in DECIDED)
             d = dep[dep["claim_id"] == cid]
             flips = "; ".join(f"{r.task}: {r.note}" for r in d.itertuples() if r.depends in ("flips", "yes"))
@@ -136,8 +150,7 @@ def study_findings_markdown(name: str, profile: str, verdicts: pd.DataFrame | No
                      f"Verdicts: **{words}**.")
         for r in g.itertuples():
             if r.verdict in DECIDED:
-                lines.append(f"  - {where_label(r.task, r.setting)}: **{r.verdict}**, {fmt_number(r.effect)} "
-                             f"[{fmt_number(r.ci_low)}, {fmt_number(r.ci_high)}]")
+                lines.append(f"  - {where_label(r.task, r.setting)}: **{r.verdict}**, {fmt_estimate(r)}")
         why = _reasons(g, ("not testable",))
         if why:
             lines.append(f"  - not testable because: {why}")

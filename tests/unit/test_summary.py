@@ -59,3 +59,25 @@ def test_another_profiles_summary_sets_the_quick_verdicts_beside_its_own(tmp_pat
     text = summary.summary_markdown("standard")
     assert "the quick run (demonstration) |" in text and "| 1 supported | " in text and "| 1 not testable |" in text
     assert "(demonstration)" not in summary.summary_markdown("quick"), "the quick page compares with nothing"
+
+
+def test_an_existence_claim_reads_as_a_share_of_units_never_as_a_signed_effect(tmp_path, monkeypatch):
+    """A ``claims.Presence`` row's effect is the share of units with the role: the summary and the report say
+    "share k of n units" unsigned, with the Clopper-Pearson interval; every other row keeps the signed effect."""
+    presence = {"test": "presence (greater); exact binomial on share of units with x > 0", "n_units": 2,
+                "effect": 0.0, "ci_low": 0.0, "ci_high": 0.841886}
+    assert summary.fmt_estimate(presence) == "share 0 of 2 units = 0 [0, 0.842]"
+    assert summary.fmt_estimate({**presence, "n_units": 6, "effect": 5 / 6, "ci_low": 0.36, "ci_high": 0.996}) \
+        == "share 5 of 6 units = 0.833 [0.36, 0.996]"
+    assert summary.fmt_estimate({**presence, "test": "superiority (less); t on x", "effect": -1.25, "ci_low": -2.0,
+                                 "ci_high": -0.5}) == "-1.25 [-2, -0.5]"
+    assert summary.fmt_estimate({**presence, "effect": np.nan}) == "n/a [+0, +0.842]", "no share without an effect"
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
+    t = StudyPaths("nmt_heads", "quick", staged=False).tables
+    t.mkdir(parents=True)
+    row = {**_row("nmt_heads", "v.roles", "all (A, B)", "supported", "zero", "primary", 5 / 6), **presence,
+           "n_units": 6, "effect": 5 / 6, "ci_low": 0.36, "ci_high": 0.996}
+    pd.DataFrame([row], columns=list(claims.COLUMNS)).to_csv(t / "verdicts.csv", index=False)
+    decided = summary.claim_rows("quick").set_index("claim_id").loc["v.roles", "decided"]
+    assert decided == "all (A, B), s: **supported** (share 5 of 6 units = 0.833 [0.36, 0.996])"
+    assert "share 5 of 6 units" in summary.study_findings_markdown("nmt_heads", "quick")
