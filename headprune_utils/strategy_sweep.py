@@ -211,8 +211,9 @@ def example_masks(table: pd.DataFrame, seed: int | None = None, order: tuple[str
         t = t[t["ablation"] == t["ablation"].iloc[0]]
     t = t[t["regime"] == ("finetune_then_mask" if (t["regime"] == "finetune_then_mask").any() else "mask_then_finetune")]
     rows = []
-    rank = {s: i for i, s in enumerate(order)}
-    for (strategy, budget), g in sorted(t.groupby(["strategy", "budget"]), key=lambda kv: (rank[kv[0][0]], kv[0][1])):
+    rank = {s: i for i, s in enumerate(order)}  # strategies not in ``order`` (e.g. "iterative_importance") last, by name
+    key = lambda kv: (rank.get(kv[0][0], len(rank)), kv[0][0], kv[0][1])
+    for (strategy, budget), g in sorted(t.groupby(["strategy", "budget"]), key=key):
         m = masks.mask_from_string(g["mask"].iloc[0])
         for layer in range(m.shape[0]):
             for head in range(m.shape[1]):

@@ -104,6 +104,13 @@ def score_by_strategy(summary: pd.DataFrame, strategies: list[str]) -> plt.Figur
             ax = axes[i][j]
             s = summary[(summary["task"] == task) & (summary["regime"] == regime)
                         & ((summary["ablation"] == sem) if sem else True)]
+            if s.empty:  # this task was not run in this regime x semantics (e.g. mask-then-fine-tune on 2 tasks only)
+                ax.set_title(f"{task} — {REGIME_LABELS[regime]}" + (f" — {sem} ablation" if sem else ""),
+                             fontsize="medium")
+                ax.text(0.5, 0.5, "not run in this profile", ha="center", va="center", transform=ax.transAxes,
+                        color="grey")
+                ax.set_axis_off()
+                continue
             full = s[s["strategy"] == "none"]
             budgets = sorted(s.loc[s["strategy"] != "none", "budget"].unique())
             offsets = {st: (k - (len(strategies) - 1) / 2) * 0.6 for k, st in enumerate(strategies)}

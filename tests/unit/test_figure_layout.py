@@ -300,3 +300,14 @@ def test_the_checks_catch_what_they_check():
     text = "\n".join(layout_problems(fig))
     plt.close(fig)
     assert "as tall as its heat map" in text
+
+
+def test_score_by_strategy_with_a_regime_run_on_some_tasks_only():
+    """The standard profile runs mask-then-fine-tune on SST-2 and CoLA only: the other tasks' panels in that row
+    say so (axis off), never an IndexError from an empty panel."""
+    s = strategy_summary(["SST-2", "STS-B"], ["random", "top"])
+    s = s[~((s["task"] == "STS-B") & (s["regime"] == "mask_then_finetune"))]
+    fig = figures.curves.score_by_strategy(s, ["random", "top"])
+    empty = [ax for ax in fig.axes if not ax.axison]
+    assert len(empty) == 1 and "not run in this profile" in [t.get_text() for t in empty[0].texts]
+    plt.close(fig)

@@ -142,3 +142,5 @@ def test_example_masks_one_per_strategy_in_the_given_order():
     assert r[(r["layer"] == 0) & (r["head"] < 2)]["kept"].sum() == 0
     assert strategy_sweep.example_masks(table()[table()["strategy"] == "none"]).empty
     assert mask_from_string(table()["mask"].iloc[0]).shape == (3, 4)
+    # a strategy not in ``order`` (the standard profile's "iterative_importance") comes last, never a KeyError
+    assert list(dict.fromkeys(strategy_sweep.example_masks(table(), order=("random",))["strategy"])) == ["random", "top"]
