@@ -9,6 +9,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from .layout import mark_not_run
 from .labels import METRIC_LABELS, NMT_REGIME_LABELS, REGIME_LABELS, TYPE_COLORS, TYPE_LABELS, break_title
 
 
@@ -107,9 +108,7 @@ def score_by_strategy(summary: pd.DataFrame, strategies: list[str]) -> plt.Figur
             if s.empty:  # this task was not run in this regime x semantics (e.g. mask-then-fine-tune on 2 tasks only)
                 ax.set_title(f"{task} — {REGIME_LABELS[regime]}" + (f" — {sem} ablation" if sem else ""),
                              fontsize="medium")
-                ax.text(0.5, 0.5, "not run in this profile", ha="center", va="center", transform=ax.transAxes,
-                        color="grey")
-                ax.set_axis_off()
+                mark_not_run(ax)
                 continue
             full = s[s["strategy"] == "none"]
             budgets = sorted(s.loc[s["strategy"] != "none", "budget"].unique())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 
-__all__ = ["layout_problems", "FigureLayoutWarning"]
+__all__ = ["layout_problems", "FigureLayoutWarning", "mark_not_run"]
 
 
 class FigureLayoutWarning(UserWarning):
@@ -38,8 +38,20 @@ def _drawn_tick_labels(axis) -> list:
     return out
 
 
+def mark_not_run(ax, text: str = "not run in this profile") -> None:
+    """A panel with nothing to draw on purpose (this cell of the grid was not run): says so, no ticks, no frame,
+    its labels kept (a row's label stays readable); :func:`layout_problems` does not count it as empty."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="grey", fontsize="small")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    ax.grid(False)
+    ax._headprune_not_run = True
+
+
 def _has_data(ax) -> bool:
-    return bool(ax.images or ax.lines or ax.patches or ax.collections)
+    return bool(ax.images or ax.lines or ax.patches or ax.collections or getattr(ax, "_headprune_not_run", False))
 
 
 def _colorbars(fig) -> list:

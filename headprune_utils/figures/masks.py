@@ -4,6 +4,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from .layout import mark_not_run
+
 
 def mask_grid(rows: pd.DataFrame) -> plt.Figure:
     """Layer x head picture of each strategy's mask (a row per strategy, a column per budget); dark = pruned.
@@ -20,6 +22,13 @@ def mask_grid(rows: pd.DataFrame) -> plt.Figure:
         for j, b in enumerate(budgets):
             ax = axes[i][j]
             g = rows[(rows["strategy"] == st) & (rows["budget"] == b)]
+            if g.empty:  # a budget only some strategies have (the standard profile's iterative_importance curve)
+                mark_not_run(ax, "not run")
+                if i == 0:
+                    ax.set_title(f"{100 * b:.0f}% pruned", fontsize="small")
+                if j == 0:
+                    ax.set_ylabel(st, fontsize="small", rotation=0, ha="right", va="center")
+                continue
             grid = g.pivot(index="layer", columns="head", values="kept").to_numpy()
             ax.imshow(grid, cmap="Greys_r", vmin=0, vmax=1, aspect="equal", origin="upper")
             ax.set_xticks([])

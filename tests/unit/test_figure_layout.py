@@ -308,6 +308,22 @@ def test_score_by_strategy_with_a_regime_run_on_some_tasks_only():
     s = strategy_summary(["SST-2", "STS-B"], ["random", "top"])
     s = s[~((s["task"] == "STS-B") & (s["regime"] == "mask_then_finetune"))]
     fig = figures.curves.score_by_strategy(s, ["random", "top"])
-    empty = [ax for ax in fig.axes if not ax.axison]
-    assert len(empty) == 1 and "not run in this profile" in [t.get_text() for t in empty[0].texts]
+    blank = [ax for ax in fig.axes if ax.texts]
+    assert len(blank) == 1 and blank[0].texts[0].get_text() == "not run in this profile"
+    assert layout_problems(fig) == [], "a panel marked 'not run' is not an empty panel"
+    plt.close(fig)
+
+
+def test_mask_grid_with_budgets_only_some_strategies_have():
+    """Michel's iterative curve adds budgets the other strategies lack: those cells say "not run", the row keeps its
+    label, no warning from an empty image."""
+    import warnings
+    rows = pd.DataFrame([{"strategy": st, "budget": b, "layer": l, "head": h, "kept": int((l + h) % 2)}
+                         for st, bs in (("random", (0.5,)), ("iterative_importance", (0.1, 0.5)))
+                         for b in bs for l in range(2) for h in range(3)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = figures.masks.mask_grid(rows)
+    assert [t.get_text() for ax in fig.axes for t in ax.texts] == ["not run"]
+    assert fig.axes[0].get_ylabel() == "random" and layout_problems(fig) == []
     plt.close(fig)
