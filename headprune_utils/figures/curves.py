@@ -105,9 +105,8 @@ def score_by_strategy(summary: pd.DataFrame, strategies: list[str]) -> plt.Figur
             ax = axes[i][j]
             s = summary[(summary["task"] == task) & (summary["regime"] == regime)
                         & ((summary["ablation"] == sem) if sem else True)]
+            ax.set_title(f"{task} — {REGIME_LABELS[regime]}" + (f" — {sem} ablation" if sem else ""), fontsize="medium")
             if s.empty:  # this task was not run in this regime x semantics (e.g. mask-then-fine-tune on 2 tasks only)
-                ax.set_title(f"{task} — {REGIME_LABELS[regime]}" + (f" — {sem} ablation" if sem else ""),
-                             fontsize="medium")
                 mark_not_run(ax)
                 continue
             full = s[s["strategy"] == "none"]
@@ -124,7 +123,6 @@ def score_by_strategy(summary: pd.DataFrame, strategies: list[str]) -> plt.Figur
                 ax.axhline(full["mean"].iloc[0], color="black", linestyle=":", linewidth=1, label="full model")
             ax.axhline(s["chance"].iloc[0], color="grey", linestyle="--", linewidth=1, label="constant predictor")
             ax.set_xticks([100 * b for b in budgets])
-            ax.set_title(f"{task} — {REGIME_LABELS[regime]}" + (f" — {sem} ablation" if sem else ""), fontsize="medium")
             ax.set_xlabel("heads pruned (%)")
             ax.set_ylabel(s["metric"].iloc[0])
     handles, labels = axes[0][0].get_legend_handles_labels()
