@@ -86,6 +86,11 @@ def score_vs_fraction(summary: pd.DataFrame, raw: pd.DataFrame | None = None) ->
     return fig
 
 
+# the narrowest x range of a score_by_strategy panel, in percentage points of heads pruned: a panel of one budget
+# (mask, then fine-tune at 50%) shows its strategies side by side at that budget, not spread over the whole axis
+MIN_BUDGET_SPAN = 20.0
+
+
 def score_by_strategy(summary: pd.DataFrame, strategies: list[str]) -> plt.Figure:
     """A row of panels per regime (x ablation semantics, when ``summary`` has an ``ablation`` column), a column per task: mean score (t-interval over seeds) by budget, a line
     per strategy; the full model (budget 0) as a dotted line.
@@ -123,6 +128,10 @@ def score_by_strategy(summary: pd.DataFrame, strategies: list[str]) -> plt.Figur
                 ax.axhline(full["mean"].iloc[0], color="black", linestyle=":", linewidth=1, label="full model")
             ax.axhline(s["chance"].iloc[0], color="grey", linestyle="--", linewidth=1, label="constant predictor")
             ax.set_xticks([100 * b for b in budgets])
+            lo, hi = 100 * budgets[0], 100 * budgets[-1]
+            if hi - lo < MIN_BUDGET_SPAN:  # one budget: the strategies' offsets (+-0.6) must not fill the whole axis
+                mid = (lo + hi) / 2
+                ax.set_xlim(mid - MIN_BUDGET_SPAN / 2, mid + MIN_BUDGET_SPAN / 2)
             ax.set_xlabel("heads pruned (%)")
             ax.set_ylabel(s["metric"].iloc[0])
     handles, labels = axes[0][0].get_legend_handles_labels()

@@ -327,3 +327,18 @@ def test_mask_grid_with_budgets_only_some_strategies_have():
     assert [t.get_text() for ax in fig.axes for t in ax.texts] == ["not run"]
     assert fig.axes[0].get_ylabel() == "random" and layout_problems(fig) == []
     plt.close(fig)
+
+
+def test_score_by_strategy_one_budget_keeps_the_strategies_together():
+    """A regime run at one budget only (mask, then fine-tune at 50%): the strategies sit side by side at 50 (their
+    +-0.6 offsets), the axis spans 20 points around it, so no strategy looks like another budget."""
+    s = strategy_summary(["SST-2"], ["random", "top", "bottom"])
+    fig = figures.curves.score_by_strategy(s, ["random", "top", "bottom"])
+    titles = [ax.get_title() for ax in fig.axes]
+    ax = fig.axes[[k for k, t in enumerate(titles) if "mask, then fine-tune" in t][0]]
+    assert ax.get_xlim() == (40.0, 60.0)
+    xs = sorted(x for line in ax.lines for x in line.get_xdata() if len(line.get_xdata()) == 1)
+    assert xs and min(xs) >= 49 and max(xs) <= 51
+    several = fig.axes[[k for k, t in enumerate(titles) if "fine-tune, then mask" in t][0]]
+    assert several.get_xlim()[1] - several.get_xlim()[0] > 50, "several budgets: matplotlib's own limits"
+    plt.close(fig)
