@@ -86,6 +86,18 @@ def score_vs_fraction(summary: pd.DataFrame, raw: pd.DataFrame | None = None) ->
     return fig
 
 
+def figure_legend_entries(fig: plt.Figure, first: list[str] = ()) -> tuple[list, list[str]]:
+    """Every labelled artist of every panel, each label once: a figure-level legend that names every line, also one
+    a panel lacks (the first panel, mask-then-fine-tune, has no iterative curve). The labels in ``first`` come
+    first, in that order, then the others in the order drawn."""
+    entries: dict[str, object] = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    labels = [lab for lab in first if lab in entries] + [lab for lab in entries if lab not in first]
+    return [entries[lab] for lab in labels], labels
+
+
 # the narrowest x range of a score_by_strategy panel, in percentage points of heads pruned: a panel of one budget
 # (mask, then fine-tune at 50%) shows its strategies side by side at that budget, not spread over the whole axis
 MIN_BUDGET_SPAN = 20.0
@@ -134,7 +146,7 @@ def score_by_strategy(summary: pd.DataFrame, strategies: list[str]) -> plt.Figur
                 ax.set_xlim(mid - MIN_BUDGET_SPAN / 2, mid + MIN_BUDGET_SPAN / 2)
             ax.set_xlabel("heads pruned (%)")
             ax.set_ylabel(s["metric"].iloc[0])
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles, labels = figure_legend_entries(fig, first=strategies)
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small")
     fit_titles(fig, axes)  # "task — regime — semantics" is wider than a panel: broken into lines that fit
     return fig

@@ -342,3 +342,14 @@ def test_score_by_strategy_one_budget_keeps_the_strategies_together():
     several = fig.axes[[k for k, t in enumerate(titles) if "fine-tune, then mask" in t][0]]
     assert several.get_xlim()[1] - several.get_xlim()[0] > 50, "several budgets: matplotlib's own limits"
     plt.close(fig)
+
+
+def test_score_by_strategy_legend_names_every_strategy_drawn():
+    """The first panel (mask, then fine-tune) lacks strategies other panels draw (the standard profile's
+    least_important, most_important and iterative curves): the figure's legend still names each of them once."""
+    s = strategy_summary(["SST-2"], ["random", "top", "least_important"])
+    s = s[~((s["regime"] == "mask_then_finetune") & (s["strategy"] == "least_important"))]
+    fig = figures.curves.score_by_strategy(s, ["random", "top", "least_important"])
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["random", "top", "least_important", "full model", "constant predictor"]
+    plt.close(fig)
