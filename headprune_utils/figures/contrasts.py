@@ -19,20 +19,24 @@ def _interval_columns(contr: pd.DataFrame) -> tuple[str, str]:
 
 
 def contrast_forest(contr: pd.DataFrame, regime_labels: dict[str, str] | None = None,
-                    xlabel: str = "score difference a - b (95% t-interval over models; black = pooled)") -> plt.Figure:
+                    xlabel: str = "score difference a - b (95% t-interval over models)",
+                    all_label: str = "pooled over tasks") -> plt.Figure:
     """Mean paired difference a - b with its confidence interval, per contrast, task and budget; a panel per
     regime, and a row of panels per ablation semantics when ``contr`` has an ``ablation`` column (contrasts of
     different semantics are never drawn in one panel).
 
     contr: columns contrast, task, regime, budget, mean_diff, ci_low, ci_high (``layer_strategies_analysis.contrasts``,
     ``zero_shot_pruning_analysis.contrasts``; the older boot_ci_low, boot_ci_high are read when ci_low is absent),
-    optionally ablation. Rows with task "all" (pooled) are drawn in black.
+    optionally ablation. Rows with task "all" are drawn in black, and then (only then) the x label says what they
+    are: ``xlabel`` (the measure and its interval) + "; black = " + ``all_label`` (study 7: every attention type).
     regime_labels: the regimes to draw, in order, with their panel titles (default: the GLUE studies' two regimes).
 
     A (regime, semantics) with no contrast (e.g. no mask-then-fine-tune cells under one semantics) gets no panel:
     its place in the grid is left blank with a note; a row's panels are as tall as its longest panel needs.
     """
     lo_col, hi_col = _interval_columns(contr)
+    if (contr["task"] == "all").any():
+        xlabel = f"{xlabel}; black = {all_label}"
     labels_of = REGIME_LABELS if regime_labels is None else regime_labels
     regimes = [r for r in labels_of if r in set(contr["regime"])]
     sems = list(dict.fromkeys(contr["ablation"])) if "ablation" in contr.columns else [None]

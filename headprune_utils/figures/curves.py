@@ -81,7 +81,9 @@ def score_vs_fraction(summary: pd.DataFrame, raw: pd.DataFrame | None = None) ->
             ax.set_title(f"{task} — {sem} ablation" if sem else task, fontsize="medium")
             ax.set_xlabel("heads pruned (%)")
             ax.set_ylabel(s["metric"].iloc[0] if len(s) else "")
-    axes[0][0].legend(loc="lower left", fontsize="small")
+    # every regime drawn in any panel (the first row may lack one: mask-then-fine-tune runs under uniform only)
+    handles, labels = figure_legend_entries(fig, first=list(REGIME_LABELS.values()))
+    axes[0][0].legend(handles, labels, loc="lower left", fontsize="small")
     fig.tight_layout()
     return fig
 
@@ -171,7 +173,9 @@ def bleu_vs_fraction(summary: pd.DataFrame) -> plt.Figure:
         ax.set_xlabel("heads of the type pruned (%)")
         ax.set_ylabel("test BLEU (greedy)")
         ax.set_ylim(bottom=0)
-    axes[0][0].legend(loc="lower left", fontsize="small")
+    # every regime drawn in any panel (the first row may lack one: mask-then-fine-tune runs under uniform only)
+    handles, labels = figure_legend_entries(fig, first=list(REGIME_LABELS.values()))
+    axes[0][0].legend(handles, labels, loc="lower left", fontsize="small")
     fig.tight_layout()
     return fig
 

@@ -26,7 +26,8 @@ import pytest
 from matplotlib.colors import to_rgb
 
 from headprune_utils import figures
-from headprune_utils.figures.labels import MEASURE_LABELS, NMT_REGIME_LABELS, ROLE_COLORS, ROLE_LETTERS, SCORE_LABELS
+from headprune_utils.figures.labels import (MEASURE_LABELS, NMT_REGIME_LABELS, REGIME_LABELS, ROLE_COLORS, ROLE_LETTERS,
+                                           SCORE_LABELS)
 
 LAMBDAS = [0.02, 0.04, 0.05, 0.06, 0.08, 0.16]  # study 7's quick lambdas: 0.04-0.06 crowd a log axis
 
@@ -210,7 +211,7 @@ FIGURES = {
     "bleu_vs_fraction": lambda: figures.curves.bleu_vs_fraction(bleu_summary()),
     "strategy_contrasts (forest)": lambda: figures.contrasts.contrast_forest(
         strategy_contrasts(), regime_labels={"prune": NMT_REGIME_LABELS["prune"]},
-        xlabel="BLEU difference a - b (95% bootstrap CI; black = pooled)"),
+        xlabel="BLEU difference a - b (95% bootstrap CI)"),
     "survival_by_role, study 7": lambda: figures.distributions.survival_by_role(survival_by_role_data(["all", "enc"])),
     # the quick outputs' problems (studies 2, 3, 5, 6)
     "extra_change_heatmaps, study 3 (6 x 12, three measures, two settings)":
@@ -353,3 +354,31 @@ def test_score_by_strategy_legend_names_every_strategy_drawn():
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels == ["random", "top", "least_important", "full model", "constant predictor"]
     plt.close(fig)
+
+
+def test_score_vs_fraction_legend_names_a_regime_the_first_panel_lacks():
+    """Study 1 (standard): the zero-ablation row has fine-tune-then-mask only, the uniform row both regimes: the
+    legend (in the first panel) names both regimes and the constant predictor."""
+    rows = [{"task": "SST-2", "ablation": sem, "regime": regime, "fraction": f, "mean": 0.8 - 0.2 * f,
+             "ci_low": 0.75 - 0.2 * f, "ci_high": 0.85 - 0.2 * f, "metric": "accuracy", "chance": 0.51}
+            for sem, regimes in (("zero", ("finetune_then_mask",)), ("uniform", ("finetune_then_mask", "mask_then_finetune")))
+            for regime in regimes for f in (0.0, 0.5)]
+    fig = figures.curves.score_vs_fraction(pd.DataFrame(rows))
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == [REGIME_LABELS["mask_then_finetune"], REGIME_LABELS["finetune_then_mask"], "constant predictor"]
+    plt.close(fig)
+
+
+def test_contrast_forest_names_black_rows_only_when_there_are_some():
+    """The x label's colour key ("black = pooled over tasks", or the caller's meaning of "all") only where rows with
+    task "all" are drawn; study 5's contrasts have none."""
+    def label(frame, **kw):
+        fig = figures.contrasts.contrast_forest(frame, **kw)
+        text = next(ax.get_xlabel() for ax in fig.axes if ax.get_visible() and ax.get_xlabel())
+        plt.close(fig)
+        return text
+    rows = pd.DataFrame([{"contrast": "a vs b", "task": t, "regime": "finetune_then_mask", "budget": 0.5,
+                          "mean_diff": 0.1, "ci_low": 0.0, "ci_high": 0.2} for t in ("SST-2", "CoLA", "all")])
+    assert label(rows).endswith("; black = pooled over tasks")
+    assert "black" not in label(rows[rows["task"] != "all"])
+    assert label(rows, all_label="heads of all three types").endswith("; black = heads of all three types")
