@@ -229,18 +229,23 @@ def l0_heads_kept(by_type: pd.DataFrame) -> plt.Figure:
 
 def l0_bleu(curve: pd.DataFrame) -> plt.Figure:
     """One panel per L0 setting: test BLEU against heads kept (of the gated types): L0 masks and random masks with
-    the same heads per type; the full model dotted.
+    the same heads per type, a point per (model seed, lambda) and a line through the means per lambda (as
+    ``l0_curve``: one line through every point would zigzag between the seeds); the full model dotted.
 
-    curve: columns setting, n_kept, n_heads_total, bleu_l0, bleu_random_mean, bleu_full (``nmt_heads_analysis.l0_curve``).
+    curve: columns setting, lam, n_kept, n_heads_total, bleu_l0, bleu_random_mean, bleu_full, optionally model_seed
+    (``nmt_heads_analysis.l0_curve``).
     """
     settings = [t for t in TYPE_LABELS if t in set(curve["setting"])]
     sns.set_theme(style="whitegrid", context="notebook")
     fig, axes = plt.subplots(1, len(settings), figsize=(5.0 * len(settings), 3.9), squeeze=False)
     for ax, setting in zip(axes[0], settings):
-        c = curve[curve["setting"] == setting].sort_values("n_kept")
+        c = curve[curve["setting"] == setting]
+        mean = c.groupby("lam")[["n_kept", "bleu_l0", "bleu_random_mean"]].mean().sort_values("n_kept")
         for col, label, color, marker in (("bleu_l0", "L0 gates", "tab:blue", "o"),
                                           ("bleu_random_mean", "random, same heads per type", "tab:grey", "^")):
-            ax.plot(c["n_kept"], c[col], color=color, marker=marker, label=label)
+            ax.scatter(c["n_kept"], c[col], color=color, marker=marker, s=14, alpha=0.45)
+            ax.plot(mean["n_kept"], mean[col], color=color, marker=marker, markersize=5,
+                    label=label + (" (line: mean per lambda)" if c["lam"].duplicated().any() else ""))
         ax.axhline(c["bleu_full"].mean(), color="black", linestyle=":", linewidth=1, label="full model")
         ax.set_title(f"L0 gates on: {TYPE_LABELS.get(setting, setting)}", fontsize="medium")
         ax.set_xlabel(f"heads kept (of {int(c['n_heads_total'].max())})")

@@ -31,6 +31,7 @@ def mask_grid(rows: pd.DataFrame) -> plt.Figure:
                 continue
             grid = g.pivot(index="layer", columns="head", values="kept").to_numpy()
             ax.imshow(grid, cmap="Greys_r", vmin=0, vmax=1, aspect="equal", origin="upper")
+            ax.grid(False)  # a style's grid lines (seaborn's whitegrid, set by an earlier figure) would cut the layers
             ax.set_xticks([])
             ax.set_yticks([0, n_layers - 1])
             ax.tick_params(labelsize=6)

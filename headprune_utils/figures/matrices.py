@@ -93,9 +93,10 @@ def dendrogram_heatmap(d: np.ndarray, linkage: np.ndarray, labels: np.ndarray, o
     return fig
 
 
-def probe_agreement(who_t: pd.DataFrame, metric: str) -> plt.Figure:
-    """Mantel r between the pre-trained model's matrices on every two probes (one distance); who_t:
-    ``redundancy_patterns_analysis.who``."""
+def probe_agreement(who_t: pd.DataFrame, metric: str, model: str = "pre-trained model") -> plt.Figure:
+    """Mantel r between a model's matrices on every two probes (one distance); who_t:
+    ``redundancy_patterns_analysis.who``; ``model`` names the model in the title (study 4 draws the pre-trained
+    model and its randomly initialised control)."""
     t = who_t[who_t["metric"] == metric]
     names = list(dict.fromkeys([*t["probe_a"], *t["probe_b"]]))
     r = pd.DataFrame(np.eye(len(names)), index=names, columns=names)
@@ -105,7 +106,7 @@ def probe_agreement(who_t: pd.DataFrame, metric: str) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(0.6 * len(names) + 2.5, 0.55 * len(names) + 1.5))
     sns.heatmap(r, annot=True, fmt=".2f", cmap="mako", vmin=min(0, float(r.values.min())), vmax=1, ax=ax,
                 annot_kws={"fontsize": 7}, cbar_kws={"label": "Mantel r"})
-    ax.set_title(f"same patterns on every input? ({METRIC_LABELS.get(metric, metric)})", fontsize="small")
+    ax.set_title(f"same patterns on every input? {model} ({METRIC_LABELS.get(metric, metric)})", fontsize="small")
     fig.tight_layout()
     return fig
 

@@ -382,3 +382,41 @@ def test_contrast_forest_names_black_rows_only_when_there_are_some():
     assert label(rows).endswith("; black = pooled over tasks")
     assert "black" not in label(rows[rows["task"] != "all"])
     assert label(rows, all_label="heads of all three types").endswith("; black = heads of all three types")
+
+
+def test_l0_bleu_draws_one_line_per_series_through_the_means_per_lambda():
+    """Two translation models: a point per (model, lambda), and the line through the means per lambda, never a line
+    through every point sorted by heads kept (it jumped between the models at equal counts)."""
+    two = pd.concat([l0_curve().assign(model_seed=0),
+                     l0_curve().assign(model_seed=1, n_kept=lambda d: d["n_kept"] + 1, bleu_l0=lambda d: d["bleu_l0"] - 1)])
+    fig = figures.curves.l0_bleu(two)
+    ax = fig.axes[0]
+    lines = [line for line in ax.lines if line.get_label() != "full model"]
+    assert len(lines) == 2 and all(len(line.get_xdata()) == len(LAMBDAS) for line in lines)
+    assert all(np.all(np.diff(line.get_xdata()) > 0) for line in lines)
+    assert sum(len(c.get_offsets()) for c in ax.collections) == 2 * 2 * len(LAMBDAS)  # every (model, lambda) point
+    assert "mean per lambda" in ax.get_legend().get_texts()[0].get_text()
+    plt.close(fig)
+
+
+def test_mask_grid_draws_no_grid_lines_over_the_masks():
+    """Under seaborn's whitegrid (set by the figure before it in study 7) the grid lines cut a mask's layers."""
+    import seaborn as sns
+    rows = pd.DataFrame([{"strategy": "top", "budget": 0.5, "layer": l, "head": h, "kept": int(l < 2)}
+                         for l in range(4) for h in range(8)])
+    with sns.axes_style("whitegrid"):  # this test's style only
+        fig = figures.masks.mask_grid(rows)
+    assert not any(line.get_visible() for ax in fig.axes for line in ax.get_xgridlines() + ax.get_ygridlines())
+    plt.close(fig)
+
+
+def test_probe_agreement_names_the_model_in_its_title():
+    """Study 4 draws the pre-trained model's probe agreement and its random-init control's: titles that differ."""
+    who_t = pd.DataFrame([{"metric": "js", "probe_a": a, "probe_b": b, "mantel_r": 0.5}
+                          for a, b in (("SST-2", "CoLA"), ("SST-2", "random"), ("CoLA", "random"))])
+    titles = []
+    for kw in ({}, {"model": "randomly initialised encoder (control)"}):
+        fig = figures.matrices.probe_agreement(who_t, "js", **kw)
+        titles.append(fig.axes[0].get_title())
+        plt.close(fig)
+    assert "pre-trained model" in titles[0] and "randomly initialised encoder (control)" in titles[1]
