@@ -186,7 +186,8 @@ def survival_map(data: pd.DataFrame) -> plt.Figure:
 def extra_change_heatmaps(grid: pd.DataFrame) -> plt.Figure:
     """Layer x head heatmaps of the mean extra change: a row per measure, a column for the noise baseline and
     one per (strategy, budget); a diverging scale centred on 0 shared within a row (its colour bar right of the
-    row, as tall as the heat maps). Grey: no value (heads the strategy prunes in some run).
+    row, as tall as the heat maps). A kept head's value is its mean over the runs that keep it; grey: no value (a
+    head the strategy prunes in every run; in the noise baseline, a head no setting keeps in any run).
 
     Laid out in inches like the other head maps (square cells of one size, no ``tight_layout``), the measure
     named left of each row.
@@ -224,7 +225,7 @@ def extra_change_heatmaps(grid: pd.DataFrame) -> plt.Figure:
             im = ax.imshow(data, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="equal")
             _style_head_axes(ax, title, n_layers, n_heads, row_labels[i] if j == 0 else None)
         x_cb = left + cols * pw + (cols - 1) * _GAP + _CB_PAD
-        _colorbar(fig, im, fig.add_axes((x_cb / width, bottom / height, _CB_W / width, ph / height)))
+        _colorbar(fig, im, fig.add_axes((x_cb / width, bottom / height, _CB_W / width, ph / height)), "extra change")
     return fig
 
 
