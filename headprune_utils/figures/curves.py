@@ -251,7 +251,10 @@ def l0_bleu(curve: pd.DataFrame) -> plt.Figure:
         ax.set_xlabel(f"heads kept (of {int(c['n_heads_total'].max())})")
         ax.set_ylabel("test BLEU (greedy)")
         ax.set_ylim(bottom=0)
-        ax.legend(loc="lower right", fontsize="small")
+    # one legend below the panels: inside a panel it covered the fewest-heads points
+    handles, labels = figure_legend_entries(fig)
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels), fontsize="small",
+               frameon=False)
     fig.tight_layout()
     return fig
 

@@ -395,7 +395,7 @@ def test_l0_bleu_draws_one_line_per_series_through_the_means_per_lambda():
     assert len(lines) == 2 and all(len(line.get_xdata()) == len(LAMBDAS) for line in lines)
     assert all(np.all(np.diff(line.get_xdata()) > 0) for line in lines)
     assert sum(len(c.get_offsets()) for c in ax.collections) == 2 * 2 * len(LAMBDAS)  # every (model, lambda) point
-    assert "mean per lambda" in ax.get_legend().get_texts()[0].get_text()
+    assert "mean per lambda" in fig.legends[0].get_texts()[0].get_text() and ax.get_legend() is None
     plt.close(fig)
 
 
