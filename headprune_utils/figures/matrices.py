@@ -67,8 +67,9 @@ def dendrogram_heatmap(d: np.ndarray, linkage: np.ndarray, labels: np.ndarray, o
     not outlined). ``d``, ``labels``, ``names`` are over all heads (``order`` indexes them)."""
     sns.set_theme(style="white", context="notebook")
     fig, (ax_d, ax_m) = plt.subplots(1, 2, figsize=(13, 6.5), gridspec_kw={"width_ratios": [1, 2.2]})
-    hierarchy.dendrogram(linkage, ax=ax_d, orientation="left", no_labels=True, color_threshold=None,
-                         above_threshold_color="grey")
+    # one colour: scipy's default threshold (0.7 of the largest merge) would colour groups the red boxes do not draw
+    hierarchy.dendrogram(linkage, ax=ax_d, orientation="left", no_labels=True, color_threshold=0,
+                         above_threshold_color="0.35")
     ax_d.invert_yaxis()  # row 0 of the matrix at the top, as the dendrogram's first leaf
     ax_d.set_xlabel("merge distance")
     ax_d.set_yticks([])
@@ -83,12 +84,12 @@ def dendrogram_heatmap(d: np.ndarray, linkage: np.ndarray, labels: np.ndarray, o
                 ax_m.add_patch(plt.Rectangle((start - 0.5, start - 0.5), i - start, i - start, fill=False, edgecolor="red", linewidth=1))
             start = i
     names = np.asarray(names)[order]
-    step = max(1, len(names) // 36)
+    step = max(1, -(-len(names) // 72))  # every head named up to 72 heads (MiniLM), every k-th beyond
     ax_m.set_yticks(range(0, len(names), step))
-    ax_m.set_yticklabels(names[::step], fontsize=6)
+    ax_m.set_yticklabels(names[::step], fontsize=6 if len(names[::step]) <= 48 else 5)
     ax_m.set_xticks([])
     ax_m.set_title(f"{METRIC_LABELS.get(metric, metric)}, ordered by the dendrogram; red = groups (layer.head)", fontsize="small")
-    fig.colorbar(im, ax=ax_m, fraction=0.046, pad=0.04)
+    fig.colorbar(im, ax=ax_m, fraction=0.046, pad=0.04, label="distance (lower = more redundant)")
     fig.tight_layout()
     return fig
 

@@ -420,3 +420,25 @@ def test_probe_agreement_names_the_model_in_its_title():
         titles.append(fig.axes[0].get_title())
         plt.close(fig)
     assert "pre-trained model" in titles[0] and "randomly initialised encoder (control)" in titles[1]
+
+
+def test_dendrogram_heatmap_names_every_head_and_draws_the_tree_in_one_colour():
+    """Study 4's dendrogram beside the ordered matrix: all 72 heads named (every second one was), the tree in one
+    colour (scipy's default threshold coloured a grouping the red boxes do not show), the colour bar labelled."""
+    from scipy.cluster import hierarchy
+    from scipy.spatial.distance import squareform
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(72, 5))
+    d = np.sqrt(((x[:, None] - x[None]) ** 2).sum(-1))
+    link = hierarchy.linkage(squareform(d, checks=False), method="average")
+    order = hierarchy.leaves_list(link)
+    labels = hierarchy.fcluster(link, 4, criterion="maxclust")
+    names = [f"{i // 12}.{i % 12}" for i in range(72)]
+    fig = figures.matrices.dendrogram_heatmap(d, link, labels, order, names, "js")
+    ax_d, ax_m = fig.axes[0], fig.axes[1]
+    assert [t.get_text() for t in ax_m.get_yticklabels()] == [names[i] for i in order]
+    colours = {tuple(np.round(c, 3)) for coll in ax_d.collections for c in coll.get_colors()}
+    assert len(colours) == 1
+    assert fig.axes[2].get_ylabel() == "distance (lower = more redundant)"
+    assert layout_problems(fig) == []
+    plt.close(fig)
