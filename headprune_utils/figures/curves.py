@@ -227,6 +227,16 @@ def l0_heads_kept(by_type: pd.DataFrame) -> plt.Figure:
     return fig
 
 
+def _points_and_lambda_means(ax, c: pd.DataFrame, series, label_suffix: str = "") -> None:
+    """For each (column, label, colour, marker) of ``series``: a point per row of ``c`` (one model at one lambda)
+    and a line through the means per lambda against the mean heads kept (one line through every point would zigzag
+    between models at equal head counts). ``c``: columns lam, n_kept and the series' columns."""
+    mean = c.groupby("lam")[["n_kept", *[col for col, *_ in series]]].mean().sort_values("n_kept")
+    for col, label, color, marker in series:
+        ax.scatter(c["n_kept"], c[col], color=color, marker=marker, s=14, alpha=0.45)
+        ax.plot(mean["n_kept"], mean[col], color=color, marker=marker, markersize=5, label=label + label_suffix)
+
+
 def l0_bleu(curve: pd.DataFrame) -> plt.Figure:
     """One panel per L0 setting: test BLEU against heads kept (of the gated types): L0 masks and random masks with
     the same heads per type, a point per (model seed, lambda) and a line through the means per lambda (as
@@ -240,12 +250,9 @@ def l0_bleu(curve: pd.DataFrame) -> plt.Figure:
     fig, axes = plt.subplots(1, len(settings), figsize=(5.0 * len(settings), 3.9), squeeze=False)
     for ax, setting in zip(axes[0], settings):
         c = curve[curve["setting"] == setting]
-        mean = c.groupby("lam")[["n_kept", "bleu_l0", "bleu_random_mean"]].mean().sort_values("n_kept")
-        for col, label, color, marker in (("bleu_l0", "L0 gates", "tab:blue", "o"),
-                                          ("bleu_random_mean", "random, same heads per type", "tab:grey", "^")):
-            ax.scatter(c["n_kept"], c[col], color=color, marker=marker, s=14, alpha=0.45)
-            ax.plot(mean["n_kept"], mean[col], color=color, marker=marker, markersize=5,
-                    label=label + (" (line: mean per lambda)" if c["lam"].duplicated().any() else ""))
+        _points_and_lambda_means(ax, c, (("bleu_l0", "L0 gates", "tab:blue", "o"),
+                                         ("bleu_random_mean", "random, same heads per type", "tab:grey", "^")),
+                                 label_suffix=" (line: mean per lambda)" if c["lam"].duplicated().any() else "")
         ax.axhline(c["bleu_full"].mean(), color="black", linestyle=":", linewidth=1, label="full model")
         ax.set_title(f"L0 gates on: {TYPE_LABELS.get(setting, setting)}", fontsize="medium")
         ax.set_xlabel(f"heads kept (of {int(c['n_heads_total'].max())})")
@@ -273,10 +280,7 @@ def l0_curve(curve: pd.DataFrame) -> plt.Figure:
               ("score_random_mean", "random (mean of masks)", "tab:grey", "^"))
     for ax, task in zip(axes[0], tasks):
         c = curve[curve["task"] == task]
-        mean = c.groupby("lam")[["n_kept", "score_l0", "score_importance", "score_random_mean"]].mean().sort_values("n_kept")
-        for col, label, color, marker in series:
-            ax.scatter(c["n_kept"], c[col], color=color, marker=marker, s=14, alpha=0.45)
-            ax.plot(mean["n_kept"], mean[col], color=color, marker=marker, markersize=5, label=label)
+        _points_and_lambda_means(ax, c, series)
         ax.axhline(c["score_full"].mean(), color="black", linestyle=":", linewidth=1, label="full model")
         ax.axhline(c["chance"].iloc[0], color="grey", linestyle="--", linewidth=1, label="constant predictor")
         ax.set_title(task)
