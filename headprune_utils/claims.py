@@ -29,37 +29,27 @@ setting and semantics, a pooled row follows (``task = "all (t1, t2, ...)"``, lis
   Tasks that disagree give ``inconclusive`` with the reason "tasks disagree: ..." and no p (the per-task
   rows carry the verdicts; a pool never overrides a task).
 
-Decision rules. ``alpha`` is the rule's level; ``p_adj`` the Holm-adjusted p (:func:`adjust`; :func:`evaluate`
-adjusts within the claim, ``adjust`` on the study's concatenated table supersedes it). ``s = +1`` for
-``direction="greater"``, ``-1`` for ``"less"``; ``e = s * effect`` and ``[lo, hi]`` the CI multiplied by ``s``
-(reordered), ``m`` the margin. Rules are checked in this order; the first that holds gives the verdict:
+Decision rules. Every word a row can be given is decided by a hypothesis test of its own, and every such test of
+every tested row is in the study's Holm family (:func:`adjust`): a row is ``supported``, ``contradicted`` or ``not
+supported`` only when the one-sided test for THAT word has a Holm-adjusted p below the rule's ``alpha``; otherwise it
+is ``inconclusive``. The table below (:data:`DECISION_TABLE`, written once; a notebook shows it with
+:func:`decision_table_markdown`) lists the tests: ``s = +1`` for ``direction="greater"``, ``-1`` for ``"less"``;
+``m`` the margin (the smallest effect of interest of the metric, :mod:`headprune_utils.margins`). Tests are one-sided
+t-tests on the unit means (or exact one-sided sign-flip tests: ``test="sign_flip"``, or when every unit gave the same
+value, where t is undefined); presence uses exact one-sided binomial tests; equivalence's own test is the TOST (the
+larger of its two one-sided p). When two words' tests are significant, ``contradicted`` wins over ``not supported``
+(they agree: an effect shown below 0 is shown below the margin), and ``not supported`` over ``supported`` (an effect
+shown above 0 and below the smallest effect of interest is too small to matter: that is what the margin is for). The row's ``p``, ``p_adjusted`` and
+``p_test`` are those of the deciding test (of an ``inconclusive`` row: of its test nearest to deciding, the smallest
+adjusted p), ``tests`` lists every test of the row with its p and adjusted p (JSON) and ``unit_values`` the unit
+values tested (JSON), so each verdict can be re-derived from its row (:func:`decide`) and re-tested under another
+margin (:func:`margin_sensitivity`). Contract (tested, :func:`validate`): in every row whose verdict is
+``supported``, ``contradicted`` or ``not supported``, ``p_adjusted`` is the Holm-adjusted p of the test that decided
+that word, and it is below ``alpha``.
 
-- ``not testable``: a gate failed (its text is the reason), the margin cannot be computed or is not > 0, or
-  the test cannot reach ``alpha`` with the units at hand (computed: a one-sample t needs 2 units; a two-sided
-  sign-flip test over n units cannot go below ``2 / 2**n``). No p is reported and the row is outside the Holm
-  family.
-- Superiority (claim: the effect lies in ``direction``; two-sided one-sample t or exact sign-flip test of
-  effect = 0 (the exact sign-flip test also when every unit gave the same value: the t statistic is then
-  undefined); ``(1 - alpha)`` t-interval; ``m >= 0`` = smallest effect of interest, default 0):
-  ``supported`` if ``p_adj < alpha`` and ``e > 0``; ``contradicted`` if ``p_adj < alpha`` and ``e < 0``;
-  ``not supported`` if ``hi <= m`` (the CI excludes every effect beyond ``m`` in the claimed direction);
-  ``inconclusive`` otherwise.
-- Equivalence (claim: ``|effect| < m``, "no preference", "comparable"; TOST with two one-sided t-tests,
-  p = the larger; ``(1 - 2 alpha)`` t-interval): ``supported`` if ``p_adj < alpha`` (unadjusted, this is the
-  CI inside ``(-m, m)``); ``contradicted`` if the CI lies wholly outside the margin (``lo > m`` or
-  ``hi < -m``); ``inconclusive`` otherwise (the CI overlaps a margin bound). Never ``not supported``.
-- Presence (claim: models trained this way have a head of a role, "positional heads exist"; an existence claim
-  measured per model as a count of such heads): a unit counts as having the role when its count is > 0; ``k``
-  of the ``n`` units have it; effect = ``k / n``, the share of models with the role; ``(1 - alpha)``
-  Clopper-Pearson interval of that share (exact, valid at any n; never a t-interval over counts, which is
-  ``[0, 0]`` when no model has one); exact two-sided binomial test of share = ``m`` = 1/2 ("most models have
-  one"), so at least 6 units for ``alpha`` = 0.05 (fewer: ``not testable``, the row still giving k of n and
-  its interval). ``supported`` if ``p_adj < alpha`` and ``k / n > 1/2``; ``contradicted`` if ``p_adj < alpha``
-  and ``k / n < 1/2`` (most such models lack the role); ``not supported`` if the CI lies below 1/2 but the
-  adjusted p does not reach ``alpha``; ``inconclusive`` otherwise.
-- Non-inferiority (claim: ``e > -m``, "no worse than"; one-sided t-test of ``e <= -m``; ``(1 - 2 alpha)``
-  t-interval): ``supported`` if ``p_adj < alpha`` (unadjusted: the CI's lower end above ``-m``);
-  ``contradicted`` if ``hi < -m`` (worse by more than the margin); ``inconclusive`` otherwise.
+``not testable``: a gate failed (its text is the reason), the margin cannot be computed or is not > 0, or the
+one-sided test cannot reach ``alpha`` with the units at hand (a t-test needs 2 units; an exact one-sided sign-flip or
+binomial test over n units cannot go below ``1 / 2**n``). No test is run and the row is outside the Holm family.
 
 Semantics. Every row names the ablation semantics it was measured under (``semantics``: ``zero``, ``uniform``,
 ``mean``, :mod:`headprune_utils.gates`) and whether that is the claim's own paper's (``analysis = "primary"``)
@@ -67,13 +57,14 @@ or another one (``"sensitivity"``: the same claim re-tested under another interv
 study's primary rows; each sensitivity semantics of a study apart (:func:`adjust`). Whether a verdict flips with
 the semantics: :func:`semantics_dependence`.
 
-The CIs are not multiplicity-adjusted; only the p-values are. Margins are stated in the ``margin`` column and
-their derivation in the ``test`` column (e.g. "1 x seed-to-seed SD of the full model", :class:`SeedSpread`;
-"0.1 x (full - chance)", :class:`ShareOfHeadroom`), so every verdict can be re-derived from its row
-(:func:`decide`).
+The CIs (``(1 - alpha)`` for superiority and presence, ``(1 - 2 alpha)`` for equivalence and non-inferiority) are
+descriptive and not multiplicity-adjusted; the verdicts come from the adjusted tests only, so an unadjusted interval
+lying past a margin does not decide a word by itself. Margins are stated in the ``margin`` column and their
+derivation in the ``test`` column (:class:`ShareOfHeadroom`, :mod:`headprune_utils.margins`).
 """
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -85,16 +76,43 @@ import pandas as pd
 from . import stats
 
 __all__ = [
-    "VERDICTS", "COLUMNS", "Untestable", "SeedSpread", "ShareOfHeadroom", "Superiority", "Equivalence",
+    "VERDICTS", "COLUMNS", "Untestable", "ShareOfHeadroom", "Superiority", "Equivalence",
     "NonInferiority", "Presence", "Measurement", "Gate", "enough_units", "above_chance", "adapts_to_mask",
     "role_found", "evaluate", "decide", "adjust", "render", "validate", "empty_table", "ANALYSES", "semantics_dependence",
+    "HypothesisTest", "DECISION_TABLE", "decision_table_markdown", "row_tests", "family_tests", "DECIDED",
+    "retest", "margin_sensitivity",
 ]
 
 VERDICTS: tuple[str, ...] = ("supported", "not supported", "contradicted", "inconclusive", "not testable")
+DECIDED: tuple[str, ...] = ("supported", "not supported", "contradicted")  # the words a test decides
 COLUMNS: tuple[str, ...] = (
     "study", "claim_id", "paper", "claim", "task", "setting", "semantics", "analysis", "effect", "ci_low",
-    "ci_high", "n_units", "unit", "test", "p", "p_adjusted", "margin", "verdict", "reason", "scale",
+    "ci_high", "n_units", "unit", "test", "p", "p_adjusted", "p_test", "margin", "verdict", "reason", "scale",
+    "tests", "unit_values",
 )
+# (rule, word, the one-sided alternative whose Holm-adjusted p < alpha gives the word)
+DECISION_TABLE: tuple[tuple[str, str, str], ...] = (
+    ("superiority", "supported", "s x effect > 0"),
+    ("superiority", "contradicted", "s x effect < 0"),
+    ("superiority", "not supported", "s x effect < m (only when m > 0: no effect as large as the smallest of interest; "
+                                     "given also when 'supported' is significant: a difference too small to matter)"),
+    ("equivalence", "supported", "-m < effect < m (TOST: the larger of the two one-sided p)"),
+    ("equivalence", "contradicted", "effect > m, or effect < -m (two tests, both in the family)"),
+    ("non-inferiority", "supported", "s x effect > -m"),
+    ("non-inferiority", "contradicted", "s x effect < -m"),
+    ("presence", "supported", "share of units with the role > 1/2 (exact binomial)"),
+    ("presence", "contradicted", "share of units with the role < 1/2 (exact binomial)"),
+    ("every rule", "inconclusive", "no test of the row reaches alpha after Holm"),
+    ("every rule", "not testable", "a gate failed (the reason): no test is run, the row is outside the family"),
+)
+
+
+def decision_table_markdown() -> str:
+    """:data:`DECISION_TABLE` as a Markdown table (the notebooks show it)."""
+    lines = ["| rule | word | given when this one-sided test has Holm-adjusted p < alpha (study's family) |",
+             "|---|---|---|"]
+    lines += [f"| {r} | {w} | {t} |" for r, w, t in DECISION_TABLE]
+    return "\n".join(lines)
 ANALYSES: tuple[str, ...] = ("primary", "sensitivity")  # under the claim's own paper's semantics, or another
 DEFAULT_UNIT = "model (task x seed)"
 
@@ -104,21 +122,6 @@ class Untestable(Exception):
 
 
 # ------------------------------------------------------------------------------------------------ margins
-
-@dataclass(frozen=True)
-class SeedSpread:
-    """Margin = ``k`` x the seed-to-seed SD (ddof=1) of the full model's score on the measurement's task."""
-
-    k: float = 1.0
-
-    def __call__(self, m: Measurement) -> float:
-        if m.full is None or len(m.full) < 2:
-            raise Untestable(f"the margin ({self.describe()}) needs the full-model scores of at least 2 seeds")
-        return self.k * float(np.std(np.asarray(m.full, dtype=float), ddof=1))
-
-    def describe(self) -> str:
-        return f"{self.k:g} x seed-to-seed SD of the full model"
-
 
 @dataclass(frozen=True)
 class ShareOfHeadroom:
@@ -169,7 +172,7 @@ class Superiority:
 @dataclass(frozen=True)
 class Equivalence:
     """Claim: ``|effect| < margin`` (TOST). ``margin``: a number (> 0) or a callable of the measurement
-    (:class:`SeedSpread`, :class:`ShareOfHeadroom`), derived from something real."""
+    (:class:`ShareOfHeadroom`), a smallest effect of interest (:mod:`headprune_utils.margins`)."""
 
     margin: Margin
     alpha: float = 0.05
@@ -214,29 +217,84 @@ class Presence:
 
 
 Rule = Superiority | Equivalence | NonInferiority | Presence
-_TEST_NAMES = {"t": "one-sample t", "sign_flip": "exact sign-flip", "binomial": "exact binomial"}
+_TEST_NAMES = {"t": "one-sided t", "sign_flip": "exact one-sided sign-flip", "binomial": "exact one-sided binomial"}
 
 
 def _label(rule: Rule, effect: str, margin_note: str) -> str:
-    """The ``test`` column: kind (direction); test on what; alpha; margin derivation. :func:`decide` parses it."""
+    """The ``test`` column: kind (direction); tests on what; alpha; margin derivation. :func:`decide` parses it."""
     head = "TOST" if rule.kind == "equivalence" else rule.direction
     what = effect or "unit means"
     if rule.kind == "presence":
         what = f"share of units with {what} > 0 (Clopper-Pearson CI)"
-    text = f"{rule.kind} ({head}); {_TEST_NAMES[rule.test]} on {what}; alpha={rule.alpha:g}"
+    text = f"{rule.kind} ({head}); {_TEST_NAMES[rule.test]} tests on {what}; alpha={rule.alpha:g}"
     return text + (f"; margin: {margin_note}" if margin_note else "")
 
 
 _LABEL = re.compile(r"^(superiority|equivalence|non-inferiority|presence) \((greater|less|TOST)\); "
-                    r"(one-sample t|exact sign-flip|exact binomial) on .*?; alpha=([0-9.eE+-]+)(;|$)")
+                    r"(one-sided t|exact one-sided sign-flip|exact one-sided binomial) tests on .*?; "
+                    r"alpha=([0-9.eE+-]+)(;|$)")
 
 
 def _parse_label(label: str) -> tuple[str, str, str, float]:
-    match = _LABEL.match(label)
+    match = _LABEL.match(str(label))
     if not match:
         raise ValueError(f"not a claims test label: {label!r}")
     kind, direction, test, alpha, _ = match.groups()
     return kind, direction, test, float(alpha)
+
+
+@dataclass(frozen=True)
+class HypothesisTest:
+    """One one-sided test of a row: significant after Holm (``p_adjusted < alpha``), it gives the verdict ``word``.
+
+    H1: ``effect > bound`` (``side="greater"``) or ``effect < bound`` (``"less"``), the effect in its own
+    orientation (for presence: the share of units with the role); ``method="TOST"``: ``|effect| < bound``."""
+
+    word: str
+    side: str
+    bound: float
+    method: str
+    p: float
+    p_adjusted: float = float("nan")
+
+    @property
+    def h1(self) -> str:
+        what = "share" if "binomial" in self.method else "effect"
+        if self.method.startswith("TOST"):
+            return f"|{what}| < {self.bound:.3g}"
+        bound = "0" if self.bound == 0 else f"{self.bound:+.3g}"
+        return f"{what} {'>' if self.side == 'greater' else '<'} {bound}"
+
+    @property
+    def direction(self) -> int:
+        """+1 when the test, significant, shows the effect above 0; -1 below 0; 0 when it shows neither."""
+        if self.method.startswith("TOST") or "binomial" in self.method:
+            return 0
+        if self.side == "greater" and self.bound >= 0:
+            return 1
+        if self.side == "less" and self.bound <= 0:
+            return -1
+        return 0
+
+    def text(self) -> str:
+        return f"{self.word}: {self.h1} ({self.method})"
+
+    def as_dict(self) -> dict:
+        return {"word": self.word, "side": self.side, "bound": self.bound, "method": self.method, "p": self.p,
+                "p_adjusted": self.p_adjusted}
+
+
+def _dump_tests(tests: Sequence[HypothesisTest]) -> str:
+    return json.dumps([t.as_dict() for t in tests])
+
+
+def row_tests(row) -> list[HypothesisTest]:
+    """The tests of a verdict row (its ``tests`` column; none for a row outside the Holm family)."""
+    raw = row["tests"] if "tests" in row else ""
+    if raw is None or (isinstance(raw, float) and np.isnan(raw)) or str(raw).strip() in ("", "[]"):
+        return []
+    return [HypothesisTest(**{**d, "p_adjusted": float("nan") if d.get("p_adjusted") is None else d["p_adjusted"]})
+            for d in json.loads(str(raw))]
 
 
 # ------------------------------------------------------------------------------------------- measurements
@@ -282,24 +340,25 @@ Gate = Callable[[Measurement], "str | None"]
 
 def _needed_units(test: str, alpha: float) -> int:
     n = 1
-    while stats.min_attainable_p(test, n) >= alpha:
+    while stats.min_attainable_p(test, n, "greater") >= alpha:
         n += 1
     return n
 
 
 def enough_units(test: Literal["t", "sign_flip", "wilcoxon", "binomial"] = "t", alpha: float = 0.05,
                  n: int | None = None) -> Gate:
-    """Gate: the two-sided ``test`` can reach p < ``alpha`` with the measurement's units (or ``n`` units)."""
+    """Gate: the one-sided ``test`` (every decision test is one-sided) can reach p < ``alpha`` with the
+    measurement's units (or ``n`` units)."""
 
     def gate(m: Measurement) -> str | None:
         k = m.n_units if n is None else n
-        smallest = stats.min_attainable_p(test, k) if k >= 1 else 1.0
+        smallest = stats.min_attainable_p(test, k, "greater") if k >= 1 else 1.0
         if smallest < alpha:
             return None
         need = _needed_units(test, alpha)
         if test == "t":
             return f"a one-sample t-test needs at least {need} units; got {k}"
-        return (f"a two-sided {test.replace('_', '-')} test over {k} units cannot reach p < {alpha:g} "
+        return (f"a one-sided {test.replace('_', '-')} test over {k} units cannot reach p < {alpha:g} "
                 f"(smallest attainable p = {smallest:.3g}; needs {need} units)")
 
     return gate
@@ -368,38 +427,62 @@ def _margin(rule: Rule, m: Measurement) -> float:
     return value
 
 
-def _presence(rule: Rule, x: np.ndarray) -> tuple[float, float, float, float]:
-    """``(k / n, Clopper-Pearson low, high, exact binomial p)`` of unit counts ``x`` (a unit has the role: > 0)."""
+def _presence(rule: Rule, x: np.ndarray) -> tuple[float, float, float]:
+    """``(k / n, Clopper-Pearson low, high)`` of unit counts ``x`` (a unit has the role: > 0)."""
     k, n = int((x > 0).sum()), int(x.size)
     low, high = stats.clopper_pearson(k, n, 1 - rule.alpha)
-    return k / n, low, high, stats.binomial_test_p(k, n)
+    return k / n, low, high
 
 
 def _interval(rule: Rule, x: np.ndarray) -> tuple[float, float, float]:
-    """``(effect, ci_low, ci_high)`` of unit values ``x`` under ``rule``, without a test (descriptive rows)."""
+    """``(effect, ci_low, ci_high)`` of unit values ``x`` under ``rule`` (descriptive; no test)."""
     if rule.kind == "presence":
-        return _presence(rule, x)[:3]
+        return _presence(rule, x)
     return stats.t_interval(x, 1 - rule.alpha * (1 if rule.kind == "superiority" else 2))
 
 
-def _test(rule: Rule, x: np.ndarray, margin: float) -> tuple[float, float, float, float]:
-    """``(effect, ci_low, ci_high, p)`` of unit values ``x`` under ``rule`` (unadjusted p)."""
+def _power(rule: Rule, m: Measurement, x: np.ndarray) -> str | None:
+    """The power gate of the test that will run: the rule's, or the exact sign-flip test when a t-test rule meets
+    unit values that are all the same (:func:`_one_sided`)."""
+    test = "sign_flip" if rule.test == "t" and x.size >= 2 and float(np.ptp(x)) == 0.0 else rule.test
+    return enough_units(test, rule.alpha)(m)
+
+
+def _one_sided(rule: Rule, x: np.ndarray, side: str, bound: float) -> tuple[float, str]:
+    """``(p, method)`` of H1 ``mean(x) > bound`` (``side="greater"``) or ``< bound``: one-sided t on the unit
+    values, or the exact one-sided sign-flip test of ``x - bound`` (``rule.test == "sign_flip"``, or when every
+    unit gave the same value: the t statistic is then undefined)."""
+    if rule.test == "sign_flip" or (x.size >= 2 and float(np.ptp(x)) == 0.0):
+        return stats.sign_flip_test(x - bound, alternative=side), _TEST_NAMES["sign_flip"]
+    return stats.t_test_p(x, bound, side), _TEST_NAMES["t"]
+
+
+def _tests(rule: Rule, x: np.ndarray, margin: float) -> list[HypothesisTest]:
+    """Every test that can decide a word of a row with unit values ``x`` (:data:`DECISION_TABLE`)."""
+    other = {"greater": "less", "less": "greater"}
     if rule.kind == "presence":
-        return _presence(rule, x)
+        k, n = int((x > 0).sum()), int(x.size)
+        method = _TEST_NAMES["binomial"]
+        return [HypothesisTest("supported", "greater", 0.5, method, stats.binomial_test_p(k, n, "greater")),
+                HypothesisTest("contradicted", "less", 0.5, method, stats.binomial_test_p(k, n, "less"))]
+
+    def test(word: str, side: str, bound: float) -> HypothesisTest:
+        p, method = _one_sided(rule, x, side, bound)
+        return HypothesisTest(word, side, float(bound), method, p)
+
     if rule.kind == "superiority":
-        effect, low, high = stats.t_interval(x, 1 - rule.alpha)
-        if rule.test == "t" and x.size >= 2 and float(np.ptp(x)) == 0.0:
-            # every unit gave the same value (e.g. one head of a role in every model): the t statistic is
-            # undefined, so the exact sign-flip test decides (two-sided p = 2 / 2**n; not p = 0)
-            return effect, low, high, stats.sign_flip_test(x)
-        p = stats.t_test_p(x) if rule.test == "t" else stats.sign_flip_test(x)
-        return effect, low, high, p
-    effect, low, high = stats.t_interval(x, 1 - 2 * rule.alpha)
+        d, s = rule.direction, (-1.0 if rule.direction == "less" else 1.0)
+        out = [test("supported", d, 0.0), test("contradicted", other[d], 0.0)]
+        if margin > 0:
+            out.append(test("not supported", other[d], s * margin))
+        return out
     if rule.kind == "equivalence":
-        return effect, low, high, stats.tost(x, margin, rule.alpha).p
-    if rule.direction == "greater":
-        return effect, low, high, stats.t_test_p(x, -margin, "greater")
-    return effect, low, high, stats.t_test_p(x, margin, "less")
+        above, below = test("contradicted", "greater", margin), test("contradicted", "less", -margin)
+        lower, upper = test("", "greater", -margin), test("", "less", margin)
+        tost = HypothesisTest("supported", "inside", float(margin), f"TOST, {lower.method}", max(lower.p, upper.p))
+        return [tost, above, below]
+    d, s = rule.direction, (-1.0 if rule.direction == "less" else 1.0)  # non-inferiority
+    return [test("supported", d, -s * margin), test("contradicted", other[d], -s * margin)]
 
 
 def _direction(kind: str, direction: str, effect: float, low: float, high: float, margin: float) -> int:
@@ -419,21 +502,22 @@ def _row(claim, study: str, scale: str, task: str, m: Measurement, rule: Rule, x
          label: str, reasons: list[str]) -> dict:
     testable = not reasons
     nan = float("nan")
-    if testable:
-        effect, low, high, p = _test(rule, x, margin)
-    elif x.size:  # descriptive only: no p, so outside the Holm family
+    tests: list[HypothesisTest] = []
+    if x.size:
         effect, low, high = _interval(rule, x)
-        p = nan
-        if rule.kind == "presence":
+        if testable:
+            tests = _tests(rule, x, margin)
+        elif rule.kind == "presence":  # descriptive only: no test, so outside the Holm family
             reasons = [*reasons, f"found in {int((x > 0).sum())} of {x.size} units ({100 * (1 - rule.alpha):g}% "
                                  f"Clopper-Pearson CI of the share [{low:.3g}, {high:.3g}])"]
     else:
-        effect = low = high = p = nan
+        effect = low = high = nan
     return {"study": study, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": task,
-            "setting": m.setting, "semantics": m.semantics, "analysis": "primary", "effect": effect, "ci_low": low, "ci_high": high,
-            "n_units": int(x.size), "unit": m.unit, "test": label, "p": p, "p_adjusted": float("nan"),
-            "margin": margin, "verdict": "inconclusive" if testable else "not testable",
-            "reason": "" if testable else "; ".join(reasons), "scale": scale}
+            "setting": m.setting, "semantics": m.semantics, "analysis": "primary", "effect": effect, "ci_low": low,
+            "ci_high": high, "n_units": int(x.size), "unit": m.unit, "test": label, "p": nan, "p_adjusted": nan,
+            "p_test": "", "margin": margin, "verdict": "inconclusive" if testable else "not testable",
+            "reason": "" if testable else "; ".join(reasons), "scale": scale, "tests": _dump_tests(tests),
+            "unit_values": json.dumps([float(v) for v in x])}
 
 
 def evaluate(claim, rule: Rule, measurements: Iterable[Measurement], gates: Sequence[Gate] = (),
@@ -444,7 +528,6 @@ def evaluate(claim, rule: Rule, measurements: Iterable[Measurement], gates: Sequ
     Every measurement first passes the rule's power gate (:func:`enough_units`), then ``gates`` (all are
     checked; the failed preconditions, joined, are the reason of ``not testable``)."""
     measurements = list(measurements)
-    power = enough_units(rule.test, rule.alpha)
     rows, info = [], []
     for m in measurements:
         reasons, margin = [], float("nan")
@@ -452,7 +535,7 @@ def evaluate(claim, rule: Rule, measurements: Iterable[Measurement], gates: Sequ
             margin = _margin(rule, m)
         except Untestable as e:
             reasons.append(str(e))
-        short = power(m)  # too few units for the test: the task may still join a pool (module docstring)
+        short = _power(rule, m, m.unit_values())  # too few units: the task may still join a pool (module docstring)
         reasons += [r for r in (g(m) for g in gates) if r]
         poolable = not reasons and (short is None or m.n_units >= 2)
         reasons = [r for r in (short, *reasons) if r]
@@ -513,9 +596,9 @@ def _pooled_row(claim, rule: Rule, study: str, scale: str, rows: list[dict], inf
     dirs = {rows[i]["task"]: _direction(kind, direction, rows[i]["effect"], rows[i]["ci_low"], rows[i]["ci_high"],
                                         rows[i]["margin"]) for i in ok}
     row = _row(claim, study, scale, pool_task, pool_m, rule, x, margin, label,
-               [r for r in (enough_units(rule.test, rule.alpha)(pool_m),) if r])
+               [r for r in (_power(rule, pool_m, x),) if r])
     if len(set(dirs.values())) > 1 and row["verdict"] != "not testable":
-        row.update(p=float("nan"), verdict="inconclusive",
+        row.update(p=float("nan"), tests="[]", verdict="inconclusive",
                    reason="tasks disagree: " + ", ".join(f"{t} {'+' if d > 0 else '-' if d < 0 else '0'}"
                                                          for t, d in dirs.items())
                    + " (" + ("sign of the effect" if kind == "superiority" else "side of the margin")
@@ -525,76 +608,112 @@ def _pooled_row(claim, rule: Rule, study: str, scale: str, rows: list[dict], inf
 
 # ----------------------------------------------------------------------------------------------- verdicts
 
+# When two words' tests are significant: contradicted and not supported agree (an effect shown below 0 is shown below
+# the margin too) and the stronger word is given; supported and not supported (an effect shown above 0 AND below the
+# smallest effect of interest) mean a difference too small to matter, which is what the margin is for: not supported.
+# (supported and contradicted test opposite sides and cannot both be significant.)
+_PRIORITY = ("contradicted", "not supported", "supported")
+
+
+def _deciding(row) -> tuple[str, HypothesisTest | None]:
+    """The row's word and the test that decided it (of an ``inconclusive`` row: its test with the smallest adjusted
+    p; None without tests)."""
+    _, _, _, alpha = _parse_label(row["test"])
+    tests = row_tests(row)
+    if not tests:
+        return str(row["verdict"]), None
+    if any(pd.isna(t.p_adjusted) for t in tests):
+        raise ValueError(f"row {row.get('claim_id', '')} / {row.get('task', '')}: a test without an adjusted p "
+                         "(run claims.adjust on the study's table)")
+    for word in _PRIORITY:
+        cands = [t for t in tests if t.word == word]
+        if cands:
+            best = min(cands, key=lambda t: t.p_adjusted)
+            if best.p_adjusted < alpha:
+                return word, best
+    return "inconclusive", min(tests, key=lambda t: t.p_adjusted)
+
+
 def decide(row) -> tuple[str, str]:
-    """``(verdict, reason)`` of a tested row (fields effect, ci_low, ci_high, p, p_adjusted, margin, n_units,
-    test) by the decision rules of the module docstring."""
+    """``(verdict, reason)`` of a tested row (fields effect, ci_low, ci_high, margin, n_units, test and ``tests``
+    with adjusted p-values) by :data:`DECISION_TABLE`: the word of the first of supported, contradicted, not
+    supported whose own test has an adjusted p below alpha (``_PRIORITY``: contradicted, not supported, supported),
+    else ``inconclusive``."""
     kind, direction, test, alpha = _parse_label(row["test"])
-    p, p_adj, m = float(row["p"]), float(row["p_adjusted"]), float(row["margin"])
+    word, t = _deciding(row)
+    if t is None:
+        raise ValueError("decide needs a row with tests (a row outside the Holm family keeps its verdict)")
+    m = float(row["margin"])
     effect, low, high = float(row["effect"]), float(row["ci_low"]), float(row["ci_high"])
     level = 1 - alpha if kind in ("superiority", "presence") else 1 - 2 * alpha
     ci = f"{100 * level:g}% CI [{_fmt(low)}, {_fmt(high)}]"
-    ps = f"p = {p:.3g}, Holm-adjusted p = {p_adj:.3g}"
     n = f"{int(row['n_units'])} units"
-    s = -1.0 if direction == "less" else 1.0
-    e, hi = s * effect, max(s * low, s * high)  # the claimed direction made positive
-    sig = p_adj < alpha
     if kind == "presence":
         units = int(row["n_units"])
-        k = int(round(effect * units))
-        found = f"found in {k} of {units} units (share {effect:.3g}; {ci}, Clopper-Pearson)"
-        if sig:
-            side = "above" if effect > m else "below"
-            return ("supported" if effect > m else "contradicted"), f"{found}: {side} {m:g}, {ps} < {alpha:g}"
-        if high < m:
-            return "not supported", f"{found}: the CI lies below {m:g}, {ps} >= {alpha:g}"
-        return "inconclusive", f"{found}: the CI reaches {m:g}; {ps} >= {alpha:g}"
-    if kind == "superiority":
-        side = ">" if s > 0 else "<"
-        if sig and e > 0:
-            return "supported", f"effect {_fmt(effect)} {side} 0, {ps} < {alpha:g} ({n}; {ci})"
-        if sig and e < 0:
-            return "contradicted", f"effect {_fmt(effect)}: significant in the opposite direction, {ps} ({n}; {ci})"
-        bound = f"{side} {s * m + 0.0:+.3g}"  # + 0.0: no "-0"
-        if hi <= m:
-            return "not supported", f"{ci} excludes effects {bound} (the smallest effect of interest); {ps} ({n})"
-        return "inconclusive", f"{ps} >= {alpha:g} and the {ci} reaches effects {bound} ({n})"
-    if kind == "equivalence":
-        if sig:
-            return "supported", f"{ci} inside +-{m:.3g}; TOST {ps} < {alpha:g} ({n})"
-        if low > m or high < -m:
-            return "contradicted", f"{ci} wholly outside +-{m:.3g}: a difference beyond the margin ({n}; TOST {ps})"
-        return "inconclusive", f"{ci} overlaps a bound of +-{m:.3g}; TOST {ps} >= {alpha:g} ({n})"
-    bound, good, bad = -s * m + 0.0, ("above", "below")[s < 0], ("below", "above")[s < 0]
-    if sig:
-        return "supported", f"{ci} {good} {bound:+.3g} (the margin); {ps} < {alpha:g} ({n})"
-    if hi < -m:
-        return "contradicted", f"{ci} wholly {bad} {bound:+.3g}: worse than the margin ({n}; {ps})"
-    return "inconclusive", f"{ci} reaches past {bound:+.3g} (the margin); {ps} >= {alpha:g} ({n})"
+        head = f"found in {int(round(effect * units))} of {units} units (share {effect:.3g}; {ci}, Clopper-Pearson)"
+    else:
+        head = f"effect {_fmt(effect)} ({n}; {ci}{f'; margin {m:.3g}' if kind != 'superiority' or m > 0 else ''})"
+    if word == "inconclusive":
+        each = "; ".join(f"{x.word}: {x.h1}, Holm-adjusted p = {x.p_adjusted:.3g}" for x in row_tests(row))
+        return word, f"{head}: no test reaches {alpha:g} after Holm ({each})"
+    return word, (f"{head}: {t.h1} ({t.method}), p = {t.p:.3g}, Holm-adjusted p = {t.p_adjusted:.3g} "
+                  f"< {alpha:g}")
+
+
+def family_tests(table: pd.DataFrame) -> pd.DataFrame:
+    """Every hypothesis test of ``table`` in long form (columns: row, family, word, h1, p, p_adjusted), ``row`` the
+    index of its verdict row; ``family`` the Holm family (:func:`adjust`)."""
+    fam = _families(table)
+    rows = [{"row": i, "family": fam[i], "word": t.word, "h1": t.h1, "p": t.p, "p_adjusted": t.p_adjusted}
+            for i in table.index for t in row_tests(table.loc[i])]
+    return pd.DataFrame(rows, columns=["row", "family", "word", "h1", "p", "p_adjusted"])
+
+
+def _families(table: pd.DataFrame) -> pd.Series:
+    return table["study"].astype(str) + "|" + table["analysis"].astype(str) + "|" + pd.Series(np.where(
+        table["analysis"] == "sensitivity", table["semantics"].astype(str), ""), index=table.index)
 
 
 def adjust(table: pd.DataFrame, primary: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """Holm-adjust ``p`` within each family and set the verdicts of those rows from the adjusted p
-    (:func:`decide`). Rows without p (not testable, tasks disagree) keep their verdict and reason. Returns a new
-    table in :data:`COLUMNS` order.
+    """Holm-adjust every hypothesis test of every tested row within its family and set those rows' verdicts
+    (:func:`decide`), ``p``, ``p_adjusted`` and ``p_test`` (the deciding test's). Rows without tests (not
+    testable, tasks disagree) keep their verdict and reason. Returns a new table in :data:`COLUMNS` order.
 
     ``primary``: ``{claim_id: the semantics of the claim's own paper}`` (``studies.base.Claim.semantics``). A row
     measured under that semantics is the ``"primary"`` analysis, any other a ``"sensitivity"`` one (claims not
     in ``primary`` keep the ``analysis`` they have, else ``"primary"``). Families: a study's primary rows are one
     family (the claims as the papers made them); each sensitivity semantics of a study is a family of its own
-    (a re-test of the same claims under another intervention, which must not dilute the primary tests)."""
+    (a re-test of the same claims under another intervention, which must not dilute the primary tests). All the
+    tests of a row (e.g. both directions of a superiority claim) are members of its family."""
     out = table.reindex(columns=list(COLUMNS)).copy()
+    out["tests"] = out["tests"].where(out["tests"].notna(), "[]").astype(str)
+    out["unit_values"] = out["unit_values"].where(out["unit_values"].notna(), "[]").astype(str)
+    out["p_test"] = out["p_test"].where(out["p_test"].notna(), "").astype(object)
     out["analysis"] = out["analysis"].where(out["analysis"].isin(ANALYSES), "primary")
     if primary:
         known = out["claim_id"].isin(list(primary))
         own = out["claim_id"].map(primary)
         out.loc[known, "analysis"] = np.where(out.loc[known, "semantics"] == own[known], "primary", "sensitivity")
+    out["p"] = out["p"].astype(float)
     out["p_adjusted"] = np.nan
-    family = out["study"].astype(str) + "|" + out["analysis"].astype(str) + "|" + np.where(
-        out["analysis"] == "sensitivity", out["semantics"].astype(str), "")
+    family = _families(out)
+    tests = {i: row_tests(out.loc[i]) for i in out.index}
     for _, idx in out.groupby(family, sort=False, dropna=False).groups.items():
-        out.loc[idx, "p_adjusted"] = stats.holm(out.loc[idx, "p"].to_numpy(dtype=float))
-    for i in out.index[out["p"].notna()]:
-        out.loc[i, ["verdict", "reason"]] = decide(out.loc[i])
+        flat = [(i, j) for i in idx for j in range(len(tests[i]))]
+        if not flat:
+            continue
+        adj = stats.holm(np.array([tests[i][j].p for i, j in flat], dtype=float))
+        for (i, j), a in zip(flat, adj):
+            t = tests[i][j]
+            tests[i][j] = HypothesisTest(t.word, t.side, t.bound, t.method, t.p, float(a))
+    for i in out.index:
+        if not tests[i]:
+            continue
+        out.at[i, "tests"] = _dump_tests(tests[i])
+        verdict, reason = decide(out.loc[i])
+        _, t = _deciding(out.loc[i])
+        out.at[i, "verdict"], out.at[i, "reason"] = verdict, reason
+        out.at[i, "p"], out.at[i, "p_adjusted"], out.at[i, "p_test"] = t.p, t.p_adjusted, t.text()
     return out
 
 
@@ -603,8 +722,9 @@ def empty_table() -> pd.DataFrame:
 
 
 def validate(table: pd.DataFrame) -> None:
-    """Raise ``ValueError`` unless ``table`` has exactly :data:`COLUMNS`, only :data:`VERDICTS`, and a reason on
-    every row that is not ``supported``/``not supported``/``contradicted``/``inconclusive`` with a p."""
+    """Raise ``ValueError`` unless ``table`` has exactly :data:`COLUMNS`, only :data:`VERDICTS`, a reason on every
+    row, and the decision contract holds: every ``supported`` / ``contradicted`` / ``not supported`` row has tests,
+    and its ``p_adjusted`` is the Holm-adjusted p of the test that decided that word, below ``alpha``."""
     if tuple(table.columns) != COLUMNS:
         raise ValueError(f"verdict table columns must be {COLUMNS}, got {tuple(table.columns)}")
     bad = set(table["verdict"]) - set(VERDICTS)
@@ -616,6 +736,63 @@ def validate(table: pd.DataFrame) -> None:
     missing = table["reason"].isna() | (table["reason"].astype(str).str.strip() == "")
     if missing.any():
         raise ValueError(f"rows without a reason: {table.loc[missing, ['claim_id', 'task']].values.tolist()}")
+    for i, r in table.iterrows():
+        if r["verdict"] not in DECIDED:
+            continue
+        where = f"{r['claim_id']} / {r['task']} / {r['setting']} / {r['semantics']}"
+        word, t = _deciding(r)
+        _, _, _, alpha = _parse_label(r["test"])
+        if t is None or word != r["verdict"] or t.word != r["verdict"]:
+            raise ValueError(f"{where}: '{r['verdict']}' is not decided by a test of that word")
+        if not (float(r["p_adjusted"]) == t.p_adjusted and t.p_adjusted < alpha):
+            raise ValueError(f"{where}: p_adjusted {r['p_adjusted']} is not the deciding test's ({t.p_adjusted}) "
+                             f"below {alpha}")
+
+
+_METHOD_TEST = {v: k for k, v in _TEST_NAMES.items()}
+
+
+def _rule_from_label(label: str) -> Rule:
+    """The rule of a ``test`` label, without its margin (the margin is passed to :func:`_tests` apart)."""
+    kind, direction, test, alpha = _parse_label(label)
+    if kind == "superiority":
+        return Superiority(direction, alpha, 0.0, _METHOD_TEST[test])
+    if kind == "equivalence":
+        return Equivalence(1.0, alpha)
+    if kind == "non-inferiority":
+        return NonInferiority(1.0, direction, alpha)
+    return Presence(alpha)
+
+
+def retest(table: pd.DataFrame, factor: float) -> pd.DataFrame:
+    """``table`` re-decided with every tested row's margin multiplied by ``factor``: the tests rerun on the row's
+    ``unit_values``, Holm within the same families (:func:`adjust`). Rows without tests keep their verdict.
+    ``factor = 1`` reproduces the table's verdicts (tested)."""
+    if not factor > 0:
+        raise ValueError(f"factor must be > 0, got {factor}")
+    out = table.reindex(columns=list(COLUMNS)).copy()
+    for i in out.index:
+        if not row_tests(out.loc[i]):
+            continue
+        x = np.asarray(json.loads(str(out.at[i, "unit_values"])), dtype=float)
+        margin = float(out.at[i, "margin"]) * factor
+        out.at[i, "margin"] = margin
+        out.at[i, "tests"] = _dump_tests(_tests(_rule_from_label(out.at[i, "test"]), x, margin))
+    return adjust(out)
+
+
+def margin_sensitivity(table: pd.DataFrame, factors: Sequence[float] = (0.5, 2.0)) -> pd.DataFrame:
+    """The verdicts under other margins (half and double the declared one by default), a sensitivity analysis
+    beside the primary verdicts, never in place of them: one row per row of ``table`` (claim_id, task, setting,
+    semantics, analysis, margin, verdict) and a column ``verdict_x<factor>`` per factor, ``changes`` = whether any
+    of them differs from the declared margin's verdict."""
+    keys = ["claim_id", "task", "setting", "semantics", "analysis", "margin", "verdict"]
+    out = table.reindex(columns=list(COLUMNS))[keys].copy()
+    for f in factors:
+        out[f"verdict_x{f:g}"] = retest(table, f)["verdict"].to_numpy()
+    cols = [f"verdict_x{f:g}" for f in factors]
+    out["changes"] = out[cols].ne(out["verdict"], axis=0).any(axis=1) if cols else False
+    return out.reset_index(drop=True)
 
 
 # ---------------------------------------------------------------------------------------------- rendering
@@ -659,19 +836,30 @@ def render(table: pd.DataFrame) -> str:
 
 # ------------------------------------------------------------------------------------ semantics dependence
 
+def _significant_direction(row) -> int:
+    """+1 / -1 when the row's deciding test shows its effect significantly above / below 0 after Holm; else 0."""
+    if row["verdict"] not in DECIDED or str(row.get("tests", "[]")) in ("", "[]", "nan"):
+        return 0
+    _, t = _deciding(row)
+    return 0 if t is None else t.direction
+
+
 def semantics_dependence(table: pd.DataFrame) -> pd.DataFrame:
     """Does a verdict depend on the ablation semantics? One row per claim x task x setting measured under two or
     more semantics: the verdict under each (columns ``verdict_<semantics>``), the primary semantics, and
     ``depends``, from the testable verdicts (``not testable`` ones are left out):
 
     - ``"flips"``: one semantics supports the claim (``supported``) and another goes against it (``not supported``
-      or ``contradicted``) — the claim's verdict depends on the intervention;
+      or ``contradicted``), OR the effect is significant (after Holm) in opposite directions under two semantics
+      (a reversal: e.g. both ``contradicted`` for an equivalence claim, one above +margin and one below -margin) —
+      the claim's verdict, or the direction of its effect, depends on the intervention;
     - ``"differs in strength"``: the verdicts differ without opposing each other (one decides, another is
       ``inconclusive``; or ``not supported`` vs ``contradicted``);
-    - ``"no"``: at least two testable and all the same;
+    - ``"no"``: at least two testable and all the same, with no reversal;
     - ``"cannot tell"``: fewer than two testable;
 
-    with ``note`` listing each semantics' verdict."""
+    with ``note`` listing each semantics' verdict and, where a direction is significant, under which semantics it
+    holds (``effect > 0 under uniform; effect < 0 under zero``)."""
     cols = ["claim_id", "task", "setting", "primary_semantics", "depends", "note"]
     if table.empty or table["semantics"].astype(str).nunique() < 2:
         return pd.DataFrame(columns=cols)
@@ -680,17 +868,24 @@ def semantics_dependence(table: pd.DataFrame) -> pd.DataFrame:
         if g["semantics"].nunique() < 2:
             continue
         verdict = dict(zip(g["semantics"], g["verdict"]))
+        direction = {r["semantics"]: _significant_direction(r) for _, r in g.iterrows()}
         testable = {s: v for s, v in verdict.items() if v != "not testable"}
         prim = g.loc[g["analysis"] == "primary", "semantics"]
         sides = {+1 if v == "supported" else -1 for v in testable.values() if v != "inconclusive"}
+        signs = {d for s, d in direction.items() if d and s in testable}
+        each = "; ".join(f"{s}: {v}" for s, v in testable.items())
+        where = "; ".join(f"effect {'> 0' if d > 0 else '< 0'} under {s}" for s, d in direction.items()
+                          if d and s in testable)
         if len(testable) < 2:
             depends, note = "cannot tell", f"testable under {', '.join(testable) or 'none'} only"
-        elif len(sides) > 1:
-            depends, note = "flips", "; ".join(f"{s}: {v}" for s, v in testable.items())
+        elif len(sides) > 1 or len(signs) > 1:
+            depends = "flips"
+            note = each + (f" (reversal: {where})" if len(signs) > 1 else "")
         elif len(set(testable.values())) > 1:
-            depends, note = "differs in strength", "; ".join(f"{s}: {v}" for s, v in testable.items())
+            depends, note = "differs in strength", each + (f" ({where})" if where else "")
         else:
-            depends, note = "no", f"{next(iter(testable.values()))} under {', '.join(testable)}"
+            depends = "no"
+            note = f"{next(iter(testable.values()))} under {', '.join(testable)}" + (f" ({where})" if where else "")
         rows.append({"claim_id": cid, "task": task, "setting": setting,
                      "primary_semantics": prim.iloc[0] if len(prim) else "", "depends": depends, "note": note,
                      **{f"verdict_{s}": v for s, v in verdict.items()}})

@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from .metrics import verdict_scores
 from .paths import StudyPaths
 from .results import ResultStore, StaleResultsError, atomic_write_json, run_metadata
 from .studies.base import Cell, Study
@@ -523,5 +524,5 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
     atomic_write_json(paths.meta, meta)
     if failed or skipped:
         raise CellsFailed(study.name, failed, skipped)
-    return table
+    return verdict_scores(table)  # every GLUE task in the metric its claims are decided on (MRPC: accuracy)
 

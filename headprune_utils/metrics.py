@@ -27,6 +27,7 @@ __all__ = [
     "spearman",
     "compute_metrics",
     "main_score",
+    "verdict_scores",
 ]
 
 
@@ -138,3 +139,40 @@ def main_score(task: str, metrics: dict[str, float]) -> float:
             f"{spec.name}: main metric {spec.main_metric!r} missing from {sorted(metrics)}"
         )
     return float(metrics[spec.main_metric])
+
+
+def verdict_scores(table):
+    """``table`` (one row per stored cell: ``task``, ``metric``, ``score``, ``chance`` and every metric's column)
+    with each GLUE task scored by its verdict metric (``TaskSpec.verdict_metric``): MRPC's ``score`` becomes its
+    ``accuracy`` and its ``chance`` the accuracy of the same constant predictor; ``metric`` names the metric used,
+    the F1 column stays beside it. Rows already in their verdict metric, and rows of other kinds (no ``metric`` or
+    a metric that is not a GLUE task's: BLEU), are returned unchanged. Returns a new frame.
+
+    The constant predictor's accuracy comes from its F1 exactly, on the same evaluation set: predicting the
+    positive class everywhere gives F1 = 2 q / (1 + q) with q the share of positives, and accuracy q = F1 / (2 - F1).
+    A chance F1 of 0 (the constant predictor is the negative class) does not determine q: an error."""
+    import pandas as pd
+
+    if table is None or len(table) == 0 or not {"task", "metric", "score"} <= set(table.columns):
+        return table
+    out = table.copy()
+    for task in pd.unique(out["task"]):
+        try:
+            spec = get_task(str(task))
+        except (KeyError, ValueError):
+            continue
+        want = spec.verdict_metric
+        rows = (out["task"] == task) & (out["metric"] == spec.main_metric) & (spec.main_metric != want)
+        if not rows.any():
+            continue
+        if want not in out.columns or out.loc[rows, want].isna().any():
+            raise ValueError(f"{spec.name}: the cells do not store {want!r}, the metric its claims are decided on")
+        out.loc[rows, "score"] = out.loc[rows, want].astype(float)
+        if "chance" in out.columns:
+            f1 = out.loc[rows, "chance"].astype(float)
+            if spec.main_metric != "f1" or want != "accuracy" or not (f1 > 0).all():
+                raise ValueError(f"{spec.name}: cannot turn the chance {spec.main_metric} into {want} "
+                                 f"(a chance F1 of 0 leaves the positive share unknown)")
+            out.loc[rows, "chance"] = f1 / (2 - f1)
+        out.loc[rows, "metric"] = want
+    return out

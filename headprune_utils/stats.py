@@ -114,11 +114,14 @@ def smallest_sign_flip_p(n: int) -> float:
     return min(1.0, 2.0 / 2**n)
 
 
-def sign_flip_test(d, n_perm: int = 10000, seed: int = 0) -> float:
-    """Two-sided p-value of ``mean(d) = 0`` for paired differences ``d`` by random sign flips.
+def sign_flip_test(d, n_perm: int = 10000, seed: int = 0,
+                   alternative: Literal["two-sided", "greater", "less"] = "two-sided") -> float:
+    """p-value of ``mean(d) = 0`` for paired differences ``d`` by random sign flips (``"greater"``: H1 mean > 0).
 
-    Statistic ``|mean(s * d)|`` over sign vectors ``s``; all ``2**n`` of them when ``2**n <= n_perm`` (exact),
-    else ``n_perm`` random ones. Example: ``d = [1, 1, 1]`` -> 2 of 8 sign vectors reach 1 -> ``p = 0.25``.
+    Statistic ``mean(s * d)`` over sign vectors ``s`` (its absolute value when two-sided); all ``2**n`` of them
+    when ``2**n <= n_perm`` (exact), else ``n_perm`` random ones. Example: ``d = [1, 1, 1]`` -> 2 of 8 sign
+    vectors reach 1 in absolute value -> two-sided ``p = 0.25``; one of 8 reaches +1 -> ``"greater"`` 0.125.
+    A one-sided test of ``mean(d) = c``: pass ``d - c``.
     """
     a = _vector(d, "d")
     n = a.size
@@ -126,14 +129,14 @@ def sign_flip_test(d, n_perm: int = 10000, seed: int = 0) -> float:
     if 2**n <= n_perm:
         bits = (np.arange(2**n)[:, None] >> np.arange(n)) & 1
         t_star = ((1 - 2 * bits) * a).mean(axis=1)
-        return float(_extreme(t_star, t_obs, "two-sided").mean())
+        return float(_extreme(t_star, t_obs, alternative).mean())
     rng = np.random.default_rng(seed)
     hits = 0
     chunk = max(1, 2_000_000 // n)
     for start in range(0, n_perm, chunk):
         m = min(n_perm, start + chunk) - start
         signs = rng.choice(np.array([-1.0, 1.0]), size=(m, n))
-        hits += int(_extreme((signs * a).mean(axis=1), t_obs, "two-sided").sum())
+        hits += int(_extreme((signs * a).mean(axis=1), t_obs, alternative).sum())
     return (1 + hits) / (1 + n_perm)
 
 
@@ -424,7 +427,7 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     return low, high
 
 
-def binomial_test_p(k: int, n: int) -> float:
+def binomial_test_p(k: int, n: int, alternative: Literal["two-sided", "greater", "less"] = "two-sided") -> float:
     """Exact two-sided p-value of ``k`` successes in ``n`` trials under share 1/2: twice the smaller tail
     (``min(1, 2 min(P(X <= k), P(X >= k)))``; the null is symmetric, so this is also the "as likely or less"
     p-value). It is below ``alpha`` exactly when 1/2 lies outside the ``1 - alpha`` :func:`clopper_pearson`
@@ -432,6 +435,11 @@ def binomial_test_p(k: int, n: int) -> float:
     from scipy import stats
 
     k, n = _counts(k, n)
+    _extreme(np.zeros(1), 0.0, alternative)  # validates ``alternative``
+    if alternative == "greater":  # H1: share > 1/2
+        return float(stats.binom.sf(k - 1, n, 0.5))
+    if alternative == "less":
+        return float(stats.binom.cdf(k, n, 0.5))
     tail = min(float(stats.binom.cdf(k, n, 0.5)), float(stats.binom.sf(k - 1, n, 0.5)))
     return min(1.0, 2.0 * tail)
 

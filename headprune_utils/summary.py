@@ -23,10 +23,10 @@ from .paths import StudyPaths, outputs_root
 from .results import atomic_write_text
 from .studies import STUDIES
 
-__all__ = ["claim_rows", "quick_verdicts", "fmt_number", "fmt_estimate", "where_label", "summary_markdown", "write_summary", "summary_path", "study_findings_markdown",
+__all__ = ["verdict_words", "claim_rows", "quick_verdicts", "fmt_number", "fmt_estimate", "where_label", "summary_markdown", "write_summary", "summary_path", "study_findings_markdown",
            "inject_findings", "FINDINGS_TAG", "readme_findings", "update_readme"]
 
-DECIDED = ("supported", "not supported", "contradicted")
+DECIDED = claims.DECIDED
 # the cell tag of the "What this study found" summary at the top of an executed notebook
 FINDINGS_TAG = "findings-summary"
 
@@ -51,6 +51,17 @@ def fmt_estimate(row) -> str:
         u = lambda x: "n/a" if x is None or pd.isna(x) else f"{float(x):.3g}"
         return f"share {k} of {n} units = {u(get('effect'))} [{u(get('ci_low'))}, {u(get('ci_high'))}]"
     return f"{fmt_number(get('effect'))} [{fmt_number(get('ci_low'))}, {fmt_number(get('ci_high'))}]"
+
+
+def verdict_words(counted: str) -> list[str]:
+    """The verdict words of a ``"2 supported, 1 not supported"`` text, each once (exact words: "not supported" is
+    not "supported")."""
+    words = []
+    for part in str(counted).split(","):
+        match = re.fullmatch(r"\s*\d+ (.+?)\s*", part)
+        if match and match.group(1) in claims.VERDICTS and match.group(1) not in words:
+            words.append(match.group(1))
+    return words
 
 
 def where_label(task, setting) -> str:
@@ -218,7 +229,7 @@ def summary_markdown(profile: str) -> str:
         if quick is not None:
             line += f" {esc(quick[(r.study, r.claim_id)])} |"
         lines.append(line)
-    counts = pd.Series([w for v in t["verdicts"] for w in claims.VERDICTS if w in v]).value_counts()
+    counts = pd.Series([w for v in t["verdicts"] for w in verdict_words(v)]).value_counts()
     scale = ["", "**Scale of each study** (say which before quoting a number):", ""] + \
         [f"- {s}: {esc(x)}" for s, x in scales.items()]
     total = [f"{len(t)} claims in {t['study'].nunique()} studies; claims with at least one row of each word: "

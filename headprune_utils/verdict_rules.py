@@ -21,7 +21,7 @@ import numpy as np
 
 import pandas as pd
 
-from .claims import Gate, Measurement, enough_units, evaluate
+from .claims import COLUMNS, Gate, Measurement, enough_units, evaluate
 
 __all__ = ["trained_gate", "plateau_gate", "plateau", "presence_effect", "untestable", "no_nan_text"]
 
@@ -89,25 +89,30 @@ def presence_effect(present: bool, random_keeps: float) -> float:
 
 def untestable(claim, rule, task: str, reason: str, *, setting: str = "", semantics: str = "", unit: str = "",
                scale: str = "", study: str = "", units: Sequence[Hashable] = (), gates: Sequence[Gate] = ()) -> pd.DataFrame:
-    """The verdict row (``claims.COLUMNS``) of a measurement that has no value at all: ``claims.evaluate``'s
-    ``not testable`` row, no numbers, 0 units; the reason is ``reason`` (the failed precondition; "" when ``gates``
-    say it), then what the
-    rule's power gate and ``gates`` say of the models the measurement would have had (``units``).
-    (``claims.evaluate`` refuses an empty measurement, so a placeholder value goes in and its numbers are blanked.)"""
+    """The verdict row (exactly ``claims.COLUMNS``) of a measurement that has no value at all: ``claims.evaluate``'s
+    ``not testable`` row, no numbers, 0 units, no tests (outside the Holm family), no unit values; the reason is
+    ``reason`` (the failed precondition; "" when ``gates`` say it), then what the rule's power gate and ``gates``
+    say of the models the measurement would have had (``units``). (``claims.evaluate`` refuses an empty
+    measurement, so a placeholder value goes in and its numbers are blanked.)"""
     why = [reason] if reason else []
     if units:
         ghost = Measurement(task, [0.0] * len(units), list(units), setting, semantics, unit=unit or "model")
         why += [r for r in (g(ghost) for g in (enough_units(rule.test, rule.alpha), *gates)) if r]
     m = Measurement(task, [0.0], ["none"], setting, semantics, unit=unit or "model")
-    row = evaluate(claim, rule, [m], gates=[lambda _: reason], scale=scale, study=study)
-    row[["effect", "ci_low", "ci_high", "margin"]] = float("nan")
+    row = evaluate(claim, rule, [m], gates=[lambda _: reason or "no measurement"], scale=scale, study=study)
+    if not (row["verdict"] == "not testable").all():
+        raise AssertionError(f"a measurement without values was tested: {row[['claim_id', 'task']].values.tolist()}")
+    row[["effect", "ci_low", "ci_high", "margin", "p", "p_adjusted"]] = float("nan")
     why = list(dict.fromkeys(why)) or ["no measurement"]
-    return row.assign(n_units=0, reason="; ".join(why))
+    out = row.assign(n_units=0, reason="; ".join(why), p_test="", tests="[]", unit_values="[]")
+    return out.reindex(columns=list(COLUMNS))
 
 
 def no_nan_text(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with "nan" in its text columns written as "n/a (...)": ``claims.evaluate`` labels a pooled row
-    whose tasks are all untestable "margin: nan = smallest of the tasks' margins" (no task margin to take)."""
+    """``table`` with "margin: nan = " in its ``test`` column written as "margin: n/a (no testable task) = ". Older
+    versions of ``claims.evaluate`` labelled a pooled row whose tasks were all untestable "margin: nan = smallest of
+    the tasks' margins"; the current one writes "n/a (no testable task to pool)" itself, so this is a no-op on its
+    tables (kept until the studies stop calling it)."""
     out = table.copy()
     out["test"] = out["test"].astype(str).str.replace("margin: nan = ", "margin: n/a (no testable task) = ",
                                                       regex=False)

@@ -24,7 +24,8 @@ then fine-tune) and records, per head (``[n_layers, n_heads]``, NaN for pruned h
 The analysis (pure functions over the cells' table, in :mod:`.compensation_analysis`, re-exported here so the
 notebook needs one module) compares each kept head's change in a pruned run with the same head's change in an
 unpruned run of ANOTHER seed and the same semantics, against seed-to-seed noise: is the extra change spread
-equally over the kept heads, and is it larger near the pruned heads? Every table is per semantics, and the claims
+equally over the kept heads (within the Gini's declared margin, :mod:`headprune_utils.margins`), and is it larger
+near the pruned heads? Every table is per semantics, and the claims
 are decided under each (:func:`headprune_utils.semantics.verdicts_by_semantics`).
 """
 from __future__ import annotations
@@ -43,16 +44,16 @@ from ..pruning import prune_heads
 from ..results import fingerprint
 from .base import Cell, Cost, Study
 from .compensation_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    CLAIMS, CLAIM_RULES, MEASURE_NAMES, MEASURES, NoiseSpread, heatmap_data, per_head, pooled, scale_text, spread_tests,
-    verdicts,
+    CLAIMS, CLAIM_RULES, DISPERSION_MARGINS, MEASURE_NAMES, MEASURES, DispersionMargin, heatmap_data, per_head, pooled,
+    scale_text, spread_tests, verdicts,
 )
 
 __all__ = [
     "NAME", "STUDY", "Compensation", "CompensationConfig", "plan_cells", "cell_cost", "study_fingerprint",
     "cell_mask", "run_cell",
     # the analysis (compensation_analysis), re-exported so the notebook needs one module
-    "MEASURES", "MEASURE_NAMES", "per_head", "spread_tests", "pooled", "verdicts", "heatmap_data", "NoiseSpread",
-    "scale_text", "CLAIM_RULES",
+    "MEASURES", "MEASURE_NAMES", "per_head", "spread_tests", "pooled", "verdicts", "heatmap_data",
+    "DispersionMargin", "DISPERSION_MARGINS", "scale_text", "CLAIM_RULES",
 ]
 
 NAME = "compensation"

@@ -20,7 +20,9 @@ per-layer-normalised scores for importance), the noise ``x'_h = log(c_full(h) / 
   split of the dispersion of ``x`` into between-layer and within-layer parts.
 
 Verdicts (:func:`verdicts`) follow :mod:`headprune_utils.claims`: the unit is the fine-tuned model (task x seed),
-per task first, then pooled over tasks; every claim is decided under each semantics measured
+per task first, then pooled over tasks; the margins are the metrics' declared ones (:mod:`headprune_utils.margins`:
+the Gini's for the spread, none for the importance sd, whose rows are not testable; ln 1.1 for the mean shift; 0.1
+for the locality rho); every claim is decided under each semantics measured
 (:func:`headprune_utils.semantics.verdicts_by_semantics`): Budhraja et al.'s ``uniform`` is the primary analysis
 (Holm over the study's primary rows), the others are sensitivity analyses (each semantics its own Holm family).
 """
@@ -32,11 +34,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .. import claims, masks, semantics, stats
+from .. import claims, margins, masks, semantics, stats
 from .base import Claim
 
 __all__ = ["CLAIMS", "MEASURES", "MEASURE_NAMES", "per_head", "spread_tests", "pooled", "verdicts", "heatmap_data",
-           "NoiseSpread", "scale_text", "CLAIM_RULES"]
+           "DispersionMargin", "DISPERSION_MARGINS", "scale_text", "CLAIM_RULES"]
 
 MEASURES: tuple[str, ...] = ("weight_change", "importance", "attention_change")
 RUN_KEYS: list[str] = ["task", "ablation", "seed", "strategy", "budget"]  # one pruned run
@@ -218,9 +220,11 @@ CLAIMS: tuple[Claim, ...] = (
           quantity="excess dispersion of the kept heads' extra change over the seed-noise baseline (Gini of "
                    "c_pruned / c_other minus the Gini of c_full / c_other; importance: sd of differences), one "
                    "value per pruned model (task x seed), per strategy x budget x measure; equivalence (TOST) "
-                   "within +-1 x the seed-to-seed SD of the noise baseline's dispersion",
-          precondition="at least 2 seeds per task (the noise baseline and its margin compare unpruned runs of "
-                       "different seeds) and enough units for a t-test. The adapts-to-mask gate (mask-then-"
+                   "within +-0.1, a tenth of the Gini's range 0-1 (margins.GINI). No smallest effect of interest "
+                   "is declared for the sd of per-layer normalised importance differences, so that measure's rows "
+                   "are not testable (its numbers are shown)",
+          precondition="at least 2 seeds per task (the noise baseline compares unpruned runs of different seeds) "
+                       "and enough units for a t-test. The adapts-to-mask gate (mask-then-"
                        "fine-tune beats fine-tune-then-mask at 50%) is not applied: these cells hold no "
                        "fine-tune-then-mask score (study 1 holds it), and the claim is measured on how much each "
                        "kept head changed during fine-tuning, which is defined whether or not the fine-tuning "
@@ -232,7 +236,8 @@ CLAIMS: tuple[Claim, ...] = (
           quantity="mean shift of the kept heads: mean over kept heads of log(change in the pruned run / change "
                    "of the same head in the unpruned run of the same seed), per pruned model (task x seed); "
                    "weight change and attention-pattern change only (per-layer normalised importance has no "
-                   "level to shift)",
+                   "level to shift); superiority (> 0), not supported when the shift is below ln 1.1 (a change 10% "
+                   "larger; margins.LOG_RATIO)",
           precondition="enough units for a t-test; the adapts-to-mask gate is not applied (as for the spread "
                        "claim: no fine-tune-then-mask score in these cells)",
           semantics="uniform"),
@@ -241,7 +246,8 @@ CLAIMS: tuple[Claim, ...] = (
           "alone predicts.",
           quantity="Spearman rho of a kept head's extra change with the number of pruned heads in its own / the "
                    "adjacent layers, both taken relative to a layer-only model (the mean over the other seeds' "
-                   "runs of the same task and setting, per layer), per pruned model (task x seed)",
+                   "runs of the same task and setting, per layer), per pruned model (task x seed); superiority "
+                   "(> 0), not supported when rho is below 0.1 (margins.CORRELATION)",
           precondition="the number of pruned heads near a kept head varies beyond its layer across runs (random "
                        "masks differ by seed; the middle strategy prunes the same layers in every run, so its "
                        "locality is a pure layer effect and not testable); enough units for a t-test",
@@ -251,22 +257,35 @@ CLAIMS: tuple[Claim, ...] = (
 
 # ---------------------------------------------------------------------------------------------- verdicts
 
-@dataclass(frozen=True)
-class NoiseSpread:
-    """Equivalence margin of the spread claim: ``k`` x the seed-to-seed SD (ddof=1) of the noise baseline's
-    dispersion on the measurement's task (``Measurement.full``: the dispersion of ``x_noise``, unpruned run of
-    the seed against the other seed's, one per unit). How much the Gini (importance: sd) of two UNPRUNED runs'
-    comparison moves from seed to seed is the size of a difference that seed noise alone makes."""
+# The equivalence margin of the spread claim is the declared margin of the dispersion's metric
+# (headprune_utils.margins), never a noise estimate: the excess Gini (a difference of two Ginis, each in 0-1) gets
+# margins.GINI. The importance dispersion is a standard deviation of differences of per-layer L2-normalised scores:
+# its reachable range depends on how many heads each layer keeps (about sqrt(2 / kept heads per layer) at most), so
+# no margins.py entry fits it and none is invented here: its rows are not testable.
+DISPERSION_MARGINS = {"Gini of ratios": margins.GINI, "sd of differences": None}  # None: no margin declared
+NO_MARGIN = ("no smallest effect of interest is declared for the sd of per-layer normalised importance differences "
+             "(headprune_utils.margins has no entry for it: its reachable range depends on the number of kept heads "
+             "per layer), so equivalence cannot be decided")
 
-    k: float = 1.0
+
+@dataclass(frozen=True)
+class DispersionMargin:
+    """Equivalence margin of the spread claim: the declared margin (:mod:`headprune_utils.margins`) of the
+    measurement's dispersion (:data:`DISPERSION_MARGINS`, keyed by ``dispersion_kind``, which :func:`_spread` puts
+    into the measurement's ``effect``); where none is declared the measurement is not testable
+    (:class:`claims.Untestable`, reason :data:`NO_MARGIN`)."""
 
     def __call__(self, m: claims.Measurement) -> float:
-        if m.full is None or len(m.full) < 2:
-            raise claims.Untestable(f"the margin ({self.describe()}) needs the noise dispersion of at least 2 seeds")
-        return self.k * float(np.std(np.asarray(m.full, dtype=float), ddof=1))
+        kinds = [k for k in DISPERSION_MARGINS if k in m.effect]
+        if len(kinds) != 1:
+            raise ValueError(f"cannot tell the dispersion of the measurement from its effect {m.effect!r}")
+        margin = DISPERSION_MARGINS[kinds[0]]
+        if margin is None:
+            raise claims.Untestable(NO_MARGIN)
+        return float(margin(m))
 
     def describe(self) -> str:
-        return f"{self.k:g} x seed-to-seed SD of the noise baseline's dispersion"
+        return f"{margins.GINI.describe()} (margins.GINI; the Gini dispersions)"
 
 
 def scale_text(cfg) -> str:
@@ -290,14 +309,13 @@ _LOCALITY = {"pruned_in_layer": "pruned heads in the same layer", "pruned_adjace
 def _spread(tests: pd.DataFrame, sem: str) -> list[claims.Measurement]:
     out = []
     for (strategy, budget, measure, task), g in tests.groupby(["strategy", "budget", "measure", "task"]):
-        g = g.dropna(subset=["excess_dispersion", "dispersion_noise"])
+        g = g.dropna(subset=["excess_dispersion"])
         if g.empty:
             continue
         kind = g["dispersion_kind"].iloc[0]
         out.append(claims.Measurement(task, g["excess_dispersion"].tolist(), g["seed"].tolist(),
                                       _setting(strategy, budget, measure), sem,
-                                      effect=f"excess {kind} (pruned run - noise baseline)",
-                                      full=g["dispersion_noise"].tolist()))
+                                      effect=f"excess {kind} (pruned run - noise baseline)"))
     return out
 
 
@@ -340,19 +358,24 @@ def _locality(tests: pd.DataFrame, sem: str) -> tuple[list[claims.Measurement], 
 
 CLAIM_RULES = {
     # claim id -> (rule, how the measurements are built from the spread_tests table); gates in verdicts()
-    "budhraja.compensation_spread": (claims.Equivalence(NoiseSpread(1.0)), _spread),
-    "ours.kept_heads_change_more": (claims.Superiority("greater"), _shift),
-    "ours.compensation_local": (claims.Superiority("greater"), _locality),
+    # margins: headprune_utils.margins, the metric's entry (DispersionMargin: the Gini's; none for the importance sd)
+    "budhraja.compensation_spread": (claims.Equivalence(DispersionMargin()), _spread),
+    "ours.kept_heads_change_more": (claims.Superiority("greater", margin=margins.LOG_RATIO), _shift),
+    "ours.compensation_local": (claims.Superiority("greater", margin=margins.CORRELATION), _locality),
 }
 
 
 def _no_numbers(claim, study: str, scale: str, task: str, setting: str, sem: str, reason: str, test: str) -> dict:
-    """A ``not testable`` row without numbers (nothing could be measured)."""
+    """A ``not testable`` row without numbers (nothing could be measured), in :data:`claims.COLUMNS`: no test, so
+    outside the Holm family (``tests`` and ``unit_values`` empty)."""
     nan = float("nan")
-    return {"study": study, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": task,
-            "setting": setting, "semantics": sem, "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
-            "unit": claims.DEFAULT_UNIT, "test": test, "p": nan, "p_adjusted": nan, "margin": nan,
-            "verdict": claims.VERDICTS[-1], "reason": reason, "scale": scale}
+    row = {"study": study, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": task,
+           "setting": setting, "semantics": sem, "analysis": "primary", "effect": nan, "ci_low": nan, "ci_high": nan,
+           "n_units": 0, "unit": claims.DEFAULT_UNIT, "test": test, "p": nan, "p_adjusted": nan, "p_test": "",
+           "margin": nan, "verdict": claims.VERDICTS[-1], "reason": reason, "scale": scale, "tests": "[]",
+           "unit_values": "[]"}
+    assert tuple(row) == claims.COLUMNS, "keep _no_numbers in step with claims.COLUMNS"
+    return row
 
 
 def verdicts(tests: pd.DataFrame, cfg, claim_list=None, study: str = "compensation") -> pd.DataFrame:
@@ -379,7 +402,8 @@ def verdicts(tests: pd.DataFrame, cfg, claim_list=None, study: str = "compensati
             elif cid == "ours.compensation_local":
                 ms, why, unmeasured = build(sub, sem)
                 gates = [lambda m, why=why: why.get((m.task, m.setting))]
-                label = f"{rule.kind} ({rule.direction}); one-sample t on Spearman rho beyond a layer-only model; alpha={rule.alpha:g}"
+                label = (f"{rule.kind} ({rule.direction}); one-sided t tests on Spearman rho beyond a layer-only "
+                         f"model; alpha={rule.alpha:g}; margin: {rule.margin.describe()}")
                 extra = [_no_numbers(claim, study, scale, u["task"], u["setting"], sem, u["reason"], label) for u in unmeasured]
             else:
                 ms = build(sub, sem)
@@ -389,7 +413,7 @@ def verdicts(tests: pd.DataFrame, cfg, claim_list=None, study: str = "compensati
                 extra = [_no_numbers(claim, study, scale, "all", "", sem,
                                      f"no pruned run measured under the {sem} semantics in this run", "n/a")]
             if extra:
-                parts.append(pd.DataFrame(extra).reindex(columns=list(claims.COLUMNS)))
+                parts.append(pd.DataFrame(extra, columns=list(claims.COLUMNS)))
         return pd.concat(parts, ignore_index=True) if parts else claims.empty_table()
 
     order = semantics.order(claim_list[0].semantics, [*(c.semantics for c in claim_list),

@@ -17,8 +17,9 @@ analysis, Holm over the study's primary rows; each other semantics is a sensitiv
 Pairs where ``a`` and ``b`` pruned IDENTICAL masks (two names for
 one mask, e.g. ``consecutive`` placed at the top) are left out: a mask is not tested against itself; a
 measurement with no other pair is ``not testable`` ("degenerate contrast"), and a row that lost some pairs says so
-in its reason. Margins of the "no preference" / "no worse than random" claims: ``cfg.equivalence_margin`` x the
-seed-to-seed SD of the full model on the task (:class:`claims.SeedSpread`). Gates: the full model above chance by
+in its reason. Margin of every claim: the task score's (:data:`margins.TASK_SCORE`), 0.1 x (full - chance) on the
+task (the pooled row: the smallest of the tasks' margins / (full - chance)); it decides the "no preference" /
+"no worse than random" claims and lets the "beats" claims be ``not supported``. Gates: the full model above chance by
 :data:`ABOVE_CHANCE_MARGIN` in every unit; mask-then-fine-tune rows also need fine-tuning to adapt to the mask
 (:func:`adaptation_diffs`, :func:`claims.adapts_to_mask`).
 """
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .. import claims, paired_contrasts, semantics
+from .. import claims, margins, paired_contrasts, semantics
 from ..paired_contrasts import LOCATION_CONTRASTS, Contrast, paired_by_strategy, per_ablation, unit_contrast_table
 from ..strategy_sweep import (  # noqa: F401 (re-exported: the notebook and the tests read them from this study)
     REGIME_NAMES, example_masks, summarise,
@@ -55,23 +56,22 @@ class ClaimRule:
     rule: Callable[[object, float], claims.Rule]
 
 
-def _margin(cfg) -> claims.SeedSpread:
-    return claims.SeedSpread(float(cfg.equivalence_margin))
+MARGIN = margins.TASK_SCORE  # 0.1 x (full - chance) per task: the margin of every claim of the study
 
 
 CLAIM_RULES: dict[str, ClaimRule] = {
     "budhraja.location_no_preference": ClaimRule(
-        "top vs bottom", lambda cfg, alpha: claims.Equivalence(_margin(cfg), alpha=alpha)),
+        "top vs bottom", lambda cfg, alpha: claims.Equivalence(MARGIN, alpha=alpha)),
     "budhraja.avoid_middle": ClaimRule(
-        "avoid the middle", lambda cfg, alpha: claims.Superiority("greater", alpha=alpha)),
+        "avoid the middle", lambda cfg, alpha: claims.Superiority("greater", alpha=alpha, margin=MARGIN)),
     "budhraja.avoid_consecutive": ClaimRule(
-        "avoid consecutive layers", lambda cfg, alpha: claims.Superiority("greater", alpha=alpha)),
+        "avoid consecutive layers", lambda cfg, alpha: claims.Superiority("greater", alpha=alpha, margin=MARGIN)),
     "budhraja.important_location_not_worse": ClaimRule(
-        "important-by-location vs random", lambda cfg, alpha: claims.NonInferiority(_margin(cfg), alpha=alpha)),
+        "important-by-location vs random", lambda cfg, alpha: claims.NonInferiority(MARGIN, alpha=alpha)),
     "ours.most_important_not_worse": ClaimRule(
-        "most important vs random", lambda cfg, alpha: claims.NonInferiority(_margin(cfg), alpha=alpha)),
+        "most important vs random", lambda cfg, alpha: claims.NonInferiority(MARGIN, alpha=alpha)),
     "michel.least_important_first": ClaimRule(
-        "least important vs random", lambda cfg, alpha: claims.Superiority("greater", alpha=alpha)),
+        "least important vs random", lambda cfg, alpha: claims.Superiority("greater", alpha=alpha, margin=MARGIN)),
 }
 
 
@@ -267,9 +267,6 @@ def verdicts(table: pd.DataFrame, cfg, claim_list, alpha: float = 0.05) -> pd.Da
                  and (task == r["task"] or str(r["task"]).startswith("all ("))]
         if extra:
             out.loc[i, "reason"] = f"{r['reason']}; " + "; ".join(extra)
-    # claims.py writes "margin: nan = ..." into the label of a pooled row no task could enter (no p: never parsed)
-    out["test"] = out["test"].astype(str).str.replace("margin: nan = ", "margin: n/a (no testable task to pool); ",
-                                                      regex=False)
     claims.validate(out)
     return out
 
@@ -280,7 +277,8 @@ def _not_run(claim, contrast: Contrast, table: pd.DataFrame, text: str, semantic
     nan = float("nan")
     return {"study": STUDY, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": "all",
             "setting": "", "semantics": semantics, "analysis": "primary", "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
-            "unit": claims.DEFAULT_UNIT, "test": "", "p": nan, "p_adjusted": nan, "margin": nan,
+            "unit": claims.DEFAULT_UNIT, "test": "", "p": nan, "p_adjusted": nan, "p_test": "", "margin": nan,
             "verdict": "not testable",
             "reason": f"the strategies of the contrast {contrast.name!r} did not both run under the {semantics} semantics"
-                      + (f" (missing: {', '.join(missing)})" if missing else " in any common setting"), "scale": text}
+                      + (f" (missing: {', '.join(missing)})" if missing else " in any common setting"), "scale": text,
+            "tests": "[]", "unit_values": "[]"}

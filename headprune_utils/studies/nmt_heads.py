@@ -86,7 +86,7 @@ NMT_TRAINING_VERSION = 1
 EVAL_VERSION = 1  # bump when decoding or scoring changes (the cached evaluations then no longer match)
 REGIMES: tuple[str, ...] = ("prune", "prune_then_train")
 ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_ratio", "rare_alpha", "tolerance",
-                 "margin_share", "n_permutations")
+                 "n_permutations")
 CELL_AXES = ("types", "fractions", "seeds", "model_seeds", "strategy_types", "strategies", "strategy_budgets",
              "l0_settings", "lambdas", "retrain_types", "retrain_fractions")
 NOT_RESULTS = ("progress", "device", "data_dir", "allow_hub")

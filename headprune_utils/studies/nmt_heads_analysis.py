@@ -16,12 +16,12 @@ import pandas as pd
 import torch
 from scipy import stats as sps
 
-from .. import pruning_curves, role_survival, stats, strategy_sweep
+from .. import margins, pruning_curves, role_survival, stats, strategy_sweep
 from ..head_scores import rank_agreement
 from ..masks import mask_from_string
 from ..paired_contrasts import LOCATION_CONTRASTS, Contrast, contrast_table, paired_by_strategy
-from ..claims import (Equivalence, Measurement, NonInferiority, Presence, ShareOfHeadroom, Superiority,
-                      adjust, empty_table, evaluate, role_found, validate)
+from ..claims import (Equivalence, Measurement, NonInferiority, Presence, Superiority, adjust, empty_table, evaluate,
+                      role_found, validate)
 from ..verdict_rules import no_nan_text, plateau_gate, presence_effect, untestable
 from .base import Claim
 
@@ -463,39 +463,43 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("budhraja.random_prunable", f"{BUDHRAJA} (claim 1)",
           "A large fraction (>= 50%) of the heads can be pruned at random with limited effect on BLEU.",
           quantity="per model: BLEU(random 50% of a type's heads pruned, mean over mask seeds) - BLEU(full), per "
-                   "type; non-inferiority, margin margin_share x BLEU(full)",
+                   "type; non-inferiority, margin margins.TASK_SCORE (a tenth of BLEU(full) - 0)",
           precondition=f"{_TRAINED}; {_MODELS}"),
     Claim("budhraja.retraining_recovers", "ours (exploratory)",
           "Training with the mask fixed recovers BLEU lost by pruning.",
           quantity="per model: recovery = BLEU drop without retraining - drop after retrain_steps (vs the unpruned "
-                   "model continued as long), mean over mask seeds; superiority",
+                   "model continued as long), mean over mask seeds; superiority, margin margins.TASK_SCORE (a tenth of "
+                   "BLEU(full) - 0: a smaller recovery is not supported)",
           precondition=f"{_TRAINED}; {_MODELS}"),
     Claim("budhraja.location_no_better", f"{BUDHRAJA} (claim 2)",
           "On the Transformer, choosing heads to prune by their layer brings no advantage over random pruning "
           "at the same budget.",
           quantity="per model and strategy: BLEU(strategy) - BLEU(random), paired by type, budget and mask seed, "
-                   "mean within the model; equivalence, margin margin_share x BLEU(full)",
+                   "mean within the model; equivalence, margin margins.TASK_SCORE (a tenth of BLEU(full) - 0)",
           precondition=f"{_TRAINED}; {_MODELS}; random among the strategies"),
     Claim("voita.type_prunability_random", f"{VOITA} (Sec. 6, Table 2)",
           "Encoder self-attention is the most prunable attention type and encoder-decoder attention the least.",
           quantity="per model: BLEU with a share of type a pruned - with the same share of type b pruned, paired by "
-                   "fraction and mask seed, mean within the model; superiority per ordered pair",
+                   "fraction and mask seed, mean within the model; superiority per ordered pair, margin "
+                   "margins.TASK_SCORE (a tenth of BLEU(full) - 0)",
           precondition=f"{_TRAINED}; {_MODELS}"),
     Claim("voita.type_prunability_l0", f"{VOITA} (Sec. 6, Table 2)",
           "L0 gates on all three types keep the fewest encoder self-attention heads and the most "
           "encoder-decoder heads.",
           quantity="per model: share of type b's heads kept - share of type a's, mean over the lambdas that prune "
-                   "some heads and keep some (gates on all three types); superiority per ordered pair",
+                   "some heads and keep some (gates on all three types); superiority per ordered pair, margin "
+                   "margins.SHARE_OF_HEADS (0.1: a tenth of the range of a share)",
           precondition=f"{_TRAINED}; {_MODELS}"),
     Claim("voita.enc_most_prunable", f"{VOITA} (Sec. 6.2)",
           "Most encoder heads can be pruned with little BLEU loss (38 of 48: -0.15 BLEU).",
           quantity="per model: BLEU(encoder L0 mask keeping the most heads among those keeping at most half) - "
-                   "BLEU(full); non-inferiority, margin margin_share x BLEU(full)",
+                   "BLEU(full); non-inferiority, margin margins.TASK_SCORE (a tenth of BLEU(full) - 0)",
           precondition=f"{_TRAINED}; {_MODELS}; an encoder L0 mask keeping at most half of the heads"),
     Claim("voita.l0_beats_random", f"{VOITA} (Sec. 6)",
           "L0 gates choose heads that matter: better than random heads at the same counts per type.",
           quantity="per model and L0 setting: BLEU(L0 masks) - BLEU(random masks with the same heads per type), mean "
-                   "over lambdas that prune something and keep something; superiority",
+                   "over lambdas that prune something and keep something; superiority, margin margins.TASK_SCORE (a "
+                   "tenth of BLEU(full) - 0)",
           precondition=f"{_TRAINED}; {_MODELS}"),
     Claim("voita.positional_heads", f"{VOITA} (Sec. 5)",
           "Positional heads exist in the encoder (max attention on the previous or next token >= 90% of the time).",
@@ -512,18 +516,21 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("voita.important_are_confident", f"{VOITA} (Sec. 4)",
           "The most important encoder heads are the most confident.",
           quantity="per model: Spearman(ablation importance = dev NLL increase, confidence) over its encoder heads; "
-                   "superiority",
+                   "superiority, margin margins.CORRELATION (0.1: a tenth of the distance from no association to "
+                   "perfect)",
           precondition=f"{_TRAINED}; {_MODELS}; importance here is the NLL increase when the head alone is zeroed, "
                        "not LRP"),
     Claim("voita.specialized_last_pruned", f"{VOITA} (Sec. 6.2)",
           "Specialized heads are the last to be pruned.",
           quantity="per model and L0 setting: AUC of the survival level, specialized vs other encoder heads of the "
-                   "same layer, mean over layers with both, minus 0.5; superiority",
+                   "same layer, mean over layers with both, minus 0.5; superiority, margin margins.AUC (0.05: a tenth "
+                   "of the distance from AUC 0.5 to 1)",
           precondition=f"{_TRAINED}; {_MODELS}; at least one specialized head found"),
     Claim("voita.functions_at_17_of_48", f"{VOITA} (Sec. 6.2)",
           "With 17 of 48 encoder heads kept, every identified head function is still present.",
           quantity="per model, L0 setting and role: 1 if the mask nearest 17/48 of the encoder heads keeps one of "
-                   "the role's heads, minus the chance that a random mask of that size would; superiority",
+                   "the role's heads, minus the chance that a random mask of that size would; superiority, margin "
+                   "margins.SHARE_OF_HEADS (0.1: a tenth of the range of a share)",
           precondition=f"{_TRAINED}; {_MODELS}; at least one head of the role found"),
 )
 CLAIM = {c.id: c for c in CLAIMS}
@@ -532,14 +539,29 @@ NAME = "nmt_heads"
 SEMANTICS = "zero"  # a pruned head's output is zeroed (both papers' Transformer code; the study's only ablation)
 
 
-def rules(margin_share: float = 0.1) -> dict:
-    """Claim id -> rule. Margins: ``margin_share`` x (BLEU(full) - 0) (``claims.ShareOfHeadroom``; chance = 0 BLEU)."""
-    margin = ShareOfHeadroom(margin_share)
-    sup = Superiority("greater")
-    out = {c.id: sup for c in CLAIMS}
-    out.update({"budhraja.random_prunable": NonInferiority(margin), "voita.enc_most_prunable": NonInferiority(margin),
-                "budhraja.location_no_better": Equivalence(margin)})
+def rules() -> dict:
+    """Claim id -> rule. Every margin is its metric's smallest effect of interest, declared once in
+    :mod:`headprune_utils.margins`: BLEU differences ``margins.TASK_SCORE`` (0.1 x (BLEU(full) - 0); chance = 0
+    BLEU); the share of a type's heads kept ``margins.SHARE_OF_HEADS``; Spearman rho ``margins.CORRELATION``;
+    within-layer AUC - 0.5 ``margins.AUC``; presence beyond chance (a difference of shares)
+    ``margins.SHARE_OF_HEADS``. A superiority claim uses its margin only to say ``not supported``; the existence
+    claims (``claims.Presence``) test the share of models with the role against 1/2."""
+    bleu = margins.TASK_SCORE
+    out = {
+        "budhraja.random_prunable": NonInferiority(bleu),
+        "budhraja.retraining_recovers": Superiority("greater", margin=bleu),
+        "budhraja.location_no_better": Equivalence(bleu),
+        "voita.type_prunability_random": Superiority("greater", margin=bleu),
+        "voita.type_prunability_l0": Superiority("greater", margin=margins.SHARE_OF_HEADS),
+        "voita.enc_most_prunable": NonInferiority(bleu),
+        "voita.l0_beats_random": Superiority("greater", margin=bleu),
+        "voita.important_are_confident": Superiority("greater", margin=margins.CORRELATION),
+        "voita.specialized_last_pruned": Superiority("greater", margin=margins.AUC),
+        "voita.functions_at_17_of_48": Superiority("greater", margin=margins.SHARE_OF_HEADS),
+    }
     out.update({cid: Presence() for cid in ("voita.positional_heads", "voita.syntactic_heads", "voita.rare_word_head")})
+    if set(out) != {c.id for c in CLAIMS}:
+        raise AssertionError(f"rules and CLAIMS disagree: {sorted(set(out) ^ {c.id for c in CLAIMS})}")
     return out
 
 
@@ -589,15 +611,15 @@ def claim_rows(claim: Claim, rule, task: str, data: pd.DataFrame, settings: list
 
 def verdicts(table: pd.DataFrame, role_tab: pd.DataFrame, surv: pd.DataFrame, budget: pd.DataFrame,
              agreement: pd.DataFrame, by_type: pd.DataFrame, *, corpus: str, semantics: str, scale_: str,
-             patience: int | None, margin_share: float = 0.1, fractions=(0.5,)) -> pd.DataFrame:
+             patience: int | None, fractions=(0.5,)) -> pd.DataFrame:
     """The verdict table (``claims.COLUMNS``) of :data:`CLAIMS`, every number from this run (BLEU points).
 
     Unit of replication = the trained model (model seed): values of one model (mask seeds, lambdas, fractions) are
     averaged first, never treated as replicates; with one model every claim is ``not testable`` (computed by the
     rule's power gate). Gate: the model's dev loss reached a plateau (:func:`verdict_rules.plateau_gate`, ``n`` =
     ``patience`` evaluations, 3 when None). ``corpus``: with the models' direction, the ``task`` column;
-    ``semantics``: the ablation."""
-    rule = rules(margin_share)
+    ``semantics``: the ablation. Rules and margins: :func:`rules`."""
+    rule = rules()
     directions = sorted(set(_kind(table, "model").get("direction", pd.Series(dtype=str)).dropna()))
     task = f"{corpus} {', '.join(directions)}".strip()
     full = {int(r.model_seed): float(r.bleu) for r in _kind(table, "model").itertuples()}
@@ -641,7 +663,7 @@ def verdicts(table: pd.DataFrame, role_tab: pd.DataFrame, surv: pd.DataFrame, bu
                 parts_d.append(x.assign(setting=f"{c.a} - {c.b}"))
         d = pd.concat(parts_d, ignore_index=True) if parts_d else pd.DataFrame(columns=["setting", "model_seed", "diff"])
         add("voita.type_prunability_random", _mean_by(d, ["setting", "model_seed"]),
-            [f"{c.a} - {c.b}" for c in TYPE_CONTRASTS], "BLEU(a pruned) - BLEU(b pruned)", bleu=False,
+            [f"{c.a} - {c.b}" for c in TYPE_CONTRASTS], "BLEU(a pruned) - BLEU(b pruned)",
             empty="random pruning of both types missing")
     prun = type_prunability(by_type) if len(by_type) else pd.DataFrame()
     pairs = (("dec", "enc"), ("cross", "enc"), ("cross", "dec"))

@@ -98,7 +98,6 @@ class NMTHeadsConfig:
     rare_ratio: float = 4.0                     # rare-word if share >= ratio x chance ...
     rare_alpha: float = 0.01                    # ... and one-sided binomial p < alpha
     tolerance: float = 1.0                      # BLEU points: a drop up to this counts as "limited"
-    margin_share: float = 0.1                   # margins of "limited effect" / "no advantage": share x BLEU(full model)
     n_permutations: int = 10000                 # permutations of the survival test
     device: str = "auto"                        # "auto" (CUDA when present) | "cpu" | "cuda"
     progress: bool = True
@@ -186,8 +185,6 @@ class NMTHeadsConfig:
             raise ParameterError("need 0 < positional_threshold <= 1, 0 < rare_alpha < 1 and rare_ratio > 0")
         if self.tolerance < 0 or self.syntactic_margin < 0:
             raise ParameterError("tolerance and syntactic_margin must be >= 0")
-        if not 0 < self.margin_share < 1:
-            raise ParameterError(f"margin_share must be in (0, 1), got {self.margin_share}")
         check_device(self.device)
         self._check_data()
 

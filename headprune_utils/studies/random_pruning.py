@@ -68,14 +68,12 @@ class RandomPruningConfig(glue_workbench.MaskingStudyConfig):
     regimes: list[Regime] = field(default_factory=lambda: list(REGIMES))
     mask_draws: int = 1                         # random masks per fine-tuned model in the evaluation-only regime (draw 0: the mask-then-fine-tune regime's)
     tolerance: float = 0.02                     # analysis only: a drop up to this (score units) counts as "limited" (descriptive table)
-    margin_share: float = 0.1                   # analysis only: verdict margins are this share of (full - chance), per task
+    # the verdicts' margins are not a parameter: margins.TASK_SCORE, 0.1 x (full - chance) per task (headprune_utils.margins)
 
     def check(self) -> None:
         bad = [r for r in self.regimes if r not in REGIMES]
         if bad or not self.regimes:
             raise ParameterError(f"regimes must be a non-empty list of {REGIMES}, got {self.regimes}")
-        if not 0 < self.margin_share < 1:  # a margin of 0 can never be shown
-            raise ParameterError(f"margin_share must be in (0, 1) (a share of full - chance), got {self.margin_share}")
         if isinstance(self.mask_draws, bool) or not isinstance(self.mask_draws, int) or self.mask_draws < 1:
             raise ParameterError(f"mask_draws must be an integer >= 1 (random masks per model), got {self.mask_draws!r}")
         super().check()
@@ -112,7 +110,7 @@ def plan_cells(cfg: RandomPruningConfig) -> list[Cell]:
 
 def study_fingerprint(cfg: RandomPruningConfig, device: torch.device) -> str:
     return fingerprint(glue_workbench.result_params(
-        cfg, device, RESULTS_VERSION, drop=("fractions", "finetune_fractions", "regimes", "mask_draws", "tolerance", "margin_share")))
+        cfg, device, RESULTS_VERSION, drop=("fractions", "finetune_fractions", "regimes", "mask_draws", "tolerance")))
 
 
 def mask_seed(seed: int, draw: int = 0) -> int:
@@ -174,7 +172,8 @@ class RandomPruning(Study):
               "A large fraction (>= 50%) of heads can be pruned at random with limited effect when fine-tuning "
               "follows the masking.",
               quantity="score(pruned at random, then fine-tuned) - score(full model), per (task, seed) model, at "
-                       "every mask-then-fine-tune share >= 50%; non-inferiority within margin_share x (full - chance)",
+                       "every mask-then-fine-tune share >= 50%; non-inferiority within 0.1 x (full - chance) of the task "
+                       "(margins.TASK_SCORE)",
               precondition="the full model is above chance by 0.05 in every seed; fine-tuning adapts to the mask "
                            "(at 50% pruned, mask-then-fine-tune beats fine-tune-then-mask, 95% CI above 0, on the task)",
               semantics="uniform"),
@@ -182,7 +181,8 @@ class RandomPruning(Study):
               "Fine-tuning after masking recovers more than masking a fine-tuned model (Budhraja et al.'s regime "
               "vs Michel et al.'s).",
               quantity="score(mask, then fine-tune) - score(fine-tune, then mask) at the same random mask, per "
-                       "(task, seed) model and share pruned",
+                       "(task, seed) model and share pruned; superiority, smallest effect of interest 0.1 x (full - "
+                       "chance) of the task (margins.TASK_SCORE: below it, not supported)",
               precondition="the full model is above chance by 0.05 in every seed", semantics="uniform"),
     )
 

@@ -4,19 +4,21 @@ The score curves, the drops paired by seed, the largest prunable fraction and th
 regimes are the library's (:mod:`headprune_utils.pruning_curves`, shared with study 7; re-exported here); this
 module adds the regimes' names, the claims' decision rules and verdicts (:mod:`headprune_utils.claims`) and the
 findings text. ``cfg`` is the study's parameters (``RandomPruningConfig``, defined with the protocol in
-:mod:`.random_pruning`); read here: ``tolerance``, ``margin_share``, ``model``, ``train_size``, ``dev_size``,
+:mod:`.random_pruning`); read here: ``tolerance``, ``model``, ``train_size``, ``dev_size``,
 ``epochs``, ``seeds``, ``ablations``, ``finetune_ablations``. Every table is per ablation semantics (the
 cells' ``ablation``); the verdicts are decided under each (:mod:`headprune_utils.semantics`).
 
 The claims (declared in :mod:`.random_pruning`) and how each is decided (:data:`RULES`):
 
 - ``budhraja.random_prunable``: non-inferiority of score(pruned at f, then fine-tuned) - score(full model), per
-  (task, seed) model, at every mask-then-fine-tune share f >= 50%; margin ``margin_share`` x (full - chance) of
-  the task. Gates: the full model is above chance by :data:`ABOVE_CHANCE` in every seed; fine-tuning adapts to the
-  mask (at 50% pruned, mask-then-fine-tune beats fine-tune-then-mask on the task, 95% t-interval above 0).
+  (task, seed) model, at every mask-then-fine-tune share f >= 50%; margin :data:`margins.TASK_SCORE`, 0.1 x
+  (full - chance) of the task (:mod:`headprune_utils.margins`: one policy for every study). Gates: the full model
+  is above chance by :data:`ABOVE_CHANCE` in every seed; fine-tuning adapts to the mask (at 50% pruned,
+  mask-then-fine-tune beats fine-tune-then-mask on the task, 95% t-interval above 0).
 - ``ours.retraining_recovers``: superiority of score(mask, then fine-tune) - score(fine-tune, then mask) at the
-  same random mask, per (task, seed) model and share; smallest effect of interest the same margin. Gate: above
-  chance. (It is the adapts-to-mask quantity itself, so it does not carry that gate.)
+  same random mask, per (task, seed) model and share; smallest effect of interest the same margin
+  (:data:`margins.TASK_SCORE`: an effect shown below it is ``not supported``). Gate: above chance. (It is the
+  adapts-to-mask quantity itself, so it does not carry that gate.)
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .. import claims, glue_workbench, semantics
+from .. import claims, glue_workbench, margins, semantics
 from .. import pruning_curves
 from ..pruning_curves import prunable_fraction  # noqa: F401 (re-exported: the notebook and the tests read it from here)
 
@@ -169,10 +171,10 @@ class ClaimRule:
 
 RULES: dict[str, ClaimRule] = {
     "budhraja.random_prunable": ClaimRule(
-        lambda cfg: claims.NonInferiority(claims.ShareOfHeadroom(cfg.margin_share)),
+        lambda cfg: claims.NonInferiority(margins.TASK_SCORE),
         prunable_measurements, ("above_chance", "adapts_to_mask")),
     "ours.retraining_recovers": ClaimRule(
-        lambda cfg: claims.Superiority("greater", margin=claims.ShareOfHeadroom(cfg.margin_share)),
+        lambda cfg: claims.Superiority("greater", margin=margins.TASK_SCORE),
         retraining_measurements, ("above_chance",)),
 }
 
@@ -231,8 +233,9 @@ def _no_measurement(claim, sem: str, scale_text: str) -> pd.DataFrame:
     nan = float("nan")
     row = {"study": "random_pruning", "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": "all",
            "setting": "", "semantics": sem, "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
-           "unit": UNIT, "test": "n/a", "p": nan, "p_adjusted": nan, "margin": nan, "verdict": "not testable",
-           "reason": f"{why} under the {sem} semantics", "scale": scale_text}
+           "analysis": "primary", "unit": UNIT, "test": "n/a", "p": nan, "p_adjusted": nan, "p_test": "",
+           "margin": nan, "verdict": "not testable", "reason": f"{why} under the {sem} semantics", "scale": scale_text,
+           "tests": "[]", "unit_values": "[]"}  # no test: outside the Holm family
     return pd.DataFrame([row], columns=list(claims.COLUMNS))
 
 

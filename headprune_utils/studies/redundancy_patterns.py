@@ -38,7 +38,7 @@ from ..paths import StudyPaths
 from ..results import fingerprint, pack_floats
 from .base import Cell, Cost, Study
 from .redundancy_patterns_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    CONTROL, CONTROL_SEED, SAME_SHARE, Matrices, group_labels, metric_agreement, negative_control, sameness,
+    CONTROL, CONTROL_SEED, Matrices, group_labels, metric_agreement, negative_control, sameness,
     summary_stats, when, where, who, why,
 )
 from .redundancy_patterns_claims import (  # the claims, their rules and the verdicts, re-exported for the notebook
@@ -52,7 +52,7 @@ __all__ = [
     # the analysis (redundancy_patterns_analysis, _claims), re-exported so the notebook needs one module
     "Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why", "sameness",
     "negative_control", "CONTROL", "CONTROL_SEED", "verdicts", "scale_text", "mlm_trained", "control_gate",
-    "CLAIM_RULES", "SAME_SHARE", "MLM_TRAINED", "NO_RANDOM_INIT",
+    "CLAIM_RULES", "MLM_TRAINED", "NO_RANDOM_INIT",
 ]
 
 NAME = "redundancy_patterns"

@@ -16,15 +16,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .. import clustering
+from .. import clustering, margins
 from ..results import unpack_floats
 
 __all__ = ["Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why",
-           "sameness", "negative_control", "CONTROL", "CONTROL_SEED", "SAME_SHARE", "CONTROL_ALPHA"]
+           "sameness", "negative_control", "CONTROL", "CONTROL_SEED", "CONTROL_ALPHA"]
 
 CONTROL_SEED = 0  # the negative control's weights: the pre-trained model's architecture initialised from this seed
 CONTROL = f"random-init-s{CONTROL_SEED}"  # its cells' model name
-SAME_SHARE = 0.2  # "the same": r within 0.2 x (ceiling - chance) of the probe's split-half ceiling (chance: r = 0)
 CONTROL_ALPHA = 0.05  # a model "has clusters" / "a reproducible matrix" when its permutation test reaches this level
 
 
@@ -248,16 +247,17 @@ def _consistent(mats: Matrices, model: str, metric: str, probes: list[str], n_pe
 
 def _same_row(values: list[tuple[float, float]], consistent: tuple[bool, str]) -> dict:
     """The "the same" criterion at the point estimate (a single model has no interval): the model has a reproducible
-    matrix on the reference probes (``consistent``, :func:`_consistent`) and mean (r - c) > -SAME_SHARE x mean c."""
+    matrix on the reference probes (``consistent``, :func:`_consistent`) and mean (r - c) > -``margins.SHARE`` x mean c
+    (the claims' margin, ``margins.HEADROOM``: a tenth of the way from chance, r = 0, to the ceiling)."""
     effect, ceiling = float(np.mean([v[0] for v in values])), float(np.mean([v[1] for v in values]))
-    margin = SAME_SHARE * ceiling
+    margin = margins.SHARE * ceiling
     if not consistent[0]:
         return {"effect": effect, "reference": ceiling, "shows_pattern": False, "decidable": True,
                 "criterion": f"{consistent[1]}: no consistent pattern to be the same (r - ceiling = {effect:+.3g})"}
     shows = effect > -margin
     return {"effect": effect, "reference": ceiling, "shows_pattern": bool(shows), "decidable": True,
             "criterion": f"r - ceiling = {effect:+.3g} {'>' if shows else '<='} -{margin:.3g} "
-                         f"(= -{SAME_SHARE:g} x ceiling {ceiling:.3g}; mean of {len(values)} probe pair(s)); "
+                         f"(= -{margins.SHARE:g} x ceiling {ceiling:.3g}; mean of {len(values)} probe pair(s)); "
                          f"{consistent[1]}"}
 
 
@@ -296,7 +296,7 @@ def negative_control(mats: Matrices, cfg, tasks: list[str], control: str = CONTR
     - ``bian.who_random`` (setting = distance): mean over the random-token x task probes of r(random, task) minus the
       task probe's split-half ceiling (:func:`sameness`); the pattern is shown when the model's matrix is
       reproducible on every task probe (split-half Mantel p < ``CONTROL_ALPHA``, ``n_permutations``) and the mean
-      exceeds ``-SAME_SHARE`` x the mean ceiling (the claim's "the same", at the point estimate);
+      exceeds ``-margins.SHARE`` x the mean ceiling (the claim's "the same", at the point estimate);
     - ``bian.who_tasks`` (task = "A vs B", setting = distance): r between the model's matrices on the two tasks'
       inputs minus the mean of the two ceilings, the same criterion;
     - ``bian.where`` (task = each fine-tuned task, setting = ``cluster_metric``): the silhouette against the

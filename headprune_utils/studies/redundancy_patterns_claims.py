@@ -7,13 +7,13 @@ untrained model's heads differ only by their random weights, so whatever it shar
 (the same matrix on random tokens and on text, clusters) comes from the architecture and the inputs, not from
 training. The control is one model, so it is judged at its point estimate by the claim's own criterion
 (:func:`.redundancy_patterns_analysis.negative_control`): "the same" when its matrix is reproducible on the
-reference probes (split-half Mantel p < 0.05: noise has no pattern) and its r - ceiling exceeds -SAME_SHARE x its
-ceiling; clusters when its silhouette beats the shuffled null (permutation p < 0.05; a test that cannot reach 0.05
-with the shuffles at hand leaves the control undecided, which clears nothing). Rule: for
-``bian.where``, ``bian.who_tasks`` and ``bian.who_random``, a task x setting where the control shows the pattern is
-``not testable`` (a failed precondition, :func:`control_gate`) with both models' numbers in the reason; where it
-does not, the reason says the control passed; without control cells the reason carries the caveat
-:data:`NO_RANDOM_INIT`.
+reference probes (split-half Mantel p < 0.05: noise has no pattern) and its r - ceiling exceeds -0.1 x its
+ceiling (``margins.SHARE``, the claims' margin); clusters when its silhouette beats the shuffled null
+(permutation p < 0.05; a test that cannot reach 0.05 with the shuffles at hand leaves the control undecided, which
+clears nothing). Rule: for ``bian.where``, ``bian.who_tasks`` and ``bian.who_random``, a task x setting where the
+control shows the pattern is ``not testable`` (a failed precondition, :func:`control_gate`) with both models'
+numbers in the reason; where it does not, the reason says the control passed; without control cells the reason
+carries the caveat :data:`NO_RANDOM_INIT`.
 """
 from __future__ import annotations
 
@@ -21,16 +21,16 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .. import claims, clustering, redundancy
+from .. import claims, clustering, margins, redundancy
 from .base import Claim
-from .redundancy_patterns_analysis import CONTROL, SAME_SHARE, Matrices, negative_control, sameness
+from .redundancy_patterns_analysis import CONTROL, Matrices, negative_control, sameness
 
 __all__ = ["CLAIMS", "CLAIM_RULES", "MLM_TRAINED", "NO_RANDOM_INIT", "scale_text", "mlm_trained", "control_gate",
            "verdicts"]
 
 MLM_TRAINED = 0.5  # the MLM is trained when its final loss is at most this share of ln |V| (uniform guessing)
-_SAME_TEXT = (f"non-inferiority of (r - ceiling) with margin {SAME_SHARE:g} x (ceiling - chance), chance r = 0: "
-              f"'the same' = r at most {SAME_SHARE:g} x (ceiling - chance) below the ceiling")
+_SAME_TEXT = (f"non-inferiority of (r - ceiling) with margin {margins.SHARE:g} x (ceiling - chance), chance r = 0 "
+              f"(margins.HEADROOM): 'the same' = r at most {margins.SHARE:g} x (ceiling - chance) below the ceiling")
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("bian.what_token", "ours (exploratory)",
@@ -54,7 +54,8 @@ CLAIMS: tuple[Claim, ...] = (
           "without structure).",
           quantity="per fine-tuned model (task x seed), its cluster_metric matrix on its task's inputs: silhouette "
                    "of the groups minus the mean of the same criterion on the matrix shuffled over head pairs; "
-                   "superiority (> 0). The pre-trained model's clusters are described, not tested (one model)",
+                   "superiority (> 0), not supported below 0.1 (margins.CORRELATION). The pre-trained model's "
+                   "clusters are described, not tested (one model)",
           precondition="fine-tuned models of at least 2 seeds per task; the randomly initialised model (negative "
                        "control, same architecture, on the task's inputs) has no cluster structure (permutation p >= "
                        "0.05 against its shuffled null): else the structure is the architecture's and the inputs', "
@@ -85,7 +86,8 @@ CLAIMS: tuple[Claim, ...] = (
           "More dropout makes heads more redundant (lower mean distance); the paper varies pre-training dropout, "
           "here continued masked-LM training.",
           quantity="per MLM run (seed): OLS slope of the mean distance on the dropout ratio; superiority (< 0) per "
-                   "distance, Holm over the distances (and the rest of the study's family)",
+                   "distance, Holm over the distances (and the rest of the study's family); no smallest slope of "
+                   "interest is declared, so it is supported or contradicted only",
           precondition="at least two dropout ratios and 2 MLM seeds; the MLM head is trained: every run's final "
                        "masked-LM loss is at most 0.5 x ln |V| (ln |V| = uniform guessing; a head that learned only "
                        "token frequencies stays near 0.7 x ln |V|)"),
@@ -270,23 +272,32 @@ def mlm_trained(mats: Matrices, cfg, vocab_size: int) -> str | None:
 def _no_numbers(claim, study, scale, task, setting, sem, reason, label) -> dict:
     """A ``not testable`` row without numbers (nothing could be measured)."""
     nan = float("nan")
-    return {"study": study, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": task,
-            "setting": setting, "semantics": sem, "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
-            "unit": claims.DEFAULT_UNIT, "test": label, "p": nan, "p_adjusted": nan, "margin": nan,
-            "verdict": claims.VERDICTS[-1], "reason": reason, "scale": scale}
+    row = {"study": study, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": task,
+           "setting": setting, "semantics": sem, "analysis": "primary", "effect": nan, "ci_low": nan, "ci_high": nan,
+           "n_units": 0, "unit": claims.DEFAULT_UNIT, "test": label, "p": nan, "p_adjusted": nan, "p_test": "",
+           "margin": nan, "verdict": claims.VERDICTS[-1], "reason": reason, "scale": scale, "tests": "[]",
+           "unit_values": "[]"}
+    assert tuple(row) == claims.COLUMNS, "keep _no_numbers in step with claims.COLUMNS"
+    return row
 
 
-_SAME = claims.NonInferiority(claims.ShareOfHeadroom(SAME_SHARE))
+# Margins: headprune_utils.margins, each metric's entry. "The same": r within a tenth of the way from chance (r = 0)
+# to the probe's split-half ceiling (HEADROOM, the ceiling as "full"). Clusters: silhouette minus its shuffled
+# null, a tenth of the distance from no structure (0) to perfect (1) (CORRELATION, whose entry covers the
+# silhouette). Dropout: NONE, because a slope of the mean distance per unit of dropout has no declared smallest
+# effect of interest (its size depends on the distance and on the dropout range): the claim can be supported or
+# contradicted, never "not supported".
+_SAME = claims.NonInferiority(margins.HEADROOM)
 CLAIM_RULES = {
     # claim id -> rule (how the measurements are built: the _what/_where/... functions above; gates in verdicts)
     "bian.what_token": _SAME,
     "bian.what_sentence": _SAME,
     "bian.what_token_sentence": _SAME,
-    "bian.where": claims.Superiority("greater"),
+    "bian.where": claims.Superiority("greater", margin=margins.CORRELATION),
     "bian.when": _SAME,
     "bian.who_tasks": _SAME,
     "bian.who_random": _SAME,
-    "bian.why": claims.Superiority("less"),
+    "bian.why": claims.Superiority("less", margin=margins.NONE),
 }
 _NEEDS_CONTROL = ("bian.where", "bian.who_tasks", "bian.who_random")
 

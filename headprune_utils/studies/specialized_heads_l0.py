@@ -66,8 +66,7 @@ NAME = "specialized_heads_l0"
 # Bump when a code change alters this study's results: old cells then no longer match.
 # 2: the scores cells also record confidence without the special-token keys (``confidence_no_special_keys``).
 RESULTS_VERSION = 2
-ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_ratio", "rare_alpha", "margin_share",
-                 "n_permutations")
+ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_ratio", "rare_alpha", "n_permutations")
 # UD English-EWT (v2): sentences and mean words per sentence of each split, for the planned cost only
 UD_SPLITS = {"train": (12543, 16.3), "dev": (2001, 12.6), "test": (2077, 12.1)}
 
@@ -100,7 +99,6 @@ class SpecializedHeadsL0Config(glue_workbench.GlueStudyConfig):
     syntactic_margin: float = 0.10              # analysis: syntactic if accuracy beats the best fixed-offset baseline by at least this
     rare_ratio: float = 4.0                     # analysis: rare-word if share at least ratio x chance ...
     rare_alpha: float = 0.01                    # ... and the one-sided binomial p < alpha
-    margin_share: float = 0.1                   # analysis: margins of "little loss" / "equally good": share x (full - chance)
     n_permutations: int = 10000                 # analysis: permutations of the survival test
 
     def check(self) -> None:
@@ -126,8 +124,6 @@ class SpecializedHeadsL0Config(glue_workbench.GlueStudyConfig):
             raise ParameterError(f"need 0 < rare_alpha < 1 and rare_ratio > 0, got {self.rare_alpha}, {self.rare_ratio}")
         if not self.syntactic_margin >= 0:
             raise ParameterError("syntactic_margin must be >= 0")
-        if not 0 < self.margin_share < 1:
-            raise ParameterError(f"margin_share must be in (0, 1), got {self.margin_share}")
         super().check()
         # the UD files, now: a missing treebank must stop the run before any model is loaded
         for split in {self.ud_split, *(["train"] if self.rare_corpus == "ud_train" else [])}:

@@ -14,15 +14,15 @@ import pandas as pd
 import torch
 from scipy import stats as sps
 
-from .. import stats, survival
+from .. import margins, stats, survival
 from ..head_scores import rank_agreement
 from ..masks import mask_from_string
 from ..role_survival import (  # noqa: F401 (re-exported: the notebook and the tests read them from this study)
     ROLE_NAMES, VOITA_FRACTION, role_counts, role_map_data, role_stability, role_table, roles_at_budget,
     survival_heads, survival_map_data, survival_tests, survival_with_roles,
 )
-from ..claims import (Equivalence, Measurement, NonInferiority, Presence, ShareOfHeadroom, Superiority,
-                      adjust, evaluate, role_found, validate)
+from ..claims import (Equivalence, Measurement, NonInferiority, Presence, Superiority, adjust, evaluate, role_found,
+                      validate)
 from ..role_survival import role_mask, survival_auc_per_model  # noqa: F401
 from ..verdict_rules import no_nan_text, presence_effect, trained_gate, untestable
 from .base import Claim
@@ -207,7 +207,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("voita.important_are_confident", f"{VOITA} (Sec. 4)",
           "The most important heads (LRP relevance) are also the most confident.",
           quantity="per fine-tuned model (task x seed): Spearman(first-order relevance, confidence) over its heads; "
-                   "superiority (> 0), one-sample t over models; under BOTH definitions of confidence (setting): "
+                   "superiority (> 0), one-sample t over models, margin margins.CORRELATION (0.1: a tenth of the "
+                   "distance from no association to perfect; a smaller rho is not supported); under BOTH definitions of confidence (setting): "
                    "special-token keys excluded (the max over the non-special keys, not renormalised: Voita et al. "
                    "exclude EOS; the primary reading) and every key (sensitivity: a head parking its attention on "
                    "[CLS]/[SEP] counts as confident); both rows are in the Holm family",
@@ -231,50 +232,56 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("voita.most_prunable", f"{VOITA} (Sec. 6)",
           "Most encoder heads can be pruned with little loss (38 of 48 pruned for -0.15 BLEU).",
           quantity="per model: score(L0 mask) - score(full) at the L0 mask keeping the most heads among those keeping "
-                   "at most half; non-inferiority, margin margin_share x (full - chance)",
+                   "at most half; non-inferiority, margin margins.TASK_SCORE (a tenth of full - chance of the task)",
           precondition="the full model above chance (+ 0.1 x (1 - chance)); an L0 mask that prunes at least half"),
     Claim("voita.l0_beats_random", f"{VOITA} (Sec. 6)",
           "L0 gates choose heads that matter: better than random heads at the same count (no retraining).",
           quantity="per model: score(L0 mask) - score(random mask at its head count), mean over its lambdas; "
-                   "superiority, per task, pooled on (full - chance)",
+                   "superiority, per task, pooled on (full - chance); margin margins.TASK_SCORE (a tenth of full - "
+                   "chance of the task: a smaller gain is not supported)",
           precondition="the full model above chance (+ 0.1 x (1 - chance)); masks that prune something and keep "
                        "something"),
     Claim("exploratory.l0_vs_importance", "ours (exploratory)",
           "L0 gates and gradient importance choose equally good heads at the same head count.",
           quantity="per model: score(L0 mask) - score(least-important heads at its head count), mean over its "
-                   "lambdas; equivalence, margin margin_share x (full - chance)",
+                   "lambdas; equivalence, margin margins.TASK_SCORE (a tenth of full - chance of the task)",
           precondition="the full model above chance (+ 0.1 x (1 - chance)); masks that prune something and keep "
                        "something"),
     Claim("voita.specialized_last_pruned", f"{VOITA} (Sec. 6.2)",
           "Specialized heads are the last to be pruned.",
           quantity="per model: AUC of the survival level, specialized vs the other heads OF THE SAME LAYER, mean over "
-                   "layers with both, minus 0.5; superiority (the rare-word threshold's effect: a descriptive table)",
+                   "layers with both, minus 0.5; superiority, margin margins.AUC (0.05: a tenth of the distance from "
+                   "AUC 0.5 to 1); the rare-word threshold's effect: a descriptive table",
           precondition="the full model above chance (+ 0.1 x (1 - chance)); at least one specialized head found; a "
                        "layer with specialized and other heads"),
     Claim("voita.functions_at_17_of_48", f"{VOITA} (Sec. 6.2)",
           "With 17 of 48 heads kept, every identified head function is still present.",
           quantity="per model and role: 1 if the L0 mask nearest 17/48 of the heads keeps one of the role's heads, "
-                   "minus the chance that a random mask of that size would; superiority, per role",
+                   "minus the chance that a random mask of that size would; superiority, per role, margin "
+                   "margins.SHARE_OF_HEADS (0.1: a tenth of the range of a share)",
           precondition="the full model above chance (+ 0.1 x (1 - chance)); at least one head of the role found"),
 )
 CLAIM = {c.id: c for c in CLAIMS}
 TRAINED_SHARE = 0.1             # a trained model: above chance by a tenth of the chance-to-perfect range
 
 
-def rules(margin_share: float = 0.1) -> dict:
-    """Claim id -> the rule its measurements are tested by (gates and measurements: :func:`verdicts`). Margins of
-    "little loss" and "equally good": ``margin_share`` x (full - chance) of the task (``claims.ShareOfHeadroom``)."""
-    margin = ShareOfHeadroom(margin_share)
+def rules() -> dict:
+    """Claim id -> the rule its measurements are tested by (gates and measurements: :func:`verdicts`). Every margin
+    is its metric's smallest effect of interest, declared once in :mod:`headprune_utils.margins`: score differences
+    ("little loss", "equally good", L0 against random) ``margins.TASK_SCORE`` (0.1 x (full - chance) of the task);
+    Spearman rho ``margins.CORRELATION``; within-layer AUC - 0.5 ``margins.AUC``; presence beyond chance (a
+    difference of shares) ``margins.SHARE_OF_HEADS``. A superiority claim uses its margin only to say ``not
+    supported``; the existence claims (``claims.Presence``) test the share of models with the role against 1/2."""
     return {
-        "voita.important_are_confident": Superiority("greater"),
+        "voita.important_are_confident": Superiority("greater", margin=margins.CORRELATION),
         "voita.positional_heads": Presence(),
         "voita.syntactic_heads": Presence(),
         "voita.rare_word_head": Presence(),
-        "voita.most_prunable": NonInferiority(margin),
-        "voita.l0_beats_random": Superiority("greater"),
-        "exploratory.l0_vs_importance": Equivalence(margin),
-        "voita.specialized_last_pruned": Superiority("greater"),
-        "voita.functions_at_17_of_48": Superiority("greater"),
+        "voita.most_prunable": NonInferiority(margins.TASK_SCORE),
+        "voita.l0_beats_random": Superiority("greater", margin=margins.TASK_SCORE),
+        "exploratory.l0_vs_importance": Equivalence(margins.TASK_SCORE),
+        "voita.specialized_last_pruned": Superiority("greater", margin=margins.AUC),
+        "voita.functions_at_17_of_48": Superiority("greater", margin=margins.SHARE_OF_HEADS),
     }
 
 
@@ -371,14 +378,15 @@ def presence_rows(budget: pd.DataFrame) -> pd.DataFrame:
 
 
 def verdicts(table: pd.DataFrame, agreement: pd.DataFrame, roles: pd.DataFrame, surv: pd.DataFrame,
-             budget: pd.DataFrame, semantics: str, scale_: str, margin_share: float = 0.1) -> pd.DataFrame:
+             budget: pd.DataFrame, semantics: str, scale_: str) -> pd.DataFrame:
     """The verdict table (``claims.COLUMNS``) of :data:`CLAIMS`, every number from this run.
 
     ``table``: the cells; ``agreement``: :func:`score_agreement` per model; ``roles``: :func:`role_table`;
     ``surv``: :func:`survival_heads`; ``budget``: :func:`roles_at_budget`; ``semantics``: the ablation;
-    ``scale_``: :func:`scale`; ``margin_share``: :func:`rules`. Unit = the fine-tuned model (task, seed): values of one model (its lambdas) are
-    averaged first; one measurement per task, a pooled row when tasks agree; Holm over the whole table."""
-    rule = rules(margin_share)
+    ``scale_``: :func:`scale`. Rules and margins: :func:`rules`. Unit = the fine-tuned model (task, seed): values of
+    one model (its lambdas) are averaged first; one measurement per task, a pooled row when tasks agree; Holm over
+    every test of the whole table (``claims.adjust``)."""
+    rule = rules()
     full = full_scores(table)
     tasks = list(dict.fromkeys(full["task"]))
     trained = trained_gate({(r.task, int(r.seed)): r.score_full for r in full.itertuples()},

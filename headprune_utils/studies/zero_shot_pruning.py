@@ -73,7 +73,7 @@ class ZeroShotPruningConfig(glue_workbench.MaskingStudyConfig):
     linkage: Literal["average", "complete", "single", "weighted"] = "average"
     importance_size: int | None = 1000          # training examples for the gradient importance baseline (None: all)
     shared_evaluation: bool = True              # evaluation-only masks of one model evaluated together (mask_sweep)
-    margin_share: float = 0.1                   # analysis only: verdict margins are this share of (full - chance), per task
+    # the verdicts' margins are not a parameter: margins.TASK_SCORE, 0.1 x (full - chance) per task (headprune_utils.margins)
 
     def check(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -92,8 +92,6 @@ class ZeroShotPruningConfig(glue_workbench.MaskingStudyConfig):
             raise ParameterError(f"probe_size must be >= 2, got {self.probe_size}")
         if self.importance_size is not None and self.importance_size < 1:
             raise ParameterError(f"importance_size must be a positive integer or None, got {self.importance_size}")
-        if not 0 < self.margin_share < 1:  # a margin of 0 can never be shown
-            raise ParameterError(f"margin_share must be in (0, 1) (a share of full - chance), got {self.margin_share}")
         super().check()
         self.check_fractions("fractions", self.fractions)
         if any(not 0 < f < 1 for f in self.fractions):
@@ -147,7 +145,7 @@ def plan_cells(cfg: ZeroShotPruningConfig) -> list[Cell]:
 
 def study_fingerprint(cfg: ZeroShotPruningConfig, device: torch.device) -> str:
     return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION,
-                                            drop=("fractions", "finetune_fractions", "methods", "regimes", "shared_evaluation", "margin_share")))
+                                            drop=("fractions", "finetune_fractions", "methods", "regimes", "shared_evaluation")))
 
 
 def zero_shot_matrix(cfg: ZeroShotPruningConfig, model, tokenizer, device) -> np.ndarray:
@@ -204,23 +202,23 @@ class ZeroShotPruning(Study):
               "Most heads can be pruned zero-shot (from the pre-trained model's redundancy clusters, no task data) "
               "with fine-tuned scores comparable to the full model's.",
               quantity="score(zero_shot) - score(full model) per (task, seed) model, per regime x share pruned; "
-                       "non-inferiority within margin_share x (full - chance)",
+                       "non-inferiority within 0.1 x (full - chance) of the task (margins.TASK_SCORE)",
               precondition=_GATES, semantics="zero"),
         Claim("bian.zero_shot_vs_random", "Bian et al. 2021",
               "Zero-shot pruning from redundancy clusters scores comparably to random pruning at the same budget.",
               quantity="score(zero_shot) - score(random) per (task, seed) model, per regime x share pruned; "
-                       "equivalence (TOST) within margin_share x (full - chance)",
+                       "equivalence (TOST) within 0.1 x (full - chance) of the task (margins.TASK_SCORE)",
               precondition=_GATES, semantics="zero"),
         Claim("ours.zero_shot_vs_importance", "ours (exploratory)",
               "Zero-shot pruning (no task data) scores comparably to gradient-importance pruning (Michel et al. "
               "2019; task data) at the same budget.",
               quantity="score(zero_shot) - score(least_important) per (task, seed) model, per regime x share "
-                       "pruned; equivalence (TOST) within margin_share x (full - chance)",
+                       "pruned; equivalence (TOST) within 0.1 x (full - chance) of the task (margins.TASK_SCORE)",
               precondition=_GATES, semantics="zero"),
         Claim("budhraja.random_comparable", "Budhraja et al. 2020",
               "Reference (claim 1): random pruning keeps fine-tuned scores comparable to the full model's.",
               quantity="score(random) - score(full model) per (task, seed) model, per regime x share pruned; "
-                       "non-inferiority within margin_share x (full - chance)",
+                       "non-inferiority within 0.1 x (full - chance) of the task (margins.TASK_SCORE)",
               precondition=_GATES, semantics="uniform"),
     )
 

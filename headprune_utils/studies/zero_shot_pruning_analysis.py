@@ -5,13 +5,14 @@ re-exported here); the descriptive contrasts pair zero-shot pruning with the ful
 gradient importance (:mod:`headprune_utils.paired_contrasts`); :func:`mask_overlap` compares the methods' masks;
 :func:`zero_shot_masks` / :func:`verdict_masks` put each zero-shot mask's heads per layer beside the verdicts.
 ``cfg`` is the study's parameters (``ZeroShotPruningConfig``, defined with the protocol in
-:mod:`.zero_shot_pruning`); read here: ``margin_share``, ``model``, ``train_size``, ``dev_size``, ``epochs``,
+:mod:`.zero_shot_pruning`); read here: ``model``, ``train_size``, ``dev_size``, ``epochs``,
 ``seeds``, ``ablations``, ``finetune_ablations``. Every table is per ablation semantics (the cells' ``ablation``
 column, :mod:`headprune_utils.semantics`): results of different semantics are never paired, pooled or compared.
 
 The claims (declared in :mod:`.zero_shot_pruning`) and how each is decided (:data:`RULES`): every one is a paired
 contrast ``score(a) - score(b)`` per (task, seed) model, per regime x share pruned, per task and then pooled over
-tasks (effects / (full - chance)); margin ``margin_share`` x (full - chance) of the task. Against the full model
+tasks (effects / (full - chance)); margin :data:`margins.TASK_SCORE`, 0.1 x (full - chance) of the task (one
+policy for every study, :mod:`headprune_utils.margins`). Against the full model
 (``bian.zero_shot_comparable``, ``budhraja.random_comparable``): non-inferiority; between two methods
 (``bian.zero_shot_vs_random``, ``ours.zero_shot_vs_importance``): equivalence (TOST). Gates: the full model above
 chance by :data:`ABOVE_CHANCE` in every seed; for mask-then-fine-tune rows, fine-tuning adapts to the mask (at 50%
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .. import claims, glue_workbench, masks, semantics, strategy_sweep
+from .. import claims, glue_workbench, margins, masks, semantics, strategy_sweep
 from ..paired_contrasts import Contrast, per_ablation, unit_contrast_table
 from ..strategy_sweep import REGIME_NAMES, summarise  # noqa: F401 (re-exported: the notebook reads them from this study)
 
@@ -171,11 +172,11 @@ class ClaimRule:
 
 
 def _comparable(cfg) -> claims.Rule:
-    return claims.Equivalence(claims.ShareOfHeadroom(cfg.margin_share))
+    return claims.Equivalence(margins.TASK_SCORE)
 
 
 def _limited_loss(cfg) -> claims.Rule:
-    return claims.NonInferiority(claims.ShareOfHeadroom(cfg.margin_share))
+    return claims.NonInferiority(margins.TASK_SCORE)
 
 
 # claim id -> how it is decided (against the full model: non-inferiority, a pruned model scoring above the full
@@ -217,10 +218,11 @@ def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence) -> pd.DataFrame
             parts.append(pd.DataFrame([{
                 "study": STUDY_NAME, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": "all",
                 "setting": "", "semantics": sem, "analysis": "primary", "effect": nan, "ci_low": nan, "ci_high": nan,
-                "n_units": 0, "unit": UNIT, "test": "n/a", "p": nan, "p_adjusted": nan, "margin": nan,
+                "n_units": 0, "unit": UNIT, "test": "n/a", "p": nan, "p_adjusted": nan, "p_test": "", "margin": nan,
                 "verdict": "not testable",
                 "reason": f"no paired cells of {spec.a} and {other} under the {sem} semantics in this run",
-                "scale": text}], columns=list(claims.COLUMNS)))
+                "scale": text, "tests": "[]", "unit_values": "[]"}],  # no test: outside the Holm family
+                columns=list(claims.COLUMNS)))
         return pd.concat(parts, ignore_index=True)
 
     order = semantics.order(declared[0].semantics, [*(c.semantics for c in declared), *cfg.finetune_ablations,

@@ -290,7 +290,6 @@ STUDY_CASES = [
     case("range-weight_decay-negative", RP, {"weight_decay": -0.01}, ["weight_decay", ">= 0"]),
     case("range-max_grad_norm-0", RP, {"max_grad_norm": 0.0}, ["max_grad_norm", "> 0"]),
     case("range-max_grad_norm-negative", LS, {"max_grad_norm": -1.0}, ["max_grad_norm"]),
-    case("range-ls-equivalence_margin", LS, {"equivalence_margin": -0.1}, ["equivalence_margin"]),
     case("range-rd-dropout-1", RD, {"dropouts": [0.0, 1.0]}, ["dropouts", "[0, 1)"]),
     case("range-rd-mlm_lr-0", RD, {"mlm_lr": 0.0}, ["mlm_lr"]),
     case("range-rd-k_min-1", RD, {"k_min": 1}, ["k_min"]),

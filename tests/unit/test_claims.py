@@ -1,6 +1,8 @@
 """headprune_utils.claims on hand-made tables: decision rules, gates (both branches), units, pooling, Holm."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,7 +10,7 @@ from scipy import stats as sps
 
 from headprune_utils import claims
 from headprune_utils.claims import (
-    COLUMNS, VERDICTS, Equivalence, Measurement, NonInferiority, Presence, SeedSpread, ShareOfHeadroom, Superiority,
+    COLUMNS, VERDICTS, Equivalence, Measurement, NonInferiority, Presence, ShareOfHeadroom, Superiority,
     above_chance, adapts_to_mask, adjust, decide, enough_units, evaluate, render, role_found, validate,
 )
 from headprune_utils.stats import holm
@@ -34,8 +36,8 @@ def one(table, task=None):
 def test_vocabulary_and_layout():
     assert VERDICTS == ("supported", "not supported", "contradicted", "inconclusive", "not testable")
     assert COLUMNS == ("study", "claim_id", "paper", "claim", "task", "setting", "semantics", "analysis", "effect",
-                       "ci_low", "ci_high", "n_units", "unit", "test", "p", "p_adjusted", "margin", "verdict", "reason",
-                       "scale")
+                       "ci_low", "ci_high", "n_units", "unit", "test", "p", "p_adjusted", "p_test", "margin", "verdict",
+                       "reason", "scale", "tests", "unit_values")
     t = evaluate(CLAIM, Superiority(), [meas("sst2", [0.03, 0.05, 0.04])], scale="quick", study="s")
     assert tuple(t.columns) == COLUMNS
     validate(t)
@@ -57,57 +59,140 @@ def test_rules_reject_bad_parameters():
 
 # ------------------------------------------------------------------------------------- decision rules (rows)
 
-SUP = "superiority (greater); one-sample t on unit means; alpha=0.05"
-SUP_LESS = "superiority (less); one-sample t on unit means; alpha=0.05"
-EQ = "equivalence (TOST); one-sample t on unit means; alpha=0.05; margin: 0.02 = fixed"
-NI = "non-inferiority (greater); one-sample t on unit means; alpha=0.05"
-NI_LESS = "non-inferiority (less); one-sample t on unit means; alpha=0.05"
-PRES = "presence (greater); exact binomial on share of units with heads > 0 (Clopper-Pearson CI); alpha=0.05"
+SUP = "superiority (greater); one-sided t tests on unit means; alpha=0.05"
+SUP_LESS = "superiority (less); one-sided t tests on unit means; alpha=0.05"
+EQ = "equivalence (TOST); one-sided t tests on unit means; alpha=0.05; margin: 0.02 = fixed"
+NI = "non-inferiority (greater); one-sided t tests on unit means; alpha=0.05"
+NI_LESS = "non-inferiority (less); one-sided t tests on unit means; alpha=0.05"
+PRES = "presence (greater); exact one-sided binomial tests on share of units with heads > 0 (Clopper-Pearson CI); alpha=0.05"
+HT = claims.HypothesisTest
 
 
-def row(test, effect, low, high, p_adj, margin=0.0, p=None):
-    return {"test": test, "effect": effect, "ci_low": low, "ci_high": high, "p": p_adj if p is None else p,
-            "p_adjusted": p_adj, "margin": margin, "n_units": 5}
+def row(test, effect, low, high, tests, margin=0.0):
+    """A tested row whose tests already carry adjusted p-values (``tests``: (word, side, bound, p_adjusted))."""
+    ts = [HT(w, side, b, "TOST, one-sided t" if side == "inside" else "one-sided t", min(pa, 1.0), pa)
+          for w, side, b, pa in tests]
+    return {"test": test, "effect": effect, "ci_low": low, "ci_high": high, "margin": margin, "n_units": 5,
+            "verdict": "inconclusive", "claim_id": "c", "task": "t", "setting": "", "semantics": "",
+            "tests": claims._dump_tests(ts)}
 
 
-@pytest.mark.parametrize("test, effect, low, high, p_adj, margin, verdict", [
-    (SUP, 0.04, 0.01, 0.07, 0.01, 0.0, "supported"),
-    (SUP, -0.04, -0.07, -0.01, 0.01, 0.0, "contradicted"),
-    (SUP, -0.01, -0.03, 0.005, 0.2, 0.01, "not supported"),     # CI below the smallest effect of interest
-    (SUP, -0.01, -0.03, 0.015, 0.2, 0.01, "inconclusive"),      # CI reaches effects > 0.01
-    (SUP, 0.01, -0.01, 0.03, 0.2, 0.0, "inconclusive"),
-    (SUP, 0.02, 0.001, 0.04, 0.08, 0.0, "inconclusive"),        # CI above 0 but not after Holm
-    (SUP_LESS, -0.04, -0.07, -0.01, 0.01, 0.0, "supported"),
-    (SUP_LESS, 0.04, 0.01, 0.07, 0.01, 0.0, "contradicted"),
-    (SUP_LESS, 0.01, -0.005, 0.03, 0.3, 0.01, "not supported"),  # CI excludes effects < -0.01
-    (EQ, 0.001, -0.01, 0.012, 0.01, 0.02, "supported"),
-    (EQ, 0.05, 0.03, 0.07, 0.9, 0.02, "contradicted"),           # wholly above +margin
-    (EQ, -0.05, -0.07, -0.03, 0.9, 0.02, "contradicted"),        # wholly below -margin
-    (EQ, 0.01, -0.01, 0.03, 0.2, 0.02, "inconclusive"),          # overlaps a bound
-    (EQ, 0.001, -0.01, 0.012, 0.06, 0.02, "inconclusive"),       # inside, but not after Holm
-    (NI, -0.005, -0.015, 0.005, 0.01, 0.02, "supported"),
-    (NI, -0.05, -0.07, -0.03, 0.99, 0.02, "contradicted"),
-    (NI, -0.02, -0.04, 0.0, 0.4, 0.02, "inconclusive"),
-    (NI_LESS, 0.005, -0.005, 0.015, 0.01, 0.02, "supported"),
-    (NI_LESS, 0.05, 0.03, 0.07, 0.99, 0.02, "contradicted"),
-    (PRES, 1.0, 0.55, 1.0, 0.03, 0.5, "supported"),             # most models have the role
-    (PRES, 0.0, 0.0, 0.45, 0.03, 0.5, "contradicted"),           # most models lack it
-    (PRES, 0.0, 0.0, 0.45, 0.3, 0.5, "not supported"),           # CI below 1/2, not after Holm
-    (PRES, 1.0, 0.55, 1.0, 0.3, 0.5, "inconclusive"),            # CI above 1/2, not after Holm
-    (PRES, 0.6, 0.15, 0.95, 1.0, 0.5, "inconclusive"),
+def sup(p_sup, p_con, p_ns=None, m=0.0, less=False):
+    d, o = ("less", "greater") if less else ("greater", "less")
+    out = [("supported", d, 0.0, p_sup), ("contradicted", o, 0.0, p_con)]
+    return out + ([("not supported", o, (-m if less else m), p_ns)] if p_ns is not None else [])
+
+
+def eq(p_tost, p_above, p_below, m=0.02):
+    return [("supported", "inside", m, p_tost), ("contradicted", "greater", m, p_above),
+            ("contradicted", "less", -m, p_below)]
+
+
+def ni(p_sup, p_con, m=0.02, less=False):
+    return [("supported", "less" if less else "greater", m if less else -m, p_sup),
+            ("contradicted", "greater" if less else "less", m if less else -m, p_con)]
+
+
+# Every word both ways: given when ITS test's adjusted p < alpha, withheld otherwise -- including rows whose
+# unadjusted interval lies past the margin (the old rule's words) while the adjusted test does not reach alpha.
+@pytest.mark.parametrize("test, effect, low, high, tests, margin, verdict", [
+    (SUP, 0.04, 0.01, 0.07, sup(0.01, 0.99), 0.0, "supported"),
+    (SUP, 0.02, 0.001, 0.04, sup(0.08, 1.0), 0.0, "inconclusive"),         # CI above 0, not after Holm
+    (SUP, -0.04, -0.07, -0.01, sup(1.0, 0.01), 0.0, "contradicted"),
+    (SUP, -0.04, -0.07, -0.01, sup(1.0, 0.07), 0.0, "inconclusive"),        # CI below 0, not after Holm
+    (SUP, -0.01, -0.03, 0.005, sup(1.0, 0.2, 0.01, 0.01), 0.01, "not supported"),
+    (SUP, -0.01, -0.03, 0.005, sup(1.0, 0.2, 0.09, 0.01), 0.01, "inconclusive"),  # CI below m, test not after Holm
+    (SUP, -0.04, -0.07, -0.01, sup(1.0, 0.01, 0.001, 0.01), 0.01, "contradicted"),  # the stronger word
+    (SUP, 0.011, 0.01, 0.012, sup(0.001, 1.0, 0.001, 0.1), 0.1, "not supported"),   # shown > 0 but too small
+    (SUP_LESS, -0.04, -0.07, -0.01, sup(0.01, 0.99, less=True), 0.0, "supported"),
+    (SUP_LESS, 0.04, 0.01, 0.07, sup(0.99, 0.01, less=True), 0.0, "contradicted"),
+    (SUP_LESS, 0.01, -0.005, 0.03, sup(0.9, 0.3, 0.02, 0.01, less=True), 0.01, "not supported"),
+    (EQ, 0.001, -0.01, 0.012, eq(0.01, 1.0, 1.0), 0.02, "supported"),
+    (EQ, 0.001, -0.01, 0.012, eq(0.06, 1.0, 1.0), 0.02, "inconclusive"),      # inside, not after Holm
+    (EQ, 0.05, 0.03, 0.07, eq(1.0, 0.01, 1.0), 0.02, "contradicted"),         # above +margin
+    (EQ, -0.05, -0.07, -0.03, eq(1.0, 1.0, 0.01), 0.02, "contradicted"),      # below -margin
+    (EQ, 0.05, 0.03, 0.07, eq(1.0, 0.2, 1.0), 0.02, "inconclusive"),          # CI wholly outside, test not after Holm
+    (NI, -0.005, -0.015, 0.005, ni(0.01, 1.0), 0.02, "supported"),
+    (NI, -0.005, -0.015, 0.005, ni(0.3, 1.0), 0.02, "inconclusive"),
+    (NI, -0.05, -0.07, -0.03, ni(1.0, 0.01), 0.02, "contradicted"),
+    (NI, -0.05, -0.07, -0.03, ni(1.0, 0.06), 0.02, "inconclusive"),         # CI past -m, test not after Holm
+    (NI_LESS, 0.005, -0.005, 0.015, ni(0.01, 1.0, less=True), 0.02, "supported"),
+    (NI_LESS, 0.05, 0.03, 0.07, ni(1.0, 0.01, less=True), 0.02, "contradicted"),
+    (PRES, 1.0, 0.55, 1.0, [("supported", "greater", 0.5, 0.03), ("contradicted", "less", 0.5, 1.0)], 0.5,
+     "supported"),
+    (PRES, 0.0, 0.0, 0.45, [("supported", "greater", 0.5, 1.0), ("contradicted", "less", 0.5, 0.03)], 0.5,
+     "contradicted"),
+    (PRES, 0.0, 0.0, 0.45, [("supported", "greater", 0.5, 1.0), ("contradicted", "less", 0.5, 0.3)], 0.5,
+     "inconclusive"),
 ])
-def test_decide_follows_the_written_rules(test, effect, low, high, p_adj, margin, verdict):
-    got, reason = decide(row(test, effect, low, high, p_adj, margin))
+def test_decide_gives_a_word_only_when_its_own_adjusted_test_reaches_alpha(test, effect, low, high, tests, margin,
+                                                                           verdict):
+    r = row(test, effect, low, high, tests, margin)
+    got, reason = decide(r)
     assert got == verdict and reason and "nan" not in reason.lower()
+    word, t = claims._deciding(r)
+    if verdict in claims.DECIDED:
+        assert t.word == verdict and t.p_adjusted < 0.05 and f"{t.p_adjusted:.3g}" in reason
+    else:
+        assert t.p_adjusted == min(x[3] for x in tests) and "no test reaches 0.05 after Holm" in reason
 
 
 def test_decide_reasons_state_the_numbers():
-    _, reason = decide(row(EQ, 0.001, -0.01, 0.012, 0.01, 0.02))
-    assert "90% CI" in reason and "+-0.02" in reason
-    _, reason = decide(row(SUP, 0.04, 0.01, 0.07, 0.01))
-    assert "95% CI" in reason and "Holm-adjusted p = 0.01" in reason
+    _, reason = decide(row(EQ, 0.001, -0.01, 0.012, eq(0.01, 1.0, 1.0), 0.02))
+    assert "90% CI" in reason and "|effect| < 0.02" in reason
+    _, reason = decide(row(SUP, 0.04, 0.01, 0.07, sup(0.01, 0.99)))
+    assert "95% CI" in reason and "Holm-adjusted p = 0.01" in reason and "effect > 0" in reason
     with pytest.raises(ValueError, match="label"):
-        decide(row("a t-test", 0.04, 0.01, 0.07, 0.01))
+        decide(row("a t-test", 0.04, 0.01, 0.07, sup(0.01, 0.99)))
+
+
+def test_the_decision_table_is_written_once_and_rendered():
+    md = claims.decision_table_markdown()
+    assert md.count("\n") == len(claims.DECISION_TABLE) + 1
+    for rule, word, _ in claims.DECISION_TABLE:
+        assert f"| {rule} | {word} |" in md
+
+
+def test_validate_enforces_the_contract():
+    t = evaluate(CLAIM, Superiority(), [meas("sst2", [0.03, 0.05, 0.04, 0.045])], study="s")
+    assert one(t).verdict == "supported"
+    validate(t)
+    with pytest.raises(ValueError, match="not decided by a test of that word"):
+        validate(t.assign(verdict="contradicted"))
+    with pytest.raises(ValueError, match="p_adjusted"):
+        validate(t.assign(p_adjusted=0.001))
+    weak = evaluate(CLAIM, Superiority(), [meas("sst2", [0.02, -0.01, 0.03])], study="s")
+    assert one(weak).verdict == "inconclusive"
+    with pytest.raises(ValueError, match="not decided"):
+        validate(weak.assign(verdict="supported"))
+
+
+def test_every_test_of_every_row_is_in_the_holm_family():
+    """Both directions of a superiority row and the three tests of an equivalence row are members of the study's
+    family: Holm over the long table of tests equals the adjusted p-values stored."""
+    t = adjust(pd.concat([
+        evaluate(CLAIM, Superiority(margin=0.01), [meas("sst2", [0.03, 0.05, 0.04, 0.045])], study="s"),
+        evaluate(OTHER, Equivalence(0.02), [meas("sst2", [0.001, -0.002, 0.0, 0.003])], study="s"),
+    ], ignore_index=True))
+    ft = claims.family_tests(t)
+    assert len(ft) == 3 + 3 and ft["family"].nunique() == 1
+    np.testing.assert_allclose(ft["p_adjusted"], holm(ft["p"]))
+    validate(t)
+
+
+def test_an_unadjusted_interval_past_the_margin_alone_decides_nothing():
+    """An equivalence row whose 90% CI lies wholly above +m (the old rule: contradicted) stays inconclusive when its
+    'effect > m' test does not survive Holm in a family of many tests."""
+    far = [0.035, 0.05, 0.03, 0.06, 0.033]  # 90% CI about [+0.029, +0.054], m = 0.02; p(effect > m) = 0.0099
+    alone = one(evaluate(OTHER, Equivalence(0.02), [meas("sst2", far)], study="s"))
+    assert alone.ci_low > 0.02 and alone.verdict == "contradicted"
+    others = [evaluate(Claim(f"x.c{i}", "P", "c"), Superiority(), [meas("sst2", [0.01, -0.02, 0.015, 0.0, -0.01])],
+                       study="s") for i in range(12)]
+    crowded = adjust(pd.concat([evaluate(OTHER, Equivalence(0.02), [meas("sst2", far)], study="s"), *others],
+                               ignore_index=True))
+    r = crowded.iloc[0]
+    assert r.ci_low > 0.02 and r.p < 0.05 <= r.p_adjusted and r.verdict == "inconclusive"
+    validate(crowded)
 
 
 # ------------------------------------------------------------------------------------- evaluate: one task
@@ -119,10 +204,13 @@ def test_superiority_on_unit_means_matches_a_one_sample_t_test():
     unit_means = np.array([0.2, 0.5, 0.7])
     assert r.n_units == 3
     assert r.effect == pytest.approx(unit_means.mean())  # not the pooled mean 0.36
-    assert r.p == pytest.approx(sps.ttest_1samp(unit_means, 0.0).pvalue, rel=1e-12)
+    greater = sps.ttest_1samp(unit_means, 0.0, alternative="greater").pvalue
+    assert r.p == pytest.approx(greater, rel=1e-12) and r.p_test.startswith("supported: effect > 0")
     lo, hi = sps.t.interval(0.95, 2, loc=unit_means.mean(), scale=sps.sem(unit_means))
     assert (r.ci_low, r.ci_high) == pytest.approx((lo, hi))
-    assert r.p_adjusted == r.p and r.verdict == "inconclusive"  # 3 models: p = 0.085
+    assert json.loads(r.unit_values) == pytest.approx(list(unit_means))
+    # both one-sided tests are in the family of this row: Holm over 2 tests; 3 models: p = 0.042 one-sided
+    assert r.p_adjusted == pytest.approx(2 * greater) and r.verdict == "inconclusive"
 
 
 @pytest.mark.parametrize("values, margin, verdict", [
@@ -141,12 +229,12 @@ def test_equivalence_uses_tost_with_the_stated_margin():
 
     d = [0.002, -0.004, 0.001, 0.003, -0.001]
     full = [0.90, 0.92, 0.91]
-    rule = Equivalence(SeedSpread(1.0))
+    rule = Equivalence(ShareOfHeadroom(0.1))
     r = one(evaluate(OTHER, rule, [meas("sst2", d, full=full, chance=0.5)]))
-    margin = float(np.std(full, ddof=1))
+    margin = 0.1 * (np.mean(full) - 0.5)
     assert r.margin == pytest.approx(margin)
-    assert r.p == pytest.approx(tost(d, margin).p)
-    assert r.verdict == "supported" and "seed-to-seed SD" in r.test
+    assert r.p == pytest.approx(tost(d, margin).p) and r.p_test.startswith("supported: |effect| < ")
+    assert r.verdict == "supported" and "0.1 x (full - chance)" in r.test
     far = one(evaluate(OTHER, rule, [meas("sst2", [0.05, 0.06, 0.055, 0.05], full=full, chance=0.5)]))
     assert far.verdict == "contradicted"
     wide = one(evaluate(OTHER, rule, [meas("sst2", [0.03, -0.02, 0.01], full=full, chance=0.5)]))
@@ -160,17 +248,17 @@ def test_non_inferiority_from_data():
     assert one(evaluate(OTHER, rule, [meas("sst2", [-0.03, 0.01, -0.02])])).verdict == "inconclusive"
     r = one(evaluate(OTHER, rule, [meas("sst2", [-0.004, 0.001, -0.002, 0.0])]))
     assert r.p == pytest.approx(sps.ttest_1samp([-0.004, 0.001, -0.002, 0.0], -0.02, alternative="greater").pvalue)
+    bad = one(evaluate(OTHER, rule, [meas("sst2", [-0.05, -0.06, -0.055, -0.05])]))
+    assert bad.p == pytest.approx(sps.ttest_1samp([-0.05, -0.06, -0.055, -0.05], -0.02, alternative="less").pvalue)
 
 
 def test_margins_from_the_full_model():
     m = meas("sst2", [0.0, 0.1], full=[0.8, 0.9, 0.85], chance=0.5)
-    assert SeedSpread(2.0)(m) == pytest.approx(2 * np.std([0.8, 0.9, 0.85], ddof=1))
     assert ShareOfHeadroom(0.1)(m) == pytest.approx(0.1 * (0.85 - 0.5))
+    assert not hasattr(claims, "SeedSpread")  # a noise estimate is not a margin
     # a margin that cannot be computed, or is 0, makes the claim not testable
-    r = one(evaluate(OTHER, Equivalence(SeedSpread()), [meas("sst2", [0.0, 0.1], full=[0.9], chance=0.5)]))
-    assert r.verdict == "not testable" and "at least 2 seeds" in r.reason and np.isnan(r.p)
-    r = one(evaluate(OTHER, Equivalence(SeedSpread()), [meas("sst2", [0.0, 0.1], full=[0.9, 0.9], chance=0.5)]))
-    assert r.verdict == "not testable" and "must be > 0" in r.reason
+    r = one(evaluate(OTHER, Equivalence(ShareOfHeadroom()), [meas("sst2", [0.0, 0.1], full=[0.5, 0.5], chance=0.5)]))
+    assert r.verdict == "not testable" and "must be > 0" in r.reason and np.isnan(r.p)
     r = one(evaluate(OTHER, Equivalence(ShareOfHeadroom()), [meas("sst2", [0.0, 0.1])]))
     assert r.verdict == "not testable" and "chance" in r.reason
 
@@ -181,14 +269,14 @@ def test_enough_units_both_branches_and_the_automatic_power_gate():
     assert enough_units("t")(meas("sst2", [0.1, 0.2])) is None
     assert enough_units("t")(meas("sst2", [0.1])) == "a one-sample t-test needs at least 2 units; got 1"
     reason = enough_units("sign_flip", 0.05)(meas("sst2", [0.1, 0.2, 0.3]))
-    assert "0.25" in reason and "needs 6 units" in reason
-    assert enough_units("sign_flip", 0.05)(meas("sst2", [0.1] * 6)) is None
-    assert enough_units("sign_flip", 0.05, n=6)(meas("sst2", [0.1])) is None
+    assert "one-sided" in reason and "0.125" in reason and "needs 5 units" in reason  # tests are one-sided
+    assert enough_units("sign_flip", 0.05)(meas("sst2", [0.1] * 5)) is None
+    assert enough_units("sign_flip", 0.05, n=5)(meas("sst2", [0.1])) is None
     # evaluate applies the rule's own power gate: a sign-flip test over 3 models is not testable at 0.05
     r = one(evaluate(CLAIM, Superiority(test="sign_flip"), [meas("sst2", [0.3, 0.4, 0.5])]))
-    assert r.verdict == "not testable" and "smallest attainable p = 0.25" in r.reason
+    assert r.verdict == "not testable" and "smallest attainable p = 0.125" in r.reason
     r = one(evaluate(CLAIM, Superiority(test="sign_flip"), [meas("sst2", [0.3, 0.4, 0.5, 0.2, 0.6, 0.35])]))
-    assert r.verdict == "supported" and r.p == pytest.approx(2 / 64)
+    assert r.verdict == "supported" and r.p == pytest.approx(1 / 64) and r.p_adjusted == pytest.approx(2 / 64)
     r = one(evaluate(CLAIM, Superiority(), [meas("sst2", [0.3, 0.3], units=["s0", "s0"])]))  # one model
     assert r.verdict == "not testable" and "got 1" in r.reason
 
@@ -252,10 +340,12 @@ def test_pooled_row_on_normalised_effects_when_tasks_agree():
     pooled = one(t, "all (sst2, mrpc)")
     x = np.concatenate([np.array(a) / (0.91 - 0.5), np.array(b) / (0.81 - 0.68)])
     assert pooled.n_units == 6 and pooled.effect == pytest.approx(x.mean())
-    assert pooled.p == pytest.approx(sps.ttest_1samp(x, 0.0).pvalue, rel=1e-12)
+    assert pooled.p == pytest.approx(sps.ttest_1samp(x, 0.0, alternative="greater").pvalue, rel=1e-12)
     assert "/ (full - chance)" in pooled.test and pooled.verdict == "supported"
-    # Holm within the claim's three rows
-    np.testing.assert_allclose(t["p_adjusted"], holm(t["p"]))
+    # Holm within the claim: the two tests of each of the three rows
+    ft = claims.family_tests(t)
+    assert len(ft) == 6
+    np.testing.assert_allclose(ft["p_adjusted"], holm(ft["p"]))
 
 
 def test_pooled_row_is_inconclusive_when_tasks_disagree():
@@ -264,7 +354,9 @@ def test_pooled_row_is_inconclusive_when_tasks_disagree():
     assert pooled.verdict == "inconclusive" and pooled.reason.startswith("tasks disagree: sst2 +, mrpc -")
     assert np.isnan(pooled.p) and np.isnan(pooled.p_adjusted)
     assert one(t, "sst2").verdict == "supported" and one(t, "mrpc").verdict == "contradicted"
-    np.testing.assert_allclose(t["p_adjusted"][:2], holm(t["p"][:2]))  # the pooled row is outside the family
+    ft = claims.family_tests(t)  # the pooled row is outside the family: the 2 x 2 tests of the task rows only
+    assert set(ft["row"]) == {0, 1} and len(ft) == 4
+    np.testing.assert_allclose(ft["p_adjusted"], holm(ft["p"]))
 
 
 def test_equivalence_tasks_agree_by_the_side_of_the_margin_not_the_sign():
@@ -310,42 +402,46 @@ def test_raw_pooling_without_full_and_chance():
 # --------------------------------------------------------------------------------------------------- Holm
 
 def test_adjust_holm_within_each_study_and_verdicts_from_the_adjusted_p():
-    weak = [0.02, 0.07, 0.01, 0.06, 0.04]  # p = 0.0247 alone
+    weak = [0.02, 0.07, 0.01, 0.06, 0.04]  # one-sided p = 0.0124 alone
     s1 = [evaluate(CLAIM, Superiority(), [meas("sst2", [0.05, 0.06, 0.055, 0.05])], study="s1")]
     s1 += [evaluate(Claim(f"paper.weak{i}", "P", "weak"), Superiority(), [meas("sst2", weak)], study="s1")
            for i in range(3)]
     s1 += [evaluate(OTHER, Superiority(), [meas("sst2", [0.3], units=["one model"])], study="s1")]  # not testable
     s2 = [evaluate(CLAIM, Superiority(), [meas("sst2", weak)], study="s2")]
     alone = s1[1].iloc[0]
-    assert alone.p < 0.05 and alone.verdict == "supported"  # significant in a family of one
+    assert alone.verdict == "supported" and alone.p_adjusted == pytest.approx(2 * alone.p)  # a family of 2 tests
     table = adjust(pd.concat(s1 + s2, ignore_index=True))
     validate(table)
+    ft = claims.family_tests(table)
+    s1_tests = ft[ft["family"].str.startswith("s1|")]
+    assert len(s1_tests) == 8  # 4 tested rows x 2 directions; the not-testable row is outside the family
+    np.testing.assert_allclose(s1_tests["p_adjusted"], holm(s1_tests["p"]))
     s1_rows = table[table["study"] == "s1"]
-    tested = s1_rows["p"].notna()
-    assert tested.sum() == 4  # the not-testable row is outside the family
-    np.testing.assert_allclose(s1_rows.loc[tested, "p_adjusted"], holm(s1_rows.loc[tested, "p"]))
-    # m = 4: the strong row x 4, the three tied weak rows x max(3, 2, 1) = 3
+    # 8 tests: the strong row's p x 8, the three tied weak rows x max(7, 6, 5) = 7
     weak_rows = s1_rows[s1_rows["claim_id"].str.startswith("paper.weak")]
-    np.testing.assert_allclose(weak_rows["p_adjusted"], 3 * alone.p)
+    np.testing.assert_allclose(weak_rows["p_adjusted"], 7 * alone.p)
     assert (weak_rows["verdict"] == "inconclusive").all()
     assert s1_rows.iloc[0].verdict == "supported" and s1_rows.iloc[-1].verdict == "not testable"
     s2_row = table[table["study"] == "s2"].iloc[0]
-    assert s2_row.p_adjusted == pytest.approx(alone.p) and s2_row.verdict == "supported"  # its own family
+    assert s2_row.p_adjusted == pytest.approx(2 * alone.p) and s2_row.verdict == "supported"  # its own family
 
 
 def test_adjust_hand_case_turns_a_significant_row_inconclusive():
-    rows = [{**{c: "" for c in COLUMNS}, "study": "s", "claim_id": f"c{i}", "claim": f"claim {i}", "task": "sst2",
-             "effect": 0.1, "ci_low": 0.01, "ci_high": 0.2, "n_units": 5, "unit": "model",
-             "test": SUP, "p": p, "p_adjusted": np.nan, "margin": 0.0, "verdict": "supported", "reason": "x"}
-            for i, p in enumerate([0.01, 0.02, 0.04])]
-    out = adjust(pd.DataFrame(rows, columns=list(COLUMNS)))
-    # sorted 0.01, 0.02, 0.04 x 3, 2, 1 = 0.03, 0.04, 0.04
+    def hand(i, p):
+        tests = claims._dump_tests([HT("supported", "greater", 0.0, "one-sided t", p),
+                                    HT("contradicted", "less", 0.0, "one-sided t", 1 - p)])
+        return {**{c: "" for c in COLUMNS}, "study": "s", "claim_id": f"c{i}", "claim": f"claim {i}",
+                "task": "sst2", "effect": 0.1, "ci_low": 0.01, "ci_high": 0.2, "n_units": 5, "unit": "model",
+                "test": SUP, "p": np.nan, "p_adjusted": np.nan, "margin": 0.0, "verdict": "inconclusive",
+                "reason": "x", "tests": tests}
+    out = adjust(pd.DataFrame([hand(i, p) for i, p in enumerate([0.005, 0.01, 0.02])], columns=list(COLUMNS)))
+    # 6 tests sorted 0.005, 0.01, 0.02, 0.98, 0.99, 0.995 x 6, 5, 4, ... = 0.03, 0.05, 0.08
+    np.testing.assert_allclose(out["p_adjusted"], [0.03, 0.05, 0.08])
+    assert list(out["verdict"]) == ["supported", "inconclusive", "inconclusive"]
+    out = adjust(pd.DataFrame([hand(i, p) for i, p in enumerate([0.005, 0.008, 0.009])], columns=list(COLUMNS)))
     np.testing.assert_allclose(out["p_adjusted"], [0.03, 0.04, 0.04])
     assert list(out["verdict"]) == ["supported"] * 3
-    rows[2]["p"] = 0.06
-    out = adjust(pd.DataFrame(rows, columns=list(COLUMNS)))
-    np.testing.assert_allclose(out["p_adjusted"], [0.03, 0.04, 0.06])
-    assert list(out["verdict"]) == ["supported", "supported", "inconclusive"]
+    validate(out)
 
 
 # -------------------------------------------------------------------------------------- render and validate
@@ -354,7 +450,7 @@ def test_render_never_shows_nan():
     t = pd.concat([
         evaluate(CLAIM, Superiority(), [tm("sst2", [0.03, 0.05, 0.04]), tm("mrpc", [-0.02, -0.03, -0.025])],
                  scale="quick"),
-        evaluate(OTHER, Equivalence(SeedSpread()), [meas("sst2", [0.1], units=["m"], full=[0.9], chance=0.5)],
+        evaluate(OTHER, Equivalence(ShareOfHeadroom()), [meas("sst2", [0.1], units=["m"], full=[0.9], chance=0.5)],
                  scale="quick"),
     ], ignore_index=True)
     text = render(adjust(t))
@@ -386,16 +482,17 @@ def test_a_task_at_chance_cannot_be_normalised_and_stays_out_of_the_pool():
 
 
 def test_identical_unit_values_are_tested_exactly_not_at_p_zero():
-    """One head of a role in every one of 3 models: t is undefined; the exact sign-flip p is 2/2**3 = 0.25."""
+    """One head of a role in every model: t is undefined; the exact one-sided sign-flip test decides (1/2**n), so 3
+    models cannot reach 0.05 (not testable) and 6 give p = 1/64."""
     from headprune_utils import claims
     from headprune_utils.studies.base import Claim
 
     claim = Claim("x.role", "nobody", "Heads of the role exist.")
     m = claims.Measurement("SST-2", [1.0, 1.0, 1.0], [0, 1, 2], effect="heads of the role")
     row = claims.evaluate(claim, claims.Superiority(), [m]).iloc[0]
-    assert row["p"] == pytest.approx(0.25) and row["verdict"] == "inconclusive"
+    assert row["verdict"] == "not testable" and "smallest attainable p = 0.125" in row["reason"]
     m6 = claims.Measurement("SST-2", [1.0] * 6, list(range(6)), effect="heads of the role")
-    assert claims.evaluate(claim, claims.Superiority(), [m6]).iloc[0]["p"] == pytest.approx(2 / 64)
+    assert claims.evaluate(claim, claims.Superiority(), [m6]).iloc[0]["p"] == pytest.approx(1 / 64)
 
 
 # ------------------------------------------------------------------------------------------ presence claims
@@ -406,9 +503,11 @@ def test_presence_tests_the_share_of_models_with_the_role_exactly(counts):
     """Against scipy's exact binomial test and its Clopper-Pearson interval (an independent computation)."""
     r = one(evaluate(CLAIM, Presence(), [meas("sst2", counts, effect="heads")]))
     k, n = sum(c > 0 for c in counts), len(counts)
-    ref = sps.binomtest(k, n, 0.5)
-    ci = ref.proportion_ci(0.95, method="exact")
-    assert r.effect == pytest.approx(k / n) and r.p == pytest.approx(ref.pvalue)
+    ci = sps.binomtest(k, n, 0.5).proportion_ci(0.95, method="exact")
+    tests = {t.word: t for t in claims.row_tests(r)}
+    assert tests["supported"].p == pytest.approx(sps.binomtest(k, n, 0.5, alternative="greater").pvalue)
+    assert tests["contradicted"].p == pytest.approx(sps.binomtest(k, n, 0.5, alternative="less").pvalue)
+    assert r.effect == pytest.approx(k / n) and r.p in (tests["supported"].p, tests["contradicted"].p)
     assert (r.ci_low, r.ci_high) == (pytest.approx(ci.low), pytest.approx(ci.high))
     assert r.margin == 0.5 and f"found in {k} of {n} units" in r.reason
     assert decide(r) == (r.verdict, r.reason)  # re-derivable from the row
@@ -418,27 +517,47 @@ def test_presence_with_too_few_models_is_not_testable_but_says_what_was_found():
     """0 of 2 models: no t-interval [0, 0] (as a Superiority on the counts gives), but k of n and its exact CI."""
     r = one(evaluate(CLAIM, Presence(), [meas("sst2", [0, 0], effect="heads")]))
     assert r.verdict == "not testable" and np.isnan(r.p)
-    assert "needs 6 units" in r.reason and "found in 0 of 2 units" in r.reason
+    assert "needs 5 units" in r.reason and "found in 0 of 2 units" in r.reason
     assert (r.effect, r.ci_low) == (0, 0) and r.ci_high == pytest.approx(1 - 0.025 ** 0.5)
     old = one(evaluate(CLAIM, Superiority(), [meas("sst2", [0, 0])]))
-    assert (old.ci_low, old.ci_high, old.verdict) == (0, 0, "not supported")  # what Presence replaces
+    assert (old.ci_low, old.ci_high) == (0, 0)  # a t-interval [0, 0] over counts: what Presence replaces
     r = one(evaluate(CLAIM, Presence(), [meas("sst2", [0, 0, 3], units=["a", "a", "b"], effect="heads")]))
     assert r.n_units == 2 and r.effect == 0.5  # unit means first: a = 0 (two values), b = 3
 
 
 def test_tasks_short_of_units_alone_join_the_pool():
-    """5 models per task cannot reach 0.05 exactly (2 / 2**5); two such tasks pool to 10 models (2 / 2**10).
-    A task failing another gate stays out."""
-    ms = [meas("sst2", [1] * 5, effect="heads"), meas("mrpc", [2] * 5, effect="heads"), meas("rte", [1] * 5)]
+    """4 models per task cannot reach 0.05 exactly (one-sided 1 / 2**4); two such tasks pool to 8 models
+    (1 / 2**8). A task failing another gate stays out."""
+    ms = [meas("sst2", [1] * 4, effect="heads"), meas("mrpc", [2] * 4, effect="heads"), meas("rte", [1] * 4)]
     t = evaluate(CLAIM, Presence(), ms[:2])
     assert set(t.loc[t["task"] != "all (sst2, mrpc)", "verdict"]) == {"not testable"}
     pooled = one(t, "all (sst2, mrpc)")
-    assert pooled.n_units == 10 and pooled.p == pytest.approx(2 / 2**10) and pooled.verdict == "supported"
+    assert pooled.n_units == 8 and pooled.p == pytest.approx(1 / 2**8) and pooled.verdict == "supported"
     gate = role_found("positional", {"sst2": 1, "mrpc": 1, "rte": 0})
     t = evaluate(CLAIM, Presence(), ms, gates=[gate])
-    assert one(t, "all (sst2, mrpc)").n_units == 10 and "no head of role" in one(t, "rte").reason
-    t = evaluate(CLAIM, Presence(), [ms[0], meas("mrpc", [0] * 5)])
+    assert one(t, "all (sst2, mrpc)").n_units == 8 and "no head of role" in one(t, "rte").reason
+    t = evaluate(CLAIM, Presence(), [ms[0], meas("mrpc", [0] * 4)])
     assert one(t, "all (sst2, mrpc)").reason.startswith("tasks disagree")
+
+
+def test_margin_sensitivity_reruns_the_tests_at_other_margins():
+    """Half and double the declared margin, a table apart; factor 1 reproduces every verdict and adjusted p."""
+    ms = [tm("sst2", [0.002, -0.001, 0.001, 0.0]), tm("mrpc", [0.004, 0.006, 0.005, 0.0045])]
+    t = adjust(pd.concat([evaluate(OTHER, Equivalence(ShareOfHeadroom(0.1)), ms, study="s"),
+                          evaluate(CLAIM, Superiority(margin=ShareOfHeadroom(0.1)), ms, study="s")],
+                         ignore_index=True))
+    same = claims.retest(t, 1.0)
+    assert list(same["verdict"]) == list(t["verdict"])
+    np.testing.assert_allclose(same["p_adjusted"].astype(float), t["p_adjusted"].astype(float))
+    sens = claims.margin_sensitivity(t)
+    assert list(sens.columns[-3:]) == ["verdict_x0.5", "verdict_x2", "changes"]
+    eq_mrpc = sens[(sens["claim_id"] == OTHER.id) & (sens["task"] == "mrpc")].iloc[0]
+    # mrpc's effect 0.0049 against margins 0.0065 (x0.5), 0.013 (x1), 0.026 (x2): equivalence only gets easier
+    assert eq_mrpc["margin"] == pytest.approx(0.1 * (0.81 - 0.68))
+    order = ["contradicted", "inconclusive", "supported"]
+    assert order.index(eq_mrpc["verdict_x0.5"]) <= order.index(eq_mrpc["verdict"]) <= order.index(eq_mrpc["verdict_x2"])
+    with pytest.raises(ValueError, match="factor"):
+        claims.retest(t, 0)
 
 
 def test_a_task_of_one_model_never_joins_a_pool():
@@ -447,3 +566,22 @@ def test_a_task_of_one_model_never_joins_a_pool():
     assert pooled.n_units == 10 and one(t, "mrpc").verdict == "not testable"
     t = evaluate(CLAIM, Superiority(), [meas("sst2", [0.1]), meas("mrpc", [0.2])])
     assert one(t, "all (sst2, mrpc)").verdict == "not testable"
+
+
+def test_identical_values_under_a_t_rule_get_the_power_gate_of_the_exact_test_that_runs():
+    """Every unit gave the same value: the t statistic is undefined and the exact sign-flip test runs, so the row
+    needs that test's units (5 at 0.05), not the t-test's 2: with 4 it is not testable and joins no Holm family."""
+    r = one(evaluate(CLAIM, Superiority(), [meas("sst2", [0.02] * 4)]))
+    assert r.verdict == "not testable" and "sign-flip" in r.reason and "needs 5 units" in r.reason
+    assert claims.row_tests(r) == []
+    r = one(evaluate(CLAIM, Superiority(), [meas("sst2", [0.02] * 5)]))
+    assert r.verdict == "inconclusive" and r.p == pytest.approx(1 / 32)  # x 2 tests after Holm: 1/16
+
+
+def test_a_positive_effect_smaller_than_the_margin_is_not_supported():
+    values = [0.011, 0.0112, 0.0109, 0.0111, 0.0108]
+    r = one(evaluate(CLAIM, Superiority(margin=0.1), [meas("sst2", values)]))
+    tests = {t.word: t for t in claims.row_tests(r)}
+    assert tests["supported"].p_adjusted < 0.05 and tests["not supported"].p_adjusted < 0.05
+    assert r.verdict == "not supported" and r.p_test.startswith("not supported: effect < +0.1")
+    validate(pd.DataFrame([r]))

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from headprune_utils import claims
+from headprune_utils.config import ParameterError, validate
 from headprune_utils.studies import layer_strategies as study
 
 SEEDS = range(5)
@@ -114,13 +115,53 @@ def test_the_unit_is_the_model_and_budgets_are_averaged_within_it():
     assert pooled["n_units"] == 10 and "(full - chance)" in pooled["test"]
 
 
-def test_equivalence_margin_is_the_seed_to_seed_sd_of_the_full_model():
-    v = verdicts(make_table(SUPPORTING), equivalence_margin=2.0)
-    r = row(v, "budhraja.location_no_preference", "A")
-    assert r["margin"] == pytest.approx(2.0 * np.std([0.78, 0.79, 0.8, 0.81, 0.82], ddof=1))
-    assert "2 x seed-to-seed SD of the full model" in r["test"] and r["test"].startswith("equivalence")
+def test_every_margin_is_a_tenth_of_full_minus_chance_and_the_study_has_no_margin_knob():
+    t = make_table(SUPPORTING)
+    v = verdicts(t)
+    full = t[t["strategy"] == "none"].groupby("task")["score"].mean()  # per task, over seeds (and regimes)
+    assert full.to_dict() == pytest.approx({"A": 0.8, "B": 0.85})
+    for claim_id in study.CLAIM_RULES:  # every claim, superiority ones too (their "not supported" test)
+        for task in ("A", "B"):
+            for regime in (FTM, MTF):
+                r = row(v, claim_id, task, regime)
+                assert r["margin"] == pytest.approx(0.1 * (full[task] - 0.5)), (claim_id, task)
+                assert f"margin: {r['margin']:.3g} = 0.1 x (full - chance)" in r["test"]
+        pooled = row(v, claim_id, POOLED)  # effects / (full - chance): the smallest of the tasks' margins, 0.1
+        assert pooled["margin"] == pytest.approx(0.1)
+        assert "smallest of the tasks' margins / (full - chance)" in pooled["test"]
+    assert row(v, "budhraja.location_no_preference", "A")["test"].startswith("equivalence")
     assert row(v, "budhraja.important_location_not_worse", "A")["test"].startswith("non-inferiority")
     assert row(v, "budhraja.avoid_middle", "A")["test"].startswith("superiority (greater)")
+    # one policy (margins.TASK_SCORE), declared once: no per-study margin parameter, nor in the fingerprint's drop-list
+    with pytest.raises(ParameterError, match="unknown parameter"):
+        validate(study.LayerStrategiesConfig, {"equivalence_margin": 2.0})
+
+
+def test_the_margin_follows_the_tasks_headroom():
+    """top - bottom = +0.02 on every model: inside A's margin when the full model scores 0.8 (0.1 x 0.3 = 0.03),
+    outside it when it scores 0.6 (0.1 x 0.1 = 0.01)."""
+    wide = row(verdicts(make_table({"top": 0.02})), "budhraja.location_no_preference", "A")
+    assert wide["margin"] == pytest.approx(0.03) and wide["verdict"] == "supported"
+    narrow = row(verdicts(make_table({"top": 0.02}, full={"A": 0.6, "B": 0.85})), "budhraja.location_no_preference",
+                 "A")
+    assert narrow["margin"] == pytest.approx(0.01) and narrow["verdict"] == "contradicted"
+    assert narrow["effect"] == pytest.approx(wide["effect"])
+
+
+@pytest.mark.parametrize("claim_id", ["budhraja.avoid_middle", "budhraja.avoid_consecutive",
+                                      "michel.least_important_first"])
+def test_a_beats_claim_with_no_effect_is_not_supported(claim_id):
+    """Every strategy as good as random: the "beats" claims' effect is shown below the margin (not supported), in
+    both regimes; with an effect (SUPPORTING) the same rows are supported."""
+    v = verdicts(make_table({}))
+    for regime in (FTM, MTF):
+        for task in ("A", "B"):
+            r = row(v, claim_id, task, regime)
+            assert r["verdict"] == "not supported", (claim_id, task, regime, r["reason"])
+            assert r["p_test"].startswith("not supported: effect < +0.03")
+            assert abs(r["effect"]) < 0.005 and r["ci_high"] < r["margin"]
+    yes = verdicts(make_table(SUPPORTING))
+    assert row(yes, claim_id, "A")["verdict"] == "supported"
 
 
 def test_tasks_that_disagree_give_an_inconclusive_pooled_row_and_per_task_verdicts():
@@ -204,10 +245,23 @@ def test_one_seed_is_not_testable_and_holm_runs_over_the_whole_family():
     assert (v["verdict"] == "not testable").all()
     assert v["reason"].str.contains("needs at least 2 units").any()
     v = verdicts(t)
-    # Holm families: the study's primary rows; each sensitivity semantics apart
-    for (analysis, sem), fam in v[v["p"].notna()].groupby(["analysis", "semantics"]):
-        prim = v[(v["analysis"] == "primary") & v["p"].notna()] if analysis == "primary" else fam
-        np.testing.assert_allclose(prim["p_adjusted"], claims.stats.holm(prim["p"].to_numpy()))
+    # Holm families: the study's primary rows (under uniform AND zero: Budhraja's and Michel's); each sensitivity
+    # semantics apart. Every test of every tested row is in its row's family, adjusted together.
+    ft = claims.family_tests(v)
+    rows = v.loc[ft["row"]]
+    ft["expected"] = (rows["analysis"] + np.where(rows["analysis"] == "sensitivity", " " + rows["semantics"], "")
+                      ).to_numpy()
+    assert ft.groupby("family")["expected"].nunique().eq(1).all() and ft["family"].nunique() == 3
+    assert set(ft["expected"]) == {"primary", "sensitivity uniform", "sensitivity zero"}
+    assert set(rows.loc[rows["analysis"] == "primary", "semantics"]) == {"uniform", "zero"}  # one primary family
+    for _, fam in ft.groupby("family"):
+        np.testing.assert_allclose(fam["p_adjusted"], claims.stats.holm(fam["p"].to_numpy()))
+    tested = v.index[v["tests"] != "[]"]
+    assert set(ft["row"]) == set(tested) and len(ft) > len(tested), "several tests per row, all in the family"
+    words = ft.groupby("row")["word"].apply(set)
+    sup = v.loc[tested].index[v.loc[tested, "test"].str.startswith("superiority")]
+    assert all(words[i] == {"supported", "contradicted", "not supported"} for i in sup)
+    assert (v.loc[v["verdict"] == "not testable", "tests"] == "[]").all(), "not testable rows are outside the family"
     assert set(v.loc[v["analysis"] == "primary", "semantics"]) == {"uniform", "zero"}  # Budhraja's, Michel's
     assert (v["study"] == "layer_strategies").all()
 

@@ -25,8 +25,9 @@ def cells(model_seeds=(0, 1), enc_drop=1.0, cross_drop=6.0, history=PLATEAU):
             for s in range(3):
                 rows.append({"kind": "prune", "type": t, "fraction": 0.5, "seed": s, "model_seed": ms,
                              # the types differ a little from model to model (identical differences would leave
-                             # the t statistic undefined: the exact sign-flip test over 2 models cannot reach 0.05)
-                             "bleu": full - drop - 0.1 * s - (0.25 if t == "cross" else 0.2) * ms, "chrf": 0.0,
+                             # the t statistic undefined: the exact sign-flip test over 2 models cannot reach 0.05),
+                             # little enough that a t-test on 1 degree of freedom survives Holm over the study
+                             "bleu": full - drop - 0.1 * s - (0.025 if t == "cross" else 0.02) * ms, "chrf": 0.0,
                              "nll": 2.5, "n_heads_pruned": 24,
                              "n_heads_total": 48, "seconds": 1.0})
     return pd.DataFrame(rows)
@@ -59,12 +60,23 @@ def test_one_model_is_not_testable_and_mask_seeds_are_not_replicates():
 
 def test_two_models_test_the_claims_both_ways():
     v = run(cells(enc_drop=1.0, cross_drop=6.0))
-    assert row(v, "voita.type_prunability_random", "enc - cross")["verdict"] == "supported"
-    r = row(v, "budhraja.random_prunable", "enc, 50% pruned")  # margin 0.1 x BLEU(full) = 3.05 BLEU
+    r = row(v, "voita.type_prunability_random", "enc - cross")
+    assert r["verdict"] == "supported" and r["p_test"] == "supported: effect > 0 (one-sided t)"
+    # margins.TASK_SCORE: 0.1 x (mean BLEU(full) - 0) = 3.05 BLEU, for every BLEU difference
+    assert r["margin"] == pytest.approx(0.1 * 30.5) and "0.1 x (full - chance)" in r["test"]
+    r = row(v, "budhraja.random_prunable", "enc, 50% pruned")
     assert r["margin"] == pytest.approx(0.1 * 30.5) and r["verdict"] == "supported"
-    assert row(v, "budhraja.random_prunable", "cross, 50% pruned")["verdict"] == "contradicted"
+    r = row(v, "budhraja.random_prunable", "cross, 50% pruned")
+    assert r["verdict"] == "contradicted" and r["p_test"] == "contradicted: effect < -3.05 (one-sided t)"
+    # Holm over the study: every test of every tested row in one family
+    ft = claims.family_tests(v)
+    assert ft["family"].nunique() == 1 and len(ft) == 7  # 2 non-inferiority rows x 2 tests, 1 superiority row x 3
+    assert np.allclose(ft["p_adjusted"], claims.stats.holm(ft["p"].to_numpy()))
     v2 = run(cells(enc_drop=6.0, cross_drop=1.0))
     assert row(v2, "voita.type_prunability_random", "enc - cross")["verdict"] == "contradicted"
+    # the same drop for both types: no difference as large as the margin, so the claim is not supported
+    r = row(run(cells(enc_drop=3.0, cross_drop=3.0)), "voita.type_prunability_random", "enc - cross")
+    assert r["verdict"] == "not supported" and r["p_test"] == "not supported: effect < +3.05 (one-sided t)"
     assert row(v2, "voita.enc_most_prunable", "")["verdict"] == "not testable"  # no L0 cells in this run
     assert "no cell of this run measures it" in row(v2, "voita.enc_most_prunable", "")["reason"]
 
@@ -87,3 +99,16 @@ def test_no_role_head_gives_no_nan_in_the_survival_and_role_tables():
                           "positional": False, "syntactic": False, "rare": False, "specialized": False, "role": "other"})
     t = role_survival.survival_tests(surv, roles, n_perm=9)
     assert not t.isna().any().any() and t.loc[0, "mean_auc"] == "n/a (no specialized heads)"
+
+
+def test_a_measurement_without_values_is_a_not_testable_row_in_the_table_layout():
+    from headprune_utils.verdict_rules import untestable
+
+    claim = {c.id: c for c in study.CLAIMS}["voita.positional_heads"]
+    r = untestable(claim, study.RULES[claim.id], "toy", "no roles measured", unit="model (model seed)", study=study.NAME,
+                   units=[0, 1])
+    assert tuple(r.columns) == claims.COLUMNS and len(r) == 1
+    r = r.iloc[0]
+    assert r["verdict"] == "not testable" and r["n_units"] == 0 and r["tests"] == "[]" and r["unit_values"] == "[]"
+    assert np.isnan(r["effect"]) and np.isnan(r["margin"]) and np.isnan(r["p"]) and r["p_test"] == ""
+    assert r["reason"].startswith("no roles measured; a one-sided binomial test over 2 units") and "needs 5" in r["reason"]

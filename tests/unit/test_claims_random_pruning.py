@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from headprune_utils import claims
+from headprune_utils import claims, margins, stats
 from headprune_utils.studies import random_pruning as study
 
 JITTER = (-0.002, -0.001, 0.0, 0.001, 0.002)  # seed-to-seed spread of every score (5 seeds)
@@ -17,7 +17,7 @@ PRUNABLE, RETRAIN = "budhraja.random_prunable", "ours.retraining_recovers"
 
 def cfg(**kw):
     base = dict(model="minilm", train_size=300, dev_size=300, epochs=3, seeds=list(range(len(JITTER))),
-                ablations=["uniform"], finetune_ablations=["uniform"], margin_share=0.1, tolerance=0.02)
+                ablations=["uniform"], finetune_ablations=["uniform"], tolerance=0.02)
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -107,6 +107,8 @@ def test_adapts_gate_needs_both_regimes_at_half():
     assert r["verdict"] == "not testable" and r["reason"].startswith("no results to check that fine-tuning adapts")
     r = one(v, RETRAIN)
     assert r["verdict"] == "not testable" and "both regimes" in r["reason"] and r["n_units"] == 0
+    assert (r["p_test"], r["tests"], r["unit_values"]) == ("", "[]", "[]") and pd.isna(r["p_adjusted"])  # no test
+    claims.validate(v)
 
 
 def test_above_chance_gate_both_branches():
@@ -133,13 +135,39 @@ def test_per_task_then_pooled_when_tasks_agree_and_inconclusive_when_they_disagr
     assert "n/a (tasks disagree)" in claims.render(split)
 
 
-def test_holm_runs_over_the_whole_study():
-    v = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS), "STS-B": (0.8, 0.0, *ADAPTS)}), cfg())
-    tested = v[v["p"].notna()]
-    from headprune_utils.stats import holm
+def exact(x):
+    """Equal up to rounding only (the p-values here are ~1e-14: pytest.approx's default absolute 1e-12 would pass
+    anything)."""
+    return pytest.approx(x, rel=1e-9, abs=0)
 
-    assert len(set(tested["claim_id"])) == 2
-    assert tested["p_adjusted"].to_numpy() == pytest.approx(holm(tested["p"].to_numpy()))
+
+def test_holm_runs_over_the_whole_study():
+    """Every test of every tested row of both claims is in ONE Holm family (the study's primary analysis); each
+    row's p / p_adjusted are its deciding test's; rows without tests stay outside the family."""
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS), "STS-B": (0.8, 0.0, *ADAPTS)}), cfg())
+    claims.validate(v)
+    ft = claims.family_tests(v)
+    assert set(ft["family"]) == {"random_pruning|primary|"}
+    assert set(v.loc[ft["row"], "claim_id"]) == {PRUNABLE, RETRAIN}
+    assert ft["p_adjusted"].to_numpy() == exact(stats.holm(ft["p"].to_numpy()))
+    # not Holm within each claim: the study's family is larger, so the smallest p is multiplied by all its tests
+    for cid in (PRUNABLE, RETRAIN):
+        own = ft[v.loc[ft["row"], "claim_id"].to_numpy() == cid]
+        assert len(own) < len(ft) and (own["p_adjusted"].to_numpy() >= stats.holm(own["p"].to_numpy())).all()
+        assert own["p_adjusted"].to_numpy() != exact(stats.holm(own["p"].to_numpy()))
+    assert ft["p_adjusted"].min() == exact(len(ft) * ft["p"].min())
+    # the tests of each row: non-inferiority 2 (supported, contradicted); superiority with its margin 3
+    n_tests = ft.groupby("row").size()
+    for i, r in v.iterrows():
+        if r["verdict"] == "not testable" or r["reason"].startswith("tasks disagree"):
+            assert i not in n_tests.index and pd.isna(r["p"]) and r["tests"] == "[]"
+            continue
+        words = sorted(t.word for t in claims.row_tests(r))
+        assert words == (["contradicted", "supported"] if r["claim_id"] == PRUNABLE
+                         else ["contradicted", "not supported", "supported"]), (r["claim_id"], words)
+        deciding = [t for t in claims.row_tests(r) if t.text() == r["p_test"]]
+        assert len(deciding) == 1 and (r["p"], r["p_adjusted"]) == (deciding[0].p, deciding[0].p_adjusted)
+        assert r["p_test"].startswith(r["verdict"] + ":")
 
 
 def test_the_paper_scale_is_named_as_such():
@@ -148,14 +176,34 @@ def test_the_paper_scale_is_named_as_such():
     assert "not the paper's set-up" not in v["scale"].iloc[0] and "full training sets" in v["scale"].iloc[0]
 
 
-def test_margin_share_is_checked(tiny_model_dir, tiny_glue_root):
+def test_the_margins_are_the_policys_not_a_parameter(tiny_model_dir, tiny_glue_root):
+    """Both claims take the task-score margin of headprune_utils.margins (0.1 x (full - chance)); no study knob."""
     from headprune_utils.config import ParameterError, validate
 
     base = dict(model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0], device="cpu", data_dir=str(tiny_glue_root),
                 allow_hub=False)
-    with pytest.raises(ParameterError, match="margin_share"):
-        validate(study.RandomPruningConfig, {**base, "margin_share": 0.0})
-    assert validate(study.RandomPruningConfig, base).margin_share == 0.1
+    with pytest.raises(ParameterError, match="unknown parameter.*'margin_share'"):
+        validate(study.RandomPruningConfig, {**base, "margin_share": 0.1})
+    assert not hasattr(validate(study.RandomPruningConfig, base), "margin_share")
+    for cid in (PRUNABLE, RETRAIN):
+        assert study.RULES[cid].rule(cfg()).margin is margins.TASK_SCORE
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS), "STS-B": (0.9, 0.0, *ADAPTS)}), cfg())
+    for task, headroom in (("SST-2", 0.8 - 0.5), ("STS-B", 0.9 - 0.0)):
+        for cid in (PRUNABLE, RETRAIN):
+            r = one(v, cid, task, 0.5)
+            assert r["margin"] == pytest.approx(margins.SHARE * headroom) and "0.1 x (full - chance)" in r["test"]
+
+
+def test_retraining_not_supported_when_the_regimes_differ_by_less_than_the_margin():
+    """The superiority claim's margin gives it a third word: the same drop in both regimes is an effect shown to be
+    below 0.1 x (full - chance), neither supported nor contradicted."""
+    same = {0.5: 0.10, 0.75: 0.20}, {0.5: 0.10, 0.75: 0.20}
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, *same)}), cfg())
+    claims.validate(v)
+    r = one(v, RETRAIN, "SST-2", 0.5)
+    assert r["verdict"] == "not supported", r["reason"]
+    assert r["p_test"] == "not supported: effect < +0.03 (one-sided t)" and r["p_adjusted"] < 0.05
+    assert r["ci_high"] < r["margin"] == pytest.approx(0.03)
 
 
 def test_sensitivity_semantics_are_decided_apart_and_flag_a_flip():
@@ -167,10 +215,13 @@ def test_sensitivity_semantics_are_decided_apart_and_flag_a_flip():
     claims.validate(v)
     prim, sens = v[v["analysis"] == "primary"], v[v["analysis"] == "sensitivity"]
     assert set(prim["semantics"]) == {"uniform"} and set(sens["semantics"]) == {"zero"}
-    # Holm within each family: the primary p-values are adjusted over the primary rows only
-    from headprune_utils import stats
-    tested = prim[prim["p"].notna()]
-    assert tested["p_adjusted"].tolist() == pytest.approx(list(stats.holm(tested["p"].to_numpy())))
+    # Holm within each family: the primary tests are adjusted over the primary rows' tests only, the zero ones apart
+    ft = claims.family_tests(v)
+    assert set(ft["family"]) == {"random_pruning|primary|", "random_pruning|sensitivity|zero"}
+    for fam, g in ft.groupby("family"):
+        assert set(v.loc[g["row"], "analysis"]) == {"sensitivity" if fam.endswith("zero") else "primary"}
+        assert g["p_adjusted"].to_numpy() == exact(stats.holm(g["p"].to_numpy()))
+    assert ft["p_adjusted"].to_numpy() != exact(stats.holm(ft["p"].to_numpy()))  # not one family over both
     u = one(prim, PRUNABLE, "SST-2", 0.5)
     z = one(sens, PRUNABLE, "SST-2", 0.5)
     assert u["verdict"] == "supported" and z["verdict"] == "not testable", (u["reason"], z["reason"])

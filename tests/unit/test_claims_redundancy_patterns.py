@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headprune_utils import claims, clustering
+from headprune_utils import claims, clustering, margins
 from headprune_utils.config import validate
 from headprune_utils.studies import redundancy_patterns as study
 
@@ -121,11 +121,22 @@ def test_layout_and_no_nan(alike, unrelated):
     assert papers["bian.what_token"] == "ours (exploratory)" and papers["bian.when"].startswith("Bian")
 
 
-def test_when_both_directions(alike, unrelated):
+def against(row) -> bool:
+    """The row's test nearest to deciding is its ``contradicted`` one (a per-task row of 3 units may not reach alpha
+    after Holm over the study's whole family, but it points against the claim, never for it)."""
+    return row["verdict"] in ("contradicted", "inconclusive") and str(row["p_test"]).startswith("contradicted")
+
+
+def test_when_both_directions(alike, unrelated, cfg):
     assert one(alike, "bian.when", "all (A, B)", "js")["verdict"] == "supported"
-    assert one(alike, "bian.when", "A", "js")["margin"] == pytest.approx(
-        study.SAME_SHARE * np.mean(one(alike, "bian.when", "A", "js")["margin"] / study.SAME_SHARE))
-    assert one(unrelated, "bian.when", "A", "js")["verdict"] == "contradicted"
+    # the margin: margins.HEADROOM, 0.1 x (ceiling - chance), the ceiling the mean split-half r of the task's models
+    when_t = study.when(world(related=True), cfg, ["A", "B"])
+    ceiling = when_t[(when_t["task"] == "A") & (when_t["metric"] == "js")]["split_half_r"].mean()
+    r = one(alike, "bian.when", "A", "js")
+    assert r["margin"] == pytest.approx(margins.SHARE * (ceiling - 0.0)) and margins.SHARE == 0.1
+    assert "0.1 x (full - chance)" in r["test"]
+    assert one(unrelated, "bian.when", "all (A, B)", "js")["verdict"] == "contradicted"
+    assert against(one(unrelated, "bian.when", "A", "js"))
 
 
 def test_who_tasks_pairs_models_of_two_tasks(alike, unrelated, cfg):
@@ -140,7 +151,9 @@ def test_who_tasks_pairs_models_of_two_tasks(alike, unrelated, cfg):
 def test_what_on_the_fine_tuned_models(alike, unrelated):
     assert one(alike, "bian.what_token", "all (A, B)")["verdict"] == "supported"
     assert one(alike, "bian.what_token", "A")["n_units"] == 3
-    assert one(unrelated, "bian.what_token_sentence", "A")["verdict"] == "contradicted"  # independent noise per metric
+    # independent noise per metric: the distances do not agree
+    assert one(unrelated, "bian.what_token_sentence", "all (A, B)")["verdict"] == "contradicted"
+    assert against(one(unrelated, "bian.what_token_sentence", "A"))
     # one sentence-based distance only: the pair claim is not testable (no pair)
     row = one(alike, "bian.what_sentence")
     assert row["verdict"] == "not testable" and "no pair" in row["reason"]
@@ -149,6 +162,9 @@ def test_what_on_the_fine_tuned_models(alike, unrelated):
 def test_where_clusters_against_the_shuffled_null(alike, unrelated):
     assert one(alike, "bian.where", "all (A, B)")["verdict"] == "supported"
     assert one(unrelated, "bian.where", "A")["verdict"] != "supported"
+    # no structure beyond the null: below the declared margin (margins.CORRELATION, 0.1) -> not supported
+    none = one(unrelated, "bian.where", "all (A, B)")
+    assert none["verdict"] == "not supported" and none["margin"] == pytest.approx(0.1)
 
 
 def test_who_random_is_one_model(alike):
@@ -233,6 +249,14 @@ def test_why_one_mlm_seed_is_not_testable(tiny_model_dir, tiny_glue_root):
 
 
 def test_holm_over_the_family_includes_the_dropout_slopes(alike):
-    tested = alike[alike["p"].notna()]
+    claims.validate(alike)  # every decided row's p_adjusted is its deciding test's Holm-adjusted p, below alpha
+    tested = alike[alike["tests"] != "[]"]
     assert (tested["claim_id"] == "bian.why").sum() == len(METRICS)
-    assert np.allclose(tested["p_adjusted"], claims.stats.holm(tested["p"].to_numpy()))
+    ft = claims.family_tests(alike)
+    assert ft["family"].nunique() == 1  # no semantics in this study: one family, every test of every tested row
+    assert np.allclose(ft["p_adjusted"], claims.stats.holm(ft["p"].to_numpy()))
+    assert len(ft) == sum(len(claims.row_tests(r)) for _, r in tested.iterrows())
+    why = ft[ft["row"].isin(tested.index[tested["claim_id"] == "bian.why"])]
+    # the slopes: both directions tested, and no "not supported" test (no margin declared for a slope)
+    assert len(why) == 2 * len(METRICS) and set(why["word"]) == {"supported", "contradicted"}
+    assert (alike.loc[alike["claim_id"] == "bian.why", "margin"] == 0).all()

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from headprune_utils import claims
+from headprune_utils import claims, margins
 from headprune_utils.masks import mask_to_string
 from headprune_utils.role_survival import random_keeps
 from headprune_utils.studies import specialized_heads_l0 as study
@@ -15,16 +15,20 @@ from headprune_utils.verdict_rules import plateau, presence_effect, trained_gate
 
 TASKS = ("A", "B")
 SEEDS = (0, 1, 2, 3)
+MANY = tuple(range(8))  # 8 models per task: a pooled exact one-sided test over 16 can survive Holm over the study
 L, H = 2, 3  # 6 heads; (0, 0) and (1, 2) are the specialized (positional) heads
 SPEC = {(0, 0), (1, 2)}
 
 
-def cells(full=0.9, chance=0.5, l0_gain=0.2, imp_gap=0.0, spec_first=False, rho=0.5, l0_loss=0.005):
-    """Scores cells (full score, chance, Spearman via relevance/confidence grids) and L0 cells per (task, seed)."""
+def cells(full=0.9, chance=0.5, l0_gain=0.2, imp_gap=0.0, spec_first=False, rho=0.5, l0_loss=0.005, l0_spread=0.0,
+          seeds=SEEDS):
+    """Scores cells (full score, chance, Spearman via relevance/confidence grids) and L0 cells per (task, seed).
+    A pruned L0 mask loses ``l0_loss + l0_spread x seed`` (``l0_spread`` > 0: the models differ, so the t statistic
+    of score(L0) - score(full) is defined)."""
     rows = []
     rng = np.random.default_rng(0)
     for task in TASKS:
-        for seed in SEEDS:
+        for seed in seeds:
             jitter = 0.002 * seed
             conf = rng.random((L, H))
             rel = conf if rho > 0 else -conf
@@ -43,16 +47,16 @@ def cells(full=0.9, chance=0.5, l0_gain=0.2, imp_gap=0.0, spec_first=False, rho=
                 rows.append({"kind": "l0", "task": task, "seed": float(seed), "lam": lam, "n_kept": keep,
                              "n_heads_total": L * H, "mask": mask_to_string(m), "log_alpha": (2 * m - 1).tolist(),
                              "score_full": full + jitter, "chance": chance, "metric": "accuracy", "seconds": 1.0,
-                             "score_l0": full + jitter - (l0_loss if pruned else 0.0),
+                             "score_l0": full + jitter - (l0_loss + l0_spread * seed if pruned else 0.0),
                              "score_random_mean": full + jitter - (l0_gain if pruned else 0.0) + 0.003 * seed,
                              "score_importance": full + jitter - (imp_gap if pruned else 0.0) + 0.001 * seed})
     return pd.DataFrame(rows)
 
 
-def roles_of(table, found=True):
+def roles_of(table, found=True, seeds=SEEDS):
     rows = []
     for task in TASKS:
-        for seed in SEEDS:
+        for seed in seeds:
             for layer in range(L):
                 for head in range(H):
                     s = found and (layer, head) in SPEC
@@ -62,28 +66,38 @@ def roles_of(table, found=True):
     return pd.DataFrame(rows)
 
 
-def agreement_of(rho, rho_no_special=None):
+def agreement_of(rho, rho_no_special=None, seeds=SEEDS):
     """Spearman(relevance, confidence) per model; with ``rho_no_special`` also the special-key-free confidence's."""
     rows = [{"task": t, "seed": s, "a": "relevance", "b": "confidence", "spearman": rho + 0.01 * s}
-            for t in TASKS for s in SEEDS]
+            for t in TASKS for s in seeds]
     if rho_no_special is not None:
         rows += [{"task": t, "seed": s, "a": "confidence_no_special_keys", "b": "relevance",
-                  "spearman": rho_no_special + 0.01 * s} for t in TASKS for s in SEEDS]
+                  "spearman": rho_no_special + 0.01 * s} for t in TASKS for s in seeds]
     return pd.DataFrame(rows)
 
 
 EVERY_KEY, NO_SPECIAL = study.CONFIDENCES["confidence"], study.CONFIDENCES["confidence_no_special_keys"]
 
 
-def run(table, roles, rho=0.5, rho_no_special=None):
+def run(table, roles, rho=0.5, rho_no_special=None, seeds=SEEDS):
     surv = study.survival_heads(table)
     budget = study.roles_at_budget(table, roles, fraction=1 / 3)
-    v = study.verdicts(table, agreement_of(rho, rho_no_special), roles, surv, budget, semantics="zero",
+    v = study.verdicts(table, agreement_of(rho, rho_no_special, seeds), roles, surv, budget, semantics="zero",
                        scale_="hand-made")
     claims.validate(v)
+    holm_over_the_study(v)
     text = claims.render(v)
     assert "nan" not in text.lower()
     return v
+
+
+def holm_over_the_study(v):
+    """Every test of every tested row is in the study's one Holm family (one semantics: the primary analysis)."""
+    ft = claims.family_tests(v)
+    assert ft["family"].nunique() <= 1  # none when no row is tested
+    assert (ft.groupby("row").size() >= 2).all() and set(ft["row"]) == set(v.index[v["tests"] != "[]"])
+    assert np.allclose(ft["p_adjusted"], claims.stats.holm(ft["p"].to_numpy()))
+    return ft
 
 
 def verdict(v, cid, task="A", setting=None):
@@ -114,6 +128,12 @@ def test_l0_beats_random_both_ways_per_task_and_pooled():
                                                       for s in SEEDS]))
     v2 = run(cells(l0_gain=-0.2), roles_of(None))
     assert verdict(v2, "voita.l0_beats_random")["verdict"] == "contradicted"
+    # a gain smaller than the smallest of interest (margins.TASK_SCORE: 0.1 x (full - chance)) is not supported
+    v3 = run(cells(l0_gain=0.01), roles_of(None))
+    row = verdict(v3, "voita.l0_beats_random")
+    assert row["margin"] == pytest.approx(0.1 * (0.9 + 0.003 - 0.5)) and "0.1 x (full - chance)" in row["test"]
+    assert row["verdict"] == "not supported" and row["p_test"].startswith("not supported: effect < +0.0403")
+    assert verdict(v3, "voita.l0_beats_random", "all (A, B)")["verdict"] == "not supported"
     # one value per model: the lambdas of a model are averaged, never replicates
     assert verdict(v, "voita.l0_beats_random")["n_units"] == len(SEEDS)
 
@@ -128,11 +148,20 @@ def test_l0_vs_importance_is_an_equivalence_with_a_headroom_margin():
 
 
 def test_most_prunable_is_non_inferiority_at_half_the_heads():
-    v = run(cells(l0_loss=0.005), roles_of(None))
+    # the models lose a little more with each seed (identical losses would leave the t statistic undefined, and the
+    # exact one-sided sign-flip test over 4 models cannot go below 1/16 > 0.05)
+    v = run(cells(l0_loss=0.005, l0_spread=0.001), roles_of(None))
     row = verdict(v, "voita.most_prunable")
     assert row["verdict"] == "supported" and row["setting"] == "<= half the heads kept"
-    v2 = run(cells(l0_loss=0.3), roles_of(None))
-    assert verdict(v2, "voita.most_prunable")["verdict"] == "contradicted"
+    assert row["margin"] == pytest.approx(0.1 * (0.9 + 0.003 - 0.5))  # margins.TASK_SCORE: 0.1 x (full - chance)
+    assert row["p_test"] == "supported: effect > -0.0403 (one-sided t)"
+    v2 = run(cells(l0_loss=0.3, l0_spread=0.001), roles_of(None))
+    row = verdict(v2, "voita.most_prunable")
+    assert row["verdict"] == "contradicted" and row["p_test"].startswith("contradicted: effect < -0.0403")
+    # every model losing exactly the same: t is undefined, the exact test that runs instead cannot reach 0.05 with 4
+    # models (1/16): not testable, by that test's power gate
+    row = verdict(run(cells(l0_loss=0.005), roles_of(None)), "voita.most_prunable")
+    assert row["verdict"] == "not testable" and "sign-flip" in row["reason"] and "needs 5 units" in row["reason"]
 
 
 def test_trained_model_gate_both_ways():
@@ -154,29 +183,48 @@ def test_role_claims_need_a_role_found():
     row = verdict(v, "voita.specialized_last_pruned")
     assert row["verdict"] == "not testable" and "specialized" in row["reason"]
     # existence claims are tested on the share of models with the role (claims.Presence): none found in 4 models
-    # per task is k = 0 of 4, whose exact binomial test cannot reach 0.05 (not testable, never a t-interval [0, 0]);
-    # the two tasks pool to 0 of 8, p = 2 / 2**8, the Clopper-Pearson upper bound 1 - 0.025**(1/8)
+    # per task is k = 0 of 4, whose exact one-sided binomial test cannot reach 0.05 (1/16; it needs 5 models: not
+    # testable, never a t-interval [0, 0]); the two tasks pool to 0 of 8, one-sided p = 1 / 2**8, the
+    # Clopper-Pearson upper bound 1 - 0.025**(1/8); that p does not survive Holm over every test of the study
     row, pooled = verdict(v, "voita.positional_heads"), verdict(v, "voita.positional_heads", task="all (A, B)")
     assert row["verdict"] == "not testable" and "found in 0 of 4 units" in row["reason"]
+    assert "needs 5 units" in row["reason"] and row["tests"] == "[]"
     assert row["effect"] == 0 and row["ci_high"] == pytest.approx(1 - 0.025 ** (1 / 4))
-    assert pooled["effect"] == 0 and pooled["p"] == pytest.approx(2 / 2**8)
-    assert pooled["ci_high"] == pytest.approx(1 - 0.025 ** (1 / 8)) and pooled["verdict"] in ("contradicted", "not supported")
+    assert pooled["effect"] == 0 and pooled["p"] == pytest.approx(1 / 2**8)
+    assert pooled["p_test"] == "contradicted: share < +0.5 (exact one-sided binomial)"
+    assert pooled["ci_high"] == pytest.approx(1 - 0.025 ** (1 / 8))
+    assert pooled["verdict"] == "inconclusive" and pooled["p_adjusted"] >= 0.05
     v2 = run(cells(), roles_of(None))
     for cid in ("voita.positional_heads", "voita.rare_word_head"):  # rare-word: (0, 0), the first layer
         row, pooled = verdict(v2, cid), verdict(v2, cid, task="all (A, B)")
         assert row["effect"] == 1 and row["verdict"] == "not testable" and "found in 4 of 4 units" in row["reason"]
-        assert pooled["effect"] == 1 and pooled["p"] == pytest.approx(2 / 2**8)
+        assert pooled["effect"] == 1 and pooled["p"] == pytest.approx(1 / 2**8)
+        assert pooled["p_test"] == "supported: share > +0.5 (exact one-sided binomial)"
         assert pooled["ci_low"] == pytest.approx(0.025 ** (1 / 8))
     assert verdict(v2, "voita.functions_at_17_of_48", setting="syntactic")["verdict"] == "not testable"
+    # with 8 models per task the pooled share (16 models, p = 1 / 2**16) decides, both ways
+    for found, word in ((True, "supported"), (False, "contradicted")):
+        v3 = run(cells(seeds=MANY), roles_of(None, found=found, seeds=MANY), seeds=MANY)
+        for cid in ("voita.positional_heads", "voita.rare_word_head"):
+            pooled = verdict(v3, cid, task="all (A, B)")
+            assert pooled["p"] == pytest.approx(1 / 2**16) and pooled["verdict"] == word
 
 
 def test_specialized_last_pruned_within_layers_both_ways():
     v = run(cells(spec_first=False), roles_of(None))
     row = verdict(v, "voita.specialized_last_pruned")
-    assert row["effect"] == pytest.approx(0.5) and row["p"] == pytest.approx(2 / 2**4)  # every model: AUC 1
-    assert row["verdict"] == "inconclusive", "4 models agreeing cannot reach 0.05 after Holm, exactly tested"
+    assert row["effect"] == pytest.approx(0.5)  # every model: AUC 1, identical values: the exact test runs
+    assert row["verdict"] == "not testable" and "needs 5 units" in row["reason"], \
+        "4 models agreeing: the exact one-sided test cannot go below 1/16"
+    assert row["margin"] == pytest.approx(0.05) and "0.1 x the distance from chance (AUC 0.5)" in row["test"]  # margins.AUC
     v2 = run(cells(spec_first=True), roles_of(None))
     assert verdict(v2, "voita.specialized_last_pruned")["effect"] < 0  # specialized heads pruned first
+    # 8 models per task: the pooled row (16 models) decides, both ways
+    many = run(cells(seeds=MANY), roles_of(None, seeds=MANY), seeds=MANY)
+    assert verdict(many, "voita.specialized_last_pruned", "all (A, B)")["verdict"] == "supported"
+    many = run(cells(seeds=MANY, spec_first=True), roles_of(None, seeds=MANY), seeds=MANY)
+    pooled = verdict(many, "voita.specialized_last_pruned", "all (A, B)")
+    assert pooled["verdict"] == "contradicted" and pooled["effect"] < 0
     # the AUC is taken within a layer: a layer's heads all outlasting another layer's do not count
     table = cells()
     roles = roles_of(None)
@@ -189,9 +237,17 @@ def test_functions_present_beyond_chance():
     assert presence_effect(True, 0.6) == pytest.approx(0.4) and presence_effect(False, 0.6) == pytest.approx(-0.6)
     v = run(cells(), roles_of(None))
     row = verdict(v, "voita.functions_at_17_of_48", setting="positional")
-    assert row["effect"] == pytest.approx(0.4) and row["p"] == pytest.approx(2 / 2**4)
+    assert row["effect"] == pytest.approx(0.4)  # identical in the 4 models: the exact one-sided test cannot reach 0.05
+    assert row["margin"] == pytest.approx(0.1) and row["verdict"] == "not testable"  # margins.SHARE_OF_HEADS
+    assert "needs 5 units" in row["reason"]
     v2 = run(cells(spec_first=True), roles_of(None))
     assert verdict(v2, "voita.functions_at_17_of_48", setting="positional")["effect"] < 0
+    # 8 models per task: the pooled row (16 models) decides, both ways
+    for spec_first, word in ((False, "supported"), (True, "contradicted")):
+        many = run(cells(seeds=MANY, spec_first=spec_first), roles_of(None, seeds=MANY), seeds=MANY)
+        for role in ("positional", "rare-word"):
+            pooled = verdict(many, "voita.functions_at_17_of_48", "all (A, B)", setting=role)
+            assert pooled["verdict"] == word and pooled["p"] < 1e-3
 
 
 def test_important_are_confident_both_ways_and_holm_over_the_study():
@@ -199,8 +255,16 @@ def test_important_are_confident_both_ways_and_holm_over_the_study():
     assert verdict(v, "voita.important_are_confident", setting=EVERY_KEY)["verdict"] == "supported"
     v2 = run(cells(), roles_of(None), rho=-0.5)
     assert verdict(v2, "voita.important_are_confident", setting=EVERY_KEY)["verdict"] == "contradicted"
-    tested = v[v["p"].notna()]
-    assert np.allclose(tested["p_adjusted"], claims.stats.holm(tested["p"].to_numpy()))
+    # rho about 0 (-0.015 to +0.015): below the smallest of interest (margins.CORRELATION, 0.1): not supported
+    v3 = run(cells(), roles_of(None), rho=-0.015)
+    pooled = verdict(v3, "voita.important_are_confident", "all (A, B)", setting=EVERY_KEY)
+    assert pooled["margin"] == pytest.approx(0.1) and pooled["verdict"] == "not supported"
+    # Holm over the study: every test of every tested row (both directions, and the margin's) in one family, and
+    # each row's p_adjusted is its deciding test's adjusted p
+    ft = holm_over_the_study(v)
+    rows = ft[ft["row"] == verdict(v, "voita.important_are_confident", setting=EVERY_KEY).name]
+    assert list(rows["word"]) == ["supported", "contradicted", "not supported"]
+    assert verdict(v, "voita.important_are_confident", setting=EVERY_KEY)["p_adjusted"] == rows["p_adjusted"].iloc[0]
 
 
 def test_important_are_confident_under_both_definitions_of_confidence():
@@ -211,9 +275,10 @@ def test_important_are_confident_under_both_definitions_of_confidence():
     row = verdict(v, "voita.important_are_confident", setting=NO_SPECIAL)
     assert row["verdict"] == "contradicted" and "confidence_no_special_keys" in row["test"]
     assert verdict(v, "voita.important_are_confident", "all (A, B)", setting=NO_SPECIAL)["n_units"] == 8
-    tested = v[v["p"].notna()]
+    tested = v[v["tests"] != "[]"]
     assert (tested["claim_id"] == "voita.important_are_confident").sum() == 6  # 2 tasks + pool, x 2 definitions
-    assert np.allclose(tested["p_adjusted"], claims.stats.holm(tested["p"].to_numpy()))
+    ft = holm_over_the_study(v)
+    assert set(ft["row"]) == set(tested.index)  # both definitions' rows are in the one family
     old = verdict(run(cells(), roles_of(None)), "voita.important_are_confident", setting=NO_SPECIAL)
     assert old["verdict"] == "not testable" and "do not record confidence_no_special_keys" in old["reason"]
 

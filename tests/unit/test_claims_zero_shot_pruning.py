@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from headprune_utils import claims
+from headprune_utils import claims, margins, stats
 from headprune_utils.studies import zero_shot_pruning as study
 
 JITTER = (-0.002, -0.001, 0.0, 0.001, 0.002)  # seed-to-seed spread of every score (5 seeds)
@@ -22,7 +22,7 @@ OWN = {c.id: c.semantics for c in study.STUDY.claims}
 
 def cfg(**kw):
     base = dict(model="minilm", train_size=300, dev_size=300, epochs=3, seeds=list(range(len(JITTER))),
-                ablations=["zero", "uniform"], finetune_ablations=["zero", "uniform"], margin_share=0.1)
+                ablations=["zero", "uniform"], finetune_ablations=["zero", "uniform"])
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -122,13 +122,29 @@ def test_pooled_when_tasks_agree_inconclusive_when_they_disagree():
     assert one(v, COMPARABLE, "STS-B", 0.5, MTF)["verdict"] == "contradicted"
     pooled = one(v, COMPARABLE, "all (SST-2, STS-B)", 0.5, MTF)
     assert pooled["verdict"] == "inconclusive" and pooled["reason"].startswith("tasks disagree")
-    from headprune_utils.stats import holm
-
-    tested = v[v["p"].notna()]
-    for (analysis, sem), fam in tested.groupby(["analysis", "semantics"]):  # primary: one family; sensitivity: per semantics
-        fam = tested[tested["analysis"] == "primary"] if analysis == "primary" else fam
-        assert fam["p_adjusted"].to_numpy() == pytest.approx(holm(fam["p"].to_numpy()))
-    assert set(tested.loc[tested["analysis"] == "primary", "semantics"]) == {"zero", "uniform"}
+    assert pd.isna(pooled["p"]) and claims.row_tests(pooled) == []  # no test: outside the Holm family
+    claims.validate(v)
+    # Holm over every test of every tested row, per family: primary (one, whatever each claim's own semantics);
+    # each sensitivity semantics apart. p-values here are ~1e-12: compared up to rounding only (abs=0)
+    ft = claims.family_tests(v)
+    assert set(ft["family"]) == {"zero_shot_pruning|primary|", "zero_shot_pruning|sensitivity|zero",
+                                 "zero_shot_pruning|sensitivity|uniform"}
+    for fam, g in ft.groupby("family"):
+        rows = v.loc[g["row"]]
+        assert set(rows["analysis"]) == {"sensitivity" if "sensitivity" in fam else "primary"}
+        assert g["p_adjusted"].to_numpy() == pytest.approx(stats.holm(g["p"].to_numpy()), rel=1e-9, abs=0)
+    assert ft["p_adjusted"].to_numpy() != pytest.approx(stats.holm(ft["p"].to_numpy()), rel=1e-9, abs=0)
+    primary = v.loc[ft.loc[ft["family"] == "zero_shot_pruning|primary|", "row"]]
+    assert set(primary["semantics"]) == {"zero", "uniform"} and set(primary["claim_id"]) == set(study.RULES)
+    # each tested row: its rule's tests, its p / p_adjusted those of the test that decided it
+    for i in ft["row"].unique():
+        r = v.loc[i]
+        words = sorted(t.word for t in claims.row_tests(r))
+        rule = study.RULES[r["claim_id"]].rule(cfg())
+        assert words == (["contradicted", "contradicted", "supported"] if rule.kind == "equivalence"
+                         else ["contradicted", "supported"]), (r["claim_id"], words)
+        deciding = [t for t in claims.row_tests(r) if t.text() == r["p_test"]]
+        assert len(deciding) == 1 and (r["p"], r["p_adjusted"]) == (deciding[0].p, deciding[0].p_adjusted)
 
 
 def test_zero_shot_masks_beside_the_verdicts():
@@ -154,17 +170,25 @@ def test_a_method_not_run_makes_its_claim_not_testable():
     v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD)}, methods=("zero_shot", "random")), cfg())
     r = v[v["claim_id"] == VS_IMPORTANCE]
     assert len(r) == 1 and r.iloc[0]["verdict"] == "not testable" and "least_important" in r.iloc[0]["reason"]
+    assert (r.iloc[0]["p_test"], r.iloc[0]["tests"], r.iloc[0]["unit_values"]) == ("", "[]", "[]")  # no test
     claims.validate(v)
 
 
-def test_margin_share_is_checked(tiny_model_dir, tiny_glue_root):
+def test_the_margins_are_the_policys_not_a_parameter(tiny_model_dir, tiny_glue_root):
+    """Every claim takes the task-score margin of headprune_utils.margins (0.1 x (full - chance)); no study knob."""
     from headprune_utils.config import ParameterError, validate
 
     base = dict(model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0], fractions=[0.5], device="cpu",
                 data_dir=str(tiny_glue_root), allow_hub=False)
-    with pytest.raises(ParameterError, match="margin_share"):
-        validate(study.ZeroShotPruningConfig, {**base, "margin_share": 1.5})
-    assert validate(study.ZeroShotPruningConfig, base).margin_share == 0.1
+    with pytest.raises(ParameterError, match="unknown parameter.*'margin_share'"):
+        validate(study.ZeroShotPruningConfig, {**base, "margin_share": 0.1})
+    assert not hasattr(validate(study.ZeroShotPruningConfig, base), "margin_share")
+    assert all(spec.rule(cfg()).margin is margins.TASK_SCORE for spec in study.RULES.values())
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD), "STS-B": (0.9, 0.0, GOOD)}), cfg())
+    for task, headroom in (("SST-2", 0.8 - 0.5), ("STS-B", 0.9 - 0.0)):
+        for cid in study.RULES:
+            r = one(v, cid, task, 0.5, FTM)
+            assert r["margin"] == pytest.approx(margins.SHARE * headroom) and "0.1 x (full - chance)" in r["test"]
 
 
 def test_each_semantics_is_decided_on_its_own_cells_primary_is_the_papers():

@@ -478,3 +478,32 @@ def test_task_availability_local(tmp_path, offline):
     assert avail["RTE"] == {"train": False, "dev": True}
     assert avail["QQP"] == {"train": False, "dev": False}
     assert task_availability(["rte"], tmp_path) == {"RTE": {"train": False, "dev": True}}
+
+
+def test_verdict_scores_decide_mrpc_by_accuracy_with_the_constant_predictors_accuracy_as_chance():
+    """MRPC's claims are decided by accuracy: the score becomes the stored accuracy, the chance the accuracy of the
+    same constant predictor, derived from its F1 and checked here against sklearn on labels of that share."""
+    import pandas as pd
+    from sklearn.metrics import accuracy_score, f1_score
+
+    from headprune_utils import data
+    from headprune_utils.metrics import verdict_scores
+
+    labels = np.array([1] * 279 + [0] * 129)  # MRPC dev's share of paraphrases
+    constant = np.ones_like(labels)
+    chance_f1, chance_acc = f1_score(labels, constant), accuracy_score(labels, constant)
+    table = pd.DataFrame({"task": ["MRPC", "MRPC", "SST-2", "en-de"], "metric": ["f1", "f1", "accuracy", "BLEU"],
+                          "score": [0.87, 0.85, 0.9, 30.0], "f1": [0.87, 0.85, None, None],
+                          "accuracy": [0.81, 0.79, 0.9, None], "chance": [chance_f1, chance_f1, 0.5, 0.0]})
+    out = verdict_scores(table)
+    assert out["score"].tolist() == [0.81, 0.79, 0.9, 30.0]
+    assert out["metric"].tolist() == ["accuracy", "accuracy", "accuracy", "BLEU"]
+    assert out.loc[:1, "chance"].tolist() == pytest.approx([chance_acc] * 2)
+    assert out["f1"].tolist()[:2] == [0.87, 0.85] and table["metric"].iloc[0] == "f1"  # F1 kept; input unchanged
+    assert verdict_scores(out).equals(out)  # idempotent
+    assert data.get_task("MRPC").verdict_metric == "accuracy" and data.get_task("MRPC").main_metric == "f1"
+    assert data.get_task("CoLA").verdict_metric == "matthews"
+    with pytest.raises(ValueError, match="MRPC.*accuracy"):
+        verdict_scores(table.drop(columns="accuracy"))
+    with pytest.raises(ValueError, match="chance F1 of 0"):
+        verdict_scores(table.assign(chance=0.0))

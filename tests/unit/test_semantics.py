@@ -12,11 +12,29 @@ from headprune_utils import claims, semantics, stats
 from headprune_utils.config import ParameterError
 
 
-def _row(cid, sem, p, verdict="inconclusive", n=5, task="SST-2", setting="s"):
+SUP = "superiority (greater); one-sided t tests on d; alpha=0.05"
+EQ = "equivalence (TOST); one-sided t tests on d; alpha=0.05; margin: 0.1 = fixed"
+
+
+def _row(cid, sem, p, verdict="inconclusive", n=5, task="SST-2", setting="s", effect=0.1):
+    """A superiority row: tests 'effect > 0' with one-sided p ``p`` and 'effect < 0' with ``1 - p`` (their
+    adjusted p set to the raw one until claims.adjust runs)."""
+    tests = "[]" if p != p else claims._dump_tests([
+        claims.HypothesisTest("supported", "greater", 0.0, "one-sided t", p, p),
+        claims.HypothesisTest("contradicted", "less", 0.0, "one-sided t", 1 - p, 1 - p)])
     return {"study": "x", "claim_id": cid, "paper": "P", "claim": "c", "task": task, "setting": setting,
-            "semantics": sem, "effect": 0.1, "ci_low": 0.0, "ci_high": 0.2, "n_units": n, "unit": "model",
-            "test": "superiority (greater); one-sample t on d; alpha=0.05", "p": p, "p_adjusted": np.nan,
-            "margin": 0.0, "verdict": verdict, "reason": "" if p == p else "a gate failed", "scale": ""}
+            "semantics": sem, "effect": effect, "ci_low": 0.0, "ci_high": 0.2, "n_units": n, "unit": "model",
+            "test": SUP, "p": p, "p_adjusted": np.nan, "margin": 0.0, "verdict": verdict,
+            "reason": "" if p == p else "a gate failed", "scale": "", "tests": tests}
+
+
+def _eq_row(cid, sem, effect, side):
+    """An equivalence row contradicted above +0.1 (``side="greater"``) or below -0.1."""
+    tests = claims._dump_tests([
+        claims.HypothesisTest("supported", "inside", 0.1, "TOST, one-sided t", 1.0, 1.0),
+        claims.HypothesisTest("contradicted", "greater", 0.1, "one-sided t", *(2 * [0.001 if side == "greater" else 1])),
+        claims.HypothesisTest("contradicted", "less", -0.1, "one-sided t", *(2 * [0.001 if side == "less" else 1]))])
+    return {**_row(cid, sem, 0.5, "contradicted", effect=effect), "test": EQ, "margin": 0.1, "tests": tests}
 
 
 def test_adjust_marks_primary_and_runs_holm_per_family():
@@ -24,18 +42,19 @@ def test_adjust_marks_primary_and_runs_holm_per_family():
                       _row("b", "uniform", 0.04), _row("a", "mean", 0.01)])
     out = claims.adjust(t, {"a": "uniform", "b": "zero"})
     assert out["analysis"].tolist() == ["primary", "primary", "sensitivity", "sensitivity", "sensitivity"]
-    # primary family: rows 0 and 1 (two claims, each under its own paper's semantics)
-    assert out["p_adjusted"].iloc[:2].tolist() == pytest.approx(list(stats.holm([0.01, 0.02])))
-    assert out["p_adjusted"].iloc[:2].tolist() == pytest.approx([0.02, 0.02])  # by hand: 2 x 0.01, max(0.02, 1 x 0.02)
-    # each sensitivity semantics alone: one row each, unadjusted
-    assert out["p_adjusted"].iloc[2:].tolist() == pytest.approx([0.03, 0.04, 0.01])
+    # primary family: rows 0 and 1 (two claims, each under its own paper's semantics), two tests each
+    assert out["p_adjusted"].iloc[:2].tolist() == pytest.approx(list(stats.holm([0.01, 0.02, 0.99, 0.98]))[:2])
+    assert out["p_adjusted"].iloc[:2].tolist() == pytest.approx([0.04, 0.06])  # by hand: 4 x 0.01, 3 x 0.02
+    # each sensitivity semantics alone: one row each, its two tests
+    assert out["p_adjusted"].iloc[2:].tolist() == pytest.approx([0.06, 0.08, 0.02])
+    assert out["verdict"].tolist() == ["supported", "inconclusive", "inconclusive", "inconclusive", "supported"]
     claims.validate(out)
 
 
 def test_adjust_without_mapping_keeps_everything_primary_and_validate_refuses_odd_analysis():
     out = claims.adjust(pd.DataFrame([_row("a", "zero", 0.01), _row("b", "zero", 0.04)]))
     assert (out["analysis"] == "primary").all()
-    assert out["p_adjusted"].tolist() == pytest.approx([0.02, 0.04])
+    assert out["p_adjusted"].tolist() == pytest.approx([0.04, 0.12])  # 4 tests: 4 x 0.01, 3 x 0.04
     bad = out.copy()
     bad.loc[0, "analysis"] = "secondary"
     with pytest.raises(ValueError, match="unknown analysis"):
@@ -50,6 +69,8 @@ def test_semantics_dependence_yes_no_cannot_tell():
         _row("d", "uniform", 0.01, "supported"),                                                    # one semantics
         _row("e", "uniform", 0.01, "supported"), _row("e", "zero", 0.5, "inconclusive"),            # strength only
         _row("f", "uniform", 0.01, "contradicted"), _row("f", "zero", 0.5, "not supported"),        # both against
+        _eq_row("g", "uniform", 0.3, "greater"), _eq_row("g", "zero", -0.3, "less"),                # a reversal
+        _eq_row("h", "uniform", 0.3, "greater"), _eq_row("h", "zero", 0.25, "greater"),             # same side
     ])
     t["analysis"] = np.where(t["semantics"] == "uniform", "primary", "sensitivity")
     dep = claims.semantics_dependence(t).set_index("claim_id")
@@ -61,6 +82,10 @@ def test_semantics_dependence_yes_no_cannot_tell():
     assert "d" not in dep.index
     assert (dep["primary_semantics"] == "uniform").all()
     assert dep.loc["a", "verdict_zero"] == "not supported"
+    # both "contradicted", but significantly above +m under one semantics and below -m under the other: a flip
+    assert dep.loc["g", "depends"] == "flips"
+    assert "reversal: effect > 0 under uniform; effect < 0 under zero" in dep.loc["g", "note"]
+    assert dep.loc["h", "depends"] == "no" and "effect > 0 under uniform; effect > 0 under zero" in dep.loc["h", "note"]
 
 
 def test_verdicts_by_semantics_keeps_primary_rows_and_drops_unmeasured_sensitivity_rows():

@@ -390,3 +390,25 @@ def test_binomial_inputs_are_checked():
             binomial_test_p(k, n)
     with pytest.raises(ValueError, match="confidence"):
         clopper_pearson(1, 2, 1.0)
+
+
+def test_one_sided_sign_flip_and_binomial_against_independent_computations():
+    """One-sided exact sign-flip p = the share of the 2**n sign vectors whose mean is at least (at most) the
+    observed one, enumerated here with itertools; one-sided binomial p = scipy's binomtest."""
+    import itertools
+
+    from scipy import stats as sps
+
+    from headprune_utils.stats import binomial_test_p, sign_flip_test
+    d = np.array([0.3, -0.1, 0.2, 0.25, 0.05])
+    means = np.array([np.mean(np.array(s) * d) for s in itertools.product([-1, 1], repeat=d.size)])
+    obs = d.mean()
+    assert sign_flip_test(d, alternative="greater") == pytest.approx(np.mean(means >= obs - 1e-12))
+    assert sign_flip_test(d, alternative="less") == pytest.approx(np.mean(means <= obs + 1e-12))
+    assert sign_flip_test([1.0] * 5, alternative="greater") == pytest.approx(1 / 32)
+    assert sign_flip_test([1.0] * 5, alternative="less") == pytest.approx(1.0)
+    for k, n in [(0, 5), (3, 5), (5, 5), (7, 9)]:
+        for alt in ("greater", "less", "two-sided"):
+            assert binomial_test_p(k, n, alt) == pytest.approx(sps.binomtest(k, n, 0.5, alternative=alt).pvalue)
+    with pytest.raises(ValueError):
+        binomial_test_p(1, 2, "sideways")

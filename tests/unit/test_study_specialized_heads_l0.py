@@ -155,7 +155,7 @@ def test_study_runs_end_to_end_and_resumes(tiny_model_dir, data_root, tmp_path, 
     cols = ["kind", "task", "seed", "lam", "score_l0", "mask", "score_full"]
     assert again[cols].equals(table[cols])
     # analysis-only parameters do not invalidate the cells; the others do
-    run_study(study.STUDY, config(tiny_model_dir, data_root, positional_threshold=0.5, margin_share=0.2), "t", paths)
+    run_study(study.STUDY, config(tiny_model_dir, data_root, positional_threshold=0.5, rare_ratio=3.0), "t", paths)
     with pytest.raises(StaleResultsError):
         run_study(study.STUDY, config(tiny_model_dir, data_root, l0_lr=0.2), "t", paths)
     # the whole analysis runs on the real table

@@ -81,3 +81,52 @@ def test_an_existence_claim_reads_as_a_share_of_units_never_as_a_signed_effect(t
     decided = summary.claim_rows("quick").set_index("claim_id").loc["v.roles", "decided"]
     assert decided == "all (A, B), s: **supported** (share 5 of 6 units = 0.833 [0.36, 0.996])"
     assert "share 5 of 6 units" in summary.study_findings_markdown("nmt_heads", "quick")
+
+
+def _header_counts(text: str) -> dict[str, int]:
+    import re
+    line = next(x for x in text.splitlines() if "claims with at least one row of each word" in x)
+    return {w: int(n) for w, n in re.findall(r"(supported|not supported|contradicted|inconclusive|not testable) (\d+)",
+                                              line.split(":", 1)[1])}
+
+
+def test_the_header_counts_equal_counts_from_the_verdict_tables(tmp_path, monkeypatch):
+    """A claim whose only decided word is "not supported" is not counted as "supported" (a substring of it)."""
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
+    t = StudyPaths("random_pruning", "quick", staged=False).tables
+    t.mkdir(parents=True)
+    rows = [_row("random_pruning", "a.x", "SST-2", "not supported", "uniform", "primary"),
+            _row("random_pruning", "a.x", "CoLA", "not supported", "uniform", "primary"),
+            _row("random_pruning", "b.y", "SST-2", "supported", "uniform", "primary"),
+            _row("random_pruning", "b.y", "CoLA", "contradicted", "uniform", "primary"),
+            _row("random_pruning", "c.z", "SST-2", "not testable", "uniform", "primary", None),
+            _row("random_pruning", "c.z", "SST-2", "supported", "zero", "sensitivity")]
+    table = pd.DataFrame(rows, columns=list(claims.COLUMNS))
+    table.to_csv(t / "verdicts.csv", index=False)
+    got = _header_counts(summary.summary_markdown("quick"))
+    prim = table[table["analysis"] == "primary"]
+    want = {w: int(prim.groupby("claim_id")["verdict"].apply(lambda v: w in set(v)).sum()) for w in claims.VERDICTS}
+    assert got == want
+    assert got["supported"] == 1 and got["not supported"] == 1
+    assert summary.verdict_words("1 not supported, 2 supported") == ["not supported", "supported"]
+
+
+def test_committed_summary_headers_equal_their_verdict_tables():
+    """Every committed SUMMARY page's header counts equal the counts computed from the committed verdict tables."""
+    from headprune_utils.paths import outputs_root
+    from headprune_utils.studies import NAMES
+    checked = 0
+    for profile in ("quick", "standard"):
+        page = summary.summary_path(profile)
+        if not page.exists():
+            continue
+        tables = [pd.read_csv(StudyPaths(n, profile, staged=False).tables / "verdicts.csv", keep_default_na=False,
+                              na_values=[""]) for n in NAMES
+                  if (StudyPaths(n, profile, staged=False).tables / "verdicts.csv").exists()]
+        prim = pd.concat(tables)
+        prim = prim[prim["analysis"] == "primary"]
+        want = {w: int(prim.groupby(["study", "claim_id"])["verdict"].apply(lambda v: w in set(v)).sum())
+                for w in claims.VERDICTS}
+        assert _header_counts(page.read_text()) == want, profile
+        checked += 1
+    assert checked >= 1, f"no committed summary page under {outputs_root()}"
