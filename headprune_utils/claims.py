@@ -744,7 +744,8 @@ def validate(table: pd.DataFrame) -> None:
         _, _, _, alpha = _parse_label(r["test"])
         if t is None or word != r["verdict"] or t.word != r["verdict"]:
             raise ValueError(f"{where}: '{r['verdict']}' is not decided by a test of that word")
-        if not (float(r["p_adjusted"]) == t.p_adjusted and t.p_adjusted < alpha):
+        # (a table read back from CSV carries p_adjusted to 6 significant digits; ``tests`` keeps every digit)
+        if not (np.isclose(float(r["p_adjusted"]), t.p_adjusted, rtol=1e-5, atol=0) and t.p_adjusted < alpha):
             raise ValueError(f"{where}: p_adjusted {r['p_adjusted']} is not the deciding test's ({t.p_adjusted}) "
                              f"below {alpha}")
 

@@ -23,7 +23,7 @@ import pandas as pd
 
 from .claims import COLUMNS, Gate, Measurement, enough_units, evaluate
 
-__all__ = ["trained_gate", "plateau_gate", "plateau", "presence_effect", "untestable", "no_nan_text"]
+__all__ = ["trained_gate", "plateau_gate", "plateau", "presence_effect", "untestable"]
 
 
 def trained_gate(full: Mapping[Hashable, float], chance: Mapping[str, float], share: float = 0.1,
@@ -106,14 +106,3 @@ def untestable(claim, rule, task: str, reason: str, *, setting: str = "", semant
     why = list(dict.fromkeys(why)) or ["no measurement"]
     out = row.assign(n_units=0, reason="; ".join(why), p_test="", tests="[]", unit_values="[]")
     return out.reindex(columns=list(COLUMNS))
-
-
-def no_nan_text(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with "margin: nan = " in its ``test`` column written as "margin: n/a (no testable task) = ". Older
-    versions of ``claims.evaluate`` labelled a pooled row whose tasks were all untestable "margin: nan = smallest of
-    the tasks' margins"; the current one writes "n/a (no testable task to pool)" itself, so this is a no-op on its
-    tables (kept until the studies stop calling it)."""
-    out = table.copy()
-    out["test"] = out["test"].astype(str).str.replace("margin: nan = ", "margin: n/a (no testable task) = ",
-                                                      regex=False)
-    return out

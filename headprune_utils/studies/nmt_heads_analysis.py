@@ -22,7 +22,7 @@ from ..masks import mask_from_string
 from ..paired_contrasts import LOCATION_CONTRASTS, Contrast, contrast_table, paired_by_strategy
 from ..claims import (Equivalence, Measurement, NonInferiority, Presence, Superiority, adjust, empty_table, evaluate,
                       role_found, validate)
-from ..verdict_rules import no_nan_text, plateau_gate, presence_effect, untestable
+from ..verdict_rules import plateau_gate, presence_effect, untestable
 from .base import Claim
 
 __all__ = [
@@ -726,6 +726,6 @@ def verdicts(table: pd.DataFrame, role_tab: pd.DataFrame, surv: pd.DataFrame, bu
         if c.id not in done:
             parts.append(untestable(c, rule[c.id], task, "no cell of this run measures it", semantics=semantics,
                                     unit=UNIT, scale=scale_, study=NAME, units=list(full), gates=gates))
-    out = no_nan_text(adjust(pd.concat(parts, ignore_index=True)))
+    out = adjust(pd.concat(parts, ignore_index=True))
     validate(out)
     return out

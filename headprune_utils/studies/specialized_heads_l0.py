@@ -45,7 +45,7 @@ from ..paths import StudyPaths
 from ..results import cell_key, fingerprint
 from .base import Cell, Cost, Study
 from .specialized_heads_l0_analysis import (  # the analysis: pure functions over the table
-    CLAIMS, CONFIDENCES, ROLE_NAMES, RULES, SCORES, VOITA_FRACTION, rules, scores_recorded, agreement_summary, curve_contrasts, full_scores, head_score_table,
+    CLAIMS, CONFIDENCES, PRETRAINED_TASK, ROLE_CLAIMS, ROLE_NAMES, RULES, SCORES, VOITA_FRACTION, pretrained_role_heads, rules, scores_recorded, agreement_summary, curve_contrasts, full_scores, head_score_table,
     l0_curve, role_counts, rare_ratio_sensitivity, role_map_data, role_stability, role_table, roles_at_budget, scale,
     score_agreement, score_map_data, survival_auc_per_model, survival_heads, survival_map_data, survival_tests,
     survival_with_roles, sweep_summary, verdicts,
@@ -56,7 +56,7 @@ __all__ = [
     "study_fingerprint", "role_thresholds", "head_roles", "gate_batches", "run_roles_cell", "run_scores_cell",
     "run_l0_cell",
     # the analysis (specialized_heads_l0_analysis, role_survival), re-exported so the notebook needs one module
-    "CLAIMS", "CONFIDENCES", "ROLE_NAMES", "RULES", "SCORES", "rules", "scores_recorded", "VOITA_FRACTION", "agreement_summary", "curve_contrasts", "full_scores",
+    "CLAIMS", "CONFIDENCES", "PRETRAINED_TASK", "ROLE_CLAIMS", "pretrained_role_heads", "ROLE_NAMES", "RULES", "SCORES", "rules", "scores_recorded", "VOITA_FRACTION", "agreement_summary", "curve_contrasts", "full_scores",
     "head_score_table", "l0_curve", "rare_ratio_sensitivity", "role_counts", "role_map_data", "role_stability",
     "role_table", "roles_at_budget", "scale", "score_agreement", "score_map_data", "survival_auc_per_model",
     "survival_heads", "survival_map_data", "survival_tests", "survival_with_roles", "sweep_summary", "verdicts",

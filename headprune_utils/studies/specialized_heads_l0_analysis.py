@@ -21,10 +21,10 @@ from ..role_survival import (  # noqa: F401 (re-exported: the notebook and the t
     ROLE_NAMES, VOITA_FRACTION, role_counts, role_map_data, role_stability, role_table, roles_at_budget,
     survival_heads, survival_map_data, survival_tests, survival_with_roles,
 )
-from ..claims import (Equivalence, Measurement, NonInferiority, Presence, Superiority, adjust, evaluate, role_found,
-                      validate)
+from ..claims import (Equivalence, Gate, Measurement, NonInferiority, Presence, Superiority, adjust, evaluate,
+                      role_found, validate)
 from ..role_survival import role_mask, survival_auc_per_model  # noqa: F401
-from ..verdict_rules import no_nan_text, presence_effect, trained_gate, untestable
+from ..verdict_rules import presence_effect, trained_gate, untestable
 from .base import Claim
 
 NAME = "specialized_heads_l0"
@@ -215,20 +215,51 @@ CLAIMS: tuple[Claim, ...] = (
           precondition="the full model above chance (+ 0.1 x (1 - chance)); relevance here is first-order "
                        "(gradient x activation), not LRP; the special-key-free confidence needs scores cells of "
                        "RESULTS_VERSION >= 2"),
+    # The role claims ("heads of this role exist") are about THE pre-trained model: every fine-tuned model here starts
+    # from one pre-trained MiniLM, which already has (or lacks) the heads, so for "a model trained this way has such
+    # heads" n = 1 model; it is described (claims.evaluate, not testable by a gate that names the count), never tested
+    # over its fine-tuned copies (pseudo-replicates). What the copies do test is another claim, declared as such below
+    # (ours.*_survive: the role survives fine-tuning).
     Claim("voita.positional_heads", f"{VOITA} (Sec. 5)",
           "Positional heads exist: the maximum attention falls on the previous or next token >= 90% of the time.",
-          quantity="positional heads per fine-tuned model (UD English-EWT); presence: share of models with one, exact binomial against 1/2",
-          precondition="the full model above chance (+ 0.1 x (1 - chance)); UD English-EWT sentences"),
+          quantity="positional heads of THE pre-trained model (UD English-EWT); one model (n = 1): described (the count "
+                   "and the heads), not tested; the fine-tuned copies test ours.positional_heads_survive",
+          precondition="a claim about one pre-trained model (n = 1 model) is never tested (described only); UD "
+                       "English-EWT sentences"),
     Claim("voita.syntactic_heads", f"{VOITA} (Sec. 5)",
           "Syntactic heads exist: they point to a word's dependency relative more often than the best "
           "fixed-offset baseline (by >= 10 points).",
-          quantity="syntactic heads per fine-tuned model (word pieces aggregated); presence: share of models with one, exact binomial against 1/2",
-          precondition="the full model above chance (+ 0.1 x (1 - chance)); UD sentences with the relations"),
+          quantity="syntactic heads of THE pre-trained model (word pieces aggregated); one model (n = 1): described "
+                   "(the count and the heads), not tested; the fine-tuned copies test ours.syntactic_heads_survive",
+          precondition="a claim about one pre-trained model (n = 1 model) is never tested (described only); UD "
+                       "sentences with the relations"),
     Claim("voita.rare_word_head", f"{VOITA} (Sec. 5)",
           "A rare-word head exists: it attends to the least frequent token of the sentence, in the first layer.",
+          quantity="rare-word heads IN THE FIRST LAYER of THE pre-trained model (share pointing at the rarest token "
+                   ">= rare_ratio x chance, binomial p < rare_alpha); one model (n = 1): described (the count and the "
+                   "heads), not tested; the fine-tuned copies test ours.rare_word_head_survives",
+          precondition="a claim about one pre-trained model (n = 1 model) is never tested (described only); "
+                       "word-piece frequencies of the stated corpus"),
+    Claim("ours.positional_heads_survive", "ours (exploratory)",
+          "Fine-tuning keeps the pre-trained model's positional heads: most fine-tuned models still have one.",
+          quantity="positional heads per fine-tuned model (UD English-EWT); presence: share of models with one, exact "
+                   "binomial against 1/2, per task and pooled",
+          precondition="the full model above chance (+ 0.1 x (1 - chance)); the pre-trained model has a positional "
+                       "head (else nothing can survive); UD English-EWT sentences"),
+    Claim("ours.syntactic_heads_survive", "ours (exploratory)",
+          "Fine-tuning keeps the pre-trained model's syntactic heads: most fine-tuned models still have one.",
+          quantity="syntactic heads per fine-tuned model (word pieces aggregated); presence: share of models with one, "
+                   "exact binomial against 1/2, per task and pooled",
+          precondition="the full model above chance (+ 0.1 x (1 - chance)); the pre-trained model has a syntactic "
+                       "head (else nothing can survive); UD sentences with the relations"),
+    Claim("ours.rare_word_head_survives", "ours (exploratory)",
+          "Fine-tuning keeps the pre-trained model's rare-word head: most fine-tuned models still have one "
+          "(in the first layer).",
           quantity="rare-word heads IN THE FIRST LAYER per fine-tuned model (share pointing at the rarest token >= "
-                   "rare_ratio x chance, binomial p < rare_alpha); presence: share of models with one, exact binomial against 1/2",
-          precondition="the full model above chance (+ 0.1 x (1 - chance)); word-piece frequencies of the stated corpus"),
+                   "rare_ratio x chance, binomial p < rare_alpha); presence: share of models with one, exact binomial "
+                   "against 1/2, per task and pooled",
+          precondition="the full model above chance (+ 0.1 x (1 - chance)); the pre-trained model has a rare-word "
+                       "head in the first layer (else nothing can survive); word-piece frequencies of the stated corpus"),
     Claim("voita.most_prunable", f"{VOITA} (Sec. 6)",
           "Most encoder heads can be pruned with little loss (38 of 48 pruned for -0.15 BLEU).",
           quantity="per model: score(L0 mask) - score(full) at the L0 mask keeping the most heads among those keeping "
@@ -271,12 +302,17 @@ def rules() -> dict:
     ("little loss", "equally good", L0 against random) ``margins.TASK_SCORE`` (0.1 x (full - chance) of the task);
     Spearman rho ``margins.CORRELATION``; within-layer AUC - 0.5 ``margins.AUC``; presence beyond chance (a
     difference of shares) ``margins.SHARE_OF_HEADS``. A superiority claim uses its margin only to say ``not
-    supported``; the existence claims (``claims.Presence``) test the share of models with the role against 1/2."""
+    supported``; the survival-of-a-role claims (``claims.Presence``) test the share of fine-tuned models with the role
+    against 1/2. The existence claims (``voita.*`` roles, also ``claims.Presence``) are about the one pre-trained
+    model (n = 1): described, never tested (:func:`pretrained_role_rows`)."""
     return {
         "voita.important_are_confident": Superiority("greater", margin=margins.CORRELATION),
         "voita.positional_heads": Presence(),
         "voita.syntactic_heads": Presence(),
         "voita.rare_word_head": Presence(),
+        "ours.positional_heads_survive": Presence(),
+        "ours.syntactic_heads_survive": Presence(),
+        "ours.rare_word_head_survives": Presence(),
         "voita.most_prunable": NonInferiority(margins.TASK_SCORE),
         "voita.l0_beats_random": Superiority("greater", margin=margins.TASK_SCORE),
         "exploratory.l0_vs_importance": Equivalence(margins.TASK_SCORE),
@@ -365,6 +401,81 @@ def role_heads_per_model(roles: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["task", "seed", "positional", "syntactic", "rare-word", "specialized"])
 
 
+# (the existence claim about the pre-trained model, the survival claim over its fine-tuned copies, the role)
+ROLE_CLAIMS: tuple[tuple[str, str, str], ...] = (
+    ("voita.positional_heads", "ours.positional_heads_survive", "positional"),
+    ("voita.syntactic_heads", "ours.syntactic_heads_survive", "syntactic"),
+    ("voita.rare_word_head", "ours.rare_word_head_survives", "rare-word"),
+)
+PRETRAINED_TASK = "pre-trained model"
+PRETRAINED_UNIT = "pre-trained model"
+_LIST_AT_MOST = 8  # a role's heads are listed (layer-head) when there are at most this many
+
+
+def pretrained_role_heads(roles: pd.DataFrame) -> dict[str, list[tuple[int, int]]] | None:
+    """Per role (:data:`ROLE_NAMES`): the (layer, head) of the pre-trained model's heads of that role (rare-word: in
+    the first layer only, as the claim says), from the rows of :func:`role_table` with ``source == "pretrained"``
+    (the cell ``{"kind": "roles", "task": "pretrained"}``); None when the table has no such row (not measured)."""
+    pre = roles[roles["source"] == "pretrained"] if len(roles) and "source" in roles else roles.iloc[0:0]
+    if pre.empty:
+        return None
+    out = {}
+    for role in ROLE_NAMES:
+        has = role_mask(pre, role).astype(bool) & ((pre["layer"] == 0) if role == "rare-word" else True)
+        g = pre[has].sort_values(["layer", "head"])
+        out[role] = [(int(a), int(b)) for a, b in zip(g["layer"], g["head"])]
+    return out
+
+
+def _heads_text(role: str, heads: list[tuple[int, int]]) -> str:
+    word = f"{role} head" + ("" if len(heads) == 1 else "s") + (" in the first layer" if role == "rare-word" else "")
+    listed = (f" ({', '.join(f'{a}-{b}' for a, b in heads)}; layer-head)" if 0 < len(heads) <= _LIST_AT_MOST else "")
+    return f"{len(heads)} {word}{listed}"
+
+
+def one_pretrained_model_gate(role: str, heads: list[tuple[int, int]]) -> Gate:
+    """Gate of an existence claim about the pre-trained model: always fails (one model, n = 1: described, never
+    tested), its reason naming the count of the role's heads (and the heads when few)."""
+
+    def gate(m: Measurement) -> str:
+        return ("a claim about one pre-trained model (n = 1 model): described, not tested: the pre-trained MiniLM has "
+                + _heads_text(role, heads))
+
+    return gate
+
+
+def pretrained_has_role_gate(role: str, heads: list[tuple[int, int]] | None) -> Gate:
+    """Gate of a survival claim: the pre-trained model has a head of ``role`` (else nothing can survive fine-tuning;
+    ``heads`` None: the pre-trained model's roles were not measured)."""
+
+    def gate(m: Measurement) -> str | None:
+        if heads is None:
+            return "the pre-trained model's roles are not measured: nothing to say survives fine-tuning"
+        if heads:
+            return None
+        return (f"the pre-trained model has no {role} head" + (" in the first layer" if role == "rare-word" else "")
+                + ": nothing to survive fine-tuning")
+
+    return gate
+
+
+def pretrained_role_rows(claim: Claim, rule, heads: list[tuple[int, int]] | None, role: str, semantics: str,
+                         scale_: str) -> pd.DataFrame:
+    """The verdict row of an existence claim about the pre-trained model (``claims.evaluate`` of one measurement:
+    the pre-trained model, one unit, its count of ``role`` heads): ``not testable`` by
+    :func:`one_pretrained_model_gate` (n = 1), outside the Holm family. The effect column is the count of heads (the
+    description), not the share of units with one (1 of 1 or 0 of 1), and the share's interval is left out."""
+    if heads is None:
+        return untestable(claim, rule, PRETRAINED_TASK, "the pre-trained model's roles are not measured (its roles "
+                          "cell is missing)", semantics=semantics, unit=PRETRAINED_UNIT, scale=scale_, study=NAME)
+    effect = f"{role} heads of the pre-trained model" + (" (first layer)" if role == "rare-word" else "")
+    m = Measurement(PRETRAINED_TASK, [float(len(heads))], ["pretrained"], "", semantics, effect, PRETRAINED_UNIT)
+    row = evaluate(claim, rule, [m], [one_pretrained_model_gate(role, heads)], scale=scale_, study=NAME)
+    if not ((row["verdict"] == "not testable") & (row["tests"] == "[]")).all():
+        raise AssertionError(f"{claim.id}: a claim about one pre-trained model was tested")
+    return row.assign(effect=float(len(heads)), ci_low=float("nan"), ci_high=float("nan"))
+
+
 def presence_rows(budget: pd.DataFrame) -> pd.DataFrame:
     """Long rows (task, seed, role, effect) of :func:`roles_at_budget`: per model and role found in it,
     ``verdict_rules.presence_effect``."""
@@ -385,7 +496,10 @@ def verdicts(table: pd.DataFrame, agreement: pd.DataFrame, roles: pd.DataFrame, 
     ``surv``: :func:`survival_heads`; ``budget``: :func:`roles_at_budget`; ``semantics``: the ablation;
     ``scale_``: :func:`scale`. Rules and margins: :func:`rules`. Unit = the fine-tuned model (task, seed): values of
     one model (its lambdas) are averaged first; one measurement per task, a pooled row when tasks agree; Holm over
-    every test of the whole table (``claims.adjust``)."""
+    every test of the whole table (``claims.adjust``). The role-existence claims (:data:`ROLE_CLAIMS`) are about the
+    one pre-trained model (the ``roles`` rows with ``source == "pretrained"``): one row each, task
+    :data:`PRETRAINED_TASK`, ``not testable`` (n = 1: described by the count of its heads), outside the family; their
+    fine-tuned copies test the survival claims (``ours.*_survive*``)."""
     rule = rules()
     full = full_scores(table)
     tasks = list(dict.fromkeys(full["task"]))
@@ -408,9 +522,12 @@ def verdicts(table: pd.DataFrame, agreement: pd.DataFrame, roles: pd.DataFrame, 
                  f"the scores cells do not record {conf} (cells made before it existed: RESULTS_VERSION 1)")
         add("voita.important_are_confident", rho.dropna(subset=["spearman"]), "spearman", setting=setting,
             effect=f"Spearman(relevance, {conf}) per model", empty=empty)
-    for cid, role in (("voita.positional_heads", "positional"), ("voita.syntactic_heads", "syntactic"),
-                      ("voita.rare_word_head", "rare-word")):
-        add(cid, per_model, role, effect=f"{role} heads per model" + (" (first layer)" if role == "rare-word" else ""),
+    pre = pretrained_role_heads(roles)
+    for voita, survives, role in ROLE_CLAIMS:  # n = 1 (the pre-trained model): described; its copies: survival
+        parts.append(pretrained_role_rows(CLAIM[voita], rule[voita], None if pre is None else pre[role], role,
+                                          semantics, scale_))
+        add(survives, per_model, role, gates=[pretrained_has_role_gate(role, None if pre is None else pre[role])],
+            effect=f"{role} heads per model" + (" (first layer)" if role == "rare-word" else ""),
             empty="no roles measured")
     add("voita.most_prunable", most_prunable_rows(curve), "diff", setting="<= half the heads kept",
         effect="score(L0) - score(full)", full_=full, empty="no L0 mask keeps at most half of the heads")
@@ -429,7 +546,7 @@ def verdicts(table: pd.DataFrame, agreement: pd.DataFrame, roles: pd.DataFrame, 
         add("voita.functions_at_17_of_48", pres[pres["role"] == role], "effect",
             gates=[role_found(role, _role_totals(roles, role))],
             setting=role, effect="kept - P(random mask keeps one)", empty=f"no head of role '{role}' found")
-    out = no_nan_text(adjust(pd.concat(parts, ignore_index=True)))
+    out = adjust(pd.concat(parts, ignore_index=True))
     validate(out)
     return out
 

@@ -53,7 +53,10 @@ def cells(full=0.9, chance=0.5, l0_gain=0.2, imp_gap=0.0, spec_first=False, rho=
     return pd.DataFrame(rows)
 
 
-def roles_of(table, found=True, seeds=SEEDS):
+def roles_of(table, found=True, seeds=SEEDS, pretrained=("positional", "rare-word")):
+    """Role rows of the fine-tuned models (the SPEC heads positional, (0, 0) also rare-word, when ``found``) and of
+    the pre-trained model (source "pretrained", seed -1): the SPEC heads have the roles in ``pretrained`` (rare-word:
+    (0, 0) only, the first layer); ``pretrained=None``: no pre-trained row (its roles cell missing)."""
     rows = []
     for task in TASKS:
         for seed in seeds:
@@ -63,6 +66,15 @@ def roles_of(table, found=True, seeds=SEEDS):
                     rows.append({"source": task, "task": task, "seed": seed, "layer": layer, "head": head,
                                  "positional": s, "syntactic": False, "rare": s and layer == 0, "specialized": s,
                                  "role": "positional" if s else "other"})
+    for layer in range(L):
+        for head in range(H) if pretrained is not None else ():
+            s = (layer, head) in SPEC
+            pos, syn = s and "positional" in pretrained, s and "syntactic" in pretrained
+            rare = s and layer == 0 and "rare-word" in pretrained
+            rows.append({"source": "pretrained", "task": "pretrained", "seed": -1, "layer": layer, "head": head,
+                         "positional": pos, "syntactic": syn, "rare": rare, "specialized": pos or syn or rare,
+                         "role": "several" if pos + syn + rare > 1 else "positional" if pos else "syntactic" if syn
+                         else "rare-word" if rare else "other"})
     return pd.DataFrame(rows)
 
 
@@ -112,8 +124,16 @@ def test_every_claim_has_a_rule_and_a_row():
     v = run(cells(), roles_of(None))
     assert set(study.RULES) == {c.id for c in study.CLAIMS} == set(v["claim_id"])
     assert (v["study"] == "specialized_heads_l0").all() and (v["semantics"] == "zero").all()
-    assert (v["unit"] == "model (task x seed)").all()
-    assert {c.id: c for c in study.CLAIMS}["exploratory.l0_vs_importance"].paper == "ours (exploratory)"
+    about_pretrained = v["claim_id"].isin([voita for voita, _, _ in study.ROLE_CLAIMS])
+    assert (v.loc[~about_pretrained, "unit"] == "model (task x seed)").all()
+    assert (v.loc[about_pretrained, "unit"] == "pre-trained model").all() and about_pretrained.sum() == 3
+    claim = {c.id: c for c in study.CLAIMS}
+    assert claim["exploratory.l0_vs_importance"].paper == "ours (exploratory)"
+    for voita, survives, role in study.ROLE_CLAIMS:
+        assert claim[survives].paper == "ours (exploratory)" and "Fine-tuning keeps" in claim[survives].text
+        assert isinstance(study.RULES[survives], claims.Presence)
+        assert "pre-trained model" in claim[voita].quantity and "n = 1" in claim[voita].quantity
+        assert "n = 1" in claim[voita].precondition
     confident = {c.id: c for c in study.CLAIMS}["voita.important_are_confident"]
     assert "EOS" in confident.quantity and "BOTH" in confident.quantity and "not measured" not in confident.precondition
 
@@ -182,11 +202,12 @@ def test_role_claims_need_a_role_found():
         assert row["verdict"] == "not testable" and f"no head of role '{setting}'" in row["reason"]
     row = verdict(v, "voita.specialized_last_pruned")
     assert row["verdict"] == "not testable" and "specialized" in row["reason"]
-    # existence claims are tested on the share of models with the role (claims.Presence): none found in 4 models
+    # the survival claims are tested on the share of fine-tuned models with the role (claims.Presence): none found
+    # in 4 models
     # per task is k = 0 of 4, whose exact one-sided binomial test cannot reach 0.05 (1/16; it needs 5 models: not
     # testable, never a t-interval [0, 0]); the two tasks pool to 0 of 8, one-sided p = 1 / 2**8, the
     # Clopper-Pearson upper bound 1 - 0.025**(1/8); that p does not survive Holm over every test of the study
-    row, pooled = verdict(v, "voita.positional_heads"), verdict(v, "voita.positional_heads", task="all (A, B)")
+    row, pooled = verdict(v, "ours.positional_heads_survive"), verdict(v, "ours.positional_heads_survive", task="all (A, B)")
     assert row["verdict"] == "not testable" and "found in 0 of 4 units" in row["reason"]
     assert "needs 5 units" in row["reason"] and row["tests"] == "[]"
     assert row["effect"] == 0 and row["ci_high"] == pytest.approx(1 - 0.025 ** (1 / 4))
@@ -195,7 +216,7 @@ def test_role_claims_need_a_role_found():
     assert pooled["ci_high"] == pytest.approx(1 - 0.025 ** (1 / 8))
     assert pooled["verdict"] == "inconclusive" and pooled["p_adjusted"] >= 0.05
     v2 = run(cells(), roles_of(None))
-    for cid in ("voita.positional_heads", "voita.rare_word_head"):  # rare-word: (0, 0), the first layer
+    for cid in ("ours.positional_heads_survive", "ours.rare_word_head_survives"):  # rare-word: (0, 0), the first layer
         row, pooled = verdict(v2, cid), verdict(v2, cid, task="all (A, B)")
         assert row["effect"] == 1 and row["verdict"] == "not testable" and "found in 4 of 4 units" in row["reason"]
         assert pooled["effect"] == 1 and pooled["p"] == pytest.approx(1 / 2**8)
@@ -205,9 +226,57 @@ def test_role_claims_need_a_role_found():
     # with 8 models per task the pooled share (16 models, p = 1 / 2**16) decides, both ways
     for found, word in ((True, "supported"), (False, "contradicted")):
         v3 = run(cells(seeds=MANY), roles_of(None, found=found, seeds=MANY), seeds=MANY)
-        for cid in ("voita.positional_heads", "voita.rare_word_head"):
+        for cid in ("ours.positional_heads_survive", "ours.rare_word_head_survives"):
             pooled = verdict(v3, cid, task="all (A, B)")
             assert pooled["p"] == pytest.approx(1 / 2**16) and pooled["verdict"] == word
+
+
+def test_role_existence_is_described_on_the_pretrained_model_never_tested():
+    """voita.<role>: one row, the pre-trained model (n = 1): not testable by a gate naming the count, no tests."""
+    v = run(cells(seeds=MANY), roles_of(None, seeds=MANY), seeds=MANY)  # the survival rows do decide here
+    for voita, survives, role in study.ROLE_CLAIMS:
+        rows = v[v["claim_id"] == voita]
+        assert len(rows) == 1 and rows.iloc[0]["task"] == "pre-trained model"
+        row = rows.iloc[0]
+        assert row["verdict"] == "not testable" and row["n_units"] == 1 and claims.row_tests(row) == []
+        assert np.isnan(row["p"]) and np.isnan(row["p_adjusted"])
+        assert "a claim about one pre-trained model (n = 1 model): described, not tested" in row["reason"]
+        count = {"positional": 2, "syntactic": 0, "rare-word": 1}[role]
+        assert row["effect"] == count and f"the pre-trained MiniLM has {count} {role} head" in row["reason"]
+    assert "(0-0, 1-2; layer-head)" in verdict(v, "voita.positional_heads", "pre-trained model")["reason"]
+    assert "(0-0; layer-head)" in verdict(v, "voita.rare_word_head", "pre-trained model")["reason"]
+    # the fine-tuned copies test the survival claims instead (here, 16 models: decided)
+    assert verdict(v, "ours.positional_heads_survive", "all (A, B)")["verdict"] == "supported"
+    # no test of these rows is in the study's family
+    ft = claims.family_tests(v)
+    assert not set(ft["row"]) & set(v.index[v["claim_id"].isin([c for c, _, _ in study.ROLE_CLAIMS])])
+    # also when the pre-trained model has every role, or none
+    for pretrained in (("positional", "syntactic", "rare-word"), ()):
+        v2 = run(cells(), roles_of(None, pretrained=pretrained))
+        for voita, _, role in study.ROLE_CLAIMS:
+            row = verdict(v2, voita, "pre-trained model")
+            assert row["verdict"] == "not testable" and claims.row_tests(row) == [] and row["n_units"] == 1
+            assert row["effect"] == (0 if not pretrained else 1 if role == "rare-word" else 2)
+
+
+def test_a_role_absent_from_the_pretrained_model_cannot_survive():
+    v = run(cells(seeds=MANY), roles_of(None, seeds=MANY, pretrained=("rare-word",)), seeds=MANY)
+    for task in ("A", "B", "all (A, B)"):  # the fine-tuned models have positional heads, the pre-trained has none
+        row = verdict(v, "ours.positional_heads_survive", task)
+        assert row["verdict"] == "not testable" and claims.row_tests(row) == []
+    assert "the pre-trained model has no positional head: nothing to survive fine-tuning" in verdict(
+        v, "ours.positional_heads_survive")["reason"]
+    assert "nothing to survive" in verdict(v, "ours.syntactic_heads_survive")["reason"]
+    # the role it has is tested as before
+    assert verdict(v, "ours.rare_word_head_survives", "all (A, B)")["verdict"] == "supported"
+    # no pre-trained row at all (its roles cell missing): every role row is not testable, with that reason
+    v2 = run(cells(), roles_of(None, pretrained=None))
+    for voita, survives, _ in study.ROLE_CLAIMS:
+        row = verdict(v2, voita, "pre-trained model")
+        assert row["verdict"] == "not testable" and "not measured" in row["reason"] and claims.row_tests(row) == []
+        for task in ("A", "B", "all (A, B)"):
+            assert verdict(v2, survives, task)["verdict"] == "not testable"
+        assert "roles are not measured" in verdict(v2, survives)["reason"]
 
 
 def test_specialized_last_pruned_within_layers_both_ways():
