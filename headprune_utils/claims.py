@@ -1,11 +1,14 @@
 """The claims model: a claim's verdict is computed from unit-level measurements by a stated decision rule, into
 one row of one table layout (:data:`COLUMNS`), with one of five words (:data:`VERDICTS`) and a reason.
 
-Pieces: a decision rule (:class:`Superiority`, :class:`Equivalence`, :class:`NonInferiority`, :class:`Presence`),
-measurements (:class:`Measurement`: one task x setting x ablation semantics, values with the unit each belongs
-to), gates (callables ``Measurement -> None | failed precondition``), :func:`evaluate` (rows of one claim),
-:func:`adjust` (Holm within a study's family), :func:`decide` (the verdict of one row), :func:`render` (text,
-never "nan").
+Pieces: a claim (:class:`Claim`: declared once per study in ``studies/<study>_claims.py``, with its rule, gates and
+figure), a decision rule (one class per rule: :class:`Superiority`, :class:`Equivalence`, :class:`NonInferiority`,
+:class:`Presence`, :class:`EmpiricalRank`), measurements (:class:`Measurement`: one task x setting x ablation
+semantics, values with the unit each belongs to; :meth:`Measurement.absent` for one the run could not make), gates
+(:class:`Gate` objects that render their own text and check a measurement; the standard ones in
+:mod:`headprune_utils.preconditions`), :func:`evaluate` (rows of one claim), :func:`adjust` (Holm within a study's
+family), :func:`decide` (the verdict of one row), :func:`render` (text, never "nan"). No verdict row is built by
+hand: a ``not testable`` row comes from a failed gate (:class:`Measured` for an absent measurement).
 
 Units. The unit of replication is an independently trained model (task x seed). Several values of one unit
 (nested budgets of one model, masks on one fine-tuned model) are averaged within the unit first
@@ -67,7 +70,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -77,8 +80,8 @@ from . import stats
 
 __all__ = [
     "VERDICTS", "COLUMNS", "Untestable", "ShareOfHeadroom", "Superiority", "Equivalence",
-    "NonInferiority", "Presence", "Measurement", "Gate", "enough_units", "above_chance", "adapts_to_mask",
-    "role_found", "evaluate", "decide", "adjust", "render", "validate", "empty_table", "ANALYSES", "semantics_dependence",
+    "NonInferiority", "Presence", "EmpiricalRank", "Claim", "Measurement", "Gate", "Measured", "RULES",
+    "enough_units", "evaluate", "decide", "adjust", "render", "validate", "empty_table", "ANALYSES", "semantics_dependence",
     "HypothesisTest", "DECISION_TABLE", "decision_table_markdown", "row_tests", "family_tests", "DECIDED",
     "retest", "margin_sensitivity",
 ]
@@ -216,8 +219,90 @@ class Presence:
         _check_alpha(self.alpha)
 
 
-Rule = Superiority | Equivalence | NonInferiority | Presence
-_TEST_NAMES = {"t": "one-sided t", "sign_flip": "exact one-sided sign-flip", "binomial": "exact one-sided binomial"}
+@dataclass(frozen=True)
+class EmpiricalRank:
+    """Claim: one observed statistic lies above (``"greater"``) or below (``"less"``) the distribution of a
+    reference: for a method that is deterministic given the one pre-trained model (its one result is n = 1, e.g.
+    the one zero-shot mask), compared with the draws of a random method (e.g. random masks of the same size).
+    The measurement's ``values`` hold the observed statistic, ``null`` one statistic per reference draw (K draws).
+    Tests: the exact one-sided empirical p, ``(1 + #{draws at least as extreme}) / (1 + K)`` (the observed result
+    counted as one of the draws, so p is never 0), for ``supported`` (beyond the draws in the claim's direction)
+    and ``contradicted`` (beyond them the other way). Power gate: ``1 / (1 + K) < alpha`` (20 draws for 0.05).
+    Effect: observed - mean of the draws; its interval: observed - the draws' ``alpha`` and ``1 - alpha``
+    quantiles (descriptive). No margin: such a claim is supported or contradicted only. Never pooled over tasks
+    (one statistic per task)."""
+
+    direction: Literal["greater", "less"] = "greater"
+    alpha: float = 0.05
+    margin: float = field(default=0.0, init=False)
+    test: str = field(default="rank", init=False)
+    kind: str = field(default="rank", init=False)
+
+    def __post_init__(self):
+        _check_alpha(self.alpha)
+        if self.direction not in ("greater", "less"):
+            raise ValueError(f"direction must be 'greater' or 'less', got {self.direction!r}")
+
+
+Rule = Superiority | Equivalence | NonInferiority | Presence | EmpiricalRank
+RULES: tuple[type, ...] = (Superiority, Equivalence, NonInferiority, Presence, EmpiricalRank)
+_TEST_NAMES = {"t": "one-sided t", "sign_flip": "exact one-sided sign-flip", "binomial": "exact one-sided binomial",
+               "rank": "exact one-sided empirical rank"}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim a study tests, declared once as data (each study's ``<study>_claims.py``, its ``CLAIMS``).
+
+    ``id`` (``paper.short_name``), ``paper`` (who claimed it, with the section), ``text`` (the claim in one
+    sentence), ``rule`` (how a word is decided: :class:`Superiority`, :class:`Equivalence`,
+    :class:`NonInferiority`, :class:`Presence`, :class:`EmpiricalRank`; its margin, the smallest effect of interest
+    from :mod:`headprune_utils.margins`, is the claim's :attr:`margin`), ``metric`` (the quantity measured per unit,
+    in words), ``regime`` (the models it is about: e.g. "fine-tuned, then masked", "the pre-trained model"),
+    ``semantics`` (the ablation semantics of the claim's own paper, under which its primary verdict is tested; ""
+    where the claim masks no head), ``gates`` (:class:`Gate` objects: the preconditions, each rendering its own
+    text, :attr:`precondition`), ``figure`` (the name of the study's figure that shows it, ``figures/<name>.png``),
+    ``measure`` (the analysis's key of what to measure, e.g. a contrast's name), ``unit`` (the unit of
+    replication) and ``note`` (where our definition or protocol differs from the paper's, and why)."""
+
+    id: str
+    paper: str
+    text: str
+    rule: Rule
+    metric: str = ""
+    regime: str = ""
+    semantics: str = "zero"
+    gates: tuple = ()
+    figure: str = ""
+    measure: str = ""
+    unit: str = DEFAULT_UNIT
+    note: str = ""
+
+    def __post_init__(self):
+        if not re.fullmatch(r"[a-z0-9_]+\.[a-z0-9_]+", self.id):
+            raise ValueError(f"claim id must read 'paper.short_name' (lower case), got {self.id!r}")
+        if not isinstance(self.rule, RULES):
+            raise TypeError(f"claim {self.id}: rule must be one of {[r.__name__ for r in RULES]}, got {self.rule!r}")
+        bad = [g for g in self.gates if not isinstance(g, Gate)]
+        if bad:
+            raise TypeError(f"claim {self.id}: gates must be claims.Gate objects (their text is the precondition), "
+                            f"got {bad}")
+        object.__setattr__(self, "gates", tuple(self.gates))
+
+    @property
+    def margin(self) -> Margin:
+        return self.rule.margin
+
+    @property
+    def precondition(self) -> str:
+        """The claim's preconditions in words (its gates' texts, then the rule's power gate)."""
+        power = ("the one-sided test can reach alpha with the units at hand"
+                 if self.rule.kind != "rank" else "enough reference draws for the empirical p to reach alpha")
+        return "; ".join([*(g.text() for g in self.gates), power])
+
+    def at(self, alpha: float) -> Rule:
+        """The claim's rule at level ``alpha``."""
+        return replace(self.rule, alpha=alpha)
 
 
 def _label(rule: Rule, effect: str, margin_note: str) -> str:
@@ -226,12 +311,15 @@ def _label(rule: Rule, effect: str, margin_note: str) -> str:
     what = effect or "unit means"
     if rule.kind == "presence":
         what = f"share of units with {what} > 0 (Clopper-Pearson CI)"
+    if rule.kind == "rank":
+        what = f"{effect or 'the observed statistic'} against the reference draws"
     text = f"{rule.kind} ({head}); {_TEST_NAMES[rule.test]} tests on {what}; alpha={rule.alpha:g}"
     return text + (f"; margin: {margin_note}" if margin_note else "")
 
 
-_LABEL = re.compile(r"^(superiority|equivalence|non-inferiority|presence) \((greater|less|TOST)\); "
-                    r"(one-sided t|exact one-sided sign-flip|exact one-sided binomial) tests on .*?; "
+_LABEL = re.compile(r"^(superiority|equivalence|non-inferiority|presence|rank) \((greater|less|TOST)\); "
+                    r"(one-sided t|exact one-sided sign-flip|exact one-sided binomial|exact one-sided empirical rank) "
+                    r"tests on .*?; "
                     r"alpha=([0-9.eE+-]+)(;|$)")
 
 
@@ -260,6 +348,8 @@ class HypothesisTest:
     @property
     def h1(self) -> str:
         what = "share" if "binomial" in self.method else "effect"
+        if "empirical rank" in self.method:
+            return f"observed {'>' if self.side == 'greater' else '<'} the reference draws"
         if self.method.startswith("TOST"):
             return f"|{what}| < {self.bound:.3g}"
         bound = "0" if self.bound == 0 else f"{self.bound:+.3g}"
@@ -306,7 +396,10 @@ class Measurement:
     ``values``: the effect per observation (e.g. a paired difference score(a) - score(b)), one or more per
     unit; ``units``: the unit (independently trained model, e.g. ``(task, seed)`` or the seed) of each value.
     ``effect``: the effect's name (goes into the ``test`` column). ``full``: the full model's score per unit
-    (margins, :func:`above_chance`, normalisation), ``chance``: the chance score (same units as ``full``).
+    (margins, ``preconditions.AboveChance``, normalisation), ``chance``: the chance score (same units as ``full``).
+    ``missing``: why nothing could be measured (:meth:`absent`; the row is then ``not testable`` with that reason).
+    ``null``: for the :class:`EmpiricalRank` rule only, the statistic of each draw of the reference distribution
+    (e.g. each random mask), ``values`` holding the one observed statistic.
     """
 
     task: str
@@ -318,14 +411,28 @@ class Measurement:
     unit: str = DEFAULT_UNIT
     full: Sequence[float] | None = None
     chance: float | None = None
+    missing: str = ""
+    null: Sequence[float] | None = None
 
     def unit_values(self) -> np.ndarray:
-        """``[n_units]`` the mean value of each unit (order of first appearance)."""
+        """``[n_units]`` the mean value of each unit (order of first appearance); empty when nothing was measured."""
+        if len(self.values) == 0:
+            return np.zeros(0)
         return stats.unit_means(self.values, self.units)[1]
 
     @property
     def n_units(self) -> int:
-        return len(stats.unit_means(self.values, self.units)[0])
+        return 0 if len(self.values) == 0 else len(stats.unit_means(self.values, self.units)[0])
+
+    @classmethod
+    def absent(cls, task: str, why: str, *, setting: str = "", semantics: str = "", unit: str = DEFAULT_UNIT,
+               effect: str = "") -> "Measurement":
+        """A measurement that could not be made (``why``: what is missing, e.g. "no paired cells of zero_shot and
+        random under the zero semantics in this run"): its row is ``not testable`` with that reason (the
+        :class:`Measured` gate, which :func:`evaluate` always applies first), 0 units, outside the Holm family."""
+        if not str(why).strip():
+            raise ValueError("an absent measurement needs the reason it is absent")
+        return cls(task, [], [], setting, semantics, effect, unit, missing=str(why))
 
     @property
     def headroom(self) -> float | None:
@@ -335,7 +442,34 @@ class Measurement:
         return float(np.mean(np.asarray(self.full, dtype=float))) - float(self.chance)
 
 
-Gate = Callable[[Measurement], "str | None"]
+class Gate:
+    """A precondition of a claim, as an object: :meth:`text` says what must hold (a claim's precondition is its
+    gates' texts, :attr:`Claim.precondition`); :meth:`check` returns ``None`` when it holds for a measurement, else
+    the failed precondition with its numbers (the reason of the ``not testable`` row). ``evidence``: what the
+    analysis hands :func:`evaluate` besides the measurements (e.g. the adaptation differences of a run), by name.
+    Standard gates: :mod:`headprune_utils.preconditions`; a gate is also callable as ``gate(m, evidence)``."""
+
+    def text(self) -> str:
+        raise NotImplementedError
+
+    def check(self, m: "Measurement", evidence: Mapping) -> str | None:
+        raise NotImplementedError
+
+    def __call__(self, m: "Measurement", evidence: Mapping | None = None) -> str | None:
+        return self.check(m, evidence or {})
+
+
+class Measured(Gate):
+    """The gate :func:`evaluate` applies first to every measurement: something was measured (else the
+    measurement's ``missing`` reason; :meth:`Measurement.absent`)."""
+
+    def text(self) -> str:
+        return "the run measured it"
+
+    def check(self, m: "Measurement", evidence: Mapping) -> str | None:
+        if m.missing:
+            return m.missing
+        return None if len(m.values) else f"nothing measured on {m.task}"
 
 
 def _needed_units(test: str, alpha: float) -> int:
@@ -364,54 +498,6 @@ def enough_units(test: Literal["t", "sign_flip", "wilcoxon", "binomial"] = "t", 
     return gate
 
 
-def above_chance(margin: float = 0.0) -> Gate:
-    """Gate for trained-model claims: EVERY unit's full model scores above ``chance + margin`` on its task
-    (``margin`` in score units: e.g. a share of the chance-to-perfect range)."""
-
-    def gate(m: Measurement) -> str | None:
-        if m.full is None or m.chance is None or len(m.full) == 0:
-            raise ValueError(f"above_chance needs the full-model and chance scores of {m.task}")
-        full = np.asarray(m.full, dtype=float)
-        if (full > m.chance + margin).all():
-            return None
-        return (f"the full model is not above chance by {margin:g} on {m.task} in every unit "
-                f"(scores {', '.join(f'{x:.3g}' for x in full)}; chance {m.chance:.3g})")
-
-    return gate
-
-
-def adapts_to_mask(diffs: pd.DataFrame, value: str = "diff", unit: str = "seed", task: str = "task",
-                   confidence: float = 0.95,
-                   what: str = "at 50% pruned, mask-then-fine-tune - fine-tune-then-mask") -> Gate:
-    """Gate for mask-then-fine-tune claims: fine-tuning adapts to the mask on the measurement's task, i.e. the
-    t-interval (``confidence``) of the unit means of ``diffs[value]`` (rows of that task, averaged within
-    ``unit``) lies above 0. ``diffs``: the caller's table (e.g. ``what`` at 50% pruned, one row per model)."""
-
-    def gate(m: Measurement) -> str | None:
-        rows = diffs[diffs[task] == m.task]
-        if rows.empty:
-            return f"no results to check that fine-tuning adapts to the mask on {m.task} ({what})"
-        _, means = stats.unit_means(rows[value].to_numpy(dtype=float), rows[unit].tolist())
-        mean, low, high = stats.t_interval(means, confidence)
-        if len(means) >= 2 and low > 0:
-            return None
-        ci = f"{100 * confidence:g}% CI [{_fmt(low)}, {_fmt(high)}]" if len(means) >= 2 else "no CI with one unit"
-        return (f"fine-tuning does not adapt to the mask on {m.task}: {what} = {mean:+.3g}, {ci} over "
-                f"{len(means)} units, not above 0")
-
-    return gate
-
-
-def role_found(role: str, counts: Mapping[str, int] | int) -> Gate:
-    """Gate for role claims: at least one head of ``role`` was found (``counts``: per task, or one number)."""
-
-    def gate(m: Measurement) -> str | None:
-        k = counts if isinstance(counts, int) else counts.get(m.task, 0)
-        return None if k >= 1 else f"no head of role '{role}' found on {m.task}"
-
-    return gate
-
-
 # ---------------------------------------------------------------------------------------------- computing
 
 def _fmt(x: float) -> str:
@@ -420,7 +506,7 @@ def _fmt(x: float) -> str:
 
 def _margin(rule: Rule, m: Measurement) -> float:
     value = float(rule.margin(m) if callable(rule.margin) else rule.margin)
-    positive = rule.kind != "superiority"  # a margin of 0 can never be shown (equivalence, non-inferiority)
+    positive = rule.kind not in ("superiority", "rank")  # a margin of 0 can never be shown (equivalence, non-inferiority)
     if not np.isfinite(value) or value < 0 or (positive and value == 0):
         raise Untestable(f"the margin ({_describe_margin(rule.margin)}) is {value:.3g} on {m.task}; "
                          f"it must be {'> 0' if positive else '>= 0'}")
@@ -435,15 +521,28 @@ def _presence(rule: Rule, x: np.ndarray) -> tuple[float, float, float]:
 
 
 def _interval(rule: Rule, x: np.ndarray) -> tuple[float, float, float]:
-    """``(effect, ci_low, ci_high)`` of unit values ``x`` under ``rule`` (descriptive; no test)."""
+    """``(effect, ci_low, ci_high)`` of unit values ``x`` under ``rule`` (descriptive; no test). For
+    :class:`EmpiricalRank`, ``x`` is ``[observed, *draws]``."""
     if rule.kind == "presence":
         return _presence(rule, x)
+    if rule.kind == "rank":
+        obs, null = float(x[0]), x[1:]
+        if null.size == 0:
+            return float("nan"), float("nan"), float("nan")
+        return (obs - float(null.mean()), obs - float(np.quantile(null, 1 - rule.alpha)),
+                obs - float(np.quantile(null, rule.alpha)))
     return stats.t_interval(x, 1 - rule.alpha * (1 if rule.kind == "superiority" else 2))
 
 
 def _power(rule: Rule, m: Measurement, x: np.ndarray) -> str | None:
     """The power gate of the test that will run: the rule's, or the exact sign-flip test when a t-test rule meets
     unit values that are all the same (:func:`_one_sided`)."""
+    if rule.kind == "rank":
+        k = max(0, x.size - 1)
+        if 1 / (1 + k) < rule.alpha:
+            return None
+        return (f"an empirical p over {k} reference draws cannot go below 1/{k + 1} = {1 / (k + 1):.3g}, not below "
+                f"{rule.alpha:g} (needs {int(np.floor(1 / rule.alpha - 1)) + 1} draws)")
     test = "sign_flip" if rule.test == "t" and x.size >= 2 and float(np.ptp(x)) == 0.0 else rule.test
     return enough_units(test, rule.alpha)(m)
 
@@ -460,6 +559,14 @@ def _one_sided(rule: Rule, x: np.ndarray, side: str, bound: float) -> tuple[floa
 def _tests(rule: Rule, x: np.ndarray, margin: float) -> list[HypothesisTest]:
     """Every test that can decide a word of a row with unit values ``x`` (:data:`DECISION_TABLE`)."""
     other = {"greater": "less", "less": "greater"}
+    if rule.kind == "rank":
+        obs, null, method = float(x[0]), x[1:], _TEST_NAMES["rank"]
+        k = null.size
+        p_up, p_down = (1 + int((null >= obs).sum())) / (1 + k), (1 + int((null <= obs).sum())) / (1 + k)
+        d = rule.direction
+        mine, theirs = (p_up, p_down) if d == "greater" else (p_down, p_up)
+        return [HypothesisTest("supported", d, 0.0, method, mine),
+                HypothesisTest("contradicted", other[d], 0.0, method, theirs)]
     if rule.kind == "presence":
         k, n = int((x > 0).sum()), int(x.size)
         method = _TEST_NAMES["binomial"]
@@ -487,7 +594,7 @@ def _tests(rule: Rule, x: np.ndarray, margin: float) -> list[HypothesisTest]:
 
 def _direction(kind: str, direction: str, effect: float, low: float, high: float, margin: float) -> int:
     """A task's direction for the pooling rule (module docstring)."""
-    if kind == "superiority":
+    if kind in ("superiority", "rank"):
         return int(np.sign(effect))
     if kind == "presence":
         return int(np.sign(effect - margin))
@@ -514,44 +621,75 @@ def _row(claim, study: str, scale: str, task: str, m: Measurement, rule: Rule, x
         effect = low = high = nan
     return {"study": study, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": task,
             "setting": m.setting, "semantics": m.semantics, "analysis": "primary", "effect": effect, "ci_low": low,
-            "ci_high": high, "n_units": int(x.size), "unit": m.unit, "test": label, "p": nan, "p_adjusted": nan,
+            "ci_high": high, "n_units": (1 if x.size else 0) if rule.kind == "rank" else int(x.size), "unit": m.unit, "test": label, "p": nan, "p_adjusted": nan,
             "p_test": "", "margin": margin, "verdict": "inconclusive" if testable else "not testable",
             "reason": "" if testable else "; ".join(reasons), "scale": scale, "tests": _dump_tests(tests),
             "unit_values": json.dumps([float(v) for v in x])}
 
 
-def evaluate(claim, rule: Rule, measurements: Iterable[Measurement], gates: Sequence[Gate] = (),
-             scale: str = "", study: str = "") -> pd.DataFrame:
-    """The verdict rows of one claim (``claim``: ``id``, ``paper``, ``text``, e.g. ``studies.base.Claim``):
-    one row per measurement, then a pooled row per setting x semantics measured on 2+ tasks (module
-    docstring), Holm-adjusted within the claim (:func:`adjust` the study's concatenated table for its family).
-    Every measurement first passes the rule's power gate (:func:`enough_units`), then ``gates`` (all are
-    checked; the failed preconditions, joined, are the reason of ``not testable``)."""
+def evaluate(claim: Claim, measurements: Iterable[Measurement], *legacy, evidence: Mapping | None = None,
+             alpha: float | None = None, scale: str = "", study: str = "") -> pd.DataFrame:
+    """The verdict rows of one claim: one row per measurement, then a pooled row per setting x semantics measured
+    on 2+ tasks (module docstring; never for :class:`EmpiricalRank`), Holm-adjusted within the claim
+    (:func:`adjust` the study's concatenated table for its family). The claim's ``rule`` (at ``alpha`` when given)
+    decides; every measurement passes :class:`Measured` first (an absent one is ``not testable`` for its
+    ``missing`` reason alone), then the rule's power gate, then the claim's ``gates`` (all are checked, with
+    ``evidence``; the failed preconditions, joined, are the reason of ``not testable``)."""
+    if isinstance(measurements, RULES) or legacy:
+        raise TypeError("evaluate(claim, measurements, *, evidence=..., alpha=..., scale=..., study=...): the claim "
+                        "carries its rule and gates")
+    rule = claim.rule if alpha is None else claim.at(alpha)
+    ev = dict(evidence or {})
+    return _evaluate(claim, rule, measurements, [lambda m, g=g: g.check(m, ev) for g in claim.gates], scale, study)
+
+
+def _sample(rule: Rule, m: Measurement) -> np.ndarray:
+    """The values a row is tested on: the unit means; for :class:`EmpiricalRank`, ``[observed, *draws]``."""
+    if rule.kind != "rank":
+        return m.unit_values()
+    if len(m.values) != 1:
+        raise ValueError(f"an empirical-rank measurement holds one observed statistic, got {len(m.values)} on {m.task}")
+    null = np.asarray([] if m.null is None else m.null, dtype=float)
+    if not np.isfinite(null).all() or not np.isfinite(float(m.values[0])):
+        raise ValueError(f"non-finite statistic in the empirical-rank measurement of {m.task}")
+    return np.concatenate([[float(m.values[0])], null])
+
+
+def _evaluate(claim, rule: Rule, measurements: Iterable[Measurement], gates: Sequence = (), scale: str = "",
+              study: str = "") -> pd.DataFrame:
     measurements = list(measurements)
     rows, info = [], []
     for m in measurements:
         reasons, margin = [], float("nan")
+        absent = Measured().check(m, {})
+        if absent:
+            x = np.zeros(0)
+            rows.append(_row(claim, study, scale, m.task, m, rule, x, margin,
+                             _label(rule, m.effect, _margin_note(rule, margin)), [absent]))
+            info.append((m, x, margin, False))
+            continue
         try:
             margin = _margin(rule, m)
         except Untestable as e:
             reasons.append(str(e))
-        short = _power(rule, m, m.unit_values())  # too few units: the task may still join a pool (module docstring)
+        x = _sample(rule, m)
+        short = _power(rule, m, x)  # too few units: the task may still join a pool (module docstring)
         reasons += [r for r in (g(m) for g in gates) if r]
         poolable = not reasons and (short is None or m.n_units >= 2)
         reasons = [r for r in (short, *reasons) if r]
-        x = m.unit_values()
         rows.append(_row(claim, study, scale, m.task, m, rule, x, margin,
                          _label(rule, m.effect, _margin_note(rule, margin)), reasons))
         info.append((m, x, margin, poolable))
     groups: dict[tuple[str, str], list[int]] = {}
     for i, m in enumerate(measurements):
-        groups.setdefault((m.setting, m.semantics), []).append(i)
+        if not Measured().check(m, {}):  # an absent measurement is never pooled (its row says why it is absent)
+            groups.setdefault((m.setting, m.semantics), []).append(i)
     pooled = []
     for idx in groups.values():
         tasks = [measurements[i].task for i in idx]
         if len(set(tasks)) != len(tasks):
             raise ValueError(f"claim {claim.id}: task measured twice with one setting and semantics: {tasks}")
-        if len(idx) >= 2:
+        if len(idx) >= 2 and rule.kind != "rank":
             pooled.append(_pooled_row(claim, rule, study, scale, [rows[i] for i in idx], [info[i] for i in idx]))
     table = pd.DataFrame(rows + pooled, columns=list(COLUMNS))
     return adjust(table)
@@ -559,15 +697,15 @@ def evaluate(claim, rule: Rule, measurements: Iterable[Measurement], gates: Sequ
 
 def _margin_note(rule: Rule, margin: float) -> str:
     if rule.kind == "presence":
-        return f"{margin:.3g} = the share of units with the role under the null (most units have one)"
-    if rule.kind == "superiority" and not callable(rule.margin) and float(rule.margin) == 0:
+        return "0.5 = the share of units with the role under the null (most units have one)"
+    if rule.kind in ("superiority", "rank") and not callable(rule.margin) and float(rule.margin) == 0:
         return ""
     return f"{margin:.3g} = {_describe_margin(rule.margin)}" if np.isfinite(margin) else _describe_margin(rule.margin)
 
 
 def _pooled_row(claim, rule: Rule, study: str, scale: str, rows: list[dict], info: list) -> dict:
     measurements = [m for m, *_ in info]
-    have = [m.headroom is not None for m in measurements]
+    have = [m.headroom is not None for m in measurements if not Measured().check(m, {})]
     if any(have) and not all(have):
         raise ValueError(f"claim {claim.id}: give full and chance scores for every task or for none")
     normalise = all(have)
@@ -651,6 +789,10 @@ def decide(row) -> tuple[str, str]:
     if kind == "presence":
         units = int(row["n_units"])
         head = f"found in {int(round(effect * units))} of {units} units (share {effect:.3g}; {ci}, Clopper-Pearson)"
+    elif kind == "rank":
+        k = len(json.loads(str(row["unit_values"]))) - 1
+        head = (f"observed - mean of {k} reference draws = {_fmt(effect)} (observed - the draws' {alpha:g} to "
+                f"{1 - alpha:g} quantiles [{_fmt(low)}, {_fmt(high)}]; n = 1)")
     else:
         head = f"effect {_fmt(effect)} ({n}; {ci}{f'; margin {m:.3g}' if kind != 'superiority' or m > 0 else ''})"
     if word == "inconclusive":
@@ -679,7 +821,7 @@ def adjust(table: pd.DataFrame, primary: Mapping[str, str] | None = None) -> pd.
     (:func:`decide`), ``p``, ``p_adjusted`` and ``p_test`` (the deciding test's). Rows without tests (not
     testable, tasks disagree) keep their verdict and reason. Returns a new table in :data:`COLUMNS` order.
 
-    ``primary``: ``{claim_id: the semantics of the claim's own paper}`` (``studies.base.Claim.semantics``). A row
+    ``primary``: ``{claim_id: the semantics of the claim's own paper}`` (:attr:`Claim.semantics`). A row
     measured under that semantics is the ``"primary"`` analysis, any other a ``"sensitivity"`` one (claims not
     in ``primary`` keep the ``analysis`` they have, else ``"primary"``). Families: a study's primary rows are one
     family (the claims as the papers made them); each sensitivity semantics of a study is a family of its own
@@ -762,6 +904,8 @@ def _rule_from_label(label: str) -> Rule:
         return Equivalence(1.0, alpha)
     if kind == "non-inferiority":
         return NonInferiority(1.0, direction, alpha)
+    if kind == "rank":
+        return EmpiricalRank(direction, alpha)
     return Presence(alpha)
 
 

@@ -220,10 +220,6 @@ def profile_lines(profile: str) -> dict[tuple[str, str], int]:
     return out
 
 
-def study_overrides(profile: str, study: str) -> dict[str, Any]:
-    return dict(load_profile(profile).get(study, {}))
-
-
 def as_dict(obj) -> dict[str, Any]:
     return dataclasses.asdict(obj)
 

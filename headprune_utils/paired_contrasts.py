@@ -12,9 +12,9 @@ attention type) use them.
   Studies 2 and 5 use it: several budgets of one fine-tuned model are not independent replicates;
 - :func:`per_ablation`: a table function applied to the rows of each ablation semantics apart (column
   ``ablation``), so results of different semantics are never paired, pooled or compared with each other;
-- :func:`contrast_table` / :func:`contrast_verdict`: the older summaries (bootstrap CI, t-test and sign-flip test;
-  the pooled rows treat task x budget x seed as replicates; study 7 only). Verdicts on claims come from
-  :mod:`headprune_utils.claims` instead.
+- :func:`contrast_table`: the older descriptive summary (bootstrap CI, t-test and sign-flip test; the pooled rows
+  treat task x budget x seed as replicates; study 7's descriptive tables only). Verdicts on claims come from
+  :mod:`headprune_utils.claims` alone.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from scipy import stats as sps
 from . import stats
 
 __all__ = ["Contrast", "LOCATION_CONTRASTS", "paired_by_strategy", "identical_masks", "unit_contrast_table", "unit_summary",
-           "per_ablation", "contrast_table", "contrast_verdict"]
+           "per_ablation", "contrast_table"]
 
 PAIR_COLUMNS = ["task", "regime", "budget", "seed", "diff"]
 SETTING = ["task", "regime", "budget", "seed"]
@@ -188,31 +188,6 @@ def contrast_table(contrast_list: Iterable[Contrast], pair: Callable[[str, str],
                          "budget": budget, "n_pairs": len(x), "mean_diff": float(x.mean()), "boot_ci_low": lo,
                          "boot_ci_high": hi, "t_test_p": t_p, "sign_flip_p": stats.sign_flip_test(x, seed=seed)})
     return pd.DataFrame(rows)
-
-
-def contrast_verdict(expect: str, r, margin: float, alpha: float) -> str:
-    """The verdict on one row ``r`` of :func:`contrast_table` (attributes mean_diff, boot_ci_low, boot_ci_high,
-    sign_flip_p) for a claim expecting ``expect``: "greater" needs a significant positive difference (sign-flip
-    p < ``alpha``); "equal" needs the CI within +-``margin``; "not_worse" needs the CI above -``margin``."""
-    significant = r.sign_flip_p < alpha
-    if expect == "greater":
-        if r.mean_diff > 0 and significant:
-            return "supported"
-        if r.mean_diff < 0 and significant:
-            return "contradicted (the opposite is significant)"
-        return "not supported (no significant difference)"
-    if expect == "equal":
-        if r.boot_ci_low >= -margin and r.boot_ci_high <= margin:
-            return f"supported (CI within +-{margin:g})"
-        if significant:
-            return "contradicted (a significant difference)"
-        return f"inconclusive (no significant difference, CI wider than +-{margin:g})"
-    # not_worse
-    if r.boot_ci_low >= -margin:
-        return f"supported (CI above -{margin:g})"
-    if r.mean_diff < 0 and significant:
-        return "contradicted (significantly worse)"
-    return f"inconclusive (CI reaches below -{margin:g})"
 
 
 def unit_summary(d: pd.DataFrame, keys: list[str], unit: list[str], value: str = "diff",

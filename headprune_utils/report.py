@@ -51,36 +51,13 @@ HEADLINE_FIGURES = (
      "Study 2: score by where the heads are pruned (layer strategies and importance orders) at each budget."),
 )
 
-# the figure that shows each claim: (study, claim id) -> the name of a figure the study writes (figures/<name>.png)
-_F = {
-    "random_pruning": {"*": "score_vs_fraction"},
-    "layer_strategies": {"*": "contrasts", "michel.least_important_first": "score_by_strategy"},
-    "compensation": {"*": "extra_change_heatmaps_uniform",
-                     "ours.kept_heads_change_more": "extra_change_distributions_uniform"},
-    "redundancy_patterns": {"*": "matrices_by_distance", "bian.where": "cluster_map", "bian.when": "phase_independence",
-                            "bian.who_tasks": "probe_agreement", "bian.who_random": "probe_agreement_control",
-                            "bian.why": "dropout_effect"},
-    "zero_shot_pruning": {"*": "score_by_method", "bian.zero_shot_vs_random": "contrasts",
-                          "ours.zero_shot_vs_importance": "contrasts"},
-    "specialized_heads_l0": {"*": "l0_curve", "voita.important_are_confident": "score_agreement",
-                             "voita.positional_heads": "role_map", "voita.syntactic_heads": "role_map",
-                             "voita.rare_word_head": "role_map", "ours.positional_heads_survive": "role_map",
-                             "ours.syntactic_heads_survive": "role_map", "ours.rare_word_head_survives": "role_map",
-                             "voita.specialized_last_pruned": "survival_by_role",
-                             "voita.functions_at_17_of_48": "survival_map"},
-    "nmt_heads": {"*": "bleu_vs_fraction", "budhraja.location_no_better": "strategy_contrasts",
-                  "voita.type_prunability_l0": "l0_heads_kept", "voita.enc_most_prunable": "l0_heads_kept",
-                  "voita.l0_beats_random": "l0_bleu", "voita.positional_heads": "role_map",
-                  "voita.syntactic_heads": "role_map", "voita.rare_word_head": "role_map",
-                  "voita.important_are_confident": "encoder_scores", "voita.specialized_last_pruned": "survival_by_role",
-                  "voita.functions_at_17_of_48": "survival_map"},
-}
-
-
 def claim_figure(study: str, claim_id: str) -> str:
-    """The name of the figure (of ``study``) that shows ``claim_id``."""
-    m = _F[study]
-    return m.get(claim_id, m["*"])
+    """The name of the figure (of ``study``) that shows ``claim_id``: the claim's own ``figure`` (declared with the
+    claim, ``claims.Claim.figure``)."""
+    found = [c for c in STUDIES[study].claims if c.id == claim_id]
+    if not found:
+        raise KeyError(f"study {study} declares no claim {claim_id!r}")
+    return found[0].figure
 
 
 _CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.S)

@@ -7,8 +7,14 @@ Roles (thresholds are arguments; the cells hold the raw measurements, ``speciali
   previous / next token);
 - syntactic: for at least one relation and direction, ``accuracy >= baseline + syntactic_margin`` (best
   fixed-offset baseline over the same instances; relations with no instance never count);
-- rare-word: ``share >= rare_ratio * chance`` and one-sided binomial ``p < rare_alpha``;
+- rare-word: the head's ``rare_share`` (the share of queries whose maximum attention falls on the sentence's least
+  frequent token) is above ``rare_share`` (default ``specialized.RARE_SHARE``, 0.5: MORE than half of the queries,
+  Voita et al.'s definition, fixed from the paper; no ratio over chance); :func:`rare_criterion_counts` gives the
+  counts over other thresholds (a sensitivity, never a selection);
 - specialized: any of the three.
+
+Claims (studies 6 and 7): :func:`presence_effect` (a role kept beyond what a random mask of the same size keeps) and
+:func:`setting_role_found` (the precondition "a head of the row's role was found", for ``preconditions.Check``).
 
 Survival: per model (``task``, ``seed``) the L0 masks ordered by ``lam`` ascending; a head's survival level is the
 1-based index of the LARGEST lambda at which it is still kept (0: kept at none) -- ``survival.survival_levels``.
@@ -32,18 +38,23 @@ import torch
 from scipy import stats as sps
 
 from . import survival
+from .claims import Measurement
 from .masks import mask_from_string
+from .preconditions import RoleFound
+from .specialized import RARE_SHARE
 
 __all__ = [
     "ROLE_NAMES", "VOITA_FRACTION", "NOT_POSITIONAL", "NOT_SYNTACTIC", "role_table", "role_mask", "role_counts",
     "role_stability", "majority_role",
     "role_map_data", "survival_heads", "survival_with_roles", "survival_tests", "survival_auc_per_model",
-    "survival_map_data", "random_keeps", "roles_at_budget",
+    "survival_map_data", "random_keeps", "presence_effect", "roles_at_budget", "rare_criterion_counts",
+    "RARE_SHARES", "role_of_setting", "setting_role_found",
 ]
 
 ROLE_NAMES: tuple[str, ...] = ("positional", "syntactic", "rare-word")
 NOT_POSITIONAL, NOT_SYNTACTIC = "n/a (not positional)", "n/a (not syntactic)"  # role_table's text for "none"
 VOITA_FRACTION = 17 / 48  # Voita et al.: "with 17 (of 48 encoder) heads kept, every head function is present"
+RARE_SHARES: tuple[float, ...] = tuple(round(0.1 * k, 1) for k in range(1, 10))  # the sensitivity's thresholds
 
 
 def _arr(x) -> np.ndarray:
@@ -56,14 +67,16 @@ def _l0_cells(table: pd.DataFrame) -> pd.DataFrame:
 
 # ---------------------------------------------------------------------------------------------- roles
 def role_table(table: pd.DataFrame, positional_threshold: float = 0.9, syntactic_margin: float = 0.10,
-               rare_ratio: float = 4.0, rare_alpha: float = 0.01) -> pd.DataFrame:
+               rare_share: float = RARE_SHARE) -> pd.DataFrame:
     """One row per (source, seed, layer, head): the raw measurements and the roles they give.
 
     ``source`` is ``"pretrained"`` (seed -1) or the task of a fine-tuned model. Columns: prev, next, positional,
     positional_dir ("prev"/"next"; ``NOT_POSITIONAL`` for other heads); syn_gain (best accuracy - baseline over
     relations and directions with instances), syn_relations (relations it qualifies for, comma-separated;
-    ``NOT_SYNTACTIC`` for none), syntactic; rare_share, rare_chance, rare_p, rare; n_roles, specialized, role (the
-    single role, "several", or "other"). No text column is ever empty (an empty CSV cell reads back as NaN).
+    ``NOT_SYNTACTIC`` for none), syntactic; rare_share (queries whose max attention is on the sentence's least
+    frequent token), rare_chance and rare_p (that share against a random candidate: descriptive), rare
+    (``rare_share`` above the ``rare_share`` argument); n_roles, specialized, role (the single role, "several", or
+    "other"). No text column is ever empty (an empty CSV cell reads back as NaN).
     """
     rows = []
     for r in table[table["kind"].isin(["roles", "scores"])].itertuples():
@@ -83,7 +96,7 @@ def role_table(table: pd.DataFrame, positional_threshold: float = 0.9, syntactic
             for head in range(n_heads):
                 pos = bool(max(prev[layer, head], nxt[layer, head]) >= positional_threshold)
                 syn_rel = rels.get((layer, head), "")
-                rare = bool(share[layer, head] >= rare_ratio * roles["rare_chance"] and p[layer, head] < rare_alpha)
+                rare = bool(share[layer, head] > rare_share)
                 flags = {"positional": pos, "syntactic": bool(syn_rel), "rare-word": rare}
                 n = sum(flags.values())
                 role = "other" if n == 0 else ("several" if n > 1 else next(k for k, v in flags.items() if v))
@@ -256,6 +269,12 @@ def survival_map_data(surv: pd.DataFrame, roles: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def presence_effect(present: bool, random_keeps: float) -> float:
+    """1 if the role keeps a head in the mask (else 0), minus the probability that a random mask of the same size
+    keeps one (:func:`random_keeps`): > 0 when the mask keeps the role's heads more often than chance would."""
+    return float(bool(present)) - float(random_keeps)
+
+
 def random_keeps(n_total: int, n_kept: int, n_role: int) -> float:
     """Probability that a uniformly random mask keeping ``n_kept`` of ``n_total`` heads keeps at least one of the
     ``n_role`` heads of a role (hypergeometric): ``1 - C(n_total - n_role, n_kept) / C(n_total, n_kept)``."""
@@ -290,3 +309,48 @@ def roles_at_budget(table: pd.DataFrame, roles: pd.DataFrame, fraction: float = 
             row[f"random_{role}"] = random_keeps(total, int(r["n_kept"]), len(h)) if len(h) else na
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------- the rare-word criterion
+def rare_criterion_counts(table: pd.DataFrame, shares: Iterable[float] = RARE_SHARES, *, rare_share: float = RARE_SHARE,
+                          others: str = "fine-tuned models", **thresholds) -> pd.DataFrame:
+    """How many rare-word heads each threshold on ``rare_share`` gives (a sensitivity of the fixed criterion,
+    ``specialized.RARE_SHARE``; never used to choose it). ``table``: the measurement rows of :func:`role_table`
+    (kinds "roles" / "scores"); ``rare_share``: the criterion (the run's); ``thresholds``: the other arguments of
+    :func:`role_table` (so ``role_table``'s keyword arguments can be handed over as they are).
+
+    Long rows per threshold, model group and layers: ``rare_share`` (the threshold), ``model`` ("pre-trained model",
+    or ``others`` + " (mean)": the mean over those models), ``layers`` ("all layers" | "first layer": the claim's),
+    ``n_rare_heads`` (the count; the mean over the models of the group), ``n_models``, ``fixed`` (whether the
+    threshold is ``rare_share``, the criterion: ``specialized.RARE_SHARE`` unless the parameters change it)."""
+    rows = []
+    for share in shares:
+        roles = role_table(table, rare_share=share, **thresholds)
+        if roles.empty:
+            continue
+        for pre in (True, False):  # the pre-trained model first
+            g = roles[(roles["source"] == "pretrained") == pre]
+            if g.empty:
+                continue
+            per = g.assign(first=g["rare"] & (g["layer"] == 0)).groupby(["source", "seed"], sort=False)
+            for layers, n in (("all layers", per["rare"].sum()), ("first layer", per["first"].sum())):
+                rows.append({"rare_share": float(share), "model": "pre-trained model" if pre else f"{others} (mean)",
+                             "layers": layers, "n_rare_heads": float(n.mean()), "n_models": int(len(n)),
+                             "fixed": bool(np.isclose(share, rare_share))})
+    out = pd.DataFrame(rows, columns=["rare_share", "model", "layers", "n_rare_heads", "n_models", "fixed"])
+    return out.sort_values(["model", "layers"], key=lambda c: c.map({v: i for i, v in enumerate(dict.fromkeys(c))}),
+                           kind="stable").reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------------------------- a role claim's gate
+def role_of_setting(setting: str) -> str:
+    """The role a verdict row is about, from its setting (``"positional"``, or ``"<L0 setting>: positional"``)."""
+    return str(setting).rsplit(": ", 1)[-1]
+
+
+def setting_role_found(m: Measurement, evidence) -> str | None:
+    """The precondition "at least one head of the row's role was found" (``preconditions.RoleFound`` of the role
+    named by the measurement's setting, :func:`role_of_setting`). ``evidence["role_counts"]``: role -> (task ->
+    count, or one count). For ``preconditions.Check``."""
+    role = role_of_setting(m.setting)
+    return RoleFound(role).check(m, {"role_counts": evidence["role_counts"].get(role, 0)})

@@ -13,7 +13,9 @@ Conventions (``A[b, h, i, j]`` = attention of query ``i`` to key ``j``, ``attent
   so argmaxes run over the sentence's words, the source word itself excluded (a word is never its own head or
   dependent). Scored against the UD basic tree, with the best fixed-offset baseline and a margin.
 - Rare-word (:func:`rare_word_heads`): unit = query token; success = its argmax over the sentence's
-  candidate keys (real, non-special tokens) is a least-frequent token of the sentence.
+  candidate keys (real, non-special tokens) is a least-frequent token of the sentence; ``rare`` when the share of
+  successes is above :data:`RARE_SHARE` (more than half of the queries: Voita et al.'s definition, fixed before any
+  data; no ratio over chance).
 """
 from __future__ import annotations
 
@@ -35,11 +37,19 @@ from .head_scores import query_mask
 __all__ = [
     "positional_from_maps", "positional_heads", "Sentence", "parse_conllu", "read_conllu", "load_ud_ewt",
     "word_attention", "word_argmax", "relation_instances", "syntactic_scores", "syntactic_heads",
-    "token_frequencies", "rare_counts_from_maps", "rare_table", "rare_word_heads",
+    "token_frequencies", "rare_counts_from_maps", "rare_table", "rare_word_heads", "RARE_SHARE",
 ]
 
 Batch = dict[str, torch.Tensor]
 DIRECTIONS = ("dep->head", "head->dep")
+# A head is a rare-word head when its maximum attention falls on the sentence's least frequent token for MORE THAN
+# this share of the queries. Fixed from the paper before any data (issue 30): Voita et al. 2019 (Sec. 5, "Rare
+# words") define the head as the one that "points to the least frequent token of the sentence"; they report it does
+# so in 66% of cases (OpenSubtitles) and, for their WMT models, to one of the two least frequent tokens in more than
+# 50% of cases (over sentences whose rarest token is not among the 500 most frequent). The majority reading of
+# "points to" (> 0.5) is the paper's weakest reported level. No ratio over chance, no threshold chosen from our data;
+# the analyses show the count of such heads over 0.1-0.9 as a sensitivity, never to choose.
+RARE_SHARE = 0.5
 
 
 # ----------------------------------------------------------------------------- positional heads
@@ -334,27 +344,27 @@ def rare_counts_from_maps(maps: list[torch.Tensor], input_ids: torch.Tensor, que
             "chance_sum": float((chance[:, None] * per_query).sum())}
 
 
-def rare_table(hits: torch.Tensor, trials: int, chance_sum: float, share_ratio: float = 2.0,
-               alpha: float = 0.01) -> pd.DataFrame:
-    """One row per head: ``share = hits / trials``, ``chance = chance_sum / trials``, one-sided binomial
-    p-value (``scipy.stats.binomtest``, ``greater``, at the mean chance: an approximation, as chance varies
-    by sentence) and ``rare = share >= share_ratio * chance and p < alpha``."""
+def rare_table(hits: torch.Tensor, trials: int, chance_sum: float, rare_share: float = RARE_SHARE) -> pd.DataFrame:
+    """One row per head: ``share = hits / trials`` (queries whose argmax is a least-frequent token of the sentence),
+    ``chance = chance_sum / trials`` (the share a head attending to a random candidate would reach), a one-sided
+    binomial p-value of the share against that chance (``scipy.stats.binomtest``, ``greater``, at the mean chance: an
+    approximation, as chance varies by sentence; descriptive, it decides nothing) and ``rare = share > rare_share``
+    (default :data:`RARE_SHARE`: more than half of the queries)."""
     chance = chance_sum / trials if trials else float("nan")
     rows = []
     for (layer, head), k in np.ndenumerate(hits.numpy()):
         if np.isnan(k) or trials == 0:
-            share, p = float("nan"), float("nan")
+            s, p = float("nan"), float("nan")
         else:
-            share = k / trials
+            s = k / trials
             p = float(stats.binomtest(int(round(k)), trials, min(max(chance, 0.0), 1.0), alternative="greater").pvalue)
-        rows.append({"layer": layer, "head": head, "share": share, "chance": chance, "n": trials, "p_value": p,
-                     "rare": bool(share >= share_ratio * chance and p < alpha)})
+        rows.append({"layer": layer, "head": head, "share": s, "chance": chance, "n": trials, "p_value": p,
+                     "rare": bool(s > rare_share)})
     return pd.DataFrame(rows)
 
 
 def rare_word_heads(model: nn.Module, batches: Iterable[Batch], token_counts: Mapping[int, int],
-                    special_ids: Iterable[int] | None = None, share_ratio: float = 2.0,
-                    alpha: float = 0.01) -> pd.DataFrame:
+                    special_ids: Iterable[int] | None = None, rare_share: float = RARE_SHARE) -> pd.DataFrame:
     """:func:`rare_table` of ``model`` pooled over ``batches`` (streaming). Queries and candidate keys are
     the real non-special tokens (first/last real token and ``special_ids`` excluded)."""
     hits, trials, chance_sum = None, 0, 0.0
@@ -364,4 +374,4 @@ def rare_word_heads(model: nn.Module, batches: Iterable[Batch], token_counts: Ma
         hits = r["hits"] if hits is None else hits + r["hits"]
         trials += r["trials"]
         chance_sum += r["chance_sum"]
-    return rare_table(hits, trials, chance_sum, share_ratio, alpha)
+    return rare_table(hits, trials, chance_sum, rare_share)

@@ -105,15 +105,6 @@ def _extreme(t_star: np.ndarray, t_obs: float, alternative: str) -> np.ndarray:
     raise ValueError(f"alternative must be 'two-sided', 'greater' or 'less', got {alternative!r}")
 
 
-def smallest_sign_flip_p(n: int) -> float:
-    """The smallest two-sided p-value :func:`sign_flip_test` can give with ``n`` pairs (exact test): 2 of the
-    ``2**n`` sign vectors are as extreme as the observed one when every difference has the same sign. With
-    ``n <= 5`` it is above 0.05, so no result can be significant at that level."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    return min(1.0, 2.0 / 2**n)
-
-
 def sign_flip_test(d, n_perm: int = 10000, seed: int = 0,
                    alternative: Literal["two-sided", "greater", "less"] = "two-sided") -> float:
     """p-value of ``mean(d) = 0`` for paired differences ``d`` by random sign flips (``"greater"``: H1 mean > 0).

@@ -313,3 +313,33 @@ def dropout_plot(runs: pd.DataFrame) -> plt.Figure:
     axes[0][0].legend(fontsize="x-small")
     fig.tight_layout()
     return fig
+
+
+def rare_criterion_sensitivity(counts: pd.DataFrame, fixed: float) -> plt.Figure:
+    """How many rare-word heads each threshold on the share of queries pointing at the sentence's least frequent
+    token would give: a line per model group (colour, marker) and layers (solid: all layers, dashed: the first
+    layer) against the threshold; the fixed criterion (``fixed``, from the paper) marked by a vertical line. A
+    sensitivity, not a selection: the criterion is never chosen from this curve.
+
+    counts: columns rare_share, model, layers, n_rare_heads (``role_survival.rare_criterion_counts``).
+    """
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, ax = plt.subplots(figsize=(6.8, 4.6))
+    models = list(dict.fromkeys(counts["model"]))
+    palette = dict(zip(models, sns.color_palette("colorblind", max(1, len(models)))))
+    markers = dict(zip(models, "osD^v"))
+    for (model, layers), g in counts.groupby(["model", "layers"], sort=False):
+        g = g.sort_values("rare_share")
+        ax.plot(g["rare_share"], g["n_rare_heads"], marker=markers[model], markersize=5, color=palette[model],
+                linestyle="--" if layers == "first layer" else "-", label=f"{model}, {layers}")
+    ax.axvline(fixed, color="black", linestyle=":", linewidth=1.2)
+    ax.annotate(f"fixed criterion: > {fixed:g}\n(from the paper)", xy=(fixed, 0.97), xycoords=("data", "axes fraction"),
+                xytext=(5, 0), textcoords="offset points", ha="left", va="top", fontsize="small")
+    ax.set_xlabel("threshold: share of queries pointing at the rarest token")
+    ax.set_ylabel("rare-word heads (a group: its mean)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Rare-word heads over the criterion (sensitivity, not selection)", fontsize="medium")
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize="x-small", frameon=False)
+    fig.tight_layout(rect=(0, 0.06 * ((len(labels) + 1) // 2), 1, 1))
+    return fig

@@ -4,7 +4,8 @@ the tests treat all studies alike.
 A study is one object (a subclass of :class:`Study`, one instance in the registry ``studies.STUDIES``):
 
 - ``name`` (= its outputs folder, notebook stem and module name), ``notebook``, ``Config`` (a frozen dataclass
-  with ``check()``; the notebook's ``parameters`` cell equals its defaults) and ``claims`` (data);
+  with ``check()``; the notebook's ``parameters`` cell equals its defaults) and ``claims`` (data: the
+  ``claims.Claim`` s declared in ``studies/<study>_claims.py``, its ``CLAIMS``);
 - ``plan(cfg) -> [Cell]``: every result cell, pure and cheap (no model, no data loaded beyond checking which
   tasks exist). Each :class:`Cell` has its key (``axes``: exactly the dict stored results are keyed by), the
   keys of the cells of THIS study it requires, a group key for work best done together in one process, and an
@@ -26,6 +27,7 @@ from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..claims import Claim
 from ..paths import StudyPaths
 from ..results import cell_key
 
@@ -63,22 +65,6 @@ class Cell:
 
     def get(self, name: str, default: Any = None) -> Any:
         return self.axes.get(name, default)
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A claim a study tests, as data: ``id`` (``paper.short_name``), the paper, the claim in one sentence,
-    the quantity measured, the precondition without which the claim is not testable (text; the claims
-    model computes verdicts from the tables), and ``semantics``: the ablation semantics the paper's own
-    intervention used (``"zero"``, ``"uniform"``, ``"mean"``; :data:`headprune_utils.semantics.PAPER_SEMANTICS`),
-    under which the claim's primary verdict is tested ("" where the claim masks no head)."""
-
-    id: str
-    paper: str
-    text: str
-    quantity: str = ""
-    precondition: str = ""
-    semantics: str = "zero"
 
 
 class Study(ABC):

@@ -21,8 +21,9 @@ then fine-tune) and records, per head (``[n_layers, n_heads]``, NaN for pruned h
 - ``attention_change``: Jensen-Shannon divergence (nats) between the head's attention maps before and after
   fine-tuning on the same dev sentences ("before" = the pre-trained model with the same heads pruned).
 
-The analysis (pure functions over the cells' table, in :mod:`.compensation_analysis`, re-exported here so the
-notebook needs one module) compares each kept head's change in a pruned run with the same head's change in an
+The claims are declared once, as data, in :mod:`.compensation_claims` (``claims = CLAIMS``). The analysis (pure
+functions over the cells' table, in :mod:`.compensation_analysis`, re-exported here so the notebook needs one
+module; :func:`verdicts` decides the study's ``claims`` with it) compares each kept head's change in a pruned run with the same head's change in an
 unpruned run of ANOTHER seed and the same semantics, against seed-to-seed noise: is the extra change spread
 equally over the kept heads (within the Gini's declared margin, :mod:`headprune_utils.margins`), and is it larger
 near the pruned heads? Every table is per semantics, and the claims
@@ -44,16 +45,19 @@ from ..pruning import prune_heads
 from ..results import fingerprint
 from .base import Cell, Cost, Study
 from .compensation_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    CLAIMS, CLAIM_RULES, DISPERSION_MARGINS, MEASURE_NAMES, MEASURES, DispersionMargin, heatmap_data, per_head, pooled,
-    scale_text, spread_tests, verdicts,
+    MEASURE_NAMES, MEASUREMENTS, MEASURES, claim_verdicts, heatmap_data, layer_confounded, locality_measurements,
+    per_head, pooled, scale_text, shift_measurements, spread_measurements, spread_tests,
 )
+from .compensation_claims import BEYOND_LAYER, CLAIMS, DISPERSION_MARGINS, NO_MARGIN, DispersionMargin
 
 __all__ = [
     "NAME", "STUDY", "Compensation", "CompensationConfig", "plan_cells", "cell_cost", "study_fingerprint",
-    "cell_mask", "run_cell",
-    # the analysis (compensation_analysis), re-exported so the notebook needs one module
-    "MEASURES", "MEASURE_NAMES", "per_head", "spread_tests", "pooled", "verdicts", "heatmap_data",
-    "DispersionMargin", "DISPERSION_MARGINS", "scale_text", "CLAIM_RULES",
+    "cell_mask", "run_cell", "verdicts",
+    # the analysis (compensation_analysis) and the claims (compensation_claims), re-exported so the notebook needs
+    # one module
+    "MEASURES", "MEASURE_NAMES", "MEASUREMENTS", "per_head", "spread_tests", "pooled", "spread_measurements",
+    "shift_measurements", "locality_measurements", "layer_confounded", "claim_verdicts", "heatmap_data",
+    "scale_text", "CLAIMS", "BEYOND_LAYER", "DispersionMargin", "DISPERSION_MARGINS", "NO_MARGIN",
 ]
 
 NAME = "compensation"
@@ -207,13 +211,19 @@ def run_cell(ctx: glue_workbench.Workbench, cell: dict) -> dict:
     }
 
 
+def verdicts(tests, cfg: CompensationConfig):
+    """The study's verdict table (``claims.COLUMNS``): its declared claims decided on the per-run table ``tests``
+    (:func:`.compensation_analysis.spread_tests`; :func:`.compensation_analysis.claim_verdicts`)."""
+    return claim_verdicts(tests, cfg, Compensation.claims)
+
+
 class Compensation(Study):
     """Study 3 (see the module docstring)."""
 
     name = NAME
     notebook = "03_compensation.ipynb"
     Config = CompensationConfig
-    claims = CLAIMS  # the claims as data, with their rules, in the analysis module
+    claims = CLAIMS  # declared in compensation_claims
 
     def plan(self, cfg: CompensationConfig) -> list[Cell]:
         return plan_cells(cfg)

@@ -7,9 +7,8 @@ seed-to-seed noise): the EXTRA change of head h is ``x_h = log(c_pruned(h) / c_o
 per-layer-normalised scores for importance), the noise ``x'_h = log(c_full(h) / c_other(h))`` (:func:`per_head`).
 
 - Equal spread: Gini coefficient of the ratios ``c_pruned / c_other`` (importance: standard deviation of the
-  differences) against the noise baseline's, with a permutation baseline that swaps, head by head, the pruned
-  and the unpruned run; combined over runs (Fisher's method; bootstrap CI of the mean excess)
-  (:func:`spread_tests`, :func:`pooled`).
+  differences) against the noise baseline's, with a permutation baseline per run that swaps, head by head, the
+  pruned and the unpruned run (:func:`spread_tests`); described over runs by :func:`pooled` (no test there).
 - Locality: Spearman correlation of ``x_h`` with the number of pruned heads in the head's own layer and in
   the adjacent layers, with a permutation null (``x`` shuffled over the kept heads). Both counts are properties
   of the head's LAYER, so within one run they cannot be told from a layer effect; the layer-controlled
@@ -19,26 +18,29 @@ per-layer-normalised scores for importance), the noise ``x'_h = log(c_full(h) / 
   a kept head's change in the pruned run to the same head's change in the unpruned run of the same seed) and the
   split of the dispersion of ``x`` into between-layer and within-layer parts.
 
-Verdicts (:func:`verdicts`) follow :mod:`headprune_utils.claims`: the unit is the fine-tuned model (task x seed),
-per task first, then pooled over tasks; the margins are the metrics' declared ones (:mod:`headprune_utils.margins`:
-the Gini's for the spread, none for the importance sd, whose rows are not testable; ln 1.1 for the mean shift; 0.1
-for the locality rho); every claim is decided under each semantics measured
+Verdicts (:func:`claim_verdicts`). The claims are declared as data in :mod:`.compensation_claims` (rule, margin,
+gates, figure) and passed in; each claim's ``measure`` names its measurements here (:data:`MEASUREMENTS`:
+``excess_dispersion``, ``mean_shift``, ``locality``), built from the :func:`spread_tests` rows, and
+:func:`headprune_utils.claims.evaluate` decides them: the unit is the fine-tuned model (task x seed), per task first,
+then pooled over tasks; every claim is decided under each semantics measured
 (:func:`headprune_utils.semantics.verdicts_by_semantics`): Budhraja et al.'s ``uniform`` is the primary analysis
 (Holm over the study's primary rows), the others are sensitivity analyses (each semantics its own Holm family).
+What cannot be measured (no run of a semantics; a rho undefined in every run) is an absent measurement
+(:meth:`claims.Measurement.absent`: ``not testable`` with the reason).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .. import claims, margins, masks, semantics, stats
-from .base import Claim
+from .. import claims, masks, semantics, stats
 
-__all__ = ["CLAIMS", "MEASURES", "MEASURE_NAMES", "per_head", "spread_tests", "pooled", "verdicts", "heatmap_data",
-           "DispersionMargin", "DISPERSION_MARGINS", "scale_text", "CLAIM_RULES"]
+__all__ = ["MEASURES", "MEASURE_NAMES", "MEASUREMENTS", "per_head", "spread_tests", "pooled", "spread_measurements",
+           "shift_measurements", "locality_measurements", "layer_confounded", "claim_verdicts", "heatmap_data",
+           "scale_text"]
 
 MEASURES: tuple[str, ...] = ("weight_change", "importance", "attention_change")
 RUN_KEYS: list[str] = ["task", "ablation", "seed", "strategy", "budget"]  # one pruned run
@@ -191,7 +193,7 @@ def pooled(tests: pd.DataFrame) -> pd.DataFrame:
     over runs of the excess dispersion, the mean shift, the between/within-layer variance parts and the
     correlations (raw and layer-controlled). No interval or p here: the runs of one task share their reference
     (unpruned) models, so they are not independent replicates, and tasks are not pooled raw. The tests are
-    :func:`verdicts` (per task first, unit = model, t-intervals)."""
+    :func:`claim_verdicts` (per task first, unit = model, t-intervals)."""
     rows = []
     for (ablation, strategy, budget, measure), g in tests.groupby(["ablation", "strategy", "budget", "measure"]):
         row = {"ablation": ablation, "strategy": strategy, "budget": budget, "measure": measure, "n_runs": len(g),
@@ -212,81 +214,7 @@ MEASURE_NAMES = {"weight_change": "weight change", "importance": "gradient impor
                  "attention_change": "attention-pattern change (JS)"}
 
 
-# ------------------------------------------------------------------------------------------------ claims
-
-CLAIMS: tuple[Claim, ...] = (
-    Claim("budhraja.compensation_spread", "Budhraja et al. 2020 (claim 4)",
-          "The compensation for pruned heads is spread roughly equally over the kept heads during fine-tuning.",
-          quantity="excess dispersion of the kept heads' extra change over the seed-noise baseline (Gini of "
-                   "c_pruned / c_other minus the Gini of c_full / c_other; importance: sd of differences), one "
-                   "value per pruned model (task x seed), per strategy x budget x measure; equivalence (TOST) "
-                   "within +-0.1, a tenth of the Gini's range 0-1 (margins.GINI). No smallest effect of interest "
-                   "is declared for the sd of per-layer normalised importance differences, so that measure's rows "
-                   "are not testable (its numbers are shown)",
-          precondition="at least 2 seeds per task (the noise baseline compares unpruned runs of different seeds) "
-                       "and enough units for a t-test. The adapts-to-mask gate (mask-then-"
-                       "fine-tune beats fine-tune-then-mask at 50%) is not applied: these cells hold no "
-                       "fine-tune-then-mask score (study 1 holds it), and the claim is measured on how much each "
-                       "kept head changed during fine-tuning, which is defined whether or not the fine-tuning "
-                       "recovered the score",
-          semantics="uniform"),
-    Claim("ours.kept_heads_change_more", "ours (exploratory)",
-          "Kept heads change more during fine-tuning when other heads are pruned (there is extra change to "
-          "spread).",
-          quantity="mean shift of the kept heads: mean over kept heads of log(change in the pruned run / change "
-                   "of the same head in the unpruned run of the same seed), per pruned model (task x seed); "
-                   "weight change and attention-pattern change only (per-layer normalised importance has no "
-                   "level to shift); superiority (> 0), not supported when the shift is below ln 1.1 (a change 10% "
-                   "larger; margins.LOG_RATIO)",
-          precondition="enough units for a t-test; the adapts-to-mask gate is not applied (as for the spread "
-                       "claim: no fine-tune-then-mask score in these cells)",
-          semantics="uniform"),
-    Claim("ours.compensation_local", "ours (exploratory)",
-          "Heads near the pruned ones (same layer, adjacent layers) compensate more, beyond what their layer "
-          "alone predicts.",
-          quantity="Spearman rho of a kept head's extra change with the number of pruned heads in its own / the "
-                   "adjacent layers, both taken relative to a layer-only model (the mean over the other seeds' "
-                   "runs of the same task and setting, per layer), per pruned model (task x seed); superiority "
-                   "(> 0), not supported when rho is below 0.1 (margins.CORRELATION)",
-          precondition="the number of pruned heads near a kept head varies beyond its layer across runs (random "
-                       "masks differ by seed; the middle strategy prunes the same layers in every run, so its "
-                       "locality is a pure layer effect and not testable); enough units for a t-test",
-          semantics="uniform"),
-)
-
-
 # ---------------------------------------------------------------------------------------------- verdicts
-
-# The equivalence margin of the spread claim is the declared margin of the dispersion's metric
-# (headprune_utils.margins), never a noise estimate: the excess Gini (a difference of two Ginis, each in 0-1) gets
-# margins.GINI. The importance dispersion is a standard deviation of differences of per-layer L2-normalised scores:
-# its reachable range depends on how many heads each layer keeps (about sqrt(2 / kept heads per layer) at most), so
-# no margins.py entry fits it and none is invented here: its rows are not testable.
-DISPERSION_MARGINS = {"Gini of ratios": margins.GINI, "sd of differences": None}  # None: no margin declared
-NO_MARGIN = ("no smallest effect of interest is declared for the sd of per-layer normalised importance differences "
-             "(headprune_utils.margins has no entry for it: its reachable range depends on the number of kept heads "
-             "per layer), so equivalence cannot be decided")
-
-
-@dataclass(frozen=True)
-class DispersionMargin:
-    """Equivalence margin of the spread claim: the declared margin (:mod:`headprune_utils.margins`) of the
-    measurement's dispersion (:data:`DISPERSION_MARGINS`, keyed by ``dispersion_kind``, which :func:`_spread` puts
-    into the measurement's ``effect``); where none is declared the measurement is not testable
-    (:class:`claims.Untestable`, reason :data:`NO_MARGIN`)."""
-
-    def __call__(self, m: claims.Measurement) -> float:
-        kinds = [k for k in DISPERSION_MARGINS if k in m.effect]
-        if len(kinds) != 1:
-            raise ValueError(f"cannot tell the dispersion of the measurement from its effect {m.effect!r}")
-        margin = DISPERSION_MARGINS[kinds[0]]
-        if margin is None:
-            raise claims.Untestable(NO_MARGIN)
-        return float(margin(m))
-
-    def describe(self) -> str:
-        return f"{margins.GINI.describe()} (margins.GINI; the Gini dispersions)"
-
 
 def scale_text(cfg) -> str:
     """What the run is, from ``cfg``: model, heads, training examples x epochs, seeds; whether it is the paper's
@@ -306,7 +234,15 @@ def _setting(strategy: str, budget: float, measure: str, extra: str = "") -> str
 _LOCALITY = {"pruned_in_layer": "pruned heads in the same layer", "pruned_adjacent": "pruned heads in adjacent layers"}
 
 
-def _spread(tests: pd.DataFrame, sem: str) -> list[claims.Measurement]:
+def _nothing(sem: str) -> list[claims.Measurement]:
+    """One absent measurement: no pruned run of the semantics ``sem`` (the row is ``not testable`` saying so)."""
+    return [claims.Measurement.absent("all", f"no pruned run measured under the {sem} semantics in this run",
+                                      semantics=sem)]
+
+
+def spread_measurements(tests: pd.DataFrame, sem: str) -> list[claims.Measurement]:
+    """Per strategy x budget x measure x task, units = seeds: the excess dispersion (``excess_dispersion``); the
+    dispersion's kind goes into the ``effect`` (the spread claim's margin is that kind's)."""
     out = []
     for (strategy, budget, measure, task), g in tests.groupby(["strategy", "budget", "measure", "task"]):
         g = g.dropna(subset=["excess_dispersion"])
@@ -316,77 +252,85 @@ def _spread(tests: pd.DataFrame, sem: str) -> list[claims.Measurement]:
         out.append(claims.Measurement(task, g["excess_dispersion"].tolist(), g["seed"].tolist(),
                                       _setting(strategy, budget, measure), sem,
                                       effect=f"excess {kind} (pruned run - noise baseline)"))
-    return out
+    return out or _nothing(sem)
 
 
-def _shift(tests: pd.DataFrame, sem: str) -> list[claims.Measurement]:
+def shift_measurements(tests: pd.DataFrame, sem: str) -> list[claims.Measurement]:
+    """Per strategy x budget x measure x task (weight and attention change), units = seeds: the mean shift."""
     out = []
     positive = tests[tests["measure"] != "importance"]  # per-layer normalised importance has no level to shift
     for (strategy, budget, measure, task), g in positive.groupby(["strategy", "budget", "measure", "task"]):
         out.append(claims.Measurement(task, g["mean_shift"].tolist(), g["seed"].tolist(),
                                       _setting(strategy, budget, measure), sem,
                                       effect="mean log(change pruned run / change unpruned run) of the kept heads"))
-    return out
+    return out or _nothing(sem)
 
 
-def _locality(tests: pd.DataFrame, sem: str) -> tuple[list[claims.Measurement], dict, list[dict]]:
-    """Measurements of the layer-controlled correlation; where it is undefined in every unit of a task, the raw
-    (layer-confounded) correlation is measured descriptively and a gate says why it is not testable; where
-    even that is undefined, a row without numbers (``unmeasured``)."""
-    out, why, unmeasured = [], {}, []
+_BEYOND = "Spearman rho beyond a layer-only model"
+
+
+def _locality_groups(tests: pd.DataFrame):
+    """``(task, setting, lc, raw, why)`` per strategy x budget x measure x task x count: the runs with a
+    layer-controlled rho (``lc``), those with a raw rho (``raw``), and why locality cannot be told from a layer
+    effect where no run has a layer-controlled rho (else "")."""
     for (strategy, budget, measure, task), g in tests.groupby(["strategy", "budget", "measure", "task"]):
         for feat, name in _LOCALITY.items():
-            setting = _setting(strategy, budget, measure, name)
             lc = g.dropna(subset=[f"rho_lc_{feat}"])
-            if not lc.empty:
-                out.append(claims.Measurement(task, lc[f"rho_lc_{feat}"].tolist(), lc["seed"].tolist(), setting, sem,
-                                              effect="Spearman rho beyond a layer-only model"))
-                continue
-            reason = (f"the number of {name} does not vary beyond the kept head's layer across the {strategy} runs "
-                      "(every run has the same count in a given layer): a layer-only model explains it fully, so "
-                      "locality cannot be told from a layer effect")
-            raw = g.dropna(subset=[f"rho_{feat}"])
-            if raw.empty:
-                unmeasured.append({"task": task, "setting": setting, "reason": reason + "; nor does it vary over one "
-                                   "run's kept heads (the raw rho is undefined too)"})
-                continue
-            why[(task, setting)] = reason + " (the effect shown is the raw, layer-confounded rho)"
+            why = "" if not lc.empty else (
+                f"the number of {name} does not vary beyond the kept head's layer across the {strategy} runs (every "
+                "run has the same count in a given layer): a layer-only model explains it fully, so locality cannot "
+                "be told from a layer effect")
+            yield (task, _setting(strategy, budget, measure, name), lc, g.dropna(subset=[f"rho_{feat}"]), feat, why)
+
+
+def locality_measurements(tests: pd.DataFrame, sem: str) -> list[claims.Measurement]:
+    """Per strategy x budget x measure x task and count (same layer, adjacent layers), units = seeds: the
+    layer-controlled rho; where it is undefined in every unit, the raw (layer-confounded) rho, measured
+    descriptively (the claim's gate, evidence :func:`layer_confounded`, says why it is not testable); where even that
+    is undefined, an absent measurement."""
+    out = []
+    for task, setting, lc, raw, feat, why in _locality_groups(tests):
+        if not lc.empty:
+            out.append(claims.Measurement(task, lc[f"rho_lc_{feat}"].tolist(), lc["seed"].tolist(), setting, sem,
+                                          effect=_BEYOND))
+        elif not raw.empty:
             out.append(claims.Measurement(task, raw[f"rho_{feat}"].tolist(), raw["seed"].tolist(), setting, sem,
                                           effect="Spearman rho (raw, layer-confounded)"))
-    return out, why, unmeasured
+        else:
+            why += "; nor does it vary over one run's kept heads (the raw rho is undefined too)"
+            out.append(claims.Measurement.absent(task, why, setting=setting, semantics=sem, effect=_BEYOND))
+    return out or _nothing(sem)
 
 
-CLAIM_RULES = {
-    # claim id -> (rule, how the measurements are built from the spread_tests table); gates in verdicts()
-    # margins: headprune_utils.margins, the metric's entry (DispersionMargin: the Gini's; none for the importance sd)
-    "budhraja.compensation_spread": (claims.Equivalence(DispersionMargin()), _spread),
-    "ours.kept_heads_change_more": (claims.Superiority("greater", margin=margins.LOG_RATIO), _shift),
-    "ours.compensation_local": (claims.Superiority("greater", margin=margins.CORRELATION), _locality),
+def layer_confounded(tests: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """``{(task, setting): reason}`` of the locality measurements that are the raw rho (no run has a layer-controlled
+    one): the evidence ``layer_confounded`` of the locality claim's gate (``compensation_claims.BEYOND_LAYER``)."""
+    return {(task, setting): why + " (the effect shown is the raw, layer-confounded rho)"
+            for task, setting, lc, raw, _, why in _locality_groups(tests) if lc.empty and not raw.empty}
+
+
+# a claim's ``measure`` -> its measurements (the spread_tests rows of one semantics, that semantics)
+MEASUREMENTS = {
+    "excess_dispersion": spread_measurements,
+    "mean_shift": shift_measurements,
+    "locality": locality_measurements,
 }
 
 
-def _no_numbers(claim, study: str, scale: str, task: str, setting: str, sem: str, reason: str, test: str) -> dict:
-    """A ``not testable`` row without numbers (nothing could be measured), in :data:`claims.COLUMNS`: no test, so
-    outside the Holm family (``tests`` and ``unit_values`` empty)."""
-    nan = float("nan")
-    row = {"study": study, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": task,
-           "setting": setting, "semantics": sem, "analysis": "primary", "effect": nan, "ci_low": nan, "ci_high": nan,
-           "n_units": 0, "unit": claims.DEFAULT_UNIT, "test": test, "p": nan, "p_adjusted": nan, "p_test": "",
-           "margin": nan, "verdict": claims.VERDICTS[-1], "reason": reason, "scale": scale, "tests": "[]",
-           "unit_values": "[]"}
-    assert tuple(row) == claims.COLUMNS, "keep _no_numbers in step with claims.COLUMNS"
-    return row
-
-
-def verdicts(tests: pd.DataFrame, cfg, claim_list=None, study: str = "compensation") -> pd.DataFrame:
-    """The study's verdict table (:data:`claims.COLUMNS`) from :func:`spread_tests`: every claim decided under
-    every semantics of the runs (their ``ablation``; :func:`semantics.verdicts_by_semantics`), one row per claim x
-    task x setting, then the pooled rows; the rows under the claim's own semantics (``Claim.semantics``:
-    ``uniform``) are the primary analysis, Holm over the study's primary family, the others sensitivity rows,
-    each semantics its own family. A claim measured in no run of its own semantics gets one ``not testable`` row
-    saying so. ``claim_list``: the study's ``Claim`` objects (default: ``compensation.Compensation.claims``)."""
-    claim_list = CLAIMS if claim_list is None else claim_list
-    by_id = {c.id: c for c in claim_list}
+def claim_verdicts(tests: pd.DataFrame, cfg, declared: Sequence[claims.Claim],
+                   study: str = "compensation") -> pd.DataFrame:
+    """The study's verdict table (:data:`claims.COLUMNS`) from :func:`spread_tests`: every declared claim
+    (``declared``: the study's ``claims``, ``compensation_claims.CLAIMS``) measured by its ``measure``
+    (:data:`MEASUREMENTS`) and decided by :func:`claims.evaluate` (its rule, margin and gates; evidence
+    ``layer_confounded``: :func:`layer_confounded`) under every semantics of the runs (their ``ablation``;
+    :func:`semantics.verdicts_by_semantics`), one row per claim x task x setting, then the pooled rows; the rows
+    under the claim's own semantics (``uniform``) are the primary analysis, Holm over the study's primary family,
+    the others sensitivity rows, each semantics its own family. An absent measurement (nothing to measure: no run
+    of a semantics, or a rho undefined in every run) is evaluated on its own (``not testable``, never pooled)."""
+    unknown = sorted(c.measure for c in declared if c.measure not in MEASUREMENTS)
+    if unknown:
+        raise ValueError(f"claims with a measure this analysis does not know: {unknown} "
+                         f"(known: {sorted(MEASUREMENTS)})")
     scale = scale_text(cfg)
     if "ablation" not in tests.columns:
         if not tests.empty:
@@ -394,31 +338,18 @@ def verdicts(tests: pd.DataFrame, cfg, claim_list=None, study: str = "compensati
         tests = tests.assign(ablation=pd.Series(dtype=object))
 
     def decide(sub: pd.DataFrame, sem: str) -> pd.DataFrame:
+        evidence = {"layer_confounded": layer_confounded(sub) if len(sub) else {}}
         parts = []
-        for cid, (rule, build) in CLAIM_RULES.items():
-            claim, extra, ms, gates = by_id[cid], [], [], []
-            if sub.empty:
-                pass
-            elif cid == "ours.compensation_local":
-                ms, why, unmeasured = build(sub, sem)
-                gates = [lambda m, why=why: why.get((m.task, m.setting))]
-                label = (f"{rule.kind} ({rule.direction}); one-sided t tests on Spearman rho beyond a layer-only "
-                         f"model; alpha={rule.alpha:g}; margin: {rule.margin.describe()}")
-                extra = [_no_numbers(claim, study, scale, u["task"], u["setting"], sem, u["reason"], label) for u in unmeasured]
-            else:
-                ms = build(sub, sem)
-            if ms:
-                parts.append(claims.evaluate(claim, rule, ms, gates, scale=scale, study=study))
-            if not ms and not extra:
-                extra = [_no_numbers(claim, study, scale, "all", "", sem,
-                                     f"no pruned run measured under the {sem} semantics in this run", "n/a")]
-            if extra:
-                parts.append(pd.DataFrame(extra, columns=list(claims.COLUMNS)))
-        return pd.concat(parts, ignore_index=True) if parts else claims.empty_table()
+        for claim in declared:
+            ms = MEASUREMENTS[claim.measure](sub, sem) if len(sub) else _nothing(sem)
+            present = [m for m in ms if not m.missing]
+            groups = ([present] if present else []) + [[m] for m in ms if m.missing]
+            parts += [claims.evaluate(claim, g, evidence=evidence, scale=scale, study=study) for g in groups]
+        return pd.concat(parts, ignore_index=True)
 
-    order = semantics.order(claim_list[0].semantics, [*(c.semantics for c in claim_list),
-                                                      *getattr(cfg, "finetune_ablations", [])])
-    return semantics.verdicts_by_semantics(tests, claim_list, decide, order)
+    order = semantics.order(declared[0].semantics, [*(c.semantics for c in declared),
+                                                    *getattr(cfg, "finetune_ablations", [])])
+    return semantics.verdicts_by_semantics(tests, declared, decide, order)
 
 
 def heatmap_data(heads: pd.DataFrame) -> pd.DataFrame:

@@ -17,8 +17,9 @@ how a budget that does not fill whole layers is spread). Reference cells (strate
 fine-tuned full model (one per regime and semantics: the cached model, evaluated). Regimes as in study 1: ``finetune_then_mask`` (evaluation only: the masks of one fine-tuned
 model form a group, evaluated together with shared work, ``mask_sweep``) and ``mask_then_finetune`` (one
 fine-tuning per cell, at ``finetune_budgets``; shared with studies 1 and 5 through the fine-tuning cache).
-The claims are paired contrasts (:mod:`headprune_utils.paired_contrasts`), decided by the claims model
-(:mod:`headprune_utils.claims`; the unit is the fine-tuned model, task x seed: see the analysis module).
+The claims are paired contrasts (:mod:`headprune_utils.paired_contrasts`), declared once, as data, in
+:mod:`.layer_strategies_claims` (``claims = CLAIMS``) and decided by the claims model (:mod:`headprune_utils.claims`;
+the unit is the fine-tuned model, task x seed: see the analysis module).
 
 The analysis (pure functions over the cells' table: means, example masks, contrasts, verdicts) is in
 :mod:`.layer_strategies_analysis`, re-exported here so the notebook needs one module.
@@ -34,19 +35,20 @@ from ..config import ParameterError
 from ..paths import StudyPaths
 from ..results import fingerprint
 from ..strategy_sweep import ALL_STRATEGIES, KNOWN_STRATEGIES, REGIMES, Context, Regime, run_batch, run_cell, run_cells
-from .base import Cell, Claim, Cost, Study
+from .base import Cell, Cost, Study
 from .layer_strategies_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    ABOVE_CHANCE_MARGIN, ADAPT_BUDGET, CLAIM_RULES, CONTRASTS, MICHEL_PRUNABLE, michel_prunable, REGIME_NAMES, Contrast, adaptation_diffs, contrasts,
-    example_masks, identical_masks, measurements, scale, summarise,
+    ADAPT_BUDGET, CONTRASTS, MICHEL_PRUNABLE, REGIME_NAMES, Contrast, adaptation_diffs, contrasts, example_masks,
+    identical_masks, measurements, michel_prunable, scale, summarise,
 )
 from .layer_strategies_analysis import verdicts as claim_verdicts
+from .layer_strategies_claims import CLAIMS
 
 __all__ = [
     "NAME", "STUDY", "LayerStrategiesConfig", "LayerStrategies", "plan_cells", "study_fingerprint", "run_cells",
     "run_cell", "ALL_STRATEGIES", "KNOWN_STRATEGIES", "REGIMES", "Regime", "Context",
     # the analysis (layer_strategies_analysis), re-exported so the notebook needs one module
-    "MICHEL_PRUNABLE", "michel_prunable", "CONTRASTS", "Contrast", "REGIME_NAMES", "CLAIM_RULES", "ABOVE_CHANCE_MARGIN", "ADAPT_BUDGET", "summarise",
-    "example_masks", "contrasts", "identical_masks", "adaptation_diffs", "measurements", "scale", "verdicts",
+    "MICHEL_PRUNABLE", "michel_prunable", "CONTRASTS", "Contrast", "REGIME_NAMES", "ADAPT_BUDGET", "summarise",
+    "example_masks", "CLAIMS", "contrasts", "identical_masks", "adaptation_diffs", "measurements", "scale", "verdicts",
 ]
 
 NAME = "layer_strategies"
@@ -148,52 +150,13 @@ def study_fingerprint(cfg: LayerStrategiesConfig, device: torch.device) -> str:
     return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=drop))
 
 
-def _claim(id_: str, paper: str, text: str, contrast: str, precondition: str, semantics: str) -> Claim:
-    c = next(c for c in CONTRASTS if c.name == contrast)
-    return Claim(id_, paper, text,
-                 quantity=f"score({c.a}) - score({c.b}) of the same fine-tuned model (task, seed) and budget, averaged "
-                          f"over the budgets within the model; per task and regime, then pooled over tasks on "
-                          f"(full - chance)-normalised effects (contrast {c.name!r}; pairs where both strategies "
-                          f"pruned identical masks are left out)",
-                 precondition=precondition, semantics=semantics)
-
-
-_ABOVE_CHANCE = ("the fine-tuned full model scores above chance by more than 0.05 (score units) in every seed; "
-                 "mask-then-fine-tune rows: fine-tuning adapts to the mask (at 50% pruned, mask-then-fine-tune beats "
-                 "fine-tune-then-mask on the task, 95% CI above 0, under the same semantics); the two strategies' masks differ")
-_MARGIN = "; margin: 0.1 x (full - chance) on the task (margins.TASK_SCORE)"
-_NOT_SUPPORTED = _MARGIN + " (superiority: an effect shown below it is not supported)"
-
-
 class LayerStrategies(Study):
     """Study 2 (see the module docstring)."""
 
     name = NAME
     notebook = "02_layer_strategies.ipynb"
     Config = LayerStrategiesConfig
-    claims = (
-        _claim("budhraja.location_no_preference", "Budhraja et al. 2020",
-               "There is no preference between pruning the top or the bottom layers.", "top vs bottom",
-               _ABOVE_CHANCE + _MARGIN + " (equivalence)", "uniform"),
-        _claim("budhraja.avoid_middle", "Budhraja et al. 2020",
-               "Pruning that avoids the middle layers (top + bottom) beats pruning the middle layers.",
-               "avoid the middle", _ABOVE_CHANCE + _NOT_SUPPORTED, "uniform"),
-        _claim("budhraja.avoid_consecutive", "Budhraja et al. 2020",
-               "Pruning layers spread apart beats pruning the same number of consecutive layers.",
-               "avoid consecutive layers", _ABOVE_CHANCE + _NOT_SUPPORTED, "uniform"),
-        _claim("budhraja.important_location_not_worse", "Budhraja et al. 2020",
-               "Pruning the layers earlier studies call important (the middle) is no worse than random pruning "
-               "(the paper's claim 2, made for the Transformer, tested on BERT).",
-               "important-by-location vs random", _ABOVE_CHANCE + _MARGIN + " (non-inferiority)", "uniform"),
-        _claim("ours.most_important_not_worse", "ours (exploratory)",
-               "Pruning the most important heads (gradient importance) is no worse than random pruning: our reading "
-               "of Budhraja et al.'s weak link between importance and prunability.", "most important vs random",
-               _ABOVE_CHANCE + _MARGIN + " (non-inferiority); the importance strategies ran", "uniform"),
-        _claim("michel.least_important_first", "Michel et al. 2019",
-               "Pruning the least important heads (gradient importance) first beats random pruning.",
-               "least important vs random", _ABOVE_CHANCE + _NOT_SUPPORTED + "; the importance strategies ran",
-               "zero"),
-    )
+    claims = CLAIMS  # declared in layer_strategies_claims
 
     def plan(self, cfg: LayerStrategiesConfig) -> list[Cell]:
         return plan_cells(cfg)
@@ -214,8 +177,8 @@ class LayerStrategies(Study):
 
 
 def verdicts(table, cfg: LayerStrategiesConfig, alpha: float = 0.05):
-    """The verdict table of the study's claims (``claims.COLUMNS``) from the cells' table: see
-    :func:`.layer_strategies_analysis.verdicts`."""
+    """The verdict table of the study's claims (``claims.COLUMNS``) from the cells' table, every rule at ``alpha``:
+    see :func:`.layer_strategies_analysis.verdicts`."""
     return claim_verdicts(table, cfg, LayerStrategies.claims, alpha)
 
 

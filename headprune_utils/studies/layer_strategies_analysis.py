@@ -6,7 +6,9 @@ shared with study 5; re-exported here); the contrasts are the location contrasts
 the protocol in :mod:`.layer_strategies`). Every table is per ablation semantics (the cells' ``ablation`` column,
 :mod:`headprune_utils.semantics`): results of different semantics are never paired, pooled or compared.
 
-Verdicts (:func:`verdicts`) follow :mod:`headprune_utils.claims`: every claim is a paired contrast
+Verdicts (:func:`verdicts`) follow :mod:`headprune_utils.claims`. The claims are declared as data in
+:mod:`.layer_strategies_claims` (rule, margin, gates, figure; ``measure``: the name of the contrast) and passed to
+:func:`verdicts`. Every claim is a paired contrast
 ``score(a) - score(b)`` of the same model (task, seed) and budget. The unit of replication is the model: a model's
 differences over its budgets are averaged first, and the claim is tested on the model means (one-sample t over
 ``n_seeds - 1`` degrees of freedom), per task and regime, then pooled over tasks (effects / (full - chance)) when
@@ -19,60 +21,32 @@ one mask, e.g. ``consecutive`` placed at the top) are left out: a mask is not te
 measurement with no other pair is ``not testable`` ("degenerate contrast"), and a row that lost some pairs says so
 in its reason. Margin of every claim: the task score's (:data:`margins.TASK_SCORE`), 0.1 x (full - chance) on the
 task (the pooled row: the smallest of the tasks' margins / (full - chance)); it decides the "no preference" /
-"no worse than random" claims and lets the "beats" claims be ``not supported``. Gates: the full model above chance by
-:data:`ABOVE_CHANCE_MARGIN` in every unit; mask-then-fine-tune rows also need fine-tuning to adapt to the mask
-(:func:`adaptation_diffs`, :func:`claims.adapts_to_mask`).
+"no worse than random" claims and lets the "beats" claims be ``not supported``. Gates (declared with the claims):
+the two strategies' masks differ (evidence ``identical_masks``: :func:`measurements`' notes); the full model above
+chance by :data:`preconditions.ABOVE_CHANCE` in every unit; mask-then-fine-tune rows also need fine-tuning to adapt
+to the mask (evidence ``adaptation``: :func:`adaptation_diffs`). A contrast whose two strategies did not both run is
+one absent measurement (:meth:`claims.Measurement.absent`: ``not testable`` with the reason).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
-from .. import claims, margins, paired_contrasts, semantics
+from .. import claims, paired_contrasts, semantics
 from ..paired_contrasts import LOCATION_CONTRASTS, Contrast, paired_by_strategy, per_ablation, unit_contrast_table
 from ..strategy_sweep import (  # noqa: F401 (re-exported: the notebook and the tests read them from this study)
     REGIME_NAMES, example_masks, summarise,
 )
 
-__all__ = ["MICHEL_PRUNABLE", "michel_prunable", "CONTRASTS", "Contrast", "REGIME_NAMES", "CLAIM_RULES", "ClaimRule", "ABOVE_CHANCE_MARGIN",
-           "ADAPT_BUDGET", "summarise", "example_masks", "contrasts", "identical_masks", "adaptation_diffs",
-           "measurements", "scale", "verdicts"]
+__all__ = ["MICHEL_PRUNABLE", "michel_prunable", "CONTRASTS", "Contrast", "REGIME_NAMES", "ADAPT_BUDGET", "summarise",
+           "example_masks", "contrasts", "identical_masks", "adaptation_diffs", "measurements", "scale", "verdicts"]
 
 CONTRASTS: tuple[Contrast, ...] = LOCATION_CONTRASTS
-ABOVE_CHANCE_MARGIN = 0.05   # score units (accuracy / correlation): a trained full model beats chance by more
 ADAPT_BUDGET = 0.5           # the adapts-to-mask gate compares the two regimes at this budget
 STUDY = "layer_strategies"
 REGIME_ORDER = ("finetune_then_mask", "mask_then_finetune")
-
-
-@dataclass(frozen=True)
-class ClaimRule:
-    """How a claim is decided: the contrast measured and the decision rule (a function of ``cfg`` and ``alpha``)."""
-
-    contrast: str
-    rule: Callable[[object, float], claims.Rule]
-
-
-MARGIN = margins.TASK_SCORE  # 0.1 x (full - chance) per task: the margin of every claim of the study
-
-
-CLAIM_RULES: dict[str, ClaimRule] = {
-    "budhraja.location_no_preference": ClaimRule(
-        "top vs bottom", lambda cfg, alpha: claims.Equivalence(MARGIN, alpha=alpha)),
-    "budhraja.avoid_middle": ClaimRule(
-        "avoid the middle", lambda cfg, alpha: claims.Superiority("greater", alpha=alpha, margin=MARGIN)),
-    "budhraja.avoid_consecutive": ClaimRule(
-        "avoid consecutive layers", lambda cfg, alpha: claims.Superiority("greater", alpha=alpha, margin=MARGIN)),
-    "budhraja.important_location_not_worse": ClaimRule(
-        "important-by-location vs random", lambda cfg, alpha: claims.NonInferiority(MARGIN, alpha=alpha)),
-    "ours.most_important_not_worse": ClaimRule(
-        "most important vs random", lambda cfg, alpha: claims.NonInferiority(MARGIN, alpha=alpha)),
-    "michel.least_important_first": ClaimRule(
-        "least important vs random", lambda cfg, alpha: claims.Superiority("greater", alpha=alpha, margin=MARGIN)),
-}
 
 
 # Michel et al. 2019's largest share of heads prunable by iterative importance (fine-tune, then mask; BERT-base)
@@ -147,26 +121,26 @@ def identical_masks(table: pd.DataFrame) -> pd.DataFrame:
                                        "note"])
 
 
-def adaptation_diffs(table: pd.DataFrame, budget: float = ADAPT_BUDGET) -> tuple[pd.DataFrame, str]:
-    """``(rows, what)``: per (task, seed) model, ``diff`` = score(mask, then fine-tune) - score(fine-tune, then
-    mask) at ``budget`` (``table``: the cells of ONE ablation semantics, both regimes under it), with the random masks (the same mask in both regimes), or the mean over the strategies run
-    in both regimes when random did not run. ``what`` describes the quantity (the gate's text)."""
+def adaptation_diffs(table: pd.DataFrame, budget: float = ADAPT_BUDGET) -> pd.DataFrame:
+    """``[task, seed, diff]``: per (task, seed) model, ``diff`` = score(mask, then fine-tune) - score(fine-tune, then
+    mask) at ``budget`` (``table``: the cells of ONE ablation semantics, both regimes under it), with the random
+    masks (the same mask in both regimes), or the mean over the strategies run in both regimes when random did not
+    run (the evidence ``adaptation`` of the adapts-to-mask gate, :data:`.layer_strategies_claims.ADAPTS`). Empty
+    when no cells at ``budget`` ran in both regimes."""
     if "ablation" in table.columns and table["ablation"].nunique() > 1:
         raise ValueError("adaptation_diffs compares the regimes under one semantics: pass one semantics' cells")
+    none = pd.DataFrame(columns=["task", "seed", "diff"])
     t = table[(table["budget"] == budget) & (table["strategy"] != "none")]
     if t.empty:
-        return pd.DataFrame(columns=["task", "seed", "diff"]), f"at {100 * budget:g}% pruned (no cells in both regimes)"
+        return none
     p = t.pivot_table(index=["task", "seed", "strategy"], columns="regime", values="score")
     if not set(REGIME_ORDER) <= set(p.columns):
-        return pd.DataFrame(columns=["task", "seed", "diff"]), f"at {100 * budget:g}% pruned (no cells in both regimes)"
+        return none
     p = p.dropna(subset=list(REGIME_ORDER))
     d = (p["mask_then_finetune"] - p["finetune_then_mask"]).rename("diff").reset_index()
     if (d["strategy"] == "random").any():
-        d, masks = d[d["strategy"] == "random"], "random masks"
-    else:
-        masks = f"mean over {', '.join(sorted(set(d['strategy'])))}"
-    d = d.groupby(["task", "seed"], as_index=False)["diff"].mean()
-    return d, f"at {100 * budget:g}% pruned, mask-then-fine-tune - fine-tune-then-mask ({masks})"
+        d = d[d["strategy"] == "random"]
+    return d.groupby(["task", "seed"], as_index=False)["diff"].mean()
 
 
 def _setting(regime: str, budgets) -> str:
@@ -202,7 +176,7 @@ def measurements(table: pd.DataFrame, contrast: Contrast, semantics: str = "") -
             out.append(claims.Measurement(
                 task=task, values=kept["diff"].to_numpy(dtype=float),
                 units=[(task, int(s)) for s in kept["seed"]], setting=setting, semantics=semantics,
-                effect=f"score({contrast.a}) - score({contrast.b}), model mean over budgets",
+                effect=_effect(contrast),
                 full=full, chance=chance))
     return out, notes
 
@@ -218,43 +192,36 @@ def scale(cfg, table: pd.DataFrame | None = None) -> str:
     return text if paper else text + "; a small-scale test, not the paper's set-up"
 
 
-def _gates(adapt: claims.Gate, notes: dict) -> list[claims.Gate]:
-    def degenerate(m: claims.Measurement) -> str | None:
-        kind, text = notes.get((m.task, m.setting), ("", ""))
-        return text if kind == "degenerate" else None
-
-    def adapts(m: claims.Measurement) -> str | None:
-        return adapt(m) if m.setting.startswith(REGIME_NAMES["mask_then_finetune"]) else None
-
-    return [degenerate, claims.above_chance(ABOVE_CHANCE_MARGIN), adapts]
-
-
-def verdicts(table: pd.DataFrame, cfg, claim_list, alpha: float = 0.05) -> pd.DataFrame:
-    """The verdict table (exactly :data:`claims.COLUMNS`) of ``claim_list`` (the study's ``claims``; ids in
-    :data:`CLAIM_RULES`) under every ablation semantics of ``table`` (its ``ablation`` column;
-    :func:`semantics.verdicts_by_semantics`): each semantics decided on its own cells, with its own gates (the
-    adapts-to-mask gate from the same semantics' two regimes); ``analysis`` primary for the claim's own paper's
-    semantics, sensitivity otherwise; Holm over the study's primary rows and each sensitivity semantics apart.
-    Every number from ``table``. A claim whose two strategies did not both run under its own semantics gets one
-    ``not testable`` row saying so. ``alpha``: the level of every rule."""
+def verdicts(table: pd.DataFrame, cfg, claim_list: Sequence[claims.Claim], alpha: float = 0.05) -> pd.DataFrame:
+    """The verdict table (exactly :data:`claims.COLUMNS`) of ``claim_list`` (the study's ``claims``,
+    :data:`.layer_strategies_claims.CLAIMS`; each one's ``measure`` names a contrast of :data:`CONTRASTS`) under every
+    ablation semantics of ``table`` (its ``ablation`` column; :func:`semantics.verdicts_by_semantics`): each
+    semantics decided on its own cells by :func:`claims.evaluate`, with its own evidence (``adaptation``: the
+    adapts-to-mask differences from the same semantics' two regimes; ``identical_masks``: the contrast's notes);
+    ``analysis`` primary for the claim's own paper's semantics, sensitivity otherwise; Holm over the study's primary
+    rows and each sensitivity semantics apart. Every number from ``table``. A claim whose two strategies did not
+    both run under a semantics is one absent measurement there (``not testable`` saying so; kept under the claim's
+    own semantics only). ``alpha``: the level of every rule. Rows that lost some pairs to identical masks say so in
+    their reason."""
     text = scale(cfg, table)
     notes_of: dict[tuple[str, str], dict] = {}
     by_name = {c.name: c for c in CONTRASTS}
+    unknown = sorted(c.measure for c in claim_list if c.measure not in by_name)
+    if unknown:
+        raise ValueError(f"claims with a measure that is not a contrast: {unknown} (contrasts: {sorted(by_name)})")
 
     def decide(sub: pd.DataFrame, sem: str) -> pd.DataFrame:
-        diffs, what = adaptation_diffs(sub)
-        adapt = claims.adapts_to_mask(diffs, value="diff", unit="seed", task="task", what=what)
+        adaptation = adaptation_diffs(sub)
         parts = []
         for claim in claim_list:
-            spec = CLAIM_RULES[claim.id]
-            contrast = by_name[spec.contrast]
+            contrast = by_name[claim.measure]
             ms, notes = measurements(sub, contrast, semantics=sem) if len(sub) else ([], {})
             if not ms:
-                parts.append(pd.DataFrame([_not_run(claim, contrast, sub, text, sem)], columns=list(claims.COLUMNS)))
-                continue
-            parts.append(claims.evaluate(claim, spec.rule(cfg, alpha), ms, _gates(adapt, notes), scale=text,
-                                         study=STUDY))
+                ms = [claims.Measurement.absent("all", _not_run(contrast, sub, sem), semantics=sem,
+                                                effect=_effect(contrast))]
             notes_of[(claim.id, sem)] = notes
+            parts.append(claims.evaluate(claim, ms, evidence={"adaptation": adaptation, "identical_masks": notes},
+                                         alpha=alpha, scale=text, study=STUDY))
         return pd.concat(parts, ignore_index=True)
 
     order = semantics.order(claim_list[0].semantics, [*(c.semantics for c in claim_list),
@@ -271,14 +238,13 @@ def verdicts(table: pd.DataFrame, cfg, claim_list, alpha: float = 0.05) -> pd.Da
     return out
 
 
-def _not_run(claim, contrast: Contrast, table: pd.DataFrame, text: str, semantics: str) -> dict:
+def _effect(contrast: Contrast) -> str:
+    return f"score({contrast.a}) - score({contrast.b}), model mean over budgets"
+
+
+def _not_run(contrast: Contrast, table: pd.DataFrame, semantics: str) -> str:
+    """Why a contrast has no measurement under ``semantics`` (the reason of its absent measurement)."""
     ran = set(table["strategy"]) if "strategy" in table.columns else set()
     missing = [s for s in (contrast.a, contrast.b) if s not in ran]
-    nan = float("nan")
-    return {"study": STUDY, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": "all",
-            "setting": "", "semantics": semantics, "analysis": "primary", "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
-            "unit": claims.DEFAULT_UNIT, "test": "", "p": nan, "p_adjusted": nan, "p_test": "", "margin": nan,
-            "verdict": "not testable",
-            "reason": f"the strategies of the contrast {contrast.name!r} did not both run under the {semantics} semantics"
-                      + (f" (missing: {', '.join(missing)})" if missing else " in any common setting"), "scale": text,
-            "tests": "[]", "unit_values": "[]"}
+    return (f"the strategies of the contrast {contrast.name!r} did not both run under the {semantics} semantics"
+            + (f" (missing: {', '.join(missing)})" if missing else " in any common setting"))

@@ -75,9 +75,10 @@ from .nmt_heads_analysis import (  # the analysis: pure functions over the table
     random_summary, random_drops, prunable, retrain_table, type_contrasts, strategy_rows, strategy_summary,
     strategy_contrasts, strategy_mask_rows, role_source, roles, role_counts, role_map, encoder_scores,
     importance_table, score_agreement, l0_curve, l0_by_type, l0_contrasts, type_prunability, l0_survival_source,
-    survival, survival_tests, survival_map, survival_by_role, roles_at_budget, CLAIMS, RULES, SEMANTICS, rules, scale,
-    verdicts,
+    survival, survival_tests, survival_map, survival_by_role, roles_at_budget, rare_criterion_counts, MEASURES,
+    SEMANTICS, scale, verdicts,
 )
+from .nmt_heads_claims import CLAIMS  # the claims: data
 
 NAME = "nmt_heads"
 RESULTS_VERSION = 1
@@ -85,8 +86,7 @@ RESULTS_VERSION = 1
 NMT_TRAINING_VERSION = 1
 EVAL_VERSION = 1  # bump when decoding or scoring changes (the cached evaluations then no longer match)
 REGIMES: tuple[str, ...] = ("prune", "prune_then_train")
-ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_ratio", "rare_alpha", "tolerance",
-                 "n_permutations")
+ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_share", "tolerance", "n_permutations")
 CELL_AXES = ("types", "fractions", "seeds", "model_seeds", "strategy_types", "strategies", "strategy_budgets",
              "l0_settings", "lambdas", "retrain_types", "retrain_fractions")
 NOT_RESULTS = ("progress", "device", "data_dir", "allow_hub")
@@ -121,6 +121,12 @@ def study_fingerprint(cfg: NMTHeadsConfig, device: torch.device) -> str:
     d.update(device_type=torch.device(device).type, data_source=data_source(cfg), results_version=RESULTS_VERSION,
              training_version=NMT_TRAINING_VERSION, eval_version=EVAL_VERSION, **training_key(device))
     return fingerprint(d)
+
+
+def role_thresholds(cfg: NMTHeadsConfig) -> dict:
+    """The keyword arguments of :func:`roles` (``role_survival.role_table``) from the parameters."""
+    return {"positional_threshold": cfg.positional_threshold, "syntactic_margin": cfg.syntactic_margin,
+            "rare_share": cfg.rare_share}
 
 
 def l0_kinds(setting: str) -> tuple[str, ...]:
@@ -548,7 +554,7 @@ class NMTHeads(Study):
     name = NAME
     notebook = "07_nmt_heads.ipynb"
     Config = NMTHeadsConfig
-    claims = CLAIMS  # with their rules: nmt_heads_analysis.rules and verdicts
+    claims = CLAIMS  # data, with their rules and gates (nmt_heads_claims); decided by verdicts
 
     def plan(self, cfg: NMTHeadsConfig) -> list[Cell]:
         return plan_cells(cfg)
@@ -582,11 +588,13 @@ STUDY = NMTHeads()
 __all__ = [
     "NAME", "STUDY", "NMTHeads", "NMTHeadsConfig", "Context", "TYPES", "REGIMES", "plan_cells", "model_axes",
     "plan_costs", "cell_masks", "run_cell", "model_folder", "model_key", "study_fingerprint", "source_queries",
-    # the analysis (nmt_heads_analysis), re-exported so the notebook needs one module
+    "role_thresholds",
+    # the claims (nmt_heads_claims) and the analysis (nmt_heads_analysis), re-exported so the notebook needs one module
     "VOITA_ALL_TYPES", "VOITA_BASELINE_BLEU", "VOITA_FRACTION", "TYPE_CONTRASTS", "ROLE_NAMES", "full_models",
     "random_rows", "random_summary", "random_drops", "prunable", "retrain_table", "type_contrasts",
     "strategy_rows", "strategy_summary", "strategy_contrasts", "strategy_mask_rows", "role_source", "roles",
     "role_counts", "role_map", "encoder_scores", "importance_table", "score_agreement", "l0_curve",
     "l0_by_type", "l0_contrasts", "type_prunability", "l0_survival_source", "survival", "survival_tests",
-    "survival_map", "survival_by_role", "roles_at_budget", "CLAIMS", "RULES", "SEMANTICS", "rules", "scale", "verdicts",
+    "survival_map", "survival_by_role", "roles_at_budget", "rare_criterion_counts", "CLAIMS", "MEASURES", "SEMANTICS",
+    "scale", "verdicts",
 ]

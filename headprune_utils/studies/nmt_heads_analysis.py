@@ -10,20 +10,21 @@ BLEU (sacrebleu, 0-100) of greedy translations of the test subset.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 from scipy import stats as sps
 
-from .. import margins, pruning_curves, role_survival, stats, strategy_sweep
+from .. import pruning_curves, role_survival, strategy_sweep
+from ..claims import Claim, Measurement, adjust, empty_table, evaluate, validate
 from ..head_scores import rank_agreement
 from ..masks import mask_from_string
 from ..paired_contrasts import LOCATION_CONTRASTS, Contrast, contrast_table, paired_by_strategy
-from ..claims import (Equivalence, Measurement, NonInferiority, Presence, Superiority, adjust, empty_table, evaluate,
-                      role_found, validate)
-from ..verdict_rules import plateau_gate, presence_effect, untestable
-from .base import Claim
+from ..role_survival import presence_effect
+from ..specialized import RARE_SHARE
 
 __all__ = [
     "VOITA_ALL_TYPES", "VOITA_BASELINE_BLEU", "VOITA_FRACTION", "TYPE_CONTRASTS", "ROLE_NAMES",
@@ -31,7 +32,7 @@ __all__ = [
     "strategy_rows", "strategy_summary", "strategy_contrasts", "strategy_mask_rows", "role_source", "roles",
     "role_counts", "role_map", "encoder_scores", "importance_table", "score_agreement", "l0_curve", "l0_by_type",
     "l0_contrasts", "type_prunability", "l0_survival_source", "survival", "survival_tests", "survival_map",
-    "survival_by_role", "roles_at_budget", "CLAIMS", "RULES", "SEMANTICS", "rules", "scale", "verdicts",
+    "survival_by_role", "roles_at_budget", "rare_criterion_counts", "MEASURES", "SEMANTICS", "scale", "verdicts",
 ]
 
 ROLE_NAMES = role_survival.ROLE_NAMES
@@ -455,117 +456,25 @@ def roles_at_budget(table: pd.DataFrame, role_tab: pd.DataFrame, fraction: float
         columns={"task": "setting", "seed": "model_seed"})
 
 
-# ---------------------------------------------------------------------------------------------- claims
-BUDHRAJA, VOITA = "Budhraja et al. 2020", "Voita et al. 2019"
-_TRAINED = "the trained model's dev loss at a plateau (no improvement over the last `patience` evaluations)"
-_MODELS = "independently trained models (model seeds): mask seeds of one model are not replicates"
-CLAIMS: tuple[Claim, ...] = (
-    Claim("budhraja.random_prunable", f"{BUDHRAJA} (claim 1)",
-          "A large fraction (>= 50%) of the heads can be pruned at random with limited effect on BLEU.",
-          quantity="per model: BLEU(random 50% of a type's heads pruned, mean over mask seeds) - BLEU(full), per "
-                   "type; non-inferiority, margin margins.TASK_SCORE (a tenth of BLEU(full) - 0)",
-          precondition=f"{_TRAINED}; {_MODELS}"),
-    Claim("budhraja.retraining_recovers", "ours (exploratory)",
-          "Training with the mask fixed recovers BLEU lost by pruning.",
-          quantity="per model: recovery = BLEU drop without retraining - drop after retrain_steps (vs the unpruned "
-                   "model continued as long), mean over mask seeds; superiority, margin margins.TASK_SCORE (a tenth of "
-                   "BLEU(full) - 0: a smaller recovery is not supported)",
-          precondition=f"{_TRAINED}; {_MODELS}"),
-    Claim("budhraja.location_no_better", f"{BUDHRAJA} (claim 2)",
-          "On the Transformer, choosing heads to prune by their layer brings no advantage over random pruning "
-          "at the same budget.",
-          quantity="per model and strategy: BLEU(strategy) - BLEU(random), paired by type, budget and mask seed, "
-                   "mean within the model; equivalence, margin margins.TASK_SCORE (a tenth of BLEU(full) - 0)",
-          precondition=f"{_TRAINED}; {_MODELS}; random among the strategies"),
-    Claim("voita.type_prunability_random", f"{VOITA} (Sec. 6, Table 2)",
-          "Encoder self-attention is the most prunable attention type and encoder-decoder attention the least.",
-          quantity="per model: BLEU with a share of type a pruned - with the same share of type b pruned, paired by "
-                   "fraction and mask seed, mean within the model; superiority per ordered pair, margin "
-                   "margins.TASK_SCORE (a tenth of BLEU(full) - 0)",
-          precondition=f"{_TRAINED}; {_MODELS}"),
-    Claim("voita.type_prunability_l0", f"{VOITA} (Sec. 6, Table 2)",
-          "L0 gates on all three types keep the fewest encoder self-attention heads and the most "
-          "encoder-decoder heads.",
-          quantity="per model: share of type b's heads kept - share of type a's, mean over the lambdas that prune "
-                   "some heads and keep some (gates on all three types); superiority per ordered pair, margin "
-                   "margins.SHARE_OF_HEADS (0.1: a tenth of the range of a share)",
-          precondition=f"{_TRAINED}; {_MODELS}"),
-    Claim("voita.enc_most_prunable", f"{VOITA} (Sec. 6.2)",
-          "Most encoder heads can be pruned with little BLEU loss (38 of 48: -0.15 BLEU).",
-          quantity="per model: BLEU(encoder L0 mask keeping the most heads among those keeping at most half) - "
-                   "BLEU(full); non-inferiority, margin margins.TASK_SCORE (a tenth of BLEU(full) - 0)",
-          precondition=f"{_TRAINED}; {_MODELS}; an encoder L0 mask keeping at most half of the heads"),
-    Claim("voita.l0_beats_random", f"{VOITA} (Sec. 6)",
-          "L0 gates choose heads that matter: better than random heads at the same counts per type.",
-          quantity="per model and L0 setting: BLEU(L0 masks) - BLEU(random masks with the same heads per type), mean "
-                   "over lambdas that prune something and keep something; superiority, margin margins.TASK_SCORE (a "
-                   "tenth of BLEU(full) - 0)",
-          precondition=f"{_TRAINED}; {_MODELS}"),
-    Claim("voita.positional_heads", f"{VOITA} (Sec. 5)",
-          "Positional heads exist in the encoder (max attention on the previous or next token >= 90% of the time).",
-          quantity="positional encoder heads per model; presence: share of models with one, exact binomial against 1/2",
-          precondition=f"{_TRAINED}; {_MODELS}"),
-    Claim("voita.syntactic_heads", f"{VOITA} (Sec. 5)",
-          "Syntactic heads exist: they beat the best fixed-offset baseline by >= 10 points on UD relations.",
-          quantity="syntactic encoder heads per model (UD English-EWT); presence: share of models with one, exact binomial against 1/2",
-          precondition=f"{_TRAINED}; {_MODELS}; an English source (UD English-EWT)"),
-    Claim("voita.rare_word_head", f"{VOITA} (Sec. 5)",
-          "A rare-word head exists (attends to the least frequent token; one, in the first layer).",
-          quantity="rare-word encoder heads IN THE FIRST LAYER per model; presence: share of models with one, exact binomial against 1/2",
-          precondition=f"{_TRAINED}; {_MODELS}"),
-    Claim("voita.important_are_confident", f"{VOITA} (Sec. 4)",
-          "The most important encoder heads are the most confident.",
-          quantity="per model: Spearman(ablation importance = dev NLL increase, confidence) over its encoder heads; "
-                   "superiority, margin margins.CORRELATION (0.1: a tenth of the distance from no association to "
-                   "perfect)",
-          precondition=f"{_TRAINED}; {_MODELS}; importance here is the NLL increase when the head alone is zeroed, "
-                       "not LRP"),
-    Claim("voita.specialized_last_pruned", f"{VOITA} (Sec. 6.2)",
-          "Specialized heads are the last to be pruned.",
-          quantity="per model and L0 setting: AUC of the survival level, specialized vs other encoder heads of the "
-                   "same layer, mean over layers with both, minus 0.5; superiority, margin margins.AUC (0.05: a tenth "
-                   "of the distance from AUC 0.5 to 1)",
-          precondition=f"{_TRAINED}; {_MODELS}; at least one specialized head found"),
-    Claim("voita.functions_at_17_of_48", f"{VOITA} (Sec. 6.2)",
-          "With 17 of 48 encoder heads kept, every identified head function is still present.",
-          quantity="per model, L0 setting and role: 1 if the mask nearest 17/48 of the encoder heads keeps one of "
-                   "the role's heads, minus the chance that a random mask of that size would; superiority, margin "
-                   "margins.SHARE_OF_HEADS (0.1: a tenth of the range of a share)",
-          precondition=f"{_TRAINED}; {_MODELS}; at least one head of the role found"),
-)
-CLAIM = {c.id: c for c in CLAIMS}
-UNIT = "model (model seed)"
+# ---------------------------------------------------------------------------------------------- the rare-word criterion
+def rare_criterion_counts(table: pd.DataFrame, shares=role_survival.RARE_SHARES, rare_share: float = RARE_SHARE,
+                          **thresholds) -> pd.DataFrame:
+    """Rare-word encoder heads per threshold on ``rare_share`` (mean over the trained models; all layers and the first
+    layer): ``role_survival.rare_criterion_counts`` of the roles cells. A sensitivity of the fixed criterion
+    (``rare_share``: the run's, default ``specialized.RARE_SHARE``), never a selection. ``thresholds``: the other
+    arguments of ``role_table`` (:func:`roles`' keyword arguments can be handed over as they are)."""
+    src = role_source(table)
+    if src.empty:
+        return pd.DataFrame(columns=["rare_share", "model", "layers", "n_rare_heads", "n_models", "fixed"])
+    return role_survival.rare_criterion_counts(src, shares, rare_share=rare_share, others="trained models", **thresholds)
+
+
+# ---------------------------------------------------------------------------------------------- verdicts
+# The claims are data (``nmt_heads_claims.CLAIMS``, handed to :func:`verdicts`): each names its rule, gates and
+# ``measure``, the key of :data:`MEASURES` that makes its measurements from the run's tables.
 NAME = "nmt_heads"
 SEMANTICS = "zero"  # a pruned head's output is zeroed (both papers' Transformer code; the study's only ablation)
-
-
-def rules() -> dict:
-    """Claim id -> rule. Every margin is its metric's smallest effect of interest, declared once in
-    :mod:`headprune_utils.margins`: BLEU differences ``margins.TASK_SCORE`` (0.1 x (BLEU(full) - 0); chance = 0
-    BLEU); the share of a type's heads kept ``margins.SHARE_OF_HEADS``; Spearman rho ``margins.CORRELATION``;
-    within-layer AUC - 0.5 ``margins.AUC``; presence beyond chance (a difference of shares)
-    ``margins.SHARE_OF_HEADS``. A superiority claim uses its margin only to say ``not supported``; the existence
-    claims (``claims.Presence``) test the share of models with the role against 1/2."""
-    bleu = margins.TASK_SCORE
-    out = {
-        "budhraja.random_prunable": NonInferiority(bleu),
-        "budhraja.retraining_recovers": Superiority("greater", margin=bleu),
-        "budhraja.location_no_better": Equivalence(bleu),
-        "voita.type_prunability_random": Superiority("greater", margin=bleu),
-        "voita.type_prunability_l0": Superiority("greater", margin=margins.SHARE_OF_HEADS),
-        "voita.enc_most_prunable": NonInferiority(bleu),
-        "voita.l0_beats_random": Superiority("greater", margin=bleu),
-        "voita.important_are_confident": Superiority("greater", margin=margins.CORRELATION),
-        "voita.specialized_last_pruned": Superiority("greater", margin=margins.AUC),
-        "voita.functions_at_17_of_48": Superiority("greater", margin=margins.SHARE_OF_HEADS),
-    }
-    out.update({cid: Presence() for cid in ("voita.positional_heads", "voita.syntactic_heads", "voita.rare_word_head")})
-    if set(out) != {c.id for c in CLAIMS}:
-        raise AssertionError(f"rules and CLAIMS disagree: {sorted(set(out) ^ {c.id for c in CLAIMS})}")
-    return out
-
-
-RULES = rules()
+NOT_MEASURED = "no cell of this run measures it"
 
 
 def scale(cfg) -> str:
@@ -589,143 +498,236 @@ def _mean_by(d: pd.DataFrame, keys: list[str], value: str = "diff") -> pd.DataFr
     return d.groupby(keys, as_index=False, sort=False)[value].mean() if len(d) else d
 
 
-def claim_rows(claim: Claim, rule, task: str, data: pd.DataFrame, settings: list[str], gates, semantics: str,
-               scale_: str, effect: str, full: dict | None = None, empty: str = "no measurement",
-               models: list[int] = ()) -> pd.DataFrame:
-    """One measurement per setting (rows ``setting``, ``model_seed``, ``diff``; unit = the model seed); ``full``:
-    model seed -> BLEU(full), given when the effect is in BLEU (margins; chance = 0 BLEU)."""
-    ms, out = [], []
+@dataclass(frozen=True)
+class Run:
+    """What the measurements of the claims are made from: the cells (``table``), the analysis tables of a run
+    (:func:`verdicts`' arguments), the ``task`` column (corpus and direction), ``full`` (model seed -> BLEU of the
+    full model), the ``semantics`` and the random-pruning ``fractions`` of the claim about random pruning."""
+
+    table: pd.DataFrame
+    role_tab: pd.DataFrame
+    surv: pd.DataFrame
+    budget: pd.DataFrame
+    agreement: pd.DataFrame
+    by_type: pd.DataFrame
+    task: str
+    full: dict
+    semantics: str
+    fractions: tuple
+
+
+Group = tuple[list[Measurement], dict]  # measurements evaluated together, and the evidence their gates read
+
+
+def per_setting(claim: Claim, run: Run, data: pd.DataFrame, settings: Sequence[str], effect: str, *,
+                bleu: bool = True, empty: str = "no measurement", name_setting: bool = True) -> list[Measurement]:
+    """One measurement per setting of ``data`` rows (setting, model_seed, diff), unit = the model seed; ``bleu``:
+    the effect is in BLEU, so each carries BLEU(full) per model and chance 0 (margins). A setting without a row is
+    ``Measurement.absent`` for ``empty`` ("``empty`` (<setting>)" when ``name_setting``)."""
+    out = []
     for setting in settings:
         d = data[data["setting"] == setting] if len(data) else data
         if d.empty:
-            out.append(untestable(claim, rule, task, f"{empty} ({setting})" if empty else "", setting=setting, semantics=semantics,
-                                  unit=UNIT, scale=scale_, study=NAME, units=list(models), gates=gates))
+            why = f"{empty} ({setting})" if name_setting else empty
+            out.append(Measurement.absent(run.task, why, setting=setting, semantics=run.semantics, unit=claim.unit,
+                                          effect=effect))
             continue
         units = [int(u) for u in d["model_seed"]]
-        kw = {"full": [full[u] for u in dict.fromkeys(units)], "chance": 0.0} if full is not None else {}
-        ms.append(Measurement(task, d["diff"].to_numpy(dtype=float), units, setting, semantics, effect, UNIT, **kw))
-    if ms:
-        out.insert(0, evaluate(claim, rule, ms, gates, scale=scale_, study=NAME))
-    return pd.concat(out, ignore_index=True) if out else empty_table()
+        kw = {"full": [run.full[u] for u in dict.fromkeys(units)], "chance": 0.0} if bleu else {}
+        out.append(Measurement(run.task, d["diff"].to_numpy(dtype=float), units, setting, run.semantics, effect,
+                               claim.unit, **kw))
+    return out
+
+
+def _not_measured(claim: Claim, run: Run) -> list[Group]:
+    return [([Measurement.absent(run.task, NOT_MEASURED, semantics=run.semantics, unit=claim.unit)], {})]
+
+
+def _random_pruned(claim: Claim, run: Run) -> list[Group]:
+    prune = _kind(run.table, "prune")
+    if prune.empty:
+        return _not_measured(claim, run)
+    p = prune[prune["fraction"].isin(list(run.fractions))]
+    d = p.assign(setting=[f"{t}, {100 * f:.0f}% pruned" for t, f in zip(p["type"], p["fraction"])],
+                 diff=p["bleu"].astype(float) - p["model_seed"].map(run.full))
+    return [(per_setting(claim, run, _mean_by(d, ["setting", "model_seed"]), list(dict.fromkeys(d["setting"])),
+                         "BLEU(pruned) - BLEU(full)"), {})]
+
+
+def _recovery(claim: Claim, run: Run) -> list[Group]:
+    re = retrain_table(run.table)
+    if re.empty:
+        return _not_measured(claim, run)
+    d = re.assign(setting=[f"{t}, {100 * f:.0f}% pruned" for t, f in zip(re["type"], re["fraction"])],
+                  diff=re["recovery"])
+    return [(per_setting(claim, run, _mean_by(d, ["setting", "model_seed"]), list(dict.fromkeys(d["setting"])),
+                         "recovery (BLEU)"), {})]
+
+
+def _strategies(claim: Claim, run: Run) -> list[Group]:
+    rows = strategy_rows(run.table)
+    if rows.empty:
+        return _not_measured(claim, run)
+    ref = rows[rows["strategy"] == "random"].set_index(["task", "budget", "model_seed", "seed"])["score"]
+    other = rows[rows["strategy"] != "random"]
+    key = zip(other["task"], other["budget"], other["model_seed"], other["seed"])  # seed: (model, mask) pair
+    d = other.assign(setting=other["strategy"],
+                     diff=other["score"].to_numpy() - np.array([ref.get(k, np.nan) for k in key])).dropna(subset=["diff"])
+    return [(per_setting(claim, run, _mean_by(d, ["setting", "model_seed"]), list(dict.fromkeys(other["strategy"])),
+                         "BLEU(strategy) - BLEU(random)", empty="no random mask to pair with"), {})]
+
+
+def _types_random(claim: Claim, run: Run) -> list[Group]:
+    prune = _kind(run.table, "prune")
+    if prune.empty:
+        return _not_measured(claim, run)
+    w = prune.pivot_table(index=["fraction", "model_seed", "seed"], columns="type", values="bleu")
+    parts = [(w[c.a] - w[c.b]).dropna().rename("diff").reset_index().assign(setting=f"{c.a} - {c.b}")
+             for c in TYPE_CONTRASTS if c.a in w and c.b in w]
+    d = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["setting", "model_seed", "diff"])
+    return [(per_setting(claim, run, _mean_by(d, ["setting", "model_seed"]), [f"{c.a} - {c.b}" for c in TYPE_CONTRASTS],
+                         "BLEU(a pruned) - BLEU(b pruned)", empty="random pruning of both types missing"), {})]
+
+
+def _types_l0(claim: Claim, run: Run) -> list[Group]:
+    prun = type_prunability(run.by_type) if len(run.by_type) else pd.DataFrame()
+    pairs = (("dec", "enc"), ("cross", "enc"), ("cross", "dec"))
+    d = (pd.concat([prun.assign(setting=f"kept {b} - kept {a}", diff=prun[f"frac_{b}"] - prun[f"frac_{a}"])
+                    for b, a in pairs], ignore_index=True) if len(prun)
+         else pd.DataFrame(columns=["setting", "model_seed", "diff"]))
+    return [(per_setting(claim, run, _mean_by(d, ["setting", "model_seed"]), [f"kept {b} - kept {a}" for b, a in pairs],
+                         "share kept (b - a)", bleu=False,
+                         empty="no L0 mask on all three types that prunes some heads and keeps some"), {})]
+
+
+def _enc_most_prunable(claim: Claim, run: Run) -> list[Group]:
+    curve = l0_curve(run.table)
+    if curve.empty:
+        return _not_measured(claim, run)
+    enc = curve[(curve["setting"] == "enc") & (curve["n_kept"] <= 0.5 * curve["n_heads_total"])]
+    pick = enc.sort_values(["n_kept", "lam"]).groupby("model_seed", as_index=False).tail(1)
+    d = pick.assign(setting="enc, <= half kept", diff=pick["bleu_l0"] - pick["bleu_full"])
+    return [(per_setting(claim, run, d, ["enc, <= half kept"], "BLEU(L0) - BLEU(full)",
+                         empty="no encoder L0 mask keeps at most half of the heads"), {})]
+
+
+def _l0_random(claim: Claim, run: Run) -> list[Group]:
+    curve = l0_curve(run.table)
+    if curve.empty:
+        return _not_measured(claim, run)
+    c = curve[(curve["n_kept"] > 0) & (curve["n_kept"] < curve["n_heads_total"])]
+    d = c.assign(diff=c["bleu_l0"] - c["bleu_random_mean"])
+    return [(per_setting(claim, run, _mean_by(d, ["setting", "model_seed"]), list(dict.fromkeys(curve["setting"])),
+                         "BLEU(L0) - BLEU(random), mean over lambdas",
+                         empty="no mask that prunes something and keeps something"), {})]
+
+
+def _encoder_roles(run: Run) -> pd.DataFrame:
+    return run.role_tab if len(run.role_tab) else pd.DataFrame(
+        columns=["seed", "positional", "syntactic", "rare", "layer", "specialized"])
+
+
+def _role_heads(claim: Claim, run: Run) -> list[Group]:
+    """Heads of the role per trained model (rare-word: in the first layer); presence: the models with one."""
+    role = claim.measure.split(":", 1)[1]
+    rows = [{"setting": "encoder", "model_seed": int(ms),
+             "diff": int((g["rare"] & (g["layer"] == 0)).sum()) if role == "rare-word" else int(g[role].sum())}
+            for ms, g in _encoder_roles(run).groupby("seed")]
+    return [(per_setting(claim, run, pd.DataFrame(rows, columns=["setting", "model_seed", "diff"]), ["encoder"],
+                         f"{role} heads per model" + (" (first layer)" if role == "rare-word" else ""), bleu=False,
+                         empty="no roles measured"), {})]
+
+
+def _confidence(claim: Claim, run: Run) -> list[Group]:
+    a = run.agreement
+    g = (a[a[["a", "b"]].apply(frozenset, axis=1) == frozenset({"importance", "confidence"})] if len(a)
+         else pd.DataFrame(columns=["model_seed", "spearman"]))
+    d = g.dropna(subset=["spearman"]).assign(setting="encoder").rename(columns={"spearman": "diff"})
+    return [(per_setting(claim, run, d, ["encoder"], "Spearman(importance, confidence) per model", bleu=False,
+                         empty="no defined Spearman"), {})]
+
+
+def _no_role(role: str, run: Run) -> str:
+    return f"no head of role '{role}' found on {run.task}"
+
+
+def _specialized_auc(claim: Claim, run: Run) -> list[Group]:
+    ft = _encoder_roles(run)
+    n_spec = int(ft["specialized"].sum()) if len(ft) else 0
+    settings = list(dict.fromkeys(run.surv["task"])) if len(run.surv) else []
+    if not settings:
+        return _not_measured(claim, run)
+    auc = (role_survival.survival_auc_per_model(run.surv, _roles_per_setting(run.role_tab, settings))
+           if len(run.role_tab) else pd.DataFrame(columns=["task", "seed", "auc"]))
+    d = pd.DataFrame({"setting": auc["task"], "model_seed": auc["seed"], "diff": auc["auc"] - 0.5})
+    empty = ("no layer with specialized and other heads", True) if n_spec else (_no_role("specialized", run), False)
+    return [(per_setting(claim, run, d, settings, "within-layer AUC - 0.5 per model", bleu=False, empty=empty[0],
+                         name_setting=empty[1]), {"role_counts": n_spec})]
+
+
+def _roles_kept(claim: Claim, run: Run) -> list[Group]:
+    """Per role and L0 setting: kept - P(random mask keeps one) at the mask nearest 17/48 of the encoder heads."""
+    if run.budget.empty:
+        return _not_measured(claim, run)
+    ft = _encoder_roles(run)
+    found = {r: int(role_survival.role_mask(ft, r).sum()) if len(ft) else 0 for r in ROLE_NAMES}
+    rows = [{"setting": f"{r['setting']}: {role}", "model_seed": int(r["model_seed"]),
+             "diff": presence_effect(r[f"present_{role}"], r[f"random_{role}"])}
+            for r in run.budget.to_dict("records") for role in ROLE_NAMES if r[f"n_{role}"] > 0]
+    d = pd.DataFrame(rows, columns=["setting", "model_seed", "diff"])
+    out = []
+    for role in ROLE_NAMES:
+        settings = [f"{s}: {role}" for s in dict.fromkeys(run.budget["setting"])]
+        empty = ("no measurement", True) if found[role] else (_no_role(role, run), False)
+        out.append((per_setting(claim, run, d, settings, "kept - P(random mask keeps one)", bleu=False,
+                                empty=empty[0], name_setting=empty[1]), {"role_counts": found}))
+    return out
+
+
+MEASURES: dict[str, Callable[[Claim, Run], list[Group]]] = {
+    "random_pruned - full": _random_pruned,
+    "retraining_recovery": _recovery,
+    "strategy - random": _strategies,
+    "type a - type b (random)": _types_random,
+    "kept b - kept a (L0)": _types_l0,
+    "enc L0 at most half - full": _enc_most_prunable,
+    "L0 - random": _l0_random,
+    **{f"encoder_heads:{r}": _role_heads for r in ROLE_NAMES},
+    "importance_confidence_spearman": _confidence,
+    "specialized_survival_auc": _specialized_auc,
+    "roles_kept_at_17_of_48": _roles_kept,
+}
+
+
+def evaluate_group(claim: Claim, ms: Sequence[Measurement], evidence: Mapping, scale_: str) -> pd.DataFrame:
+    """``claims.evaluate`` of one group: the measured settings together, then each absent one alone (``not
+    testable`` for its reason)."""
+    measured = [m for m in ms if not m.missing]
+    parts = [evaluate(claim, measured, evidence=evidence, scale=scale_, study=NAME)] if measured else []
+    parts += [evaluate(claim, [m], evidence=evidence, scale=scale_, study=NAME) for m in ms if m.missing]
+    return pd.concat(parts, ignore_index=True) if parts else empty_table()
 
 
 def verdicts(table: pd.DataFrame, role_tab: pd.DataFrame, surv: pd.DataFrame, budget: pd.DataFrame,
-             agreement: pd.DataFrame, by_type: pd.DataFrame, *, corpus: str, semantics: str, scale_: str,
-             patience: int | None, fractions=(0.5,)) -> pd.DataFrame:
-    """The verdict table (``claims.COLUMNS``) of :data:`CLAIMS`, every number from this run (BLEU points).
+             agreement: pd.DataFrame, by_type: pd.DataFrame, *, claims_: Sequence[Claim], corpus: str, semantics: str,
+             scale_: str, patience: int | None, fractions=(0.5,)) -> pd.DataFrame:
+    """The verdict table (``claims.COLUMNS``) of ``claims_`` (the study's ``CLAIMS``), every number from this run
+    (BLEU points).
 
-    Unit of replication = the trained model (model seed): values of one model (mask seeds, lambdas, fractions) are
-    averaged first, never treated as replicates; with one model every claim is ``not testable`` (computed by the
-    rule's power gate). Gate: the model's dev loss reached a plateau (:func:`verdict_rules.plateau_gate`, ``n`` =
-    ``patience`` evaluations, 3 when None). ``corpus``: with the models' direction, the ``task`` column;
-    ``semantics``: the ablation. Rules and margins: :func:`rules`."""
-    rule = rules()
+    Each claim's measurements come from :data:`MEASURES` (its ``measure``; a claim no cell of this run measures is
+    ``not testable`` for that reason), its word from its rule and gates (``claims.evaluate``; evidence: the models'
+    training histories and ``patience``, 3 when None, for the dev-loss plateau; the role counts). Unit of replication
+    = the trained model (model seed): values of one model (mask seeds, lambdas, fractions) are averaged first, never
+    treated as replicates; with one model every claim is ``not testable`` (the rule's power gate). ``corpus``: with
+    the models' direction, the ``task`` column; ``semantics``: the ablation; ``fractions``: the random-pruning
+    shares of ``budhraja.random_prunable``."""
     directions = sorted(set(_kind(table, "model").get("direction", pd.Series(dtype=str)).dropna()))
     task = f"{corpus} {', '.join(directions)}".strip()
     full = {int(r.model_seed): float(r.bleu) for r in _kind(table, "model").itertuples()}
-    gates = [plateau_gate(_histories(table), patience or 3)]
-    parts = []
-
-    def add(cid, data, settings, effect, bleu=True, extra=(), empty="no measurement"):
-        parts.append(claim_rows(CLAIM[cid], rule[cid], task, data, settings, [*gates, *extra], semantics, scale_,
-                                effect, full if bleu else None, empty, list(full)))
-
-    # random pruning at >= 50%
-    prune = _kind(table, "prune")
-    if len(prune):
-        p = prune[prune["fraction"].isin(list(fractions))]
-        d = p.assign(setting=[f"{t}, {100 * f:.0f}% pruned" for t, f in zip(p["type"], p["fraction"])],
-                     diff=p["bleu"].astype(float) - p["model_seed"].map(full))
-        settings = list(dict.fromkeys(d["setting"]))
-        add("budhraja.random_prunable", _mean_by(d, ["setting", "model_seed"]), settings, "BLEU(pruned) - BLEU(full)")
-    re = retrain_table(table)
-    if len(re):
-        d = re.assign(setting=[f"{t}, {100 * f:.0f}% pruned" for t, f in zip(re["type"], re["fraction"])],
-                      diff=re["recovery"])
-        add("budhraja.retraining_recovers", _mean_by(d, ["setting", "model_seed"]), list(dict.fromkeys(d["setting"])),
-            "recovery (BLEU)")
-    rows = strategy_rows(table)
-    if len(rows):
-        ref = rows[rows["strategy"] == "random"].set_index(["task", "budget", "model_seed", "seed"])["score"]
-        other = rows[rows["strategy"] != "random"]
-        key = zip(other["task"], other["budget"], other["model_seed"], other["seed"])  # seed: (model, mask) pair
-        d = other.assign(setting=other["strategy"],
-                         diff=other["score"].to_numpy() - np.array([ref.get(k, np.nan) for k in key]))
-        d = d.dropna(subset=["diff"])
-        add("budhraja.location_no_better", _mean_by(d, ["setting", "model_seed"]), list(dict.fromkeys(other["strategy"])),
-            "BLEU(strategy) - BLEU(random)", empty="no random mask to pair with")
-    if len(prune):
-        w = prune.pivot_table(index=["fraction", "model_seed", "seed"], columns="type", values="bleu")
-        parts_d = []
-        for c in TYPE_CONTRASTS:
-            if c.a in w and c.b in w:
-                x = (w[c.a] - w[c.b]).dropna().rename("diff").reset_index()
-                parts_d.append(x.assign(setting=f"{c.a} - {c.b}"))
-        d = pd.concat(parts_d, ignore_index=True) if parts_d else pd.DataFrame(columns=["setting", "model_seed", "diff"])
-        add("voita.type_prunability_random", _mean_by(d, ["setting", "model_seed"]),
-            [f"{c.a} - {c.b}" for c in TYPE_CONTRASTS], "BLEU(a pruned) - BLEU(b pruned)",
-            empty="random pruning of both types missing")
-    prun = type_prunability(by_type) if len(by_type) else pd.DataFrame()
-    pairs = (("dec", "enc"), ("cross", "enc"), ("cross", "dec"))
-    if len(prun):
-        d = pd.concat([prun.assign(setting=f"kept {b} - kept {a}", diff=prun[f"frac_{b}"] - prun[f"frac_{a}"])
-                       for b, a in pairs], ignore_index=True)
-    else:
-        d = pd.DataFrame(columns=["setting", "model_seed", "diff"])
-    add("voita.type_prunability_l0", _mean_by(d, ["setting", "model_seed"]), [f"kept {b} - kept {a}" for b, a in pairs],
-        "share kept (b - a)", bleu=False, empty="no L0 mask on all three types that prunes some heads and keeps some")
-    curve = l0_curve(table)
-    if len(curve):
-        enc = curve[(curve["setting"] == "enc") & (curve["n_kept"] <= 0.5 * curve["n_heads_total"])]
-        pick = enc.sort_values(["n_kept", "lam"]).groupby("model_seed", as_index=False).tail(1)
-        d = pick.assign(setting="enc, <= half kept", diff=pick["bleu_l0"] - pick["bleu_full"])
-        add("voita.enc_most_prunable", d, ["enc, <= half kept"], "BLEU(L0) - BLEU(full)",
-            empty="no encoder L0 mask keeps at most half of the heads")
-        c = curve[(curve["n_kept"] > 0) & (curve["n_kept"] < curve["n_heads_total"])]
-        d = c.assign(diff=c["bleu_l0"] - c["bleu_random_mean"])
-        add("voita.l0_beats_random", _mean_by(d, ["setting", "model_seed"]), list(dict.fromkeys(curve["setting"])),
-            "BLEU(L0) - BLEU(random), mean over lambdas", empty="no mask that prunes something and keeps something")
-    # roles
-    ft = role_tab if len(role_tab) else pd.DataFrame(columns=["seed", "positional", "syntactic", "rare", "layer",
-                                                               "specialized"])
-    for cid, role in (("voita.positional_heads", "positional"), ("voita.syntactic_heads", "syntactic"),
-                      ("voita.rare_word_head", "rare-word")):
-        rows_ = [{"setting": "encoder", "model_seed": int(ms),
-                  "diff": int((g["rare"] & (g["layer"] == 0)).sum()) if role == "rare-word" else int(g[role].sum())}
-                 for ms, g in ft.groupby("seed")]
-        add(cid, pd.DataFrame(rows_, columns=["setting", "model_seed", "diff"]), ["encoder"],
-            f"{role} heads per model" + (" (first layer)" if role == "rare-word" else ""), bleu=False,
-            empty="no roles measured")
-    g = agreement[agreement[["a", "b"]].apply(frozenset, axis=1) == frozenset({"importance", "confidence"})] \
-        if len(agreement) else pd.DataFrame(columns=["model_seed", "spearman"])
-    d = g.dropna(subset=["spearman"]).assign(setting="encoder").rename(columns={"spearman": "diff"})
-    add("voita.important_are_confident", d, ["encoder"], "Spearman(importance, confidence) per model", bleu=False,
-        empty="no defined Spearman")
-    # survival and the roles at 17/48
-    n_spec = int(ft["specialized"].sum()) if len(ft) else 0
-    found = {r: int(role_survival.role_mask(ft, r).sum()) if len(ft) else 0 for r in ROLE_NAMES}
-    settings = list(dict.fromkeys(surv["task"])) if len(surv) else []
-    if settings:
-        auc = role_survival.survival_auc_per_model(surv, _roles_per_setting(role_tab, settings)) if len(role_tab) \
-            else pd.DataFrame(columns=["task", "seed", "auc"])
-        d = pd.DataFrame({"setting": auc["task"], "model_seed": auc["seed"], "diff": auc["auc"] - 0.5})
-        add("voita.specialized_last_pruned", d, settings, "within-layer AUC - 0.5 per model", bleu=False,
-            extra=[role_found("specialized", n_spec)],
-            empty="" if not n_spec else "no layer with specialized and other heads")
-    if len(budget):
-        rows_ = [{"setting": f"{r['setting']}: {role}", "model_seed": int(r["model_seed"]),
-                  "diff": presence_effect(r[f"present_{role}"], r[f"random_{role}"])}
-                 for r in budget.to_dict("records") for role in ROLE_NAMES if r[f"n_{role}"] > 0]
-        d = pd.DataFrame(rows_, columns=["setting", "model_seed", "diff"])
-        for role in ROLE_NAMES:
-            s_ = [f"{s}: {role}" for s in dict.fromkeys(budget["setting"])]
-            add("voita.functions_at_17_of_48", d, s_, "kept - P(random mask keeps one)", bleu=False,
-                extra=[role_found(role, found[role])], empty="" if not found[role] else "no measurement")
-    done = {cid for p in parts for cid in p["claim_id"]}
-    for c in CLAIMS:  # a claim no cell of this run measures: not testable, saying so
-        if c.id not in done:
-            parts.append(untestable(c, rule[c.id], task, "no cell of this run measures it", semantics=semantics,
-                                    unit=UNIT, scale=scale_, study=NAME, units=list(full), gates=gates))
+    run = Run(table, role_tab, surv, budget, agreement, by_type, task, full, semantics, tuple(fractions))
+    trained = {"histories": _histories(table), "patience": patience or 3}
+    parts = [evaluate_group(claim, ms, {**trained, **evidence}, scale_)
+             for claim in claims_ for ms, evidence in MEASURES[claim.measure](claim, run)]
     out = adjust(pd.concat(parts, ignore_index=True))
     validate(out)
     return out

@@ -17,6 +17,7 @@ from ..data import DataUnavailableError, hub_blocked, resolve_data_dir
 from ..translation import NMTTrainConfig
 from ..translation_data import CORPORA, corpus_fingerprint, local_available
 from ..models import is_planning
+from ..specialized import RARE_SHARE
 from ..translation_model import NMTModelConfig
 from ..glue_workbench import check_device
 
@@ -95,8 +96,7 @@ class NMTHeadsConfig:
     # analysis only
     positional_threshold: float = 0.9           # positional if max attention on prev/next for at least this share of tokens
     syntactic_margin: float = 0.1               # syntactic if accuracy beats the best fixed-offset baseline by this
-    rare_ratio: float = 4.0                     # rare-word if share >= ratio x chance ...
-    rare_alpha: float = 0.01                    # ... and one-sided binomial p < alpha
+    rare_share: float = RARE_SHARE              # rare-word if its max attention is on the sentence's least frequent token in MORE than this share of queries (0.5: Voita et al.'s definition, fixed from the paper)
     tolerance: float = 1.0                      # BLEU points: a drop up to this counts as "limited"
     n_permutations: int = 10000                 # permutations of the survival test
     device: str = "auto"                        # "auto" (CUDA when present) | "cpu" | "cuda"
@@ -181,8 +181,9 @@ class NMTHeadsConfig:
             raise ParameterError(f"need stretch_low < 0 < 1 < stretch_high, got ({self.stretch_low}, {self.stretch_high})")
         if not self.relations or len(set(self.relations)) != len(self.relations):
             raise ParameterError(f"relations must be distinct UD relation names, got {self.relations}")
-        if not 0 < self.positional_threshold <= 1 or not 0 < self.rare_alpha < 1 or not self.rare_ratio > 0:
-            raise ParameterError("need 0 < positional_threshold <= 1, 0 < rare_alpha < 1 and rare_ratio > 0")
+        if not 0 < self.positional_threshold <= 1 or not 0 < self.rare_share < 1:
+            raise ParameterError(f"need 0 < positional_threshold <= 1 and 0 < rare_share < 1, got "
+                                 f"{self.positional_threshold} and {self.rare_share}")
         if self.tolerance < 0 or self.syntactic_margin < 0:
             raise ParameterError("tolerance and syntactic_margin must be >= 0")
         check_device(self.device)

@@ -17,9 +17,10 @@ regime; its checkpoint is cached (``glue_workbench.Workbench``) so the second re
 Mask-then-fine-tune runs at ``finetune_fractions`` (None: every fraction), each fine-tuning through the cache
 studies 2 and 5 share (``Workbench.masked_scores``): their random masks at the same budget and seed are these.
 
-The analysis (pure functions over the cells' table: curves, paired drops, the claims' decision rules and
-verdicts, findings) is in :mod:`.random_pruning_analysis`, re-exported here so the notebook needs one module;
-:func:`verdicts` decides this study's declared ``claims`` with it.
+The claims are declared once, as data, in :mod:`.random_pruning_claims` (``claims = CLAIMS``). The analysis
+(pure functions over the cells' table: curves, paired drops, the claims' measurements and verdicts, findings) is in
+:mod:`.random_pruning_analysis`, re-exported here so the notebook needs one module; :func:`verdicts` decides the
+study's ``claims`` with it.
 """
 from __future__ import annotations
 
@@ -36,17 +37,18 @@ from ..metrics import main_score
 from ..paths import StudyPaths
 from ..pruning_curves import REGIMES
 from ..results import fingerprint
-from .base import Cell, Claim, Cost, Study
+from .base import Cell, Cost, Study
 from .random_pruning_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    REGIME_NAMES, RULES, claim_verdicts, findings, mask_spread, paired_drop, per_model, prunable_fraction,
+    MEASURES, REGIME_NAMES, claim_verdicts, findings, mask_spread, paired_drop, per_model, prunable_fraction,
     regime_difference, summarise,
 )
+from .random_pruning_claims import CLAIMS
 
 __all__ = [
     "NAME", "STUDY", "RandomPruning", "RandomPruningConfig", "REGIMES", "Regime", "plan_cells", "study_fingerprint",
     "cell_mask", "mask_seed", "run_cell",
     # the analysis (random_pruning_analysis), re-exported so the notebook needs one module
-    "REGIME_NAMES", "RULES", "per_model", "mask_spread", "summarise", "paired_drop", "prunable_fraction",
+    "REGIME_NAMES", "MEASURES", "CLAIMS", "per_model", "mask_spread", "summarise", "paired_drop", "prunable_fraction",
     "regime_difference", "claim_verdicts", "verdicts", "findings",
 ]
 
@@ -167,24 +169,7 @@ class RandomPruning(Study):
     name = NAME
     notebook = "01_random_pruning.ipynb"
     Config = RandomPruningConfig
-    claims = (
-        Claim("budhraja.random_prunable", "Budhraja et al. 2020",
-              "A large fraction (>= 50%) of heads can be pruned at random with limited effect when fine-tuning "
-              "follows the masking.",
-              quantity="score(pruned at random, then fine-tuned) - score(full model), per (task, seed) model, at "
-                       "every mask-then-fine-tune share >= 50%; non-inferiority within 0.1 x (full - chance) of the task "
-                       "(margins.TASK_SCORE)",
-              precondition="the full model is above chance by 0.05 in every seed; fine-tuning adapts to the mask "
-                           "(at 50% pruned, mask-then-fine-tune beats fine-tune-then-mask, 95% CI above 0, on the task)",
-              semantics="uniform"),
-        Claim("ours.retraining_recovers", "ours (exploratory)",
-              "Fine-tuning after masking recovers more than masking a fine-tuned model (Budhraja et al.'s regime "
-              "vs Michel et al.'s).",
-              quantity="score(mask, then fine-tune) - score(fine-tune, then mask) at the same random mask, per "
-                       "(task, seed) model and share pruned; superiority, smallest effect of interest 0.1 x (full - "
-                       "chance) of the task (margins.TASK_SCORE: below it, not supported)",
-              precondition="the full model is above chance by 0.05 in every seed", semantics="uniform"),
-    )
+    claims = CLAIMS  # declared in random_pruning_claims
 
     def plan(self, cfg: RandomPruningConfig) -> list[Cell]:
         return plan_cells(cfg)

@@ -2,44 +2,41 @@
 
 The score curves, the drops paired by seed, the largest prunable fraction and the difference between the two
 regimes are the library's (:mod:`headprune_utils.pruning_curves`, shared with study 7; re-exported here); this
-module adds the regimes' names, the claims' decision rules and verdicts (:mod:`headprune_utils.claims`) and the
+module adds the regimes' names, the claims' measurements and verdicts (:mod:`headprune_utils.claims`) and the
 findings text. ``cfg`` is the study's parameters (``RandomPruningConfig``, defined with the protocol in
 :mod:`.random_pruning`); read here: ``tolerance``, ``model``, ``train_size``, ``dev_size``,
 ``epochs``, ``seeds``, ``ablations``, ``finetune_ablations``. Every table is per ablation semantics (the
 cells' ``ablation``); the verdicts are decided under each (:mod:`headprune_utils.semantics`).
 
-The claims (declared in :mod:`.random_pruning`) and how each is decided (:data:`RULES`):
+The claims are declared as data in :mod:`.random_pruning_claims` (rule, margin, gates, figure) and passed to
+:func:`claim_verdicts`; each claim's ``measure`` names its measurements here (:data:`MEASURES`):
 
-- ``budhraja.random_prunable``: non-inferiority of score(pruned at f, then fine-tuned) - score(full model), per
-  (task, seed) model, at every mask-then-fine-tune share f >= 50%; margin :data:`margins.TASK_SCORE`, 0.1 x
-  (full - chance) of the task (:mod:`headprune_utils.margins`: one policy for every study). Gates: the full model
-  is above chance by :data:`ABOVE_CHANCE` in every seed; fine-tuning adapts to the mask (at 50% pruned,
-  mask-then-fine-tune beats fine-tune-then-mask on the task, 95% t-interval above 0).
-- ``ours.retraining_recovers``: superiority of score(mask, then fine-tune) - score(fine-tune, then mask) at the
-  same random mask, per (task, seed) model and share; smallest effect of interest the same margin
-  (:data:`margins.TASK_SCORE`: an effect shown below it is ``not supported``). Gate: above chance. (It is the
-  adapts-to-mask quantity itself, so it does not carry that gate.)
+- ``"prunable"`` (``budhraja.random_prunable``): score(pruned at f, then fine-tuned) - score(full model), per
+  (task, seed) model, at every mask-then-fine-tune share f >= 50%;
+- ``"retraining"`` (``ours.retraining_recovers``): score(mask, then fine-tune) - score(fine-tune, then mask) at
+  the same random mask, per (task, seed) model and share.
+
+A measure with nothing to measure in the run gives one absent measurement (:meth:`claims.Measurement.absent`:
+``not testable`` with the reason). The adapts-to-mask gate reads :func:`adapt_diffs` (evidence ``adaptation``).
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import pandas as pd
 
-from .. import claims, glue_workbench, margins, semantics
+from .. import claims, glue_workbench, semantics
 from .. import pruning_curves
 from ..pruning_curves import prunable_fraction  # noqa: F401 (re-exported: the notebook and the tests read it from here)
 
-__all__ = ["REGIME_NAMES", "per_model", "mask_spread", "summarise", "paired_drop", "prunable_fraction", "regime_difference", "ABOVE_CHANCE",
-           "ADAPT_FRACTION", "RULES", "ClaimRule", "too_short_to_adapt", "adapt_diffs",
-           "prunable_measurements", "retraining_measurements", "claim_verdicts", "findings"]
+__all__ = ["REGIME_NAMES", "per_model", "mask_spread", "summarise", "paired_drop", "prunable_fraction", "regime_difference",
+           "ADAPT_FRACTION", "MEASURES", "adapt_diffs", "prunable_measurements", "retraining_measurements",
+           "claim_verdicts", "findings"]
 
 REGIME_NAMES = {
     "mask_then_finetune": "mask, then fine-tune",
     "finetune_then_mask": "fine-tune, then mask (no retraining)",
 }
-ABOVE_CHANCE = 0.05   # score units: a trained-model claim needs the full model this far above chance in every seed
 ADAPT_FRACTION = 0.5  # the share pruned at which fine-tuning must be seen to adapt to the mask
 UNIT = "model (task x seed)"
 
@@ -128,27 +125,35 @@ def _at(table: pd.DataFrame, regime: str, fraction: float) -> pd.DataFrame:
     return table[(table["regime"] == regime) & (table["fraction"] == fraction)]
 
 
+def _or_absent(out: list[claims.Measurement], why: str, semantics: str, effect: str) -> list[claims.Measurement]:
+    """``out``, or one absent measurement (``not testable``: ``why`` under the semantics) when it is empty."""
+    return out or [claims.Measurement.absent("all", f"{why} under the {semantics} semantics", semantics=semantics,
+                                             unit=UNIT, effect=effect)]
+
+
 def prunable_measurements(table: pd.DataFrame, semantics: str) -> list[claims.Measurement]:
-    """Per task and mask-then-fine-tune share >= 50%: score(pruned, then fine-tuned) - score(full), per seed."""
+    """Per task and mask-then-fine-tune share >= 50%: score(pruned, then fine-tuned) - score(full), per seed (one
+    absent measurement when no such share ran)."""
     fractions = sorted(f for f in table.loc[table["regime"] == "mask_then_finetune", "fraction"].unique() if f >= 0.5)
     out = []
     full = _at(table, "mask_then_finetune", 0.0)
+    effect = "score(pruned, then fine-tuned) - score(full)"
     for f in fractions:
         pairs = _pairs(table, _at(table, "mask_then_finetune", f), full)
-        out += _measurements(pairs, _setting(f, "mask_then_finetune"), semantics,
-                             "score(pruned, then fine-tuned) - score(full)")
-    return out
+        out += _measurements(pairs, _setting(f, "mask_then_finetune"), semantics, effect)
+    return _or_absent(out, "no mask-then-fine-tune cells with >= 50% of heads pruned in this run", semantics, effect)
 
 
 def retraining_measurements(table: pd.DataFrame, semantics: str) -> list[claims.Measurement]:
-    """Per task and share > 0 run in both regimes: score(mask, then fine-tune) - score(fine-tune, then mask)."""
+    """Per task and share > 0 run in both regimes: score(mask, then fine-tune) - score(fine-tune, then mask) (one
+    absent measurement when no share ran in both)."""
     shares = [set(table.loc[table["regime"] == r, "fraction"]) for r in REGIME_NAMES]
     out = []
+    effect = "score(mask, then fine-tune) - score(fine-tune, then mask)"
     for f in sorted(f for f in shares[0] & shares[1] if f > 0):
         pairs = _pairs(table, _at(table, "mask_then_finetune", f), _at(table, "finetune_then_mask", f))
-        out += _measurements(pairs, f"{100 * f:g}% of heads pruned at random", semantics,
-                             "score(mask, then fine-tune) - score(fine-tune, then mask)")
-    return out
+        out += _measurements(pairs, f"{100 * f:g}% of heads pruned at random", semantics, effect)
+    return _or_absent(out, "no share of heads pruned in both regimes in this run", semantics, effect)
 
 
 def adapt_diffs(table: pd.DataFrame) -> pd.DataFrame:
@@ -157,86 +162,38 @@ def adapt_diffs(table: pd.DataFrame) -> pd.DataFrame:
     return pairs[["task", "seed", "diff"]]
 
 
-# ------------------------------------------------------------------------------------------------- rules
+# ---------------------------------------------------------------------------------------------- verdicts
 
-@dataclass(frozen=True)
-class ClaimRule:
-    """How one claim is decided: its rule (from ``cfg``), its measurements (from the table and the ablation
-    semantics) and the names of its gates (:func:`_gates`)."""
-
-    rule: Callable[[object], claims.Rule]
-    measurements: Callable[[pd.DataFrame, str], list[claims.Measurement]]
-    gates: tuple[str, ...]
-
-
-RULES: dict[str, ClaimRule] = {
-    "budhraja.random_prunable": ClaimRule(
-        lambda cfg: claims.NonInferiority(margins.TASK_SCORE),
-        prunable_measurements, ("above_chance", "adapts_to_mask")),
-    "ours.retraining_recovers": ClaimRule(
-        lambda cfg: claims.Superiority("greater", margin=margins.TASK_SCORE),
-        retraining_measurements, ("above_chance",)),
+# a claim's ``measure`` -> its measurements (the table of one semantics, that semantics)
+MEASURES: dict[str, Callable[[pd.DataFrame, str], list[claims.Measurement]]] = {
+    "prunable": prunable_measurements,
+    "retraining": retraining_measurements,
 }
 
 
-def _gates(names: Sequence[str], table: pd.DataFrame) -> list[claims.Gate]:
-    made = {
-        "above_chance": lambda: claims.above_chance(ABOVE_CHANCE),
-        "adapts_to_mask": lambda: too_short_to_adapt(claims.adapts_to_mask(
-            adapt_diffs(table), what=f"at {100 * ADAPT_FRACTION:g}% pruned, mask-then-fine-tune - fine-tune-then-mask")),
-    }
-    return [made[n]() for n in names]
-
-
-def too_short_to_adapt(gate: claims.Gate) -> claims.Gate:
-    """``gate`` (:func:`claims.adapts_to_mask`) with its failure named as the issue names it: "fine-tuning too
-    short to adapt: <the numbers>" (a missing comparison keeps its own reason)."""
-
-    def named(m: claims.Measurement) -> str | None:
-        why = gate(m)
-        return f"fine-tuning too short to adapt ({why})" if why and why.startswith("fine-tuning does not adapt") else why
-
-    return named
-
-
-def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence) -> pd.DataFrame:
+def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence[claims.Claim]) -> pd.DataFrame:
     """The study's verdict table (:data:`claims.COLUMNS`): every declared claim (``declared``: the study's
-    ``claims``) decided by its :data:`RULES` entry under every ablation semantics of the table (the cells'
-    ``ablation``; :func:`semantics.verdicts_by_semantics`: primary = the claim's paper's, the others sensitivity),
-    per task then pooled, Holm over the study's primary family and each sensitivity semantics apart. A claim with
-    no measurement under its own semantics gets one ``not testable`` row saying so."""
-    if {c.id for c in declared} != set(RULES):
-        raise ValueError(f"claims without a rule or rules without a claim: {sorted({c.id for c in declared} ^ set(RULES))}")
+    ``claims``, :data:`.random_pruning_claims.CLAIMS`) measured by its ``measure`` (:data:`MEASURES`) and decided
+    by :func:`claims.evaluate` (its rule, margin and gates; evidence ``adaptation``: :func:`adapt_diffs` of the
+    same semantics) under every ablation semantics of the table (the cells' ``ablation``;
+    :func:`semantics.verdicts_by_semantics`: primary = the claim's paper's, the others sensitivity), per task then
+    pooled, Holm over the study's primary family and each sensitivity semantics apart. A claim with nothing
+    measured under its own semantics gets one ``not testable`` row saying so (an absent measurement)."""
+    unknown = sorted(c.measure for c in declared if c.measure not in MEASURES)
+    if unknown:
+        raise ValueError(f"claims with a measure this analysis does not know: {unknown} (known: {sorted(MEASURES)})")
     text = glue_workbench.scale_text(cfg, table)
     if "draw" in table.columns:  # both claims pair the regimes at the same mask: draw 0 (the only one fine-tuned)
         table = table[table["draw"] == 0]
 
     def decide(sub: pd.DataFrame, sem: str) -> pd.DataFrame:
-        parts = []
-        for claim in declared:
-            spec = RULES[claim.id]
-            ms = spec.measurements(sub, sem)
-            if ms:
-                parts.append(claims.evaluate(claim, spec.rule(cfg), ms, _gates(spec.gates, sub), text, "random_pruning"))
-            else:
-                parts.append(_no_measurement(claim, sem, text))
-        return pd.concat(parts, ignore_index=True)
+        evidence = {"adaptation": adapt_diffs(sub)}
+        return pd.concat([claims.evaluate(claim, MEASURES[claim.measure](sub, sem), evidence=evidence, scale=text,
+                                          study="random_pruning") for claim in declared], ignore_index=True)
 
     order = semantics.order(declared[0].semantics, [*(c.semantics for c in declared), *cfg.finetune_ablations,
                                                     *cfg.ablations])
     return semantics.verdicts_by_semantics(table, declared, decide, order)
-
-
-def _no_measurement(claim, sem: str, scale_text: str) -> pd.DataFrame:
-    why = {"budhraja.random_prunable": "no mask-then-fine-tune cells with >= 50% of heads pruned in this run",
-           "ours.retraining_recovers": "no share of heads pruned in both regimes in this run"}[claim.id]
-    nan = float("nan")
-    row = {"study": "random_pruning", "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": "all",
-           "setting": "", "semantics": sem, "effect": nan, "ci_low": nan, "ci_high": nan, "n_units": 0,
-           "analysis": "primary", "unit": UNIT, "test": "n/a", "p": nan, "p_adjusted": nan, "p_test": "",
-           "margin": nan, "verdict": "not testable", "reason": f"{why} under the {sem} semantics", "scale": scale_text,
-           "tests": "[]", "unit_values": "[]"}  # no test: outside the Holm family
-    return pd.DataFrame([row], columns=list(claims.COLUMNS))
 
 
 # ---------------------------------------------------------------------------------------------- findings

@@ -19,9 +19,10 @@ comparison, comes for free; the full matrix is the sentence-weighted mean of the
   weights (``AutoModel.from_config``, seed :data:`CONTROL_SEED`; nothing from the hub) on every probe of the
   pre-trained model. What it shares with the pre-trained model is not evidence of learned redundancy.
 
-The analysis (pure functions over the cells' table: the matrices back, the Five Ws, the negative control) is in
-:mod:`.redundancy_patterns_analysis`, the claims and verdicts in :mod:`.redundancy_patterns_claims`; both are
-re-exported here so the notebook needs one module.
+The claims are declared once, as data, in :mod:`.redundancy_patterns_claims` (``claims = CLAIMS``). The analysis
+(pure functions over the cells' table: the matrices back, the Five Ws, the negative control, the claims'
+measurements and verdicts) is in :mod:`.redundancy_patterns_analysis`; both are re-exported here so the notebook
+needs one module, and :func:`verdicts` decides the study's ``claims`` with the analysis.
 """
 from __future__ import annotations
 
@@ -38,21 +39,21 @@ from ..paths import StudyPaths
 from ..results import fingerprint, pack_floats
 from .base import Cell, Cost, Study
 from .redundancy_patterns_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    CONTROL, CONTROL_SEED, Matrices, group_labels, metric_agreement, negative_control, sameness,
-    summary_stats, when, where, who, why,
+    CONTROL, CONTROL_SEED, MEASUREMENTS, NO_RANDOM_INIT, PRETRAINED_TASK, Matrices, claim_verdicts, control_failures,
+    group_labels, metric_agreement, mlm_losses, negative_control, sameness, scale_text, summary_stats, when, where,
+    who, why,
 )
-from .redundancy_patterns_claims import (  # the claims, their rules and the verdicts, re-exported for the notebook
-    CLAIMS, CLAIM_RULES, MLM_TRAINED, NO_RANDOM_INIT, control_gate, mlm_trained, scale_text, verdicts,
-)
+from .redundancy_patterns_claims import CLAIMS, MLM_TRAINED, ONE_MODEL, ControlGate, MlmTrained
 
 __all__ = [
     "NAME", "STUDY", "RedundancyPatterns", "RedundancyPatternsConfig", "Context", "resolve_probe_tasks",
     "text_tasks", "finetuned_tasks", "probe_names", "plan_cells", "study_fingerprint", "random_init_model",
     "probe_matrices", "run_cell",
-    # the analysis (redundancy_patterns_analysis, _claims), re-exported so the notebook needs one module
+    # the analysis (redundancy_patterns_analysis) and the claims (_claims), re-exported so the notebook needs one module
     "Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why", "sameness",
-    "negative_control", "CONTROL", "CONTROL_SEED", "verdicts", "scale_text", "mlm_trained", "control_gate",
-    "CLAIM_RULES", "MLM_TRAINED", "NO_RANDOM_INIT",
+    "negative_control", "CONTROL", "CONTROL_SEED", "MEASUREMENTS", "claim_verdicts", "verdicts", "scale_text",
+    "mlm_losses", "control_failures", "NO_RANDOM_INIT", "PRETRAINED_TASK",
+    "CLAIMS", "MLM_TRAINED", "ONE_MODEL", "ControlGate", "MlmTrained",
 ]
 
 NAME = "redundancy_patterns"
@@ -388,13 +389,20 @@ def run_cell(ctx: Context, cell: dict) -> dict:
     return {"matrices": mats, **extra, "seconds": time.perf_counter() - t0}
 
 
+def verdicts(mats: Matrices, cfg: RedundancyPatternsConfig, when_t, why_runs, tasks: list[str],
+             vocab_size: int | None = None):
+    """The study's verdict table (``claims.COLUMNS``): its declared claims decided on the cells' matrices and the
+    :func:`when` / :func:`why` tables (:func:`.redundancy_patterns_analysis.claim_verdicts`)."""
+    return claim_verdicts(mats, cfg, when_t, why_runs, tasks, RedundancyPatterns.claims, vocab_size=vocab_size)
+
+
 class RedundancyPatterns(Study):
     """Study 4 (see the module docstring)."""
 
     name = NAME
     notebook = "04_redundancy_patterns.ipynb"
     Config = RedundancyPatternsConfig
-    claims = CLAIMS  # the claims as data, with their rules, in the analysis module
+    claims = CLAIMS  # declared in redundancy_patterns_claims
 
     def plan(self, cfg: RedundancyPatternsConfig) -> list[Cell]:
         return plan_cells(cfg)

@@ -5,26 +5,35 @@
 compare them: what/how (:func:`metric_agreement`, :func:`summary_stats`), where (:func:`where`,
 :func:`group_labels`), when (:func:`when`), who (:func:`who`), why (:func:`why`); :func:`negative_control` puts the
 randomly initialised model (:data:`CONTROL`) beside the pre-trained one for every pattern that needs a negative
-control. The claims, their rules and the verdicts are in :mod:`.redundancy_patterns_claims`.
+control. The verdicts (:func:`claim_verdicts`): the claims are declared as data in :mod:`.redundancy_patterns_claims`
+(rule, margin, gates, figure) and passed in; each claim's ``measure`` names its measurements here
+(:data:`MEASUREMENTS`), and :func:`headprune_utils.claims.evaluate` decides them with the evidence their gates read
+(the negative control's failures, :func:`control_failures`; the MLM losses, :func:`mlm_losses`; the description of
+a claim about the one pre-trained model, n = 1, which is described and never tested).
 ``cfg`` is the study's parameters (``RedundancyPatternsConfig``, defined with the protocol in
 :mod:`.redundancy_patterns`); which fine-tuned tasks and probes to compare are passed in (the notebook passes the
 planned ones: ``redundancy_patterns.finetuned_tasks``, ``redundancy_patterns.probe_names``).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .. import clustering, margins
+from .. import claims, clustering, margins, redundancy
 from ..results import unpack_floats
 
 __all__ = ["Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why",
-           "sameness", "negative_control", "CONTROL", "CONTROL_SEED", "CONTROL_ALPHA"]
+           "sameness", "negative_control", "CONTROL", "CONTROL_SEED", "CONTROL_ALPHA", "NO_RANDOM_INIT",
+           "PRETRAINED_TASK", "PRETRAINED_UNIT", "scale_text", "mlm_losses", "control_failures", "VerdictInputs",
+           "MEASUREMENTS", "claim_verdicts"]
 
 CONTROL_SEED = 0  # the negative control's weights: the pre-trained model's architecture initialised from this seed
 CONTROL = f"random-init-s{CONTROL_SEED}"  # its cells' model name
 CONTROL_ALPHA = 0.05  # a model "has clusters" / "a reproducible matrix" when its permutation test reaches this level
+PRETRAINED_UNIT = "pre-trained model"  # the unit of a claim about the pre-trained model itself (a run has one)
 
 
 def _square(upper, n: int) -> np.ndarray:
@@ -334,3 +343,384 @@ def negative_control(mats: Matrices, cfg, tasks: list[str], control: str = CONTR
             rows.append({"claim_id": "bian.where", "pattern": "cluster structure", "task": t,
                          "setting": cfg.cluster_metric, "model": model, **_cluster_row(mats, cfg, model, f"task-{t}")})
     return pd.DataFrame(rows, columns=cols)
+
+
+# ---------------------------------------------------------------------------------------------- verdicts
+
+NO_RANDOM_INIT = ("no randomly initialised model was run as a negative control (random_init_control is off, or its "
+                  "cells are missing), so a pattern that the architecture or the inputs alone produce cannot be "
+                  "ruled out")
+PRETRAINED_TASK = "pre-trained model"  # the task column of a row about the pre-trained model itself (n = 1)
+
+
+def scale_text(cfg) -> str:
+    """What the run is, from ``cfg``: model, heads, the fine-tuned models (examples x epochs, seeds), probes, the
+    MLM runs; whether it is the paper's set-up (Bian et al.: bert-base-uncased, full GLUE, pre-training)."""
+    n_layers, n_heads = cfg.head_shape()
+    train = "full training sets" if cfg.train_size is None else f"{cfg.train_size} training examples"
+    mlm_part = (f"; dropout: {cfg.mlm_steps} steps of continued MLM training x {len(cfg.mlm_seeds)} seed(s), "
+                "not pre-training" if cfg.dropouts else "")
+    text = (f"{cfg.model} ({n_layers} x {n_heads} = {n_layers * n_heads} heads); fine-tuned models: {train} x "
+            f"{cfg.epochs} epochs, seeds {', '.join(str(s) for s in cfg.seeds)}; probes of {cfg.probe_size} sentences"
+            + mlm_part)
+    paper = cfg.model == "bert-base-uncased" and cfg.train_size is None
+    return text + ("" if paper else "; a small-scale test, not the paper's set-up")
+
+
+def mlm_losses(mats: Matrices, cfg) -> dict:
+    """The MLM runs' recorded losses (evidence ``mlm_losses`` of the dropout claim's gate,
+    ``redundancy_patterns_claims.MlmTrained``): ``recorded`` (whether the cells record a masked-LM loss at all),
+    ``last`` (the final loss of every MLM run whose cell is there) and ``head_first`` (the new head's first loss)."""
+    extra = mats.extra
+    if "loss_last" not in extra.columns:
+        return {"recorded": False, "last": [], "head_first": []}
+    names = [f"mlm-p{p:g}-s{s}" for p in cfg.dropouts for s in cfg.mlm_seeds]
+    rows = [extra.loc[(n, "generic")] for n in names if (n, "generic") in extra.index]
+    return {"recorded": True, "last": [float(r["loss_last"]) for r in rows],
+            "head_first": [float(r["head_loss_first"]) for r in rows if "head_loss_first" in r]}
+
+
+def control_failures(control: pd.DataFrame) -> dict[tuple[str, str, str], str]:
+    """``{(pattern, task, setting): reason}`` where the negative control (:func:`negative_control`; ``pattern`` its
+    ``claim_id``) shows the pattern, or cannot be judged (a control that cannot fail clears nothing), with both
+    models' numbers: the evidence ``control`` of the claims' ``ControlGate``. A task x setting absent from it (the
+    control shows nothing there, or was not measured there) is not in it."""
+    out = {}
+    if control.empty:
+        return out
+    for (pattern, task, setting), here in control.groupby(["claim_id", "task", "setting"], sort=False):
+        ctrl = here[here["model"] != "pretrained"]
+        if ctrl.empty:
+            continue
+        if not bool(ctrl["decidable"].iloc[0]):
+            out[(pattern, task, setting)] = (f"the negative control (randomly initialised {CONTROL}) cannot be judged: "
+                                             f"{ctrl['criterion'].iloc[0]}")
+        elif bool(ctrl["shows_pattern"].iloc[0]):
+            pre = here[here["model"] == "pretrained"]
+            pre_text = f"; the pre-trained model: {pre['criterion'].iloc[0]}" if len(pre) else ""
+            out[(pattern, task, setting)] = (
+                f"the negative control (randomly initialised {CONTROL}, same architecture and probes) shows the same "
+                f"pattern ({ctrl['pattern'].iloc[0]}: {ctrl['criterion'].iloc[0]}){pre_text}: the pattern is not "
+                "evidence of learned redundancy")
+    return out
+
+
+def _control_note(control: pd.DataFrame, pattern: str, row) -> str:
+    """What the negative control says of a row of a claim that needs it (its pattern ``pattern``), for the reason
+    column: the caveat without control cells, "passed" with the control's numbers where it does not show the pattern
+    (a failed control is already the row's reason, the claim's gate)."""
+    if control.empty:
+        return "; caveat: " + NO_RANDOM_INIT
+    ctrl = control[(control["claim_id"] == pattern) & (control["model"] != "pretrained")]
+    task, setting = str(row["task"]), str(row["setting"])
+    if task == "n/a":  # nothing was measured (e.g. one fine-tuned task): nothing for the control to say
+        return ""
+    if task.startswith("all (") and task.endswith(")"):  # a pooled row: the tasks pooled
+        here = ctrl[ctrl["task"].isin(task[len("all ("):-1].split(", ")) & (ctrl["setting"] == setting)]
+    else:
+        here = ctrl[(ctrl["task"] == task) & (ctrl["setting"] == setting)]
+    if here.empty:
+        return "; caveat: the negative control (randomly initialised model) was not measured here"
+    failed = here["shows_pattern"] | ~here["decidable"].astype(bool)
+    if failed.any():
+        if task.startswith("all ("):
+            shown = ", ".join(here.loc[failed, "task"])
+            return (f"; the negative control (randomly initialised model) shows the pattern, or cannot be judged, on "
+                    f"{shown} (see its row)")
+        return ""  # the gate's reason says it
+    return ("; negative control passed: the randomly initialised model does not show the pattern ("
+            + "; ".join(f"{r.task}: {r.criterion}" for r in here.itertuples()) + ")")
+
+
+class VerdictInputs:
+    """What the claims are measured on: the cells' matrices, the parameters, the fine-tuned ``tasks``, the
+    :func:`when` and :func:`why` tables; the negative control (:func:`negative_control`) and the pre-trained model's
+    clusters on generic text (:func:`where`) computed once, on first use."""
+
+    def __init__(self, mats: Matrices, cfg, tasks: list[str], when_t: pd.DataFrame, why_runs: pd.DataFrame):
+        self.mats, self.cfg, self.tasks, self.when_t, self.why_runs = mats, cfg, list(tasks), when_t, why_runs
+        self._control, self._clusters = None, None
+
+    @property
+    def control(self) -> pd.DataFrame:
+        if self._control is None:
+            self._control = negative_control(self.mats, self.cfg, self.tasks)
+        return self._control
+
+    @property
+    def pretrained_clusters(self) -> dict | None:
+        """:func:`where`'s one-row table of the pre-trained model on generic text, as a dict (None without that
+        cell)."""
+        if self._clusters is None and ("pretrained", "generic") in self.mats.keys():
+            self._clusters = where(self.mats, self.cfg)[1].iloc[0].to_dict()
+        return self._clusters
+
+    def ft_models(self) -> list[tuple[str, int, str, str]]:
+        """``(task, seed, model, probe)`` of every fine-tuned model whose cell is in the matrices."""
+        have = set(self.mats.keys())
+        return [(t, s, f"finetuned-{t}-s{s}", f"task-{t}") for t in self.tasks for s in self.cfg.seeds
+                if (f"finetuned-{t}-s{s}", f"task-{t}") in have]
+
+
+def _kind(metric: str) -> str:
+    return "token" if metric in redundancy.TOKEN_METRICS else "sentence"
+
+
+def _same(effect: str) -> str:
+    return f"{effect} (Mantel r minus the split-half ceiling)"
+
+
+def _absent(why: str, unit: str = claims.DEFAULT_UNIT) -> list[list[claims.Measurement]]:
+    """Nothing to measure: one absent measurement (``not testable`` with ``why``), task ``n/a``."""
+    return [[claims.Measurement.absent("n/a", why, unit=unit)]]
+
+
+def _what(x: VerdictInputs, ka: str, kb: str) -> list[list[claims.Measurement]]:
+    """Per fine-tuned task, units = its models: mean over the metric pairs of kinds (ka, kb) of r(a, b) minus the
+    ceiling min(split-half a, split-half b) of that model's probe; ``full`` = the mean ceiling, chance 0."""
+    mats, metrics = x.mats, list(x.cfg.metrics)
+    pairs = [(a, b) for i, a in enumerate(metrics) for b in metrics[i + 1:] if {_kind(a), _kind(b)} == {ka, kb}
+             and (ka != kb or _kind(a) == ka)]
+    if not pairs:
+        return _absent(f"no pair of {ka}-based and {kb}-based distances among the metrics {metrics}")
+    rows = []
+    for task, seed, model, probe in x.ft_models():
+        sh = {m: mats.split_half(model, probe, m) for m in {m for p in pairs for m in p}}
+        r = [clustering.mantel(mats.get(model, probe, a), mats.get(model, probe, b), n_perm=0)[0] for a, b in pairs]
+        c = [min(sh[a], sh[b]) for a, b in pairs]
+        rows.append((task, seed, float(np.mean(r) - np.mean(c)), float(np.mean(c))))
+    setting = ", ".join(f"{a}~{b}" for a, b in pairs)
+    out = []
+    for task in dict.fromkeys(r[0] for r in rows):
+        g = [r for r in rows if r[0] == task]
+        out.append(claims.Measurement(task, [r[2] for r in g], [(task, r[1]) for r in g], setting, "",
+                                      effect=_same("mean r between the distances"), full=[r[3] for r in g], chance=0.0))
+    return [out] if out else _absent("no fine-tuned model's cells")
+
+
+def _pretrained_clusters(x: VerdictInputs) -> list[list[claims.Measurement]]:
+    """The pre-trained model on generic text (n = 1): its silhouette minus the shuffled-distance null's mean
+    (:func:`where`), one unit; described by :func:`_describe_clusters`."""
+    info = x.pretrained_clusters
+    if info is None:
+        return _absent("no cell of the pre-trained model on generic text", unit=PRETRAINED_UNIT)
+    effect = float(info["silhouette"] - info["silhouette_null_mean"])
+    if not np.isfinite(effect):
+        return _absent(f"n = 1 pre-trained model: described, not tested: {_describe_clusters(x)}",
+                       unit=PRETRAINED_UNIT)
+    return [[claims.Measurement(PRETRAINED_TASK, [effect], ["pretrained"], x.cfg.cluster_metric, "",
+                                effect="silhouette minus the shuffled-distance null's mean (the pre-trained model on "
+                                       "generic text)", unit=PRETRAINED_UNIT)]]
+
+
+def _describe_clusters(x: VerdictInputs) -> str:
+    """The pre-trained model's clusters on generic text in words: the groups, the silhouette against the shuffled
+    null (permutation p), and the negative control on the same text."""
+    cfg, info = x.cfg, x.pretrained_clusters
+    if not np.isfinite(info["silhouette"]):
+        text = f"on generic text ({cfg.cluster_metric}), no two groups of >= {cfg.min_cluster_size} heads"
+    else:
+        text = (f"on generic text ({cfg.cluster_metric}), {info['n_groups']} groups of >= {cfg.min_cluster_size} "
+                f"heads (sizes {info['group_sizes']}) and {info['n_unique_heads']} unique heads; silhouette "
+                f"{info['silhouette']:.3g} against the shuffled-distance null's mean {info['silhouette_null_mean']:.3g}"
+                f" (permutation p = {info['silhouette_null_p']:.3g}, {cfg.n_null} shuffles)")
+    if (CONTROL, "generic") not in x.mats.keys():
+        return text + "; caveat: " + NO_RANDOM_INIT
+    ctrl = _cluster_row(x.mats, cfg, CONTROL, "generic")
+    verdict = (": it shows cluster structure too, so the structure is not evidence of learned redundancy"
+               if ctrl["shows_pattern"] else "" if ctrl["decidable"] else ": the control cannot be judged")
+    return (text + f"; the negative control (randomly initialised model) on the same text: {ctrl['criterion']}"
+            + verdict + "; the fine-tuned copies: ours.clusters_after_finetuning")
+
+
+def _finetuned_clusters(x: VerdictInputs) -> list[list[claims.Measurement]]:
+    """Per fine-tuned task, units = its models: the silhouette of the groups (as :func:`where` chooses them) minus
+    the mean of the same criterion on ``n_null`` shuffles of that model's ``cluster_metric`` matrix."""
+    cfg, k_range, rows = x.cfg, (x.cfg.k_min, x.cfg.k_max), []
+    for task, seed, model, probe in x.ft_models():
+        d = x.mats.get(model, probe, cfg.cluster_metric)
+        sil = clustering.cluster_heads(d, k_range=k_range, order=False, min_size=cfg.min_cluster_size).silhouette
+        null = clustering.silhouette_null(d, k_range, n_perm=cfg.n_null, min_size=cfg.min_cluster_size)
+        if np.isfinite(sil) and np.isfinite(null).any():
+            rows.append((task, seed, float(sil - np.nanmean(null))))
+    out = []
+    for task in dict.fromkeys(r[0] for r in rows):
+        g = [r for r in rows if r[0] == task]
+        out.append(claims.Measurement(task, [r[2] for r in g], [(task, r[1]) for r in g], cfg.cluster_metric, "",
+                                      effect="silhouette minus the shuffled-distance null's mean"))
+    return [out] if out else _absent("no fine-tuned model with two groups of heads (or no fine-tuned model's cells)")
+
+
+def _pretrained_phase(x: VerdictInputs) -> list[list[claims.Measurement]]:
+    """Per distance, the pre-trained model (n = 1): the mean over its fine-tuned copies of r(pre-trained, fine-tuned)
+    minus the ceiling; ``full`` = the mean ceiling (the margin's headroom), chance 0. Described by
+    :func:`_describe_phase`."""
+    if x.when_t.empty:
+        return _absent("no fine-tuned model", unit=PRETRAINED_UNIT)
+    out = []
+    for metric, g in x.when_t.groupby("metric", sort=False):
+        out.append(claims.Measurement(
+            PRETRAINED_TASK, [float((g["mantel_r"] - g["split_half_r"]).mean())], ["pretrained"], metric, "",
+            effect=_same("r(pre-trained, fine-tuned) on the task's inputs, mean over its fine-tuned copies"),
+            unit=PRETRAINED_UNIT, full=[float(g["split_half_r"].mean())], chance=0.0))
+    return [out]
+
+
+def _describe_phase(when_t: pd.DataFrame) -> dict[str, str]:
+    """Per distance, in words: r(pre-trained, fine-tuned) - ceiling over the fine-tuned copies (mean, range, per
+    task), with the mean r and ceiling."""
+    out = {}
+    for metric, g in when_t.groupby("metric", sort=False):
+        d = g["mantel_r"] - g["split_half_r"]
+        per_task = ", ".join(f"{t} {v:+.3g}" for t, v in d.groupby(g["task"], sort=False).mean().items())
+        out[metric] = (f"r(pre-trained, fine-tuned) - split-half ceiling over its {len(g)} fine-tuned copies (task x "
+                       f"seed): mean {d.mean():+.3g}, from {d.min():+.3g} to {d.max():+.3g} (per task: {per_task}; "
+                       f"mean r {g['mantel_r'].mean():.3g} against a mean ceiling of {g['split_half_r'].mean():.3g}); "
+                       "the fine-tuned copies as units: ours.patterns_survive_finetuning")
+    return out
+
+
+def _finetuned_phase(x: VerdictInputs) -> list[list[claims.Measurement]]:
+    """Per distance and fine-tuned task, units = its models: r(pre-trained, fine-tuned) minus the ceiling."""
+    if x.when_t.empty:
+        return _absent("no fine-tuned model")
+    out = []
+    for (metric, task), g in x.when_t.groupby(["metric", "task"], sort=False):
+        out.append(claims.Measurement(task, (g["mantel_r"] - g["split_half_r"]).tolist(),
+                                      [(task, s) for s in g["seed"]], metric, "",
+                                      effect=_same("r(pre-trained, fine-tuned) on the task's inputs"),
+                                      full=g["split_half_r"].tolist(), chance=0.0))
+    return [out] if out else _absent("no fine-tuned model")
+
+
+def _who_tasks(x: VerdictInputs) -> list[list[claims.Measurement]]:
+    """One list of measurements per pair of fine-tuned tasks (evaluated apart: pairs share models, so they are never
+    pooled): per seed s, r between the models (A, s) and (B, s), each on its own task's inputs, minus the mean of
+    the two models' split-half ceilings."""
+    mats, cfg, tasks = x.mats, x.cfg, x.tasks
+    models = x.ft_models()
+    done = sorted({t for t, *_ in models}, key=tasks.index)
+    if len(done) < 2:
+        return _absent(f"fine-tuned models of {len(done)} task(s) ({', '.join(done) or 'none'}): task-agnostic "
+                       "compares fine-tuned models of different tasks")
+    by = {(t, s): (m, p) for t, s, m, p in models}
+    groups = []
+    for i, a in enumerate(done):
+        for b in done[i + 1:]:
+            ms = []
+            for metric in cfg.metrics:
+                vals, fulls, units = [], [], []
+                for s in cfg.seeds:
+                    if (a, s) in by and (b, s) in by:
+                        (ma, pa), (mb, pb) = by[(a, s)], by[(b, s)]
+                        r = clustering.mantel(mats.get(ma, pa, metric), mats.get(mb, pb, metric), n_perm=0)[0]
+                        c = (mats.split_half(ma, pa, metric) + mats.split_half(mb, pb, metric)) / 2
+                        vals.append(r - c), fulls.append(c), units.append(s)
+                if vals:
+                    ms.append(claims.Measurement(f"{a} vs {b}", vals, units, metric, "",
+                                                 effect=_same("r(model of one task, model of the other, same seed)"),
+                                                 unit="seed (a model of each task)", full=fulls, chance=0.0))
+            if ms:
+                groups.append(ms)
+    return groups or _absent("no seed with a fine-tuned model of both tasks")
+
+
+def _who_random(x: VerdictInputs) -> list[list[claims.Measurement]]:
+    """The pre-trained model only (the random probes run on it alone): r(random probe, task probe) minus the
+    task probe's split-half ceiling (:func:`sameness`), every random x task probe; one unit (the pre-trained model)."""
+    mats = x.mats
+    have = {p for m, p in mats.keys() if m == "pretrained"}
+    rand = sorted(p for p in have if p.startswith("random-"))
+    task = sorted(p for p in have if p.startswith("task-"))
+    if not rand or not task:
+        return _absent(f"needs a random-token probe and a task probe of the pre-trained model (random: {len(rand)}, "
+                       f"task: {len(task)})")
+    out = []
+    for metric in x.cfg.metrics:
+        pairs = [sameness(mats, "pretrained", metric, r_, t) for r_ in rand for t in task]
+        out.append(claims.Measurement("random tokens vs task inputs", [v for v, _ in pairs],
+                                      ["pretrained"] * len(pairs), metric, "",
+                                      effect=_same("r(random-token probe, task probe)"), unit="model (pre-trained)",
+                                      full=[c for _, c in pairs], chance=0.0))
+    return [out]
+
+
+def _dropout_slope(x: VerdictInputs) -> list[list[claims.Measurement]]:
+    """Per distance, units = MLM seeds: the OLS slope of the mean distance on the dropout ratio within the seed."""
+    runs = x.why_runs
+    if runs.empty or runs["dropout"].nunique() < 2:
+        return _absent("fewer than two dropout ratios were run")
+    out = []
+    for metric, g in runs.groupby("metric", sort=False):
+        slopes, units = [], []
+        for s, gs in g.groupby("seed"):
+            if gs["dropout"].nunique() > 1:
+                slopes.append(float(sps.linregress(gs["dropout"], gs["mean_distance"]).slope)), units.append(s)
+        out.append(claims.Measurement("generic text", slopes, units, metric, "",
+                                      effect="slope of the mean distance on the dropout ratio", unit="MLM run (seed)"))
+    return [out]
+
+
+# a claim's ``measure`` -> its measurements: groups evaluated apart (the pairs of tasks of who_tasks share models)
+MEASUREMENTS = {
+    "what_token": lambda x: _what(x, "token", "token"),
+    "what_sentence": lambda x: _what(x, "sentence", "sentence"),
+    "what_token_sentence": lambda x: _what(x, "token", "sentence"),
+    "pretrained_clusters": _pretrained_clusters,
+    "finetuned_clusters": _finetuned_clusters,
+    "pretrained_phase": _pretrained_phase,
+    "finetuned_phase": _finetuned_phase,
+    "who_tasks": _who_tasks,
+    "who_random": _who_random,
+    "dropout_slope": _dropout_slope,
+}
+
+
+def _described(x: VerdictInputs, measure: str) -> dict[str, str]:
+    """Evidence ``described`` of a claim about the pre-trained model itself (n = 1): ``{setting: its numbers in
+    words}``."""
+    if measure == "pretrained_clusters" and x.pretrained_clusters is not None:
+        return {x.cfg.cluster_metric: _describe_clusters(x)}
+    if measure == "pretrained_phase" and not x.when_t.empty:
+        return _describe_phase(x.when_t)
+    return {}
+
+
+def claim_verdicts(mats: Matrices, cfg, when_t: pd.DataFrame, why_runs: pd.DataFrame, tasks: list[str],
+                   declared: Sequence[claims.Claim], vocab_size: int | None = None,
+                   study: str = "redundancy_patterns") -> pd.DataFrame:
+    """The study's verdict table (:data:`claims.COLUMNS`): every declared claim (``declared``: the study's ``claims``,
+    ``redundancy_patterns_claims.CLAIMS``) measured by its ``measure`` (:data:`MEASUREMENTS`) and decided by
+    :func:`claims.evaluate` (its rule, margin and gates), Holm over every test of the study (one family: no head is
+    masked, no semantics). Units: the fine-tuned models (task x seed) for what and for the claims about fine-tuning
+    the pre-trained model; seed-matched pairs of fine-tuned models of two tasks for who_tasks; the MLM runs (seeds)
+    for why; the one pre-trained model for a claim about it (where, when, who_random: n = 1, described in the
+    reason, never tested). ``tasks``: the fine-tuned tasks; ``vocab_size``: the model's vocabulary (the MLM gate;
+    default: read from ``cfg.model``'s config). Evidence: ``control`` (:func:`control_failures` of
+    :func:`negative_control`), ``described`` (the pre-trained model's numbers), ``mlm_losses`` (:func:`mlm_losses`),
+    ``vocab_size``. The rows of a claim with a control gate end with what the control says (passed, or the caveat
+    :data:`NO_RANDOM_INIT` without its cells)."""
+    unknown = sorted(c.measure for c in declared if c.measure not in MEASUREMENTS)
+    if unknown:
+        raise ValueError(f"claims with a measure this analysis does not know: {unknown} "
+                         f"(known: {sorted(MEASUREMENTS)})")
+    scale = scale_text(cfg)
+    if vocab_size is None and cfg.dropouts:
+        from .. import models
+        vocab_size = int(models.load_config(cfg.model).vocab_size)
+    x = VerdictInputs(mats, cfg, tasks, when_t, why_runs)
+    common = {"control": control_failures(x.control), "mlm_losses": mlm_losses(mats, cfg), "vocab_size": vocab_size}
+    parts, patterns = [], []
+    for claim in declared:
+        pattern = next((g.pattern for g in claim.gates if hasattr(g, "pattern")), None)  # a control gate's pattern
+        evidence = {**common, "described": _described(x, claim.measure)}
+        for group in MEASUREMENTS[claim.measure](x):
+            part = claims.evaluate(claim, group, evidence=evidence, scale=scale, study=study)
+            parts.append(part)
+            patterns += [pattern] * len(part)
+    table = claims.adjust(pd.concat(parts, ignore_index=True))
+    for i, pattern in zip(table.index, patterns):
+        if pattern is not None:
+            table.loc[i, "reason"] = str(table.loc[i, "reason"]) + _control_note(x.control, pattern, table.loc[i])
+    claims.validate(table)
+    return table

@@ -20,7 +20,8 @@ Cells (keyed, resumable; :func:`plan_cells`):
   L0 cells of one (task, seed) form a group (one process: the model and the gates' batches made once).
 
 Measurements are stored raw (shares, accuracies, p-values); the role thresholds are analysis parameters
-(:mod:`headprune_utils.role_survival`, applied in :mod:`.specialized_heads_l0_analysis`).
+(:mod:`headprune_utils.role_survival`, applied in :mod:`.specialized_heads_l0_analysis`). The claims are data in
+:mod:`.specialized_heads_l0_claims` (``CLAIMS``, this study's ``claims``).
 """
 from __future__ import annotations
 
@@ -45,28 +46,33 @@ from ..paths import StudyPaths
 from ..results import cell_key, fingerprint
 from .base import Cell, Cost, Study
 from .specialized_heads_l0_analysis import (  # the analysis: pure functions over the table
-    CLAIMS, CONFIDENCES, PRETRAINED_TASK, ROLE_CLAIMS, ROLE_NAMES, RULES, SCORES, VOITA_FRACTION, pretrained_role_heads, rules, scores_recorded, agreement_summary, curve_contrasts, full_scores, head_score_table,
-    l0_curve, role_counts, rare_ratio_sensitivity, role_map_data, role_stability, role_table, roles_at_budget, scale,
-    score_agreement, score_map_data, survival_auc_per_model, survival_heads, survival_map_data, survival_tests,
-    survival_with_roles, sweep_summary, verdicts,
+    CONFIDENCES, MEASURES, PRETRAINED_TASK, RARE_SHARES, ROLE_NAMES, SCORES, VOITA_FRACTION, agreement_summary,
+    curve_contrasts, full_scores, head_score_table, l0_curve, pretrained_role_heads, rare_criterion_counts,
+    rare_criterion_survival, role_counts, role_map_data, role_stability, role_table, roles_at_budget, scale,
+    score_agreement, score_map_data, scores_recorded, survival_auc_per_model, survival_heads, survival_map_data,
+    survival_tests, survival_with_roles, sweep_summary, verdicts,
 )
+from .specialized_heads_l0_claims import CLAIMS, ROLE_CLAIMS  # the claims: data
 
 __all__ = [
     "NAME", "STUDY", "SpecializedHeadsL0", "SpecializedHeadsL0Config", "Context", "plan_cells", "scores_axes",
     "study_fingerprint", "role_thresholds", "head_roles", "gate_batches", "run_roles_cell", "run_scores_cell",
     "run_l0_cell",
-    # the analysis (specialized_heads_l0_analysis, role_survival), re-exported so the notebook needs one module
-    "CLAIMS", "CONFIDENCES", "PRETRAINED_TASK", "ROLE_CLAIMS", "pretrained_role_heads", "ROLE_NAMES", "RULES", "SCORES", "rules", "scores_recorded", "VOITA_FRACTION", "agreement_summary", "curve_contrasts", "full_scores",
-    "head_score_table", "l0_curve", "rare_ratio_sensitivity", "role_counts", "role_map_data", "role_stability",
-    "role_table", "roles_at_budget", "scale", "score_agreement", "score_map_data", "survival_auc_per_model",
-    "survival_heads", "survival_map_data", "survival_tests", "survival_with_roles", "sweep_summary", "verdicts",
+    # the claims (specialized_heads_l0_claims) and the analysis (specialized_heads_l0_analysis, role_survival),
+    # re-exported so the notebook needs one module
+    "CLAIMS", "ROLE_CLAIMS", "CONFIDENCES", "MEASURES", "PRETRAINED_TASK", "RARE_SHARES", "ROLE_NAMES", "SCORES",
+    "VOITA_FRACTION", "agreement_summary", "curve_contrasts", "full_scores", "head_score_table", "l0_curve",
+    "pretrained_role_heads", "rare_criterion_counts", "rare_criterion_survival", "role_counts", "role_map_data",
+    "role_stability", "role_table", "roles_at_budget", "scale", "score_agreement", "score_map_data",
+    "scores_recorded", "survival_auc_per_model", "survival_heads", "survival_map_data", "survival_tests",
+    "survival_with_roles", "sweep_summary", "verdicts",
 ]
 
 NAME = "specialized_heads_l0"
 # Bump when a code change alters this study's results: old cells then no longer match.
 # 2: the scores cells also record confidence without the special-token keys (``confidence_no_special_keys``).
 RESULTS_VERSION = 2
-ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_ratio", "rare_alpha", "n_permutations")
+ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_share", "n_permutations")
 # UD English-EWT (v2): sentences and mean words per sentence of each split, for the planned cost only
 UD_SPLITS = {"train": (12543, 16.3), "dev": (2001, 12.6), "test": (2077, 12.1)}
 
@@ -97,8 +103,7 @@ class SpecializedHeadsL0Config(glue_workbench.GlueStudyConfig):
     n_random_baselines: int = 1                 # random masks per L0 mask, at its head count
     positional_threshold: float = 0.9           # analysis: positional if max attention on prev/next for at least this share of tokens
     syntactic_margin: float = 0.10              # analysis: syntactic if accuracy beats the best fixed-offset baseline by at least this
-    rare_ratio: float = 4.0                     # analysis: rare-word if share at least ratio x chance ...
-    rare_alpha: float = 0.01                    # ... and the one-sided binomial p < alpha
+    rare_share: float = specialized.RARE_SHARE  # analysis: rare-word if its max attention is on the sentence's least frequent token in MORE than this share of queries (0.5: Voita et al.'s definition, fixed from the paper)
     n_permutations: int = 10000                 # analysis: permutations of the survival test
 
     def check(self) -> None:
@@ -120,8 +125,8 @@ class SpecializedHeadsL0Config(glue_workbench.GlueStudyConfig):
             raise ParameterError(f"need stretch_low < 0 < 1 < stretch_high, got ({self.stretch_low}, {self.stretch_high})")
         if not 0 < self.positional_threshold <= 1:
             raise ParameterError(f"positional_threshold must be in (0, 1], got {self.positional_threshold}")
-        if not 0 < self.rare_alpha < 1 or not self.rare_ratio > 0:
-            raise ParameterError(f"need 0 < rare_alpha < 1 and rare_ratio > 0, got {self.rare_alpha}, {self.rare_ratio}")
+        if not 0 < self.rare_share < 1:
+            raise ParameterError(f"rare_share must be in (0, 1), got {self.rare_share}")
         if not self.syntactic_margin >= 0:
             raise ParameterError("syntactic_margin must be >= 0")
         super().check()
@@ -144,7 +149,7 @@ def ud_path(data_dir, split: str):
 def role_thresholds(cfg: SpecializedHeadsL0Config) -> dict:
     """The keyword arguments of :func:`role_table` from the parameters."""
     return {"positional_threshold": cfg.positional_threshold, "syntactic_margin": cfg.syntactic_margin,
-            "rare_ratio": cfg.rare_ratio, "rare_alpha": cfg.rare_alpha}
+            "rare_share": cfg.rare_share}
 
 
 def scores_axes(task: str, seed: int) -> dict:
@@ -444,7 +449,7 @@ class SpecializedHeadsL0(Study):
     name = NAME
     notebook = "06_specialized_heads_l0.ipynb"
     Config = SpecializedHeadsL0Config
-    claims = CLAIMS  # with their rules: specialized_heads_l0_analysis.RULES and verdicts
+    claims = CLAIMS  # data, with their rules and gates (specialized_heads_l0_claims); decided by verdicts
 
     def plan(self, cfg: SpecializedHeadsL0Config) -> list[Cell]:
         return plan_cells(cfg)

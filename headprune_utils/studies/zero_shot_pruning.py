@@ -16,12 +16,14 @@ Hugging Face ``prune_heads``/``head_mask``, both of which remove the head's outp
 re-test them (sensitivity). The
 regimes are "mask, then fine-tune" (the paper's protocol: the mask is fixed during fine-tuning; one fine-tuning per
 cell, shared with studies 1 and 2 through the fine-tuning cache) and, cheaply, "fine-tune, then mask" (the masks of
-one fine-tuned model form a group, evaluated together). The claims are paired contrasts per (task, seed) model,
-decided by :mod:`headprune_utils.claims`.
+one fine-tuned model form a group, evaluated together).
 
-The analysis (pure functions over the cells' table: means, example masks, contrasts, the claims' decision rules
-and verdicts, mask overlap) is in :mod:`.zero_shot_pruning_analysis`, re-exported here so the notebook needs one
-module; :func:`verdicts` decides this study's declared ``claims`` with it.
+The claims are declared as data in :mod:`.zero_shot_pruning_claims` (``CLAIMS``, this study's ``claims``): paired
+contrasts per (task, seed) model against the full model and gradient importance, and, the zero-shot mask being ONE
+mask (n = 1), an empirical rank of it among random masks of its size on the same models. The analysis (pure
+functions over the cells' table: means, example masks, contrasts, the measurements and verdicts, mask overlap) is
+in :mod:`.zero_shot_pruning_analysis`, re-exported here so the notebook needs one module; :func:`verdicts` decides
+this study's declared ``claims`` with it.
 """
 from __future__ import annotations
 
@@ -37,18 +39,22 @@ from ..config import ParameterError
 from ..paths import StudyPaths
 from ..results import fingerprint
 from ..strategy_sweep import REGIMES, Regime, run_batch, run_cell, run_cells
-from .base import Cell, Claim, Cost, Study
+from .base import Cell, Cost, Study
 from .zero_shot_pruning_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    CONTRASTS, METHODS, REGIME_NAMES, RULES, claim_verdicts, contrasts, example_masks, mask_overlap, paired,
-    summarise, verdict_masks, zero_shot_masks,
+    CONTRASTS, METHODS, REGIME_NAMES, claim_verdicts, contrasts, example_masks, mask_overlap, paired, summarise,
+    zero_shot_masks,
 )
+from .zero_shot_pruning_analysis import verdict_masks as claim_masks
+from .zero_shot_pruning_claims import CLAIMS
 
 __all__ = [
     "NAME", "STUDY", "ZeroShotPruningConfig", "ZeroShotPruning", "REGIMES", "Regime", "probe_cost", "plan_cells",
     "study_fingerprint", "zero_shot_matrix", "Context", "run_cells", "run_cell",
     # the analysis (zero_shot_pruning_analysis), re-exported so the notebook needs one module
-    "METHODS", "CONTRASTS", "REGIME_NAMES", "RULES", "summarise", "example_masks", "paired", "contrasts",
+    "METHODS", "CONTRASTS", "REGIME_NAMES", "summarise", "example_masks", "paired", "contrasts",
     "claim_verdicts", "verdicts", "zero_shot_masks", "verdict_masks", "mask_overlap",
+    # the claims (zero_shot_pruning_claims)
+    "CLAIMS",
 ]
 
 NAME = "zero_shot_pruning"
@@ -73,7 +79,7 @@ class ZeroShotPruningConfig(glue_workbench.MaskingStudyConfig):
     linkage: Literal["average", "complete", "single", "weighted"] = "average"
     importance_size: int | None = 1000          # training examples for the gradient importance baseline (None: all)
     shared_evaluation: bool = True              # evaluation-only masks of one model evaluated together (mask_sweep)
-    # the verdicts' margins are not a parameter: margins.TASK_SCORE, 0.1 x (full - chance) per task (headprune_utils.margins)
+    # the verdicts' margins are not a parameter: margins.TASK_SCORE, 0.1 x (full - chance), declared with the claims
 
     def check(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -186,41 +192,13 @@ class Context(strategy_sweep.Context):
         return clustering.zero_shot_mask(self.matrix(), n_keep, self.shape, self.cfg.linkage)
 
 
-_GATES = ("the full model is above chance by 0.05 in every seed; mask-then-fine-tune rows: fine-tuning adapts to "
-          "the mask (at 50% pruned, random masks, mask-then-fine-tune beats fine-tune-then-mask, 95% CI above 0, on "
-          "the task, under the same semantics)")
-
-
 class ZeroShotPruning(Study):
     """Study 5 (see the module docstring)."""
 
     name = NAME
     notebook = "05_zero_shot_pruning.ipynb"
     Config = ZeroShotPruningConfig
-    claims = (
-        Claim("bian.zero_shot_comparable", "Bian et al. 2021",
-              "Most heads can be pruned zero-shot (from the pre-trained model's redundancy clusters, no task data) "
-              "with fine-tuned scores comparable to the full model's.",
-              quantity="score(zero_shot) - score(full model) per (task, seed) model, per regime x share pruned; "
-                       "non-inferiority within 0.1 x (full - chance) of the task (margins.TASK_SCORE)",
-              precondition=_GATES, semantics="zero"),
-        Claim("bian.zero_shot_vs_random", "Bian et al. 2021",
-              "Zero-shot pruning from redundancy clusters scores comparably to random pruning at the same budget.",
-              quantity="score(zero_shot) - score(random) per (task, seed) model, per regime x share pruned; "
-                       "equivalence (TOST) within 0.1 x (full - chance) of the task (margins.TASK_SCORE)",
-              precondition=_GATES, semantics="zero"),
-        Claim("ours.zero_shot_vs_importance", "ours (exploratory)",
-              "Zero-shot pruning (no task data) scores comparably to gradient-importance pruning (Michel et al. "
-              "2019; task data) at the same budget.",
-              quantity="score(zero_shot) - score(least_important) per (task, seed) model, per regime x share "
-                       "pruned; equivalence (TOST) within 0.1 x (full - chance) of the task (margins.TASK_SCORE)",
-              precondition=_GATES, semantics="zero"),
-        Claim("budhraja.random_comparable", "Budhraja et al. 2020",
-              "Reference (claim 1): random pruning keeps fine-tuned scores comparable to the full model's.",
-              quantity="score(random) - score(full model) per (task, seed) model, per regime x share pruned; "
-                       "non-inferiority within 0.1 x (full - chance) of the task (margins.TASK_SCORE)",
-              precondition=_GATES, semantics="uniform"),
-    )
+    claims = CLAIMS  # declared as data in zero_shot_pruning_claims
 
     def plan(self, cfg: ZeroShotPruningConfig) -> list[Cell]:
         return plan_cells(cfg)
@@ -247,3 +225,9 @@ def verdicts(table: pd.DataFrame, cfg: ZeroShotPruningConfig) -> pd.DataFrame:
     """The study's verdict table (``claims.COLUMNS``): its declared claims decided on the cells' ``table``
     (:func:`.zero_shot_pruning_analysis.claim_verdicts`)."""
     return claim_verdicts(table, cfg, ZeroShotPruning.claims)
+
+
+def verdict_masks(verdict: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """The zero-shot claims' verdicts beside the zero-shot mask each was measured with
+    (:func:`.zero_shot_pruning_analysis.verdict_masks` with this study's declared ``claims``)."""
+    return claim_masks(verdict, table, ZeroShotPruning.claims)

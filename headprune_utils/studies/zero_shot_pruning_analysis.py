@@ -9,33 +9,35 @@ gradient importance (:mod:`headprune_utils.paired_contrasts`); :func:`mask_overl
 ``seeds``, ``ablations``, ``finetune_ablations``. Every table is per ablation semantics (the cells' ``ablation``
 column, :mod:`headprune_utils.semantics`): results of different semantics are never paired, pooled or compared.
 
-The claims (declared in :mod:`.zero_shot_pruning`) and how each is decided (:data:`RULES`): every one is a paired
-contrast ``score(a) - score(b)`` per (task, seed) model, per regime x share pruned, per task and then pooled over
-tasks (effects / (full - chance)); margin :data:`margins.TASK_SCORE`, 0.1 x (full - chance) of the task (one
-policy for every study, :mod:`headprune_utils.margins`). Against the full model
-(``bian.zero_shot_comparable``, ``budhraja.random_comparable``): non-inferiority; between two methods
-(``bian.zero_shot_vs_random``, ``ours.zero_shot_vs_importance``): equivalence (TOST). Gates: the full model above
-chance by :data:`ABOVE_CHANCE` in every seed; for mask-then-fine-tune rows, fine-tuning adapts to the mask (at 50%
-pruned, random masks, mask-then-fine-tune beats fine-tune-then-mask on the task, 95% t-interval above 0, both
-regimes under the same semantics). Each claim is decided under every semantics measured
-(:func:`semantics.verdicts_by_semantics`): the rows under the claim's own paper's semantics (``Claim.semantics``:
-``zero`` for Bian et al., our reading, and for ours; ``uniform`` for Budhraja et al.'s BERT code) are the primary
-analysis, Holm over the study's primary rows; each other semantics is a sensitivity analysis, its own Holm family.
+The claims are declared as data in :mod:`.zero_shot_pruning_claims` (``CLAIMS``: each claim's rule, margin, gates
+and ``measure``, a contrast of :data:`CONTRASTS` by name) and handed to :func:`claim_verdicts` by the study, which
+measures each and decides it with :func:`claims.evaluate`. A paired contrast ``score(a) - score(b)`` gives one value per (task, seed) model, per
+regime x share pruned (:func:`contrast_measurements`), decided per task and then pooled over tasks (effects /
+(full - chance)) by the claim's rule (non-inferiority against the full model, equivalence between zero-shot and
+gradient importance; margin :data:`margins.TASK_SCORE`, 0.1 x (full - chance) of the task). The zero-shot mask is
+one mask (n = 1: the one pre-trained model, no task data), so the claim against random pruning is an empirical rank
+(:func:`rank_measurements`): the zero-shot mask's mean score over the task's models among the same means of random
+masks of its size scored on those same models, never pooled. The gates' evidence comes from here:
+:func:`adapt_diffs` (fine-tuning adapts to the mask) and the random masks' coverage (:func:`rank_measurements`).
+Each claim is decided under every semantics measured (:func:`semantics.verdicts_by_semantics`): the rows under the
+claim's own paper's semantics (``Claim.semantics``: ``zero`` for Bian et al., our reading, and for ours;
+``uniform`` for Budhraja et al.'s BERT code) are the primary analysis, Holm over the study's primary rows; each
+other semantics is a sensitivity analysis, its own Holm family.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 
-from .. import claims, glue_workbench, margins, masks, semantics, strategy_sweep
+from .. import claims, glue_workbench, masks, semantics, strategy_sweep
 from ..paired_contrasts import Contrast, per_ablation, unit_contrast_table
 from ..strategy_sweep import REGIME_NAMES, summarise  # noqa: F401 (re-exported: the notebook reads them from this study)
 
-__all__ = ["METHODS", "CONTRASTS", "REGIME_NAMES", "summarise", "example_masks", "paired", "contrasts", "ABOVE_CHANCE",
-           "ADAPT_BUDGET", "RULES", "ClaimRule", "contrast_measurements", "adapt_diffs", "adapts_gate",
-           "claim_verdicts", "zero_shot_masks", "verdict_masks", "mask_overlap"]
+__all__ = ["METHODS", "CONTRASTS", "REGIME_NAMES", "STUDY_NAME", "ADAPT_BUDGET", "summarise", "example_masks", "paired", "contrasts",
+           "contrast_measurements", "rank_measurements", "adapt_diffs", "claim_verdicts", "zero_shot_masks",
+           "verdict_masks", "mask_overlap"]
 
 METHODS: tuple[str, ...] = ("zero_shot", "random", "least_important")
 
@@ -89,18 +91,19 @@ def contrasts(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------------------- claims
 
-ABOVE_CHANCE = 0.05   # score units: a trained-model claim needs the full model this far above chance in every seed
-ADAPT_BUDGET = 0.5    # the share pruned at which fine-tuning must be seen to adapt to the mask (random masks)
-UNIT = "model (task x seed)"
 STUDY_NAME = "zero_shot_pruning"
-
+ADAPT_BUDGET = 0.5    # the share pruned at which fine-tuning must be seen to adapt to the mask (random masks)
 
 def _setting(budget: float, regime: str) -> str:
     return f"{100 * float(budget):g}% of heads pruned; {REGIME_NAMES[regime]}"
 
 
-def _is_mask_then_finetune(m: claims.Measurement) -> bool:
-    return m.setting.endswith("; " + REGIME_NAMES["mask_then_finetune"])
+def _contrast(name: str) -> Contrast:
+    """The contrast a claim measures (its ``measure``: a name of :data:`CONTRASTS`)."""
+    found = [c for c in CONTRASTS if c.name == name]
+    if not found:
+        raise ValueError(f"no contrast {name!r}: a claim's measure is one of {[c.name for c in CONTRASTS]}")
+    return found[0]
 
 
 def _full(table: pd.DataFrame) -> pd.DataFrame:
@@ -109,12 +112,17 @@ def _full(table: pd.DataFrame) -> pd.DataFrame:
     return f.groupby(_by(table), as_index=False).agg(full=("score", "first"), chance=("chance", "first"))
 
 
-def contrast_measurements(table: pd.DataFrame, a: str, b: str, semantics: str) -> list[claims.Measurement]:
+def _one_semantics(table: pd.DataFrame, what: str) -> None:
+    if "ablation" in table.columns and table["ablation"].nunique() > 1:
+        raise ValueError(f"{what} takes the cells of one semantics")
+
+
+def contrast_measurements(table: pd.DataFrame, a: str, b: str, semantics: str,
+                          unit: str = claims.DEFAULT_UNIT) -> list[claims.Measurement]:
     """``score(a) - score(b)`` (``b="none"``: the full model) per regime x budget x task, one value per
     (task, seed) model, with the full model's scores and the task's chance score. ``table``: the cells of one
     semantics (``semantics``)."""
-    if "ablation" in table.columns and table["ablation"].nunique() > 1:
-        raise ValueError("contrast_measurements takes the cells of one semantics")
+    _one_semantics(table, "contrast_measurements")
     if table.empty:
         return []
     d = paired(table, a, b).merge(_full(table), on=_by(table))
@@ -127,14 +135,65 @@ def contrast_measurements(table: pd.DataFrame, a: str, b: str, semantics: str) -
             for task, gt in g.groupby("task", sort=True):
                 out.append(claims.Measurement(task, gt["diff"].tolist(), [(task, int(s)) for s in gt["seed"]],
                                               _setting(budget, regime), semantics, f"score({a}) - score({b_name})",
-                                              UNIT, full=gt["full"].tolist(), chance=float(gt["chance"].iloc[0])))
+                                              unit, full=gt["full"].tolist(), chance=float(gt["chance"].iloc[0])))
     return out
+
+
+def rank_measurements(table: pd.DataFrame, a: str, b: str, semantics: str,
+                      unit: str) -> tuple[list[claims.Measurement], dict]:
+    """For :class:`claims.EmpiricalRank`: per regime x budget x task, method ``a``'s ONE mask (deterministic: one
+    mask per regime x budget, else ValueError) against the masks of method ``b`` (random), all on the same models.
+    The observed statistic (``values``) is ``a``'s mean score over the task's models (seeds; several cells of one
+    model averaged first); each mask of ``b`` (told apart by its ``mask`` string) scored on EVERY one of those
+    models is one reference draw (``null``): its mean score over the same models. A mask of ``b`` scored on only
+    some of them (e.g. the seed's own random mask, on the seed's model only) is not comparable and is no draw.
+    Returns the measurements and the evidence of :data:`.zero_shot_pruning_claims.DRAWS`: per ``(task, setting,
+    semantics)``, the models, the masks of ``b``, how many models each was scored on, ``a``'s mean and ``b``'s
+    (each mask on its own models). ``table``: the cells of one semantics."""
+    _one_semantics(table, "rank_measurements")
+    out, draws = [], {}
+    if table.empty:
+        return out, draws
+    full = _full(table)
+    ta, tb = table[table["strategy"] == a], table[table["strategy"] == b]
+    for regime in [r for r in REGIME_NAMES if r in set(ta["regime"])]:
+        for budget in sorted(ta.loc[ta["regime"] == regime, "budget"].unique()):
+            at = ta[(ta["regime"] == regime) & (ta["budget"] == budget)]
+            bt = tb[(tb["regime"] == regime) & (tb["budget"] == budget)]
+            for task, ga in at.groupby("task", sort=True):
+                if ga["mask"].nunique() != 1:
+                    raise ValueError(f"{a} must be one mask per task x regime x budget (n = 1) for an empirical "
+                                     f"rank; {task}, {_setting(budget, regime)} has {ga['mask'].nunique()}")
+                gb = bt[bt["task"] == task]
+                if gb.empty:
+                    continue
+                per_seed = ga.groupby("seed")["score"].mean()
+                seeds = list(per_seed.index)
+                observed = float(per_seed.mean())
+                by_mask = gb.groupby(["mask", "seed"])["score"].mean()
+                null, scored_on, own = [], [], []
+                for _, g in by_mask.groupby(level="mask", sort=True):
+                    s = g.droplevel("mask")
+                    scored_on.append(int(s.index.isin(seeds).sum()))
+                    own.append(float(s.mean()))
+                    if set(seeds) <= set(s.index):
+                        null.append(float(s.loc[seeds].mean()))
+                f = full[(full["task"] == task) & (full["regime"] == regime) & full["seed"].isin(seeds)]
+                setting = _setting(budget, regime)
+                draws[(task, setting, semantics)] = {"models": len(seeds), "masks": len(scored_on),
+                                                     "scored_on": scored_on, "observed": observed,
+                                                     "random": float(np.mean(own))}
+                out.append(claims.Measurement(
+                    task, [observed], [(task, a)], setting, semantics, f"mean score({a}) over the task's models",
+                    unit, full=f["full"].tolist(), chance=float(ga["chance"].iloc[0]), null=null))
+    return out, draws
 
 
 def adapt_diffs(table: pd.DataFrame) -> pd.DataFrame:
     """``[task, seed, diff]``: at :data:`ADAPT_BUDGET`, the random mask's score after mask-then-fine-tune minus
-    after fine-tune-then-mask (the same mask: study 1's masks, so the gate reads as it does there); ``table``: the
-    cells of one semantics (both regimes under it)."""
+    after fine-tune-then-mask (the same mask: study 1's masks, so the gate reads as it does there; the evidence
+    ``adaptation`` of :data:`.zero_shot_pruning_claims.ADAPTS`); ``table``: the cells of one semantics (both
+    regimes under it)."""
     if "ablation" in table.columns and table["ablation"].nunique() > 1:
         raise ValueError("adapt_diffs compares the regimes under one semantics: pass one semantics' cells")
     t = table[(table["strategy"] == "random") & (table["budget"] == ADAPT_BUDGET)]
@@ -146,83 +205,36 @@ def adapt_diffs(table: pd.DataFrame) -> pd.DataFrame:
     return (p["mask_then_finetune"] - p["finetune_then_mask"]).dropna().rename("diff").reset_index()
 
 
-def adapts_gate(table: pd.DataFrame) -> claims.Gate:
-    """:func:`claims.adapts_to_mask` on :func:`adapt_diffs`, for mask-then-fine-tune measurements only (a model
-    masked after fine-tuning has nothing to adapt), its failure named "fine-tuning too short to adapt"."""
-    gate = claims.adapts_to_mask(adapt_diffs(table), what=f"at {100 * ADAPT_BUDGET:g}% pruned (random masks), "
-                                                          "mask-then-fine-tune - fine-tune-then-mask")
-
-    def named(m: claims.Measurement) -> str | None:
-        if not _is_mask_then_finetune(m):
-            return None
-        why = gate(m)
-        return f"fine-tuning too short to adapt ({why})" if why and why.startswith("fine-tuning does not adapt") else why
-
-    return named
-
-
-@dataclass(frozen=True)
-class ClaimRule:
-    """How one claim is decided: the contrast ``a - b`` it measures, its rule (from ``cfg``) and its gates."""
-
-    a: str
-    b: str
-    rule: Callable[[object], claims.Rule]
-    gates: tuple[str, ...] = ("above_chance", "adapts_to_mask")
-
-
-def _comparable(cfg) -> claims.Rule:
-    return claims.Equivalence(margins.TASK_SCORE)
-
-
-def _limited_loss(cfg) -> claims.Rule:
-    return claims.NonInferiority(margins.TASK_SCORE)
-
-
-# claim id -> how it is decided (against the full model: non-inferiority, a pruned model scoring above the full
-# one does not contradict "comparable scores"; between two methods: equivalence, two-sided)
-RULES: dict[str, ClaimRule] = {
-    "bian.zero_shot_comparable": ClaimRule("zero_shot", "none", _limited_loss),
-    "bian.zero_shot_vs_random": ClaimRule("zero_shot", "random", _comparable),
-    "ours.zero_shot_vs_importance": ClaimRule("zero_shot", "least_important", _comparable),
-    "budhraja.random_comparable": ClaimRule("random", "none", _limited_loss),
-}
-
-
-def _gates(names, table: pd.DataFrame) -> list[claims.Gate]:
-    made = {"above_chance": lambda: claims.above_chance(ABOVE_CHANCE), "adapts_to_mask": lambda: adapts_gate(table)}
-    return [made[n]() for n in names]
-
-
-def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence) -> pd.DataFrame:
+def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence[claims.Claim]) -> pd.DataFrame:
     """The study's verdict table (:data:`claims.COLUMNS`): every declared claim (``declared``: the study's
-    ``claims``) decided by its :data:`RULES` entry per task, then pooled over tasks, per regime x budget, under every
-    ablation semantics of the table (:func:`semantics.verdicts_by_semantics`: each semantics on its own cells and
-    with its own gates; primary = the claim's paper's semantics, the others sensitivity); Holm over the study's
-    primary rows and each sensitivity semantics apart. A claim with no measurement under its own semantics gets one
-    ``not testable`` row saying so."""
-    if {c.id for c in declared} != set(RULES):
-        raise ValueError(f"claims without a rule or rules without a claim: {sorted({c.id for c in declared} ^ set(RULES))}")
+    ``claims``, :data:`.zero_shot_pruning_claims.CLAIMS`) measured by its ``measure`` (a contrast of
+    :data:`CONTRASTS`: paired differences per model, :func:`contrast_measurements`, or for an
+    :class:`claims.EmpiricalRank` rule the zero-shot mask ranked among random masks, :func:`rank_measurements`) and
+    decided by :func:`claims.evaluate` per task, then pooled over tasks (not the rank), per regime x budget, under
+    every ablation semantics of the table (:func:`semantics.verdicts_by_semantics`: each semantics on its own cells
+    and with its own gates' evidence; primary = the claim's paper's semantics, the others sensitivity); Holm over the
+    study's primary rows and each sensitivity semantics apart. A claim with no cells of its two methods under a
+    semantics gets one ``not testable`` row saying so (:meth:`claims.Measurement.absent`)."""
+    for claim in declared:
+        _contrast(claim.measure)
     text = glue_workbench.scale_text(cfg, table)
 
     def decide(sub: pd.DataFrame, sem: str) -> pd.DataFrame:
         parts = []
+        adaptation = adapt_diffs(sub)
         for claim in declared:
-            spec = RULES[claim.id]
-            ms = contrast_measurements(sub, spec.a, spec.b, sem)
-            if ms:
-                parts.append(claims.evaluate(claim, spec.rule(cfg), ms, _gates(spec.gates, sub), text, STUDY_NAME))
-                continue
-            nan = float("nan")
-            other = "the full model" if spec.b == "none" else spec.b
-            parts.append(pd.DataFrame([{
-                "study": STUDY_NAME, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": "all",
-                "setting": "", "semantics": sem, "analysis": "primary", "effect": nan, "ci_low": nan, "ci_high": nan,
-                "n_units": 0, "unit": UNIT, "test": "n/a", "p": nan, "p_adjusted": nan, "p_test": "", "margin": nan,
-                "verdict": "not testable",
-                "reason": f"no paired cells of {spec.a} and {other} under the {sem} semantics in this run",
-                "scale": text, "tests": "[]", "unit_values": "[]"}],  # no test: outside the Holm family
-                columns=list(claims.COLUMNS)))
+            c = _contrast(claim.measure)
+            evidence = {"adaptation": adaptation}
+            if isinstance(claim.rule, claims.EmpiricalRank):
+                ms, evidence["draws"] = rank_measurements(sub, c.a, c.b, sem, claim.unit)
+            else:
+                ms = contrast_measurements(sub, c.a, c.b, sem, claim.unit)
+            if not ms:
+                other = "the full model" if c.b == "none" else c.b
+                ms = [claims.Measurement.absent(
+                    "all", f"no paired cells of {c.a} and {other} under the {sem} semantics in this run",
+                    semantics=sem, unit=claim.unit)]
+            parts.append(claims.evaluate(claim, ms, evidence=evidence, scale=text, study=STUDY_NAME))
         return pd.concat(parts, ignore_index=True)
 
     order = semantics.order(declared[0].semantics, [*(c.semantics for c in declared), *cfg.finetune_ablations,
@@ -256,11 +268,11 @@ def _interval(r) -> str:
     return f"{r['effect']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
 
 
-def verdict_masks(verdict: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
-    """The zero-shot claims' verdicts beside the zero-shot mask each was measured with: claim_id, task,
-    setting, semantics, analysis (primary / sensitivity), verdict, effect [CI] (text, never NaN), heads kept per
-    layer (bottom layer first), layers emptied."""
-    zs = {k for k, spec in RULES.items() if "zero_shot" in (spec.a, spec.b)}
+def verdict_masks(verdict: pd.DataFrame, table: pd.DataFrame, declared: Sequence[claims.Claim]) -> pd.DataFrame:
+    """The zero-shot claims' verdicts (of ``declared``, those whose contrast involves ``zero_shot``) beside the
+    zero-shot mask each was measured with: claim_id, task, setting, semantics, analysis (primary / sensitivity),
+    verdict, effect [CI] (text, never NaN), heads kept per layer (bottom layer first), layers emptied."""
+    zs = {c.id for c in declared if "zero_shot" in (_contrast(c.measure).a, _contrast(c.measure).b)}
     v = verdict[verdict["claim_id"].isin(zs)].copy()
     v["effect [CI]"] = [_interval(r) for _, r in v.iterrows()]
     m = zero_shot_masks(table)[["setting", "semantics", "kept_per_layer", "layers_emptied"]]

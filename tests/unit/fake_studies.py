@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from headprune_utils.config import as_dict
 from headprune_utils.results import fingerprint
+from headprune_utils.claims import Superiority
 from headprune_utils.studies.base import Cell, Claim, Cost, Study
 
 
@@ -25,7 +26,7 @@ class FakeStudy(Study):
     name = "fake"
     notebook = "00_fake.ipynb"
     Config = FakeConfig
-    claims = (Claim("fake.sum", "nobody", "b is the sum of a1 and a2."),)
+    claims = (Claim("fake.sum", "nobody", "b is the sum of a1 and a2.", Superiority(), figure="none"),)
 
     def plan(self, cfg: FakeConfig) -> list[Cell]:
         cells = [Cell({"name": f"a{i}"}, group="even" if i % 2 == 0 else None, cost=Cost(1e9 * (i + 1)))

@@ -297,7 +297,7 @@ STUDY_CASES = [
     case("range-rd-k_max-all-heads", RD, {"k_max": 72}, ["k_max", "72"]),
     case("range-sp-stretch_low", SP, {"stretch_low": 0.1}, ["stretch_low"]),
     case("range-sp-positional_threshold", SP, {"positional_threshold": 0.0}, ["positional_threshold"]),
-    case("range-sp-rare_alpha", SP, {"rare_alpha": 1.0}, ["rare_alpha"]),
+    case("range-sp-rare_share", SP, {"rare_share": 1.0}, ["rare_share"]),
     case("range-sp-negative-lambda", SP, {"lambdas": [-0.1, 0.1]}, ["lambdas", ">= 0"]),
     case("range-sp-l0_lr-0", SP, {"l0_lr": 0.0}, ["l0_lr", "> 0"]),
     case("range-sp-syntactic_margin", SP, {"syntactic_margin": -0.1}, ["syntactic_margin"]),

@@ -2,22 +2,45 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from headprune_utils import claims
+from headprune_utils import claims, preconditions
 from headprune_utils.claims import (
-    COLUMNS, VERDICTS, Equivalence, Measurement, NonInferiority, Presence, ShareOfHeadroom, Superiority,
-    above_chance, adapts_to_mask, adjust, decide, enough_units, evaluate, render, role_found, validate,
+    COLUMNS, VERDICTS, Claim, Equivalence, Measurement, NonInferiority, Presence, ShareOfHeadroom, Superiority,
+    adjust, decide, enough_units, render, validate,
 )
 from headprune_utils.stats import holm
-from headprune_utils.studies.base import Claim
 
-CLAIM = Claim("paper.claim", "Someone et al. 2020", "Pruning A beats pruning B.", quantity="score(A) - score(B)")
-OTHER = Claim("paper.other", "Someone et al. 2020", "A and B are comparable.")
+CLAIM = Claim("paper.claim", "Someone et al. 2020", "Pruning A beats pruning B.", Superiority(),
+              metric="score(A) - score(B)")
+OTHER = Claim("paper.other", "Someone et al. 2020", "A and B are comparable.", Equivalence(0.02))
+
+
+def evaluate(claim, rule, measurements, gates=(), scale="", study=""):
+    """``claim`` decided by ``rule`` with ``gates`` through :func:`claims.evaluate` (the claim carries its rule and
+    gates; a plain function of the measurement becomes a ``preconditions.Check``)."""
+    objs = tuple(g if isinstance(g, claims.Gate) else preconditions.Check("a test gate", lambda m, ev, g=g: g(m))
+                 for g in gates)
+    return claims.evaluate(replace(claim, rule=rule, gates=objs), measurements, scale=scale, study=study)
+
+
+def role_found(role, counts):
+    """The :class:`preconditions.RoleFound` gate with its evidence bound (``counts``: task -> count, or one count)."""
+    return preconditions.Check(f"role {role}", lambda m, ev: preconditions.RoleFound(role).check(m, {"role_counts": counts}))
+
+
+def above_chance(margin):
+    return preconditions.AboveChance(margin)
+
+
+def adapts_to_mask(diffs):
+    gate = preconditions.AdaptsToMask("at 50% pruned, mask-then-fine-tune - fine-tune-then-mask")
+    return preconditions.Check(gate.text(), lambda m, ev: gate.check(m, {"adaptation": diffs}))
 
 
 def meas(task, values, units=None, setting="50%", **kw):
@@ -186,7 +209,7 @@ def test_an_unadjusted_interval_past_the_margin_alone_decides_nothing():
     far = [0.035, 0.05, 0.03, 0.06, 0.033]  # 90% CI about [+0.029, +0.054], m = 0.02; p(effect > m) = 0.0099
     alone = one(evaluate(OTHER, Equivalence(0.02), [meas("sst2", far)], study="s"))
     assert alone.ci_low > 0.02 and alone.verdict == "contradicted"
-    others = [evaluate(Claim(f"x.c{i}", "P", "c"), Superiority(), [meas("sst2", [0.01, -0.02, 0.015, 0.0, -0.01])],
+    others = [evaluate(Claim(f"x.c{i}", "P", "c", Superiority()), Superiority(), [meas("sst2", [0.01, -0.02, 0.015, 0.0, -0.01])],
                        study="s") for i in range(12)]
     crowded = adjust(pd.concat([evaluate(OTHER, Equivalence(0.02), [meas("sst2", far)], study="s"), *others],
                                ignore_index=True))
@@ -404,7 +427,7 @@ def test_raw_pooling_without_full_and_chance():
 def test_adjust_holm_within_each_study_and_verdicts_from_the_adjusted_p():
     weak = [0.02, 0.07, 0.01, 0.06, 0.04]  # one-sided p = 0.0124 alone
     s1 = [evaluate(CLAIM, Superiority(), [meas("sst2", [0.05, 0.06, 0.055, 0.05])], study="s1")]
-    s1 += [evaluate(Claim(f"paper.weak{i}", "P", "weak"), Superiority(), [meas("sst2", weak)], study="s1")
+    s1 += [evaluate(Claim(f"paper.weak{i}", "P", "weak", Superiority()), Superiority(), [meas("sst2", weak)], study="s1")
            for i in range(3)]
     s1 += [evaluate(OTHER, Superiority(), [meas("sst2", [0.3], units=["one model"])], study="s1")]  # not testable
     s2 = [evaluate(CLAIM, Superiority(), [meas("sst2", weak)], study="s2")]
@@ -484,15 +507,12 @@ def test_a_task_at_chance_cannot_be_normalised_and_stays_out_of_the_pool():
 def test_identical_unit_values_are_tested_exactly_not_at_p_zero():
     """One head of a role in every model: t is undefined; the exact one-sided sign-flip test decides (1/2**n), so 3
     models cannot reach 0.05 (not testable) and 6 give p = 1/64."""
-    from headprune_utils import claims
-    from headprune_utils.studies.base import Claim
-
-    claim = Claim("x.role", "nobody", "Heads of the role exist.")
+    claim = Claim("x.role", "nobody", "Heads of the role exist.", Superiority())
     m = claims.Measurement("SST-2", [1.0, 1.0, 1.0], [0, 1, 2], effect="heads of the role")
-    row = claims.evaluate(claim, claims.Superiority(), [m]).iloc[0]
+    row = evaluate(claim, claims.Superiority(), [m]).iloc[0]
     assert row["verdict"] == "not testable" and "smallest attainable p = 0.125" in row["reason"]
     m6 = claims.Measurement("SST-2", [1.0] * 6, list(range(6)), effect="heads of the role")
-    assert claims.evaluate(claim, claims.Superiority(), [m6]).iloc[0]["p"] == pytest.approx(1 / 64)
+    assert evaluate(claim, claims.Superiority(), [m6]).iloc[0]["p"] == pytest.approx(1 / 64)
 
 
 # ------------------------------------------------------------------------------------------ presence claims

@@ -1,8 +1,12 @@
 """Study 3's claims (claims model) on hand-made per-run tables: each claim's verdict in both directions, the gates'
-both branches, per-task then pooled, and no NaN in the rendered text."""
+both branches, per-task then pooled, absent measurements, the claims as data (rule, gate objects, a figure the
+notebook writes), and no NaN in the rendered text."""
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -10,6 +14,7 @@ import pytest
 
 from headprune_utils import claims, margins
 from headprune_utils.config import validate
+from headprune_utils.paths import notebooks_dir
 from headprune_utils.studies import compensation as study
 
 
@@ -237,3 +242,74 @@ def test_primary_semantics_not_run_is_not_testable(cfg):
     assert "nan" not in claims.render(v).lower()
     empty = study.verdicts(pd.DataFrame(), cfg)
     assert len(empty) == len(study.STUDY.claims) and (empty["verdict"] == "not testable").all()
+
+
+def written_figures(cfg) -> set[str]:
+    """The figure names the notebook writes, ``{sem}`` expanded over the study's semantics."""
+    nb = json.loads((notebooks_dir() / study.STUDY.notebook).read_text())
+    source = "".join("".join(c["source"]) for c in nb["cells"])
+    names = re.findall(r'out\.figure\(\s*f?"([^"]+)"', source)
+    return {n.replace("{sem}", s) for n in names for s in cfg.finetune_ablations}
+
+
+def test_claims_are_declared_as_data(cfg):
+    """One home: each claim a claims.Claim with its rule, gate objects, a figure the notebook writes, a measure the
+    analysis knows and a note saying what n is; the study's claims are the claims module's."""
+    assert study.STUDY.claims is study.CLAIMS
+    figures = written_figures(cfg)
+    for c in study.CLAIMS:
+        assert isinstance(c, claims.Claim) and isinstance(c.rule, claims.RULES), c.id
+        assert all(isinstance(g, claims.Gate) for g in c.gates), c.id
+        assert c.figure in figures, (c.id, c.figure, sorted(figures))
+        assert c.measure in study.MEASUREMENTS and "n = " in c.note and c.metric and c.regime, c.id
+    by_id = {c.id: c for c in study.CLAIMS}
+    assert isinstance(by_id["budhraja.compensation_spread"].margin, study.DispersionMargin)
+    assert by_id["ours.compensation_local"].gates == (study.BEYOND_LAYER,)
+    assert "varies beyond its layer" in by_id["ours.compensation_local"].precondition
+
+
+def test_locality_gate_reads_its_evidence():
+    m = claims.Measurement("A", [0.1, 0.2], [0, 1], "middle 50%, weight change, pruned heads in adjacent layers")
+    assert study.BEYOND_LAYER.check(m, {"layer_confounded": {("A", m.setting): "a layer effect"}}) == "a layer effect"
+    assert study.BEYOND_LAYER.check(m, {"layer_confounded": {("B", m.setting): "a layer effect"}}) is None
+    t = runs(rho_lc=None, strategy="middle")
+    why = study.layer_confounded(t[t["ablation"] == "uniform"])
+    assert set(why) == {(task, s) for task in ("A", "B") for s in (
+        "middle 50%, weight change, pruned heads in the same layer",
+        "middle 50%, weight change, pruned heads in adjacent layers")}
+    assert all("layer-only model explains it fully" in r for r in why.values())
+
+
+def test_a_table_lacking_a_run_gives_absent_measurements(cfg):
+    """What cannot be measured comes from claims.evaluate of an absent measurement (``not testable`` with the reason,
+    0 units, no test, the claim's own rule in the test label), never a hand-built row: a rho undefined in every run of
+    a task (locality), and a semantics without a run (every claim); absent measurements are never pooled."""
+    t = runs(rho_lc=None, strategy="middle")
+    t.loc[:, "rho_pruned_in_layer"] = np.nan
+    ms = study.locality_measurements(t, "uniform")
+    absent = [m for m in ms if m.missing]
+    assert {(m.task, m.setting) for m in absent} == {
+        ("A", "middle 50%, weight change, pruned heads in the same layer"),
+        ("B", "middle 50%, weight change, pruned heads in the same layer")}
+    assert all(m.n_units == 0 and "raw rho is undefined" in m.missing for m in absent)
+    v = study.verdicts(t, cfg)
+    same = rows_of(v, "ours.compensation_local", setting_has="same layer")
+    assert sorted(same["task"]) == ["A", "B"]  # no pooled row of two absent measurements
+    assert (same["verdict"] == "not testable").all() and (same["tests"] == "[]").all()
+    assert (same["n_units"] == 0).all() and same["test"].str.startswith("superiority (greater)").all()
+    only_zero = study.verdicts(runs(ablation="zero"), cfg)
+    r = verdict(only_zero[only_zero["analysis"] == "primary"], "budhraja.compensation_spread", "all")
+    assert r["reason"] == "no pruned run measured under the uniform semantics in this run"
+    assert r["test"].startswith("equivalence (TOST)") and r["n_units"] == 0 and r["tests"] == "[]"
+    assert not claims.family_tests(only_zero)["row"].isin([r.name]).any()
+
+
+def test_the_analysis_decides_the_claims_it_is_given(cfg):
+    """The analysis takes the claims as data: a claim set without the locality claim gives no locality row, a claim
+    whose measure it does not know is refused."""
+    two = tuple(c for c in study.CLAIMS if c.id != "ours.compensation_local")
+    v = study.claim_verdicts(runs(), cfg, two)
+    assert set(v["claim_id"]) == {c.id for c in two}
+    odd = dataclasses.replace(study.CLAIMS[0], measure="no_such_measure")
+    with pytest.raises(ValueError, match="no_such_measure"):
+        study.claim_verdicts(runs(), cfg, (odd,))

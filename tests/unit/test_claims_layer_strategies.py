@@ -1,17 +1,22 @@
-"""Study 2's claims on hand-made tables: each claim's wiring in both directions, the gates' both branches
-(above chance, fine-tuning adapts to the mask, identical masks), per task then pooled, the model as the unit,
-no NaN in the rendered verdicts, and each claim decided under each ablation semantics apart (primary = its paper's)."""
+"""Study 2's claims on hand-made tables: the claims declared once as data (layer_strategies_claims), each claim's
+wiring in both directions, the gates' both branches (above chance, fine-tuning adapts to the mask, identical masks),
+absent measurements, per task then pooled, the model as the unit, no NaN in the rendered verdicts, and each claim
+decided under each ablation semantics apart (primary = its paper's)."""
 from __future__ import annotations
 
 import re
 
+import nbformat
 import numpy as np
 import pandas as pd
 import pytest
 
-from headprune_utils import claims
+from headprune_utils import claims, margins, preconditions
 from headprune_utils.config import ParameterError, validate
+from headprune_utils.paths import notebooks_dir
 from headprune_utils.studies import layer_strategies as study
+from headprune_utils.studies import layer_strategies_analysis as analysis
+from headprune_utils.studies import layer_strategies_claims
 
 SEEDS = range(5)
 STRATEGIES = ("random", "top", "bottom", "middle", "top_bottom", "consecutive", "spread", "least_important",
@@ -120,7 +125,7 @@ def test_every_margin_is_a_tenth_of_full_minus_chance_and_the_study_has_no_margi
     v = verdicts(t)
     full = t[t["strategy"] == "none"].groupby("task")["score"].mean()  # per task, over seeds (and regimes)
     assert full.to_dict() == pytest.approx({"A": 0.8, "B": 0.85})
-    for claim_id in study.CLAIM_RULES:  # every claim, superiority ones too (their "not supported" test)
+    for claim_id in TEXT:  # every claim, superiority ones too (their "not supported" test)
         for task in ("A", "B"):
             for regime in (FTM, MTF):
                 r = row(v, claim_id, task, regime)
@@ -183,11 +188,12 @@ def test_gate_above_chance_both_branches():
 
 def test_gate_adapts_to_mask_only_on_mask_then_fine_tune_rows_both_branches():
     v = verdicts(make_table(SUPPORTING, adapt={"A": 0.05, "B": -0.05}))
-    for claim_id in study.CLAIM_RULES:
+    for claim_id in TEXT:
         assert row(v, claim_id, "A", MTF)["verdict"] == "supported"
         b = row(v, claim_id, "B", MTF)
         assert b["verdict"] == "not testable"
-        assert "fine-tuning does not adapt to the mask on B" in b["reason"] and "random masks" in b["reason"]
+        assert b["reason"].startswith("fine-tuning too short to adapt (fine-tuning does not adapt to the mask on B: "
+                                      "at 50% pruned, mask-then-fine-tune - fine-tune-then-mask (random masks")
         assert row(v, claim_id, "B", FTM)["verdict"] != "not testable", "the gate is for mask-then-fine-tune only"
 
 
@@ -325,3 +331,71 @@ def test_a_semantics_with_no_cells_gives_not_testable_primary_rows_only():
     assert "zero semantics" in m["reason"].iloc[0]
     assert row(v, "michel.least_important_first", "A", FTM, "uniform")["verdict"] == "supported"
     assert (v.loc[v["claim_id"].str.startswith("budhraja"), "semantics"] == "uniform").all()
+
+
+# ------------------------------------------------------------------------------------------ the claims as data
+
+def test_the_claims_are_declared_once_as_data():
+    """The study's claims are layer_strategies_claims.CLAIMS: claims.Claim objects with a rule and the task-score
+    margin, Gate objects (the precondition is their text), the figure the notebook writes, a contrast as measure."""
+    assert study.STUDY.claims is layer_strategies_claims.CLAIMS is study.CLAIMS
+    nb = nbformat.read(notebooks_dir() / study.STUDY.notebook, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    contrasts = {c.name: c for c in study.CONTRASTS}
+    for c in study.STUDY.claims:
+        assert isinstance(c, claims.Claim) and isinstance(c.rule, claims.RULES), c.id
+        assert c.margin is margins.TASK_SCORE, c.id
+        assert c.gates and all(isinstance(g, claims.Gate) for g in c.gates), c.id
+        assert c.figure and f'out.figure("{c.figure}"' in code, (c.id, c.figure)  # the study writes it
+        assert c.measure in contrasts and c.regime and c.semantics == OWN[c.id]
+        k = contrasts[c.measure]
+        assert f"score({k.a}) - score({k.b})" in c.metric and "margin" not in c.metric  # the gates and rule say those
+        kinds = [type(g) for g in c.gates]
+        assert kinds == [preconditions.Check, preconditions.AboveChance, preconditions.AdaptsToMask], c.id
+        assert c.precondition.startswith("the two strategies' masks differ")
+    assert {c.id: c.figure for c in study.STUDY.claims}["michel.least_important_first"] == "score_by_strategy"
+    rules = {c.id: c.rule.kind for c in study.STUDY.claims}
+    assert rules == {"budhraja.location_no_preference": "equivalence", "budhraja.avoid_middle": "superiority",
+                     "budhraja.avoid_consecutive": "superiority", "budhraja.important_location_not_worse":
+                     "non-inferiority", "ours.most_important_not_worse": "non-inferiority",
+                     "michel.least_important_first": "superiority"}
+    adapts = layer_strategies_claims.ADAPTS
+    assert adapts.only == study.REGIME_NAMES["mask_then_finetune"] == "mask, then fine-tune"
+    assert preconditions.AboveChance().margin == preconditions.ABOVE_CHANCE == 0.05
+    for gone in ("CLAIM_RULES", "ClaimRule", "ABOVE_CHANCE_MARGIN"):  # one home: the claims module
+        assert not hasattr(analysis, gone) and not hasattr(study, gone), gone
+
+
+def test_the_masks_differ_gate_reads_the_contrasts_notes():
+    """The study's own gate (a preconditions.Check): the measurement's reason when all its pairs were identical,
+    None when only some were (those are left out and said in the reason) or none."""
+    gate = layer_strategies_claims.MASKS_DIFFER
+    m = claims.Measurement("A", [0.1, 0.2], [("A", 0), ("A", 1)], setting="s")
+    assert gate(m, {"identical_masks": {("A", "s"): ("degenerate", "degenerate contrast: x")}}) == \
+        "degenerate contrast: x"
+    assert gate(m, {"identical_masks": {("A", "s"): ("partial", "note: y, left out")}}) is None
+    assert gate(m, {"identical_masks": {("A", "other"): ("degenerate", "z")}}) is None
+    assert gate(m, {}) is None
+
+
+def test_a_claim_whose_measure_is_not_a_contrast_is_an_error():
+    bad = (*study.CLAIMS[:1], claims.Claim("ours.unknown", "ours", "An unmeasured claim.", claims.Superiority(),
+                                           measure="no such contrast"))
+    with pytest.raises(ValueError, match="no such contrast"):
+        analysis.verdicts(make_table(SUPPORTING), study.LayerStrategiesConfig(), bad)
+
+
+def test_a_strategy_missing_is_an_absent_measurement_not_testable_through_evaluate():
+    """The importance strategies did not run: their claims' rows come from an absent measurement through
+    claims.evaluate (not testable, the reason naming the missing strategies, 0 units, outside the Holm family)."""
+    v = verdicts(make_table(SUPPORTING, strategies=STRATEGIES[:7], ablations=("zero",)))
+    r = v[(v["claim_id"] == "michel.least_important_first")]
+    assert len(r) == 1
+    r = r.iloc[0]
+    assert (r["verdict"], r["task"], r["semantics"], r["analysis"], r["n_units"]) == \
+        ("not testable", "all", "zero", "primary", 0)
+    assert r["reason"] == ("the strategies of the contrast 'least important vs random' did not both run under the "
+                           "zero semantics (missing: least_important)")
+    assert r["tests"] == "[]" and r["p_test"] == "" and pd.isna(r["p_adjusted"])
+    assert r["test"].startswith("superiority (greater)")  # the claim's own rule labels the row
+    assert row(v, "budhraja.avoid_middle", "A", FTM, "zero")["verdict"] == "supported"

@@ -1,14 +1,20 @@
 """Study 7's claims on hand-made tables: the unit is the trained model (model seed), so one model makes every claim
 ``not testable`` (computed by the rule, never typed) and mask seeds are never replicates; the dev-loss plateau
-gate both ways; the claims' wiring both ways with two models; no NaN in the tables or the text."""
+gate both ways; the claims' wiring both ways with two models; no NaN in the tables or the text. The claims are data
+(``nmt_heads_claims.CLAIMS``: rule, gate objects, the figure the notebook writes, a measure the analysis knows); a
+measurement that could not be made is a ``not testable`` row through ``claims.evaluate``."""
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from headprune_utils import claims
+from headprune_utils.paths import notebooks_dir
 from headprune_utils.studies import nmt_heads as study
+from headprune_utils.studies import nmt_heads_claims as declared
 
 PLATEAU = [{"dev_loss": x} for x in (5.0, 4.0, 3.5, 3.6, 3.55, 3.52)]
 RISING = [{"dev_loss": x} for x in (5.0, 4.0, 3.5, 3.2)]
@@ -35,8 +41,8 @@ def cells(model_seeds=(0, 1), enc_drop=1.0, cross_drop=6.0, history=PLATEAU):
 
 def run(table):
     empty = pd.DataFrame()
-    v = study.verdicts(table, empty, empty, empty, empty, empty, corpus="toy", semantics=study.SEMANTICS,
-                       scale_="hand-made", patience=3)
+    v = study.verdicts(table, empty, empty, empty, empty, empty, claims_=study.CLAIMS, corpus="toy",
+                       semantics=study.SEMANTICS, scale_="hand-made", patience=3)
     claims.validate(v)
     assert set(v["claim_id"]) == {c.id for c in study.CLAIMS}
     assert "nan" not in claims.render(v).lower()
@@ -102,13 +108,42 @@ def test_no_role_head_gives_no_nan_in_the_survival_and_role_tables():
 
 
 def test_a_measurement_without_values_is_a_not_testable_row_in_the_table_layout():
-    from headprune_utils.verdict_rules import untestable
-
-    claim = {c.id: c for c in study.CLAIMS}["voita.positional_heads"]
-    r = untestable(claim, study.RULES[claim.id], "toy", "no roles measured", unit="model (model seed)", study=study.NAME,
-                   units=[0, 1])
+    """Measurement.absent through claims.evaluate: the row of the table layout, not testable for its reason alone,
+    no numbers, 0 units, no tests (outside the Holm family)."""
+    claim = declared.CLAIM["voita.positional_heads"]
+    m = claims.Measurement.absent("toy", "no roles measured (encoder)", setting="encoder", unit=declared.UNIT)
+    r = claims.evaluate(claim, [m], evidence={"histories": {}, "patience": 3}, study=study.NAME)
     assert tuple(r.columns) == claims.COLUMNS and len(r) == 1
     r = r.iloc[0]
     assert r["verdict"] == "not testable" and r["n_units"] == 0 and r["tests"] == "[]" and r["unit_values"] == "[]"
     assert np.isnan(r["effect"]) and np.isnan(r["margin"]) and np.isnan(r["p"]) and r["p_test"] == ""
-    assert r["reason"].startswith("no roles measured; a one-sided binomial test over 2 units") and "needs 5" in r["reason"]
+    assert r["reason"] == "no roles measured (encoder)" and r["unit"] == "model (model seed)"
+    # in the study: a run without roles cells gives the role claims that row, for that reason
+    v = run(cells())
+    row_ = row(v, "voita.rare_word_head", "encoder")
+    assert row_["verdict"] == "not testable" and row_["reason"] == "no roles measured (encoder)"
+    # a claim no cell of this run measures (no L0 cells): one absent row, saying so
+    r = row(v, "voita.l0_beats_random", "")
+    assert r["reason"] == "no cell of this run measures it" and r["n_units"] == 0
+
+
+def test_every_claim_is_data_with_a_rule_gates_and_a_figure_the_notebook_writes():
+    nb = json.loads((notebooks_dir() / study.STUDY.notebook).read_text())
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert study.STUDY.claims is declared.CLAIMS is study.CLAIMS
+    for c in study.CLAIMS:
+        assert isinstance(c, claims.Claim) and isinstance(c.rule, claims.RULES), c.id
+        assert declared.PLATEAU in c.gates and all(isinstance(g, claims.Gate) for g in c.gates), c.id
+        assert c.figure and f'out.figure("{c.figure}"' in code, f"{c.id}: the notebook writes no figure {c.figure!r}"
+        assert c.measure in study.MEASURES and c.unit == "model (model seed)" and c.metric and c.regime and c.note
+    note = declared.CLAIM["voita.rare_word_head"].note
+    assert "66%" in note and "subword" in note and "top-500" in note
+
+
+def test_the_plateau_gate_reads_the_patience_it_is_given():
+    m = claims.Measurement("toy", [1.0, 2.0], [0, 1])
+    histories = {0: PLATEAU, 1: PLATEAU}  # the best at evaluation 3 of 6: 3 evaluations without improvement
+    assert declared.PLATEAU.check(m, {"histories": histories, "patience": 3}) is None
+    why = declared.PLATEAU.check(m, {"histories": histories, "patience": 4})
+    assert "model 0: the dev loss has not reached a plateau" in why and "model 1" in why
+    assert "plateau" in declared.PLATEAU.text() and "patience" in declared.PLATEAU.text()

@@ -1,14 +1,19 @@
-"""Study 1's claims on hand-made cell tables: each claim's wiring in both directions, both branches of every gate,
-per-task then pooled verdicts, Holm over the study, no NaN in the rendered text."""
+"""Study 1's claims on hand-made cell tables: the claims declared once as data (random_pruning_claims), each claim's
+wiring in both directions, both branches of every gate, absent measurements, per-task then pooled verdicts, Holm over
+the study, no NaN in the rendered text."""
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import nbformat
 import pandas as pd
 import pytest
 
-from headprune_utils import claims, margins, stats
+from headprune_utils import claims, margins, preconditions, stats
+from headprune_utils.paths import notebooks_dir
 from headprune_utils.studies import random_pruning as study
+from headprune_utils.studies import random_pruning_analysis as analysis
+from headprune_utils.studies import random_pruning_claims
 
 JITTER = (-0.002, -0.001, 0.0, 0.001, 0.002)  # seed-to-seed spread of every score (5 seeds)
 MASK = "1111/1111/1111"
@@ -64,7 +69,8 @@ def test_layout_claims_and_no_nan():
     v = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS), "STS-B": (0.8, 0.0, *ADAPTS)}), cfg())
     claims.validate(v)
     assert tuple(v.columns) == claims.COLUMNS
-    assert set(v["claim_id"]) == {c.id for c in study.STUDY.claims} == set(study.RULES)
+    assert set(v["claim_id"]) == {c.id for c in study.STUDY.claims}
+    assert {c.measure for c in study.STUDY.claims} == set(study.MEASURES)
     assert (v["study"] == "random_pruning").all() and (v["semantics"] == "uniform").all()
     assert (v["analysis"] == "primary").all()
     assert v["scale"].iloc[0] == ("minilm (3 x 4 heads); 300 training examples x 3 epochs, 300 dev examples; "
@@ -185,8 +191,8 @@ def test_the_margins_are_the_policys_not_a_parameter(tiny_model_dir, tiny_glue_r
     with pytest.raises(ParameterError, match="unknown parameter.*'margin_share'"):
         validate(study.RandomPruningConfig, {**base, "margin_share": 0.1})
     assert not hasattr(validate(study.RandomPruningConfig, base), "margin_share")
-    for cid in (PRUNABLE, RETRAIN):
-        assert study.RULES[cid].rule(cfg()).margin is margins.TASK_SCORE
+    for claim in study.STUDY.claims:
+        assert claim.margin is margins.TASK_SCORE
     v = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS), "STS-B": (0.9, 0.0, *ADAPTS)}), cfg())
     for task, headroom in (("SST-2", 0.8 - 0.5), ("STS-B", 0.9 - 0.0)):
         for cid in (PRUNABLE, RETRAIN):
@@ -229,3 +235,60 @@ def test_sensitivity_semantics_are_decided_apart_and_flag_a_flip():
     row = dep.loc[(RETRAIN, "SST-2", "50% of heads pruned at random")]
     assert row["depends"] == "flips" and row["primary_semantics"] == "uniform"
     assert row["verdict_uniform"] == "supported" and row["verdict_zero"] == "contradicted"
+
+
+# ------------------------------------------------------------------------------------------ the claims as data
+
+def test_the_claims_are_declared_once_as_data():
+    """The study's claims are random_pruning_claims.CLAIMS: claims.Claim objects with a rule, Gate objects (the
+    precondition is their text), the figure the notebook writes, and a measure the analysis knows."""
+    assert study.STUDY.claims is random_pruning_claims.CLAIMS is study.CLAIMS
+    nb = nbformat.read(notebooks_dir() / study.STUDY.notebook, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    for c in study.STUDY.claims:
+        assert isinstance(c, claims.Claim) and isinstance(c.rule, claims.RULES), c.id
+        assert c.gates and all(isinstance(g, claims.Gate) for g in c.gates), c.id
+        assert c.figure and f'out.figure("{c.figure}"' in code, (c.id, c.figure)  # the study writes it
+        assert c.measure in study.MEASURES and c.metric and c.regime and c.semantics == "uniform"
+        assert c.precondition.startswith(preconditions.AboveChance().text())
+    by_id = {c.id: c for c in study.STUDY.claims}
+    assert isinstance(by_id[PRUNABLE].rule, claims.NonInferiority)
+    assert isinstance(by_id[RETRAIN].rule, claims.Superiority) and by_id[RETRAIN].rule.direction == "greater"
+    # the above-chance margin is the project's one constant; the adapts gate only on the mask-then-fine-tune claim
+    assert all(g.margin == preconditions.ABOVE_CHANCE == 0.05 for c in study.STUDY.claims for g in c.gates
+               if isinstance(g, preconditions.AboveChance))
+    adapts = [g for g in by_id[PRUNABLE].gates if isinstance(g, preconditions.AdaptsToMask)]
+    assert len(adapts) == 1 and adapts[0].what == "at 50% pruned, mask-then-fine-tune - fine-tune-then-mask"
+    assert not any(isinstance(g, preconditions.AdaptsToMask) for g in by_id[RETRAIN].gates)
+    assert "fine-tuning adapts to the mask" in by_id[PRUNABLE].precondition
+    assert not hasattr(analysis, "RULES") and not hasattr(analysis, "ABOVE_CHANCE")  # one home: the claims module
+
+
+def test_a_claim_with_an_unknown_measure_is_an_error():
+    bad = (*study.CLAIMS[:1], claims.Claim("ours.unknown", "ours", "An unmeasured claim.", claims.Superiority(),
+                                           measure="nothing"))
+    with pytest.raises(ValueError, match="nothing"):
+        analysis.claim_verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS)}), cfg(), bad)
+
+
+def test_an_absent_measurement_is_not_testable_through_evaluate():
+    """No mask-then-fine-tune share >= 50% ran: the prunable claim's one measurement is absent, and evaluate makes
+    its row not testable with the reason, 0 units, outside the Holm family; the other claim is decided."""
+    t = cells({"SST-2": (0.8, 0.5, {0.25: 0.005}, {0.25: 0.15, 0.5: 0.15})})
+    ms = analysis.prunable_measurements(t, "uniform")
+    assert len(ms) == 1 and ms[0].missing and ms[0].n_units == 0
+    claim = next(c for c in study.CLAIMS if c.id == PRUNABLE)
+    r = claims.evaluate(claim, ms, evidence={"adaptation": analysis.adapt_diffs(t)}).iloc[0]
+    why = "no mask-then-fine-tune cells with >= 50% of heads pruned in this run under the uniform semantics"
+    assert (r["verdict"], r["reason"], r["n_units"], r["tests"]) == ("not testable", why, 0, "[]")
+    v = study.verdicts(t, cfg())
+    claims.validate(v)
+    r = one(v, PRUNABLE)
+    assert (r["verdict"], r["reason"], r["task"], r["semantics"]) == ("not testable", why, "all", "uniform")
+    assert pd.isna(r["p_adjusted"]) and r["p_test"] == "" and r["test"].startswith("non-inferiority (greater)")
+    assert one(v, RETRAIN, "SST-2", 0.25)["verdict"] == "supported"
+    # a sensitivity semantics that measured nothing adds no row (only the claim's own semantics always has one)
+    z = study.verdicts(pd.concat([t, cells({"SST-2": (0.8, 0.5, {}, {0.5: 0.1})}, regimes=("finetune_then_mask",),
+                                           ablation="zero")], ignore_index=True),
+                       cfg(ablations=["uniform", "zero"]))
+    assert not ((z["semantics"] == "zero") & (z["n_units"] == 0)).any()

@@ -1,9 +1,12 @@
 """Study 4's claims (claims model) on hand-made matrices: each claim's verdict in both directions where the cells
 allow, the gates' both branches (one task / one model / MLM not trained / one MLM seed / the negative control shows
-the pattern or not), no NaN in the text."""
+the pattern or not), the claims about the one pre-trained model described and never tested (n = 1), the claims as
+data (rule, gate objects, a figure the notebook writes), no NaN in the text."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -11,6 +14,7 @@ import pytest
 
 from headprune_utils import claims, clustering, margins
 from headprune_utils.config import validate
+from headprune_utils.paths import notebooks_dir
 from headprune_utils.studies import redundancy_patterns as study
 
 N = 12  # the tiny model: 3 layers x 4 heads
@@ -127,16 +131,43 @@ def against(row) -> bool:
     return row["verdict"] in ("contradicted", "inconclusive") and str(row["p_test"]).startswith("contradicted")
 
 
-def test_when_both_directions(alike, unrelated, cfg):
-    assert one(alike, "bian.when", "all (A, B)", "js")["verdict"] == "supported"
+SURVIVE, CLUSTERS = "ours.patterns_survive_finetuning", "ours.clusters_after_finetuning"
+
+
+def test_patterns_survive_finetuning_both_directions(alike, unrelated, cfg):
+    """Each fine-tuned copy compared with the pre-trained model is a unit (the copies are independent fine-tunings)."""
+    assert one(alike, SURVIVE, "all (A, B)", "js")["verdict"] == "supported"
     # the margin: margins.HEADROOM, 0.1 x (ceiling - chance), the ceiling the mean split-half r of the task's models
     when_t = study.when(world(related=True), cfg, ["A", "B"])
     ceiling = when_t[(when_t["task"] == "A") & (when_t["metric"] == "js")]["split_half_r"].mean()
-    r = one(alike, "bian.when", "A", "js")
+    r = one(alike, SURVIVE, "A", "js")
     assert r["margin"] == pytest.approx(margins.SHARE * (ceiling - 0.0)) and margins.SHARE == 0.1
-    assert "0.1 x (full - chance)" in r["test"]
-    assert one(unrelated, "bian.when", "all (A, B)", "js")["verdict"] == "contradicted"
-    assert against(one(unrelated, "bian.when", "A", "js"))
+    assert "0.1 x (full - chance)" in r["test"] and r["n_units"] == 3 and r["unit"] == claims.DEFAULT_UNIT
+    assert one(unrelated, SURVIVE, "all (A, B)", "js")["verdict"] == "contradicted"
+    assert against(one(unrelated, SURVIVE, "A", "js"))
+
+
+N1 = "a one-sample t-test needs at least 2 units; got 1; n = 1 pre-trained model: described, not tested: "
+
+
+def test_when_is_about_the_one_pretrained_model(alike, unrelated, cfg):
+    """bian.when (phase independence of THE pre-trained model): n = 1, one row per distance, never tested, whether
+    the copies agree with it or not; described by the mean (and range) over the copies, outside the Holm family."""
+    when_t = study.when(world(related=True), cfg, ["A", "B"])
+    for v in (alike, unrelated):
+        rows = v[v["claim_id"] == "bian.when"]
+        assert list(rows["setting"]) == METRICS and (rows["task"] == study.PRETRAINED_TASK).all()
+        assert (rows["verdict"] == "not testable").all() and (rows["tests"] == "[]").all()
+        assert (rows["n_units"] == 1).all() and (rows["unit"] == "pre-trained model").all()
+        assert rows["reason"].str.startswith(N1).all()
+        assert rows["reason"].str.contains("over its 6 fine-tuned copies").all()
+        assert rows["reason"].str.contains("ours.patterns_survive_finetuning").all()
+        assert not claims.family_tests(v)["row"].isin(rows.index).any()
+    js = when_t[when_t["metric"] == "js"]
+    r = one(alike, "bian.when", setting="js")
+    assert r["effect"] == pytest.approx((js["mantel_r"] - js["split_half_r"]).mean())
+    assert r["margin"] == pytest.approx(margins.SHARE * js["split_half_r"].mean())
+    assert f"mean {r['effect']:+.3g}" in r["reason"]
 
 
 def test_who_tasks_pairs_models_of_two_tasks(alike, unrelated, cfg):
@@ -159,12 +190,29 @@ def test_what_on_the_fine_tuned_models(alike, unrelated):
     assert row["verdict"] == "not testable" and "no pair" in row["reason"]
 
 
-def test_where_clusters_against_the_shuffled_null(alike, unrelated):
-    assert one(alike, "bian.where", "all (A, B)")["verdict"] == "supported"
-    assert one(unrelated, "bian.where", "A")["verdict"] != "supported"
+def test_clusters_after_finetuning_against_the_shuffled_null(alike, unrelated):
+    assert one(alike, CLUSTERS, "all (A, B)")["verdict"] == "supported"
+    assert one(unrelated, CLUSTERS, "A")["verdict"] != "supported"
     # no structure beyond the null: below the declared margin (margins.CORRELATION, 0.1) -> not supported
-    none = one(unrelated, "bian.where", "all (A, B)")
+    none = one(unrelated, CLUSTERS, "all (A, B)")
     assert none["verdict"] == "not supported" and none["margin"] == pytest.approx(0.1)
+
+
+def test_where_is_about_the_one_pretrained_model(alike, cfg):
+    """bian.where (the pre-trained model's heads form clusters): one row, n = 1, never tested even where its copies
+    support ours.clusters_after_finetuning; the effect is the pre-trained model's silhouette minus the shuffled
+    null's mean on generic text, described with its groups and permutation p."""
+    r = one(alike, "bian.where")
+    assert r["task"] == study.PRETRAINED_TASK and r["setting"] == "js" and r["n_units"] == 1
+    assert r["verdict"] == "not testable" and r["tests"] == "[]" and r["reason"].startswith(N1)
+    _, info, _ = study.where(world(related=True), cfg)
+    info = info.iloc[0]
+    assert r["effect"] == pytest.approx(info["silhouette"] - info["silhouette_null_mean"])
+    assert f"{info['n_groups']} groups of >= {cfg.min_cluster_size} heads" in r["reason"]
+    assert f"permutation p = {info['silhouette_null_p']:.3g}" in r["reason"]
+    assert study.NO_RANDOM_INIT in r["reason"]  # no control cells: the caveat
+    assert one(alike, CLUSTERS, "all (A, B)")["verdict"] == "supported"
+    assert not claims.family_tests(alike)["row"].isin([r.name]).any()
 
 
 def test_who_random_is_one_model(alike):
@@ -177,15 +225,19 @@ def test_a_control_with_the_same_patterns_makes_them_not_testable(cfg):
     """The randomly initialised model shows the clusters and the sameness (across tasks' inputs, random tokens vs
     text): those rows are "not testable", the reason naming the control and both models' numbers."""
     v = run(world(control="same"), cfg)
-    for cid, task in (("bian.where", "A"), ("bian.where", "B"), ("bian.who_tasks", "A vs B"),
+    for cid, task in ((CLUSTERS, "A"), (CLUSTERS, "B"), ("bian.who_tasks", "A vs B"),
                       ("bian.who_random", "random tokens vs task inputs")):
         r = one(v, cid, task, "js")
         assert r["verdict"] == "not testable", (cid, r["reason"])
         assert "negative control" in r["reason"] and "shows the same pattern" in r["reason"]
         assert "not evidence of learned redundancy" in r["reason"] and "the pre-trained model:" in r["reason"]
-    pooled = one(v, "bian.where", "all (A, B)")
+    pooled = one(v, CLUSTERS, "all (A, B)")
     assert pooled["verdict"] == "not testable" and "negative control" in pooled["reason"]
-    assert one(v, "bian.when", "all (A, B)", "js")["verdict"] == "supported"  # a claim without the control: unchanged
+    assert one(v, SURVIVE, "all (A, B)", "js")["verdict"] == "supported"  # a claim without the control: unchanged
+    # the pre-trained model's clusters (n = 1) are described with the control's on the same text
+    where = one(v, "bian.where")["reason"]
+    assert "the negative control (randomly initialised model) on the same text" in where
+    assert "it shows cluster structure too" in where and study.NO_RANDOM_INIT not in where
     assert "nan" not in claims.render(v).lower()
 
 
@@ -193,7 +245,7 @@ def test_a_control_without_the_patterns_lets_the_claims_be_tested(cfg, alike):
     """Noise in the control: no cluster structure, no consistent matrix (split-half ceiling near 0). The verdicts are
     those without the control, and the reason says the control passed (with its numbers)."""
     v = run(world(control="noise"), cfg)
-    for cid, task in (("bian.where", "all (A, B)"), ("bian.who_tasks", "A vs B")):
+    for cid, task in ((CLUSTERS, "all (A, B)"), ("bian.who_tasks", "A vs B")):
         r = one(v, cid, task, "js")
         assert r["verdict"] == one(alike, cid, task, "js")["verdict"] == "supported"
         assert "negative control passed" in r["reason"] and study.NO_RANDOM_INIT not in r["reason"]
@@ -224,8 +276,11 @@ def test_negative_control_table_by_hand(cfg):
     t19 = study.negative_control(mats, few, ["A"])
     where19 = t19[t19["claim_id"] == "bian.where"]
     assert not where19["decidable"].any() and where19["criterion"].str.contains("cannot").all()
-    gate = study.control_gate(t19, "bian.where")
-    assert "cannot be judged" in gate(claims.Measurement("A", [0.1], [("A", 0)], "js"))
+    gate = study.ControlGate("bian.where", "no cluster structure in the control")
+    m = claims.Measurement("A", [0.1], [("A", 0)], "js")
+    assert "cannot be judged" in gate.check(m, {"control": study.control_failures(t19)})
+    assert gate.check(m, {"control": study.control_failures(noise)}) is None  # the control shows nothing: passes
+    assert gate.check(m, {"control": {}}) is None
 
 
 def test_why_gate_mlm_trained_both_branches(alike, unrelated, cfg):
@@ -260,3 +315,73 @@ def test_holm_over_the_family_includes_the_dropout_slopes(alike):
     # the slopes: both directions tested, and no "not supported" test (no margin declared for a slope)
     assert len(why) == 2 * len(METRICS) and set(why["word"]) == {"supported", "contradicted"}
     assert (alike.loc[alike["claim_id"] == "bian.why", "margin"] == 0).all()
+
+
+def written_figures(notebook: str) -> set[str]:
+    """The figure names a notebook writes (``out.figure("<name>", ...)``)."""
+    source = "".join("".join(c["source"]) for c in json.loads((notebooks_dir() / notebook).read_text())["cells"])
+    return set(re.findall(r'out\.figure\(\s*"([^"]+)"', source))
+
+
+def test_claims_are_declared_as_data():
+    """One home: each claim a claims.Claim with its rule, gate objects, a figure the notebook writes, a measure the
+    analysis knows and a note saying what n is; the study's claims are the claims module's."""
+    assert study.STUDY.claims is study.CLAIMS
+    figures = written_figures(study.STUDY.notebook)
+    for c in study.CLAIMS:
+        assert isinstance(c, claims.Claim) and isinstance(c.rule, claims.RULES), c.id
+        assert all(isinstance(g, claims.Gate) for g in c.gates), c.id
+        assert c.figure in figures, (c.id, c.figure, sorted(figures))
+        assert c.measure in study.MEASUREMENTS, c.id
+        assert "n = " in c.note and c.metric and c.regime and c.semantics == "", c.id  # no head masked
+    by_id = {c.id: c for c in study.CLAIMS}
+    for cid in ("bian.where", "bian.when"):  # about the one pre-trained model: the n = 1 gate
+        assert study.ONE_MODEL in by_id[cid].gates and "n = 1 pre-trained model" in by_id[cid].note
+    for cid in (CLUSTERS, SURVIVE):  # the fine-tuned copies as units: a different claim, ours
+        assert by_id[cid].paper == "ours (exploratory)" and study.ONE_MODEL not in by_id[cid].gates
+    assert [g.pattern for g in by_id[CLUSTERS].gates] == ["bian.where"]
+    assert [c.id for c in study.CLAIMS].index(CLUSTERS) == [c.id for c in study.CLAIMS].index("bian.where") + 1
+
+
+def test_one_model_gate_holds_only_with_several_pretrained_models():
+    one_model = claims.Measurement(study.PRETRAINED_TASK, [0.1], ["pretrained"], "js")
+    why = study.ONE_MODEL.check(one_model, {"described": {"js": "the numbers"}})
+    assert why == "n = 1 pre-trained model: described, not tested: the numbers"
+    two = claims.Measurement(study.PRETRAINED_TASK, [0.1, 0.2], ["pre-trained a", "pre-trained b"], "js")
+    assert study.ONE_MODEL.check(two, {}) is None
+
+
+def test_mlm_gate_reads_the_recorded_losses():
+    gate, m = study.MlmTrained(), claims.Measurement("generic text", [0.1], [0], "js")
+    ln_v = np.log(VOCAB)
+    ok = {"recorded": True, "last": [0.3 * ln_v, 0.4 * ln_v], "head_first": [9.0]}
+    assert gate.check(m, {"mlm_losses": ok, "vocab_size": VOCAB}) is None
+    bad = {**ok, "last": [0.3 * ln_v, 0.7 * ln_v]}
+    assert "MLM head is not trained" in gate.check(m, {"mlm_losses": bad, "vocab_size": VOCAB})
+    none = {"recorded": False, "last": [], "head_first": []}
+    assert "record no masked-LM loss" in gate.check(m, {"mlm_losses": none, "vocab_size": VOCAB})
+    assert gate.share == study.MLM_TRAINED
+
+
+def test_nothing_to_measure_is_an_absent_measurement(cfg):
+    """A run without what a claim needs (one fine-tuned task: no pair of tasks; no random-token probe; no
+    fine-tuned model; no dropout ratio): its row comes from claims.evaluate of an absent measurement, ``not testable``
+    with the reason, 0 units, no test, task ``n/a``, the claim's own rule in the test label."""
+    mats = world(tasks=("A",))
+    keep = [k for k in mats.keys() if not k[0].startswith(("finetuned-", "mlm-")) and not k[1].startswith("random-")]
+    bare = study.Matrices(table_of({k: {m: (mats.get(*k, m, "a"), mats.get(*k, m, "b")) for m in METRICS}
+                                    for k in keep}), (3, 4))
+    v = study.verdicts(bare, dataclasses.replace(cfg, dropouts=[]), pd.DataFrame(), pd.DataFrame(), ["A"],
+                       vocab_size=VOCAB)
+    claims.validate(v)
+    reasons = {"bian.who_tasks": "fine-tuned models of 0 task(s)", "bian.who_random": "needs a random-token probe",
+               "bian.why": "fewer than two dropout ratios were run", SURVIVE: "no fine-tuned model",
+               "bian.when": "no fine-tuned model", CLUSTERS: "no fine-tuned model",
+               "bian.what_token": "no fine-tuned model's cells"}
+    for cid, why in reasons.items():
+        r = one(v, cid)
+        assert r["verdict"] == "not testable" and r["reason"].startswith(why), (cid, r["reason"])
+        assert r["task"] == "n/a" and r["n_units"] == 0 and r["tests"] == "[]" and r["unit_values"] == "[]"
+        assert r["test"].startswith(study.CLAIMS[[c.id for c in study.CLAIMS].index(cid)].rule.kind)
+    assert one(v, "bian.where")["task"] == study.PRETRAINED_TASK  # the pre-trained model is there: described
+    assert "nan" not in claims.render(v).lower()

@@ -1,17 +1,24 @@
 """Study 6's claims on hand-made tables: each claim's wiring gives the expected verdict both ways, the gates (trained
-model, role found) both ways, per task then pooled, the survival AUC stratified by layer, and no NaN in the text."""
+model, role found) both ways, per task then pooled, the survival AUC stratified by layer, and no NaN in the text.
+The claims are data (``specialized_heads_l0_claims.CLAIMS``): each a ``claims.Claim`` with its rule, gate objects, the
+figure the notebook writes, and a measure the analysis knows; a measurement that could not be made is a ``not
+testable`` row through ``claims.evaluate``, never a hand-built one."""
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from headprune_utils import claims, margins
+from headprune_utils import claims, margins, preconditions
 from headprune_utils.masks import mask_to_string
-from headprune_utils.role_survival import random_keeps
+from headprune_utils.paths import notebooks_dir
+from headprune_utils.preconditions import plateau
+from headprune_utils.role_survival import presence_effect, random_keeps
 from headprune_utils.studies import specialized_heads_l0 as study
-from headprune_utils.verdict_rules import plateau, presence_effect, trained_gate
+from headprune_utils.studies import specialized_heads_l0_claims as declared
 
 TASKS = ("A", "B")
 SEEDS = (0, 1, 2, 3)
@@ -94,8 +101,8 @@ EVERY_KEY, NO_SPECIAL = study.CONFIDENCES["confidence"], study.CONFIDENCES["conf
 def run(table, roles, rho=0.5, rho_no_special=None, seeds=SEEDS):
     surv = study.survival_heads(table)
     budget = study.roles_at_budget(table, roles, fraction=1 / 3)
-    v = study.verdicts(table, agreement_of(rho, rho_no_special, seeds), roles, surv, budget, semantics="zero",
-                       scale_="hand-made")
+    v = study.verdicts(table, agreement_of(rho, rho_no_special, seeds), roles, surv, budget, claims_=study.CLAIMS,
+                       semantics="zero", scale_="hand-made")
     claims.validate(v)
     holm_over_the_study(v)
     text = claims.render(v)
@@ -122,7 +129,7 @@ def verdict(v, cid, task="A", setting=None):
 
 def test_every_claim_has_a_rule_and_a_row():
     v = run(cells(), roles_of(None))
-    assert set(study.RULES) == {c.id for c in study.CLAIMS} == set(v["claim_id"])
+    assert {c.id for c in study.CLAIMS} == set(v["claim_id"]) and study.STUDY.claims is study.CLAIMS
     assert (v["study"] == "specialized_heads_l0").all() and (v["semantics"] == "zero").all()
     about_pretrained = v["claim_id"].isin([voita for voita, _, _ in study.ROLE_CLAIMS])
     assert (v.loc[~about_pretrained, "unit"] == "model (task x seed)").all()
@@ -131,11 +138,11 @@ def test_every_claim_has_a_rule_and_a_row():
     assert claim["exploratory.l0_vs_importance"].paper == "ours (exploratory)"
     for voita, survives, role in study.ROLE_CLAIMS:
         assert claim[survives].paper == "ours (exploratory)" and "Fine-tuning keeps" in claim[survives].text
-        assert isinstance(study.RULES[survives], claims.Presence)
-        assert "pre-trained model" in claim[voita].quantity and "n = 1" in claim[voita].quantity
-        assert "n = 1" in claim[voita].precondition
+        assert isinstance(claim[survives].rule, claims.Presence)
+        assert "pre-trained model" in claim[voita].metric and "n = 1" in claim[voita].note
+        assert "n = 1" in claim[voita].precondition and claim[voita].regime.startswith("the pre-trained model")
     confident = {c.id: c for c in study.CLAIMS}["voita.important_are_confident"]
-    assert "EOS" in confident.quantity and "BOTH" in confident.quantity and "not measured" not in confident.precondition
+    assert "EOS" in confident.metric and "both rows" in confident.metric and "not LRP" in confident.note
 
 
 def test_l0_beats_random_both_ways_per_task_and_pooled():
@@ -189,10 +196,10 @@ def test_trained_model_gate_both_ways():
     row = verdict(v, "voita.l0_beats_random")
     assert row["verdict"] == "not testable" and "not above chance" in row["reason"]
     assert np.isnan(row["p"])
-    gate = trained_gate({("A", 0): 0.6}, {"A": 0.5})
+    gate = declared.TRAINED  # preconditions.TrainedAboveChance(0.1): chance + 0.1 x (1 - chance)
     m = claims.Measurement("A", [0.1], [("A", 0)])
-    assert gate(m) is None
-    assert "not above chance" in trained_gate({("A", 0): 0.54}, {"A": 0.5})(m)
+    assert gate.check(m, {"full": {("A", 0): 0.6}, "chance": {"A": 0.5}}) is None
+    assert "not above chance" in gate.check(m, {"full": {("A", 0): 0.54}, "chance": {"A": 0.5}})
 
 
 def test_role_claims_need_a_role_found():
@@ -374,3 +381,55 @@ def test_the_plateau_rule():
     assert plateau(h, 3) is None
     assert "not reached a plateau" in plateau(h[:4], 3)
     assert "cannot be judged" in plateau(h[:2], 3)
+
+
+# ---------------------------------------------------------------------------------------------- the claims as data
+def notebook_code(name: str) -> str:
+    nb = json.loads((notebooks_dir() / name).read_text())
+    return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+
+
+def test_every_claim_is_data_with_a_rule_gates_and_a_figure_the_notebook_writes():
+    text = notebook_code(study.STUDY.notebook)
+    assert study.CLAIMS is declared.CLAIMS and study.STUDY.claims is declared.CLAIMS
+    for c in study.CLAIMS:
+        assert isinstance(c, claims.Claim) and isinstance(c.rule, claims.RULES), c.id
+        assert c.gates and all(isinstance(g, claims.Gate) for g in c.gates), c.id
+        assert c.figure and f'out.figure("{c.figure}"' in text, f"{c.id}: the notebook writes no figure {c.figure!r}"
+        assert c.measure in study.MEASURES, c.id
+        assert c.metric and c.regime and c.note, c.id
+        assert "margin" not in c.metric, f"{c.id}: the margin renders itself (the rule), not in the metric"
+    # the claims that train nothing (the pre-trained model) are never gated on a trained model; all the others are
+    trained = {c.id for c in study.CLAIMS if declared.TRAINED in c.gates}
+    assert trained == {c.id for c in study.CLAIMS} - {voita for voita, _, _ in study.ROLE_CLAIMS}
+    # the rare-word claims say where the criterion differs from the paper's
+    for cid in ("voita.rare_word_head", "ours.rare_word_head_survives"):
+        note = declared.CLAIM[cid].note
+        assert "66%" in note and "word pieces" in note and "top-500" in note and "frequency corpus" in note
+
+
+def test_a_gate_that_is_not_a_gate_object_is_refused():
+    with pytest.raises(TypeError, match="Gate"):
+        claims.Claim("voita.x", "p", "t.", claims.Presence(), gates=(lambda m: None,))
+
+
+def test_an_absent_measurement_is_a_not_testable_row_through_evaluate():
+    """A task with no L0 mask keeping at most half: its measurement is absent (Measurement.absent), and evaluate
+    gives its row: not testable with that reason, no numbers, no tests, outside the Holm family."""
+    table = cells()
+    table = table[~((table["kind"] == "l0") & (table["task"] == "B") & (table["n_kept"] <= 3))]
+    v = run(table, roles_of(None))
+    row = verdict(v, "voita.most_prunable", "B")
+    assert row["verdict"] == "not testable" and row["reason"] == "no L0 mask keeps at most half of the heads on B"
+    assert row["n_units"] == 0 and row["tests"] == "[]" and row["unit_values"] == "[]" and np.isnan(row["p"])
+    assert not (v["task"] == "all (A, B)")[v["claim_id"] == "voita.most_prunable"].any(), "an absent task pools nothing"
+    assert row.name not in set(claims.family_tests(v)["row"])
+    # the same through the claims layer directly
+    m = claims.Measurement.absent("B", "no roles measured on B", unit=declared.UNIT)
+    r = claims.evaluate(declared.CLAIM["ours.positional_heads_survive"], [m], evidence={}, study=study.NAME).iloc[0]
+    assert r["verdict"] == "not testable" and r["reason"] == "no roles measured on B" and r["n_units"] == 0
+    # the pre-trained model's roles cell missing: its existence rows are absent, for that reason
+    v2 = run(cells(), roles_of(None, pretrained=None))
+    row = verdict(v2, "voita.rare_word_head", "pre-trained model")
+    assert row["reason"] == "the pre-trained model's roles are not measured (its roles cell is missing)"
+    assert row["n_units"] == 0 and np.isnan(row["effect"])

@@ -1,15 +1,23 @@
-"""Study 5's claims on hand-made cell tables: each claim's wiring in both directions, both branches of every gate,
-per-task then pooled verdicts, the zero-shot masks beside the verdicts, no NaN in the rendered text, each claim
-decided under each ablation semantics apart (primary = its paper's: zero for Bian et al., uniform for Budhraja et al.)."""
+"""Study 5's claims on hand-made cell tables: the claims as data (zero_shot_pruning_claims), each claim's wiring in
+both directions, both branches of every gate, per-task then pooled verdicts, the empirical rank of the one zero-shot
+mask among random masks (and its shortfall when the random masks are not comparable draws), the zero-shot masks
+beside the verdicts, no NaN in the rendered text, each claim decided under each ablation semantics apart (primary =
+its paper's: zero for Bian et al., uniform for Budhraja et al.)."""
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from headprune_utils import claims, margins, stats
+from headprune_utils import claims, margins, preconditions, stats
 from headprune_utils.studies import zero_shot_pruning as study
+from headprune_utils.studies import zero_shot_pruning_analysis as analysis
+from headprune_utils.studies import zero_shot_pruning_claims as zsc
 
 JITTER = (-0.002, -0.001, 0.0, 0.001, 0.002)  # seed-to-seed spread of every score (5 seeds)
 FULL_MASK = "1111/1111/1111"
@@ -18,6 +26,8 @@ COMPARABLE, VS_RANDOM, VS_IMPORTANCE, RANDOM = ("bian.zero_shot_comparable", "bi
                                                  "ours.zero_shot_vs_importance", "budhraja.random_comparable")
 MTF, FTM = "mask_then_finetune", "finetune_then_mask"
 OWN = {c.id: c.semantics for c in study.STUDY.claims}
+RULE = {c.id: c.rule for c in study.STUDY.claims}
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / study.STUDY.notebook
 
 
 def cfg(**kw):
@@ -63,14 +73,15 @@ def test_layout_labels_and_no_nan():
     v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD), "STS-B": (0.8, 0.0, GOOD)}), cfg())
     claims.validate(v)
     assert tuple(v.columns) == claims.COLUMNS
-    assert set(v["claim_id"]) == {c.id for c in study.STUDY.claims} == set(study.RULES)
+    assert set(v["claim_id"]) == {c.id for c in study.STUDY.claims} == {c.id for c in zsc.CLAIMS}
     paper = {c.id: c.paper for c in study.STUDY.claims}
     assert paper[VS_IMPORTANCE] == "ours (exploratory)" and paper[COMPARABLE].startswith("Bian")
     assert "nan" not in claims.render(v).lower() and "nan" not in " ".join(v["test"]).lower()
     assert v["scale"].str.endswith("a small-scale test, not the paper's set-up").all()
-    # rules: against the full model non-inferiority, between methods equivalence
+    # rules: against the full model non-inferiority, against importance equivalence, the one zero-shot mask
+    # against random masks an empirical rank (n = 1 mask)
     assert one(v, COMPARABLE, "SST-2", 0.5, MTF)["test"].startswith("non-inferiority (greater)")
-    assert one(v, VS_RANDOM, "SST-2", 0.5, MTF)["test"].startswith("equivalence (TOST)")
+    assert one(v, VS_RANDOM, "SST-2", 0.5, MTF)["test"].startswith("rank (greater); exact one-sided empirical rank")
     assert one(v, VS_IMPORTANCE, "SST-2", 0.5, MTF)["test"].startswith("equivalence (TOST)")
 
 
@@ -86,22 +97,24 @@ def test_comparable_to_the_full_model_both_directions():
 
 def test_equivalence_between_methods_both_directions():
     v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD)}), cfg())
-    assert one(v, VS_RANDOM, "SST-2", 0.5, MTF)["verdict"] == "supported"
     assert one(v, VS_IMPORTANCE, "SST-2", 0.5, MTF)["verdict"] == "supported"
-    better = {**GOOD, (MTF, "random", 0.5): 0.09}  # zero-shot 0.085 better than random: outside +-0.03
+    better = {**GOOD, (MTF, "least_important", 0.5): 0.09}  # zero-shot 0.085 better: outside +-0.03
     v = study.verdicts(cells({"SST-2": (0.8, 0.5, better)}), cfg())
-    r = one(v, VS_RANDOM, "SST-2", 0.5, MTF)
+    r = one(v, VS_IMPORTANCE, "SST-2", 0.5, MTF)
     assert r["verdict"] == "contradicted" and r["ci_low"] > r["margin"]
 
 
 def test_adapts_gate_only_on_mask_then_fine_tune_rows():
     no_adapt = {**GOOD, (FTM, "random", 0.5): 0.0}  # masking the fine-tuned model loses nothing: mtf cannot beat it
     v = study.verdicts(cells({"SST-2": (0.8, 0.5, no_adapt)}), cfg())
-    for claim in (COMPARABLE, VS_RANDOM, VS_IMPORTANCE, RANDOM):
+    for claim in (COMPARABLE, VS_IMPORTANCE, RANDOM):
         r = one(v, claim, "SST-2", 0.5, MTF)
         assert r["verdict"] == "not testable" and r["reason"].startswith("fine-tuning too short to adapt")
         assert "random masks" in r["reason"] and pd.isna(r["p"])
         assert one(v, claim, "SST-2", 0.5, FTM)["verdict"] != "not testable"
+    # the rank row names the failed adaptation too (besides its missing draws); its fine-tune-then-mask row does not
+    assert "fine-tuning too short to adapt" in one(v, VS_RANDOM, "SST-2", 0.5, MTF)["reason"]
+    assert "fine-tuning too short to adapt" not in one(v, VS_RANDOM, "SST-2", 0.5, FTM)["reason"]
 
 
 def test_above_chance_gate_both_branches():
@@ -135,12 +148,13 @@ def test_pooled_when_tasks_agree_inconclusive_when_they_disagree():
         assert g["p_adjusted"].to_numpy() == pytest.approx(stats.holm(g["p"].to_numpy()), rel=1e-9, abs=0)
     assert ft["p_adjusted"].to_numpy() != pytest.approx(stats.holm(ft["p"].to_numpy()), rel=1e-9, abs=0)
     primary = v.loc[ft.loc[ft["family"] == "zero_shot_pruning|primary|", "row"]]
-    assert set(primary["semantics"]) == {"zero", "uniform"} and set(primary["claim_id"]) == set(study.RULES)
+    # every claim but the rank one (its random masks here are no comparable draws: not testable, no test)
+    assert set(primary["semantics"]) == {"zero", "uniform"} and set(primary["claim_id"]) == set(RULE) - {VS_RANDOM}
     # each tested row: its rule's tests, its p / p_adjusted those of the test that decided it
     for i in ft["row"].unique():
         r = v.loc[i]
         words = sorted(t.word for t in claims.row_tests(r))
-        rule = study.RULES[r["claim_id"]].rule(cfg())
+        rule = RULE[r["claim_id"]]
         assert words == (["contradicted", "contradicted", "supported"] if rule.kind == "equivalence"
                          else ["contradicted", "supported"]), (r["claim_id"], words)
         deciding = [t for t in claims.row_tests(r) if t.text() == r["p_test"]]
@@ -183,10 +197,12 @@ def test_the_margins_are_the_policys_not_a_parameter(tiny_model_dir, tiny_glue_r
     with pytest.raises(ParameterError, match="unknown parameter.*'margin_share'"):
         validate(study.ZeroShotPruningConfig, {**base, "margin_share": 0.1})
     assert not hasattr(validate(study.ZeroShotPruningConfig, base), "margin_share")
-    assert all(spec.rule(cfg()).margin is margins.TASK_SCORE for spec in study.RULES.values())
+    margined = [c.id for c in zsc.CLAIMS if c.id != VS_RANDOM]
+    assert all(RULE[cid].margin is margins.TASK_SCORE for cid in margined)
+    assert RULE[VS_RANDOM].margin == 0  # the rank has no margin: supported or contradicted only
     v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD), "STS-B": (0.9, 0.0, GOOD)}), cfg())
     for task, headroom in (("SST-2", 0.8 - 0.5), ("STS-B", 0.9 - 0.0)):
-        for cid in study.RULES:
+        for cid in margined:
             r = one(v, cid, task, 0.5, FTM)
             assert r["margin"] == pytest.approx(margins.SHARE * headroom) and "0.1 x (full - chance)" in r["test"]
 
@@ -228,3 +244,161 @@ def test_a_semantics_without_fine_tuning_cells_has_no_mask_then_fine_tune_rows()
     assert not uni["setting"].str.endswith(study.REGIME_NAMES[MTF]).any()
     assert one(v, RANDOM, "SST-2", 0.5, FTM)["verdict"] == "contradicted"  # primary (uniform), fine-tune-then-mask
     assert one(v, COMPARABLE, "SST-2", 0.5, MTF)["verdict"] == "supported"  # zero: its own adapts gate passes
+
+
+# ------------------------------------------------------------------------------------------ claims as data
+
+def test_every_claim_is_declared_as_data_with_a_rule_gates_and_a_figure_the_study_writes():
+    written = set(re.findall(r'out\.figure\("(\w+)"', "".join(
+        "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")))
+    assert {"score_by_method", "contrasts"} <= written
+    assert study.STUDY.claims is zsc.CLAIMS
+    for c in zsc.CLAIMS:
+        assert isinstance(c, claims.Claim) and isinstance(c.rule, claims.RULES), c.id
+        assert c.gates and all(isinstance(g, claims.Gate) for g in c.gates), c.id
+        assert c.figure in written, (c.id, c.figure)
+        assert c.measure in {x.name for x in analysis.CONTRASTS} and c.metric and c.regime and c.note
+        assert "0.1 x (full - chance)" not in c.metric  # the margin renders itself (the rule), not the metric
+        assert "above chance by more than 0.05" in c.precondition and "fine-tuning adapts to the mask" in c.precondition
+    # the one zero-shot mask: said in every zero-shot claim's note; against random masks, an empirical rank
+    for cid in (COMPARABLE, VS_RANDOM, VS_IMPORTANCE):
+        assert "n = 1" in next(c for c in zsc.CLAIMS if c.id == cid).note
+    assert isinstance(RULE[VS_RANDOM], claims.EmpiricalRank) and RULE[VS_RANDOM].direction == "greater"
+    assert zsc.DRAWS in next(c for c in zsc.CLAIMS if c.id == VS_RANDOM).gates
+    assert isinstance(RULE[COMPARABLE], claims.NonInferiority) and isinstance(RULE[VS_IMPORTANCE], claims.Equivalence)
+
+
+def test_the_adaptation_gate_reads_mask_then_fine_tune_rows_only():
+    diffs = pd.DataFrame({"task": ["SST-2"] * 3, "seed": [0, 1, 2], "diff": [-0.01, 0.0, 0.01]})
+    m = claims.Measurement("SST-2", [0.0] * 3, [0, 1, 2], "50% of heads pruned; mask, then fine-tune", "zero")
+    assert zsc.ADAPTS.check(m, {"adaptation": diffs}).startswith("fine-tuning too short to adapt")
+    other = claims.Measurement("SST-2", [0.0] * 3, [0, 1, 2], "50% of heads pruned; fine-tune, then mask (no "
+                               "retraining)", "zero")
+    assert zsc.ADAPTS.check(other, {"adaptation": diffs}) is None
+    assert zsc.ADAPTS.text().startswith("mask, then fine-tune rows: fine-tuning adapts to the mask")
+    assert zsc.ADAPTS.check(m, {"adaptation": diffs.assign(diff=[0.1, 0.11, 0.12])}) is None
+
+
+def test_an_absent_method_is_not_testable_through_evaluate_with_its_reason():
+    """A table lacking random masks: the rank claim gets one not-testable row (Measurement.absent), no test."""
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD)}, methods=("zero_shot", "least_important")), cfg())
+    for cid in (VS_RANDOM, RANDOM):
+        r = v[(v["claim_id"] == cid) & (v["semantics"] == OWN[cid])]
+        assert len(r) == 1 and r.iloc[0]["verdict"] == "not testable" and r.iloc[0]["n_units"] == 0
+        assert r.iloc[0]["reason"].startswith("no paired cells of ") and " random " in r.iloc[0]["reason"]
+        assert (r.iloc[0]["tests"], r.iloc[0]["unit_values"]) == ("[]", "[]")
+    claims.validate(v)
+
+
+# ------------------------------------------------------------------------- the one zero-shot mask, ranked
+
+SEEDS = range(5)
+
+
+def rank_cells(zero_shot: float, draws: list[float], per_seed_masks: bool = False, partial: int = 0,
+               zs_masks: int = 1, tasks=("SST-2",)) -> pd.DataFrame:
+    """Fine-tune-then-mask cells at 50% (zero semantics): the full models (0.8), the zero-shot mask scoring
+    ``zero_shot`` (+ a seed jitter) on every model, and one random mask per value of ``draws`` scored on EVERY
+    model (its mean over the models = the value); ``per_seed_masks``: instead, each random mask on its own seed's
+    model only (the committed run's layout); ``partial``: extra random masks scored on 4 of the 5 models only (no
+    comparable draw: they must be left out); ``zs_masks``: distinct zero-shot masks (1 = deterministic)."""
+    jit = dict(zip(SEEDS, (-0.002, -0.001, 0.0, 0.001, 0.002)))
+    rows = []
+    for task in tasks:
+        at = {"task": task, "regime": FTM, "ablation": "zero", "chance": 0.5}
+        for s in SEEDS:
+            rows.append({**at, "strategy": "none", "budget": 0.0, "seed": s, "score": 0.8 + jit[s], "mask": "1" * 12})
+            zs = f"{'1' * 6}{s % zs_masks:06b}"
+            rows.append({**at, "strategy": "zero_shot", "budget": 0.5, "seed": s, "score": zero_shot + jit[s],
+                         "mask": zs})
+            if per_seed_masks:
+                rows.append({**at, "strategy": "random", "budget": 0.5, "seed": s, "score": draws[s] + jit[s],
+                             "mask": f"r{s}"})
+                continue
+            for k, d in enumerate(draws):
+                rows.append({**at, "strategy": "random", "budget": 0.5, "seed": s, "score": d + jit[s],
+                             "mask": f"r{k}"})
+            for k in range(partial):
+                if s < 4:
+                    rows.append({**at, "strategy": "random", "budget": 0.5, "seed": s, "score": 0.0, "mask": f"p{k}"})
+    return pd.DataFrame(rows)
+
+
+def rank_only(table) -> pd.DataFrame:
+    """The rank claim alone (its own Holm family: two tests per row)."""
+    return analysis.claim_verdicts(table, cfg(ablations=["zero"], finetune_ablations=["zero"]),
+                                   [c for c in zsc.CLAIMS if c.id == VS_RANDOM])
+
+
+def test_the_zero_shot_mask_above_every_random_mask_is_supported_with_its_exact_empirical_p():
+    draws = list(np.linspace(0.60, 0.70, 59))
+    v = rank_only(rank_cells(0.75, draws, partial=3))
+    claims.validate(v)
+    r = one(v, VS_RANDOM, "SST-2", 0.5, FTM)
+    assert r["verdict"] == "supported" and r["n_units"] == 1 and r["unit"] == zsc.RANK_UNIT
+    assert r["p"] == pytest.approx(1 / 60) and r["p_adjusted"] == pytest.approx(2 / 60)  # Holm over the row's 2 tests
+    x = json.loads(r["unit_values"])
+    assert len(x) == 60, "observed + the 59 masks scored on every model; the 3 scored on 4 models are no draws"
+    assert x[0] == pytest.approx(0.75) and sorted(x[1:]) == pytest.approx(draws)  # each mask's mean over the models
+    assert r["effect"] == pytest.approx(0.75 - np.mean(draws))
+    assert not v["task"].str.startswith("all").any(), "an empirical rank is never pooled over tasks"
+
+
+def test_the_zero_shot_mask_below_the_random_masks_is_contradicted_and_inside_them_inconclusive():
+    draws = list(np.linspace(0.60, 0.70, 59))
+    r = one(rank_only(rank_cells(0.55, draws)), VS_RANDOM, "SST-2", 0.5, FTM)
+    assert r["verdict"] == "contradicted" and r["p"] == pytest.approx(1 / 60)
+    r = one(rank_only(rank_cells(0.65, draws)), VS_RANDOM, "SST-2", 0.5, FTM)
+    assert r["verdict"] == "inconclusive" and r["reason"].startswith("observed - mean of 59 reference draws")
+    tests = {t.word: t.p for t in claims.row_tests(r)}
+    above = sum(d >= 0.65 for d in draws)  # the zero-shot mean is 0.65 exactly (the jitter averages out)
+    assert tests["supported"] == pytest.approx((1 + above) / 60)
+
+
+def test_the_rank_needs_20_comparable_draws():
+    v = rank_only(rank_cells(0.75, list(np.linspace(0.6, 0.7, 19))))
+    r = one(v, VS_RANDOM, "SST-2", 0.5, FTM)
+    assert r["verdict"] == "not testable" and "needs 20 draws" in r["reason"]
+    assert "this run scored 19 such (19 random masks, each scored on 5 of the 5 models)" in r["reason"]
+    assert one(rank_only(rank_cells(0.75, list(np.linspace(0.6, 0.7, 20)))), VS_RANDOM, "SST-2", 0.5,
+               FTM)["verdict"] != "not testable"
+
+
+def test_one_random_mask_per_seed_is_no_reference_draw_the_shortfall_named_and_the_effect_described():
+    """The committed run's layout: seed s's random mask on seed s's model only. No mask is scored on the models
+    the zero-shot mask was scored on: K = 0 comparable draws, so not testable, with the paired effect described."""
+    v = rank_only(rank_cells(0.75, [0.70, 0.71, 0.72, 0.73, 0.74], per_seed_masks=True))
+    r = one(v, VS_RANDOM, "SST-2", 0.5, FTM)
+    assert r["verdict"] == "not testable" and pd.isna(r["p"]) and r["tests"] == "[]"
+    assert ("the one zero-shot mask needs >= 20 random masks of its size, each scored on the same 5 models, for "
+            "an empirical p at alpha 0.05; this run scored 0 such (5 random masks, each scored on 1 of the 5 "
+            "models, its own seed's)") in r["reason"]
+    assert "described, not tested: the zero-shot mask's mean score over the models 0.75, the random masks' 0.72" \
+        in r["reason"] and "(difference +0.03)" in r["reason"]
+    assert json.loads(r["unit_values"]) == pytest.approx([0.75])
+    assert "nan" not in claims.render(v).lower()
+
+
+def test_the_rank_rows_pass_the_above_chance_gate_on_the_models_full_scores():
+    t = rank_cells(0.75, list(np.linspace(0.6, 0.7, 59)))
+    t.loc[t["strategy"] == "none", "score"] = 0.52  # full models 0.52: not above chance (0.5) by 0.05
+    r = one(rank_only(t), VS_RANDOM, "SST-2", 0.5, FTM)
+    assert r["verdict"] == "not testable" and "not above chance by 0.05 on SST-2" in r["reason"]
+
+
+def test_a_zero_shot_mask_that_changes_with_the_seed_cannot_be_ranked():
+    with pytest.raises(ValueError, match="one mask per task x regime x budget"):
+        rank_only(rank_cells(0.75, list(np.linspace(0.6, 0.7, 59)), zs_masks=2))
+
+
+def test_rank_measurements_keep_only_masks_scored_on_every_model_and_describe_the_others():
+    ms, draws = analysis.rank_measurements(rank_cells(0.75, [0.6, 0.65], partial=2), "zero_shot", "random", "zero",
+                                           zsc.RANK_UNIT)
+    (m,) = ms
+    assert m.values == pytest.approx([0.75]) and list(m.null) == pytest.approx([0.6, 0.65])
+    assert m.full == pytest.approx([0.798, 0.799, 0.8, 0.801, 0.802]) and m.chance == 0.5
+    d = draws[("SST-2", m.setting, "zero")]
+    assert (d["models"], d["masks"], sorted(d["scored_on"])) == (5, 4, [4, 4, 5, 5])
+    assert d["observed"] == pytest.approx(0.75)
+    assert zsc.DRAWS.check(m, {"draws": draws}).startswith("the one zero-shot mask needs >= 20 random masks")
+    assert "scored on 4 to 5 of the 5 models" in zsc.DRAWS.check(m, {"draws": draws})

@@ -1,13 +1,11 @@
-"""Paired contrasts and their verdicts on hand-made tables."""
+"""Paired contrasts on hand-made tables."""
 from __future__ import annotations
-
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from headprune_utils.paired_contrasts import (LOCATION_CONTRASTS, Contrast, contrast_table, contrast_verdict,
+from headprune_utils.paired_contrasts import (LOCATION_CONTRASTS, Contrast, contrast_table,
                                               identical_masks, paired_by_strategy, per_ablation, unit_contrast_table)
 
 
@@ -51,23 +49,6 @@ def test_contrast_table_per_setting_and_pooled():
     assert (pooled[pooled["budget"] != "all"]["n_pairs"] == 6).all()
 
 
-def row(mean, lo, hi, p):
-    return SimpleNamespace(mean_diff=mean, boot_ci_low=lo, boot_ci_high=hi, sign_flip_p=p)
-
-
-@pytest.mark.parametrize("expect, r, verdict", [
-    ("greater", row(0.1, 0.05, 0.15, 0.001), "supported"),
-    ("greater", row(-0.1, -0.15, -0.05, 0.001), "contradicted (the opposite is significant)"),
-    ("greater", row(0.1, -0.05, 0.2, 0.3), "not supported (no significant difference)"),
-    ("equal", row(0.001, -0.01, 0.01, 0.8), "supported (CI within +-0.02)"),
-    ("equal", row(0.1, 0.05, 0.15, 0.001), "contradicted (a significant difference)"),
-    ("equal", row(0.0, -0.05, 0.05, 0.9), "inconclusive (no significant difference, CI wider than +-0.02)"),
-    ("not_worse", row(0.0, -0.01, 0.2, 0.9), "supported (CI above -0.02)"),
-    ("not_worse", row(-0.1, -0.15, -0.05, 0.001), "contradicted (significantly worse)"),
-    ("not_worse", row(-0.01, -0.05, 0.03, 0.4), "inconclusive (CI reaches below -0.02)"),
-])
-def test_contrast_verdict_rules(expect, r, verdict):
-    assert contrast_verdict(expect, r, margin=0.02, alpha=0.05) == verdict
 
 
 def test_location_contrasts_name_known_strategies():

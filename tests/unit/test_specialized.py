@@ -221,12 +221,16 @@ def test_rare_counts_and_table_by_hand():
     assert r["trials"] == 4 + 3
     assert r["hits"].tolist() == [[7.0, 0.0]]
     assert r["chance_sum"] == pytest.approx(4 * (1 / 4) + 3 * (1 / 3))
-    df = sp.rare_table(r["hits"], r["trials"], r["chance_sum"], alpha=0.05)
+    df = sp.rare_table(r["hits"], r["trials"], r["chance_sum"])
     assert df.chance.tolist() == pytest.approx([2 / 7, 2 / 7])
     assert df.share.tolist() == [1.0, 0.0]
     assert df.p_value[0] == pytest.approx((2 / 7) ** 7)
     assert df.rare.tolist() == [True, False]
-    assert sp.rare_table(r["hits"], r["trials"], r["chance_sum"], alpha=1e-4).rare.tolist() == [False, False]
+    # rare-word: the share above sp.RARE_SHARE (more than half of the queries); the p-value decides nothing
+    assert sp.RARE_SHARE == 0.5
+    assert sp.rare_table(r["hits"], r["trials"], r["chance_sum"], rare_share=1.0).rare.tolist() == [False, False]
+    half = sp.rare_table(torch.tensor([[4.0, 3.0]]), 7, 7 * 0.1)  # 4/7 > 0.5, 3/7 not (at 4.3 x chance)
+    assert half.rare.tolist() == [True, False] and (half.p_value < 0.05).all()
 
 
 def test_rare_word_heads_streams_over_batches(monkeypatch):

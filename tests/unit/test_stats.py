@@ -139,14 +139,16 @@ def test_permutation_test_separated_samples_and_custom_statistic():
     assert 0 <= same <= 1 and same > 0.05
 
 
-def test_smallest_sign_flip_p_is_what_the_exact_test_gives_for_same_sign_pairs():
-    from headprune_utils.stats import sign_flip_test, smallest_sign_flip_p
+def test_min_attainable_sign_flip_p_is_what_the_exact_test_gives_for_same_sign_pairs():
+    from headprune_utils.stats import min_attainable_p, sign_flip_test
 
     for n in range(1, 8):
-        assert smallest_sign_flip_p(n) == pytest.approx(sign_flip_test([1.0 + 0.1 * i for i in range(n)]))
-    assert smallest_sign_flip_p(5) > 0.05 > smallest_sign_flip_p(6)
+        same_sign = [1.0 + 0.1 * i for i in range(n)]
+        assert min_attainable_p("sign_flip", n) == pytest.approx(sign_flip_test(same_sign))
+        assert min_attainable_p("sign_flip", n, "greater") == pytest.approx(sign_flip_test(same_sign, alternative="greater"))
+    assert min_attainable_p("sign_flip", 5) > 0.05 > min_attainable_p("sign_flip", 6)
     with pytest.raises(ValueError):
-        smallest_sign_flip_p(0)
+        min_attainable_p("sign_flip", 0)
 
 
 # --- unit means -------------------------------------------------------------------------------------------

@@ -238,8 +238,7 @@ def test_the_analysis_runs_on_the_study_table(run):
     assert set(tc["contrast"]) == {"enc vs cross"}  # dec was not pruned at random here
     sc = study.strategy_contrasts(table)
     assert {"top vs random", "bottom vs random"} <= set(sc["contrast"])
-    role_tab = study.roles(table, **{k: getattr(cfg, k) for k in ("positional_threshold", "syntactic_margin",
-                                                                   "rare_ratio", "rare_alpha")})
+    role_tab = study.roles(table, **study.role_thresholds(cfg))
     assert len(role_tab) == 4
     curve = study.l0_curve(table)
     by_type = study.l0_by_type(curve, table)
@@ -249,7 +248,8 @@ def test_the_analysis_runs_on_the_study_table(run):
     tests = study.survival_tests(surv, role_tab, n_perm=cfg.n_permutations)
     assert "specialized" in set(tests["group"])
     verdict = study.verdicts(table, role_tab, surv, study.roles_at_budget(table, role_tab),
-                             study.score_agreement(study.encoder_scores(table)), by_type, corpus=cfg.corpus,
+                             study.score_agreement(study.encoder_scores(table)), by_type, claims_=study.CLAIMS,
+                             corpus=cfg.corpus,
                              semantics=study.SEMANTICS, scale_=study.scale(cfg), patience=cfg.patience)
     claims.validate(verdict)
     assert set(verdict["claim_id"]) == {c.id for c in study.CLAIMS}

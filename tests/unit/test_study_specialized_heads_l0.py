@@ -108,7 +108,7 @@ def test_the_plan_keeps_the_cell_keys_and_makes_the_l0_cells_require_their_score
             assert c.requires == () and c.group is None
     assert study.STUDY.plan(cfg)[2].key == cells[2].key and study.STUDY.name == study.NAME
     ids = [claim.id for claim in study.STUDY.claims]
-    assert len(ids) == len(set(ids)) >= 7 and all(claim.text and claim.quantity for claim in study.STUDY.claims)
+    assert len(ids) == len(set(ids)) >= 7 and all(claim.text and claim.metric for claim in study.STUDY.claims)
 
 
 # ---------------------------------------------------------------------------------------------- end to end
@@ -155,7 +155,7 @@ def test_study_runs_end_to_end_and_resumes(tiny_model_dir, data_root, tmp_path, 
     cols = ["kind", "task", "seed", "lam", "score_l0", "mask", "score_full"]
     assert again[cols].equals(table[cols])
     # analysis-only parameters do not invalidate the cells; the others do
-    run_study(study.STUDY, config(tiny_model_dir, data_root, positional_threshold=0.5, rare_ratio=3.0), "t", paths)
+    run_study(study.STUDY, config(tiny_model_dir, data_root, positional_threshold=0.5, rare_share=0.3), "t", paths)
     with pytest.raises(StaleResultsError):
         run_study(study.STUDY, config(tiny_model_dir, data_root, l0_lr=0.2), "t", paths)
     # the whole analysis runs on the real table
@@ -171,14 +171,18 @@ def test_study_runs_end_to_end_and_resumes(tiny_model_dir, data_root, tmp_path, 
     tests = study.survival_tests(surv, roles, n_perm=99)
     budget = study.roles_at_budget(table, roles)
     agreement = study.score_agreement(table, surv)
-    v = study.verdicts(table, agreement, roles, surv, budget, semantics=cfg.ablation, scale_=study.scale(cfg, 12))
+    v = study.verdicts(table, agreement, roles, surv, budget, claims_=study.CLAIMS, semantics=cfg.ablation,
+                       scale_=study.scale(cfg, 12))
     claims.validate(v)
     assert set(v["claim_id"]) == {c.id for c in study.CLAIMS} and "nan" not in claims.render(v).lower()
     confident = v[v["claim_id"] == "voita.important_are_confident"]
     assert set(confident["setting"]) == set(study.CONFIDENCES.values())
     assert study.sweep_summary(table)["monotone_share"].between(0, 1).all()
-    sens = study.rare_ratio_sensitivity(table, surv, ratios=(1.0, 2.0, 4.0), n_perm=99)
+    sens = study.rare_criterion_survival(table, surv, shares=(0.1, 0.5, 0.9), n_perm=99)
     assert len(sens) == 3 and sens["n_rare_pretrained"].is_monotonic_decreasing
+    assert sens["fixed"].tolist() == [False, True, False]
+    counts = study.rare_criterion_counts(table, shares=(0.1, 0.5, 0.9))
+    assert set(counts["model"]) == {"pre-trained model", "fine-tuned models (mean)"} and len(counts) == 3 * 2 * 2
 
 
 def test_gates_with_a_trained_model_leave_the_cached_model_alone(tiny_model_dir, data_root, tmp_path):
@@ -266,26 +270,29 @@ def roles_dict(prev, nxt, share, p, chance=0.2, syn=()):
 
 def test_role_table_applies_the_thresholds():
     d = roles_dict(prev=[[0.95, 0.1, 0.1], [0.1, 0.1, 0.1]], nxt=[[0.0, 0.89, 0.0], [0.0, 0.0, 0.92]],
-                   share=[[0.1, 0.1, 0.5], [0.1, 0.5, 0.5]], p=[[1, 1, 1e-5], [1, 0.05, 1e-5]],
+                   share=[[0.1, 0.1, 0.7], [0.1, 0.5, 0.51]], p=[[1, 1, 1e-5], [1, 1e-9, 1e-5]],
                    syn=[((1, 0, "amod", "head->dep"), 0.55), ((1, 2, "nsubj", "dep->head"), 0.49)])
     table = pd.DataFrame([{"kind": "roles", "task": "pretrained", "seed": np.nan, "roles": d},
                           {"kind": "scores", "task": "A", "seed": 0.0, "roles": d}])
-    roles = study.role_table(table, rare_ratio=2.0).set_index(["source", "layer", "head"]).loc["pretrained"]
+    roles = study.role_table(table).set_index(["source", "layer", "head"]).loc["pretrained"]
     assert roles["positional"].tolist() == [True, False, False, False, False, True]
     assert roles.loc[(0, 0), "positional_dir"] == "prev" and roles.loc[(1, 2), "positional_dir"] == "next"
     assert roles["syntactic"].tolist() == [False, False, False, True, False, False]  # 0.49 - 0.4 < 0.10
     assert roles.loc[(1, 0), "syn_relations"] == "amod" and roles.loc[(1, 0), "syn_gain"] == pytest.approx(0.15)
-    assert roles["rare"].tolist() == [False, False, True, False, False, True]  # (1, 1): p not < 0.01
+    # rare-word: more than half of the queries on the rarest token (the paper's definition); (1, 1) at exactly 0.5 is
+    # not, whatever its p or its ratio over chance (0.5 = 2.5 x chance 0.2)
+    assert roles["rare"].tolist() == [False, False, True, False, False, True]
     assert roles.loc[(1, 2), "role"] == "several" and roles.loc[(0, 1), "role"] == "other"
     assert roles["specialized"].sum() == 4
     # looser thresholds change the roles, not the measurements
-    loose = study.role_table(table, positional_threshold=0.85, syntactic_margin=0.05, rare_ratio=2.0)
+    loose = study.role_table(table, positional_threshold=0.85, syntactic_margin=0.05, rare_share=0.4)
     assert loose[loose["source"] == "A"]["positional"].sum() == 3 and loose[loose["source"] == "A"]["syntactic"].sum() == 2
-    assert study.role_table(table)["rare"].sum() == 0  # the default: 4 x chance (0.8 here)
-    c = study.role_counts(study.role_table(table, rare_ratio=2.0), ["nsubj", "amod"]).set_index("source")
+    assert loose[loose["source"] == "A"]["rare"].sum() == 3
+    assert study.role_table(table, rare_share=0.7)["rare"].sum() == 0  # strictly more than the threshold
+    c = study.role_counts(study.role_table(table), ["nsubj", "amod"]).set_index("source")
     assert c.loc["pretrained", "n_syntactic_amod"] == 1 and c.loc["pretrained", "n_syntactic_nsubj"] == 0
     assert c.loc["pretrained", "rare_layers"] == "0,1"
-    st = study.role_stability(study.role_table(table, rare_ratio=2.0))
+    st = study.role_stability(study.role_table(table))
     assert (st["jaccard"].dropna() == 1.0).all()  # the same measurements: the same roles
 
 

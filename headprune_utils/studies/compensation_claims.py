@@ -1,0 +1,117 @@
+"""Study 3's claims as data (:data:`CLAIMS`): what each claim says, how it is decided (its rule, with its margin from
+:mod:`headprune_utils.margins`), its gates and the figure that shows it. The analysis
+(:func:`.compensation_analysis.claim_verdicts`) measures each claim by its ``measure`` (a key of
+:data:`.compensation_analysis.MEASUREMENTS`) on the per-run table (``spread_tests``) and decides it with
+:func:`headprune_utils.claims.evaluate` under every ablation semantics of the runs.
+
+The unit is the pruned, fine-tuned model (task x seed): one value per model for each strategy x budget x measure.
+
+Margins. The spread claim's equivalence margin is the declared margin of the dispersion's metric
+(:class:`DispersionMargin`), never a noise estimate: the excess Gini (a difference of two Ginis, each in 0-1) gets
+``margins.GINI``. The importance dispersion is a standard deviation of differences of per-layer L2-normalised scores:
+its reachable range depends on how many heads each layer keeps (about sqrt(2 / kept heads per layer) at most), so
+no ``margins`` entry fits it and none is invented here: its rows are not testable (:data:`NO_MARGIN`), their
+numbers shown.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .. import claims, margins, preconditions
+
+__all__ = ["CLAIMS", "DISPERSION_MARGINS", "NO_MARGIN", "DispersionMargin", "BEYOND_LAYER", "REGIME"]
+
+REGIME = "masked, then fine-tuned (the mask fixed during fine-tuning); each kept head compared with the same head " \
+         "in an unpruned fine-tuning of the same semantics"
+
+DISPERSION_MARGINS = {"Gini of ratios": margins.GINI, "sd of differences": None}  # None: no margin declared
+NO_MARGIN = ("no smallest effect of interest is declared for the sd of per-layer normalised importance differences "
+             "(headprune_utils.margins has no entry for it: its reachable range depends on the number of kept heads "
+             "per layer), so equivalence cannot be decided")
+
+
+@dataclass(frozen=True)
+class DispersionMargin:
+    """Equivalence margin of the spread claim: the declared margin (:mod:`headprune_utils.margins`) of the
+    measurement's dispersion (:data:`DISPERSION_MARGINS`, keyed by the dispersion's kind, which the analysis puts
+    into the measurement's ``effect``); where none is declared the measurement is not testable
+    (:class:`claims.Untestable`, reason :data:`NO_MARGIN`)."""
+
+    def __call__(self, m: claims.Measurement) -> float:
+        kinds = [k for k in DISPERSION_MARGINS if k in m.effect]
+        if len(kinds) != 1:
+            raise ValueError(f"cannot tell the dispersion of the measurement from its effect {m.effect!r}")
+        margin = DISPERSION_MARGINS[kinds[0]]
+        if margin is None:
+            raise claims.Untestable(NO_MARGIN)
+        return float(margin(m))
+
+    def describe(self) -> str:
+        return f"{margins.GINI.describe()} (margins.GINI; the Gini dispersions)"
+
+
+def _beyond_layer(m: claims.Measurement, evidence: Mapping) -> str | None:
+    """The reason a locality measurement cannot be told from a layer effect (evidence ``layer_confounded``:
+    ``{(task, setting): reason}``, from the analysis), else None."""
+    return evidence.get("layer_confounded", {}).get((m.task, m.setting))
+
+
+# locality is testable only where the pruned-head counts near a kept head vary beyond its layer across runs
+BEYOND_LAYER = preconditions.Check(
+    "the number of pruned heads near a kept head varies beyond its layer across runs (random masks differ by seed; "
+    "the middle strategy prunes the same layers in every run, so its locality is a pure layer effect)",
+    _beyond_layer)
+
+_NO_ADAPTATION_GATE = ("the adapts-to-mask gate (mask-then-fine-tune beats fine-tune-then-mask at 50%) is not applied: "
+                       "these cells hold no fine-tune-then-mask score (study 1 holds it), and the claim is measured on "
+                       "how much each kept head changed during fine-tuning, which is defined whether or not the "
+                       "fine-tuning recovered the score")
+_N = ("n = the pruned, fine-tuned models (task x seed) of a task; the noise baseline compares unpruned runs of two "
+      "seeds, so the study needs at least 2 seeds")
+
+CLAIMS: tuple[claims.Claim, ...] = (
+    claims.Claim(
+        "budhraja.compensation_spread", "Budhraja et al. 2020 (claim 4)",
+        "The compensation for pruned heads is spread roughly equally over the kept heads during fine-tuning.",
+        rule=claims.Equivalence(DispersionMargin()),
+        metric="excess dispersion of the kept heads' extra change over the seed-noise baseline (Gini of c_pruned / "
+               "c_other minus the Gini of c_full / c_other; importance: sd of differences), one value per pruned "
+               "model (task x seed), per strategy x budget x measure",
+        regime=REGIME,
+        semantics="uniform",
+        figure="extra_change_heatmaps_uniform",
+        measure="excess_dispersion",
+        note=f"'roughly equally' read as equivalence of the excess Gini within the Gini's margin (the paper gives no "
+             f"threshold); no margin is declared for the importance sd, so those rows are not testable (their numbers "
+             f"shown). {_N}. {_NO_ADAPTATION_GATE}"),
+    claims.Claim(
+        "ours.kept_heads_change_more", "ours (exploratory)",
+        "Kept heads change more during fine-tuning when other heads are pruned (there is extra change to "
+        "spread).",
+        rule=claims.Superiority("greater", margin=margins.LOG_RATIO),
+        metric="mean shift of the kept heads: mean over kept heads of log(change in the pruned run / change of the "
+               "same head in the unpruned run of the same seed), per pruned model (task x seed); weight change and "
+               "attention-pattern change only (per-layer normalised importance has no level to shift)",
+        regime=REGIME,
+        semantics="uniform",
+        figure="extra_change_distributions_uniform",
+        measure="mean_shift",
+        note=f"the premise of 'compensation' (ours): the spread claim presumes extra change to spread. {_N}. "
+             f"{_NO_ADAPTATION_GATE}"),
+    claims.Claim(
+        "ours.compensation_local", "ours (exploratory)",
+        "Heads near the pruned ones (same layer, adjacent layers) compensate more, beyond what their layer "
+        "alone predicts.",
+        rule=claims.Superiority("greater", margin=margins.CORRELATION),
+        metric="Spearman rho of a kept head's extra change with the number of pruned heads in its own / the adjacent "
+               "layers, both taken relative to a layer-only model (the mean over the other seeds' runs of the same "
+               "task and setting, per layer), per pruned model (task x seed)",
+        regime=REGIME,
+        semantics="uniform",
+        gates=(BEYOND_LAYER,),
+        figure="extra_change_heatmaps_uniform",
+        measure="locality",
+        note=f"where the counts do not vary beyond the layer, the raw (layer-confounded) rho is shown, not tested. "
+             f"{_N}"),
+)

@@ -1,0 +1,83 @@
+"""Study 2's claims, declared once as data (:data:`CLAIMS`): each a paired contrast of two strategies
+(:data:`.layer_strategies_analysis.CONTRASTS`; its name is the claim's ``measure``) with its decision rule and margin
+(:data:`margins.TASK_SCORE`), its gates (:mod:`headprune_utils.preconditions`, and :data:`MASKS_DIFFER`, the
+study's own) and the figure that shows it. The study sets ``claims = CLAIMS``;
+:func:`.layer_strategies_analysis.verdicts` decides them (:func:`headprune_utils.claims.evaluate`) with the evidence
+the gates read: ``adaptation`` (:func:`.layer_strategies_analysis.adaptation_diffs`) and ``identical_masks`` (the
+contrast's notes, :func:`.layer_strategies_analysis.measurements`).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .. import claims, margins, preconditions
+from .layer_strategies_analysis import ADAPT_BUDGET, CONTRASTS, REGIME_NAMES
+
+__all__ = ["CLAIMS", "MASKS_DIFFER", "ADAPTS"]
+
+
+def _masks_differ(m: claims.Measurement, evidence: Mapping) -> str | None:
+    """The measurement's reason when every pair of it pruned identical masks (evidence ``identical_masks``:
+    ``{(task, setting): (kind, text)}``, kind ``"degenerate"`` or ``"partial"``), else None."""
+    kind, text = evidence.get("identical_masks", {}).get((m.task, m.setting), ("", ""))
+    return text if kind == "degenerate" else None
+
+
+MASKS_DIFFER = preconditions.Check(
+    "the two strategies' masks differ in at least one pair (pairs where both pruned identical masks are left out: "
+    "a mask is not tested against itself)", _masks_differ)
+
+# mask-then-fine-tune rows only (a model masked after fine-tuning has nothing to adapt); the random masks are the
+# same in both regimes (adaptation_diffs: the mean over the strategies run in both regimes when random did not run)
+ADAPTS = preconditions.AdaptsToMask(
+    what=f"at {100 * ADAPT_BUDGET:g}% pruned, mask-then-fine-tune - fine-tune-then-mask (random masks, else the mean "
+         "over the strategies run in both regimes)",
+    only=REGIME_NAMES["mask_then_finetune"])
+
+GATES = (MASKS_DIFFER, preconditions.AboveChance(), ADAPTS)
+BOTH_REGIMES = "fine-tuned, then masked; masked, then fine-tuned (each regime decided apart)"
+
+
+def _claim(id_: str, paper: str, text: str, contrast: str, rule: claims.Rule, semantics: str, figure: str = "contrasts",
+           note: str = "") -> claims.Claim:
+    """A claim on the contrast named ``contrast``: its metric text from the contrast's two strategies."""
+    c = next(c for c in CONTRASTS if c.name == contrast)
+    return claims.Claim(
+        id_, paper, text, rule=rule,
+        metric=f"score({c.a}) - score({c.b}) of the same fine-tuned model (task, seed) and budget, averaged over the "
+               f"budgets within the model; per task and regime, then pooled over tasks on (full - chance)-normalised "
+               f"effects (contrast {c.name!r})",
+        regime=BOTH_REGIMES, semantics=semantics, gates=GATES, figure=figure, measure=c.name, note=note)
+
+
+_BEATS = claims.Superiority("greater", margin=margins.TASK_SCORE)  # an effect shown below the margin: not supported
+_NOT_WORSE = claims.NonInferiority(margins.TASK_SCORE)
+
+CLAIMS: tuple[claims.Claim, ...] = (
+    _claim("budhraja.location_no_preference", "Budhraja et al. 2020",
+           "There is no preference between pruning the top or the bottom layers.", "top vs bottom",
+           claims.Equivalence(margins.TASK_SCORE), "uniform",
+           note="'no preference' read as equivalence within the task-score margin (TOST)"),
+    _claim("budhraja.avoid_middle", "Budhraja et al. 2020",
+           "Pruning that avoids the middle layers (top + bottom) beats pruning the middle layers.",
+           "avoid the middle", _BEATS, "uniform"),
+    _claim("budhraja.avoid_consecutive", "Budhraja et al. 2020",
+           "Pruning layers spread apart beats pruning the same number of consecutive layers.",
+           "avoid consecutive layers", _BEATS, "uniform"),
+    _claim("budhraja.important_location_not_worse", "Budhraja et al. 2020",
+           "Pruning the layers earlier studies call important (the middle) is no worse than random pruning "
+           "(the paper's claim 2, made for the Transformer, tested on BERT).",
+           "important-by-location vs random", _NOT_WORSE, "uniform",
+           note="the paper's claim 2 was made for the Transformer (NMT); here tested on BERT, 'important' = the "
+                "middle layers probing studies point to"),
+    _claim("ours.most_important_not_worse", "ours (exploratory)",
+           "Pruning the most important heads (gradient importance) is no worse than random pruning: our reading "
+           "of Budhraja et al.'s weak link between importance and prunability.", "most important vs random",
+           _NOT_WORSE, "uniform"),
+    _claim("michel.least_important_first", "Michel et al. 2019",
+           "Pruning the least important heads (gradient importance) first beats random pruning.",
+           "least important vs random", _BEATS, "zero", figure="score_by_strategy",
+           note="Michel et al. prune iteratively and read the score against the share pruned; here the importance "
+                "mask of each budget against a random mask of the same size, averaged over the budgets within each "
+                "model (their iterative curve, compared, not tested: tables/michel_prunable.csv)"),
+)

@@ -1,0 +1,165 @@
+"""Study 7's claims as data (:data:`CLAIMS`, ``claims.Claim``): each with its decision rule and margin, its gates
+(preconditions as objects), the figure that shows it and the analysis's key of what it measures (``measure``,
+:data:`.nmt_heads_analysis.MEASURES`). The analysis decides them with ``claims.evaluate``.
+
+Unit of replication: the trained model (model seed); mask seeds, lambdas and fractions of one model are averaged
+within it, never treated as replicates, so with one model every claim is ``not testable`` (the rule's power gate).
+
+Evidence the gates read (``claims.evaluate(..., evidence=...)``): ``histories`` (model seed -> the training history
+stored in its model cell) and ``patience`` (evaluations without improvement that make a plateau: the training's
+early-stopping patience) for :data:`PLATEAU`; ``role_counts`` (the count of specialized encoder heads, for
+``voita.specialized_last_pruned``; role -> count, for ``voita.functions_at_17_of_48``).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .. import claims, margins, preconditions
+from ..claims import Claim
+from ..role_survival import setting_role_found
+from ..specialized import RARE_SHARE
+
+__all__ = ["CLAIMS", "CLAIM", "PLATEAU", "UNIT", "RARE_NOTE"]
+
+BUDHRAJA, VOITA = "Budhraja et al. 2020", "Voita et al. 2019"
+UNIT = "model (model seed)"
+
+
+def _plateau(m: claims.Measurement, evidence: Mapping) -> str | None:
+    return preconditions.Plateau(int(evidence["patience"])).check(m, evidence)
+
+
+PLATEAU = preconditions.Check("every trained model's dev loss reached a plateau (no improvement over the last "
+                              "`patience` evaluations of its training history)", _plateau)
+ROLE_FOUND = preconditions.Check("at least one encoder head of the row's role (its setting) was found",
+                                 setting_role_found)
+
+TRAINED = "trained from scratch (translation)"
+SMALL = ("the scale column gives the model and corpus (quick and standard: a small Transformer on Multi30k, not "
+         "Transformer-base on WMT); BLEU of greedy translations of the test subset")
+MODELS = "independently trained models (model seeds) are the units: mask seeds of one model are not replicates"
+RARE_NOTE = (
+    f"rare-word head: its maximum attention falls on the sentence's least frequent token in more than half of the "
+    f"queries (rare_share > {RARE_SHARE:g}), fixed from the paper's definition before the data: Voita et al. report "
+    "that their head points to the rarest token in 66% of cases (OpenSubtitles) and, for WMT, to one of the two least "
+    "frequent tokens in more than 50% of cases; more than half is the majority reading of 'points to the least "
+    "frequent token' and the paper's weakest reported level (no ratio over chance, no threshold chosen from our data; "
+    "the counts over 0.1-0.9 are a sensitivity, figure rare_criterion_sensitivity). Where ours differs: the tokens are "
+    "the pieces of our own subword vocabulary, with their frequencies over our training source side (the model's own "
+    "training data, as in the paper, but a much smaller corpus); the queries are dev source sentences; no top-500 "
+    "filter (the paper's WMT figure counts only sentences whose rarest token is not among the 500 most frequent): "
+    "every sentence counts, since a second frequency threshold would be one more choice the paper's definition does "
+    "not make; a least frequent token tied with others counts (any of them is a hit)")
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("budhraja.random_prunable", f"{BUDHRAJA} (claim 1)",
+          "A large fraction (>= 50%) of the heads can be pruned at random with limited effect on BLEU.",
+          claims.NonInferiority(margins.TASK_SCORE),
+          metric="per model and attention type (setting): BLEU(random 50% of the type's heads zeroed, mean over mask "
+                 "seeds) - BLEU(full)",
+          regime=f"{TRAINED}, then random heads zeroed (no retraining)", gates=(PLATEAU,), figure="bleu_vs_fraction",
+          measure="random_pruned - full", unit=UNIT,
+          note=f"{SMALL}; {MODELS}; the paper fine-tunes pruned models (the retraining claim below)"),
+    Claim("budhraja.retraining_recovers", "ours (exploratory)",
+          "Training with the mask fixed recovers BLEU lost by pruning.",
+          claims.Superiority("greater", margin=margins.TASK_SCORE),
+          metric="per model: recovery = BLEU drop without retraining - drop after retrain_steps (against the unpruned "
+                 "model continued as long), mean over mask seeds",
+          regime=f"{TRAINED}, pruned, then trained further with the mask fixed", gates=(PLATEAU,),
+          figure="bleu_vs_fraction", measure="retraining_recovery", unit=UNIT,
+          note=f"our own claim; retrain_steps steps, not the paper's 25 epochs; {SMALL}; {MODELS}"),
+    Claim("budhraja.location_no_better", f"{BUDHRAJA} (claim 2)",
+          "On the Transformer, choosing heads to prune by their layer brings no advantage over random pruning "
+          "at the same budget.",
+          claims.Equivalence(margins.TASK_SCORE),
+          metric="per model and strategy (setting): BLEU(strategy) - BLEU(random), paired by type, budget and mask "
+                 "seed, mean within the model",
+          regime=f"{TRAINED}, then heads zeroed by location (no retraining)", gates=(PLATEAU,),
+          figure="strategy_contrasts", measure="strategy - random", unit=UNIT,
+          note=f"the paper fine-tunes after pruning; here evaluation only; {SMALL}; {MODELS}"),
+    Claim("voita.type_prunability_random", f"{VOITA} (Sec. 6, Table 2)",
+          "Encoder self-attention is the most prunable attention type and encoder-decoder attention the least.",
+          claims.Superiority("greater", margin=margins.TASK_SCORE),
+          metric="per model and ordered pair of types (setting): BLEU with a share of type a pruned - with the same "
+                 "share of type b pruned, paired by fraction and mask seed, mean within the model",
+          regime=f"{TRAINED}, then random heads zeroed (no retraining)", gates=(PLATEAU,), figure="bleu_vs_fraction",
+          measure="type a - type b (random)", unit=UNIT,
+          note=f"the paper reads it off L0 pruning (next claim); random pruning of each type is our test of it; "
+               f"{SMALL}; {MODELS}"),
+    Claim("voita.type_prunability_l0", f"{VOITA} (Sec. 6, Table 2)",
+          "L0 gates on all three types keep the fewest encoder self-attention heads and the most "
+          "encoder-decoder heads.",
+          claims.Superiority("greater", margin=margins.SHARE_OF_HEADS),
+          metric="per model and ordered pair of types (setting): share of type b's heads kept - share of type a's, "
+                 "mean over the lambdas that prune some heads and keep some (gates on all three types)",
+          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU,), figure="l0_heads_kept",
+          measure="kept b - kept a (L0)", unit=UNIT,
+          note=f"the gates train on a frozen model for l0_steps steps; {SMALL}; {MODELS}"),
+    Claim("voita.enc_most_prunable", f"{VOITA} (Sec. 6.2)",
+          "Most encoder heads can be pruned with little BLEU loss (38 of 48: -0.15 BLEU).",
+          claims.NonInferiority(margins.TASK_SCORE),
+          metric="per model: BLEU(encoder L0 mask keeping the most heads among those keeping at most half) - "
+                 "BLEU(full)",
+          regime=f"{TRAINED}, then L0-gated on the encoder (the model frozen)", gates=(PLATEAU,),
+          figure="l0_heads_kept", measure="enc L0 at most half - full", unit=UNIT,
+          note=f"at most half of this encoder's heads kept, not 10 of 48; {SMALL}; {MODELS}"),
+    Claim("voita.l0_beats_random", f"{VOITA} (Sec. 6)",
+          "L0 gates choose heads that matter: better than random heads at the same counts per type.",
+          claims.Superiority("greater", margin=margins.TASK_SCORE),
+          metric="per model and L0 setting: BLEU(L0 masks) - BLEU(random masks with the same heads per type), mean "
+                 "over the lambdas that prune something and keep something",
+          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU,), figure="l0_bleu",
+          measure="L0 - random", unit=UNIT,
+          note=f"the paper compares with the same architectures trained from scratch; random masks at the same "
+               f"counts are our test of 'heads that matter'; {SMALL}; {MODELS}"),
+    Claim("voita.positional_heads", f"{VOITA} (Sec. 5)",
+          "Positional heads exist in the encoder (max attention on the previous or next token >= 90% of the time).",
+          claims.Presence(),
+          metric="positional encoder heads per model (max attention on the previous, or on the next, token for >= "
+                 "positional_threshold of the queries, dev source sentences); presence: the share of models with "
+                 "one, exact binomial against 1/2",
+          regime=TRAINED, gates=(PLATEAU,), figure="role_map", measure="encoder_heads:positional", unit=UNIT,
+          note=f"the paper also finds these heads among the confident ones, our criterion asks no confidence; "
+               f"{MODELS}"),
+    Claim("voita.syntactic_heads", f"{VOITA} (Sec. 5)",
+          "Syntactic heads exist: they beat the best fixed-offset baseline by >= 10 points on UD relations.",
+          claims.Presence(),
+          metric="syntactic encoder heads per model on UD English-EWT (nsubj, obj, amod, advmod, both directions); "
+                 "presence: the share of models with one, exact binomial against 1/2",
+          regime=TRAINED, gates=(PLATEAU,), figure="role_map", measure="encoder_heads:syntactic", unit=UNIT,
+          note="needs an English source (UD English-EWT, out of domain for Multi30k captions), not the paper's "
+               f"parses of its own data; {MODELS}"),
+    Claim("voita.rare_word_head", f"{VOITA} (Sec. 5)",
+          "A rare-word head exists (attends to the least frequent token; one, in the first layer).",
+          claims.Presence(),
+          metric="rare-word encoder heads IN THE FIRST LAYER per model (its maximum attention on the sentence's least "
+                 "frequent token in more than half of the queries); presence: the share of models with one, exact "
+                 "binomial against 1/2",
+          regime=TRAINED, gates=(PLATEAU,), figure="role_map", measure="encoder_heads:rare-word", unit=UNIT,
+          note=f"{RARE_NOTE}; {MODELS}"),
+    Claim("voita.important_are_confident", f"{VOITA} (Sec. 4)",
+          "The most important encoder heads are the most confident.",
+          claims.Superiority("greater", margin=margins.CORRELATION),
+          metric="per model: Spearman(ablation importance = dev NLL increase when the head alone is zeroed, "
+                 "confidence) over its encoder heads",
+          regime=TRAINED, gates=(PLATEAU,), figure="encoder_scores", measure="importance_confidence_spearman",
+          unit=UNIT, note=f"importance here is the NLL increase when the head alone is zeroed, not LRP; {MODELS}"),
+    Claim("voita.specialized_last_pruned", f"{VOITA} (Sec. 6.2)",
+          "Specialized heads are the last to be pruned.",
+          claims.Superiority("greater", margin=margins.AUC),
+          metric="per model and L0 setting: AUC of the survival level, specialized vs the other encoder heads of the "
+                 "same layer, mean over the layers with both, minus 0.5",
+          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU, preconditions.RoleFound("specialized")),
+          figure="survival_by_role", measure="specialized_survival_auc", unit=UNIT,
+          note=f"within layers (survival depends on the layer); {RARE_NOTE}; {MODELS}"),
+    Claim("voita.functions_at_17_of_48", f"{VOITA} (Sec. 6.2)",
+          "With 17 of 48 encoder heads kept, every identified head function is still present.",
+          claims.Superiority("greater", margin=margins.SHARE_OF_HEADS),
+          metric="per model, L0 setting and role (setting): 1 if the mask nearest 17/48 of the encoder heads keeps "
+                 "one of the role's heads, minus the chance that a random mask of that size would",
+          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU, ROLE_FOUND), figure="survival_map",
+          measure="roles_kept_at_17_of_48", unit=UNIT,
+          note=f"17/48 of this encoder's heads, not 17 heads; presence beyond chance, since a mask of that size keeps "
+               f"a role's head by chance alone; {MODELS}"),
+)
+CLAIM: dict[str, Claim] = {c.id: c for c in CLAIMS}

@@ -1,0 +1,47 @@
+"""Study 1's claims, declared once as data (:data:`CLAIMS`): each with its decision rule and margin, its gates
+(:mod:`headprune_utils.preconditions`), the figure that shows it and what the analysis measures for it
+(``measure``: a key of :data:`.random_pruning_analysis.MEASURES`). The study sets ``claims = CLAIMS``;
+:func:`.random_pruning_analysis.claim_verdicts` decides them (:func:`headprune_utils.claims.evaluate`) with the
+evidence the gates read (``adaptation``: :func:`.random_pruning_analysis.adapt_diffs`).
+"""
+from __future__ import annotations
+
+from .. import claims, margins, preconditions
+from .random_pruning_analysis import ADAPT_FRACTION
+
+__all__ = ["CLAIMS", "ADAPTS"]
+
+# fine-tuning adapts to the mask: at ADAPT_FRACTION pruned, mask-then-fine-tune beats fine-tune-then-mask on the
+# task (95% t-interval over the models above 0); every measurement of the prunable claim is mask-then-fine-tune
+ADAPTS = preconditions.AdaptsToMask(
+    what=f"at {100 * ADAPT_FRACTION:g}% pruned, mask-then-fine-tune - fine-tune-then-mask")
+
+CLAIMS: tuple[claims.Claim, ...] = (
+    claims.Claim(
+        "budhraja.random_prunable", "Budhraja et al. 2020",
+        "A large fraction (>= 50%) of heads can be pruned at random with limited effect when fine-tuning "
+        "follows the masking.",
+        rule=claims.NonInferiority(margins.TASK_SCORE),
+        metric="score(pruned at random, then fine-tuned) - score(full model), per (task, seed) model, at every "
+               "mask-then-fine-tune share >= 50%",
+        regime="masked, then fine-tuned (the mask fixed during fine-tuning)",
+        semantics="uniform",
+        gates=(preconditions.AboveChance(), ADAPTS),
+        figure="score_vs_fraction",
+        measure="prunable",
+        note="'limited effect' read as non-inferiority within the task-score margin (the paper gives no threshold); "
+             "the fine-tuning-adapts gate is ours: a short fine-tuning that cannot adapt to a mask tests nothing "
+             "about fine-tuning after masking"),
+    claims.Claim(
+        "ours.retraining_recovers", "ours (exploratory)",
+        "Fine-tuning after masking recovers more than masking a fine-tuned model (Budhraja et al.'s regime "
+        "vs Michel et al.'s).",
+        rule=claims.Superiority("greater", margin=margins.TASK_SCORE),
+        metric="score(mask, then fine-tune) - score(fine-tune, then mask) at the same random mask, per (task, seed) "
+               "model and share pruned",
+        regime="masked, then fine-tuned; fine-tuned, then masked (the same masks, paired by model)",
+        semantics="uniform",
+        gates=(preconditions.AboveChance(),),  # the adapts-to-mask quantity itself: it does not carry that gate
+        figure="score_vs_fraction",
+        measure="retraining"),
+)
