@@ -41,11 +41,11 @@ render: env
 
 # the cross-study summary (outputs/SUMMARY.md for quick) from the committed verdict tables; make run writes it too
 summary: env
-	$(PY) -m headprune_utils.summary --profile $(PROFILE)
+	$(PY) -m headprune_utils.run.summary --profile $(PROFILE)
 
 # the static HTML report (outputs/report/) from the committed outputs: every profile there is, or PROFILE=... only
 report: env
-	$(PY) -m headprune_utils.report $(if $(filter command line environment,$(origin PROFILE)),--profile $(PROFILE),)
+	$(PY) -m headprune_utils.run.report $(if $(filter command line environment,$(origin PROFILE)),--profile $(PROFILE),)
 
 test: env
 	$(PY) -m pytest -q -ra

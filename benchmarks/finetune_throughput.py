@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Fine-tuning throughput: our loop (``headprune_utils.training.finetune``) against the Hugging Face Trainer.
+"""Fine-tuning throughput: our loop (``headprune_utils.train.training.finetune``) against the Hugging Face Trainer.
 
 One run does three things, all with the same torch thread count:
 
@@ -10,7 +10,7 @@ One run does three things, all with the same torch thread count:
    max grad norm 1.0, fp32, with
    (a) our loop: ``training.finetune(model, encoded, "SST-2", TrainConfig(...), seed=0, dev=None,
        progress=False)`` (dynamic padding, length-grouped batches);
-   (a') the same loop with ``TrainConfig(lean=True)`` (``headprune_utils.lean_loss``: the same loss computed
+   (a') the same loop with ``TrainConfig(lean=True)`` (``headprune_utils.train.lean_loss``: the same loss computed
        without the work on padding and with the last layer on token 0 only, the one position the classifier
        reads);
    (b) ``transformers.Trainer`` on a freshly loaded model (same seed), a ``datasets.Dataset`` of the same
@@ -214,13 +214,13 @@ def load_model():
         torch.manual_seed(SEED)
         cfg = BertConfig(num_labels=2)  # bert-base's shape; the MiniLM tokenizer's ids (the same 30,522 vocabulary)
         return AutoModelForSequenceClassification.from_config(cfg, attn_implementation="sdpa").to(RUN["device"])
-    from headprune_utils.models import load_classifier
+    from headprune_utils.model.models import load_classifier
 
     return load_classifier(MODEL, num_labels=2, device=RUN["device"], seed=SEED)
 
 
 def run_ours(encoded, batch_size: int, lean: bool = False) -> dict:
-    from headprune_utils.training import TrainConfig, finetune
+    from headprune_utils.train.training import TrainConfig, finetune
 
     model = load_model()
     cfg = TrainConfig(epochs=1, batch_size=batch_size, lr=LR, weight_decay=WEIGHT_DECAY,
@@ -357,9 +357,9 @@ def main(argv=None) -> int:
     threads = torch.get_num_threads()
 
     import transformers
-    from headprune_utils import data as hp_data
-    from headprune_utils.batching import encode, train_batches
-    from headprune_utils.models import load_tokenizer
+    from headprune_utils.tasks import data as hp_data
+    from headprune_utils.tasks.batching import encode, train_batches
+    from headprune_utils.model.models import load_tokenizer
 
     cpu0, wall0 = cpu_seconds(), time.perf_counter()
     log(f"[setup] torch {torch.__version__}, transformers {transformers.__version__}, {threads} threads, "

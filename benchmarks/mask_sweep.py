@@ -84,7 +84,7 @@ def other_load(start, end, wall: float) -> float | None:
 
 # ----------------------------------------------------------------------------- the sweep
 def sweep_masks(n_layers: int, n_heads: int) -> dict:
-    from headprune_utils.strategies import STRATEGIES, strategy_mask
+    from headprune_utils.model.strategies import STRATEGIES, strategy_mask
 
     masks = {"unpruned": torch.ones(n_layers, n_heads)}
     total = n_layers * n_heads
@@ -148,12 +148,13 @@ def main(argv=None) -> int:
     threads = torch.get_num_threads()
 
     import transformers
-    from headprune_utils import data as hp_data
-    from headprune_utils.architecture import head_shape
-    from headprune_utils.batching import encode, eval_batches
-    from headprune_utils.mask_sweep import (SweepOptions, logits_masks, plain_logits_masks,
-                                            plain_predict_masks, predict_masks, sweep_plan)
-    from headprune_utils.models import load_classifier, load_tokenizer
+    from headprune_utils.tasks import data as hp_data
+    from headprune_utils.model.architecture import head_shape
+    from headprune_utils.tasks.batching import encode, eval_batches
+    from headprune_utils.measure.mask_sweep import (
+        SweepOptions, logits_masks, plain_logits_masks, plain_predict_masks, predict_masks, sweep_plan,
+    )
+    from headprune_utils.model.models import load_classifier, load_tokenizer
 
     data_dir = args.data_dir or os.environ.get("HEADPRUNE_DATA_DIR") or str(REPO.parent / "shared" / "data")
     cpu0, wall0 = cpu_seconds(), time.perf_counter()
@@ -174,7 +175,7 @@ def main(argv=None) -> int:
         f"tree nodes {plan['tree_nodes']} / {plan['layer_evals_plain']} layer evaluations")
 
     # warm-up (untimed): both ways on a small subset, with logits to report the largest difference
-    from headprune_utils.batching import Encoded
+    from headprune_utils.tasks.batching import Encoded
 
     n_warm = min(len(enc), 32)
     warm = Encoded(enc.input_ids[:n_warm], None if enc.token_type_ids is None else enc.token_type_ids[:n_warm],

@@ -45,11 +45,11 @@ def main() -> None:
     parser.add_argument("--beam-sentences", type=int, default=200)
     args = parser.parse_args()
 
-    from headprune_utils.subword import train_tokenizer
-    from headprune_utils.translation import NMTTrainConfig, encode_pairs, train_translation, translate
-    from headprune_utils.translation_data import load_parallel, subset_pairs
-    from headprune_utils.translation_metrics import translation_scores
-    from headprune_utils.translation_model import NMTModelConfig, build_translation_model
+    from headprune_utils.tasks.subword import train_tokenizer
+    from headprune_utils.train.translation import NMTTrainConfig, encode_pairs, train_translation, translate
+    from headprune_utils.tasks.translation_data import load_parallel, subset_pairs
+    from headprune_utils.tasks.translation_metrics import translation_scores
+    from headprune_utils.model.translation_model import NMTModelConfig, build_translation_model
 
     torch.set_num_threads(args.threads)
     out: dict = {"args": vars(args), "gflops_before": round(matmul_gflops(), 1)}

@@ -14,7 +14,7 @@ layers: ``--layers``), batch size (1, 32) and sequence length (32, 128): the med
 ``--repeats`` timed runs after ``--warmup`` untimed ones (``torch.inference_mode``, fixed random token ids,
 full attention mask), the throughput (sequences per second), the speed-up over the unpruned model, and the
 FLOP-ideal speed-up: forward FLOPs of the unpruned model over those of the pruned one
-(``headprune_utils.costs``: projections and attention of the kept heads, the feed-forward unchanged), so
+(``headprune_utils.measure.costs``: projections and attention of the kept heads, the feed-forward unchanged), so
 "% of ideal" says how much of the arithmetic saving turns into time. Embedding and pooler costs are in the
 measured time, not in the FLOP count (a few per cent at these lengths).
 
@@ -43,9 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from headprune_utils import costs, masks, models  # noqa: E402
-from headprune_utils.pruning import prune_heads  # noqa: E402
-from headprune_utils.results import cpu_description, package_versions  # noqa: E402
+from headprune_utils.measure import costs  # noqa: E402
+from headprune_utils.model import masks, models
+from headprune_utils.model.pruning import prune_heads  # noqa: E402
+from headprune_utils.store.results import cpu_description, package_versions  # noqa: E402
 
 DEVICE = {"device": "cpu", "precision": "fp32"}  # set by main()
 

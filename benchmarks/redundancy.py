@@ -139,11 +139,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="also write the figures as JSON here")
     args = parser.parse_args(argv)
 
-    from headprune_utils import data as hp_data
-    from headprune_utils.attention import attention_maps
-    from headprune_utils.batching import collate, encode, eval_batches, iterate
-    from headprune_utils.models import load_classifier, load_tokenizer
-    from headprune_utils.redundancy import METRICS, sentence_distances, stack_heads
+    from headprune_utils.tasks import data as hp_data
+    from headprune_utils.model.attention import attention_maps
+    from headprune_utils.tasks.batching import collate, encode, eval_batches, iterate
+    from headprune_utils.model.models import load_classifier, load_tokenizer
+    from headprune_utils.measure.redundancy import METRICS, sentence_distances, stack_heads
 
     metrics = tuple(args.metrics.split(",")) if args.metrics else METRICS
     if unknown := [m for m in metrics if m not in METRICS]:

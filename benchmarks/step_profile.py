@@ -38,7 +38,8 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from headprune_utils import batching, data, models  # noqa: E402
+from headprune_utils.tasks import batching, data  # noqa: E402
+from headprune_utils.model import models
 
 KINDS = {
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::baddbmm", "aten::_addmm_activation"),

@@ -32,7 +32,7 @@ def _no_default_data_dir(request, monkeypatch):
     """Tests decide where data comes from: the package's default (../shared/data beside the checkout) is off
     unless a test is marked ``uses_default_data_dir``; the hub probe never touches the network (a test that
     simulates a reachable hub patches ``data.hub_blocked``)."""
-    from headprune_utils import data
+    from headprune_utils.tasks import data
 
     if "uses_default_data_dir" not in request.keywords:
         monkeypatch.setattr(data, "default_data_dir", lambda: None)

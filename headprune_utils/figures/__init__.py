@@ -16,7 +16,7 @@ Each module is named for the kind of picture it draws, whichever study draws it 
 The data a figure takes is a table made by a study's analysis module (``studies/<study>_analysis.py``); each
 function's docstring names the columns and the function that makes them.
 """
-from . import contrasts, curves, distributions, head_maps, labels, masks, matrices, save
-from .save import save_figure
+from headprune_utils.figures import contrasts, curves, distributions, head_maps, labels, masks, matrices, save
+from headprune_utils.figures.save import save_figure
 
 __all__ = ["contrasts", "curves", "distributions", "head_maps", "labels", "masks", "matrices", "save", "save_figure"]

@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from .labels import REGIME_LABELS
+from headprune_utils.figures.labels import REGIME_LABELS
 
 
 def _interval_columns(contr: pd.DataFrame) -> tuple[str, str]:

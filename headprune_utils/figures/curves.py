@@ -9,8 +9,10 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from .layout import mark_not_run
-from .labels import METRIC_LABELS, NMT_REGIME_LABELS, REGIME_LABELS, TYPE_COLORS, TYPE_LABELS, break_title
+from headprune_utils.figures.layout import mark_not_run
+from headprune_utils.figures.labels import (
+    METRIC_LABELS, NMT_REGIME_LABELS, REGIME_LABELS, TYPE_COLORS, TYPE_LABELS, break_title,
+)
 
 
 def log_axis(axis, values) -> None:

@@ -7,7 +7,7 @@ import numpy as np
 import seaborn as sns
 from matplotlib.ticker import MaxNLocator
 
-from .labels import L0_SETTING_TITLES, MEASURE_LABELS, ROLE_COLORS
+from headprune_utils.figures.labels import L0_SETTING_TITLES, MEASURE_LABELS, ROLE_COLORS
 
 
 

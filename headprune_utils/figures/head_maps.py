@@ -12,7 +12,7 @@ import seaborn as sns
 from matplotlib.colors import ListedColormap, to_rgb
 from matplotlib.patches import Patch
 
-from .labels import L0_SETTING_TITLES, MEASURE_LABELS, ROLE_COLORS, ROLE_LETTERS, SCORE_LABELS
+from headprune_utils.figures.labels import L0_SETTING_TITLES, MEASURE_LABELS, ROLE_COLORS, ROLE_LETTERS, SCORE_LABELS
 
 
 def _grid(g: pd.DataFrame, value: str, n_layers: int, n_heads: int) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from .layout import mark_not_run
+from headprune_utils.figures.layout import mark_not_run
 
 
 def mask_grid(rows: pd.DataFrame) -> plt.Figure:

@@ -12,7 +12,7 @@ import seaborn as sns
 from mpl_toolkits.axes_grid1 import make_axes_locatable
 from scipy.cluster import hierarchy
 
-from .labels import METRIC_LABELS, SCORE_LABELS
+from headprune_utils.figures.labels import METRIC_LABELS, SCORE_LABELS
 
 
 def head_labels(shape: tuple[int, int]) -> list[str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ..paths import StudyPaths
-from ..results import atomic_write_csv
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.results import atomic_write_csv
 
 
 def save_figure(fig: plt.Figure, data: pd.DataFrame, paths: StudyPaths, name: str) -> None:
@@ -13,7 +13,7 @@ def save_figure(fig: plt.Figure, data: pd.DataFrame, paths: StudyPaths, name: st
     (:func:`headprune_utils.figures.layout.layout_problems`) is a :class:`FigureLayoutWarning` naming it."""
     import warnings
 
-    from .layout import FigureLayoutWarning, layout_problems
+    from headprune_utils.figures.layout import FigureLayoutWarning, layout_problems
 
     problems = layout_problems(fig)
     if problems:

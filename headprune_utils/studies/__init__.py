@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-from .base import Cell, Claim, Cost, Study
+from headprune_utils.studies.base import Cell, Claim, Cost, Study
 
 NAMES: tuple[str, ...] = (
     "random_pruning",

@@ -14,7 +14,7 @@ A study is one object (a subclass of :class:`Study`, one instance in the registr
 - ``context(cfg, device, paths)``: what a worker builds once (data, models, caches), lazily;
 - ``run(ctx, cells, inputs)``: computes ``cells`` (one batch: a group, or one cell), yielding
   ``(cell, result)`` as each finishes. ``inputs`` maps the key of every required cell to its stored result.
-  It never writes results: the driver stores them (:mod:`headprune_utils.execution`).
+  It never writes results: the driver stores them (:mod:`headprune_utils.run.execution`).
 
 Cross-study reuse (a fine-tuned model needed by several studies) goes through fingerprinted library caches
 (``glue_workbench``), never through ``requires``: a study's cells require only cells of the same study.
@@ -27,9 +27,9 @@ from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..claims import Claim
-from ..paths import StudyPaths
-from ..results import cell_key
+from headprune_utils.analysis.claims import Claim
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.results import cell_key
 
 Scalar = str | int | float | bool | None
 
@@ -39,7 +39,7 @@ class Cost:
     """Estimated work of one cell, for ``--plan`` and the executors' resource requests.
 
     ``flops``: floating-point operations (forward and backward passes of the model, from its shape and the
-    data's token counts; see :mod:`headprune_utils.costs`). ``gpu``: whether the cell gains from a GPU (the Ray
+    data's token counts; see :mod:`headprune_utils.measure.costs`). ``gpu``: whether the cell gains from a GPU (the Ray
     executor asks for one when the cluster has GPUs).
     """
 
@@ -98,21 +98,15 @@ class Study(ABC):
         return {}
 
     def run_params(self, cfg) -> dict:
-        """Recorded in ``run_meta.json`` beside the parameters. Default: a GLUE study's tasks run and the ones
-        unavailable (with why)."""
-        from ..glue_workbench import GlueStudyConfig, resolve_tasks
-
-        if not isinstance(cfg, GlueStudyConfig):
-            return {}
-        tasks, missing = resolve_tasks(cfg)
-        return {"tasks_run": tasks, "tasks_unavailable": missing}
+        """Recorded in ``run_meta.json`` beside the parameters (default: none; a GLUE study's tasks run and the ones
+        unavailable, ``glue_workbench.GlueStudy``)."""
+        return {}
 
     def data_fingerprints(self, cfg) -> dict:
         """``{name: content hash}`` of the data files the run reads (recorded in ``run_meta.json``; the same hashes
-        are part of :meth:`fingerprint`). Default: the GLUE task splits of a GLUE study."""
-        from ..glue_workbench import GlueStudyConfig, data_fingerprints
-
-        return data_fingerprints(cfg) if isinstance(cfg, GlueStudyConfig) else {}
+        are part of :meth:`fingerprint`). Default: none; the GLUE task splits of a GLUE study
+        (``glue_workbench.GlueStudy``)."""
+        return {}
 
     def n_cells(self, cfg) -> int:
         return len(self.plan(cfg))

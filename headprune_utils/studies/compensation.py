@@ -4,7 +4,7 @@ Claim under test: the compensation for pruned heads is spread roughly EQUALLY ac
 
 Cells: task x seed x ablation x (strategy, budget), plus a reference cell per (task, seed, ablation) — strategy
 ``"none"``, budget 0: the same fine-tuning without pruning (the fine-tuned full model, shared with studies 1 and 2).
-``ablation`` is the semantics of the masked heads (:mod:`headprune_utils.semantics`), one of
+``ablation`` is the semantics of the masked heads (:mod:`headprune_utils.studies.semantics`), one of
 ``finetune_ablations``: every cell of this study masks before fine-tuning, so ``uniform`` (Budhraja et al.'s BERT
 code: the mask is fixed during fine-tuning, the masked heads attend uniformly and their value and output
 projections train; the primary semantics) and ``zero`` (the heads removed from the weights; sensitivity) by
@@ -25,9 +25,9 @@ The claims are declared once, as data, in :mod:`.compensation_claims` (``claims 
 functions over the cells' table, in :mod:`.compensation_analysis`, re-exported here so the notebook needs one
 module; :func:`verdicts` decides the study's ``claims`` with it) compares each kept head's change in a pruned run with the same head's change in an
 unpruned run of ANOTHER seed and the same semantics, against seed-to-seed noise: is the extra change spread
-equally over the kept heads (within the Gini's declared margin, :mod:`headprune_utils.margins`), and is it larger
+equally over the kept heads (within the Gini's declared margin, :mod:`headprune_utils.analysis.margins`), and is it larger
 near the pruned heads? Every table is per semantics, and the claims
-are decided under each (:func:`headprune_utils.semantics.verdicts_by_semantics`).
+are decided under each (:func:`headprune_utils.studies.semantics.verdicts_by_semantics`).
 """
 from __future__ import annotations
 
@@ -36,19 +36,24 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import attention, glue_workbench, head_weights, importance, masks, strategies, training
-from ..config import ParameterError
-from ..gates import head_gates
-from ..metrics import main_score
-from ..paths import StudyPaths
-from ..pruning import prune_heads
-from ..results import fingerprint
-from .base import Cell, Cost, Study
-from .compensation_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
+from headprune_utils.model import attention, head_weights, masks, strategies
+from headprune_utils.studies import glue_workbench
+from headprune_utils.measure import importance
+from headprune_utils.train import training
+from headprune_utils.studies.config import ParameterError
+from headprune_utils.model.gates import head_gates
+from headprune_utils.tasks.metrics import main_score
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.model.pruning import prune_heads
+from headprune_utils.store.results import fingerprint
+from headprune_utils.studies.base import Cell, Cost, Study
+from headprune_utils.studies.compensation_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     MEASURE_NAMES, MEASUREMENTS, MEASURES, claim_verdicts, heatmap_data, layer_confounded, locality_measurements,
     per_head, pooled, scale_text, shift_measurements, spread_measurements, spread_tests,
 )
-from .compensation_claims import BEYOND_LAYER, CLAIMS, DISPERSION_MARGINS, NO_MARGIN, DispersionMargin
+from headprune_utils.studies.compensation_claims import (
+    BEYOND_LAYER, CLAIMS, DISPERSION_MARGINS, NO_MARGIN, DispersionMargin,
+)
 
 __all__ = [
     "NAME", "STUDY", "Compensation", "CompensationConfig", "plan_cells", "cell_cost", "study_fingerprint",
@@ -217,7 +222,7 @@ def verdicts(tests, cfg: CompensationConfig):
     return claim_verdicts(tests, cfg, Compensation.claims)
 
 
-class Compensation(Study):
+class Compensation(glue_workbench.GlueStudy):
     """Study 3 (see the module docstring)."""
 
     name = NAME

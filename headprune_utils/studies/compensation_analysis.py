@@ -21,9 +21,9 @@ per-layer-normalised scores for importance), the noise ``x'_h = log(c_full(h) / 
 Verdicts (:func:`claim_verdicts`). The claims are declared as data in :mod:`.compensation_claims` (rule, margin,
 gates, figure) and passed in; each claim's ``measure`` names its measurements here (:data:`MEASUREMENTS`:
 ``excess_dispersion``, ``mean_shift``, ``locality``), built from the :func:`spread_tests` rows, and
-:func:`headprune_utils.claims.evaluate` decides them: the unit is the fine-tuned model (task x seed), per task first,
+:func:`headprune_utils.analysis.claims.evaluate` decides them: the unit is the fine-tuned model (task x seed), per task first,
 then pooled over tasks; every claim is decided under each semantics measured
-(:func:`headprune_utils.semantics.verdicts_by_semantics`): Budhraja et al.'s ``uniform`` is the primary analysis
+(:func:`headprune_utils.studies.semantics.verdicts_by_semantics`): Budhraja et al.'s ``uniform`` is the primary analysis
 (Holm over the study's primary rows), the others are sensitivity analyses (each semantics its own Holm family).
 What cannot be measured (no run of a semantics; a rho undefined in every run) is an absent measurement
 (:meth:`claims.Measurement.absent`: ``not testable`` with the reason).
@@ -36,7 +36,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .. import claims, masks, semantics, stats
+from headprune_utils.analysis import claims, stats
+from headprune_utils.model import masks
+from headprune_utils.studies import semantics
 
 __all__ = ["MEASURES", "MEASURE_NAMES", "MEASUREMENTS", "per_head", "spread_tests", "pooled", "spread_measurements",
            "shift_measurements", "locality_measurements", "layer_confounded", "claim_verdicts", "heatmap_data",

@@ -1,8 +1,8 @@
 """Study 3's claims as data (:data:`CLAIMS`): what each claim says, how it is decided (its rule, with its margin from
-:mod:`headprune_utils.margins`), its gates and the figure that shows it. The analysis
+:mod:`headprune_utils.analysis.margins`), its gates and the figure that shows it. The analysis
 (:func:`.compensation_analysis.claim_verdicts`) measures each claim by its ``measure`` (a key of
 :data:`.compensation_analysis.MEASUREMENTS`) on the per-run table (``spread_tests``) and decides it with
-:func:`headprune_utils.claims.evaluate` under every ablation semantics of the runs.
+:func:`headprune_utils.analysis.claims.evaluate` under every ablation semantics of the runs.
 
 The unit is the pruned, fine-tuned model (task x seed): one value per model for each strategy x budget x measure.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .. import claims, margins, preconditions
+from headprune_utils.analysis import claims, margins, preconditions
 
 __all__ = ["CLAIMS", "DISPERSION_MARGINS", "NO_MARGIN", "DispersionMargin", "BEYOND_LAYER", "REGIME"]
 
@@ -33,7 +33,7 @@ NO_MARGIN = ("no smallest effect of interest is declared for the sd of per-layer
 
 @dataclass(frozen=True)
 class DispersionMargin:
-    """Equivalence margin of the spread claim: the declared margin (:mod:`headprune_utils.margins`) of the
+    """Equivalence margin of the spread claim: the declared margin (:mod:`headprune_utils.analysis.margins`) of the
     measurement's dispersion (:data:`DISPERSION_MARGINS`, keyed by the dispersion's kind, which the analysis puts
     into the measurement's ``effect``); where none is declared the measurement is not testable
     (:class:`claims.Untestable`, reason :data:`NO_MARGIN`)."""

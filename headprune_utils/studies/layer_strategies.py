@@ -7,8 +7,8 @@ Jawahar et al. 2019, Hewitt and Manning 2019), and pruning by measured importanc
 gradient importance of the fine-tuned model: least or most important heads first) — the "weak link
 between importance and prunability".
 
-Cells: task x regime x ablation x strategy x budget x seed (the sweep of :mod:`headprune_utils.strategy_sweep`).
-``ablation`` is the semantics of the masked heads (:mod:`headprune_utils.semantics`): ``ablations`` for the
+Cells: task x regime x ablation x strategy x budget x seed (the sweep of :mod:`headprune_utils.studies.strategy_sweep`).
+``ablation`` is the semantics of the masked heads (:mod:`headprune_utils.studies.semantics`): ``ablations`` for the
 evaluation-only regime (all three by default, cheap), ``finetune_ablations`` for mask-then-fine-tune (Budhraja et
 al.'s ``uniform``, the semantics of their BERT code); the Budhraja claims are decided under ``uniform`` (primary),
 Michel et al.'s least-important-first under ``zero``, every other semantics measured re-tests them (sensitivity).
@@ -17,8 +17,8 @@ how a budget that does not fill whole layers is spread). Reference cells (strate
 fine-tuned full model (one per regime and semantics: the cached model, evaluated). Regimes as in study 1: ``finetune_then_mask`` (evaluation only: the masks of one fine-tuned
 model form a group, evaluated together with shared work, ``mask_sweep``) and ``mask_then_finetune`` (one
 fine-tuning per cell, at ``finetune_budgets``; shared with studies 1 and 5 through the fine-tuning cache).
-The claims are paired contrasts (:mod:`headprune_utils.paired_contrasts`), declared once, as data, in
-:mod:`.layer_strategies_claims` (``claims = CLAIMS``) and decided by the claims model (:mod:`headprune_utils.claims`;
+The claims are paired contrasts (:mod:`headprune_utils.analysis.paired_contrasts`), declared once, as data, in
+:mod:`.layer_strategies_claims` (``claims = CLAIMS``) and decided by the claims model (:mod:`headprune_utils.analysis.claims`;
 the unit is the fine-tuned model, task x seed: see the analysis module).
 
 The analysis (pure functions over the cells' table: means, example masks, contrasts, verdicts) is in
@@ -30,18 +30,20 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import glue_workbench
-from ..config import ParameterError
-from ..paths import StudyPaths
-from ..results import fingerprint
-from ..strategy_sweep import ALL_STRATEGIES, KNOWN_STRATEGIES, REGIMES, Context, Regime, run_batch, run_cell, run_cells
-from .base import Cell, Cost, Study
-from .layer_strategies_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
+from headprune_utils.studies import glue_workbench
+from headprune_utils.studies.config import ParameterError
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.results import fingerprint
+from headprune_utils.studies.strategy_sweep import (
+    ALL_STRATEGIES, KNOWN_STRATEGIES, REGIMES, Context, Regime, run_batch, run_cell, run_cells,
+)
+from headprune_utils.studies.base import Cell, Cost, Study
+from headprune_utils.studies.layer_strategies_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     ADAPT_BUDGET, CONTRASTS, MICHEL_PRUNABLE, REGIME_NAMES, Contrast, adaptation_diffs, contrasts, example_masks,
     identical_masks, measurements, michel_prunable, scale, summarise,
 )
-from .layer_strategies_analysis import verdicts as claim_verdicts
-from .layer_strategies_claims import CLAIMS
+from headprune_utils.studies.layer_strategies_analysis import verdicts as claim_verdicts
+from headprune_utils.studies.layer_strategies_claims import CLAIMS
 
 __all__ = [
     "NAME", "STUDY", "LayerStrategiesConfig", "LayerStrategies", "plan_cells", "study_fingerprint", "run_cells",
@@ -150,7 +152,7 @@ def study_fingerprint(cfg: LayerStrategiesConfig, device: torch.device) -> str:
     return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=drop))
 
 
-class LayerStrategies(Study):
+class LayerStrategies(glue_workbench.GlueStudy):
     """Study 2 (see the module docstring)."""
 
     name = NAME

@@ -1,12 +1,12 @@
 """Study 2's analysis: pure functions over the tidy table of the ``layer_strategies`` cells (one row per cell).
 
-The mean per strategy and the example masks are the strategy sweep's (:mod:`headprune_utils.strategy_sweep`,
+The mean per strategy and the example masks are the strategy sweep's (:mod:`headprune_utils.studies.strategy_sweep`,
 shared with study 5; re-exported here); the contrasts are the location contrasts of
-:mod:`headprune_utils.paired_contrasts`. ``cfg`` is the study's parameters (``LayerStrategiesConfig``, defined with
+:mod:`headprune_utils.analysis.paired_contrasts`. ``cfg`` is the study's parameters (``LayerStrategiesConfig``, defined with
 the protocol in :mod:`.layer_strategies`). Every table is per ablation semantics (the cells' ``ablation`` column,
-:mod:`headprune_utils.semantics`): results of different semantics are never paired, pooled or compared.
+:mod:`headprune_utils.studies.semantics`): results of different semantics are never paired, pooled or compared.
 
-Verdicts (:func:`verdicts`) follow :mod:`headprune_utils.claims`. The claims are declared as data in
+Verdicts (:func:`verdicts`) follow :mod:`headprune_utils.analysis.claims`. The claims are declared as data in
 :mod:`.layer_strategies_claims` (rule, margin, gates, figure; ``measure``: the name of the contrast) and passed to
 :func:`verdicts`. Every claim is a paired contrast
 ``score(a) - score(b)`` of the same model (task, seed) and budget. The unit of replication is the model: a model's
@@ -34,9 +34,12 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from .. import claims, paired_contrasts, semantics
-from ..paired_contrasts import LOCATION_CONTRASTS, Contrast, paired_by_strategy, per_ablation, unit_contrast_table
-from ..strategy_sweep import (  # noqa: F401 (re-exported: the notebook and the tests read them from this study)
+from headprune_utils.analysis import claims, paired_contrasts
+from headprune_utils.studies import semantics
+from headprune_utils.analysis.paired_contrasts import (
+    LOCATION_CONTRASTS, Contrast, paired_by_strategy, per_ablation, unit_contrast_table,
+)
+from headprune_utils.studies.strategy_sweep import ( # noqa: F401 (re-exported: the notebook and the tests read them from this study)
     REGIME_NAMES, example_masks, summarise,
 )
 

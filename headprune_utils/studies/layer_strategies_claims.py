@@ -1,8 +1,8 @@
 """Study 2's claims, declared once as data (:data:`CLAIMS`): each a paired contrast of two strategies
 (:data:`.layer_strategies_analysis.CONTRASTS`; its name is the claim's ``measure``) with its decision rule and margin
-(:data:`margins.TASK_SCORE`), its gates (:mod:`headprune_utils.preconditions`, and :data:`MASKS_DIFFER`, the
+(:data:`margins.TASK_SCORE`), its gates (:mod:`headprune_utils.analysis.preconditions`, and :data:`MASKS_DIFFER`, the
 study's own) and the figure that shows it. The study sets ``claims = CLAIMS``;
-:func:`.layer_strategies_analysis.verdicts` decides them (:func:`headprune_utils.claims.evaluate`) with the evidence
+:func:`.layer_strategies_analysis.verdicts` decides them (:func:`headprune_utils.analysis.claims.evaluate`) with the evidence
 the gates read: ``adaptation`` (:func:`.layer_strategies_analysis.adaptation_diffs`) and ``identical_masks`` (the
 contrast's notes, :func:`.layer_strategies_analysis.measurements`).
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .. import claims, margins, preconditions
-from .layer_strategies_analysis import ADAPT_BUDGET, CONTRASTS, REGIME_NAMES
+from headprune_utils.analysis import claims, margins, preconditions
+from headprune_utils.studies.layer_strategies_analysis import ADAPT_BUDGET, CONTRASTS, REGIME_NAMES
 
 __all__ = ["CLAIMS", "MASKS_DIFFER", "ADAPTS"]
 

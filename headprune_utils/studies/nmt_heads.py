@@ -50,35 +50,39 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import costs, glue_workbench, masks, models, specialized, strategies
-from ..architecture import SEQ2SEQ_KINDS, head_shape
-from ..batching import train_batches
-from ..caches import cached
-from ..config import as_dict
-from ..hard_concrete import HardConcreteGateDict, l0_train
-from ..paths import StudyPaths
-from ..pruning import prune_heads
-from ..precision import training_key
-from ..results import atomic_write_json, fingerprint
-from ..subword import train_tokenizer
-from ..training import set_seed
-from ..translation import (collate_pairs, dev_loss, encode_pairs, evaluate_translation, label_smoothed_loss,
-                           train_translation)
-from ..translation_data import load_parallel, subset_pairs
-from ..translation_heads import ablation_nll, encoder_roles, source_queries
-from ..translation_model import build_translation_model, load_translation_model, save_translation_model
-from .base import Cell, Cost, Study
-from .nmt_heads_config import TYPES, NMTHeadsConfig, data_source
-from .nmt_heads_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
-    VOITA_ALL_TYPES, VOITA_BASELINE_BLEU, VOITA_FRACTION, TYPE_CONTRASTS, ROLE_NAMES, full_models, training_curves,
-    random_rows,
-    random_summary, random_drops, prunable, retrain_table, type_contrasts, strategy_rows, strategy_summary,
-    strategy_contrasts, strategy_mask_rows, role_source, roles, role_counts, role_map, encoder_scores,
-    importance_table, score_agreement, l0_curve, l0_by_type, l0_contrasts, type_prunability, l0_survival_source,
-    survival, survival_tests, survival_map, survival_by_role, roles_at_budget, rare_criterion_counts, MEASURES,
-    SEMANTICS, scale, verdicts,
+from headprune_utils.measure import costs, specialized
+from headprune_utils.studies import glue_workbench
+from headprune_utils.model import masks, models, strategies
+from headprune_utils.model.architecture import SEQ2SEQ_KINDS, head_shape
+from headprune_utils.tasks.batching import train_batches
+from headprune_utils.store.caches import cached
+from headprune_utils.studies.config import as_dict
+from headprune_utils.train.hard_concrete import HardConcreteGateDict, l0_train
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.model.pruning import prune_heads
+from headprune_utils.model.precision import training_key
+from headprune_utils.store.results import atomic_write_json, fingerprint
+from headprune_utils.tasks.subword import train_tokenizer
+from headprune_utils.train.training import set_seed
+from headprune_utils.train.translation import (
+    collate_pairs, dev_loss, encode_pairs, evaluate_translation, label_smoothed_loss, train_translation,
 )
-from .nmt_heads_claims import CLAIMS  # the claims: data
+from headprune_utils.tasks.translation_data import load_parallel, subset_pairs
+from headprune_utils.studies.translation_heads import ablation_nll, encoder_roles, source_queries
+from headprune_utils.model.translation_model import (
+    build_translation_model, load_translation_model, save_translation_model,
+)
+from headprune_utils.studies.base import Cell, Cost, Study
+from headprune_utils.studies.nmt_heads_config import TYPES, NMTHeadsConfig, data_source
+from headprune_utils.studies.nmt_heads_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
+    VOITA_ALL_TYPES, VOITA_BASELINE_BLEU, VOITA_FRACTION, TYPE_CONTRASTS, ROLE_NAMES, full_models, training_curves,
+    random_rows, random_summary, random_drops, prunable, retrain_table, type_contrasts, strategy_rows,
+    strategy_summary, strategy_contrasts, strategy_mask_rows, role_source, roles, role_counts, role_map,
+    encoder_scores, importance_table, score_agreement, l0_curve, l0_by_type, l0_contrasts, type_prunability,
+    l0_survival_source, survival, survival_tests, survival_map, survival_by_role, roles_at_budget,
+    rare_criterion_counts, MEASURES, SEMANTICS, scale, verdicts,
+)
+from headprune_utils.studies.nmt_heads_claims import CLAIMS  # the claims: data
 
 NAME = "nmt_heads"
 RESULTS_VERSION = 1

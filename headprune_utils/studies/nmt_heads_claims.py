@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .. import claims, margins, preconditions
-from ..claims import Claim
-from ..role_survival import setting_role_found
-from ..specialized import RARE_SHARE
+from headprune_utils.analysis import claims, margins, preconditions
+from headprune_utils.analysis.claims import Claim
+from headprune_utils.studies.role_survival import setting_role_found
+from headprune_utils.measure.specialized import RARE_SHARE
 
 __all__ = ["CLAIMS", "CLAIM", "PLATEAU", "UNIT", "RARE_NOTE"]
 

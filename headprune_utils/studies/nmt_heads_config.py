@@ -10,16 +10,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .. import masks, strategies
-from ..architecture import SEQ2SEQ_KINDS
-from ..config import ParameterError
-from ..data import DataUnavailableError, hub_blocked, resolve_data_dir
-from ..translation import NMTTrainConfig
-from ..translation_data import CORPORA, corpus_fingerprint, local_available
-from ..models import is_planning
-from ..specialized import RARE_SHARE
-from ..translation_model import NMTModelConfig
-from ..glue_workbench import check_device
+from headprune_utils.model import masks, strategies
+from headprune_utils.model.architecture import SEQ2SEQ_KINDS
+from headprune_utils.studies.config import ParameterError
+from headprune_utils.tasks.data import DataUnavailableError, hub_blocked, resolve_data_dir
+from headprune_utils.train.translation import NMTTrainConfig
+from headprune_utils.tasks.translation_data import CORPORA, corpus_fingerprint, local_available
+from headprune_utils.model.models import is_planning
+from headprune_utils.measure.specialized import RARE_SHARE
+from headprune_utils.model.translation_model import NMTModelConfig
+from headprune_utils.studies.glue_workbench import check_device
 
 __all__ = ["NMTHeadsConfig", "TYPES", "data_source"]
 

@@ -1,7 +1,7 @@
 """Study 1: random head pruning (Budhraja et al. 2020, claim 1; Michel et al. 2019's regime).
 
 Cells: task x regime x ablation x fraction x seed, each independent (a cluster engine can run them anywhere);
-``ablation`` is the semantics of the masked heads (:mod:`headprune_utils.semantics`): ``ablations`` for the
+``ablation`` is the semantics of the masked heads (:mod:`headprune_utils.studies.semantics`): ``ablations`` for the
 evaluation-only regime (all three by default, cheap), ``finetune_ablations`` for mask-then-fine-tune (Budhraja
 et al.'s ``uniform``, and ``zero`` as the sensitivity semantics):
 
@@ -31,18 +31,20 @@ from typing import Literal
 import pandas as pd
 import torch
 
-from .. import glue_workbench, masks, training
-from ..config import ParameterError
-from ..metrics import main_score
-from ..paths import StudyPaths
-from ..pruning_curves import REGIMES
-from ..results import fingerprint
-from .base import Cell, Cost, Study
-from .random_pruning_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
+from headprune_utils.studies import glue_workbench
+from headprune_utils.model import masks
+from headprune_utils.train import training
+from headprune_utils.studies.config import ParameterError
+from headprune_utils.tasks.metrics import main_score
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.analysis.pruning_curves import REGIMES
+from headprune_utils.store.results import fingerprint
+from headprune_utils.studies.base import Cell, Cost, Study
+from headprune_utils.studies.random_pruning_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     MEASURES, REGIME_NAMES, claim_verdicts, findings, mask_spread, paired_drop, per_model, prunable_fraction,
     regime_difference, summarise,
 )
-from .random_pruning_claims import CLAIMS
+from headprune_utils.studies.random_pruning_claims import CLAIMS
 
 __all__ = [
     "NAME", "STUDY", "RandomPruning", "RandomPruningConfig", "REGIMES", "Regime", "plan_cells", "study_fingerprint",
@@ -70,7 +72,7 @@ class RandomPruningConfig(glue_workbench.MaskingStudyConfig):
     regimes: list[Regime] = field(default_factory=lambda: list(REGIMES))
     mask_draws: int = 1                         # random masks per fine-tuned model in the evaluation-only regime (draw 0: the mask-then-fine-tune regime's)
     tolerance: float = 0.02                     # analysis only: a drop up to this (score units) counts as "limited" (descriptive table)
-    # the verdicts' margins are not a parameter: margins.TASK_SCORE, 0.1 x (full - chance) per task (headprune_utils.margins)
+    # the verdicts' margins are not a parameter: margins.TASK_SCORE, 0.1 x (full - chance) per task (headprune_utils.analysis.margins)
 
     def check(self) -> None:
         bad = [r for r in self.regimes if r not in REGIMES]
@@ -163,7 +165,7 @@ def run_cell(ctx: glue_workbench.Workbench, cell: dict) -> dict:
     return _row(task, spec, history, metrics, mask, time.perf_counter() - t0)
 
 
-class RandomPruning(Study):
+class RandomPruning(glue_workbench.GlueStudy):
     """Study 1 (see the module docstring)."""
 
     name = NAME

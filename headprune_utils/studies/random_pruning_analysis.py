@@ -1,12 +1,12 @@
 """Study 1's analysis: pure functions over the tidy table of the ``random_pruning`` cells (one row per cell).
 
 The score curves, the drops paired by seed, the largest prunable fraction and the difference between the two
-regimes are the library's (:mod:`headprune_utils.pruning_curves`, shared with study 7; re-exported here); this
-module adds the regimes' names, the claims' measurements and verdicts (:mod:`headprune_utils.claims`) and the
+regimes are the library's (:mod:`headprune_utils.analysis.pruning_curves`, shared with study 7; re-exported here); this
+module adds the regimes' names, the claims' measurements and verdicts (:mod:`headprune_utils.analysis.claims`) and the
 findings text. ``cfg`` is the study's parameters (``RandomPruningConfig``, defined with the protocol in
 :mod:`.random_pruning`); read here: ``tolerance``, ``model``, ``train_size``, ``dev_size``,
 ``epochs``, ``seeds``, ``ablations``, ``finetune_ablations``. Every table is per ablation semantics (the
-cells' ``ablation``); the verdicts are decided under each (:mod:`headprune_utils.semantics`).
+cells' ``ablation``); the verdicts are decided under each (:mod:`headprune_utils.studies.semantics`).
 
 The claims are declared as data in :mod:`.random_pruning_claims` (rule, margin, gates, figure) and passed to
 :func:`claim_verdicts`; each claim's ``measure`` names its measurements here (:data:`MEASURES`):
@@ -25,9 +25,12 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from .. import claims, glue_workbench, semantics
-from .. import pruning_curves
-from ..pruning_curves import prunable_fraction  # noqa: F401 (re-exported: the notebook and the tests read it from here)
+from headprune_utils.analysis import claims
+from headprune_utils.studies import glue_workbench, semantics
+from headprune_utils.analysis import pruning_curves
+from headprune_utils.analysis.pruning_curves import ( # noqa: F401 (re-exported: the notebook and the tests read it from here)
+    prunable_fraction,
+)
 
 __all__ = ["REGIME_NAMES", "per_model", "mask_spread", "summarise", "paired_drop", "prunable_fraction", "regime_difference",
            "ADAPT_FRACTION", "MEASURES", "adapt_diffs", "prunable_measurements", "retraining_measurements",

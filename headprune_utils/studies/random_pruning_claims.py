@@ -1,13 +1,13 @@
 """Study 1's claims, declared once as data (:data:`CLAIMS`): each with its decision rule and margin, its gates
-(:mod:`headprune_utils.preconditions`), the figure that shows it and what the analysis measures for it
+(:mod:`headprune_utils.analysis.preconditions`), the figure that shows it and what the analysis measures for it
 (``measure``: a key of :data:`.random_pruning_analysis.MEASURES`). The study sets ``claims = CLAIMS``;
-:func:`.random_pruning_analysis.claim_verdicts` decides them (:func:`headprune_utils.claims.evaluate`) with the
+:func:`.random_pruning_analysis.claim_verdicts` decides them (:func:`headprune_utils.analysis.claims.evaluate`) with the
 evidence the gates read (``adaptation``: :func:`.random_pruning_analysis.adapt_diffs`).
 """
 from __future__ import annotations
 
-from .. import claims, margins, preconditions
-from .random_pruning_analysis import ADAPT_FRACTION
+from headprune_utils.analysis import claims, margins, preconditions
+from headprune_utils.studies.random_pruning_analysis import ADAPT_FRACTION
 
 __all__ = ["CLAIMS", "ADAPTS"]
 

@@ -33,17 +33,21 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .. import batching, clustering, costs, data, glue_workbench, mlm, models, probes, redundancy
-from ..config import ParameterError
-from ..paths import StudyPaths
-from ..results import fingerprint, pack_floats
-from .base import Cell, Cost, Study
-from .redundancy_patterns_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
+from headprune_utils.tasks import batching, data, probes
+from headprune_utils.measure import clustering, costs, redundancy
+from headprune_utils.studies import glue_workbench
+from headprune_utils.train import mlm
+from headprune_utils.model import models
+from headprune_utils.studies.config import ParameterError
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.results import fingerprint, pack_floats
+from headprune_utils.studies.base import Cell, Cost, Study
+from headprune_utils.studies.redundancy_patterns_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     CONTROL, CONTROL_SEED, MEASUREMENTS, NO_RANDOM_INIT, PRETRAINED_TASK, Matrices, claim_verdicts, control_failures,
     group_labels, metric_agreement, mlm_losses, negative_control, sameness, scale_text, summary_stats, when, where,
     who, why,
 )
-from .redundancy_patterns_claims import CLAIMS, MLM_TRAINED, ONE_MODEL, ControlGate, MlmTrained
+from headprune_utils.studies.redundancy_patterns_claims import CLAIMS, MLM_TRAINED, ONE_MODEL, ControlGate, MlmTrained
 
 __all__ = [
     "NAME", "STUDY", "RedundancyPatterns", "RedundancyPatternsConfig", "Context", "resolve_probe_tasks",
@@ -207,7 +211,7 @@ def plan_cells(cfg: RedundancyPatternsConfig) -> list[Cell]:
 
 
 class _CostModel:
-    """Estimated FLOPs of the cells (rough, for ``--plan`` and the executors; see :mod:`headprune_utils.costs`).
+    """Estimated FLOPs of the cells (rough, for ``--plan`` and the executors; see :mod:`headprune_utils.measure.costs`).
 
     A cell's matrices (the control's cells: nothing else; initialising the model is negligible): the model's
     forward pass over the probe (``probe_size`` sentences at their mean length,
@@ -360,7 +364,7 @@ def _halves(enc: batching.Encoded) -> tuple[batching.Encoded, batching.Encoded]:
 
 def probe_matrices(model, enc: batching.Encoded, metrics: list[str], device) -> dict:
     """{metric: {"a": upper triangle on the first half, "b": on the second}, "n_a", "n_b"}; each triangle packed
-    (float32, :func:`headprune_utils.results.pack_floats`)."""
+    (float32, :func:`headprune_utils.store.results.pack_floats`)."""
     out: dict = {}
     for half_name, half in zip(("a", "b"), _halves(enc)):
         mats = redundancy.redundancy_matrices(model, glue_workbench.batches(half, device), metrics)
@@ -396,7 +400,7 @@ def verdicts(mats: Matrices, cfg: RedundancyPatternsConfig, when_t, why_runs, ta
     return claim_verdicts(mats, cfg, when_t, why_runs, tasks, RedundancyPatterns.claims, vocab_size=vocab_size)
 
 
-class RedundancyPatterns(Study):
+class RedundancyPatterns(glue_workbench.GlueStudy):
     """Study 4 (see the module docstring)."""
 
     name = NAME

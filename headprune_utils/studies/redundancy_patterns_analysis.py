@@ -7,7 +7,7 @@ compare them: what/how (:func:`metric_agreement`, :func:`summary_stats`), where 
 randomly initialised model (:data:`CONTROL`) beside the pre-trained one for every pattern that needs a negative
 control. The verdicts (:func:`claim_verdicts`): the claims are declared as data in :mod:`.redundancy_patterns_claims`
 (rule, margin, gates, figure) and passed in; each claim's ``measure`` names its measurements here
-(:data:`MEASUREMENTS`), and :func:`headprune_utils.claims.evaluate` decides them with the evidence their gates read
+(:data:`MEASUREMENTS`), and :func:`headprune_utils.analysis.claims.evaluate` decides them with the evidence their gates read
 (the negative control's failures, :func:`control_failures`; the MLM losses, :func:`mlm_losses`; the description of
 a claim about the one pre-trained model, n = 1, which is described and never tested).
 ``cfg`` is the study's parameters (``RedundancyPatternsConfig``, defined with the protocol in
@@ -22,8 +22,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .. import claims, clustering, margins, redundancy
-from ..results import unpack_floats
+from headprune_utils.analysis import claims, margins
+from headprune_utils.measure import clustering, redundancy
+from headprune_utils.store.results import unpack_floats
 
 __all__ = ["Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why",
            "sameness", "negative_control", "CONTROL", "CONTROL_SEED", "CONTROL_ALPHA", "NO_RANDOM_INIT",
@@ -706,7 +707,7 @@ def claim_verdicts(mats: Matrices, cfg, when_t: pd.DataFrame, why_runs: pd.DataF
                          f"(known: {sorted(MEASUREMENTS)})")
     scale = scale_text(cfg)
     if vocab_size is None and cfg.dropouts:
-        from .. import models
+        from headprune_utils.model import models
         vocab_size = int(models.load_config(cfg.model).vocab_size)
     x = VerdictInputs(mats, cfg, tasks, when_t, why_runs)
     common = {"control": control_failures(x.control), "mlm_losses": mlm_losses(mats, cfg), "vocab_size": vocab_size}

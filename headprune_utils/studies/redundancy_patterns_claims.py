@@ -1,7 +1,7 @@
 """Study 4's claims as data (:data:`CLAIMS`): what each claim says, how it is decided (its rule, with its margin from
-:mod:`headprune_utils.margins`), its gates, the figure that shows it and what the analysis measures for it
+:mod:`headprune_utils.analysis.margins`), its gates, the figure that shows it and what the analysis measures for it
 (``measure``: a key of :data:`.redundancy_patterns_analysis.MEASUREMENTS`). The study sets ``claims = CLAIMS``;
-:func:`.redundancy_patterns_analysis.claim_verdicts` decides them with :func:`headprune_utils.claims.evaluate` and the
+:func:`.redundancy_patterns_analysis.claim_verdicts` decides them with :func:`headprune_utils.analysis.claims.evaluate` and the
 evidence the gates read (``control``, ``described``, ``mlm_losses``, ``vocab_size``).
 
 The unit is the thing that varies. Every model here comes from ONE pre-trained model: its fine-tuned copies (task x
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import claims, margins, preconditions
-from .redundancy_patterns_analysis import CONTROL_ALPHA, PRETRAINED_UNIT
+from headprune_utils.analysis import claims, margins, preconditions
+from headprune_utils.studies.redundancy_patterns_analysis import CONTROL_ALPHA, PRETRAINED_UNIT
 
 __all__ = ["CLAIMS", "MLM_TRAINED", "PRETRAINED_UNIT", "ONE_MODEL", "ControlGate", "MlmTrained"]
 

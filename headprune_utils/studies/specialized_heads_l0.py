@@ -20,7 +20,7 @@ Cells (keyed, resumable; :func:`plan_cells`):
   L0 cells of one (task, seed) form a group (one process: the model and the gates' batches made once).
 
 Measurements are stored raw (shares, accuracies, p-values); the role thresholds are analysis parameters
-(:mod:`headprune_utils.role_survival`, applied in :mod:`.specialized_heads_l0_analysis`). The claims are data in
+(:mod:`headprune_utils.studies.role_survival`, applied in :mod:`.specialized_heads_l0_analysis`). The claims are data in
 :mod:`.specialized_heads_l0_claims` (``CLAIMS``, this study's ``claims``).
 """
 from __future__ import annotations
@@ -35,24 +35,27 @@ from typing import Literal
 import numpy as np
 import torch
 
-from .. import (batching, costs, data, glue_workbench, head_scores, importance, mask_sweep, masks, models, specialized,
-               strategies, training)
-from ..attention import attention_maps
-from ..config import ParameterError
-from ..gates import Ablation
-from ..hard_concrete import HardConcreteGates, l0_train
-from ..metrics import main_score
-from ..paths import StudyPaths
-from ..results import cell_key, fingerprint
-from .base import Cell, Cost, Study
-from .specialized_heads_l0_analysis import (  # the analysis: pure functions over the table
+from headprune_utils.tasks import batching, data
+from headprune_utils.measure import costs, head_scores, importance, mask_sweep, specialized
+from headprune_utils.studies import glue_workbench
+from headprune_utils.model import masks, models, strategies
+from headprune_utils.train import training
+from headprune_utils.model.attention import attention_maps
+from headprune_utils.studies.config import ParameterError
+from headprune_utils.model.gates import Ablation
+from headprune_utils.train.hard_concrete import HardConcreteGates, l0_train
+from headprune_utils.tasks.metrics import main_score
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.results import cell_key, fingerprint
+from headprune_utils.studies.base import Cell, Cost, Study
+from headprune_utils.studies.specialized_heads_l0_analysis import ( # the analysis: pure functions over the table
     CONFIDENCES, MEASURES, PRETRAINED_TASK, RARE_SHARES, ROLE_NAMES, SCORES, VOITA_FRACTION, agreement_summary,
     curve_contrasts, full_scores, head_score_table, l0_curve, pretrained_role_heads, rare_criterion_counts,
     rare_criterion_survival, role_counts, role_map_data, role_stability, role_table, roles_at_budget, scale,
     score_agreement, score_map_data, scores_recorded, survival_auc_per_model, survival_heads, survival_map_data,
     survival_tests, survival_with_roles, sweep_summary, verdicts,
 )
-from .specialized_heads_l0_claims import CLAIMS, ROLE_CLAIMS  # the claims: data
+from headprune_utils.studies.specialized_heads_l0_claims import CLAIMS, ROLE_CLAIMS  # the claims: data
 
 __all__ = [
     "NAME", "STUDY", "SpecializedHeadsL0", "SpecializedHeadsL0Config", "Context", "plan_cells", "scores_axes",
@@ -443,7 +446,7 @@ def run_l0_cell(ctx: Context, cell: dict, importance_scores: torch.Tensor, score
 
 
 
-class SpecializedHeadsL0(Study):
+class SpecializedHeadsL0(glue_workbench.GlueStudy):
     """Study 6 (see the module docstring)."""
 
     name = NAME

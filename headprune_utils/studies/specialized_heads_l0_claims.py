@@ -10,7 +10,7 @@ always fails naming the count). What the copies do test is a claim of our own: t
 (``ours.*_survive*``; :func:`pretrained_has_role`: nothing can survive when the pre-trained model has no such head).
 
 The rare-word head: a head whose maximum attention falls on the sentence's least frequent token in MORE than half of
-the queries (``rare_share`` > :data:`headprune_utils.specialized.RARE_SHARE` = 0.5), fixed from the paper before the
+the queries (``rare_share`` > :data:`headprune_utils.measure.specialized.RARE_SHARE` = 0.5), fixed from the paper before the
 data (:data:`RARE_NOTE` says where ours differs from the paper and why).
 
 Evidence the gates read (``claims.evaluate(..., evidence=...)``): ``full`` ((task, seed) -> full-model score) and
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .. import claims, margins, preconditions
-from ..claims import Claim
-from ..role_survival import setting_role_found
-from ..specialized import RARE_SHARE
+from headprune_utils.analysis import claims, margins, preconditions
+from headprune_utils.analysis.claims import Claim
+from headprune_utils.studies.role_survival import setting_role_found
+from headprune_utils.measure.specialized import RARE_SHARE
 
 __all__ = ["CLAIMS", "CLAIM", "ROLE_CLAIMS", "TRAINED", "TRAINED_SHARE", "PRETRAINED_TASK", "PRETRAINED_UNIT", "UNIT",
            "RARE_NOTE", "heads_text", "one_pretrained_model", "pretrained_has_role"]

@@ -6,9 +6,9 @@ kept, and each cluster's medoid is kept (``clustering.zero_shot_mask``). The mas
 seed. Baselines at the same budgets: ``random`` (the seed's random heads) and ``least_important`` (Michel et
 al.'s gradient importance of the task's fine-tuned model on its training subset: it DOES use task data).
 
-Cells are those of the strategy sweep (:mod:`headprune_utils.strategy_sweep`, as in study 2: task x regime x
+Cells are those of the strategy sweep (:mod:`headprune_utils.studies.strategy_sweep`, as in study 2: task x regime x
 ablation x strategy x budget x seed, with the full model as the reference cell), with the strategy ``zero_shot``
-added. ``ablation`` is the semantics of the masked heads (:mod:`headprune_utils.semantics`): ``ablations`` for the
+added. ``ablation`` is the semantics of the masked heads (:mod:`headprune_utils.studies.semantics`): ``ablations`` for the
 evaluation-only regime (all three by default), ``finetune_ablations`` for mask-then-fine-tune (``zero``, Bian et
 al.'s, then ``uniform``, Budhraja et al.'s). Bian et al. released no code; in 2021 "pruning" a BERT head meant the
 Hugging Face ``prune_heads``/``head_mask``, both of which remove the head's output: their claims are decided under
@@ -34,18 +34,21 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .. import clustering, costs, glue_workbench, masks, models, probes, redundancy, strategy_sweep
-from ..config import ParameterError
-from ..paths import StudyPaths
-from ..results import fingerprint
-from ..strategy_sweep import REGIMES, Regime, run_batch, run_cell, run_cells
-from .base import Cell, Cost, Study
-from .zero_shot_pruning_analysis import (  # the analysis: pure functions over the table, re-exported for the notebook
+from headprune_utils.measure import clustering, costs, redundancy
+from headprune_utils.studies import glue_workbench, strategy_sweep
+from headprune_utils.model import masks, models
+from headprune_utils.tasks import probes
+from headprune_utils.studies.config import ParameterError
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.results import fingerprint
+from headprune_utils.studies.strategy_sweep import REGIMES, Regime, run_batch, run_cell, run_cells
+from headprune_utils.studies.base import Cell, Cost, Study
+from headprune_utils.studies.zero_shot_pruning_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     CONTRASTS, METHODS, REGIME_NAMES, claim_verdicts, contrasts, example_masks, mask_overlap, paired, summarise,
     zero_shot_masks,
 )
-from .zero_shot_pruning_analysis import verdict_masks as claim_masks
-from .zero_shot_pruning_claims import CLAIMS
+from headprune_utils.studies.zero_shot_pruning_analysis import verdict_masks as claim_masks
+from headprune_utils.studies.zero_shot_pruning_claims import CLAIMS
 
 __all__ = [
     "NAME", "STUDY", "ZeroShotPruningConfig", "ZeroShotPruning", "REGIMES", "Regime", "probe_cost", "plan_cells",
@@ -192,7 +195,7 @@ class Context(strategy_sweep.Context):
         return clustering.zero_shot_mask(self.matrix(), n_keep, self.shape, self.cfg.linkage)
 
 
-class ZeroShotPruning(Study):
+class ZeroShotPruning(glue_workbench.GlueStudy):
     """Study 5 (see the module docstring)."""
 
     name = NAME

@@ -1,13 +1,13 @@
 """Study 5's analysis: pure functions over the tidy table of the ``zero_shot_pruning`` cells (one row per cell).
 
-The mean per method is the strategy sweep's (:mod:`headprune_utils.strategy_sweep`, shared with study 2;
+The mean per method is the strategy sweep's (:mod:`headprune_utils.studies.strategy_sweep`, shared with study 2;
 re-exported here); the descriptive contrasts pair zero-shot pruning with the full model, random pruning and
-gradient importance (:mod:`headprune_utils.paired_contrasts`); :func:`mask_overlap` compares the methods' masks;
+gradient importance (:mod:`headprune_utils.analysis.paired_contrasts`); :func:`mask_overlap` compares the methods' masks;
 :func:`zero_shot_masks` / :func:`verdict_masks` put each zero-shot mask's heads per layer beside the verdicts.
 ``cfg`` is the study's parameters (``ZeroShotPruningConfig``, defined with the protocol in
 :mod:`.zero_shot_pruning`); read here: ``model``, ``train_size``, ``dev_size``, ``epochs``,
 ``seeds``, ``ablations``, ``finetune_ablations``. Every table is per ablation semantics (the cells' ``ablation``
-column, :mod:`headprune_utils.semantics`): results of different semantics are never paired, pooled or compared.
+column, :mod:`headprune_utils.studies.semantics`): results of different semantics are never paired, pooled or compared.
 
 The claims are declared as data in :mod:`.zero_shot_pruning_claims` (``CLAIMS``: each claim's rule, margin, gates
 and ``measure``, a contrast of :data:`CONTRASTS` by name) and handed to :func:`claim_verdicts` by the study, which
@@ -31,9 +31,13 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from .. import claims, glue_workbench, masks, semantics, strategy_sweep
-from ..paired_contrasts import Contrast, per_ablation, unit_contrast_table
-from ..strategy_sweep import REGIME_NAMES, summarise  # noqa: F401 (re-exported: the notebook reads them from this study)
+from headprune_utils.analysis import claims
+from headprune_utils.studies import glue_workbench, semantics, strategy_sweep
+from headprune_utils.model import masks
+from headprune_utils.analysis.paired_contrasts import Contrast, per_ablation, unit_contrast_table
+from headprune_utils.studies.strategy_sweep import ( # noqa: F401 (re-exported: the notebook reads them from this study)
+    REGIME_NAMES, summarise,
+)
 
 __all__ = ["METHODS", "CONTRASTS", "REGIME_NAMES", "STUDY_NAME", "ADAPT_BUDGET", "summarise", "example_masks", "paired", "contrasts",
            "contrast_measurements", "rank_measurements", "adapt_diffs", "claim_verdicts", "zero_shot_masks",

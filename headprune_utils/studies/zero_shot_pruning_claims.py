@@ -1,7 +1,7 @@
 """Study 5's claims as data (:data:`CLAIMS`): what each claim says, how it is decided (its rule and margin from
-:mod:`headprune_utils.margins`), its gates and the figure that shows it. The analysis
+:mod:`headprune_utils.analysis.margins`), its gates and the figure that shows it. The analysis
 (:func:`.zero_shot_pruning_analysis.claim_verdicts`) measures each claim by its ``measure`` (a contrast of
-:data:`.zero_shot_pruning_analysis.CONTRASTS`, by name) and decides it with :func:`headprune_utils.claims.evaluate`.
+:data:`.zero_shot_pruning_analysis.CONTRASTS`, by name) and decides it with :func:`headprune_utils.analysis.claims.evaluate`.
 
 The zero-shot mask is ONE mask per budget: it is read from the one pre-trained model with no task data, so it is
 the same for every task, seed and semantics (n = 1 mask). Two kinds of claim follow from that:
@@ -26,8 +26,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .. import claims, margins, preconditions
-from .zero_shot_pruning_analysis import ADAPT_BUDGET, REGIME_NAMES
+from headprune_utils.analysis import claims, margins, preconditions
+from headprune_utils.studies.zero_shot_pruning_analysis import ADAPT_BUDGET, REGIME_NAMES
 
 __all__ = ["CLAIMS", "ADAPTS", "DRAWS", "RANK_UNIT", "VS_RANDOM_RULE", "draws_needed", "mask_then_finetune"]
 

@@ -19,8 +19,8 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from headprune_utils.paths import StudyPaths
-from headprune_utils.report import build_report
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.run.report import build_report
 from headprune_utils.studies import STUDIES
 
 pytestmark = pytest.mark.browser

@@ -13,20 +13,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from headprune_utils import run
+from headprune_utils.run import cli as run
 
 pytestmark = pytest.mark.data
 
 COMMITTED = Path(__file__).resolve().parents[2] / "params"
 
 HEAVY = (
-    "headprune_utils.models.load_classifier",
-    "headprune_utils.models.load_tokenizer",
-    "headprune_utils.training.finetune",
-    "headprune_utils.translation.train_translation",
-    "headprune_utils.translation_data.load_parallel",
-    "headprune_utils.run.execute_study",
-    "headprune_utils.run.compute_cells",
+    "headprune_utils.model.models.load_classifier",
+    "headprune_utils.model.models.load_tokenizer",
+    "headprune_utils.train.training.finetune",
+    "headprune_utils.train.translation.train_translation",
+    "headprune_utils.tasks.translation_data.load_parallel",
+    "headprune_utils.run.cli.execute_study",
+    "headprune_utils.run.cli.compute_cells",
 )
 
 
@@ -42,7 +42,7 @@ def check(data_root, tmp_path, monkeypatch, capsys):
     profile with ``changes`` applied to ``study``'s section."""
     params = tmp_path / "params"
     params.mkdir()
-    monkeypatch.setattr("headprune_utils.config.params_dir", lambda: params)
+    monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: params)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.delenv("HEADPRUNE_STAGED_OUTPUTS", raising=False)

@@ -13,12 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from headprune_utils.data import (
-    DataUnavailableError,
-    get_task,
-    load_task,
-    task_availability,
-)
+from headprune_utils.tasks.data import DataUnavailableError, get_task, load_task, task_availability
 
 pytestmark = pytest.mark.data
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from headprune_utils.translation_data import load_parallel
+from headprune_utils.tasks.translation_data import load_parallel
 
 pytestmark = pytest.mark.data
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from headprune_utils import run
-from headprune_utils.config import load_profile
+from headprune_utils.run import cli as run
+from headprune_utils.studies.config import load_profile
 from headprune_utils.studies import STUDIES
 
 pytestmark = pytest.mark.data

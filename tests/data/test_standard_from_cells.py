@@ -12,8 +12,8 @@ import shutil
 import pandas as pd
 import pytest
 
-from headprune_utils import run
-from headprune_utils.paths import StudyPaths, outputs_root
+from headprune_utils.run import cli as run
+from headprune_utils.store.paths import StudyPaths, outputs_root
 from headprune_utils.studies import NAMES
 
 pytestmark = pytest.mark.data

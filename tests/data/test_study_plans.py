@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 
-from headprune_utils import models, run
-from headprune_utils.config import validate
-from headprune_utils.execution import check_plan
+from headprune_utils.model import models
+from headprune_utils.run import cli as run
+from headprune_utils.studies.config import validate
+from headprune_utils.run.execution import check_plan
 from headprune_utils.studies import NAMES, STUDIES
 
 pytestmark = pytest.mark.data

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from headprune_utils.batching import encode
-from headprune_utils.data import load_task, subset
-from headprune_utils.mask_sweep import logits_masks, plain_logits_masks, plain_predict_masks, predict_masks
-from headprune_utils.models import load_classifier, load_tokenizer
-from headprune_utils.pruning import prune_heads
-from headprune_utils.strategies import STRATEGIES, strategy_mask
+from headprune_utils.tasks.batching import encode
+from headprune_utils.tasks.data import load_task, subset
+from headprune_utils.measure.mask_sweep import logits_masks, plain_logits_masks, plain_predict_masks, predict_masks
+from headprune_utils.model.models import load_classifier, load_tokenizer
+from headprune_utils.model.pruning import prune_heads
+from headprune_utils.model.strategies import STRATEGIES, strategy_mask
 
 pytestmark = pytest.mark.model
 
@@ -52,8 +52,8 @@ def test_strategy_sweep_predictions_equal_plain(dev64):
 
 @pytest.mark.parametrize("ablation", ["uniform", "mean"])
 def test_other_ablations_on_pretrained_weights(dev64, ablation):
-    from headprune_utils.batching import eval_batches, iterate
-    from headprune_utils.gates import head_means
+    from headprune_utils.tasks.batching import eval_batches, iterate
+    from headprune_utils.model.gates import head_means
 
     model = load_classifier("minilm", 2, device="cpu", seed=0)
     masks = {k: v for k, v in strategy_masks().items() if k == "unpruned" or (isinstance(k, tuple) and k[1] == 36)}

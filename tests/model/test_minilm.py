@@ -6,11 +6,13 @@ import time
 import pytest
 import torch
 
-from headprune_utils.architecture import head_shape, kept_heads
-from headprune_utils.gates import head_gates
-from headprune_utils.masks import random_mask
-from headprune_utils.models import ModelUnavailableError, load_classifier, load_config, load_tokenizer, resolve_device
-from headprune_utils.pruning import prune_heads
+from headprune_utils.model.architecture import head_shape, kept_heads
+from headprune_utils.model.gates import head_gates
+from headprune_utils.model.masks import random_mask
+from headprune_utils.model.models import (
+    ModelUnavailableError, load_classifier, load_config, load_tokenizer, resolve_device,
+)
+from headprune_utils.model.pruning import prune_heads
 
 pytestmark = pytest.mark.model
 
@@ -70,7 +72,7 @@ def test_hub_model_offline_fails_fast_and_clearly(monkeypatch):
 def test_lean_loss_equals_the_real_models_own_loss_and_gradients(batch):
     """lean_loss on the real MiniLM (pre-trained weights, padded batch, a pruned layer and uniform gates): the loss,
     logits and gradients of the model's own forward, in float64."""
-    from headprune_utils.lean_loss import lean_loss, unsupported_reason
+    from headprune_utils.train.lean_loss import lean_loss, unsupported_reason
 
     model = load_classifier("minilm", 2, device="cpu", seed=0).double()
     mask = torch.ones(6, 12)

@@ -11,9 +11,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from headprune_utils import run
-from headprune_utils.config import ParameterError
-from headprune_utils.paths import StudyPaths
+from headprune_utils.run import cli as run
+from headprune_utils.studies.config import ParameterError
+from headprune_utils.store.paths import StudyPaths
 from headprune_utils.studies import STUDIES
 
 pytestmark = pytest.mark.smoke
@@ -108,7 +108,7 @@ def test_a_failing_notebook_names_the_cell(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(run, "STUDIES", {"broken": Broken()})
     monkeypatch.setattr(run, "notebooks_dir", lambda: tmp_path / "nb")
-    monkeypatch.setattr("headprune_utils.config.params_dir", lambda: tmp_path / "p")
+    monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: tmp_path / "p")
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
     earlier = tmp_path / "out" / "broken" / "smoke" / "broken.ipynb"
     earlier.parent.mkdir(parents=True)
@@ -130,7 +130,7 @@ def test_outputs_are_swapped_in_only_when_the_whole_notebook_succeeds(tmp_path, 
     p = nbformat.v4.new_code_cell("profile = 'x'")
     p.metadata["tags"] = ["parameters"]
     nb.cells = [p, nbformat.v4.new_code_cell(
-        "import pandas as pd\nfrom headprune_utils.study_outputs import StudyOutputs\n"
+        "import pandas as pd\nfrom headprune_utils.studies.study_outputs import StudyOutputs\n"
         "out = StudyOutputs('staged', profile)\nout.table('t', pd.DataFrame({'a': [2]}))\nout.metrics(n=2)"),
         nbformat.v4.new_code_cell("raise KeyError('task')" if fails else "1 + 1")]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -152,7 +152,7 @@ def test_outputs_are_swapped_in_only_when_the_whole_notebook_succeeds(tmp_path, 
 
     monkeypatch.setattr(run, "STUDIES", {"staged": Staged()})
     monkeypatch.setattr(run, "notebooks_dir", lambda: tmp_path / "nb")
-    monkeypatch.setattr("headprune_utils.config.params_dir", lambda: tmp_path / "p")
+    monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: tmp_path / "p")
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
     final = tmp_path / "out" / "staged" / "smoke"
     (final / "tables").mkdir(parents=True)
@@ -195,7 +195,7 @@ def test_papermill_with_the_profile_file_as_users_run_it(tmp_path, data_root, mo
                         kernel_manager_class=run.ipc_kernel_manager())
     folder = tmp_path / "outputs" / "random_pruning" / "smoke"
     assert (folder / "tables" / "verdicts.csv").exists()
-    from headprune_utils.config import validate
+    from headprune_utils.studies.config import validate
 
     planned = STUDIES["random_pruning"].plan(validate(STUDIES["random_pruning"].Config, params["random_pruning"]))
     assert json.loads((folder / "metrics.json").read_text())["n_cells"] == len(planned), "the smoke section applied"

@@ -8,11 +8,11 @@ import torch
 
 ray = pytest.importorskip("ray")
 
-from headprune_utils import run  # noqa: E402
-from headprune_utils.config import validate  # noqa: E402
-from headprune_utils.execution import run_study  # noqa: E402
-from headprune_utils.paths import StudyPaths  # noqa: E402
-from headprune_utils.results import ResultStore  # noqa: E402
+from headprune_utils.run import cli as run  # noqa: E402
+from headprune_utils.studies.config import validate  # noqa: E402
+from headprune_utils.run.execution import run_study  # noqa: E402
+from headprune_utils.store.paths import StudyPaths  # noqa: E402
+from headprune_utils.store.results import ResultStore  # noqa: E402
 from headprune_utils.studies import STUDIES  # noqa: E402
 
 pytestmark = pytest.mark.smoke

@@ -5,9 +5,9 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from headprune_utils.config import as_dict
-from headprune_utils.results import fingerprint
-from headprune_utils.claims import Superiority
+from headprune_utils.studies.config import as_dict
+from headprune_utils.store.results import fingerprint
+from headprune_utils.analysis.claims import Superiority
 from headprune_utils.studies.base import Cell, Claim, Cost, Study
 
 

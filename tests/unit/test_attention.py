@@ -7,9 +7,9 @@ import torch
 from scipy.spatial.distance import jensenshannon
 
 from conftest import tiny_inputs, tiny_model
-from headprune_utils.attention import attention_maps, head_js, js_divergence
-from headprune_utils.gates import head_gates
-from headprune_utils.pruning import prune_heads
+from headprune_utils.model.attention import attention_maps, head_js, js_divergence
+from headprune_utils.model.gates import head_gates
+from headprune_utils.model.pruning import prune_heads
 
 KINDS = ["bert", "roberta", "electra", "distilbert"]
 MASK = torch.tensor([[1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 1, 0]], dtype=torch.float32)
@@ -181,7 +181,7 @@ def test_encoder_maps_of_a_seq2seq_model_equal_eager_output_attentions(family):
 
 
 def test_encoder_maps_of_a_seq2seq_model_under_gates_and_after_pruning():
-    from headprune_utils.pruning import prune_heads as prune
+    from headprune_utils.model.pruning import prune_heads as prune
     from test_seq2seq_gates import tiny_batch, tiny_marian
 
     model = tiny_marian(dtype=torch.float64)

@@ -5,17 +5,9 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from headprune_utils.architecture import (
-    SEQ2SEQ_KINDS,
-    attention_kinds,
-    attention_sites,
-    grid_name,
-    head_shape,
-    head_shapes,
-    key_mask_source,
-    kind_dict,
-    kind_value,
-    query_side,
+from headprune_utils.model.architecture import (
+    SEQ2SEQ_KINDS, attention_kinds, attention_sites, grid_name, head_shape, head_shapes, key_mask_source, kind_dict,
+    kind_value, query_side,
 )
 from test_seq2seq_gates import SHAPES, tiny_marian
 

@@ -35,14 +35,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from headprune_utils import data, masks, models, run, strategies, training, translation_data
-from headprune_utils.caches import CorruptCacheWarning, cached
-from headprune_utils.config import ParameterError, validate
-from headprune_utils.execution import CellsFailed, PlanError, run_study
-from headprune_utils.gates import head_gates
-from headprune_utils.paths import StudyPaths
-from headprune_utils.pruning import prune_heads
-from headprune_utils.results import CorruptCellWarning, ResultStore, StaleResultsError, StudyBusyError
+from headprune_utils.tasks import data, translation_data
+from headprune_utils.model import masks, models, strategies
+from headprune_utils.run import cli as run
+from headprune_utils.train import training
+from headprune_utils.store.caches import CorruptCacheWarning, cached
+from headprune_utils.studies.config import ParameterError, validate
+from headprune_utils.run.execution import CellsFailed, PlanError, run_study
+from headprune_utils.model.gates import head_gates
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.model.pruning import prune_heads
+from headprune_utils.store.results import CorruptCellWarning, ResultStore, StaleResultsError, StudyBusyError
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies.base import Cell
 
@@ -57,14 +60,14 @@ NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is pre
 
 # What "heavy work" means here: any of these called during a validation-level case fails it.
 HEAVY = (
-    "headprune_utils.models.load_classifier",
-    "headprune_utils.models.load_tokenizer",
-    "headprune_utils.training.finetune",
-    "headprune_utils.data.load_task",
-    "headprune_utils.translation.train_translation",
-    "headprune_utils.translation_data.load_parallel",
-    "headprune_utils.run.execute_study",
-    "headprune_utils.run.compute_cells",
+    "headprune_utils.model.models.load_classifier",
+    "headprune_utils.model.models.load_tokenizer",
+    "headprune_utils.train.training.finetune",
+    "headprune_utils.tasks.data.load_task",
+    "headprune_utils.train.translation.train_translation",
+    "headprune_utils.tasks.translation_data.load_parallel",
+    "headprune_utils.run.cli.execute_study",
+    "headprune_utils.run.cli.compute_cells",
 )
 
 
@@ -417,7 +420,7 @@ def test_control_the_base_parameters_of_every_study_are_valid(study, roots, monk
 
 # ============================================================================== 2. profile files and runner flags
 
-RUNNER_HEAVY = tuple(t for t in HEAVY if t != "headprune_utils.data.load_task")  # --check reads the task data
+RUNNER_HEAVY = tuple(t for t in HEAVY if t != "headprune_utils.tasks.data.load_task")  # --check reads the task data
 
 
 def earlier_results(out: Path) -> None:
@@ -438,7 +441,7 @@ def runner(tmp_path, roots, monkeypatch, capsys):
     nothing under the outputs root changed."""
     params = tmp_path / "params"
     params.mkdir()
-    monkeypatch.setattr("headprune_utils.config.params_dir", lambda: params)
+    monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: params)
     out = Path(os.environ["HEADPRUNE_OUTPUT_DIR"])
     earlier_results(out)
 
@@ -778,7 +781,7 @@ def test_an_impossible_mask_or_budget_is_refused(call, exc, names):
 
 @pytest.fixture(scope="module")
 def tiny_task(tiny_model_dir, tiny_glue_root):
-    from headprune_utils import batching
+    from headprune_utils.tasks import batching
 
     tokenizer = models.load_tokenizer(str(tiny_model_dir))
     train = batching.encode(tokenizer, data.subset(data.load_task("SST-2", "train", tiny_glue_root, allow_hub=False),

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from headprune_utils.batching import Encoded, collate, eval_batches, train_batches
+from headprune_utils.tasks.batching import Encoded, collate, eval_batches, train_batches
 
 
 def test_train_batches_cover_every_example_once_and_are_deterministic():

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from headprune_utils.caches import CorruptCacheWarning, cached
+from headprune_utils.store.caches import CorruptCacheWarning, cached
 
 
 def test_built_once_then_loaded(tmp_path):

@@ -1,4 +1,4 @@
-"""headprune_utils.claims on hand-made tables: decision rules, gates (both branches), units, pooling, Holm."""
+"""headprune_utils.analysis.claims on hand-made tables: decision rules, gates (both branches), units, pooling, Holm."""
 from __future__ import annotations
 
 import json
@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from headprune_utils import claims, preconditions
-from headprune_utils.claims import (
+from headprune_utils.analysis import claims, preconditions
+from headprune_utils.analysis.claims import (
     COLUMNS, VERDICTS, Claim, Equivalence, Measurement, NonInferiority, Presence, ShareOfHeadroom, Superiority,
     adjust, decide, enough_units, render, validate,
 )
-from headprune_utils.stats import holm
+from headprune_utils.analysis.stats import holm
 
 CLAIM = Claim("paper.claim", "Someone et al. 2020", "Pruning A beats pruning B.", Superiority(),
               metric="score(A) - score(B)")
@@ -248,7 +248,7 @@ def test_superiority_verdicts_from_data(values, margin, verdict):
 
 
 def test_equivalence_uses_tost_with_the_stated_margin():
-    from headprune_utils.stats import tost
+    from headprune_utils.analysis.stats import tost
 
     d = [0.002, -0.004, 0.001, 0.003, -0.001]
     full = [0.90, 0.92, 0.91]

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headprune_utils import claims, margins
-from headprune_utils.config import validate
-from headprune_utils.paths import notebooks_dir
+from headprune_utils.analysis import claims, margins
+from headprune_utils.studies.config import validate
+from headprune_utils.store.paths import notebooks_dir
 from headprune_utils.studies import compensation as study
 
 
@@ -93,7 +93,7 @@ def test_spread_is_equivalence_within_the_declared_gini_margin(cfg):
 
 def test_importance_spread_has_no_declared_margin(cfg):
     """The importance dispersion (an sd of differences of per-layer normalised scores) has no margin in
-    headprune_utils.margins: its rows are not testable, saying so, with their numbers shown; the Gini rows and the
+    headprune_utils.analysis.margins: its rows are not testable, saying so, with their numbers shown; the Gini rows and the
     other claims on importance are tested as usual."""
     v = study.verdicts(runs(measures=("weight_change", "importance")), cfg)
     claims.validate(v)

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headprune_utils import claims, margins, preconditions
-from headprune_utils.config import ParameterError, validate
-from headprune_utils.paths import notebooks_dir
+from headprune_utils.analysis import claims, margins, preconditions
+from headprune_utils.studies.config import ParameterError, validate
+from headprune_utils.store.paths import notebooks_dir
 from headprune_utils.studies import layer_strategies as study
 from headprune_utils.studies import layer_strategies_analysis as analysis
 from headprune_utils.studies import layer_strategies_claims

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headprune_utils import claims
-from headprune_utils.paths import notebooks_dir
+from headprune_utils.analysis import claims
+from headprune_utils.store.paths import notebooks_dir
 from headprune_utils.studies import nmt_heads as study
 from headprune_utils.studies import nmt_heads_claims as declared
 
@@ -97,7 +97,7 @@ def test_the_plateau_gate_both_ways():
 
 
 def test_no_role_head_gives_no_nan_in_the_survival_and_role_tables():
-    from headprune_utils import role_survival
+    from headprune_utils.studies import role_survival
 
     surv = pd.DataFrame({"task": "enc", "seed": 0, "layer": [0, 0, 1, 1], "head": [0, 1, 0, 1],
                          "survival": [1, 2, 0, 3], "mean_log_alpha": [0.1, 0.2, -1.0, 1.0]})

@@ -9,8 +9,8 @@ import nbformat
 import pandas as pd
 import pytest
 
-from headprune_utils import claims, margins, preconditions, stats
-from headprune_utils.paths import notebooks_dir
+from headprune_utils.analysis import claims, margins, preconditions, stats
+from headprune_utils.store.paths import notebooks_dir
 from headprune_utils.studies import random_pruning as study
 from headprune_utils.studies import random_pruning_analysis as analysis
 from headprune_utils.studies import random_pruning_claims
@@ -183,8 +183,8 @@ def test_the_paper_scale_is_named_as_such():
 
 
 def test_the_margins_are_the_policys_not_a_parameter(tiny_model_dir, tiny_glue_root):
-    """Both claims take the task-score margin of headprune_utils.margins (0.1 x (full - chance)); no study knob."""
-    from headprune_utils.config import ParameterError, validate
+    """Both claims take the task-score margin of headprune_utils.analysis.margins (0.1 x (full - chance)); no study knob."""
+    from headprune_utils.studies.config import ParameterError, validate
 
     base = dict(model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0], device="cpu", data_dir=str(tiny_glue_root),
                 allow_hub=False)

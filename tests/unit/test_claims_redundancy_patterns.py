@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headprune_utils import claims, clustering, margins
-from headprune_utils.config import validate
-from headprune_utils.paths import notebooks_dir
+from headprune_utils.analysis import claims, margins
+from headprune_utils.measure import clustering
+from headprune_utils.studies.config import validate
+from headprune_utils.store.paths import notebooks_dir
 from headprune_utils.studies import redundancy_patterns as study
 
 N = 12  # the tiny model: 3 layers x 4 heads

@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 import torch
 
-from headprune_utils import claims, margins, preconditions
-from headprune_utils.masks import mask_to_string
-from headprune_utils.paths import notebooks_dir
-from headprune_utils.preconditions import plateau
-from headprune_utils.role_survival import presence_effect, random_keeps
+from headprune_utils.analysis import claims, margins, preconditions
+from headprune_utils.model.masks import mask_to_string
+from headprune_utils.store.paths import notebooks_dir
+from headprune_utils.analysis.preconditions import plateau
+from headprune_utils.studies.role_survival import presence_effect, random_keeps
 from headprune_utils.studies import specialized_heads_l0 as study
 from headprune_utils.studies import specialized_heads_l0_claims as declared
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headprune_utils import claims, margins, preconditions, stats
+from headprune_utils.analysis import claims, margins, preconditions, stats
 from headprune_utils.studies import zero_shot_pruning as study
 from headprune_utils.studies import zero_shot_pruning_analysis as analysis
 from headprune_utils.studies import zero_shot_pruning_claims as zsc
@@ -189,8 +189,8 @@ def test_a_method_not_run_makes_its_claim_not_testable():
 
 
 def test_the_margins_are_the_policys_not_a_parameter(tiny_model_dir, tiny_glue_root):
-    """Every claim takes the task-score margin of headprune_utils.margins (0.1 x (full - chance)); no study knob."""
-    from headprune_utils.config import ParameterError, validate
+    """Every claim takes the task-score margin of headprune_utils.analysis.margins (0.1 x (full - chance)); no study knob."""
+    from headprune_utils.studies.config import ParameterError, validate
 
     base = dict(model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0], fractions=[0.5], device="cpu",
                 data_dir=str(tiny_glue_root), allow_hub=False)

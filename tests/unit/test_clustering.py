@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from headprune_utils import clustering
+from headprune_utils.measure import clustering
 
 
 def blocks(sizes, within=0.1, between=0.9, noise=0.02, seed=0) -> np.ndarray:

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from headprune_utils import claims
-from headprune_utils.paths import StudyPaths
+from headprune_utils.analysis import claims
+from headprune_utils.store.paths import StudyPaths
 from headprune_utils.studies import NAMES
 
 DECIDED = {"supported", "contradicted", "not supported"}

@@ -8,8 +8,8 @@ from typing import Literal
 
 import pytest
 
-from headprune_utils import run
-from headprune_utils.config import ParameterError, validate
+from headprune_utils.run import cli as run
+from headprune_utils.studies.config import ParameterError, validate
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies.random_pruning import RandomPruningConfig
 
@@ -65,7 +65,7 @@ def test_study_checks_budget_task_and_model(tiny_glue_root):
 def test_runner_rejects_bad_profiles_before_running(tmp_path, monkeypatch, capsys, tiny_glue_root):
     executed = []
     monkeypatch.setattr(run, "execute_study", lambda *a, **k: executed.append(a) or 0.0)
-    monkeypatch.setattr("headprune_utils.config.params_dir", lambda: tmp_path)
+    monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: tmp_path)
     (tmp_path / "bad.yaml").write_text("random_pruning:\n  fractoins: [0.5]\n")
     assert run.main(["--profile", "bad"]) == 2
     assert "fractoins" in capsys.readouterr().err
@@ -85,7 +85,7 @@ def test_runner_rejects_bad_profiles_before_running(tmp_path, monkeypatch, capsy
 
 
 def test_fresh_moves_earlier_results_aside_and_keeps_them(tmp_path, monkeypatch):
-    from headprune_utils.paths import StudyPaths
+    from headprune_utils.store.paths import StudyPaths
 
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
     paths = StudyPaths("random_pruning", "quick")
@@ -166,7 +166,7 @@ def test_side_by_side_starts_nothing_after_a_failure(tmp_path, monkeypatch, caps
 def test_file_lock_lets_one_process_at_a_time_fill_a_cache_entry(tmp_path):
     import multiprocessing as mp
 
-    from headprune_utils.results import file_lock
+    from headprune_utils.store.results import file_lock
 
     log = tmp_path / "log.txt"
     entry = tmp_path / "cache" / "model.pt"
@@ -189,7 +189,7 @@ def _fill_once(entry: str, log: str, i: int) -> None:
     import time
     from pathlib import Path
 
-    from headprune_utils.results import file_lock
+    from headprune_utils.store.results import file_lock
 
     path = Path(entry)
     with file_lock(path):
@@ -208,8 +208,8 @@ def test_side_by_side_order_is_longest_first_by_the_last_run(tmp_path, monkeypat
     last study to start is a short one; the recorded seconds include reused cells."""
     import json as _json
 
-    from headprune_utils import run
-    from headprune_utils.paths import StudyPaths
+    from headprune_utils.run import cli as run
+    from headprune_utils.store.paths import StudyPaths
 
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
     seconds = {"random_pruning": (10.0, 300.0), "layer_strategies": (900.0, 5.0), "compensation": (50.0, 60.0)}

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from headprune_utils.config import ParameterError, validate
-from headprune_utils.execution import run_study
-from headprune_utils.paths import StudyPaths
+from headprune_utils.studies.config import ParameterError, validate
+from headprune_utils.run.execution import run_study
+from headprune_utils.store.paths import StudyPaths
 from headprune_utils.studies import random_pruning as study
 
 
@@ -20,8 +20,8 @@ def config(model_dir, data_root, **kw):
 def test_random_masks_fine_tuned_once_across_studies(tiny_model_dir, tiny_glue_root, tmp_path, monkeypatch):
     """Study 1's mask-then-fine-tune cell and study 2's random strategy at the same budget and seed are the same
     mask: study 2 reads the fine-tuned scores back (no training) and reports the same numbers."""
-    from headprune_utils.masks import mask_to_string
-    from headprune_utils import glue_workbench as common
+    from headprune_utils.model.masks import mask_to_string
+    from headprune_utils.studies import glue_workbench as common
     from headprune_utils.studies import layer_strategies as s2
 
     cfg = config(tiny_model_dir, tiny_glue_root, regimes=["mask_then_finetune"], epochs=1)

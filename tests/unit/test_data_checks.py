@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from headprune_utils import data
+from headprune_utils.tasks import data
 
 
 def write(root, task, split, lines, raw: bytes | None = None):

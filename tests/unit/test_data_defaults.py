@@ -6,7 +6,9 @@ import time
 
 import pytest
 
-from headprune_utils import data, models, paths
+from headprune_utils.tasks import data
+from headprune_utils.model import models
+from headprune_utils.store import paths
 
 
 @pytest.mark.uses_default_data_dir

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from headprune_utils.execution import CellsFailed, PlanError, batches_of, check_plan, run_study
-from headprune_utils.paths import StudyPaths
-from headprune_utils.results import StaleResultsError
+from headprune_utils.run.execution import CellsFailed, PlanError, batches_of, check_plan, run_study
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.results import StaleResultsError
 from headprune_utils.studies.base import Cell
 
 from fake_studies import FakeConfig, FakeStudy
@@ -97,7 +97,7 @@ def test_stale_results_name_the_changed_parameter(tmp_path):
 
 
 def test_store_refuses_to_overwrite_a_record_of_other_parameters(tmp_path):
-    from headprune_utils.results import ResultStore
+    from headprune_utils.store.results import ResultStore
 
     ResultStore(tmp_path, "aaaa").put({"x": 1}, {"v": 1})
     other = ResultStore(tmp_path, "bbbb")
@@ -111,7 +111,7 @@ def test_store_refuses_to_overwrite_a_record_of_other_parameters(tmp_path):
 
 @pytest.mark.parametrize("content", ["", '{"cell": {"name": "a1"}, "fingerpr', "{}", "[1, 2]", "\xff\xfe"])
 def test_a_corrupt_cell_is_quarantined_named_and_recomputed(tmp_path, content):
-    from headprune_utils.results import CorruptCellWarning
+    from headprune_utils.store.results import CorruptCellWarning
 
     run_study(FakeStudy(), FakeConfig(), "t", paths(tmp_path))
     bad = paths(tmp_path).cells / "name=a1.json"
@@ -125,7 +125,7 @@ def test_a_corrupt_cell_is_quarantined_named_and_recomputed(tmp_path, content):
 def test_a_second_runner_of_the_same_study_stops_naming_the_holder(tmp_path):
     import os
 
-    from headprune_utils.results import ResultStore, StudyBusyError
+    from headprune_utils.store.results import ResultStore, StudyBusyError
 
     store = ResultStore(paths(tmp_path).cells, "x")
     with store.lock(owner="the first runner"):
@@ -138,7 +138,7 @@ def test_changed_data_never_reuses_cells_and_the_message_names_the_file(tiny_mod
     """A data file whose content changed (say, a corrupt copy replaced by a good one) gets new cells."""
     import shutil
 
-    from headprune_utils.config import validate
+    from headprune_utils.studies.config import validate
     from headprune_utils.studies import random_pruning as study
 
     root = tmp_path / "data"
@@ -167,13 +167,13 @@ def test_two_runners_with_different_parameters_never_mix(tmp_path):
     import time
     from pathlib import Path
 
-    from headprune_utils.results import StudyBusyError
+    from headprune_utils.store.results import StudyBusyError
 
     here = Path(__file__).resolve().parent
     child = subprocess.Popen([sys.executable, "-c",
                               "import sys; from pathlib import Path; from fake_studies import *; "
-                              "from headprune_utils.execution import run_study; "
-                              "from headprune_utils.paths import StudyPaths; "
+                              "from headprune_utils.run.execution import run_study; "
+                              "from headprune_utils.store.paths import StudyPaths; "
                               "run_study(FakeStudy(), FakeConfig(delay=0.4), 't', "
                               "StudyPaths('fake', 't', root=Path(sys.argv[1])))", str(tmp_path)],
                              env={**os.environ, "PYTHONPATH": os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])})
@@ -197,7 +197,7 @@ def test_two_runners_with_different_parameters_never_mix(tmp_path):
 def test_a_slice_computes_the_selected_cells_and_what_they_require(tmp_path):
     """``select`` (the runner's --where): only the matching cells and, transitively, their requirements; the rest
     is left for a later run, which completes the study without recomputing the slice."""
-    from headprune_utils.run import parse_where, selector
+    from headprune_utils.run.cli import parse_where, selector
 
     study = FakeStudy()
     table = run_study(study, FakeConfig(), "t", paths(tmp_path), select=selector(parse_where(["name=b"])))
@@ -213,7 +213,7 @@ def test_a_slice_computes_the_selected_cells_and_what_they_require(tmp_path):
 
 
 def test_where_needs_cells_only(capsys):
-    from headprune_utils.run import main
+    from headprune_utils.run.cli import main
 
     assert main(["--profile", "smoke", "--where", "seed=0"]) == 2
     assert "--where is for --cells-only" in capsys.readouterr().err

@@ -26,8 +26,9 @@ import pytest
 from matplotlib.colors import to_rgb
 
 from headprune_utils import figures
-from headprune_utils.figures.labels import (MEASURE_LABELS, NMT_REGIME_LABELS, REGIME_LABELS, ROLE_COLORS, ROLE_LETTERS,
-                                           SCORE_LABELS)
+from headprune_utils.figures.labels import (
+    MEASURE_LABELS, NMT_REGIME_LABELS, REGIME_LABELS, ROLE_COLORS, ROLE_LETTERS, SCORE_LABELS,
+)
 
 LAMBDAS = [0.02, 0.04, 0.05, 0.06, 0.08, 0.16]  # study 7's quick lambdas: 0.04-0.06 crowd a log axis
 

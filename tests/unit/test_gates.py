@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from conftest import tiny_inputs, tiny_model
-from headprune_utils.architecture import attention_sites, kept_heads
-from headprune_utils.gates import head_gates, head_means
-from headprune_utils.pruning import prune_heads
+from headprune_utils.model.architecture import attention_sites, kept_heads
+from headprune_utils.model.gates import head_gates, head_means
+from headprune_utils.model.pruning import prune_heads
 
 
 def logits(model, inputs):
@@ -20,7 +20,7 @@ def logits(model, inputs):
 def reference_forward(model, inputs, gates=None, ablation="zero", means=None):
     """A hand-written BERT forward (no hooks, no attention interface): per-head probabilities are
     computed explicitly, and an ablated head's PROBABILITIES are replaced (uniform over real tokens)
-    or its context is scaled/replaced; independent of headprune_utils.gates."""
+    or its context is scaled/replaced; independent of headprune_utils.model.gates."""
     bert = model.bert
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
     b, s = ids.shape

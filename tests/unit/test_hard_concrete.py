@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from conftest import tiny_inputs, tiny_model
-from headprune_utils.gates import head_gates
-from headprune_utils.hard_concrete import HardConcreteGates, l0_train
-from headprune_utils.pruning import prune_heads
+from headprune_utils.model.gates import head_gates
+from headprune_utils.train.hard_concrete import HardConcreteGates, l0_train
+from headprune_utils.model.pruning import prune_heads
 
 BETA, GAMMA, ZETA = 0.33, -0.1, 1.1
 
@@ -150,7 +150,7 @@ def seq2seq():
 
 
 def test_gate_dict_penalty_is_the_sum_over_types_with_the_right_gradient():
-    from headprune_utils.hard_concrete import HardConcreteGateDict
+    from headprune_utils.train.hard_concrete import HardConcreteGateDict
 
     model, _ = seq2seq()
     g = HardConcreteGateDict.for_model(model)
@@ -177,7 +177,7 @@ def test_gate_dict_penalty_is_the_sum_over_types_with_the_right_gradient():
 
 @pytest.mark.parametrize("training", [True, False])
 def test_gate_dict_with_infinite_log_alpha_is_all_ones_on_every_type(training):
-    from headprune_utils.hard_concrete import HardConcreteGateDict
+    from headprune_utils.train.hard_concrete import HardConcreteGateDict
 
     model, batch = seq2seq()
     inputs = {k: v for k, v in batch.items() if k != "labels"}
@@ -193,7 +193,7 @@ def test_gate_dict_with_infinite_log_alpha_is_all_ones_on_every_type(training):
 
 
 def test_l0_train_with_a_gate_dict_freezes_the_model_and_returns_masks_by_type():
-    from headprune_utils.hard_concrete import HardConcreteGateDict, n_open
+    from headprune_utils.train.hard_concrete import HardConcreteGateDict, n_open
 
     model, batch = seq2seq()
     before = [p.detach().clone() for p in model.parameters()]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headprune_utils.gates import ablate_heads
+from headprune_utils.model.gates import ablate_heads
 
 B, S, N, D = 3, 7, 4, 8  # batch, seq, heads, head_dim
 

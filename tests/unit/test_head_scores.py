@@ -10,16 +10,16 @@ import torch
 from scipy import stats
 
 from conftest import tiny_inputs, tiny_model
-from headprune_utils.attention import attention_maps
-from headprune_utils.batching import Encoded
-from headprune_utils.head_scores import (
+from headprune_utils.model.attention import attention_maps
+from headprune_utils.tasks.batching import Encoded
+from headprune_utils.measure.head_scores import (
     ablation_importance, confidence, confidence_from_maps, entropy, entropy_from_maps, query_mask, rank_agreement,
     relevance,
 )
-from headprune_utils.importance import head_importance
-from headprune_utils.metrics import main_score
-from headprune_utils.pruning import prune_heads
-from headprune_utils.training import evaluate
+from headprune_utils.measure.importance import head_importance
+from headprune_utils.tasks.metrics import main_score
+from headprune_utils.model.pruning import prune_heads
+from headprune_utils.train.training import evaluate
 
 ATT = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]])  # lengths 5 and 4
 
@@ -144,7 +144,7 @@ def test_relevance_normalised_rows_sum_to_one_and_pruned_heads_are_nan():
 
 
 def test_relevance_top_logit_matches_per_example_gradient_of_the_top_logit():
-    from headprune_utils.gates import head_gates
+    from headprune_utils.model.gates import head_gates
 
     model = tiny_model(dtype=torch.float64, initializer_range=0.2)
     bs = labelled_batches()
@@ -182,9 +182,9 @@ def test_rank_agreement_matches_scipy_and_skips_nan():
 @pytest.mark.parametrize("regression", [False, True])
 def test_ablation_loss_and_confidence_entropy_equal_the_plain_computations(regression):
     """The one-sweep ablation loss and the one-forward confidence/entropy equal the plain per-head computations."""
-    from headprune_utils import head_scores
-    from headprune_utils.gates import head_gates
-    from headprune_utils import glue_workbench as common
+    from headprune_utils.measure import head_scores
+    from headprune_utils.model.gates import head_gates
+    from headprune_utils.studies import glue_workbench as common
 
     model = tiny_model(initializer_range=0.3, num_labels=1 if regression else 3,
                        problem_type="regression" if regression else "single_label_classification")
@@ -270,7 +270,7 @@ def test_confidence_without_special_keys_by_hand():
 def test_attention_scores_in_one_forward_equal_the_separate_scores():
     """On a tiny model: confidence and entropy equal confidence_entropy's; the special-key-free confidence equals the
     numpy computation on the model's own maps, and is never above the plain confidence."""
-    from headprune_utils import head_scores
+    from headprune_utils.measure import head_scores
 
     model = tiny_model(initializer_range=0.5)
     bs = [tiny_inputs(batch=3, seq=9, seed=1), tiny_inputs(batch=2, seq=6, seed=2)]

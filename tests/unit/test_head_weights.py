@@ -6,9 +6,9 @@ import math
 
 import torch
 
-from headprune_utils.head_weights import PARTS, head_parameters, relative_change
-from headprune_utils.masks import mask_from_pruned
-from headprune_utils.pruning import prune_heads
+from headprune_utils.model.head_weights import PARTS, head_parameters, relative_change
+from headprune_utils.model.masks import mask_from_pruned
+from headprune_utils.model.pruning import prune_heads
 from tests.conftest import tiny_model
 
 

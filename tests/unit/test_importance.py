@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from conftest import tiny_inputs, tiny_model
-from headprune_utils.gates import head_gates
-from headprune_utils.importance import head_importance, layer_normalize
-from headprune_utils.pruning import prune_heads
+from headprune_utils.model.gates import head_gates
+from headprune_utils.measure.importance import head_importance, layer_normalize
+from headprune_utils.model.pruning import prune_heads
 
 MASK = torch.tensor([[1, 0, 1, 1], [1, 1, 1, 1], [0, 1, 1, 0]], dtype=torch.float64)
 HEADS = [(0, 0), (0, 3), (1, 2), (2, 1)]  # kept by MASK

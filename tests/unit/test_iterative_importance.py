@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from headprune_utils import strategies
-from headprune_utils.config import ParameterError, validate
+from headprune_utils.model import strategies
+from headprune_utils.studies.config import ParameterError, validate
 from headprune_utils.studies import layer_strategies as study
 
 
@@ -35,8 +35,8 @@ def test_iterative_order_re_estimates_after_every_step():
 
 
 def test_iterative_strategy_in_the_sweep(tiny_model_dir, tiny_glue_root, tmp_path):
-    from headprune_utils.execution import run_study
-    from headprune_utils.paths import StudyPaths
+    from headprune_utils.run.execution import run_study
+    from headprune_utils.store.paths import StudyPaths
 
     cfg = validate(study.LayerStrategiesConfig, dict(
         model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0, 1], budgets=[0.25, 0.5], finetune_budgets=[0.5],
@@ -47,7 +47,7 @@ def test_iterative_strategy_in_the_sweep(tiny_model_dir, tiny_glue_root, tmp_pat
     assert not [c for c in cells if c["regime"] == "mask_then_finetune" and c["strategy"] == "iterative_importance"]
     table = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path))
     it = table[table["strategy"] == "iterative_importance"].sort_values("budget")
-    from headprune_utils.masks import mask_from_string
+    from headprune_utils.model.masks import mask_from_string
     for seed, g in it.groupby("seed"):
         m = [mask_from_string(s) for s in g.sort_values("budget")["mask"]]
         assert bool((m[1] <= m[0]).all()) and int((m[1] == 0).sum()) == 6, "nested, exact budget"
@@ -61,9 +61,9 @@ def test_iterative_strategy_in_the_sweep(tiny_model_dir, tiny_glue_root, tmp_pat
 def test_iterative_budgets_extend_michels_curve_alone(tiny_model_dir, tiny_glue_root, tmp_path):
     """``iterative_budgets``: the iterative strategy at more budgets than the others (evaluation only), its masks
     from the same path (nested), the fingerprint unchanged (stored cells stay valid), the contrasts untouched."""
-    from headprune_utils.execution import run_study
-    from headprune_utils.masks import mask_from_string
-    from headprune_utils.paths import StudyPaths
+    from headprune_utils.run.execution import run_study
+    from headprune_utils.model.masks import mask_from_string
+    from headprune_utils.store.paths import StudyPaths
 
     base = dict(model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0, 1], budgets=[0.5], finetune_budgets=[0.5],
                 strategies=["random", "top", "iterative_importance"], finetune_strategies=["random"],

@@ -11,9 +11,9 @@ import time
 import pandas as pd
 import pytest
 
-from headprune_utils.config import validate
-from headprune_utils.execution import run_study
-from headprune_utils.paths import StudyPaths
+from headprune_utils.studies.config import validate
+from headprune_utils.run.execution import run_study
+from headprune_utils.store.paths import StudyPaths
 from headprune_utils.studies import random_pruning as study
 
 PARAMS = dict(tasks=["SST-2"], fractions=[0.0, 0.25, 0.5, 0.75], finetune_fractions=None, seeds=[0, 1, 2],
@@ -22,9 +22,9 @@ PARAMS = dict(tasks=["SST-2"], fractions=[0.0, 0.25, 0.5, 0.75], finetune_fracti
 
 CHILD = """
 import sys, time
-from headprune_utils.config import validate
-from headprune_utils.execution import run_study
-from headprune_utils.paths import StudyPaths
+from headprune_utils.studies.config import validate
+from headprune_utils.run.execution import run_study
+from headprune_utils.store.paths import StudyPaths
 from headprune_utils.studies import random_pruning as study
 from headprune_utils import training
 real = training.finetune

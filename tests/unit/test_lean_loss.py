@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from headprune_utils import training
-from headprune_utils.batching import Encoded, collate
-from headprune_utils.gates import head_gates
-from headprune_utils.lean_loss import lean_loss, unsupported_reason
-from headprune_utils.pruning import prune_heads
+from headprune_utils.train import training
+from headprune_utils.tasks.batching import Encoded, collate
+from headprune_utils.model.gates import head_gates
+from headprune_utils.train.lean_loss import lean_loss, unsupported_reason
+from headprune_utils.model.pruning import prune_heads
 
 L, H, D = 3, 4, 8  # the tiny models: 3 layers x 4 heads, head_dim 8
 
@@ -169,7 +169,7 @@ def test_finetune_lean_on_an_unsupported_model_warns_and_trains_the_plain_way():
 
 
 def test_lean_training_changes_the_model_cache_key_only_when_on():
-    from headprune_utils.glue_workbench import GlueStudyConfig, result_params, training_fingerprint
+    from headprune_utils.studies.glue_workbench import GlueStudyConfig, result_params, training_fingerprint
 
     off, on = GlueStudyConfig(), GlueStudyConfig(lean_training=True)
     cpu = torch.device("cpu")

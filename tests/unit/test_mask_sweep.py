@@ -9,20 +9,14 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from headprune_utils import mask_sweep
-from headprune_utils.batching import Encoded
-from headprune_utils.gates import head_gates, head_means
-from headprune_utils.mask_sweep import (
-    SweepOptions,
-    evaluate_masks,
-    logits_masks,
-    plain_logits_masks,
-    plain_predict_masks,
-    predict_masks,
-    sweep_plan,
+from headprune_utils.measure import mask_sweep
+from headprune_utils.tasks.batching import Encoded
+from headprune_utils.model.gates import head_gates, head_means
+from headprune_utils.measure.mask_sweep import (
+    SweepOptions, evaluate_masks, logits_masks, plain_logits_masks, plain_predict_masks, predict_masks, sweep_plan,
 )
-from headprune_utils.pruning import prune_heads
-from headprune_utils.training import evaluate, predict
+from headprune_utils.model.pruning import prune_heads
+from headprune_utils.train.training import evaluate, predict
 
 L, H = 3, 4  # the tiny models: 3 layers x 4 heads, head_dim 8
 
@@ -107,7 +101,7 @@ def test_real_head_means_and_large_logits():
     with torch.no_grad():
         model.classifier.weight.mul_(1000)
     enc = make_enc(n=10, seed=2)
-    from headprune_utils.batching import eval_batches, iterate
+    from headprune_utils.tasks.batching import eval_batches, iterate
 
     batches = [b for _, b in iterate(enc, eval_batches(enc.lengths, 4), "cpu")]
     means = head_means(model, batches)

@@ -4,8 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headprune_utils.masks import (BudgetError, mask_from_pruned, mask_from_string, mask_to_string,
-                                   n_pruned_for_fraction, random_mask, random_masks)
+from headprune_utils.model.masks import (
+    BudgetError, mask_from_pruned, mask_from_string, mask_to_string, n_pruned_for_fraction, random_mask,
+    random_masks,
+)
 
 
 def test_random_mask_counts_determinism_and_nesting():

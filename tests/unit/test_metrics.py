@@ -1,4 +1,4 @@
-"""Unit tests of headprune_utils.metrics and the data-free parts of headprune_utils.data.
+"""Unit tests of headprune_utils.tasks.metrics and the data-free parts of headprune_utils.tasks.data.
 
 Metrics are checked against scikit-learn / scipy as independent references.
 No real data files are needed; TSV parsing is tested on temporary files.
@@ -16,26 +16,13 @@ import pytest
 from scipy import stats
 from sklearn import metrics as skm
 
-from headprune_utils import data as hd
-from headprune_utils.data import (  # noqa: I001
-    MalformedRowsWarning,
-    TASKS,
-    DataUnavailableError,
-    TaskData,
-    get_task,
-    load_task,
-    resolve_data_dir,
-    subset,
+from headprune_utils.tasks import data as hd
+from headprune_utils.tasks.data import ( # noqa: I001
+    MalformedRowsWarning, TASKS, DataUnavailableError, TaskData, get_task, load_task, resolve_data_dir, subset,
     task_availability,
 )
-from headprune_utils.metrics import (
-    accuracy,
-    compute_metrics,
-    f1_binary,
-    main_score,
-    matthews_corrcoef,
-    pearson,
-    spearman,
+from headprune_utils.tasks.metrics import (
+    accuracy, compute_metrics, f1_binary, main_score, matthews_corrcoef, pearson, spearman,
 )
 
 SEEDS = [0, 1, 2, 3, 4]
@@ -49,7 +36,7 @@ def offline(monkeypatch):
 
 @pytest.fixture
 def online(monkeypatch):
-    from headprune_utils import data
+    from headprune_utils.tasks import data
 
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
@@ -486,8 +473,8 @@ def test_verdict_scores_decide_mrpc_by_accuracy_with_the_constant_predictors_acc
     import pandas as pd
     from sklearn.metrics import accuracy_score, f1_score
 
-    from headprune_utils import data
-    from headprune_utils.metrics import verdict_scores
+    from headprune_utils.tasks import data
+    from headprune_utils.tasks.metrics import verdict_scores
 
     labels = np.array([1] * 279 + [0] * 129)  # MRPC dev's share of paraphrases
     constant = np.ones_like(labels)

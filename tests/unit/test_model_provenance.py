@@ -7,10 +7,11 @@ import json
 import pandas as pd
 import pytest
 
-from headprune_utils import glue_workbench, models
-from headprune_utils.config import validate
-from headprune_utils.execution import MixedModelsError, check_one_model, run_study
-from headprune_utils.paths import StudyPaths
+from headprune_utils.studies import glue_workbench
+from headprune_utils.model import models
+from headprune_utils.studies.config import validate
+from headprune_utils.run.execution import MixedModelsError, check_one_model, run_study
+from headprune_utils.store.paths import StudyPaths
 from headprune_utils.studies import random_pruning as study
 
 

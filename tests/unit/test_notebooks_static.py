@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from headprune_utils.paths import notebooks_dir
+from headprune_utils.store.paths import notebooks_dir
 from headprune_utils.studies import STUDIES
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from headprune_utils.config import load_profile, output_profile, validate
+from headprune_utils.studies.config import load_profile, output_profile, validate
 from headprune_utils.studies import STUDIES
 
 

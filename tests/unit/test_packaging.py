@@ -24,14 +24,14 @@ def test_environment_yml_matches_pyproject():
 
 
 def test_console_command_license_and_citation():
-    """`headprune` is the batch runner (the same function as python -m headprune_utils.run); the project says its
+    """`headprune` is the batch runner (the same function as python -m headprune_utils.run.cli); the project says its
     license and how to cite it and the papers it tests."""
     import tomllib
 
     root = REPO
     meta = tomllib.loads((root / "pyproject.toml").read_text())
-    assert meta["project"]["scripts"]["headprune"] == "headprune_utils.run:main"
-    from headprune_utils import run
+    assert meta["project"]["scripts"]["headprune"] == "headprune_utils.run.cli:main"
+    from headprune_utils.run import cli as run
 
     assert callable(run.main)
     assert meta["project"]["license"] == "Apache-2.0" and meta["project"]["license-files"] == ["LICENSE"]

@@ -5,8 +5,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headprune_utils.paired_contrasts import (LOCATION_CONTRASTS, Contrast, contrast_table,
-                                              identical_masks, paired_by_strategy, per_ablation, unit_contrast_table)
+from headprune_utils.analysis.paired_contrasts import (
+    LOCATION_CONTRASTS, Contrast, contrast_table, identical_masks, paired_by_strategy, per_ablation,
+    unit_contrast_table,
+)
 
 
 def table(offsets: dict[str, list[float]]) -> pd.DataFrame:
@@ -52,7 +54,7 @@ def test_contrast_table_per_setting_and_pooled():
 
 
 def test_location_contrasts_name_known_strategies():
-    from headprune_utils.strategy_sweep import ALL_STRATEGIES
+    from headprune_utils.studies.strategy_sweep import ALL_STRATEGIES
 
     assert len({c.name for c in LOCATION_CONTRASTS}) == len(LOCATION_CONTRASTS)
     assert all(c.a in ALL_STRATEGIES and c.b in ALL_STRATEGIES for c in LOCATION_CONTRASTS)

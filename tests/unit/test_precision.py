@@ -26,11 +26,11 @@ import pytest
 import torch
 
 from conftest import tiny_inputs, tiny_model
-from headprune_utils.batching import Encoded, collate, train_batches
-from headprune_utils.gates import capture_head_contexts, head_gates
-from headprune_utils.precision import PRECISIONS, autocast_context, check_precision, resolve_precision
-from headprune_utils.pruning import prune_heads
-from headprune_utils.training import TrainConfig, _optimizer, evaluate, finetune, predict
+from headprune_utils.tasks.batching import Encoded, collate, train_batches
+from headprune_utils.model.gates import capture_head_contexts, head_gates
+from headprune_utils.model.precision import PRECISIONS, autocast_context, check_precision, resolve_precision
+from headprune_utils.model.pruning import prune_heads
+from headprune_utils.train.training import TrainConfig, _optimizer, evaluate, finetune, predict
 
 TOL = 5e-2  # relative error of bf16 vs fp32 (module docstring); worst measured 2.5e-2 (logits, 32 seeds)
 
@@ -286,10 +286,10 @@ def test_auto_on_cuda_runs_bf16_with_gates_and_pruning_within_tolerance():
 
 
 def test_translation_auto_is_plain_float32_and_bf16_stays_close():
-    from headprune_utils.subword import train_tokenizer
-    from headprune_utils.translation import NMTTrainConfig, dev_loss, encode_pairs, train_translation, translate
-    from headprune_utils.translation_data import ParallelData
-    from headprune_utils.translation_model import NMTModelConfig, build_translation_model
+    from headprune_utils.tasks.subword import train_tokenizer
+    from headprune_utils.train.translation import NMTTrainConfig, dev_loss, encode_pairs, train_translation, translate
+    from headprune_utils.tasks.translation_data import ParallelData
+    from headprune_utils.model.translation_model import NMTModelConfig, build_translation_model
 
     src = ["a man rides a red bike .", "two dogs play in the snow .", "a woman is reading a book !"]
     tgt = ["ein Mann fährt ein rotes Fahrrad .", "zwei Hunde spielen im Schnee .", "eine Frau liest ein Buch !"]
@@ -329,8 +329,8 @@ def test_translation_auto_is_plain_float32_and_bf16_stays_close():
 def test_training_keys_change_only_where_training_is_bf16(monkeypatch):
     """bf16-trained models and cells never share a key with float32-trained ones; on the CPU the keys are those
     made before the setting existed."""
-    from headprune_utils import glue_workbench
-    from headprune_utils.precision import training_key
+    from headprune_utils.studies import glue_workbench
+    from headprune_utils.model.precision import training_key
     from headprune_utils.studies.random_pruning import RandomPruningConfig
 
     cfg = RandomPruningConfig()
@@ -349,7 +349,7 @@ def test_training_keys_change_only_where_training_is_bf16(monkeypatch):
 def test_the_committed_standard_models_keep_their_cache_key(data_root):
     """The key of the standard profile's seed-0 SST-2 model, computed before the precision setting existed
     (the folder name in outputs/_finetuned/standard/): unchanged on the CPU."""
-    from headprune_utils import config, glue_workbench
+    from headprune_utils.studies import config, glue_workbench
     from headprune_utils.studies.random_pruning import RandomPruningConfig
 
     overrides = config.load_profile("standard")["random_pruning"]

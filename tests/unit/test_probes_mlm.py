@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from headprune_utils import mlm, models, probes
+from headprune_utils.train import mlm
+from headprune_utils.model import models
+from headprune_utils.tasks import probes
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from conftest import tiny_inputs, tiny_model
-from headprune_utils.architecture import kept_heads, present_mask
-from headprune_utils.gates import head_gates
-from headprune_utils.masks import random_mask
-from headprune_utils.pruning import count_attention_params, prune_heads
+from headprune_utils.model.architecture import kept_heads, present_mask
+from headprune_utils.model.gates import head_gates
+from headprune_utils.model.masks import random_mask
+from headprune_utils.model.pruning import count_attention_params, prune_heads
 
 
 def out(model, inputs):

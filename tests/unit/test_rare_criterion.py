@@ -16,8 +16,10 @@ import pandas as pd
 import pytest
 import torch
 
-from headprune_utils import figures, role_survival, specialized
-from headprune_utils.config import ParameterError, validate
+from headprune_utils import figures
+from headprune_utils.studies import role_survival
+from headprune_utils.measure import specialized
+from headprune_utils.studies.config import ParameterError, validate
 from headprune_utils.figures.layout import layout_problems
 from headprune_utils.studies import nmt_heads, specialized_heads_l0
 

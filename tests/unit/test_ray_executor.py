@@ -11,8 +11,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from headprune_utils.execution import CellsFailed, RayExecutor, run_study  # noqa: E402
-from headprune_utils.paths import StudyPaths  # noqa: E402
+from headprune_utils.run.execution import CellsFailed, RayExecutor, run_study  # noqa: E402
+from headprune_utils.store.paths import StudyPaths  # noqa: E402
 
 from fake_studies import FakeConfig, FakeStudy  # noqa: E402
 
@@ -73,7 +73,7 @@ def test_study_one_on_ray_equals_local(local_ray, tiny_model_dir, tiny_glue_root
     too."""
     import torch
 
-    from headprune_utils.config import validate
+    from headprune_utils.studies.config import validate
     from headprune_utils.studies import random_pruning as study
 
     cfg = validate(study.RandomPruningConfig, dict(

@@ -11,10 +11,12 @@ from scipy.spatial.distance import cosine, jensenshannon
 from scipy.stats import pearsonr
 
 from conftest import tiny_inputs, tiny_model
-from headprune_utils.attention import attention_maps, js_divergence
-from headprune_utils.pruning import prune_heads
-from headprune_utils.redundancy import (METRICS, SENTENCE_METRICS, TOKEN_METRICS, RedundancyAccumulator, minmax,
-                                        redundancy_matrices, sentence_distances, stack_heads)
+from headprune_utils.model.attention import attention_maps, js_divergence
+from headprune_utils.model.pruning import prune_heads
+from headprune_utils.measure.redundancy import (
+    METRICS, SENTENCE_METRICS, TOKEN_METRICS, RedundancyAccumulator, minmax, redundancy_matrices, sentence_distances,
+    stack_heads,
+)
 
 LENGTHS = (6, 4, 1, 4, 3)  # ragged, with a 1-token sentence and two of equal length
 

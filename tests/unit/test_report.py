@@ -9,8 +9,8 @@ import nbformat
 import pandas as pd
 import pytest
 
-from headprune_utils import report, summary
-from headprune_utils.paths import StudyPaths, notebooks_dir
+from headprune_utils.run import report, summary
+from headprune_utils.store.paths import StudyPaths, notebooks_dir
 from headprune_utils.studies import STUDIES
 
 
@@ -123,7 +123,7 @@ def test_index_has_one_row_per_claim_with_links(quick_site):
 def test_readme_findings_table_is_the_generated_one():
     """The README's findings table is what `make summary` writes from the committed verdict tables (never stale,
     never edited by hand)."""
-    from headprune_utils.paths import project_root
+    from headprune_utils.store.paths import project_root
 
     text = (project_root() / "README.md").read_text(encoding="utf-8")
     assert summary.README_START in text and summary.README_END in text

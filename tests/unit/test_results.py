@@ -7,9 +7,10 @@ import re
 import pandas as pd
 import pytest
 
-from headprune_utils.paths import StudyPaths
-from headprune_utils.results import (ResultStore, StaleResultsError, atomic_write_json, cell_key, fingerprint,
-                                     run_metadata)
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.results import (
+    ResultStore, StaleResultsError, atomic_write_json, cell_key, fingerprint, run_metadata,
+)
 
 
 def test_cell_key_is_stable_and_safe():
@@ -70,7 +71,7 @@ def test_packed_floats_round_trip_and_refuse_bad_input():
 
     import numpy as np
 
-    from headprune_utils.results import pack_floats, unpack_floats
+    from headprune_utils.store.results import pack_floats, unpack_floats
 
     rng = np.random.default_rng(0)
     x = rng.random(2556)

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from headprune_utils import run
-from headprune_utils.execution import run_study
-from headprune_utils.paths import StudyPaths
+from headprune_utils.run import cli as run
+from headprune_utils.run.execution import run_study
+from headprune_utils.store.paths import StudyPaths
 
 from fake_studies import FakeConfig, FakeStudy
 
@@ -18,7 +18,7 @@ def fake_runner(tmp_path, monkeypatch):
     params = tmp_path / "params"
     params.mkdir()
     monkeypatch.setattr(run, "STUDIES", {"fake": FakeStudy()})
-    monkeypatch.setattr("headprune_utils.config.params_dir", lambda: params)
+    monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: params)
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
     monkeypatch.setattr(run, "execute_study", lambda *a, **k: pytest.fail("no notebook may start"))
 
@@ -79,7 +79,7 @@ def test_check_reads_the_task_data(tiny_model_dir, tmp_path, monkeypatch, capsys
     params.mkdir()
     (params / "t.yaml").write_text(
         f"random_pruning: {{model: {tiny_model_dir}, tasks: [SST-2], data_dir: {tmp_path / 'data'}, allow_hub: false}}\n")
-    monkeypatch.setattr("headprune_utils.config.params_dir", lambda: params)
+    monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: params)
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
     monkeypatch.setattr(run, "STUDIES", {"random_pruning": STUDIES["random_pruning"]})
     assert run.main(["--profile", "t", "--check"]) == 2
@@ -93,10 +93,10 @@ def test_progress_line_and_verdict_summary(tmp_path, monkeypatch, data_root):
     ends with each study's verdict counts and where its outputs are."""
     import pandas as pd
 
-    from headprune_utils import run
-    from headprune_utils.config import load_profile, validate
-    from headprune_utils.paths import StudyPaths
-    from headprune_utils.results import cell_key
+    from headprune_utils.run import cli as run
+    from headprune_utils.studies.config import load_profile, validate
+    from headprune_utils.store.paths import StudyPaths
+    from headprune_utils.store.results import cell_key
     from headprune_utils.studies import STUDIES
 
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "outputs"))
@@ -127,7 +127,7 @@ def test_kernels_talk_over_ipc_in_the_temporary_folder():
     whose files live in the temporary folder (never the checkout)."""
     import tempfile
 
-    from headprune_utils.run import ipc_kernel_manager
+    from headprune_utils.run.cli import ipc_kernel_manager
 
     km = ipc_kernel_manager()(kernel_name="python3")
     assert km.transport == "ipc" and km.ip.startswith(tempfile.gettempdir())

@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headprune_utils import claims, semantics, stats
-from headprune_utils.config import ParameterError
+from headprune_utils.analysis import claims, stats
+from headprune_utils.studies import semantics
+from headprune_utils.studies.config import ParameterError
 
 
 SUP = "superiority (greater); one-sided t tests on d; alpha=0.05"

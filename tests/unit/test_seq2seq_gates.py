@@ -11,16 +11,11 @@ import math
 import pytest
 import torch
 
-from headprune_utils.architecture import (
-    SEQ2SEQ_KINDS,
-    attention_sites,
-    head_shape,
-    is_encoder_decoder,
-    kept_heads,
-    present_mask,
+from headprune_utils.model.architecture import (
+    SEQ2SEQ_KINDS, attention_sites, head_shape, is_encoder_decoder, kept_heads, present_mask,
 )
-from headprune_utils.gates import capture_head_contexts, head_gates, head_means
-from headprune_utils.pruning import count_attention_params, prune_heads
+from headprune_utils.model.gates import capture_head_contexts, head_gates, head_means
+from headprune_utils.model.pruning import count_attention_params, prune_heads
 
 PAD, BOS, EOS = 0, 1, 2
 SHAPES = {"enc": (2, 4), "dec": (3, 4), "cross": (3, 4)}  # enc and dec depths differ on purpose
@@ -237,7 +232,7 @@ def test_gated_head_output_is_zero_and_only_that_head():
 def reference_encoder(model, batch, gates=None, ablation="zero", means=None):
     """A hand-written Marian encoder (post-LN, sinusoidal positions), with per-head probabilities computed
     explicitly; an ablated head's context is scaled, or replaced by uniform attention over the real tokens or
-    by its mean. Independent of headprune_utils.gates."""
+    by its mean. Independent of headprune_utils.model.gates."""
     enc = model.model.encoder
     ids, mask = batch["input_ids"], batch["attention_mask"]
     b, s = ids.shape

@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
-import headprune_utils.specialized as sp
+import headprune_utils.measure.specialized as sp
 from conftest import tiny_inputs, tiny_model
-from headprune_utils.attention import attention_maps
-from headprune_utils.data import DataUnavailableError
-from headprune_utils.head_scores import query_mask
+from headprune_utils.model.attention import attention_maps
+from headprune_utils.tasks.data import DataUnavailableError
+from headprune_utils.measure.head_scores import query_mask
 
 ATT = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])  # lengths 6 and 4
 

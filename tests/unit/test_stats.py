@@ -1,4 +1,4 @@
-"""headprune_utils.stats on hand-written cases and against scipy / brute force."""
+"""headprune_utils.analysis.stats on hand-written cases and against scipy / brute force."""
 from __future__ import annotations
 
 import itertools
@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from headprune_utils.stats import binomial_test_p, bootstrap_ci, clopper_pearson, gini, permutation_test, sign_flip_test, t_interval
+from headprune_utils.analysis.stats import (
+    binomial_test_p, bootstrap_ci, clopper_pearson, gini, permutation_test, sign_flip_test, t_interval,
+)
 
 
 # --- gini ---------------------------------------------------------------------------------------------
@@ -140,7 +142,7 @@ def test_permutation_test_separated_samples_and_custom_statistic():
 
 
 def test_min_attainable_sign_flip_p_is_what_the_exact_test_gives_for_same_sign_pairs():
-    from headprune_utils.stats import min_attainable_p, sign_flip_test
+    from headprune_utils.analysis.stats import min_attainable_p, sign_flip_test
 
     for n in range(1, 8):
         same_sign = [1.0 + 0.1 * i for i in range(n)]
@@ -154,7 +156,7 @@ def test_min_attainable_sign_flip_p_is_what_the_exact_test_gives_for_same_sign_p
 # --- unit means -------------------------------------------------------------------------------------------
 
 def test_unit_means_aggregates_within_units_in_order_of_first_appearance():
-    from headprune_utils.stats import unit_means
+    from headprune_utils.analysis.stats import unit_means
 
     labels, means = unit_means([1.0, 2.0, 10.0, 3.0, 20.0], ["b", "b", ("sst2", 1), "b", ("sst2", 1)])
     assert labels == ["b", ("sst2", 1)]
@@ -182,7 +184,7 @@ def _brute_force(statistic):
 
 @pytest.mark.parametrize("statistic", [np.mean, np.median])
 def test_cluster_bootstrap_enumerates_all_27_resamples_of_3_clusters(statistic):
-    from headprune_utils.stats import cluster_bootstrap_ci, cluster_bootstrap_distribution
+    from headprune_utils.analysis.stats import cluster_bootstrap_ci, cluster_bootstrap_distribution
 
     brute = _brute_force(statistic)
     theta, exact = cluster_bootstrap_distribution(VALUES, CLUSTERS, statistic)
@@ -194,7 +196,7 @@ def test_cluster_bootstrap_enumerates_all_27_resamples_of_3_clusters(statistic):
 
 
 def test_cluster_bootstrap_resamples_clusters_not_values():
-    from headprune_utils.stats import bootstrap_ci, cluster_bootstrap_ci
+    from headprune_utils.analysis.stats import bootstrap_ci, cluster_bootstrap_ci
 
     rng = np.random.default_rng(10)
     centres = rng.normal(size=8)
@@ -208,7 +210,7 @@ def test_cluster_bootstrap_resamples_clusters_not_values():
 
 
 def test_cluster_bootstrap_monte_carlo_is_seeded_and_close_to_exact():
-    from headprune_utils.stats import cluster_bootstrap_ci, cluster_bootstrap_distribution
+    from headprune_utils.analysis.stats import cluster_bootstrap_ci, cluster_bootstrap_distribution
 
     x = np.random.default_rng(11).normal(size=10)
     clusters = np.repeat(np.arange(5), 2)  # 5**5 = 3125 draws
@@ -222,7 +224,7 @@ def test_cluster_bootstrap_monte_carlo_is_seeded_and_close_to_exact():
 
 
 def test_cluster_bootstrap_degenerate_and_bad_inputs():
-    from headprune_utils.stats import cluster_bootstrap_ci
+    from headprune_utils.analysis.stats import cluster_bootstrap_ci
 
     low, high = cluster_bootstrap_ci([1.0, 2.0], ["a", "a"])
     assert np.isnan(low) and np.isnan(high)
@@ -237,7 +239,7 @@ def test_cluster_bootstrap_degenerate_and_bad_inputs():
 
 @pytest.mark.parametrize("confidence", [0.9, 0.95])
 def test_bca_interval_matches_scipy_bootstrap_bca(confidence):
-    from headprune_utils.stats import bca_interval
+    from headprune_utils.analysis.stats import bca_interval
 
     x = np.random.default_rng(12).exponential(size=9)  # skewed: BCa differs from the percentile interval
     ref = sps.bootstrap((x,), np.mean, method="BCa", confidence_level=confidence, n_resamples=3000, rng=5)
@@ -248,7 +250,7 @@ def test_bca_interval_matches_scipy_bootstrap_bca(confidence):
 
 
 def test_bca_of_a_symmetric_exact_case_equals_the_percentile_interval():
-    from headprune_utils.stats import bca_interval, cluster_bootstrap_ci
+    from headprune_utils.analysis.stats import bca_interval, cluster_bootstrap_ci
 
     # [-1, 0, 1]: the 27 resampled means are symmetric about 0 (z0 = 0) and the jackknife means +-0.5, 0 give
     # acceleration 0, so BCa's levels are the percentile ones
@@ -257,7 +259,7 @@ def test_bca_of_a_symmetric_exact_case_equals_the_percentile_interval():
 
 
 def test_cluster_bca_with_singleton_clusters_is_bca_interval():
-    from headprune_utils.stats import bca_interval, cluster_bootstrap_ci
+    from headprune_utils.analysis.stats import bca_interval, cluster_bootstrap_ci
 
     x = np.random.default_rng(13).gamma(2.0, size=12)
     assert cluster_bootstrap_ci(x, np.arange(12), method="bca", seed=2) == bca_interval(x, seed=2)
@@ -267,7 +269,7 @@ def test_cluster_bca_with_singleton_clusters_is_bca_interval():
 
 @pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
 def test_t_test_p_matches_scipy(alternative):
-    from headprune_utils.stats import t_test_p
+    from headprune_utils.analysis.stats import t_test_p
 
     d = np.random.default_rng(14).normal(0.3, 1.0, size=7)
     ref = sps.ttest_1samp(d, 0.1, alternative=alternative).pvalue
@@ -275,7 +277,7 @@ def test_t_test_p_matches_scipy(alternative):
 
 
 def test_t_test_p_degenerate_cases():
-    from headprune_utils.stats import t_test_p
+    from headprune_utils.analysis.stats import t_test_p
 
     assert np.isnan(t_test_p([1.0]))
     assert t_test_p([0.2, 0.2, 0.2]) == 0.0
@@ -286,7 +288,7 @@ def test_t_test_p_degenerate_cases():
 
 
 def test_tost_matches_a_hand_computation():
-    from headprune_utils.stats import tost
+    from headprune_utils.analysis.stats import tost
 
     d = np.array([0.012, -0.004, 0.020, 0.006, -0.001])
     margin, alpha = 0.03, 0.05
@@ -306,7 +308,7 @@ def test_tost_matches_a_hand_computation():
 
 
 def test_tost_asymmetric_margins_and_bad_inputs():
-    from headprune_utils.stats import tost
+    from headprune_utils.analysis.stats import tost
 
     d = [0.5, 0.7, 0.6, 0.4]
     r = tost(d, (0.0, 1.0))
@@ -334,7 +336,7 @@ def _holm_by_definition(p):
 
 
 def test_holm_hand_case_nan_and_cap():
-    from headprune_utils.stats import holm
+    from headprune_utils.analysis.stats import holm
 
     # sorted 0.005, 0.01, 0.03, 0.04 x 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> running max 0.02, 0.03, 0.06, 0.06
     np.testing.assert_allclose(holm([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
@@ -348,7 +350,7 @@ def test_holm_hand_case_nan_and_cap():
 
 
 def test_holm_matches_its_definition_and_is_monotone():
-    from headprune_utils.stats import holm
+    from headprune_utils.analysis.stats import holm
 
     p = np.random.default_rng(15).uniform(0, 0.2, size=12)
     adjusted = holm(p)
@@ -360,7 +362,7 @@ def test_holm_matches_its_definition_and_is_monotone():
 # --- min attainable p ----------------------------------------------------------------------------------------
 
 def test_min_attainable_p():
-    from headprune_utils.stats import min_attainable_p, sign_flip_test
+    from headprune_utils.analysis.stats import min_attainable_p, sign_flip_test
 
     assert min_attainable_p("sign_flip", 3) == 0.25
     assert min_attainable_p("sign_flip", 3, "greater") == 0.125
@@ -401,7 +403,7 @@ def test_one_sided_sign_flip_and_binomial_against_independent_computations():
 
     from scipy import stats as sps
 
-    from headprune_utils.stats import binomial_test_p, sign_flip_test
+    from headprune_utils.analysis.stats import binomial_test_p, sign_flip_test
     d = np.array([0.3, -0.1, 0.2, 0.25, 0.05])
     means = np.array([np.mean(np.array(s) * d) for s in itertools.product([-1, 1], repeat=d.size)])
     obs = d.mean()

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headprune_utils.masks import BudgetError
-from headprune_utils.strategies import STRATEGIES, layer_groups, layer_order, strategy_mask
+from headprune_utils.model.masks import BudgetError
+from headprune_utils.model.strategies import STRATEGIES, layer_groups, layer_order, strategy_mask
 
 
 def pruned_layers(mask):
@@ -65,7 +65,7 @@ def test_bad_budgets_and_names():
 
 
 def test_importance_masks_by_hand():
-    from headprune_utils.strategies import importance_mask
+    from headprune_utils.model.strategies import importance_mask
 
     scores = torch.tensor([[0.5, 0.1, 0.9], [0.3, 0.1, 0.7]])
     least = importance_mask(scores, 3, "least_important")

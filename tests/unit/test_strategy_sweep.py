@@ -7,8 +7,9 @@ import pandas as pd
 import pytest
 import torch
 
-from headprune_utils import strategies, strategy_sweep
-from headprune_utils.masks import mask_from_string, mask_to_string
+from headprune_utils.model import strategies
+from headprune_utils.studies import strategy_sweep
+from headprune_utils.model.masks import mask_from_string, mask_to_string
 from headprune_utils.studies.base import Cell
 
 

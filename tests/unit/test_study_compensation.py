@@ -7,12 +7,13 @@ import pytest
 
 import torch
 
-from headprune_utils import claims, glue_workbench
-from headprune_utils.config import ParameterError, validate
-from headprune_utils.head_weights import head_parameters
-from headprune_utils.execution import run_study
-from headprune_utils.masks import mask_from_string, mask_to_string
-from headprune_utils.paths import StudyPaths
+from headprune_utils.analysis import claims
+from headprune_utils.studies import glue_workbench
+from headprune_utils.studies.config import ParameterError, validate
+from headprune_utils.model.head_weights import head_parameters
+from headprune_utils.run.execution import run_study
+from headprune_utils.model.masks import mask_from_string, mask_to_string
+from headprune_utils.store.paths import StudyPaths
 from headprune_utils.studies import compensation as study
 
 

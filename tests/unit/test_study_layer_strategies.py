@@ -5,11 +5,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headprune_utils import claims
-from headprune_utils.config import ParameterError, validate
-from headprune_utils.execution import run_study
-from headprune_utils.masks import mask_from_string
-from headprune_utils.paths import StudyPaths
+from headprune_utils.analysis import claims
+from headprune_utils.studies.config import ParameterError, validate
+from headprune_utils.run.execution import run_study
+from headprune_utils.model.masks import mask_from_string
+from headprune_utils.store.paths import StudyPaths
 from headprune_utils.studies import layer_strategies as study
 
 

@@ -9,11 +9,12 @@ import pandas as pd
 import pytest
 import torch
 
-from headprune_utils import claims, masks, models
-from headprune_utils.config import ParameterError, validate
-from headprune_utils.execution import run_study
-from headprune_utils.paths import StudyPaths
-from headprune_utils.results import StaleResultsError, cell_key
+from headprune_utils.analysis import claims
+from headprune_utils.model import masks, models
+from headprune_utils.studies.config import ParameterError, validate
+from headprune_utils.run.execution import run_study
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.results import StaleResultsError, cell_key
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies import nmt_heads as study
 
@@ -320,7 +321,7 @@ def test_l0_analysis_by_hand():
 
 def test_a_data_root_without_multi30k_is_a_data_gap_of_the_smoke_run(tmp_path, monkeypatch):
     """What makes the smoke test skip this study (with the reason) instead of failing every notebook."""
-    from headprune_utils import run as runner
+    from headprune_utils.run import cli as runner
 
     monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

@@ -7,10 +7,29 @@ import re
 
 import pytest
 
-from headprune_utils.paths import PACKAGE_DIR
+from headprune_utils.store.paths import PACKAGE_DIR
 from headprune_utils.studies import NAMES, STUDIES, Claim, Study
 
 STUDY_DIR = PACKAGE_DIR / "studies"
+
+
+# modules of studies/ that every study may use: the protocol, parameters, ablation semantics and shared engines
+SHARED = {"base", "config", "semantics", "glue_workbench", "strategy_sweep", "role_survival", "translation_heads",
+          "study_outputs"}
+
+
+def studies_imports(tree: ast.AST) -> list[str]:
+    """The modules of studies/ a module imports (relative or absolute), by name within studies/."""
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level == 1:
+            out += [node.module] if node.module else [a.name for a in node.names]
+        elif node.module and (node.module == "headprune_utils.studies" or node.module.startswith("headprune_utils.studies.")):
+            rest = node.module[len("headprune_utils.studies"):].lstrip(".")
+            out += [rest] if rest else [a.name for a in node.names]
+    return [t.split(".")[0] for t in out]
 
 
 def family(module: str) -> str | None:
@@ -35,7 +54,7 @@ def test_study_object_follows_the_protocol(name):
 
 
 def test_registry_lists_every_study_module():
-    modules = {p.stem for p in STUDY_DIR.glob("*.py")} - {"__init__", "base"}
+    modules = {p.stem for p in STUDY_DIR.glob("*.py")} - {"__init__"} - SHARED
     assert {family(m) for m in modules} == set(NAMES), "every module of studies/ belongs to a registered study"
 
 
@@ -45,26 +64,16 @@ def test_every_study_has_one_layout(name):
     imports no study module, not even its own (the study module imports it and re-exports its names)."""
     analysis = STUDY_DIR / f"{name}_analysis.py"
     assert analysis.exists(), f"{name}: its analysis belongs in {analysis.name}"
-    for node in ast.walk(ast.parse(analysis.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            targets = [node.module] if node.module else [a.name for a in node.names]
-            assert all(t.split(".")[0] == "base" for t in targets), f"{analysis.name} imports .{targets}"
-        if isinstance(node, ast.ImportFrom) and node.module and "studies." in node.module:
-            assert False, f"{analysis.name} imports {node.module}"
+    studies = [t for t in studies_imports(ast.parse(analysis.read_text())) if t not in SHARED]
+    assert not studies, f"{analysis.name} imports study modules {studies}"
 
 
 @pytest.mark.parametrize("path", sorted(STUDY_DIR.glob("*.py")), ids=lambda p: p.stem)
 def test_no_study_imports_another(path):
     own = family(path.stem)
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:  # from .x import y / from . import x
-            targets = [node.module] if node.module else [a.name for a in node.names]
-            for t in targets:
-                other = family(t.split(".")[0])
-                assert other in (None, own), f"{path.name} imports study {other!r} ({t})"
-        if isinstance(node, ast.ImportFrom) and node.module and "studies." in node.module:
-            other = family(node.module.rsplit(".", 1)[-1])
-            assert other in (None, own), f"{path.name} imports study {other!r}"
+    for t in studies_imports(ast.parse(path.read_text())):
+        other = family(t)
+        assert other in (None, own), f"{path.name} imports study {other!r} ({t})"
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE_DIR.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE_DIR)))

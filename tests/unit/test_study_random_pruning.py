@@ -5,11 +5,15 @@ import numpy as np
 import pytest
 import torch
 
-from headprune_utils import batching, claims, data, glue_workbench, models, training
-from headprune_utils.execution import run_study
-from headprune_utils.config import validate
-from headprune_utils.paths import StudyPaths
-from headprune_utils.results import StaleResultsError
+from headprune_utils.tasks import batching, data
+from headprune_utils.analysis import claims
+from headprune_utils.studies import glue_workbench
+from headprune_utils.model import models
+from headprune_utils.train import training
+from headprune_utils.run.execution import run_study
+from headprune_utils.studies.config import validate
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.results import StaleResultsError
 from headprune_utils.studies import random_pruning as study
 
 
@@ -150,7 +154,7 @@ def test_gated_ablations_are_trained_and_evaluated_with_their_gates(tiny_model_d
 
 
 def test_finetune_fractions_limit_the_fine_tuned_regime_only(tiny_model_dir, tiny_glue_root):
-    from headprune_utils.config import ParameterError
+    from headprune_utils.studies.config import ParameterError
 
     cfg = config(tiny_model_dir, tiny_glue_root, fractions=[0.0, 0.25, 0.5], finetune_fractions=[0.5], seeds=[0])
     cells = study.plan_cells(cfg)
@@ -217,13 +221,13 @@ def test_mask_draws_are_averaged_within_the_model(tiny_model_dir, tiny_glue_root
     assert drops["mean_drop"].iloc[0] == pytest.approx((full - table[table["fraction"] == 0.5].groupby("seed")["score"].mean()).mean())
     spread = study.mask_spread(table)
     assert len(spread) == 1 and spread["draws_per_model"].iloc[0] == 3
-    from headprune_utils.config import ParameterError
+    from headprune_utils.studies.config import ParameterError
     with pytest.raises(ParameterError, match="mask_draws"):
         config(tiny_model_dir, tiny_glue_root, mask_draws=0)
 
 
 def test_finetune_tasks_limit_the_fine_tuned_regime(tiny_model_dir, tiny_glue_root):
-    from headprune_utils.config import ParameterError
+    from headprune_utils.studies.config import ParameterError
 
     cfg = config(tiny_model_dir, tiny_glue_root, finetune_tasks=["sst2"])
     assert any(c["regime"] == "mask_then_finetune" for c in study.plan_cells(cfg))

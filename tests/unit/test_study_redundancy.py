@@ -5,10 +5,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headprune_utils import claims, clustering, redundancy
-from headprune_utils.config import ParameterError, validate
-from headprune_utils.execution import run_study
-from headprune_utils.paths import StudyPaths
+from headprune_utils.analysis import claims
+from headprune_utils.measure import clustering, redundancy
+from headprune_utils.studies.config import ParameterError, validate
+from headprune_utils.run.execution import run_study
+from headprune_utils.store.paths import StudyPaths
 from headprune_utils.studies import redundancy_patterns as study
 
 
@@ -141,7 +142,7 @@ def test_dropout_analysis_on_hand_made_runs(tiny_model_dir, tiny_glue_root):
 def test_plan_groups_the_cells_that_share_a_model(tiny_model_dir, tiny_glue_root, monkeypatch):
     """The pre-trained model's cells form one group, the MLM cells of one seed another, a fine-tuned model's cell
     is alone; no cell requires another; the first MLM cell of a seed also pays for the new head's training."""
-    from headprune_utils.execution import batches_of
+    from headprune_utils.run.execution import batches_of
 
     cfg = config(tiny_model_dir, tiny_glue_root, mlm_seeds=[0, 1])
     cells = study.STUDY.plan(cfg)

@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 import torch
 
-from headprune_utils import claims, survival
-from headprune_utils.config import ParameterError, validate
-from headprune_utils.execution import run_study
-from headprune_utils.masks import mask_from_string, mask_to_string
-from headprune_utils.paths import StudyPaths
-from headprune_utils.results import StaleResultsError, cell_key
+from headprune_utils.analysis import claims, survival
+from headprune_utils.studies.config import ParameterError, validate
+from headprune_utils.run.execution import run_study
+from headprune_utils.model.masks import mask_from_string, mask_to_string
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.results import StaleResultsError, cell_key
 from headprune_utils.studies import specialized_heads_l0 as study
 
 # (form, head, deprel): words of the tiny tokenizer's vocabulary, so none is [UNK]
@@ -78,7 +78,7 @@ def test_defaults_are_the_shared_quick_glue_defaults():
     """The fine-tuned models must be the cached ones of studies 1-5: the inherited defaults are untouched."""
     import dataclasses
 
-    from headprune_utils import glue_workbench as common
+    from headprune_utils.studies import glue_workbench as common
 
     def defaults(cls):
         return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
@@ -113,8 +113,9 @@ def test_the_plan_keeps_the_cell_keys_and_makes_the_l0_cells_require_their_score
 
 # ---------------------------------------------------------------------------------------------- end to end
 def test_study_runs_end_to_end_and_resumes(tiny_model_dir, data_root, tmp_path, monkeypatch):
-    from headprune_utils import strategies, training
-    from headprune_utils import glue_workbench as common
+    from headprune_utils.model import strategies
+    from headprune_utils.train import training
+    from headprune_utils.studies import glue_workbench as common
 
     cfg = config(tiny_model_dir, data_root)
     paths = StudyPaths(study.NAME, "t", root=tmp_path)
@@ -197,8 +198,8 @@ def test_gates_with_a_trained_model_leave_the_cached_model_alone(tiny_model_dir,
 
 def test_roles_in_one_pass_equal_the_separate_measurements(tiny_model_dir, data_root, tmp_path):
     from conftest import tiny_model
-    from headprune_utils import specialized
-    from headprune_utils import glue_workbench as common
+    from headprune_utils.measure import specialized
+    from headprune_utils.studies import glue_workbench as common
 
     cfg = config(tiny_model_dir, data_root)
     ctx = study.Context(cfg, torch.device("cpu"), tmp_path)

@@ -6,11 +6,13 @@ import pandas as pd
 import pytest
 import torch
 
-from headprune_utils import claims, clustering, models
-from headprune_utils.config import ParameterError, validate
-from headprune_utils.execution import run_study
-from headprune_utils.masks import mask_from_string
-from headprune_utils.paths import StudyPaths
+from headprune_utils.analysis import claims
+from headprune_utils.measure import clustering
+from headprune_utils.model import models
+from headprune_utils.studies.config import ParameterError, validate
+from headprune_utils.run.execution import run_study
+from headprune_utils.model.masks import mask_from_string
+from headprune_utils.store.paths import StudyPaths
 from headprune_utils.studies import zero_shot_pruning as study
 
 
@@ -93,8 +95,8 @@ def test_paired_contrasts_against_the_full_model_and_between_methods():
 
 def test_masked_fine_tuning_is_shared_between_studies(tiny_model_dir, tiny_glue_root, tmp_path, monkeypatch):
     """A (task, seed, mask) fine-tuned once is read back by the next study: the same numbers, no training."""
-    from headprune_utils import training
-    from headprune_utils import glue_workbench as common
+    from headprune_utils.train import training
+    from headprune_utils.studies import glue_workbench as common
 
     cfg = config(tiny_model_dir, tiny_glue_root)
     mask = torch.ones(3, 4)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headprune_utils import claims, summary
-from headprune_utils.paths import StudyPaths
+from headprune_utils.analysis import claims
+from headprune_utils.run import summary
+from headprune_utils.store.paths import StudyPaths
 
 
 def _row(study, cid, task, verdict, sem, analysis, effect=0.1):
@@ -113,7 +114,7 @@ def test_the_header_counts_equal_counts_from_the_verdict_tables(tmp_path, monkey
 
 def test_committed_summary_headers_equal_their_verdict_tables():
     """Every committed SUMMARY page's header counts equal the counts computed from the committed verdict tables."""
-    from headprune_utils.paths import outputs_root
+    from headprune_utils.store.paths import outputs_root
     from headprune_utils.studies import NAMES
     checked = 0
     for profile in ("quick", "standard"):

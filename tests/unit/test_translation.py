@@ -8,30 +8,18 @@ import numpy as np
 import pytest
 import torch
 
-from headprune_utils.architecture import head_shape
-from headprune_utils.gates import head_gates
-from headprune_utils.pruning import prune_heads
-from headprune_utils.subword import train_tokenizer
-from headprune_utils.translation import (
-    NMTTrainConfig,
-    collate_pairs,
-    dev_loss,
-    encode_pairs,
-    evaluate_translation,
-    inverse_sqrt_schedule,
-    label_smoothed_loss,
-    token_batches,
-    train_translation,
-    translate,
+from headprune_utils.model.architecture import head_shape
+from headprune_utils.model.gates import head_gates
+from headprune_utils.model.pruning import prune_heads
+from headprune_utils.tasks.subword import train_tokenizer
+from headprune_utils.train.translation import (
+    NMTTrainConfig, collate_pairs, dev_loss, encode_pairs, evaluate_translation, inverse_sqrt_schedule,
+    label_smoothed_loss, token_batches, train_translation, translate,
 )
-from headprune_utils.translation_data import ParallelData
-from headprune_utils.translation_metrics import corpus_bleu, corpus_chrf, translation_scores
-from headprune_utils.translation_model import (
-    NMTModelConfig,
-    build_translation_model,
-    load_translation_model,
-    save_translation_model,
-    transformer_base,
+from headprune_utils.tasks.translation_data import ParallelData
+from headprune_utils.tasks.translation_metrics import corpus_bleu, corpus_chrf, translation_scores
+from headprune_utils.model.translation_model import (
+    NMTModelConfig, build_translation_model, load_translation_model, save_translation_model, transformer_base,
 )
 
 SRC = ["a man rides a red bike .", "two dogs play in the snow .", "a woman is reading a book !",
@@ -188,7 +176,7 @@ def test_an_interrupted_training_resumes_from_its_checkpoint_to_the_same_weights
     """A process killed mid-training (here: an exception at step ``stop_at``) leaves a checkpoint of its last
     evaluation; the next call resumes from it and ends with the weights, history and best step of an
     uninterrupted run, bit for bit (dropout on, so the random stream must be restored too)."""
-    import headprune_utils.translation as tr
+    import headprune_utils.train.translation as tr
 
     drop = NMTModelConfig(**{**TINY.as_dict(), "dropout": 0.2})
     enc = encode_pairs(tok, pairs())

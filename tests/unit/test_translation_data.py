@@ -5,8 +5,8 @@ import gzip
 
 import pytest
 
-from headprune_utils.data import DataUnavailableError
-from headprune_utils.translation_data import CORPORA, load_parallel, local_available, subset_pairs
+from headprune_utils.tasks.data import DataUnavailableError
+from headprune_utils.tasks.translation_data import CORPORA, load_parallel, local_available, subset_pairs
 
 
 def write(path, lines, gz=False):

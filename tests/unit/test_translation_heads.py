@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from headprune_utils.specialized import Sentence
-from headprune_utils.subword import train_tokenizer
-from headprune_utils.translation import encode_pairs, dev_loss
-from headprune_utils.translation_data import ParallelData
-from headprune_utils.translation_heads import ablation_nll, encoder_roles, source_queries
-from headprune_utils.translation_model import NMTModelConfig, build_translation_model
+from headprune_utils.measure.specialized import Sentence
+from headprune_utils.tasks.subword import train_tokenizer
+from headprune_utils.train.translation import encode_pairs, dev_loss
+from headprune_utils.tasks.translation_data import ParallelData
+from headprune_utils.studies.translation_heads import ablation_nll, encoder_roles, source_queries
+from headprune_utils.model.translation_model import NMTModelConfig, build_translation_model
 
 SRC = ["a man rides a red bike .", "two dogs play in the snow .", "a woman is reading a book !",
        "the children run and laugh .", "a man in a red hat sings ."]

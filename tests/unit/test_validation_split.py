@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from headprune_utils import batching, data, glue_workbench, models, training
-from headprune_utils.config import ParameterError, validate
+from headprune_utils.tasks import batching, data
+from headprune_utils.studies import glue_workbench
+from headprune_utils.model import models
+from headprune_utils.train import training
+from headprune_utils.studies.config import ParameterError, validate
 from headprune_utils.studies import random_pruning as study
 
 

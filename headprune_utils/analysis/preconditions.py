@@ -1,0 +1,190 @@
+"""The standard gates of the claims (:class:`claims.Gate`): preconditions as objects that say what must hold
+(``text()``, which becomes the claim's precondition) and check it on a measurement (``check(m, evidence)``: None, or
+the failed precondition with its numbers, the reason of a ``not testable`` row). A claim lists its gates once
+(``Claim.gates``); :func:`claims.evaluate` applies them with the ``evidence`` the analysis hands it by name.
+
+| gate | holds when | evidence |
+|---|---|---|
+| :class:`AboveChance` | every unit's full model scores above chance by more than :data:`ABOVE_CHANCE` | (the measurement's ``full``, ``chance``) |
+| :class:`TrainedAboveChance` | every unit's full model scores above chance + a share of (perfect - chance) | ``full`` (unit -> score), ``chance`` (task -> score) |
+| :class:`AdaptsToMask` | fine-tuning adapts to the mask: mask-then-fine-tune beats fine-tune-then-mask (t-interval above 0) | ``adaptation`` (a table of per-model differences) |
+| :class:`RoleFound` | at least one head of the role was found | ``role_counts`` (task -> count, or one count) |
+| :class:`Plateau` | every model's dev loss reached a plateau (no gain over its last ``n`` evaluations) | ``histories`` (unit -> training history) |
+| :class:`Check` | a study's own condition (its text and its function, declared with the claim) | what the function reads |
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from headprune_utils.analysis import stats
+from headprune_utils.analysis.claims import Gate, Measurement
+
+__all__ = ["ABOVE_CHANCE", "AboveChance", "TrainedAboveChance", "AdaptsToMask", "RoleFound", "Plateau", "Check",
+           "plateau"]
+
+# A trained full model beats a constant predictor by more than this (score units: accuracy, F1, correlation): below
+# it there is no learned behaviour for pruning to remove, and a claim about pruning a trained model is not testable.
+# Declared once, for every study that fine-tunes.
+ABOVE_CHANCE = 0.05
+
+
+def _fmt(x: float) -> str:
+    return "n/a" if x is None or pd.isna(x) else f"{x:+.3g}"
+
+
+@dataclass(frozen=True)
+class AboveChance(Gate):
+    """Every unit's full model (the measurement's ``full``) scores above ``chance + margin`` on its task."""
+
+    margin: float = ABOVE_CHANCE
+
+    def text(self) -> str:
+        return f"the fine-tuned full model scores above chance by more than {self.margin:g} (score units) in every unit"
+
+    def check(self, m: Measurement, evidence: Mapping) -> str | None:
+        if m.full is None or m.chance is None or len(m.full) == 0:
+            raise ValueError(f"AboveChance needs the full-model and chance scores of {m.task}")
+        full = np.asarray(m.full, dtype=float)
+        if (full > m.chance + self.margin).all():
+            return None
+        return (f"the full model is not above chance by {self.margin:g} on {m.task} in every unit "
+                f"(scores {', '.join(f'{x:.3g}' for x in full)}; chance {m.chance:.3g})")
+
+
+@dataclass(frozen=True)
+class TrainedAboveChance(Gate):
+    """Every unit of the measurement has a full model scoring above ``chance + share x (perfect - chance)`` on its
+    task. Evidence ``full``: unit -> full-model score; ``chance``: task -> chance score; a unit's task is its first
+    element (``(task, seed)``)."""
+
+    share: float = 0.1
+    perfect: float = 1.0
+
+    def text(self) -> str:
+        return (f"every model's full score is above chance + {self.share:g} x (perfect - chance) on its task "
+                f"(perfect = {self.perfect:g})")
+
+    def check(self, m: Measurement, evidence: Mapping) -> str | None:
+        full, chance = evidence["full"], evidence["chance"]
+        bad = []
+        for u in dict.fromkeys(m.units):
+            if u not in full:
+                return f"no full-model score for unit {u}"
+            c = float(chance[u[0]])
+            need = c + self.share * (self.perfect - c)
+            if not float(full[u]) > need:
+                bad.append(f"{u}: {float(full[u]):.3g} <= {need:.3g}")
+        if not bad:
+            return None
+        return (f"the full model is not above chance + {self.share:g} x (perfect - chance) on {m.task} in every unit "
+                f"({'; '.join(bad)})")
+
+
+@dataclass(frozen=True)
+class AdaptsToMask(Gate):
+    """Fine-tuning adapts to the mask on the measurement's task: the ``confidence`` t-interval of the per-unit means
+    of ``evidence["adaptation"][value]`` (rows of that task, averaged within ``unit``) lies above 0. ``what`` says
+    which difference it is (e.g. "at 50% pruned, mask-then-fine-tune - fine-tune-then-mask"). ``only``: the gate
+    applies to measurements whose ``setting`` starts with it (a model masked after fine-tuning has nothing to adapt;
+    "" = every measurement). A failure reads "fine-tuning too short to adapt (...)"."""
+
+    what: str
+    only: str = ""
+    value: str = "diff"
+    unit: str = "seed"
+    task: str = "task"
+    confidence: float = 0.95
+
+    def text(self) -> str:
+        where = f"{self.only} rows: " if self.only else ""
+        return (f"{where}fine-tuning adapts to the mask ({self.what} on the task, {100 * self.confidence:g}% "
+                f"t-interval over models above 0, under the same semantics)")
+
+    def check(self, m: Measurement, evidence: Mapping) -> str | None:
+        if self.only and not str(m.setting).startswith(self.only):
+            return None
+        diffs = evidence["adaptation"]
+        rows = diffs[diffs[self.task] == m.task]
+        if rows.empty:
+            return f"no results to check that fine-tuning adapts to the mask on {m.task} ({self.what})"
+        _, means = stats.unit_means(rows[self.value].to_numpy(dtype=float), rows[self.unit].tolist())
+        mean, low, high = stats.t_interval(means, self.confidence)
+        if len(means) >= 2 and low > 0:
+            return None
+        ci = (f"{100 * self.confidence:g}% CI [{_fmt(low)}, {_fmt(high)}]" if len(means) >= 2
+              else "no CI with one unit")
+        return (f"fine-tuning too short to adapt (fine-tuning does not adapt to the mask on {m.task}: {self.what} = "
+                f"{mean:+.3g}, {ci} over {len(means)} units, not above 0)")
+
+
+@dataclass(frozen=True)
+class RoleFound(Gate):
+    """At least one head of ``role`` was found (``evidence["role_counts"]``: task -> count, or one count)."""
+
+    role: str
+
+    def text(self) -> str:
+        return f"at least one head of role '{self.role}' was found"
+
+    def check(self, m: Measurement, evidence: Mapping) -> str | None:
+        counts = evidence["role_counts"]
+        k = counts if isinstance(counts, (int, np.integer)) else counts.get(m.task, 0)
+        return None if k >= 1 else f"no head of role '{self.role}' found on {m.task}"
+
+
+def plateau(history: Sequence[Mapping], n: int) -> str | None:
+    """None when the dev loss of ``history`` (one dict per evaluation, key ``dev_loss``, in training order) did not
+    improve over its last ``n`` evaluations (the best is at least ``n`` evaluations before the end), else why not."""
+    losses = [float(h["dev_loss"]) for h in history if h.get("dev_loss") is not None]
+    if len(losses) < n + 1:
+        return (f"the dev-loss plateau cannot be judged: {len(losses)} dev-loss evaluations recorded, "
+                f"{n + 1} needed (the best and {n} after it)")
+    best = int(np.argmin(losses))
+    since = len(losses) - 1 - best
+    if since >= n:
+        return None
+    gain = losses[-2] - losses[-1] if len(losses) > 1 else float("nan")
+    return (f"the dev loss has not reached a plateau: its best ({losses[best]:.3f}) is at evaluation {best + 1} of "
+            f"{len(losses)}, {since} evaluation(s) before the end, fewer than {n} without improvement "
+            f"(last change {-gain:+.3f} nats)")
+
+
+@dataclass(frozen=True)
+class Plateau(Gate):
+    """Every unit (model seed) of the measurement has a training history (``evidence["histories"]``: unit ->
+    history) whose dev loss reached a plateau (:func:`plateau`, ``n`` evaluations without improvement); a unit
+    without a stored history cannot be judged."""
+
+    n: int = 3
+
+    def text(self) -> str:
+        return f"every model's dev loss reached a plateau (no improvement over its last {self.n} evaluations)"
+
+    def check(self, m: Measurement, evidence: Mapping) -> str | None:
+        histories: Mapping[Hashable, Sequence[Mapping] | None] = evidence["histories"]
+        reasons = []
+        for u in dict.fromkeys(m.units):
+            h = histories.get(u)
+            why = "no training history stored for it: the plateau cannot be judged" if not h else plateau(h, self.n)
+            if why:
+                reasons.append(f"model {u}: {why}")
+        return "; ".join(reasons) or None
+
+
+@dataclass(frozen=True)
+class Check(Gate):
+    """A study's own precondition: ``says`` (what must hold, in words) and ``fn(m, evidence) -> None | reason``,
+    declared with the claim (e.g. "the two strategies' masks differ")."""
+
+    says: str
+    fn: Callable[[Measurement, Mapping], "str | None"]
+
+    def text(self) -> str:
+        return self.says
+
+    def check(self, m: Measurement, evidence: Mapping) -> str | None:
+        return self.fn(m, evidence)

@@ -1,0 +1,15 @@
+"""Layer 2, models and heads: where the heads live, how they are gated, masked and pruned.
+
+    architecture       where the heads live (BERT-family encoders; Marian/BART attention types); EmptyAttention
+    attention          per-head attention maps (any attention backend, pruned models)
+    gates              the head-gate context manager (zero / uniform / mean ablation), head means
+    pruning            physical removal of heads from the weights
+    masks              pure mask functions (random masks, budgets)
+    strategies         layer-location and importance pruning strategies: (shape, budget, seed) -> mask
+    head_weights       each head's own parameters and their relative change
+    precision          float / bf16 / half evaluation settings
+    models             loading encoders (embedded MiniLM, local folders, hub ids), device choice
+    translation_model  the Transformer encoder-decoder (Marian classes, from scratch)
+
+May import: tasks, store.
+"""

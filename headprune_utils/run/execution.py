@@ -1,0 +1,528 @@
+"""Running a study's cells: one scheduler, thin executors (in-process, or Ray), one writer.
+
+``run_study(study, cfg, profile)`` is what every notebook calls:
+
+1. the study plans its cells (:meth:`Study.plan`); the plan is checked (unique keys, requirements that exist,
+   no cycles);
+2. the result store is opened, refusing results made with other parameters; finished cells are reused;
+3. the missing cells are grouped into batches (a batch = the ready cells of one ``group``, or one cell) and
+   handed to an executor in plan order, each batch once all the cells it requires are stored. The required
+   cells' results travel with the batch (``inputs``), so workers need no shared file system for results;
+4. ONLY this driver writes results, each as soon as it arrives (atomic; an interrupted run resumes);
+5. a batch that fails is reported with its cells' keys; the cells that require them are not run and are named;
+   the other cells still run. Then :class:`CellsFailed` is raised naming them all;
+6. the run's metadata (parameters, seeds, device, versions, git revision, durations, executor) is written.
+
+Executors (Hydra's launcher shape): ``LocalExecutor`` runs batches in this process, one at a time;
+``RayExecutor`` runs each batch as a Ray task (``ray.remote``, a GPU requested when the cluster has GPUs),
+resolving the study BY NAME on the worker and rebuilding the parameters from plain data (no closures travel),
+waiting with ``ray.wait`` (first finished first, not submission order). A worker that dies is retried by Ray
+(``max_retries``); a batch that still fails is reported like any failure.
+
+Caches shared across cells and studies (fine-tuned models, trained translation models) are files under the
+outputs root, filled under file locks. On a multi-node Ray cluster either point ``HEADPRUNE_OUTPUT_DIR`` at
+shared storage on every node (each model is then trained once), or leave it local: a worker that lacks a
+cached model trains it itself (deterministically: the same parameters, seed and device type give the same
+model), which costs time but not correctness.
+"""
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pandas as pd
+
+from headprune_utils.tasks.metrics import verdict_scores
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.results import ResultStore, StaleResultsError, atomic_write_json, run_metadata
+from headprune_utils.studies.base import Cell, Study
+
+EXECUTORS = ("local", "ray")
+
+
+class PlanError(ValueError):
+    """A study's plan is inconsistent (a repeated key, a requirement that is not planned, a cycle)."""
+
+
+class CellsFailed(RuntimeError):
+    """Cells failed, or were not run because a cell they require failed. ``failed``: {key: error};
+    ``skipped``: {key: the failed requirement}."""
+
+    def __init__(self, study: str, failed: dict[str, str], skipped: dict[str, str]):
+        self.study, self.failed, self.skipped = study, failed, skipped
+        lines = [f"study {study!r}: {len(failed)} cell(s) failed, {len(skipped)} not run because a cell they require failed"]
+        for key, err in failed.items():
+            last = err.strip().splitlines()[-1] if err.strip() else "?"
+            lines.append(f"  failed: {key}: {last}")
+        for key, why in skipped.items():
+            lines.append(f"  not run: {key} (requires {why}, which failed)")
+        lines.append("the cells that finished are stored; rerun to retry the rest")
+        super().__init__("\n".join(lines))
+
+
+@dataclass
+class Batch:
+    """Cells computed together, and the stored results of the cells they require."""
+
+    cells: list[Cell]
+    inputs: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def keys(self) -> list[str]:
+        return [c.key for c in self.cells]
+
+
+@dataclass
+class Outcome:
+    """What came back for one cell: ``status`` "done" with ``result``, or "failed" with ``error``."""
+
+    key: str
+    status: Literal["done", "failed"]
+    result: dict | None = None
+    error: str | None = None
+
+
+# ------------------------------------------------------------------------------------------------ the plan
+
+def check_plan(cells: list[Cell]) -> dict[str, Cell]:
+    """``{key: cell}`` of a consistent plan (raises PlanError naming the offending key)."""
+    by_key: dict[str, Cell] = {}
+    for c in cells:
+        if c.key in by_key:
+            raise PlanError(f"cell {c.key} is planned twice")
+        by_key[c.key] = c
+    for c in cells:
+        for r in c.requires:
+            if r not in by_key:
+                raise PlanError(f"cell {c.key} requires {r}, which is not in the plan")
+    # cycles: depth-first over requirements
+    state: dict[str, int] = {}
+
+    def visit(key: str, trail: tuple[str, ...]) -> None:
+        if state.get(key) == 2:
+            return
+        if state.get(key) == 1:
+            raise PlanError("cells require each other in a cycle: " + " -> ".join((*trail, key)))
+        state[key] = 1
+        for r in by_key[key].requires:
+            visit(r, (*trail, key))
+        state[key] = 2
+
+    for key in by_key:
+        visit(key, ())
+    return by_key
+
+
+def batches_of(ready: list[Cell]) -> list[list[Cell]]:
+    """Ready cells as batches, in plan order: the cells of one group together (at the place of its first
+    cell), each ungrouped cell alone."""
+    out: list[list[Cell]] = []
+    groups: dict[Any, list[Cell]] = {}
+    for c in ready:
+        if c.group is None:
+            out.append([c])
+        elif c.group in groups:
+            groups[c.group].append(c)
+        else:
+            groups[c.group] = [c]
+            out.append(groups[c.group])
+    return out
+
+
+def schedule(cells: list[Cell], done: set[str], submit: Callable[[Batch], Any],
+             wait: Callable[[list[Any]], list[tuple[Any, list[Outcome]]]], read: Callable[[str], dict],
+             on_outcome: Callable[[Outcome], None], max_in_flight: int = 1) -> tuple[dict[str, str], dict[str, str]]:
+    """Run the cells not in ``done``, honouring requirements; returns (failed {key: error}, skipped {key: why}).
+
+    ``submit(batch) -> handle``; ``wait(handles) -> [(handle, outcomes)]`` for at least one finished handle;
+    ``read(key)`` is a stored result (for ``inputs``); ``on_outcome`` stores each outcome as it arrives.
+    At most ``max_in_flight`` batches are submitted at once.
+    """
+    by_key = check_plan(cells)
+    done = set(done) & set(by_key)
+    pending = [c for c in cells if c.key not in done]
+    failed: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    in_flight: dict[Any, Batch] = {}
+    running: set[str] = set()
+
+    def blocked_by(c: Cell) -> str | None:
+        for r in c.requires:
+            if r in failed or r in skipped:
+                return r if r in failed else skipped[r]
+        return None
+
+    while pending or in_flight:
+        still = []
+        for c in pending:
+            why = blocked_by(c)
+            if why is not None:
+                skipped[c.key] = why
+            else:
+                still.append(c)
+        pending = still
+        ready = [c for c in pending if c.key not in running and all(r in done for r in c.requires)]
+        for cells_ in batches_of(ready):
+            if len(in_flight) >= max_in_flight:
+                break
+            batch = Batch(cells_, {r: read(r) for c in cells_ for r in c.requires})
+            in_flight[submit(batch)] = batch
+            running.update(batch.keys)
+        if not in_flight:
+            if pending:  # nothing runnable and nothing running: cannot happen with a checked plan
+                raise PlanError(f"cells cannot start: {[c.key for c in pending][:5]}")
+            break
+        for handle, outcomes in wait(list(in_flight)):
+            batch = in_flight.pop(handle)
+            seen = set()
+            for o in outcomes:
+                seen.add(o.key)
+                on_outcome(o)
+                if o.status == "done":
+                    done.add(o.key)
+                else:
+                    failed[o.key] = o.error or "failed"
+            for key in batch.keys:  # a batch that ended early: its remaining cells count as failed
+                if key not in seen:
+                    failed[key] = "the batch ended before this cell ran"
+            running.difference_update(batch.keys)
+            pending = [c for c in pending if c.key not in seen and c.key not in failed]
+    return failed, skipped
+
+
+# ------------------------------------------------------------------------------------------- the batch body
+
+_CONTEXTS: dict[tuple, Any] = {}
+
+
+def run_batch(study: Study, cfg, device, paths: StudyPaths, batch: Batch, ctx=None) -> list[Outcome]:
+    """The one job body every executor runs: compute a batch, every error caught and returned as a value."""
+    outcomes: list[Outcome] = []
+    try:
+        if ctx is None:
+            ctx = study.context(cfg, device, paths)
+        for cell, result in study.run(ctx, batch.cells, batch.inputs):
+            outcomes.append(Outcome(cell.key, "done", result={**result, **study.provenance(ctx, cell)}))
+    except Exception:
+        err = traceback.format_exc()
+        outcomes.extend(Outcome(k, "failed", error=err) for k in batch.keys if k not in {o.key for o in outcomes})
+    return outcomes
+
+
+class LocalExecutor:
+    """Batches run in this process, one at a time, results stored as each cell finishes."""
+
+    name = "local"
+
+    def start(self, *, study: Study, cfg, device, paths: StudyPaths) -> None:
+        self.study, self.cfg, self.device, self.paths = study, cfg, device, paths
+        self._ctx = None
+        self._queue: dict[int, Batch] = {}
+        self._next = 0
+
+    def submit(self, batch: Batch) -> int:
+        self._next += 1
+        self._queue[self._next] = batch
+        return self._next
+
+    def iter_outcomes(self, handle: int):
+        """Outcomes of one batch, cell by cell as they finish (so each is stored at once)."""
+        batch = self._queue.pop(handle)
+        if self._ctx is None:
+            self._ctx = self.study.context(self.cfg, self.device, self.paths)
+        keys = set(batch.keys)
+        try:
+            for cell, result in self.study.run(self._ctx, batch.cells, batch.inputs):
+                result = {**result, **self.study.provenance(self._ctx, cell)}
+                keys.discard(cell.key)
+                yield Outcome(cell.key, "done", result=result)
+        except Exception:
+            err = traceback.format_exc()
+            for k in batch.keys:
+                if k in keys:
+                    yield Outcome(k, "failed", error=err)
+
+    def close(self) -> None:
+        self._ctx = None
+
+
+class RayExecutor:
+    """Each batch a Ray task; the study resolved by name on the worker, parameters shipped as plain data.
+
+    ``address``: None starts (or joins, in this process) a local Ray instance; "auto" or "ray://host:port"
+    joins a cluster. ``num_cpus`` caps a local instance. Workers get the outputs and data roots of this
+    process (``HEADPRUNE_OUTPUT_DIR``, ``HEADPRUNE_DATA_DIR``) unless already set on the cluster. Each task
+    reserves one CPU and computes with one torch thread, whatever ``OMP_NUM_THREADS`` the workers inherited: the
+    trained weights depend on the thread count, so a model trained by a Ray task is the one a one-thread local
+    run trains (and no task oversubscribes its CPU).
+    """
+
+    threads = 1  # torch threads per task: the one CPU each task reserves
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None, max_retries: int = 2,
+                 max_in_flight: int | None = None):
+        self.address, self.num_cpus, self.max_retries = address, num_cpus, max_retries
+        self._max_in_flight = max_in_flight
+
+    def start(self, *, study: Study, cfg, device, paths: StudyPaths, profile: str) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise RuntimeError("the Ray executor needs Ray: pip install -e '.[ray]'") from None
+        from headprune_utils.studies.config import as_dict
+        from headprune_utils.store.paths import outputs_root
+
+        self.ray = ray
+        if not ray.is_initialized():
+            env = {"HEADPRUNE_OUTPUT_DIR": str(paths.root or outputs_root())}
+            for var in ("HEADPRUNE_DATA_DIR", "HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+                        "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS", "PYTHONPATH"):
+                if os.environ.get(var):
+                    env[var] = os.environ[var]
+            kwargs = dict(address=self.address, ignore_reinit_error=True, include_dashboard=False,
+                          log_to_driver=False, runtime_env={"env_vars": env})
+            if self.address is None and self.num_cpus is not None:
+                kwargs["num_cpus"] = self.num_cpus
+            ray.init(**kwargs)
+        gpus = ray.cluster_resources().get("GPU", 0)
+        self._gpu = gpus > 0
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        self.max_in_flight = self._max_in_flight or max(1, int(gpus) if gpus else cpus)
+        self._remote = ray.remote(_ray_batch).options(num_gpus=1 if self._gpu else 0, num_cpus=1,
+                                                      max_retries=self.max_retries, retry_exceptions=False)
+        self._job = {"study": study_ref(study), "cfg": as_dict(cfg), "profile": profile,
+                     "device": "cuda" if self._gpu else str(device),
+                     "faults": os.environ.get("HEADPRUNE_TEST_FAULTS"), "threads": self.threads}
+        self._keys: dict[Any, list[str]] = {}
+
+    def submit(self, batch: Batch):
+        ref = self._remote.remote(self._job, [dict(c.axes) for c in batch.cells], batch.inputs)
+        self._keys[ref] = batch.keys
+        return ref
+
+    def wait(self, handles: list) -> list[tuple[Any, list[Outcome]]]:
+        ready, _ = self.ray.wait(handles, num_returns=1)
+        out = []
+        for ref in ready:
+            keys = self._keys.pop(ref)
+            try:
+                outcomes = [Outcome(**o) for o in self.ray.get(ref)]
+            except Exception as exc:  # the worker died (after Ray's retries) or the task could not run
+                err = f"{type(exc).__name__}: {exc}"
+                outcomes = [Outcome(k, "failed", error=err) for k in keys]
+            out.append((ref, outcomes))
+        return out
+
+    def close(self) -> None:
+        pass  # the Ray instance stays up for the next study of the run; ray.shutdown() at exit
+
+
+def _ray_batch(job: dict, axes: list[dict], inputs: dict) -> list[dict]:
+    """A Ray task: rebuild the study, parameters and context on the worker (the context is kept per worker
+    process for the next batch of the same run), compute, return plain outcomes."""
+    import torch
+
+    from headprune_utils.model import models
+    from headprune_utils.studies.config import validate
+    from headprune_utils.studies import get_study
+
+    torch.set_num_threads(job.get("threads", 1))
+    study = get_study(job["study"])
+    cfg = validate(study.Config, job["cfg"], where=f"Ray task of {study.name}")
+    device = models.resolve_device(job["device"] if job["device"] != "cuda" or torch.cuda.is_available() else "cpu")
+    paths = StudyPaths(study.name, job["profile"])
+    planned = {c.key: c for c in study.plan(cfg)}
+    from headprune_utils.store.results import cell_key
+
+    cells = [planned[cell_key(a)] for a in axes]
+    _maybe_fault(job.get("faults"), cells)
+    token = (job["study"], study.fingerprint(cfg, device), job["profile"])
+    if token not in _CONTEXTS:
+        _CONTEXTS.clear()
+        _CONTEXTS[token] = study.context(cfg, device, paths)
+    outcomes = run_batch(study, cfg, device, paths, Batch(cells, inputs), ctx=_CONTEXTS[token])
+    return [o.__dict__ for o in outcomes]
+
+
+def study_ref(study: Study) -> str:
+    """How a worker finds ``study``: its registry name, or ``module:Class`` for a study outside the registry
+    (a user's own study; the class is instantiated without arguments on the worker)."""
+    from headprune_utils.studies import NAMES
+
+    if study.name in NAMES and type(study).__module__.startswith("headprune_utils.studies."):
+        return study.name
+    return f"{type(study).__module__}:{type(study).__qualname__}"
+
+
+def _maybe_fault(spec: str | None, cells: list[Cell]) -> None:
+    """Fault injection for the executor's tests only: the driver's ``HEADPRUNE_TEST_FAULTS=<kind>:<key>:<marker
+    file>`` makes the worker that starts the cell ``key`` die (``kind`` = "die-once": only while the marker file
+    does not exist yet, which it then creates; "die": always). Unset in every real run."""
+    if not spec:
+        return
+    kind, key, marker = spec.split(":", 2)
+    if key not in {c.key for c in cells}:
+        return
+    if kind == "die" or (kind == "die-once" and not os.path.exists(marker)):
+        open(marker, "a").close()
+        os._exit(17)
+
+
+def make_executor(executor: str | LocalExecutor | RayExecutor = "local", address: str | None = None):
+    if not isinstance(executor, str):
+        return executor
+    if executor == "local":
+        return LocalExecutor()
+    if executor == "ray":
+        return RayExecutor(address=address)
+    raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+
+
+# ------------------------------------------------------------------------------------------------ the driver
+
+class MixedModelsError(RuntimeError):
+    """Cells that say they used one trained model (the same task and seed) were made from different weights."""
+
+
+def check_one_model(table: pd.DataFrame, study: str) -> None:
+    """Raise :class:`MixedModelsError` when cells of one model carry different ``full_model_sha`` (the hash of the
+    trained full model's weights a cell was computed with, ``Study.provenance``): a run resumed on another machine
+    retrains a model whose cache was lost, and training need not give the same weights on another CPU or with
+    another number of torch threads (measured: the test suite's tiny model trained with 1 and 2 threads differs in
+    its weights' bytes), so results of the two trainings must never be mixed in one analysis. A model is a (task,
+    seed) of the GLUE studies, a ``model_seed`` of the translation study."""
+    if "full_model_sha" not in table.columns:
+        return
+    keys = ["task", "seed"] if {"task", "seed"} <= set(table.columns) else ["model_seed"]
+    if not set(keys) <= set(table.columns):
+        return
+    t = table[table["full_model_sha"].notna()]
+    n = t.groupby(keys)["full_model_sha"].nunique()
+    bad = n[n > 1]
+    if len(bad):
+        first = bad.index[0] if len(keys) > 1 else (bad.index[0],)
+        which = t[(t[keys] == pd.Series(dict(zip(keys, first)))).all(axis=1)]
+        shas = sorted(which["full_model_sha"].unique())
+        name = f"{first[0]} seed {first[1]}" if len(keys) > 1 else f"model seed {first[0]}"
+        raise MixedModelsError(
+            f"{study}: the cells of {name} were computed with {len(shas)} different trainings of that "
+            f"model (weights {', '.join(shas)}): a resumed run retrained it (its cache was gone, and another machine "
+            f"or another number of torch threads (OMP_NUM_THREADS, --jobs) trained it differently). Recompute those "
+            f"cells (move them away, or --fresh) so that one training underlies them all; {len(bad)} model(s) "
+            f"affected.")
+
+
+def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = None, *,
+              executor: str | LocalExecutor | RayExecutor = "local", address: str | None = None,
+              progress: bool | None = None, select: Callable[[dict], bool] | None = None) -> pd.DataFrame:
+    """Compute every cell of ``study`` not yet stored (resuming), write the run's metadata; returns one row
+    per planned cell stored (its axes and result). ``select(axes) -> bool``: compute only the cells it accepts
+    (and the cells they require), e.g. one slice of a long run; the others are left for later. Raises CellsFailed when cells failed (the others are stored),
+    StaleResultsError (naming the parameters that changed) when the stored cells were made with other parameters,
+    StudyBusyError when another process is computing the same study and profile."""
+    from headprune_utils.model import models
+    from headprune_utils.studies import get_study
+
+    study = get_study(study) if isinstance(study, str) else study
+    paths = (paths or StudyPaths(study.name, profile)).ensure()
+    device = models.resolve_device(cfg.device)
+    store = ResultStore(paths.cells, study.fingerprint(cfg, device))
+    with store.lock(owner=f"study {study.name}, profile {profile}"):
+        store.remove_temporary()  # a killed run's unfinished writes (never under a cell's name)
+        try:
+            store.check_compatible()
+        except StaleResultsError as exc:
+            raise StaleResultsError(f"study {study.name!r}, profile {profile!r}: {exc}{changed_parameters(paths, cfg, study)}") from None
+        return _run_locked(study, cfg, profile, paths, device, store, executor, address, progress, select)
+
+
+def changed_parameters(paths: StudyPaths, cfg, study: Study) -> str:
+    """Which parameters differ from the stored run's (its run_meta.json), by name; '' when unknown."""
+    import json
+
+    from headprune_utils.studies.config import as_dict
+    from headprune_utils.store.results import portable
+
+    try:  # the last COMPLETE run's record (not a staging folder's)
+        meta = json.loads((paths.dir / "run_meta.json").read_text())
+        before = {**meta["params"], **{f"data {k}": v for k, v in meta.get("data_fingerprints", {}).items()}}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ""
+    now = portable({**as_dict(cfg), **study.run_params(cfg),
+                    **{f"data {k}": v for k, v in study.data_fingerprints(cfg).items()}})
+    show = lambda v: "(not recorded)" if v is None else repr(v)  # noqa: E731
+    diff = [f"{k}: {show(before.get(k))} -> {show(now.get(k))}" for k in sorted(set(before) | set(now))
+            if before.get(k) != now.get(k) and k not in ("progress",)]
+    if not diff:
+        return (" No parameter or data file differs from the stored run (run_meta.json): the code that computes "
+                "the cells changed (a results or training version).")
+    return " Parameters that differ from the stored run (run_meta.json): " + "; ".join(diff) + "."
+
+
+def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, store: ResultStore, executor, address,
+                progress, select=None) -> pd.DataFrame:
+    from tqdm import tqdm
+
+    from headprune_utils.studies.config import as_dict
+
+    cells = study.plan(cfg)
+    check_plan(cells)
+    done = {c.key for c in cells if store.has(c.axes)}
+    by_key = {c.key: c for c in cells}
+    if select is not None:  # the selected cells and, transitively, what they require
+        keep, stack = set(), [c.key for c in cells if select(dict(c.axes))]
+        while stack:
+            k = stack.pop()
+            if k not in keep:
+                keep.add(k)
+                stack.extend(by_key[k].requires)
+        cells = [c for c in cells if c.key in keep or c.key in done]
+    todo = [c for c in cells if c.key not in done]
+    ex = make_executor(executor, address)
+    t0 = time.perf_counter()
+    failed: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    show = cfg.progress if progress is None else progress
+    if todo:
+        bar = tqdm(total=len(todo), desc=f"{study.name} cells", disable=not show, mininterval=30)
+
+        def store_outcome(o: Outcome) -> None:
+            if o.status == "done":
+                store.put(dict(by_key[o.key].axes), o.result)
+            bar.update(1)
+
+        try:
+            read = lambda k: store.get(dict(by_key[k].axes))["result"]  # noqa: E731
+            if isinstance(ex, LocalExecutor):
+                ex.start(study=study, cfg=cfg, device=device, paths=paths)
+                # outcomes stream out of the batch: each is stored the moment its cell finishes
+                failed, skipped = schedule(cells, done, ex.submit, lambda hs: [(hs[0], ex.iter_outcomes(hs[0]))],
+                                           read, store_outcome)
+            else:
+                ex.start(study=study, cfg=cfg, device=device, paths=paths, profile=profile)
+                failed, skipped = schedule(cells, done, ex.submit, ex.wait, read, store_outcome,
+                                           max_in_flight=ex.max_in_flight)
+        finally:
+            bar.close()
+            ex.close()
+    stored = [c for c in cells if store.has(c.axes)]
+    table = store.table([dict(c.axes) for c in stored])
+    check_one_model(table, study.name)
+    durations = {"this_run": time.perf_counter() - t0,
+                 "cells_total": float(table["seconds"].sum()) if "seconds" in table else 0.0,
+                 "cells_computed_now": len(todo) - len(failed) - len(skipped), "cells_reused": len(done)}
+    params = {**as_dict(cfg), **study.run_params(cfg)}
+    meta = run_metadata(study.name, profile, params, list(getattr(cfg, "seeds", [])), device, durations, store.fingerprint)
+    meta["executor"] = ex.name
+    meta["data_fingerprints"] = study.data_fingerprints(cfg)
+    atomic_write_json(paths.meta, meta)
+    if failed or skipped:
+        raise CellsFailed(study.name, failed, skipped)
+    return verdict_scores(table)  # every GLUE task in the metric its claims are decided on (MRPC: accuracy)
+

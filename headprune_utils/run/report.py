@@ -1,0 +1,375 @@
+"""The report: a static HTML site of the executed studies, built from the committed outputs alone (no cell is
+computed, no network is needed to build or to read it).
+
+    outputs/report/index.html           the profiles there are, with their scale and verdict counts
+    outputs/report/<profile>/index.html the cross-study findings table (one row per claim: paper, semantics, our
+                                        number with its interval, verdicts, links to the study's section and
+                                        figure) and the headline figures
+    outputs/report/<profile>/<study>.html
+                                        the executed notebook: "What this study found" first, then its text,
+                                        figures and tables; the code is in the notebook (linked), plumbing cells
+                                        (tag ``plumbing``, the parameters) are left out
+
+Why nbconvert's ``basic`` template and not a site builder (Jupyter Book, Sphinx): the notebooks are already
+executed and the pages need no cross-references beyond anchors, so a site builder would add a build tool and its
+theme (and a network for its default assets) for nothing. The ``basic`` template gives the cells' HTML without
+scripts; the page shell and its small style sheet are ours. Math is rendered at build time to MathML with
+``latex2mathml`` (browsers display MathML natively), so no MathJax from a network is needed; a formula that does
+not convert stays as its LaTeX source in ``<code>`` and is reported.
+
+    python -m headprune_utils.run.report [--profile quick] [--profile standard]    (make report)
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import logging
+import os
+import re
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from headprune_utils.analysis import claims
+from headprune_utils.store.paths import StudyPaths, outputs_root, report_dir
+from headprune_utils.store.results import atomic_write_text
+from headprune_utils.studies import STUDIES
+from headprune_utils.run.summary import (
+    claim_rows, fmt_estimate, where_label, inject_findings, study_findings_markdown,
+)
+
+__all__ = ["build_report", "render_study", "convert_math", "claim_figure", "profiles_with_outputs", "PLUMBING_TAGS",
+           "HEADLINE_FIGURES"]
+
+# cells left out of the report whole (their code and their outputs)
+PLUMBING_TAGS = frozenset({"plumbing", "parameters", "injected-parameters"})
+# the report's headline figures: (study, figure name, caption)
+HEADLINE_FIGURES = (
+    ("random_pruning", "score_vs_fraction",
+     "Study 1: task score against the share of heads pruned at random, in both regimes (mean over models, 95% "
+     "t-band; dots: models)."),
+    ("layer_strategies", "score_by_strategy",
+     "Study 2: score by where the heads are pruned (layer strategies and importance orders) at each budget."),
+)
+
+def claim_figure(study: str, claim_id: str) -> str:
+    """The name of the figure (of ``study``) that shows ``claim_id``: the claim's own ``figure`` (declared with the
+    claim, ``claims.Claim.figure``)."""
+    found = [c for c in STUDIES[study].claims if c.id == claim_id]
+    if not found:
+        raise KeyError(f"study {study} declares no claim {claim_id!r}")
+    return found[0].figure
+
+
+_CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.S)
+_DISPLAY_MATH = re.compile(r"\$\$(.+?)\$\$", re.S)
+_INLINE_MATH = re.compile(r"(?<![\\$\w])\$(?=\S)([^$\n]+?)(?<=\S)\$(?![\w$])")
+
+
+def convert_math(text: str, store: dict[str, str], failures: list[str]) -> str:
+    """``$...$`` and ``$$...$$`` outside code spans replaced by placeholders (plain letters, so the Markdown
+    renderer leaves them alone) whose MathML goes into ``store``; LaTeX that does not convert is kept as code and
+    appended to ``failures``."""
+    from latex2mathml.converter import convert
+
+    def put(latex: str, display: str) -> str:
+        key = f"HPMATHX{len(store):05d}X"
+        try:
+            store[key] = convert(latex.strip(), display=display)
+        except Exception as exc:  # noqa: BLE001 - any converter error: keep the source visible, report it
+            failures.append(f"{latex.strip()!r}: {type(exc).__name__}: {exc}")
+            store[key] = f"<code>{html.escape(latex.strip())}</code>"
+        return key
+
+    parts = _CODE.split(text)
+    for i in range(0, len(parts), 2):  # even parts are outside code
+        p = _DISPLAY_MATH.sub(lambda m: "\n\n" + put(m.group(1), "block") + "\n\n", parts[i])
+        parts[i] = _INLINE_MATH.sub(lambda m: put(m.group(1), "inline"), p)
+    return "".join(parts)
+
+
+def _prepare(nb, store: dict[str, str], failures: list[str]):
+    """The notebook as the report shows it: plumbing cells, stderr and the notebook's own findings cell out (the
+    page shows them boxed at its top), math converted."""
+    inject_findings(nb, "")
+    title = ""
+    if nb.cells and nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# "):
+        # the title goes above the findings box; the rest of the first cell (the claim, the design) below it
+        title, _, rest = nb.cells[0].source.partition("\n")
+        title = title[2:].strip()
+        nb.cells[0].source = rest.lstrip("\n")
+    nb.metadata["report_title"] = title
+    kept = []
+    for cell in nb.cells:
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if tags & PLUMBING_TAGS:
+            continue
+        if cell.cell_type == "markdown":
+            cell.source = convert_math(cell.source, store, failures)
+        elif cell.cell_type == "code":
+            outs = [o for o in cell.get("outputs", []) if not (o.get("output_type") == "stream"
+                                                             and o.get("name") == "stderr")]
+            for o in outs:
+                data = o.get("data", {})
+                if "text/markdown" in data:
+                    data["text/markdown"] = convert_math(data["text/markdown"], store, failures)
+            cell.outputs = outs
+            if not outs:
+                continue
+        kept.append(cell)
+    nb.cells = kept
+    return nb
+
+
+_PLACEHOLDER_ALT = 'alt="No description has been provided for this image"'  # what nbconvert writes
+
+
+def _alt_from_headings(body: str, default: str) -> str:
+    """Each figure's alternative text: the heading of the section it is in (nbconvert leaves a placeholder)."""
+    parts, last, pos = [], default, 0
+    for m in re.finditer(r'<h[1-3][^>]*>(.*?)(?:<a class="anchor-link"|</h[1-3]>)|' + re.escape(_PLACEHOLDER_ALT), body):
+        if m.group(0).startswith("<h"):
+            last = html.unescape(re.sub(r"<[^>]+>", "", m.group(1))).strip() or last
+            continue
+        parts += [body[pos:m.start()], f'alt="Figure: {html.escape(last)}"']
+        pos = m.end()
+    return "".join(parts) + body[pos:]
+
+
+_NAN_CELL = re.compile(r"<td>\s*(?:NaN|nan|None|&lt;NA&gt;|NaT)\s*</td>")
+
+
+def render_study(name: str, profile: str) -> tuple[str, list[str]]:
+    """The study's page body (HTML) from its executed notebook, and the formulas that did not convert."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    paths = StudyPaths(name, profile, staged=False)
+    nb = nbformat.read(paths.notebook, as_version=4)
+    store: dict[str, str] = {}
+    failures: list[str] = []
+    nb = _prepare(nb, store, failures)
+    findings = study_findings_markdown(name, profile)
+    exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
+                            exclude_output_prompt=True)
+    exporter.log.setLevel(logging.ERROR)  # its alternative-text warning: the alt texts are set below
+    body, _ = exporter.from_notebook_node(nb)
+    body = _alt_from_headings(body, name.replace("_", " "))
+    if findings:
+        from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+        body = f'<div class="findings">{markdown2html_mistune(convert_math(findings, store, failures))}</div>\n' + body
+    title = nb.metadata.get("report_title") or name.replace("_", " ")
+    body = f"<h1>{html.escape(title)}</h1>\n" + body
+    for key, mathml in store.items():
+        body = body.replace(key, mathml)
+    # a missing value in a displayed table reads as a dash with its meaning on hover, never "NaN"
+    body = _NAN_CELL.sub('<td class="na" title="no value: see the reason column or the text">–</td>', body)
+    return body, failures
+
+
+_CSS = """
+body{font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fff}
+nav{background:#233;color:#fff;padding:.5em 1.2em;position:sticky;top:0;z-index:2;font-size:14px}
+nav a{color:#cfe;margin-right:1em;text-decoration:none} nav a:hover{text-decoration:underline}
+main{max-width:1100px;margin:0 auto;padding:1em 1.5em 4em}
+h1{font-size:1.7em} h2{font-size:1.35em;margin-top:1.6em;border-bottom:1px solid #ddd} h3{font-size:1.1em}
+a.anchor-link{visibility:hidden;margin-left:.3em;text-decoration:none} h1:hover a.anchor-link,
+h2:hover a.anchor-link,h3:hover a.anchor-link{visibility:visible}
+img{max-width:100%;height:auto}
+table{border-collapse:collapse;font-size:13px;margin:.6em 0;display:block;overflow-x:auto;max-width:100%}
+th,td{border:1px solid #ddd;padding:3px 7px;vertical-align:top;text-align:left}
+thead th{background:#f3f5f7} td.na{color:#999;text-align:center}
+pre{background:#f6f8fa;padding:.6em;overflow-x:auto;font-size:12.5px;white-space:pre-wrap}
+code{background:#f3f3f3;padding:0 3px;border-radius:3px;font-size:92%}
+.findings{background:#f4f8fb;border-left:4px solid #4a86a8;padding:.3em 1.2em;margin:1em 0}
+.v-supported{color:#11703b;font-weight:600}.v-contradicted{color:#a3271d;font-weight:600}
+.v-not-supported{color:#a35d00;font-weight:600}.v-inconclusive{color:#555}.v-not-testable{color:#777}
+table.claims td:nth-child(2){min-width:22em} figure{margin:1.2em 0} figcaption{font-size:13px;color:#444}
+.scale{color:#444;font-style:italic}
+"""
+
+
+def _page(title: str, nav: str, body: str) -> str:
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n"
+            f"<body><nav>{nav}</nav><main>\n{body}\n</main></body></html>\n")
+
+
+def _nav(profile: str, studies: list[str], here: str = "") -> str:
+    links = ['<a href="../index.html">headprune report</a>',
+             f'<a href="index.html">{html.escape(profile)}: findings</a>']
+    for i, s in enumerate(studies, 1):
+        style = ' style="font-weight:700"' if s == here else ""
+        links.append(f'<a href="{s}.html"{style}>{i}. {s.replace("_", " ")}</a>')
+    return " ".join(links)
+
+
+def _verdict_words(text: str) -> str:
+    """``"1 supported, 2 inconclusive"`` with each word styled by its class."""
+    out = html.escape(text)
+    for w in claims.VERDICTS:
+        out = re.sub(rf"(\d+ ){re.escape(w)}\b", rf'\1<span class="v-{w.replace(" ", "-")}">{w}</span>', out)
+    return out
+
+
+def _headline_number(g: pd.DataFrame) -> str:
+    """A claim's number as the index shows it: its pooled row (task "all") if it has one, else its first decided
+    row, else its first row with an effect; effect [interval], where, verdict."""
+    rows = g[g["effect"].notna()] if "effect" in g.columns else g.iloc[0:0]
+    if rows.empty:
+        return "no number (see the reasons)"
+    pooled = rows[rows["task"].astype(str).str.startswith("all")]
+    decided = rows[rows["verdict"].isin(("supported", "not supported", "contradicted"))]
+    r = (pooled if len(pooled) else decided if len(decided) else rows).iloc[0]
+    where = where_label(r["task"], r["setting"])
+    return (f"{html.escape(fmt_estimate(r.to_dict()))} "
+            f"<small>({html.escape(where)}: {html.escape(str(r['verdict']))})</small>")
+
+
+def _index_page(profile: str, studies: list[str], here: Path) -> tuple[str, int]:
+    t = claim_rows(profile)
+    out = [f"<h1>What the {html.escape(profile)} run found</h1>"]
+    scales = {}
+    for name in studies:
+        f = StudyPaths(name, profile, staged=False).tables / "verdicts.csv"
+        v = pd.read_csv(f, keep_default_na=False, na_values=[""]) if f.exists() else pd.DataFrame()
+        if "scale" in v.columns and len(v):
+            scales[name] = str(v["scale"].iloc[0])
+    counts = pd.Series([w for v in t["verdicts"] for w in claims.VERDICTS if w in v]).value_counts() \
+        if len(t) else pd.Series(dtype=int)
+    out.append(f"<p>{len(t)} claims in {t['study'].nunique() if len(t) else 0} studies, each tested under its own "
+               "paper's ablation semantics (primary analysis); the unit of replication is an independently trained "
+               "model, the rules are in <code>headprune_utils/analysis/claims.py</code>. Claims with at least one row of each "
+               "verdict: " + ", ".join(f"{w} {int(counts.get(w, 0))}" for w in claims.VERDICTS) + ".</p>")
+    if profile == "quick":
+        out.append('<p class="scale"><b>Scale:</b> the quick profile is a one-hour demonstration on a CPU: small '
+                   "training sets, three seeds, an unconverged translation model. Most claims are not testable at "
+                   "this scale; no number here is a reproduction of a paper's table.</p>")
+    out.append('<table class="claims"><thead><tr><th>study</th><th>claim</th><th>paper</th><th>semantics</th>'
+               "<th>our number [95% CI]</th><th>verdicts (primary)</th><th>flips with the semantics</th>"
+               "<th>figure</th></tr></thead><tbody>")
+    prim_cache: dict[str, pd.DataFrame] = {}
+    for r in t.itertuples():
+        if r.study not in prim_cache:
+            v = pd.read_csv(StudyPaths(r.study, profile, staged=False).tables / "verdicts.csv",
+                            keep_default_na=False, na_values=[""])
+            prim_cache[r.study] = v[v["analysis"] == "primary"] if "analysis" in v.columns else v
+        g = prim_cache[r.study][prim_cache[r.study]["claim_id"] == r.claim_id]
+        fig = claim_figure(r.study, r.claim_id)
+        fig_path = StudyPaths(r.study, profile, staged=False).figure(fig)
+        fig_cell = (f'<a href="{os.path.relpath(fig_path, here)}">{html.escape(fig)}</a>'
+                    if fig_path.exists() else "–")
+        out.append(
+            f'<tr class="claim" id="row-{r.study}-{html.escape(r.claim_id)}"><td><a href="{r.study}.html">{html.escape(r.study)}</a></td>'
+            f'<td><a href="{r.study}.html#claim-{html.escape(r.claim_id)}"><code>{html.escape(r.claim_id)}</code></a>'
+            f" {html.escape(r.claim)}</td><td>{html.escape(str(r.paper))}</td><td>{html.escape(r.semantics)}</td>"
+            f"<td>{_headline_number(g)}</td><td>{_verdict_words(r.verdicts)}</td>"
+            f"<td>{html.escape(r.flips)}</td><td>{fig_cell}</td></tr>")
+    out.append("</tbody></table>")
+    shown = []
+    for study, fig, caption in HEADLINE_FIGURES:
+        p = StudyPaths(study, profile, staged=False).figure(fig)
+        if study in studies and p.exists():
+            shown.append(f'<figure><img src="{os.path.relpath(p, here)}" alt="{html.escape(fig)}">'
+                         f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+    if shown:
+        out.append("<h2>Headline figures</h2>" + "".join(shown))
+    if scales:
+        out.append("<h2>Scale of each study</h2><ul>" + "".join(
+            f'<li><a href="{s}.html">{html.escape(s)}</a>: {html.escape(x)}</li>' for s, x in scales.items())
+            + "</ul>")
+    return _page(f"headprune: {profile} findings", _nav(profile, studies), "\n".join(out)), len(t)
+
+
+_PROFILE_WORDS = {
+    "quick": "the one-hour demonstration on a CPU (small training sets, three seeds): most claims are not testable "
+             "at this scale, by rule",
+    "standard": "the findings' run: models trained well enough to test the claims, five seeds, whole dev sets",
+    "paper": "bert-base on GPUs, the papers' scale",
+}
+
+
+def _home_page(built: dict[str, int]) -> str:
+    items = []
+    for profile, n in built.items():
+        t = claim_rows(profile)
+        counts = pd.Series([w for v in t["verdicts"] for w in claims.VERDICTS if w in v]).value_counts()
+        words = ", ".join(f"{w} {int(counts.get(w, 0))}" for w in claims.VERDICTS)
+        items.append(f'<li><a href="{profile}/index.html"><b>{html.escape(profile)}</b></a> — '
+                     f"{html.escape(_PROFILE_WORDS.get(profile, 'a run of every study'))}: {n} claims in "
+                     f"{t['study'].nunique()} studies; claims with at least one row of each verdict: {words}.</li>")
+    body = ("<h1>headprune: attention-head pruning, reproduced and tested</h1>"
+            "<p>Seven studies of three papers (Budhraja et al. 2020, Voita et al. 2019, Bian et al. 2021; and "
+            "Michel et al. 2019 where they rely on it). Each profile is one batch run of every study; its page "
+            "has the cross-study findings table, and each study's page begins with what that study found.</p>"
+            "<ul>" + "".join(items) + "</ul>"
+            "<p>Rebuild with <code>make report</code>; rerun the studies with <code>make run</code>.</p>")
+    return _page("headprune report", '<a href="index.html">headprune report</a>', body)
+
+
+def profiles_with_outputs() -> list[str]:
+    """The named profiles (``params/<name>.yaml``) for which at least one study has an executed notebook, standard
+    and quick first; ``smoke`` (the tests' scale, not committed) and ``custom-*`` runs only when asked for."""
+    found = {p.parent.name for name in STUDIES for p in (outputs_root() / name).glob(f"*/{name}.ipynb")}
+    found = {p for p in found if p != "smoke" and not p.startswith("custom-")}
+    order = ["standard", "quick", "paper", "smoke"]
+    return sorted(found, key=lambda p: (order.index(p) if p in order else len(order), p))
+
+
+def build_report(profiles: list[str] | None = None, quiet: bool = False, root: Path | None = None) -> Path:
+    """Write the site for ``profiles`` (default: :func:`profiles_with_outputs`) under ``root`` (default
+    ``outputs/report/``); returns the home page. Raises ``ValueError`` if a formula does not convert."""
+    t0 = time.perf_counter()
+    profiles = profiles or profiles_with_outputs()
+    root = Path(root) if root is not None else report_dir()
+    built: dict[str, int] = {}
+    failures: list[str] = []
+    for profile in profiles:
+        studies = [n for n in STUDIES if StudyPaths(n, profile, staged=False).notebook.exists()]
+        if not studies:
+            raise ValueError(f"--profile {profile!r}: no executed notebook under outputs/*/{profile}/ "
+                             f"(run `make run PROFILE={profile}` first)")
+        out = root / profile
+        out.mkdir(parents=True, exist_ok=True)
+        for name in studies:
+            body, bad = render_study(name, profile)
+            failures += [f"{name}: {b}" for b in bad]
+            nb_rel = os.path.relpath(StudyPaths(name, profile, staged=False).notebook, out)
+            head = (f'<p class="scale">Rendered from <a href="{nb_rel}">the executed notebook</a> '
+                    f"(profile <code>{html.escape(profile)}</code>; the code is in the notebook).</p>")
+            body = body.replace("</h1>\n", "</h1>\n" + head, 1)
+            atomic_write_text(out / f"{name}.html", _page(f"headprune: {name} ({profile})",
+                                                         _nav(profile, studies, name), body))
+        page, n = _index_page(profile, studies, out)
+        atomic_write_text(out / "index.html", page)
+        built[profile] = n
+    atomic_write_text(root / "index.html", _home_page(built))
+    if failures:
+        raise ValueError("formulas that did not convert to MathML:\n" + "\n".join(failures))
+    if not quiet:
+        print(f"report: {_shown(root / 'index.html')} ({', '.join(f'{p}: {n} claims' for p, n in built.items())}"
+              f"; {time.perf_counter() - t0:.0f} s)")
+    return root / "index.html"
+
+
+def _shown(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive
+        return str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m headprune_utils.run.report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", action="append", help="a profile to build (repeatable; default: every profile "
+                    "with executed notebooks)")
+    args = ap.parse_args(argv)
+    build_report(args.profile)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

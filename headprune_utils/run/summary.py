@@ -1,0 +1,302 @@
+"""The cross-study summary: every claim of every study, its paper, what this run measured and its verdicts, in
+one Markdown table (``outputs/SUMMARY.md`` for the quick profile, ``outputs/SUMMARY-<profile>.md`` otherwise),
+built from the studies' ``tables/verdicts.csv`` with no hand work.
+
+One row per claim: the primary analysis (the claim's own paper's semantics) counted by verdict word, the
+decided rows spelled out (task, setting, effect with its interval), whether any verdict flips with the ablation
+semantics (``tables/semantics_dependence.csv``), the scale, and a link to the executed notebook. Never a NaN: a
+missing number reads ``n/a``.
+
+    python -m headprune_utils.run.summary [--profile quick]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from headprune_utils.analysis import claims
+from headprune_utils.store.paths import StudyPaths, outputs_root
+from headprune_utils.store.results import atomic_write_text
+from headprune_utils.studies import STUDIES
+
+__all__ = ["verdict_words", "claim_rows", "quick_verdicts", "fmt_number", "fmt_estimate", "where_label", "summary_markdown", "write_summary", "summary_path", "study_findings_markdown",
+           "inject_findings", "FINDINGS_TAG", "readme_findings", "update_readme"]
+
+DECIDED = claims.DECIDED
+# the cell tag of the "What this study found" summary at the top of an executed notebook
+FINDINGS_TAG = "findings-summary"
+
+
+def summary_path(profile: str) -> Path:
+    return outputs_root() / ("SUMMARY.md" if profile == "quick" else f"SUMMARY-{profile}.md")
+
+
+def fmt_number(x) -> str:
+    return "n/a" if x is None or pd.isna(x) else f"{x:+.3g}"
+
+
+def fmt_estimate(row) -> str:
+    """A verdict row's estimate and interval as text: ``"+1.2 [+0.4, +2]"`` for an effect; for an existence claim
+    (``claims.Presence``, test label ``presence ...``) the share of units with the role, unsigned, with its count:
+    ``"share 0 of 2 units = 0 [0, 0.842]"`` (a share is not an effect with a sign)."""
+    get = row.get if isinstance(row, dict) else (lambda k, d=None: getattr(row, k, d))
+    test, n = str(get("test", "") or ""), get("n_units")
+    if test.startswith("presence") and n is not None and not pd.isna(n) and not pd.isna(get("effect")):
+        n = int(n)
+        k = int(round(float(get("effect")) * n))
+        u = lambda x: "n/a" if x is None or pd.isna(x) else f"{float(x):.3g}"
+        return f"share {k} of {n} units = {u(get('effect'))} [{u(get('ci_low'))}, {u(get('ci_high'))}]"
+    return f"{fmt_number(get('effect'))} [{fmt_number(get('ci_low'))}, {fmt_number(get('ci_high'))}]"
+
+
+def verdict_words(counted: str) -> list[str]:
+    """The verdict words of a ``"2 supported, 1 not supported"`` text, each once (exact words: "not supported" is
+    not "supported")."""
+    words = []
+    for part in str(counted).split(","):
+        match = re.fullmatch(r"\s*\d+ (.+?)\s*", part)
+        if match and match.group(1) in claims.VERDICTS and match.group(1) not in words:
+            words.append(match.group(1))
+    return words
+
+
+def where_label(task, setting) -> str:
+    """``"task, setting"`` without the parts that are empty (a missing setting reads nothing, never "nan")."""
+    return ", ".join(str(x) for x in (task, setting) if isinstance(x, str) and x.strip())
+
+
+def claim_rows(profile: str) -> pd.DataFrame:
+    """One row per claim of every study with a verdict table under ``profile`` (columns: study, claim_id, paper,
+    claim, semantics, verdicts, decided, flips, scale, notebook)."""
+    rows = []
+    for name, study in STUDIES.items():
+        paths = StudyPaths(name, profile, staged=False)
+        f = paths.tables / "verdicts.csv"
+        if not f.exists():
+            continue
+        v = pd.read_csv(f, keep_default_na=False, na_values=[""])
+        dep_f = paths.tables / "semantics_dependence.csv"
+        dep = pd.read_csv(dep_f) if dep_f.exists() else pd.DataFrame(columns=["claim_id", "depends", "note"])
+        prim = v[v["analysis"] == "primary"] if "analysis" in v.columns else v
+        for cid, g in prim.groupby("claim_id", sort=False):
+            counts = g["verdict"].value_counts()
+            verdicts = ", ".join(f"{int(counts[w])} {w}" for w in claims.VERDICTS if w in counts)
+            decided = "; ".join(
+                f"{where_label(r.task, r.setting)}: **{r.verdict}** ({fmt_estimate(r)})"
+                for r in g.itertuples() if r.verdict in DECIDED)
+            d = dep[dep["claim_id"] == cid]
+            flips = "; ".join(f"{r.task}: {r.note}" for r in d.itertuples() if r.depends in ("flips", "yes"))
+            sem = str(g["semantics"].iloc[0]) if str(g["semantics"].iloc[0]) not in ("", "nan") else "none (no head masked)"
+            rows.append({"study": name, "claim_id": cid, "paper": g["paper"].iloc[0], "claim": g["claim"].iloc[0],
+                         "semantics": sem, "verdicts": verdicts, "decided": decided or "none",
+                         "flips": flips or "no", "scale": g["scale"].iloc[0],
+                         "notebook": os.path.relpath(paths.dir / f"{name}.ipynb", outputs_root())})
+    return pd.DataFrame(rows)
+
+
+def _reason_head(reason: str, limit: int = 220) -> str:
+    """A reason without its parenthesised details (the numbers are in the verdict table), cut at a word boundary
+    after ``limit`` characters."""
+    text = reason.strip()
+    while True:
+        shorter = re.sub(r"\s*\([^()]*\)", "", text)
+        if shorter == text:
+            break
+        text = shorter
+    text = text.strip().rstrip(";,.")
+    if len(text) > limit:
+        text = text[:limit].rsplit(" ", 1)[0].rstrip(";,.:") + " …"
+    return text
+
+
+def _reasons(g: pd.DataFrame, words: tuple[str, ...], limit: int = 3) -> str:
+    """The distinct reasons of the rows with a verdict in ``words`` (:func:`_reason_head`); rows whose reasons
+    differ only in the task they name are said once, with their tasks joined; at most ``limit`` of them."""
+    heads: dict[str, list[str]] = {}
+    for r in g.itertuples():
+        if r.verdict not in words or not isinstance(r.reason, str) or not r.reason.strip():
+            continue
+        head = _reason_head(r.reason)
+        task = str(r.task) if isinstance(r.task, str) and r.task and r.task in head else ""
+        key = head.replace(task, "{T}") if task else head
+        tasks = heads.setdefault(key, [])
+        if task and task not in tasks:
+            tasks.append(task)
+    shown = [k.replace("{T}", ", ".join(t)) for k, t in list(heads.items())[:limit]]
+    more = f" (and {len(heads) - limit} more)" if len(heads) > limit else ""
+    return "; ".join(shown) + more
+
+
+def study_findings_markdown(name: str, profile: str, verdicts: pd.DataFrame | None = None) -> str:
+    """"What this study found": one bullet per claim of the study's primary analysis (verdicts counted per word,
+    the decided rows with their effect and interval, why the others are not decided, whether a verdict flips
+    with the ablation semantics), from ``tables/verdicts.csv`` (or ``verdicts``). Markdown, with an anchor
+    ``claim-<claim_id>`` per claim for the report's links; "" when the study has no verdict table."""
+    paths = StudyPaths(name, profile, staged=False)
+    if verdicts is None:
+        f = paths.tables / "verdicts.csv"
+        if not f.exists():
+            return ""
+        verdicts = pd.read_csv(f, keep_default_na=False, na_values=[""])
+    if verdicts.empty:
+        return ""
+    dep_f = paths.tables / "semantics_dependence.csv"
+    dep = pd.read_csv(dep_f) if dep_f.exists() else pd.DataFrame(columns=["claim_id", "task", "depends", "note"])
+    v = verdicts[verdicts["analysis"] == "primary"] if "analysis" in verdicts.columns else verdicts
+    scale = str(v["scale"].iloc[0]) if "scale" in v.columns and len(v) else ""
+    lines = ["## What this study found", "",
+             f"*Profile `{profile}`" + (f": {scale}" if scale else "") + ".* From this run's verdict table (the "
+             "last section, with every row's test and reason). Each claim is tested under its own paper's ablation "
+             "semantics; the unit of replication is an independently trained model.", ""]
+    for cid, g in v.groupby("claim_id", sort=False):
+        counts = g["verdict"].value_counts()
+        words = ", ".join(f"{int(counts[w])} {w}" for w in claims.VERDICTS if w in counts)
+        sem = str(g["semantics"].iloc[0]) if "semantics" in g.columns else ""
+        sem = f"under `{sem}`" if sem not in ("", "nan") else "no head masked"
+        lines.append(f'- <a id="claim-{cid}"></a>**`{cid}`** ({g["paper"].iloc[0]}; {sem}): {g["claim"].iloc[0]} '
+                     f"Verdicts: **{words}**.")
+        for r in g.itertuples():
+            if r.verdict in DECIDED:
+                lines.append(f"  - {where_label(r.task, r.setting)}: **{r.verdict}**, {fmt_estimate(r)}")
+        why = _reasons(g, ("not testable",))
+        if why:
+            lines.append(f"  - not testable because: {why}")
+        d = dep[dep["claim_id"] == cid]
+        flips = "; ".join(f"{r.task}: {r.note}" for r in d.itertuples() if r.depends in ("flips", "yes"))
+        if flips:
+            lines.append(f"  - **the verdict flips with the ablation semantics**: {flips}")
+    return "\n".join(lines) + "\n"
+
+
+def inject_findings(nb, markdown: str) -> bool:
+    """Put ``markdown`` as the notebook's findings cell (tag :data:`FINDINGS_TAG`) right after its title cell,
+    replacing an earlier one; with an empty ``markdown`` any earlier one is removed. Returns whether ``nb``
+    changed. ``nb``: an ``nbformat`` notebook node, changed in place."""
+    import nbformat
+
+    old = [i for i, c in enumerate(nb.cells) if FINDINGS_TAG in c.get("metadata", {}).get("tags", [])]
+    if old and markdown and nb.cells[old[0]].source == markdown and len(old) == 1:
+        return False
+    for i in reversed(old):
+        del nb.cells[i]
+    if markdown:
+        cell = nbformat.v4.new_markdown_cell(markdown, metadata={"tags": [FINDINGS_TAG]})
+        cell.pop("id", None) if nb.nbformat_minor < 5 else None
+        at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
+        nb.cells.insert(at, cell)
+    return bool(old) or bool(markdown)
+
+
+def quick_verdicts(rows: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """``{(study, claim_id): text}`` for each of ``rows`` (another profile's :func:`claim_rows`): the quick
+    (demonstration) run's primary verdicts of that claim, ``"same"`` when they are the same counts, ``"no verdict
+    table"`` where the quick run has none."""
+    q = claim_rows("quick")
+    q = {(r.study, r.claim_id): r.verdicts for r in q.itertuples()} if not q.empty else {}
+    out = {}
+    for r in rows.itertuples():
+        theirs = q.get((r.study, r.claim_id))
+        out[(r.study, r.claim_id)] = "no verdict table" if theirs is None else "same" if theirs == r.verdicts else theirs
+    return out
+
+
+def summary_markdown(profile: str) -> str:
+    """The summary page (Markdown)."""
+    t = claim_rows(profile)
+    head = [f"# What the {profile} run found", "",
+            f"Every claim the studies test, from their `tables/verdicts.csv` (profile `{profile}`; built by "
+            "`python -m headprune_utils.run.summary`). Verdicts of the primary analysis (each claim under its own paper's "
+            "ablation semantics), counted per word; the decided rows spelled out as task, setting: verdict (effect "
+            "[interval]); whether a verdict flips under another semantics. The unit of replication is an "
+            "independently trained model; the rules are in `headprune_utils/analysis/claims.py`."
+            + ("" if profile == "quick" else " The last column: the quick (demonstration) run's primary verdicts of "
+               "the same claim, for comparison (\"same\": the same counts)."), ""]
+    if t.empty:
+        return "\n".join(head + ["No study has a verdict table for this profile yet."]) + "\n"
+    scales = t.groupby("study")["scale"].first()
+    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    quick = quick_verdicts(t) if profile != "quick" else None
+    extra = " the quick run (demonstration) |" if quick is not None else ""
+    lines = ["| study | claim | paper | semantics | verdicts (primary) | decided | flips with the semantics |" + extra,
+             "|---|---|---|---|---|---|---|" + ("---|" if quick is not None else "")]
+    for r in t.itertuples():
+        line = (f"| [{r.study}]({r.notebook}) | `{r.claim_id}`: {esc(r.claim)} | {esc(r.paper)} | {r.semantics} | "
+                f"{r.verdicts} | {esc(r.decided)} | {esc(r.flips)} |")
+        if quick is not None:
+            line += f" {esc(quick[(r.study, r.claim_id)])} |"
+        lines.append(line)
+    counts = pd.Series([w for v in t["verdicts"] for w in verdict_words(v)]).value_counts()
+    scale = ["", "**Scale of each study** (say which before quoting a number):", ""] + \
+        [f"- {s}: {esc(x)}" for s, x in scales.items()]
+    total = [f"{len(t)} claims in {t['study'].nunique()} studies; claims with at least one row of each word: "
+             + ", ".join(f"{w} {int(counts.get(w, 0))}" for w in claims.VERDICTS) + ".", ""]
+    return "\n".join(head + total + lines + scale) + "\n"
+
+
+README_START = "<!-- findings table: generated by `make summary` from outputs/SUMMARY*.md; do not edit by hand -->"
+README_END = "<!-- end of the generated findings table -->"
+
+
+def readme_findings(profiles: tuple[str, ...] = ("standard", "quick")) -> str:
+    """The README's findings table: for each profile with verdict tables (the standard first), one row per claim
+    (study, claim, paper, semantics, primary verdicts, flips), linked to the executed notebook and the profile's
+    summary page."""
+    out = []
+    for profile in profiles:
+        t = claim_rows(profile)
+        if t.empty:
+            continue
+        label = ("the demonstration run: a small-scale test, mostly not testable by rule"
+                 if profile == "quick" else "the findings' run" if profile == "standard" else profile)
+        page = os.path.relpath(summary_path(profile), outputs_root().parent)
+        out += [f"**Profile `{profile}`** ({label}; every row's numbers in [`{page}`]({page}), "
+                f"the report in `outputs/report/{profile}/index.html`):", "",
+                "| study | claim | paper | semantics | verdicts (primary) | flips with the semantics |",
+                "|---|---|---|---|---|---|"]
+        for r in t.itertuples():
+            nb = os.path.relpath(outputs_root() / r.notebook, outputs_root().parent)
+            out.append(f"| [{r.study}]({nb}) | `{r.claim_id}` | {r.paper} | {r.semantics} | {r.verdicts} | "
+                       f"{r.flips.replace('|', '/')} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def update_readme(readme: Path | None = None) -> bool:
+    """Rewrite the README's generated findings table (between :data:`README_START` and :data:`README_END`);
+    returns whether it changed. Raises ``ValueError`` if the markers are missing."""
+    readme = readme or outputs_root().parent / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    if README_START not in text or README_END not in text:
+        raise ValueError(f"{readme}: the findings markers are missing ({README_START!r} ... {README_END!r})")
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    new = head + README_START + "\n\n" + readme_findings() + "\n" + README_END + tail
+    if new == text:
+        return False
+    atomic_write_text(readme, new)
+    return True
+
+
+def write_summary(profile: str = "quick") -> Path:
+    path = summary_path(profile)
+    atomic_write_text(path, summary_markdown(profile))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m headprune_utils.run.summary", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", default="quick")
+    ap.add_argument("--no-readme", action="store_true", help="leave the README's findings table as it is")
+    args = ap.parse_args(argv)
+    print(f"wrote {os.path.relpath(write_summary(args.profile))}")
+    if not args.no_readme and update_readme():
+        print("updated the findings table in README.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

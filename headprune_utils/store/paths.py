@@ -1,0 +1,168 @@
+"""The one module that knows where outputs go.
+
+Layout, for a study ``S`` run with profile ``P``::
+
+    outputs/S/P/S.ipynb          the executed notebook (papermill)
+    outputs/S/P/figures/*.png    figures; each with its data in tables/
+    outputs/S/P/tables/*.csv     tidy tables
+    outputs/S/P/run_meta.json    parameters, seed, device, package versions, git revision, durations
+    outputs/S/P/cells/*.json     one finished result cell each (resume state; not committed)
+    outputs/S/P/quarantine/      cell files that could not be read (kept for inspection; recomputed)
+    outputs/S/P.staging/         while the batch runner executes the notebook: its figures, tables, metrics and
+                                 run metadata, swapped into outputs/S/P/ only when the whole notebook succeeded
+    outputs/S/P/cache/           a study's own model caches (not committed)
+    outputs/_finetuned/P/        fine-tuned unpruned models shared by every study of profile P (not committed)
+    outputs/_nmt/P/              trained translation models (+ tokenizer, meta, evaluations) of profile P (not committed)
+    outputs/report/              the static HTML report (``make report``): index.html, P/index.html, P/S.html
+    outputs/SUMMARY.md           the cross-study findings table of the quick profile (SUMMARY-P.md for others)
+
+The root is ``$HEADPRUNE_OUTPUT_DIR`` when set, else ``outputs/`` of the project checkout (the
+folder holding ``pyproject.toml`` above this package), else ``./outputs``.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # headprune_utils/ (this module is in headprune_utils/store/)
+STAGED_ENV = "HEADPRUNE_STAGED_OUTPUTS"
+# what a notebook run writes besides its cells: swapped in as a whole (StudyPaths.staging -> dir)
+RUN_OUTPUTS = ("figures", "tables", "metrics.json", "run_meta.json")
+
+
+def project_root() -> Path:
+    """The checkout holding this package (editable install), else the current directory."""
+    candidate = PACKAGE_DIR.parent
+    if (candidate / "pyproject.toml").exists() and (candidate / "notebooks").is_dir():
+        return candidate
+    return Path.cwd()
+
+
+def outputs_root() -> Path:
+    env = os.environ.get("HEADPRUNE_OUTPUT_DIR")
+    return Path(env) if env else project_root() / "outputs"
+
+
+def report_dir() -> Path:
+    """The static HTML report's root (``outputs/report/``)."""
+    return outputs_root() / "report"
+
+
+def notebooks_dir() -> Path:
+    return project_root() / "notebooks"
+
+
+def params_dir() -> Path:
+    return project_root() / "params"
+
+
+@dataclass(frozen=True)
+class StudyPaths:
+    """Every path of one study run. Creates nothing until :meth:`ensure` is called."""
+
+    study: str
+    profile: str
+    root: Path | None = None
+    # outputs (figures, tables, metrics, run metadata) to the staging folder: set for the notebooks the batch
+    # runner executes (``HEADPRUNE_STAGED_OUTPUTS=1`` in their kernels), which swaps them in on success
+    staged: bool = field(default_factory=lambda: os.environ.get(STAGED_ENV) == "1")
+
+    @property
+    def dir(self) -> Path:
+        return (self.root or outputs_root()) / self.study / self.profile
+
+    @property
+    def staging(self) -> Path:
+        return self.dir.with_name(f"{self.profile}.staging")
+
+    @property
+    def out(self) -> Path:
+        """Where this run's figures, tables, metrics and metadata go (``dir``, or ``staging`` when staged)."""
+        return self.staging if self.staged else self.dir
+
+    @property
+    def notebook(self) -> Path:
+        return self.dir / f"{self.study}.ipynb"
+
+    @property
+    def figures(self) -> Path:
+        return self.out / "figures"
+
+    @property
+    def tables(self) -> Path:
+        return self.out / "tables"
+
+    @property
+    def cells(self) -> Path:
+        return self.dir / "cells"
+
+    @property
+    def cache(self) -> Path:
+        return self.dir / "cache"
+
+    @property
+    def finetuned_cache(self) -> Path:
+        """Fine-tuned unpruned checkpoints shared by every study of this profile (keyed by what training depends on)."""
+        return (self.root or outputs_root()) / "_finetuned" / self.profile
+
+    @property
+    def nmt_cache(self) -> Path:
+        """Trained translation models of this profile, one folder each keyed by its training parameters, shared
+        by every study that needs them (``studies.nmt_heads.model_folder``)."""
+        return (self.root or outputs_root()) / "_nmt" / self.profile
+
+    def finetuned_model(self, task: str, seed: int, key: str) -> Path:
+        return finetuned_model(self.finetuned_cache, task, seed, key)
+
+    def masked_scores(self, task: str, seed: int, key: str) -> Path:
+        return masked_scores(self.finetuned_cache, task, seed, key)
+
+    def nmt_model(self, corpus: str, model_seed: int, key: str) -> Path:
+        return nmt_model(self.nmt_cache, corpus, model_seed, key)
+
+    @property
+    def meta(self) -> Path:
+        return self.out / "run_meta.json"
+
+    @property
+    def metrics(self) -> Path:
+        """Headline numbers the notebook records last, for tests and the runner to read back."""
+        return self.out / "metrics.json"
+
+    def figure(self, name: str) -> Path:
+        return self.figures / f"{name}.png"
+
+    def table(self, name: str) -> Path:
+        return self.tables / f"{name}.csv"
+
+    def ensure(self) -> "StudyPaths":
+        for d in (self.figures, self.tables, self.cells, self.cache):
+            d.mkdir(parents=True, exist_ok=True)
+        return self
+
+
+# The entries of the shared caches (the folder: ``StudyPaths.finetuned_cache`` / ``nmt_cache``). ``key``: the
+# fingerprint of what the entry depends on, so an entry is never stale, only absent (see caches.py).
+
+def finetuned_model(cache_dir: Path, task: str, seed: int, key: str) -> Path:
+    """A fine-tuned unpruned classifier (``key``: the fingerprint of what training depends on)."""
+    return Path(cache_dir) / f"finetuned__task={task}__seed={seed}__{key}.pt"
+
+
+def masked_scores(cache_dir: Path, task: str, seed: int, key: str) -> Path:
+    """Dev scores of a (task, seed, mask) fine-tuned with the mask fixed, shared by studies 1, 2 and 5."""
+    return Path(cache_dir) / "masked" / f"scores__task={task}__seed={seed}__{key}.json"
+
+
+def nmt_model(cache_dir: Path, corpus: str, model_seed: int, key: str) -> Path:
+    """A trained translation model's folder (model, tokenizer, meta, ``evals/``)."""
+    return Path(cache_dir) / f"{corpus}__seed={model_seed}__{key}"
+
+
+def relative_to_project(path: Path) -> str:
+    """A path as written into committed files: relative to the project root when possible."""
+    try:
+        return str(Path(path).resolve().relative_to(project_root().resolve()))
+    except ValueError:
+        return Path(path).name

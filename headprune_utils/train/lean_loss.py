@@ -1,0 +1,190 @@
+"""A sequence classifier's training loss computed only where the loss reads it (``TrainConfig.lean``).
+
+A fine-tuning step of a BERT-style classifier spends most of its time in matrix products over every position of a
+padded batch, yet the loss reads one vector per sentence: the first token's final hidden state. Two kinds of work
+are therefore wasted, and this module leaves both out while computing the same function:
+
+1. **Padding.** Each length-grouped batch is padded to its longest sentence (about 13% of the positions of an SST-2
+   epoch at batch 32). Here hidden states are PACKED, ``[T, hidden]`` for the T real tokens of the batch, so the
+   projections, LayerNorms, feed-forward, dropout and embeddings run on real tokens only; only the attention
+   itself runs on the padded ``[B, heads, S, S]`` layout, with the padding masked as keys (as the model does).
+2. **The last layer's other tokens.** The classification head reads token 0 of the last layer only, so the last
+   layer computes its keys and values for every token but its query, attention output projection, LayerNorms and
+   feed-forward for token 0 alone (about 10/12 of that layer's products).
+
+Padding never influences a real token (it is masked as a key) and the other tokens of the last layer never reach
+the loss, so loss and gradients are those of the model's own forward up to float rounding (the tests compare
+both, and the gradients of every parameter, with dropout off; float32 agrees to ~1e-6). With dropout on, the
+dropout masks are drawn over other tensor shapes, so a lean run follows a different (equally valid) random
+stream than a plain one: the same seed gives the same numbers, but not the plain path's numbers. That is why
+the option is part of a trained model's cache key when it is on (``GlueStudyConfig.lean_training``).
+
+Head gates (``[n_layers, n_heads]`` over original head ids, any ablation of :mod:`gates`) are applied with
+:func:`gates.ablate_heads`, the formula ``head_gates`` hooks apply, to the contexts of the present heads before
+the output projection; physically pruned heads (``pruning.prune_heads``, including layers with no head left) are
+simply absent.
+
+Supported: BERT-layout encoders with a pooler and a sequence-classification head (``BertForSequenceClassification``
+and models shaped like it, e.g. the embedded MiniLM), absolute position embeddings, problem types regression and
+single-label classification. :func:`unsupported_reason` says why another model is not; ``training.finetune``
+then uses the plain forward with a ``RuntimeWarning``. A model with a forward hook or pre-hook registered on any
+module is refused too: its hooks (e.g. an open ``head_gates`` block) would not see the calls they expect.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from headprune_utils.model.architecture import base_model, bert_layout_problem, kept_heads
+from headprune_utils.model.gates import ABLATIONS, ablate_heads, check_gates
+from headprune_utils.model.pruning import EmptyAttention
+
+__all__ = ["unsupported_reason", "lean_loss"]
+
+_ATTN = ("sdpa", "eager")
+
+
+def _hooked(model: nn.Module) -> str | None:
+    for name, m in model.named_modules():
+        if m._forward_hooks or m._forward_pre_hooks:
+            return name or "the model"
+    return None
+
+
+def unsupported_reason(model: nn.Module) -> str | None:
+    """None when :func:`lean_loss` computes ``model``'s loss exactly; else why not, in words."""
+    problem = bert_layout_problem(model)
+    if problem is not None:
+        return problem
+    cfg = model.config
+    if getattr(cfg, "position_embedding_type", "absolute") not in (None, "absolute"):
+        return f"position_embedding_type={cfg.position_embedding_type!r} (only absolute position embeddings)"
+    if getattr(cfg, "_attn_implementation", None) not in (*_ATTN, None):
+        return f"attention implementation {cfg._attn_implementation!r} (only {_ATTN})"
+    if getattr(cfg, "problem_type", None) not in (None, "regression", "single_label_classification"):
+        return f"problem_type={cfg.problem_type!r}"
+    base = base_model(model)
+    if base is model or getattr(base, "pooler", None) is None or not hasattr(base, "embeddings"):
+        return "not a pooled sequence classifier (a base model with a pooler under a classification head)"
+    if not (isinstance(getattr(model, "classifier", None), nn.Linear)
+            and isinstance(getattr(model, "dropout", None), nn.Dropout)):
+        return "the classification head is not BERT's (dropout, then one linear classifier)"
+    if len(base.encoder.layer) == 0:
+        return "an encoder without layers"
+    for i, layer in enumerate(base.encoder.layer):
+        sa = layer.attention.self
+        if not isinstance(sa, EmptyAttention) and not isinstance(getattr(sa, "dropout", None), nn.Dropout):
+            return f"layer {i}'s self-attention has no attention dropout module"
+    hooked = _hooked(model)
+    if hooked is not None:
+        return (f"a forward hook is registered on {hooked} (e.g. an open head_gates block): pass the gates to "
+                "finetune instead")
+    return None
+
+
+def _layer_gates(model: nn.Module, gates, ablation: str, means) -> list[tuple[torch.Tensor, torch.Tensor | None] | None]:
+    """Per layer: ``(gates of the present heads, their means or None)``, or None where no gate is given."""
+    n_layers = len(base_model(model).encoder.layer)
+    if gates is None:
+        return [None] * n_layers
+    if ablation not in ABLATIONS:
+        raise ValueError(f"unknown ablation {ablation!r}; choose one of {ABLATIONS}")
+    grid = check_gates(model, gates)
+    if not isinstance(grid, torch.Tensor):
+        raise ValueError("gates must be one [n_layers, n_heads] tensor for an encoder classifier")
+    if ablation == "mean":
+        if means is None:
+            raise ValueError('ablation="mean" needs means ([n_layers, n_heads, head_dim], gates.head_means)')
+        means = torch.as_tensor(means)
+        if tuple(means.shape[:2]) != tuple(grid.shape):
+            raise ValueError(f"means must have shape [n_layers, n_heads, head_dim] with [n_layers, n_heads] = "
+                             f"{list(grid.shape)}, got {list(means.shape)}")
+    out = []
+    for layer, ids in enumerate(kept_heads(model)):
+        idx = torch.tensor(ids, dtype=torch.long)
+        g = grid[layer].detach().index_select(0, idx)
+        m = means[layer].index_select(0, idx) if ablation == "mean" else None
+        out.append((g, m))
+    return out
+
+
+def _loss(model: nn.Module, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The loss ``BertForSequenceClassification`` computes (its problem-type rule, unchanged)."""
+    n = model.config.num_labels
+    problem = model.config.problem_type
+    if problem is None:
+        problem = "regression" if n == 1 else (
+            "single_label_classification" if labels.dtype in (torch.long, torch.int) else "multi_label_classification")
+    if problem == "regression":
+        return F.mse_loss(logits.squeeze(), labels.squeeze()) if n == 1 else F.mse_loss(logits, labels)
+    if problem == "single_label_classification":
+        return F.cross_entropy(logits.view(-1, n), labels.view(-1))
+    raise ValueError(f"lean_loss: problem type {problem!r} is not supported")
+
+
+def lean_loss(model: nn.Module, batch: dict[str, torch.Tensor], gates=None, ablation: str = "zero",
+              means=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, logits [B, n_labels])`` of ``model`` on ``batch`` (``batching.collate``'s dict: input_ids,
+    attention_mask, optional token_type_ids, labels), as ``model(**batch)`` computes them with ``gates``
+    applied as ``head_gates(model, gates, ablation, means)`` would, without the work on padding and on the
+    last layer's tokens other than the first. Dropout follows ``model.training``. The caller checks
+    :func:`unsupported_reason` first (``training.finetune`` does)."""
+    base = base_model(model)
+    ids, key_mask = batch["input_ids"], batch["attention_mask"]
+    b, s = ids.shape
+    dev = ids.device
+    if not bool(key_mask[:, 0].all()):
+        raise ValueError("lean_loss needs every sentence's first position to be a real token (right padding)")
+    lengths = key_mask.sum(dim=1)
+    if not bool((key_mask == (torch.arange(s, device=dev) < lengths[:, None])).all()):
+        raise ValueError("lean_loss needs right padding (real tokens first in each row)")
+    real = key_mask.reshape(-1).nonzero().squeeze(1)  # [T] flat positions of the real tokens
+    cls = torch.cumsum(lengths, 0) - lengths  # [B] packed row of each sentence's token 0
+    row_sentence = real // s  # [T]
+    positions = (real % s)[None]
+    tt = batch.get("token_type_ids")
+    tt = tt.reshape(-1).index_select(0, real)[None] if tt is not None else torch.zeros_like(positions)
+    x = base.embeddings(input_ids=ids.reshape(-1).index_select(0, real)[None], token_type_ids=tt,
+                        position_ids=positions)[0]  # [T, hidden]
+    attn_mask = key_mask.bool()[:, None, None, :]  # [B, 1, 1, S] keys
+    per_layer = _layer_gates(model, gates, ablation, means)
+    layers = base.encoder.layer
+    for i, layer in enumerate(layers):
+        last = i == len(layers) - 1
+        sa, so = layer.attention.self, layer.attention.output
+        xq = x.index_select(0, cls) if last else x
+        r = xq.shape[0]
+        n = 0 if isinstance(sa, EmptyAttention) else sa.query.out_features // sa.attention_head_size
+        if n == 0:  # no head left: the output projection of nothing is its bias
+            proj = so.dense(xq.new_zeros(r, so.dense.in_features))
+        else:
+            d = sa.attention_head_size
+
+            def padded(t):  # [T, n d] -> [B, n, S, d]
+                out = t.new_zeros(b * s, n * d).index_copy(0, real, t)
+                return out.view(b, s, n, d).transpose(1, 2)
+
+            k, v = padded(sa.key(x)), padded(sa.value(x))
+            if last:
+                q = sa.query(xq).view(b, 1, n, d).transpose(1, 2)  # [B, n, 1, d]
+            else:
+                q = padded(sa.query(x))
+            p = sa.dropout.p if sa.training else 0.0
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p,
+                                                 scale=getattr(sa, "scaling", d ** -0.5))  # [B, n, Sq, d]
+            ctx = ctx.transpose(1, 2)  # [B, Sq, n, d]
+            ctx = ctx.reshape(b, n, d)[:, None] if last else ctx.reshape(b * s, n, d).index_select(0, real)[:, None]
+            gm = per_layer[i]
+            if gm is not None:
+                g, m = gm
+                ctx = ablate_heads(ctx, g.to(device=ctx.device, dtype=ctx.dtype), ablation,
+                                   values=v.transpose(1, 2), key_mask=key_mask,
+                                   means=None if m is None else m.to(device=ctx.device, dtype=ctx.dtype),
+                                   rows=None if last else row_sentence)
+            proj = so.dense(ctx.reshape(r, n * d))
+        att = so.LayerNorm(so.dropout(proj) + xq)
+        x = layer.feed_forward_chunk(att)
+    pooled = base.pooler(x[:, None, :])  # [B, hidden]: the pooler reads token 0
+    logits = model.classifier(model.dropout(pooled))
+    return _loss(model, logits, batch["labels"]), logits

@@ -1,0 +1,253 @@
+"""Fine-tuning with a fixed head mask, and evaluation.
+
+AdamW (no decay on biases and LayerNorm weights), linear warm-up then linear decay, gradient
+clipping, evaluation after every epoch. Pruned heads stay pruned throughout: either physically removed
+before training (``pruning.prune_heads``; the fast way for ``"zero"`` ablation) or gated inside
+``gates.head_gates`` for the whole run (any ablation). The same seed gives the same numbers on the CPU.
+
+``precision`` (``precision.PRECISIONS``): of :func:`finetune`'s training forward passes and loss, default
+``"auto"``: bf16 autocast on a CUDA device that supports it, plain float32 on the CPU (no autocast entered, so CPU
+numbers are bit-identical to before the setting existed); ``"fp32"`` forces float32, ``"bf16"`` forces autocast on
+any device. Weights and optimizer states stay float32; ``backward()`` runs outside autocast. Scores are computed
+in float32 on every device by default (:func:`predict`, :func:`evaluate`, and the epoch choice inside
+:func:`finetune`), as the mask sweep computes them, so that a study's numbers never depend on which evaluation
+path produced them; ``precision="bf16"`` asks an evaluation for autocast explicitly.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+import warnings
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from headprune_utils.tasks.batching import Encoded, eval_batches, iterate, train_batches
+from headprune_utils.model.gates import Ablation, head_gates
+from headprune_utils.train.lean_loss import lean_loss, unsupported_reason
+from headprune_utils.tasks.metrics import compute_metrics, main_score
+from headprune_utils.model.precision import autocast_context, check_precision
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 3
+    batch_size: int = 32
+    lr: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    max_grad_norm: float | None = 1.0  # None: no clipping
+    eval_batch_size: int = 32
+    group_by_length: bool = True
+    lean: bool = False  # lean_loss: no work on padding nor on the last layer's other tokens (same function)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def set_seed(seed: int) -> None:
+    """The one place that seeds Python, NumPy and torch."""
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+class NonFiniteError(FloatingPointError):
+    """A training loss or a model weight is NaN or infinite: never trained on, never scored."""
+
+
+def check_finite_weights(model: nn.Module, what: str = "the model") -> None:
+    """NonFiniteError naming the first parameter with a NaN or infinite value (a model like that is never scored)."""
+    for name, p in model.named_parameters():
+        if not bool(torch.isfinite(p.detach()).all()):
+            raise NonFiniteError(f"{what} has non-finite weights (first: {name}); it is not scored. Usual causes: "
+                                 "a learning rate far too large or infinite, or a diverged run")
+
+
+def gate_context(model, gates, ablation, means):
+    if gates is None:
+        return contextlib.nullcontext()
+    return head_gates(model, gates, ablation=ablation, means=means)
+
+
+@torch.no_grad()
+def predict(model: nn.Module, enc: Encoded, batch_size: int = 128, *, precision: str = "fp32") -> np.ndarray:
+    """Predictions in the original order: class ids, or float scores for a regression head.
+    ``precision``: see the module docstring."""
+    check_precision(precision)
+    model.eval()
+    device = model_device(model)
+    preds = np.empty(len(enc), dtype=np.float64)
+    for index, batch in iterate(enc, eval_batches(enc.lengths, batch_size), device):
+        batch.pop("labels")
+        with autocast_context(device, precision):
+            logits = model(**batch).logits
+        if logits.shape[-1] == 1:
+            p = logits.squeeze(-1).float().cpu().numpy()
+        else:
+            p = logits.argmax(-1).cpu().numpy()
+        preds[index] = p
+    if not np.isfinite(preds).all():
+        raise NonFiniteError(f"the model predicted {int((~np.isfinite(preds)).sum())} non-finite value(s); not scored")
+    return preds
+
+
+def evaluate(
+    model: nn.Module,
+    enc: Encoded,
+    task: str,
+    batch_size: int = 128,
+    gates: torch.Tensor | None = None,
+    ablation: Ablation = "zero",
+    means: torch.Tensor | None = None,
+    *,
+    precision: str = "fp32",
+) -> dict[str, float]:
+    """The task's official metrics on ``enc`` (with ``gates`` applied when given). A model with non-finite
+    weights is refused (NonFiniteError), and so are non-finite predictions. ``precision``: see the module
+    docstring."""
+    check_precision(precision)
+    check_finite_weights(model)
+    with gate_context(model, gates, ablation, means):
+        preds = predict(model, enc, batch_size, precision=precision)
+    labels = enc.labels
+    if preds.dtype != labels.dtype and not np.issubdtype(labels.dtype, np.floating):
+        preds = preds.astype(labels.dtype)
+    return compute_metrics(task, preds, labels)
+
+
+def _optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    # fused AdamW: one pass over the parameters per step (foreach makes ~10 on a CPU: 30% of a MiniLM step)
+    params = [p for g in groups for p in g["params"]]
+    fused = bool(params) and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    return torch.optim.AdamW(groups, lr=cfg.lr, **({"fused": True} if fused else {"foreach": True}))
+
+
+def linear_schedule(step: int, total: int, warmup: int) -> float:
+    if step < warmup:
+        return (step + 1) / max(1, warmup)
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def finetune(
+    model: nn.Module,
+    train: Encoded,
+    task: str,
+    cfg: TrainConfig,
+    seed: int,
+    dev: Encoded | None = None,
+    gates: torch.Tensor | None = None,
+    ablation: Ablation = "zero",
+    means: torch.Tensor | None = None,
+    progress: bool = True,
+    desc: str = "fine-tune",
+    keep_best: bool = False,
+    dev_name: str = "dev",
+    *,
+    precision: str = "auto",
+) -> list[dict]:
+    """Fine-tune ``model`` in place; returns one record per epoch (train loss, ``dev`` metrics, seconds).
+
+    ``gates`` (``[n_layers, n_heads]``, fixed, no grad) stay applied during training and evaluation.
+    ``keep_best`` (needs ``dev``: a validation split, never the reported dev set): after the last epoch the model's
+    weights are those of the epoch with the best ``dev`` score (the first of equals), so the number of epochs is
+    chosen on ``dev``, at most ``cfg.epochs`` (the learning-rate schedule spans ``cfg.epochs``); that record has
+    ``"selected": True``. ``dev_name`` prefixes the metrics' keys (``dev_accuracy``, ``val_accuracy``, ...).
+    ``precision``: of the training forward passes and the loss (see the module docstring; ``"auto"`` on the CPU
+    is plain float32); the ``dev`` evaluations are float32.
+    ``cfg.lean``: the training loss by :func:`lean_loss.lean_loss` (the same function without the work on padding
+    and on the last layer's other tokens; the gates applied inside it), where :func:`lean_loss.unsupported_reason`
+    allows, else the model's own forward with a ``RuntimeWarning`` saying why.
+    """
+    check_precision(precision)
+    if keep_best and dev is None:
+        raise ValueError("keep_best needs a dev (validation) set to choose the epoch on")
+    lean = False
+    if cfg.lean:
+        why = unsupported_reason(model)
+        if why is None:
+            lean = True
+        else:
+            warnings.warn(f"TrainConfig.lean: {why}; fine-tuning with the model's own forward instead",
+                          RuntimeWarning, stacklevel=2)
+    set_seed(seed)
+    device = model_device(model)
+    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    warmup = int(round(cfg.warmup_ratio * total))
+    opt = _optimizer(model, cfg)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: linear_schedule(s, total, warmup))
+    lengths = train.lengths
+    history = []
+    best: tuple[float, int, dict] | None = None  # (score, epoch, weights) of the best epoch so far (keep_best)
+    bar = tqdm(total=total, desc=desc, disable=not progress, mininterval=10, leave=False)
+    step = 0
+    try:
+        # lean: the gates are applied inside lean_loss and passed to the evaluations (no hook may be open)
+        with contextlib.nullcontext() if lean else gate_context(model, gates, ablation, means):
+            for epoch in range(cfg.epochs):
+                start = time.perf_counter()
+                model.train()
+                losses, n_tokens = [], 0
+                batches = train_batches(lengths, cfg.batch_size, seed=seed * 1000 + epoch,
+                                        group_by_length=cfg.group_by_length)
+                for _, batch in iterate(train, batches, device):
+                    with autocast_context(device, precision):
+                        loss = lean_loss(model, batch, gates, ablation, means)[0] if lean else model(**batch).loss
+                    if not bool(torch.isfinite(loss.detach())):
+                        raise NonFiniteError(
+                            f"{desc}: the training loss is {loss.item()} at step {step + 1} of {total} (epoch "
+                            f"{epoch + 1}; lr={cfg.lr:g}, max_grad_norm={cfg.max_grad_norm}); training stopped. "
+                            "Lower lr, or keep gradient clipping on.")
+                    loss.backward()
+                    if cfg.max_grad_norm is not None and cfg.max_grad_norm > 0:
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                    opt.step()
+                    sched.step()
+                    opt.zero_grad(set_to_none=True)
+                    losses.append(loss.item())
+                    n_tokens += int(batch["attention_mask"].sum())
+                    step += 1
+                    bar.update(1)
+                record = {
+                    "epoch": epoch + 1,
+                    "train_loss": float(np.mean(losses)),
+                    "train_seconds": time.perf_counter() - start,
+                    "train_tokens": n_tokens,
+                }
+                if dev is not None:
+                    t0 = time.perf_counter()
+                    # gates already applied (lean: passed here); scores in float32 (the module docstring)
+                    metrics = (evaluate(model, dev, task, cfg.eval_batch_size, gates=gates, ablation=ablation,
+                                        means=means) if lean else evaluate(model, dev, task, cfg.eval_batch_size))
+                    record.update({f"{dev_name}_{k}": v for k, v in metrics.items()})
+                    record[f"{dev_name}_score"] = main_score(task, metrics)
+                    record["eval_seconds"] = time.perf_counter() - t0
+                    if keep_best and (best is None or record[f"{dev_name}_score"] > best[0]):
+                        best = (record[f"{dev_name}_score"], epoch,
+                                {k: v.detach().clone() for k, v in model.state_dict().items()})
+                history.append(record)
+            if keep_best and best is not None:
+                model.load_state_dict(best[2])
+                for r in history:
+                    r["selected"] = r["epoch"] == best[1] + 1
+    finally:
+        bar.close()
+        model.eval()
+    return history

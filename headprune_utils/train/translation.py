@@ -1,0 +1,464 @@
+"""Training a translation model, decoding with ``generate()``, and BLEU/chrF on a test set.
+
+Training (:func:`train_translation`): teacher forcing with label-smoothed cross-entropy over the real target
+tokens (padding ignored; the loss is the mean over target tokens of the batch), AdamW with betas (0.9, 0.98)
+(Vaswani et al.), a linear warm-up to ``lr`` then inverse-square-root decay, gradient clipping. Batches are
+grouped by length and padded to their own longest sequence, either ``batch_size`` sentences each or, with
+``max_tokens``, as many sentences as fit ``n_sentences * longest <= max_tokens`` (token-based batching, as
+fairseq). Every ``eval_every`` steps the per-token negative log-likelihood on the dev set is measured; the
+weights with the lowest dev loss are restored at the end (model selection), and training stops early after
+``patience`` evaluations without improvement. Gates (a dict by attention type, see ``gates``) can stay applied
+for the whole run, as Budhraja et al. fix a mask and then train. With ``checkpoint`` (a file path), the whole
+training state (weights, optimizer, schedule, step, position in the epoch, the best weights so far, the history,
+the random-number generators' states) is written there atomically after every evaluation, and a call that finds
+it resumes from it: training that outlives one process (a long run cut into sessions) continues where it stopped
+and ends with the weights an uninterrupted run gives (tested, bit for bit on the same machine).
+
+Decoding (:func:`translate`): ``model.generate`` (greedy by default, beam search with ``num_beams > 1``) with
+its KV cache, inside ``head_gates`` when gates are given; at most ``max_len_a * source_length + max_len_b``
+new tokens; the output is the tokenizer's detokenised text, which :func:`evaluate_translation` scores with
+sacrebleu (``translation_metrics``).
+
+``precision`` (``precision.PRECISIONS``) of the training forward passes (default ``"auto"``): bf16 autocast on a
+CUDA device that supports it, plain float32 on the CPU (no autocast entered: CPU numbers bit-identical to before
+the setting existed); the loss is computed in float32 from the logits either way, weights and optimizer states stay
+float32, ``backward()`` runs outside autocast. Evaluation (:func:`dev_loss`, the early-stopping dev losses,
+:func:`translate` and so BLEU) is float32 on every device by default, as in ``training`` (a study's scores never
+depend on the path that computed them); ``precision="bf16"`` asks for autocast there explicitly.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from headprune_utils.tasks.batching import eval_batches, train_batches
+from headprune_utils.model.gates import Ablation
+from headprune_utils.model.precision import autocast_context, check_precision
+from headprune_utils.train.training import NonFiniteError, check_finite_weights, gate_context, model_device, set_seed
+from headprune_utils.tasks.translation_metrics import translation_scores
+
+__all__ = ["EncodedPairs", "encode_pairs", "collate_pairs", "token_batches", "label_smoothed_loss",
+           "NMTTrainConfig", "NMTTrainResult", "inverse_sqrt_schedule", "dev_loss", "train_translation",
+           "translate", "evaluate_translation"]
+
+
+@dataclass
+class EncodedPairs:
+    """Token ids of a parallel split (unpadded; each sequence ends with ``</s>``)."""
+
+    src_ids: list[list[int]]
+    tgt_ids: list[list[int]]
+    pad_id: int
+    decoder_start_id: int
+    n_dropped: int = 0  # pairs left out for length (encode_pairs(..., drop_longer=True))
+
+    def __len__(self) -> int:
+        return len(self.src_ids)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """``max(source, target)`` length of each pair in tokens: what a padded batch costs."""
+        return np.fromiter((max(len(s), len(t)) for s, t in zip(self.src_ids, self.tgt_ids)), dtype=np.int64,
+                           count=len(self.src_ids))
+
+    @property
+    def n_target_tokens(self) -> int:
+        return sum(len(t) for t in self.tgt_ids)
+
+
+def encode_pairs(tokenizer, data, max_length: int = 128, drop_longer: bool = False) -> EncodedPairs:
+    """Tokenise a ``translation_data.ParallelData``.
+
+    A side longer than ``max_length`` tokens is truncated (``</s>`` kept), or with ``drop_longer=True`` the pair
+    is left out (for training: a truncated source no longer matches its truncated target); ``n_dropped``
+    counts those pairs.
+    """
+    kwargs = dict(truncation=not drop_longer, max_length=None if drop_longer else max_length, padding=False)
+    src = tokenizer(list(data.src), **kwargs)["input_ids"]
+    tgt = tokenizer(text_target=list(data.tgt), **kwargs)["input_ids"]
+    keep = [i for i in range(len(src)) if not drop_longer or max(len(src[i]), len(tgt[i])) <= max_length]
+    return EncodedPairs([list(src[i]) for i in keep], [list(tgt[i]) for i in keep], tokenizer.pad_token_id,
+                        tokenizer.bos_token_id, n_dropped=len(src) - len(keep))
+
+
+def collate_pairs(enc: EncodedPairs, index: np.ndarray, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """Model inputs for the pairs at ``index``: ``input_ids``/``attention_mask`` ``[batch, src_len]``,
+    ``decoder_input_ids`` ``[batch, tgt_len]`` (``<s>`` then the target shifted right) and ``labels``
+    ``[batch, tgt_len]`` (the target, -100 on padding)."""
+    srcs = [enc.src_ids[i] for i in index]
+    tgts = [enc.tgt_ids[i] for i in index]
+    n, s_len, t_len = len(srcs), max(len(s) for s in srcs), max(len(t) for t in tgts)
+    ids = torch.full((n, s_len), enc.pad_id, dtype=torch.long)
+    att = torch.zeros((n, s_len), dtype=torch.long)
+    dec = torch.full((n, t_len), enc.pad_id, dtype=torch.long)
+    labels = torch.full((n, t_len), -100, dtype=torch.long)
+    for row, (s, t) in enumerate(zip(srcs, tgts)):
+        ids[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+        att[row, : len(s)] = 1
+        labels[row, : len(t)] = torch.tensor(t, dtype=torch.long)
+        dec[row, 0] = enc.decoder_start_id
+        dec[row, 1 : len(t)] = torch.tensor(t[:-1], dtype=torch.long)
+    batch = {"input_ids": ids, "attention_mask": att, "decoder_input_ids": dec, "labels": labels}
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def token_batches(lengths: np.ndarray, max_tokens: int, seed: int, max_sentences: int | None = None) -> list[np.ndarray]:
+    """One epoch of batches holding at most ``max_tokens`` padded tokens each (``n * longest``), grouped by length
+    within shuffled chunks, the batch order shuffled; deterministic for ``seed``."""
+    if max_tokens < int(lengths.max()):
+        raise ValueError(f"max_tokens={max_tokens} is below the longest sequence ({int(lengths.max())} tokens)")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(lengths))
+    chunk_size = max(1, 50 * max_tokens // max(1, int(np.median(lengths))))
+    batches: list[np.ndarray] = []
+    for start in range(0, len(order), chunk_size):
+        chunk = order[start : start + chunk_size]
+        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
+        current: list[int] = []
+        longest = 0
+        for i in chunk:
+            new_longest = max(longest, int(lengths[i]))
+            if current and ((len(current) + 1) * new_longest > max_tokens
+                            or (max_sentences is not None and len(current) >= max_sentences)):
+                batches.append(np.asarray(current))
+                current, new_longest = [], int(lengths[i])
+            current.append(int(i))
+            longest = new_longest
+        if current:
+            batches.append(np.asarray(current))
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``(loss, nll_sum, n_tokens)`` over the positions with ``labels != -100``.
+
+    logits ``[batch, tgt_len, vocab]``, labels ``[batch, tgt_len]``. ``loss``: the mean label-smoothed cross-entropy
+    per target token (``CrossEntropyLoss(label_smoothing=smoothing)``: the target gets ``1 - smoothing`` plus its
+    share of ``smoothing`` spread uniformly over the vocabulary); ``nll_sum``: the plain negative log-likelihood
+    summed over the tokens (no grad), for dev perplexity.
+    """
+    flat_logits = logits.reshape(-1, logits.shape[-1]).float()
+    flat_labels = labels.reshape(-1)
+    n_tokens = int((flat_labels != -100).sum())
+    loss = nn.functional.cross_entropy(flat_logits, flat_labels, ignore_index=-100, label_smoothing=smoothing,
+                                       reduction="sum") / max(1, n_tokens)
+    with torch.no_grad():
+        nll = nn.functional.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum")
+    return loss, nll, n_tokens
+
+
+@dataclass(frozen=True)
+class NMTTrainConfig:
+    max_steps: int = 4000  # optimiser steps (the budget; deterministic)
+    batch_size: int = 64  # sentences per batch (with max_tokens: the cap on sentences)
+    max_tokens: int | None = None  # token-based batching: n_sentences * longest <= max_tokens
+    lr: float = 1e-3  # peak learning rate, reached at the end of the warm-up
+    warmup_steps: int = 400
+    betas: tuple[float, float] = (0.9, 0.98)
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    max_grad_norm: float = 1.0
+    eval_every: int = 500  # steps between dev-loss evaluations (and at the end)
+    patience: int | None = None  # stop after this many evaluations without a better dev loss; None: never
+    eval_batch_size: int = 128
+    max_seconds: float | None = None  # a wall-clock cap on training (then not deterministic); None: none
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class NMTTrainResult:
+    """``history``: one dict per evaluation (``step, train_loss, dev_loss, lr, seconds, tokens``); ``best_step``
+    and ``best_dev_loss`` (per-token NLL, nats) of the restored weights; ``stopped``: ``"max_steps"``,
+    ``"patience"`` or ``"max_seconds"``."""
+
+    history: list[dict] = field(default_factory=list)
+    best_step: int = 0
+    best_dev_loss: float = math.inf
+    steps: int = 0
+    seconds: float = 0.0
+    stopped: str = "max_steps"
+
+
+def inverse_sqrt_schedule(step: int, warmup: int) -> float:
+    """Learning-rate factor at optimiser step ``step`` (0-based): linear warm-up to 1 at ``warmup``, then
+    ``sqrt(warmup / step)``."""
+    s = step + 1
+    if warmup <= 0:
+        return 1.0
+    return s / warmup if s < warmup else math.sqrt(warmup / s)
+
+
+@torch.no_grad()
+def dev_loss(model: nn.Module, enc: EncodedPairs, batch_size: int = 128, gates=None, ablation: Ablation = "zero",
+             means=None, *, precision: str = "fp32") -> float:
+    """Per-token negative log-likelihood (nats, no smoothing) of the targets of ``enc``, teacher-forced."""
+    check_precision(precision)
+    check_finite_weights(model, "the translation model")
+    was_training = model.training
+    model.eval()
+    device = model_device(model)
+    total, count = 0.0, 0
+    try:
+        with gate_context(model, gates, ablation, means):
+            for index in eval_batches(enc.lengths, batch_size):
+                batch = collate_pairs(enc, index, device)
+                labels = batch.pop("labels")
+                with autocast_context(device, precision):
+                    logits = model(**batch).logits
+                _, nll, n = label_smoothed_loss(logits, labels)
+                total += float(nll)
+                count += n
+    finally:
+        model.train(was_training)
+    return total / max(1, count)
+
+
+def _ids_digest(pairs: EncodedPairs) -> str:
+    """A content hash of the token ids (the tokenizer and the data a checkpoint was trained on)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for seqs in (pairs.src_ids, pairs.tgt_ids):
+        for ids in seqs:
+            h.update(np.asarray(ids, dtype=np.int64).tobytes())
+            h.update(b"|")
+    return h.hexdigest()[:16]
+
+
+def train_translation(
+    model: nn.Module,
+    train: EncodedPairs,
+    dev: EncodedPairs | None,
+    cfg: NMTTrainConfig,
+    seed: int = 0,
+    gates=None,
+    ablation: Ablation = "zero",
+    means=None,
+    progress: bool = True,
+    *,
+    precision: str = "auto",
+    checkpoint: str | os.PathLike | None = None,
+) -> NMTTrainResult:
+    """Train ``model`` in place (see the module docstring); returns the evaluation history.
+
+    With ``dev``, the weights of the best dev loss are restored at the end; without, the last weights stay.
+    ``gates``: fixed, no grad, applied during training and the dev evaluations. ``precision``: of the training
+    forward passes (see the module docstring); the dev evaluations are float32. ``checkpoint``: a file to write
+    the training state to after every evaluation and to resume from when it exists (the module docstring); it
+    is left in place at the end (the caller removes it once the trained model is safely stored). A checkpoint
+    of another training (other config, seed, data size or model shape) is refused with a ValueError naming it.
+    """
+    check_precision(precision)
+    if len(train) == 0:
+        raise ValueError("train_translation got no training pairs")
+    if cfg.max_seconds is not None and checkpoint is not None:
+        raise ValueError("checkpoint needs a deterministic run: max_seconds must be None")
+    set_seed(seed)
+    device = model_device(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg.lr, betas=cfg.betas, eps=1e-9, **({"fused": True} if fused else {}))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt_schedule(s, cfg.warmup_steps))
+    lengths = train.lengths
+    result = NMTTrainResult()
+    best_state = None
+    bad_evals = 0
+    losses: list[float] = []
+    tokens = 0
+    start = time.perf_counter()
+    step, epoch, batch_pos = 0, 0, 0  # batch_pos: batches of the current epoch done
+    identity = {"config": cfg.as_dict(), "seed": int(seed), "n_train": len(train), "data": _ids_digest(train),
+                "n_dev": None if dev is None else len(dev), "precision": precision,
+                "shapes": {k: list(v.shape) for k, v in model.state_dict().items()}}
+    ck_path = Path(checkpoint) if checkpoint is not None else None
+    if ck_path is not None and ck_path.exists():
+        try:
+            ck = torch.load(ck_path, map_location="cpu", weights_only=False)
+        except Exception as exc:  # a truncated file cannot happen (atomic writes) but a foreign one can
+            raise ValueError(f"checkpoint {ck_path}: unreadable ({exc}); remove it to train from the start") from None
+        if ck.get("identity") != identity:
+            raise ValueError(f"checkpoint {ck_path} belongs to another training (config, seed, data or model shape "
+                             "differ); remove it to train from the start")
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        sched.load_state_dict(ck["scheduler"])
+        step, epoch, batch_pos = ck["step"], ck["epoch"], ck["batch_pos"]
+        losses, tokens, bad_evals, best_state = ck["losses"], ck["tokens"], ck["bad_evals"], ck["best_state"]
+        result.history, result.best_step, result.best_dev_loss = ck["history"], ck["best_step"], ck["best_dev_loss"]
+        start -= ck["seconds"]
+        torch.set_rng_state(ck["rng_cpu"])
+        if ck.get("rng_cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(ck["rng_cuda"])
+
+    def save_checkpoint() -> None:
+        if ck_path is None:
+            return
+        state = {"identity": identity, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                 "scheduler": sched.state_dict(), "step": step, "epoch": epoch, "batch_pos": batch_pos,
+                 "losses": losses, "tokens": tokens, "bad_evals": bad_evals, "best_state": best_state,
+                 "history": result.history, "best_step": result.best_step, "best_dev_loss": result.best_dev_loss,
+                 "seconds": time.perf_counter() - start, "rng_cpu": torch.get_rng_state(),
+                 "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+        ck_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ck_path.with_name(f".{ck_path.name}.{os.getpid()}.tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, ck_path)
+
+    bar = tqdm(total=cfg.max_steps, initial=step, desc="train NMT", disable=not progress, mininterval=10, leave=False)
+
+    def evaluate_now() -> bool:
+        """Record an evaluation; True when training should stop early."""
+        nonlocal best_state, bad_evals, losses
+        record = {"step": step, "epoch": epoch, "train_loss": float(np.mean(losses)) if losses else math.nan,
+                  "lr": opt.param_groups[0]["lr"], "seconds": time.perf_counter() - start, "tokens": tokens}
+        losses = []
+        if dev is not None:
+            loss = dev_loss(model, dev, cfg.eval_batch_size)  # float32; the gates are already applied
+            record["dev_loss"] = loss
+            if loss < result.best_dev_loss:
+                result.best_dev_loss, result.best_step, bad_evals = loss, step, 0
+                best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            else:
+                bad_evals += 1
+        result.history.append(record)
+        bar.set_postfix(train=f"{record['train_loss']:.3f}", dev=f"{record.get('dev_loss', math.nan):.3f}")
+        return cfg.patience is not None and bad_evals >= cfg.patience
+
+    try:
+        with gate_context(model, gates, ablation, means):
+            model.train()
+            while step < cfg.max_steps and result.stopped == "max_steps":
+                if cfg.max_tokens is not None:
+                    batches = token_batches(lengths, cfg.max_tokens, seed=seed * 1000 + epoch,
+                                            max_sentences=cfg.batch_size)
+                else:
+                    batches = train_batches(lengths, cfg.batch_size, seed=seed * 1000 + epoch)
+                for index in batches[batch_pos:]:  # a resumed epoch skips the batches done before
+                    batch_pos += 1
+                    batch = collate_pairs(train, index, device)
+                    labels = batch.pop("labels")
+                    with autocast_context(device, precision):
+                        logits = model(**batch).logits
+                    loss, _, n = label_smoothed_loss(logits, labels, cfg.label_smoothing)
+                    if not bool(torch.isfinite(loss.detach())):
+                        raise NonFiniteError(f"translation training: the loss is {loss.item()} at step {step + 1} "
+                                             f"(lr={cfg.lr:g}); training stopped. Lower lr, or keep clipping on.")
+                    loss.backward()
+                    if cfg.max_grad_norm > 0:
+                        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                    opt.step()
+                    sched.step()
+                    opt.zero_grad(set_to_none=True)
+                    losses.append(loss.item())
+                    tokens += n
+                    step += 1
+                    bar.update(1)
+                    last = step >= cfg.max_steps
+                    out_of_time = cfg.max_seconds is not None and time.perf_counter() - start > cfg.max_seconds
+                    if step % cfg.eval_every == 0 or last or out_of_time:
+                        if evaluate_now():
+                            result.stopped = "patience"
+                        model.train()
+                        if not last and result.stopped == "max_steps" and not out_of_time:
+                            save_checkpoint()
+                    if out_of_time and result.stopped == "max_steps":
+                        result.stopped = "max_seconds"
+                    if last or result.stopped != "max_steps":
+                        break
+                else:
+                    batch_pos = 0
+                    epoch += 1
+                    continue
+                break
+    finally:
+        bar.close()
+        model.eval()
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    result.steps = step
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+@torch.no_grad()
+def translate(
+    model: nn.Module,
+    tokenizer,
+    sources: list[str],
+    batch_size: int = 64,
+    num_beams: int = 1,
+    max_len_a: float = 1.5,
+    max_len_b: int = 10,
+    max_source_length: int = 256,
+    gates=None,
+    ablation: Ablation = "zero",
+    means=None,
+    progress: bool = False,
+    *,
+    precision: str = "fp32",
+) -> list[str]:
+    """Detokenised translations of ``sources``, in their order (greedy, or beam search with ``num_beams``).
+
+    Sources are batched by length; each batch may generate up to ``max_len_a * longest source + max_len_b``
+    tokens. ``gates`` (a dict by attention type) act on every decoding step, KV cache included. ``precision``:
+    of ``generate``'s forward passes (see the module docstring).
+    """
+    check_precision(precision)
+    if not sources:
+        return []
+    was_training = model.training
+    model.eval()
+    device = model_device(model)
+    enc = tokenizer(list(sources), truncation=True, max_length=max_source_length)["input_ids"]
+    lengths = np.fromiter((len(x) for x in enc), dtype=np.int64, count=len(enc))
+    out: list[str | None] = [None] * len(sources)
+    try:
+        with gate_context(model, gates, ablation, means):
+            for index in tqdm(eval_batches(lengths, batch_size), desc="translate", disable=not progress,
+                              mininterval=10, leave=False):
+                width = int(lengths[index].max())
+                ids = torch.full((len(index), width), tokenizer.pad_token_id, dtype=torch.long)
+                att = torch.zeros((len(index), width), dtype=torch.long)
+                for row, i in enumerate(index):
+                    ids[row, : lengths[i]] = torch.tensor(enc[i], dtype=torch.long)
+                    att[row, : lengths[i]] = 1
+                max_new = int(math.ceil(max_len_a * width + max_len_b))
+                with autocast_context(device, precision):
+                    generated = model.generate(
+                        input_ids=ids.to(device), attention_mask=att.to(device), num_beams=num_beams,
+                        do_sample=False, max_length=max_new + 1, early_stopping=num_beams > 1, use_cache=True,
+                    )
+                texts = tokenizer.batch_decode(generated, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+                for i, text in zip(index, texts):
+                    out[i] = text
+    finally:
+        model.train(was_training)
+    return out  # type: ignore[return-value]
+
+
+def evaluate_translation(model: nn.Module, tokenizer, data, **translate_kwargs) -> dict:
+    """BLEU and chrF (sacrebleu) of the model's translations of ``data.src`` against ``data.tgt``
+    (a model with non-finite weights is refused: NonFiniteError).
+
+    Returns ``translation_metrics.translation_scores`` plus ``"hypotheses"`` (the translations, in order).
+    ``translate_kwargs`` go to :func:`translate` (``num_beams``, ``gates``, ``precision``, ...).
+    """
+    check_finite_weights(model, "the translation model")
+    hyps = translate(model, tokenizer, list(data.src), **translate_kwargs)
+    scores = translation_scores(hyps, list(data.tgt))
+    scores["hypotheses"] = hyps
+    return scores
