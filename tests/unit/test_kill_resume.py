@@ -26,7 +26,7 @@ from headprune_utils.studies.config import validate
 from headprune_utils.run.execution import run_study
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.studies import random_pruning as study
-from headprune_utils import training
+from headprune_utils.train import training
 real = training.finetune
 def slow(*a, **k):  # slow enough for the parent to kill it between cells
     time.sleep(0.5)
