@@ -43,7 +43,7 @@ __all__ = [
 Batch = dict[str, torch.Tensor]
 DIRECTIONS = ("dep->head", "head->dep")
 # A head is a rare-word head when its maximum attention falls on the sentence's least frequent token for MORE THAN
-# this share of the queries. Fixed from the paper before any data (issue 30): Voita et al. 2019 (Sec. 5, "Rare
+# this share of the queries. Fixed from the paper before any data: Voita et al. 2019 (Sec. 5, "Rare
 # words") define the head as the one that "points to the least frequent token of the sentence"; they report it does
 # so in 66% of cases (OpenSubtitles) and, for their WMT models, to one of the two least frequent tokens in more than
 # 50% of cases (over sentences whose rarest token is not among the 500 most frequent). The majority reading of

@@ -53,7 +53,7 @@ REGIME_ORDER = ("finetune_then_mask", "mask_then_finetune")
 
 
 # Michel et al. 2019's largest share of heads prunable by iterative importance (fine-tune, then mask; BERT-base)
-# with under about one point of loss, per task, as quoted in the project's issue 17 (read from their figures;
+# with under about one point of loss, per task (read from their figures;
 # approximate): compared side by side, not tested.
 MICHEL_PRUNABLE = {"SST-2": 0.6, "CoLA": 0.5, "MRPC": 0.5}
 

@@ -1,4 +1,4 @@
-"""The committed standard outputs are reproducible from the committed cells alone (issue 17).
+"""The committed standard outputs are reproducible from the committed cells alone.
 
 For every study whose standard cells are all committed, the study notebook is executed from a copy of those cells
 only (no model cache, no training: a cell that would compute fails the test at once), and the verdict table it

@@ -1,4 +1,4 @@
-"""A notebook run with changed parameters never writes into a profile's folder (issue 18): its outputs go to
+"""A notebook run with changed parameters never writes into a profile's folder: its outputs go to
 outputs/<study>/custom-<hash>/, said at the start; the profile's own parameters keep the profile's folder."""
 from __future__ import annotations
 

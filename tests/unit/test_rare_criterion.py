@@ -1,4 +1,4 @@
-"""The rare-word head criterion (issue 30, item 5: thresholds fixed from the papers): a head is a rare-word head when
+"""The rare-word head criterion (thresholds are fixed from the papers, never from our data): a head is a rare-word head when
 its maximum attention falls on the sentence's least frequent token in MORE than half of the queries (Voita et al.
 2019, Sec. 5), with no ratio over chance and no threshold chosen from the data; one analysis-only parameter
 (``rare_share``) in studies 6 and 7, outside the cells' fingerprint; the counts over 0.1-0.9 are a sensitivity (a

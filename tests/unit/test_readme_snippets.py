@@ -1,5 +1,5 @@
-"""Every Python block of the README runs as written (issue 18: the toolkit snippet once failed on an undefined
-name)."""
+"""Every Python block of the README runs as written (a snippet that fails, e.g. on an undefined name or a moved
+module, is a broken promise to the reader)."""
 from __future__ import annotations
 
 import re

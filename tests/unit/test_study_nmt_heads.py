@@ -315,7 +315,7 @@ def test_l0_analysis_by_hand():
     assert c.loc[("L0 - random", "all", "all"), "mean_diff"] == pytest.approx(3.0)
     assert c.loc[("L0 - random", "pooled", "all"), "n_pairs"] == 2
     assert c.loc[("L0 - random", "pooled", "all"), "n_units"] == 1
-    assert c.loc[("L0 - random", "pooled", "all"), "ci_low"] == "n/a (one model seed)"  # issue 18: never NaN
+    assert c.loc[("L0 - random", "pooled", "all"), "ci_low"] == "n/a (one model seed)"  # a missing interval is said in words, never NaN
     assert c.loc[("L0 - full", "all", "all"), "n_pairs"] == 3
 
 
