@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -134,7 +134,7 @@ def batches_of(ready: list[Cell]) -> list[list[Cell]]:
 
 
 def schedule(cells: list[Cell], done: set[str], submit: Callable[[Batch], Any],
-             wait: Callable[[list[Any]], list[tuple[Any, list[Outcome]]]], read: Callable[[str], dict],
+             wait: Callable[[list[Any]], list[tuple[Any, Iterable[Outcome]]]], read: Callable[[str], dict],
              on_outcome: Callable[[Outcome], None], max_in_flight: int = 1) -> tuple[dict[str, str], dict[str, str]]:
     """Run the cells not in ``done``, honouring requirements; returns (failed {key: error}, skipped {key: why}).
 
@@ -199,26 +199,42 @@ def schedule(cells: list[Cell], done: set[str], submit: Callable[[Batch], Any],
 _CONTEXTS: dict[tuple, Any] = {}
 
 
-def run_batch(study: Study, cfg, device, paths: StudyPaths, batch: Batch, ctx=None) -> list[Outcome]:
-    """The one job body every executor runs: compute a batch, every error caught and returned as a value."""
-    outcomes: list[Outcome] = []
+def iter_batch(study: Study, cfg, device, paths: StudyPaths, batch: Batch, ctx=None) -> Iterator[Outcome]:
+    """The one job body every executor runs: compute a batch, yielding each cell's outcome as it finishes; an
+    error ends the batch and every cell not yet done is returned failed, with the traceback (never raised).
+    ``ctx``: the study's context when the executor keeps one across batches (else built here, inside the
+    error handling)."""
+    left = list(batch.keys)
     try:
         if ctx is None:
             ctx = study.context(cfg, device, paths)
         for cell, result in study.run(ctx, batch.cells, batch.inputs):
-            outcomes.append(Outcome(cell.key, "done", result={**result, **study.provenance(ctx, cell)}))
+            if cell.key in left:
+                left.remove(cell.key)
+            yield Outcome(cell.key, "done", result={**result, **study.provenance(ctx, cell)})
     except Exception:
         err = traceback.format_exc()
-        outcomes.extend(Outcome(k, "failed", error=err) for k in batch.keys if k not in {o.key for o in outcomes})
-    return outcomes
+        for k in left:
+            yield Outcome(k, "failed", error=err)
+
+
+def run_batch(study: Study, cfg, device, paths: StudyPaths, batch: Batch, ctx=None) -> list[Outcome]:
+    """:func:`iter_batch` to its end (an executor that returns a batch's outcomes together, e.g. a Ray task)."""
+    return list(iter_batch(study, cfg, device, paths, batch, ctx))
 
 
 class LocalExecutor:
-    """Batches run in this process, one at a time, results stored as each cell finishes."""
+    """Batches run in this process, one at a time, each cell's outcome handed on (and stored) as it finishes.
+
+    The executor interface (every executor has it; :func:`_run_locked` drives them alike): ``name``,
+    ``max_in_flight``, ``start(study=, cfg=, device=, paths=, profile=)``, ``submit(batch) -> handle``,
+    ``wait(handles) -> [(handle, outcomes)]`` for at least one finished batch, ``close()``; the job body is
+    :func:`iter_batch` in every executor."""
 
     name = "local"
+    max_in_flight = 1
 
-    def start(self, *, study: Study, cfg, device, paths: StudyPaths) -> None:
+    def start(self, *, study: Study, cfg, device, paths: StudyPaths, profile: str = "") -> None:
         self.study, self.cfg, self.device, self.paths = study, cfg, device, paths
         self._ctx = None
         self._queue: dict[int, Batch] = {}
@@ -229,29 +245,22 @@ class LocalExecutor:
         self._queue[self._next] = batch
         return self._next
 
-    def iter_outcomes(self, handle: int):
-        """Outcomes of one batch, cell by cell as they finish (so each is stored at once)."""
+    def wait(self, handles: list[int]) -> list[tuple[int, Iterator[Outcome]]]:
+        """The first submitted batch, run now: its outcomes stream out cell by cell (the context is built once, on
+        the first batch, and kept for the next: a failure to build it is raised, not returned)."""
+        handle = handles[0]
         batch = self._queue.pop(handle)
         if self._ctx is None:
             self._ctx = self.study.context(self.cfg, self.device, self.paths)
-        keys = set(batch.keys)
-        try:
-            for cell, result in self.study.run(self._ctx, batch.cells, batch.inputs):
-                result = {**result, **self.study.provenance(self._ctx, cell)}
-                keys.discard(cell.key)
-                yield Outcome(cell.key, "done", result=result)
-        except Exception:
-            err = traceback.format_exc()
-            for k in batch.keys:
-                if k in keys:
-                    yield Outcome(k, "failed", error=err)
+        return [(handle, iter_batch(self.study, self.cfg, self.device, self.paths, batch, self._ctx))]
 
     def close(self) -> None:
         self._ctx = None
 
 
 class RayExecutor:
-    """Each batch a Ray task; the study resolved by name on the worker, parameters shipped as plain data.
+    """Each batch a Ray task; the study resolved by name on the worker, parameters shipped as plain data. The
+    executor interface of :class:`LocalExecutor`; the task runs :func:`iter_batch` to its end (:func:`run_batch`).
 
     ``address``: None starts (or joins, in this process) a local Ray instance; "auto" or "ray://host:port"
     joins a cluster. ``num_cpus`` caps a local instance. Workers get the outputs and data roots of this
@@ -499,15 +508,10 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
 
         try:
             read = lambda k: store.get(dict(by_key[k].axes))["result"]  # noqa: E731
-            if isinstance(ex, LocalExecutor):
-                ex.start(study=study, cfg=cfg, device=device, paths=paths)
-                # outcomes stream out of the batch: each is stored the moment its cell finishes
-                failed, skipped = schedule(cells, done, ex.submit, lambda hs: [(hs[0], ex.iter_outcomes(hs[0]))],
-                                           read, store_outcome)
-            else:
-                ex.start(study=study, cfg=cfg, device=device, paths=paths, profile=profile)
-                failed, skipped = schedule(cells, done, ex.submit, ex.wait, read, store_outcome,
-                                           max_in_flight=ex.max_in_flight)
+            ex.start(study=study, cfg=cfg, device=device, paths=paths, profile=profile)
+            # every executor alike: outcomes are stored the moment they arrive (the local one's cell by cell)
+            failed, skipped = schedule(cells, done, ex.submit, ex.wait, read, store_outcome,
+                                       max_in_flight=ex.max_in_flight)
         finally:
             bar.close()
             ex.close()

@@ -217,3 +217,38 @@ def test_where_needs_cells_only(capsys):
 
     assert main(["--profile", "smoke", "--where", "seed=0"]) == 2
     assert "--where is for --cells-only" in capsys.readouterr().err
+
+
+def test_every_executor_has_the_one_interface():
+    """Local and Ray executors are driven alike (no branch on the executor's type): the same attributes and
+    methods, ``start`` taking the same keywords."""
+    import inspect
+
+    from headprune_utils.run.execution import LocalExecutor, RayExecutor
+
+    for cls in (LocalExecutor, RayExecutor):
+        assert isinstance(cls.name, str)
+        for method in ("start", "submit", "wait", "close"):
+            assert callable(getattr(cls, method)), f"{cls.__name__}.{method}"
+        params = inspect.signature(cls.start).parameters
+        assert {"study", "cfg", "device", "paths", "profile"} <= set(params), f"{cls.__name__}.start: {list(params)}"
+    assert LocalExecutor.max_in_flight == 1
+
+
+def test_the_job_body_streams_outcomes_and_returns_an_error_as_failed_cells(tmp_path):
+    """``iter_batch`` (what every executor runs): outcomes one by one as cells finish; after an error, the cells not
+    done are failed with the traceback, never raised; ``run_batch`` is the same to its end."""
+    from headprune_utils.run.execution import Batch, iter_batch, run_batch
+
+    study, cfg = FakeStudy(), FakeConfig(fail=["a2"])
+    cells = [c for c in study.plan(cfg) if c.key.startswith("name=a")]
+    batch = Batch(cells, {})
+    stream = iter_batch(study, cfg, "cpu", paths(tmp_path), batch)
+    first = next(stream)
+    assert first.key == cells[0].key and first.status == "done"
+    rest = list(stream)
+    status = {o.key: o.status for o in [first, *rest]}
+    assert status["name=a0"] == status["name=a1"] == "done" and status["name=a2"] == status["name=a3"] == "failed"
+    assert "broken on purpose" in next(o.error for o in rest if o.key == "name=a2")
+    assert [(o.key, o.status) for o in run_batch(study, cfg, "cpu", paths(tmp_path), batch)] == \
+        [(o.key, o.status) for o in [first, *rest]]
