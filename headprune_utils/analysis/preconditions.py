@@ -89,8 +89,9 @@ class AdaptsToMask(Gate):
     """Fine-tuning adapts to the mask on the measurement's task: the ``confidence`` t-interval of the per-unit means
     of ``evidence["adaptation"][value]`` (rows of that task, averaged within ``unit``) lies above 0. ``what`` says
     which difference it is (e.g. "at 50% pruned, mask-then-fine-tune - fine-tune-then-mask"). ``only``: the gate
-    applies to measurements whose ``setting`` starts with it (a model masked after fine-tuning has nothing to adapt;
-    "" = every measurement). A failure reads "fine-tuning too short to adapt (...)"."""
+    applies to measurements whose ``setting`` has it as one of its ``;``-separated parts, wherever it stands (e.g.
+    the regime "mask, then fine-tune"; a model masked after fine-tuning has nothing to adapt; "" = every
+    measurement). A failure reads "fine-tuning too short to adapt (...)"."""
 
     what: str
     only: str = ""
@@ -105,7 +106,7 @@ class AdaptsToMask(Gate):
                 f"t-interval over models above 0, under the same semantics)")
 
     def check(self, m: Measurement, evidence: Mapping) -> str | None:
-        if self.only and not str(m.setting).startswith(self.only):
+        if self.only and self.only not in (part.strip() for part in str(m.setting).split(";")):
             return None
         diffs = evidence["adaptation"]
         rows = diffs[diffs[self.task] == m.task]

@@ -29,24 +29,16 @@ import numpy as np
 from headprune_utils.analysis import claims, margins, preconditions
 from headprune_utils.studies.zero_shot_pruning_analysis import ADAPT_BUDGET, REGIME_NAMES
 
-__all__ = ["CLAIMS", "ADAPTS", "DRAWS", "RANK_UNIT", "VS_RANDOM_RULE", "draws_needed", "mask_then_finetune"]
+__all__ = ["CLAIMS", "ADAPTS", "DRAWS", "RANK_UNIT", "VS_RANDOM_RULE", "draws_needed"]
 
 RANK_UNIT = "zero-shot mask (n = 1; reference: random masks of its size)"
 VS_RANDOM_RULE = claims.EmpiricalRank("greater")
 
 
-def mask_then_finetune(m: claims.Measurement) -> bool:
-    """Whether ``m`` is a mask-then-fine-tune row (its setting ends with the regime's name)."""
-    return str(m.setting).endswith("; " + REGIME_NAMES["mask_then_finetune"])
-
-
-_ADAPTS = preconditions.AdaptsToMask(
-    what=f"at {100 * ADAPT_BUDGET:g}% pruned (random masks), mask-then-fine-tune - fine-tune-then-mask")
-
-# only mask-then-fine-tune rows: a model masked after fine-tuning has nothing to adapt (the settings end with the
-# regime, so AdaptsToMask's ``only``, a prefix, cannot select them)
-ADAPTS = preconditions.Check(f"{REGIME_NAMES['mask_then_finetune']} rows: {_ADAPTS.text()}",
-                             lambda m, ev: _ADAPTS.check(m, ev) if mask_then_finetune(m) else None)
+# only mask-then-fine-tune rows: a model masked after fine-tuning has nothing to adapt
+ADAPTS = preconditions.AdaptsToMask(
+    what=f"at {100 * ADAPT_BUDGET:g}% pruned (random masks), mask-then-fine-tune - fine-tune-then-mask",
+    only=REGIME_NAMES["mask_then_finetune"])
 
 
 def draws_needed(alpha: float) -> int:
