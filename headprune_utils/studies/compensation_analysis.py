@@ -38,7 +38,7 @@ from scipy import stats as sps
 
 from headprune_utils.analysis import claims, stats
 from headprune_utils.model import masks
-from headprune_utils.studies import semantics
+from headprune_utils.studies import glue_workbench, semantics
 
 __all__ = ["MEASURES", "MEASURE_NAMES", "MEASUREMENTS", "per_head", "spread_tests", "pooled", "spread_measurements",
            "shift_measurements", "locality_measurements", "layer_confounded", "claim_verdicts", "heatmap_data",
@@ -225,8 +225,7 @@ def scale_text(cfg) -> str:
     train = "full training sets" if cfg.train_size is None else f"{cfg.train_size} training examples"
     text = (f"{cfg.model} ({n_layers} x {n_heads} = {n_layers * n_heads} heads), {train} x {cfg.epochs} epochs, "
             f"seeds {', '.join(str(s) for s in cfg.seeds)}")
-    paper = cfg.model == "bert-base-uncased" and cfg.train_size is None and cfg.epochs == 3
-    return text + ("" if paper else "; a small-scale test, not the paper's set-up")
+    return glue_workbench.scale_note(text, glue_workbench.is_paper_setup(cfg))
 
 
 def _setting(strategy: str, budget: float, measure: str, extra: str = "") -> str:

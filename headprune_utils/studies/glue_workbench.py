@@ -474,8 +474,24 @@ def scale_text(cfg: GlueStudyConfig, table: pd.DataFrame) -> str:
     train = "full training sets" if cfg.train_size is None else f"{cfg.train_size} training examples"
     dev = "full dev sets" if cfg.dev_size is None else f"{cfg.dev_size} dev examples"
     text = f"{cfg.model} ({heads}); {train} x {cfg.epochs} epochs, {dev}; {len(cfg.seeds)} seeds per task"
-    paper = cfg.model == "bert-base-uncased" and cfg.train_size is None and cfg.dev_size is None
-    return text + ("" if paper else "; a small-scale test, not the paper's set-up")
+    return scale_note(text, is_paper_setup(cfg))
+
+
+# The GLUE papers' set-up (Budhraja et al. and Bian et al. fine-tune BERT-base on whole GLUE training sets, score
+# whole dev sets, 3 epochs, batch 32, lr 2e-5): the one rule by which every GLUE study says whether a run is it.
+PAPER_SETUP = {"model": "bert-base-uncased", "train_size": None, "dev_size": None, "epochs": 3, "batch_size": 32,
+               "lr": 2e-5}
+SMALL_SCALE = "; a small-scale test, not the paper's set-up"
+
+
+def is_paper_setup(cfg) -> bool:
+    """Whether ``cfg`` is the GLUE papers' set-up (:data:`PAPER_SETUP`: every field equal)."""
+    return all(getattr(cfg, k) == v for k, v in PAPER_SETUP.items())
+
+
+def scale_note(text: str, paper: bool) -> str:
+    """``text`` (a run's scale in words), saying it is a small-scale test unless ``paper``."""
+    return text if paper else text + SMALL_SCALE
 
 
 # ---------------------------------------------------------------------------------------------- planned cost

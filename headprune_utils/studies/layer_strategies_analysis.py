@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from headprune_utils.analysis import claims, paired_contrasts
-from headprune_utils.studies import semantics
+from headprune_utils.studies import glue_workbench, semantics
 from headprune_utils.analysis.paired_contrasts import (
     LOCATION_CONTRASTS, Contrast, paired_by_strategy, per_ablation, unit_contrast_table,
 )
@@ -191,8 +191,7 @@ def scale(cfg, table: pd.DataFrame | None = None) -> str:
         heads = f", {int(table['n_heads_total'].iloc[0])} heads"
     train = "all" if cfg.train_size is None else str(cfg.train_size)
     text = f"{cfg.model}{heads}, {train} training examples x {cfg.epochs} epochs, seeds {list(cfg.seeds)}"
-    paper = "bert-base" in str(cfg.model) and cfg.train_size is None and cfg.epochs >= 3
-    return text if paper else text + "; a small-scale test, not the paper's set-up"
+    return glue_workbench.scale_note(text, glue_workbench.is_paper_setup(cfg))
 
 
 def verdicts(table: pd.DataFrame, cfg, claim_list: Sequence[claims.Claim], alpha: float = 0.05) -> pd.DataFrame:

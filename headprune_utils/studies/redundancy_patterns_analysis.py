@@ -23,6 +23,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from headprune_utils.analysis import claims, margins
+from headprune_utils.studies import glue_workbench
 from headprune_utils.measure import clustering, redundancy
 from headprune_utils.store.results import unpack_floats
 
@@ -364,8 +365,7 @@ def scale_text(cfg) -> str:
     text = (f"{cfg.model} ({n_layers} x {n_heads} = {n_layers * n_heads} heads); fine-tuned models: {train} x "
             f"{cfg.epochs} epochs, seeds {', '.join(str(s) for s in cfg.seeds)}; probes of {cfg.probe_size} sentences"
             + mlm_part)
-    paper = cfg.model == "bert-base-uncased" and cfg.train_size is None
-    return text + ("" if paper else "; a small-scale test, not the paper's set-up")
+    return glue_workbench.scale_note(text, glue_workbench.is_paper_setup(cfg))
 
 
 def mlm_losses(mats: Matrices, cfg) -> dict:

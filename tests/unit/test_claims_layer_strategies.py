@@ -276,8 +276,10 @@ def test_scale_says_when_it_is_not_the_papers_set_up():
     cfg = study.LayerStrategiesConfig()
     assert study.scale(cfg).endswith("a small-scale test, not the paper's set-up")
     assert "300 training examples x 3 epochs" in study.scale(cfg)
-    paper = study.LayerStrategiesConfig(model="bert-base-uncased", train_size=None)
+    paper = study.LayerStrategiesConfig(model="bert-base-uncased", train_size=None, dev_size=None, batch_size=32,
+                                        lr=2e-5)
     assert "small-scale" not in study.scale(paper)
+    assert "small-scale" in study.scale(study.LayerStrategiesConfig(model="bert-base-uncased", train_size=None))
 
 
 def test_each_semantics_is_decided_on_its_own_cells_and_michels_primary_rows_are_zero_cells():

@@ -225,3 +225,22 @@ def test_side_by_side_order_is_longest_first_by_the_last_run(tmp_path, monkeypat
     assert list(ordered) == ["zero_shot_pruning", "nmt_heads", "layer_strategies", "random_pruning", "compensation"]
     assert ordered == plan  # same studies, same overrides
     assert run.recorded_seconds("random_pruning", "quick") == 300.0
+
+
+def test_one_rule_says_which_glue_runs_are_the_papers_set_up():
+    """Every GLUE study judges "the paper's set-up" by the one rule (glue_workbench.PAPER_SETUP): the paper
+    profile is it for each of them, no CPU profile is, and each study's scale text follows the rule."""
+    import yaml
+
+    from headprune_utils.store.paths import params_dir
+    from headprune_utils.studies import glue_workbench
+
+    glue = [n for n, s in STUDIES.items() if issubclass(s.Config, glue_workbench.GlueStudyConfig)]
+    assert len(glue) == 6
+    for profile, expected in (("paper", True), ("standard", False), ("quick", False), ("smoke", False)):
+        sections = yaml.safe_load((params_dir() / f"{profile}.yaml").read_text())
+        for name in glue:
+            cfg = STUDIES[name].Config(**sections.get(name, {}))
+            assert glue_workbench.is_paper_setup(cfg) is expected, (profile, name)
+    text = glue_workbench.scale_note("x", False)
+    assert text == "x; a small-scale test, not the paper's set-up" and glue_workbench.scale_note("x", True) == "x"
