@@ -6,7 +6,6 @@ deterministic for a given ``seed`` (``numpy.random.default_rng``).
 - :func:`t_interval`        mean and Student-t confidence interval of the mean.
 - :func:`bootstrap_ci`      percentile bootstrap interval of the mean of paired differences.
 - :func:`sign_flip_test`    two-sided paired permutation (sign-flip) test of ``mean(d) = 0``.
-- :func:`permutation_test`  two-sample label-permutation test.
 - :func:`gini`              Gini coefficient of nonnegative values.
 
 For verdicts on claims (:mod:`headprune_utils.analysis.claims`), whose unit of replication is an independently trained
@@ -129,45 +128,6 @@ def sign_flip_test(d, n_perm: int = 10000, seed: int = 0,
         signs = rng.choice(np.array([-1.0, 1.0]), size=(m, n))
         hits += int(_extreme((signs * a).mean(axis=1), t_obs, alternative).sum())
     return (1 + hits) / (1 + n_perm)
-
-
-def mean_difference(x: np.ndarray, y: np.ndarray) -> float:
-    """``mean(x) - mean(y)``, the default statistic of :func:`permutation_test`."""
-    return float(np.mean(x) - np.mean(y))
-
-
-def permutation_test(
-    x,
-    y,
-    statistic: Callable[[np.ndarray, np.ndarray], float] = mean_difference,
-    n_perm: int = 10000,
-    seed: int = 0,
-    alternative: Literal["two-sided", "greater", "less"] = "two-sided",
-) -> float:
-    """p-value of ``statistic(x, y)`` under random relabelling of the pooled samples (two independent samples).
-
-    ``"greater"``: large statistics are evidence (``P(T* >= T)``), ``"less"``: ``P(T* <= T)``,
-    ``"two-sided"``: ``P(|T*| >= |T|)`` (for statistics centred on 0 under the null, as the mean difference).
-    Exact over all ``C(n_x + n_y, n_x)`` splits when that is ``<= n_perm``, else ``n_perm`` random ones.
-    """
-    a, b = _vector(x, "x"), _vector(y, "y")
-    _extreme(np.zeros(1), 0.0, alternative)  # validates ``alternative``
-    pooled = np.concatenate([a, b])
-    n, nx = pooled.size, a.size
-    t_obs = float(statistic(a, b))
-    if math.comb(n, nx) <= n_perm:
-        t_star = []
-        for idx in itertools.combinations(range(n), nx):
-            take = np.zeros(n, dtype=bool)
-            take[list(idx)] = True
-            t_star.append(statistic(pooled[take], pooled[~take]))
-        return float(_extreme(np.asarray(t_star, dtype=np.float64), t_obs, alternative).mean())
-    rng = np.random.default_rng(seed)
-    t_star = np.empty(n_perm)
-    for i in range(n_perm):
-        perm = rng.permutation(pooled)
-        t_star[i] = statistic(perm[:nx], perm[nx:])
-    return (1 + int(_extreme(t_star, t_obs, alternative).sum())) / (1 + n_perm)
 
 
 def gini(x) -> float:

@@ -324,16 +324,3 @@ def redundancy_matrices(model, batches: Iterable[dict[str, torch.Tensor]], metri
     return acc.result()
 
 
-def minmax(matrix: np.ndarray) -> np.ndarray:
-    """Off-diagonal min-max rescaling of a square matrix to [0, 1], zero diagonal (for display or clustering
-    when a metric's natural range is narrow). All off-diagonal entries equal -> all 0."""
-    m = np.asarray(matrix, dtype=np.float64)
-    if m.ndim != 2 or m.shape[0] != m.shape[1]:
-        raise ValueError(f"expected a square matrix, got shape {m.shape}")
-    out = np.zeros_like(m)
-    off = ~np.eye(m.shape[0], dtype=bool)
-    if off.any():
-        lo, hi = m[off].min(), m[off].max()
-        if hi > lo:
-            out[off] = (m[off] - lo) / (hi - lo)
-    return out

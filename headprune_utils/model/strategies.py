@@ -40,14 +40,6 @@ IMPORTANCE_STRATEGIES: tuple[str, ...] = ("least_important", "most_important")
 ITERATIVE_STRATEGIES: tuple[str, ...] = ("iterative_importance",)  # re-estimated after every step (Michel et al.)
 
 
-def layer_groups(n_layers: int) -> dict[str, list[int]]:
-    if n_layers < 1:
-        raise ValueError(f"n_layers must be >= 1, got {n_layers}")
-    k = n_layers // 3
-    return {"bottom": list(range(k)), "middle": list(range(k, n_layers - k)),
-            "top": list(range(n_layers - k, n_layers))}
-
-
 def layer_order(strategy: str, n_layers: int, n_layers_needed: int, seed: int) -> list[int]:
     """The layers a strategy prunes first, in order (a permutation of all layers)."""
     layers = list(range(n_layers))

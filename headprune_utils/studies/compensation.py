@@ -175,7 +175,7 @@ def _attention_change(before, after, probe, gates, ablation, means) -> torch.Ten
     return total / weight
 
 
-def run_cell(ctx: glue_workbench.Workbench, cell: dict) -> dict:
+def run_cell(ctx: glue_workbench.GlueContext, cell: dict) -> dict:
     """Fine-tune (or take the cached unpruned model) under the cell's semantics and measure every kept head's change."""
     cfg = ctx.cfg
     task, seed, ablation = cell["task"], cell["seed"], cell["ablation"]
@@ -239,10 +239,10 @@ class Compensation(glue_workbench.GlueStudy):
     def provenance(self, ctx, cell) -> dict:
         return glue_workbench.provenance(ctx, cell)
 
-    def context(self, cfg: CompensationConfig, device, paths: StudyPaths) -> glue_workbench.Workbench:
-        return glue_workbench.Workbench(cfg, device, paths.finetuned_cache)
+    def context(self, cfg: CompensationConfig, device, paths: StudyPaths) -> glue_workbench.GlueContext:
+        return glue_workbench.GlueContext(cfg, device, paths.finetuned_cache)
 
-    def run(self, ctx: glue_workbench.Workbench, cells: list[Cell], inputs):
+    def run(self, ctx: glue_workbench.GlueContext, cells: list[Cell], inputs):
         for cell in cells:
             yield cell, run_cell(ctx, dict(cell.axes))
 

@@ -293,7 +293,7 @@ def train_config(cfg: GlueStudyConfig) -> training.TrainConfig:
                                 max_grad_norm=cfg.max_grad_norm, lean=cfg.lean_training)
 
 
-class Workbench:
+class GlueContext:
     """Data, tokenizer and fine-tuned models shared by the cells of one process.
 
     Fine-tuned unpruned models are cached on disk in ``cache_dir`` (``StudyPaths.finetuned_cache``: one
@@ -437,7 +437,7 @@ class Workbench:
         return model, history, trained_now
 
 
-def provenance(ctx: "Workbench", cell) -> dict:
+def provenance(ctx: "GlueContext", cell) -> dict:
     """``{"full_model_sha": ...}`` when this process used the fine-tuned full model of the cell's (task, seed)
     (``Study.provenance`` of the GLUE studies): the check that one training underlies all cells of a model."""
     axes = cell.axes

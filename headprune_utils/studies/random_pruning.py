@@ -13,9 +13,9 @@ et al.'s ``uniform``, and ``zero`` as the sensitivity semantics):
 Masks of seed ``s`` are nested across fractions and shared by both regimes and all tasks (paired
 comparisons). The evaluation-only regime may draw ``mask_draws`` random masks per model (axis ``draw``; draw 0 is
 the shared mask); the analysis averages the draws within the model first (the model is the unit). The fine-tuned full model of (task, seed) is the ``fraction = 0`` cell of the first
-regime; its checkpoint is cached (``glue_workbench.Workbench``) so the second regime, and other studies, reuse it.
+regime; its checkpoint is cached (``glue_workbench.GlueContext``) so the second regime, and other studies, reuse it.
 Mask-then-fine-tune runs at ``finetune_fractions`` (None: every fraction), each fine-tuning through the cache
-studies 2 and 5 share (``Workbench.masked_scores``): their random masks at the same budget and seed are these.
+studies 2 and 5 share (``GlueContext.masked_scores``): their random masks at the same budget and seed are these.
 
 The claims are declared once, as data, in :mod:`.random_pruning_claims` (``claims = CLAIMS``). The analysis
 (pure functions over the cells' table: curves, paired drops, the claims' measurements and verdicts, findings) is in
@@ -142,7 +142,7 @@ def _row(task, spec, history, metrics, mask, seconds) -> dict:
     }
 
 
-def run_cell(ctx: glue_workbench.Workbench, cell: dict) -> dict:
+def run_cell(ctx: glue_workbench.GlueContext, cell: dict) -> dict:
     """Compute one cell's result (pure of the store; the caller saves it)."""
     task, regime, fraction, seed, ablation = cell["task"], cell["regime"], cell["fraction"], cell["seed"], cell["ablation"]
     spec, tr, dv, *_ = ctx.task_data(task)
@@ -182,10 +182,10 @@ class RandomPruning(glue_workbench.GlueStudy):
     def provenance(self, ctx, cell) -> dict:
         return glue_workbench.provenance(ctx, cell)
 
-    def context(self, cfg: RandomPruningConfig, device, paths: StudyPaths) -> glue_workbench.Workbench:
-        return glue_workbench.Workbench(cfg, device, paths.finetuned_cache)
+    def context(self, cfg: RandomPruningConfig, device, paths: StudyPaths) -> glue_workbench.GlueContext:
+        return glue_workbench.GlueContext(cfg, device, paths.finetuned_cache)
 
-    def run(self, ctx: glue_workbench.Workbench, cells: list[Cell], inputs):
+    def run(self, ctx: glue_workbench.GlueContext, cells: list[Cell], inputs):
         for cell in cells:
             yield cell, run_cell(ctx, dict(cell.axes))
 

@@ -281,8 +281,8 @@ def study_fingerprint(cfg: RedundancyPatternsConfig, device: torch.device) -> st
     return fingerprint(d)
 
 
-class Context(glue_workbench.Workbench):
-    """The Workbench plus the probes and the prepared MLM models of one process."""
+class Context(glue_workbench.GlueContext):
+    """The GlueContext plus the probes and the prepared MLM models of one process."""
 
     def __init__(self, cfg: RedundancyPatternsConfig, device: torch.device, cache_dir):
         super().__init__(cfg, device, cache_dir)

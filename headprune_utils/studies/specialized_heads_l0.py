@@ -5,7 +5,7 @@ Cells (keyed, resumable; :func:`plan_cells`):
 - ``{"kind": "roles", "task": "pretrained"}``: the specialized-head measurements of the PRE-TRAINED encoder
   (the reference: are roles a property of the encoder, kept through fine-tuning?).
 - ``{"kind": "scores", "task", "seed"}``: every head score of the fine-tuned full model of (task, seed)
-  (``Workbench.full_model``, shared with studies 1-5 through the fine-tuned model cache) on ``score_size``
+  (``GlueContext.full_model``, shared with studies 1-5 through the fine-tuned model cache) on ``score_size``
   examples of the task's TRAINING subset (gradient importance, first-order relevance, ablation importance,
   confidence with every key and without the special-token keys, entropy: ``head_scores``, ``importance``), its
   dev score, and its specialized-head measurements on
@@ -235,7 +235,7 @@ def _score(task: str, metrics: dict) -> float:
     return 0.0 if s != s else float(s)
 
 
-class Context(glue_workbench.Workbench):
+class Context(glue_workbench.GlueContext):
     """The shared workbench plus the UD sentences and the word-piece frequencies of the rare-word heads."""
 
     def __init__(self, *args, **kwargs):

@@ -7,7 +7,7 @@ the task's dev subset:
 - ``finetune_then_mask`` (evaluation only): the fine-tuned full model of (task, seed) with the mask applied;
   the masks of one model are evaluated together, sharing work (``mask_sweep``; same outputs as one forward each);
 - ``mask_then_finetune``: the pre-trained model pruned by the mask, then fine-tuned with the mask fixed (through
-  ``Workbench.masked_scores``, the cache every study shares: a (task, seed, mask) is fine-tuned once).
+  ``GlueContext.masked_scores``, the cache every study shares: a (task, seed, mask) is fine-tuned once).
 
 The reference cell (strategy ``"none"``, budget 0) is the fine-tuned full model in both regimes. Masks come from
 :meth:`Context.cell_mask`: location strategies (``strategies.STRATEGIES``) and gradient-importance strategies
@@ -48,7 +48,7 @@ KNOWN_STRATEGIES: tuple[str, ...] = ALL_STRATEGIES + strategies.ITERATIVE_STRATE
 ITERATIVE_STEP = 0.1  # Michel et al.: 10% of all heads pruned per step of iterative pruning
 
 
-class Context(glue_workbench.Workbench):
+class Context(glue_workbench.GlueContext):
     """The shared workbench plus each full model's head importance (for the importance strategies)."""
 
     def __init__(self, *args, **kwargs):

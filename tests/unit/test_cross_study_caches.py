@@ -27,13 +27,13 @@ def test_random_masks_fine_tuned_once_across_studies(tiny_model_dir, tiny_glue_r
     cfg = config(tiny_model_dir, tiny_glue_root, regimes=["mask_then_finetune"], epochs=1)
     t1 = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path))
     trained = []
-    real = common.Workbench.finetune_masked
+    real = common.GlueContext.finetune_masked
 
     def spy(self, task, seed, mask, desc, ablation):
         trained.append((task, seed, mask_to_string(mask), ablation))
         return real(self, task, seed, mask, desc, ablation)
 
-    monkeypatch.setattr(common.Workbench, "finetune_masked", spy)
+    monkeypatch.setattr(common.GlueContext, "finetune_masked", spy)
     cfg2 = validate(s2.LayerStrategiesConfig, dict(
         model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0, 1], budgets=[0.5], finetune_budgets=[0.5],
         strategies=["random", "top"], regimes=["mask_then_finetune"], train_size=None, dev_size=None, epochs=1,

@@ -40,7 +40,7 @@ def test_cells_carry_the_weights_hash_and_a_mix_is_refused(tiny_model_dir, tiny_
     trained = table[(table["regime"] == "mask_then_finetune") & (table["fraction"] > 0)]
     assert trained["full_model_sha"].isna().all(), "a masked model fine-tuned from scratch did not use the full model"
     # the hash is the weights' (an independent recomputation from the cached checkpoint)
-    wb = glue_workbench.Workbench(cfg, __import__("torch").device("cpu"), paths.finetuned_cache)
+    wb = glue_workbench.GlueContext(cfg, __import__("torch").device("cpu"), paths.finetuned_cache)
     assert models.weights_sha(wb.full_model("SST-2", 0)[0]) == uses["full_model_sha"].iloc[0]
     # a cell from "another training" of the same model: the study refuses to mix them
     f = sorted(paths.cells.glob("*finetune_then_mask*.json"))[0]

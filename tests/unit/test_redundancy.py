@@ -14,7 +14,7 @@ from conftest import tiny_inputs, tiny_model
 from headprune_utils.model.attention import attention_maps, js_divergence
 from headprune_utils.model.pruning import prune_heads
 from headprune_utils.measure.redundancy import (
-    METRICS, SENTENCE_METRICS, TOKEN_METRICS, RedundancyAccumulator, minmax, redundancy_matrices, sentence_distances,
+    METRICS, SENTENCE_METRICS, TOKEN_METRICS, RedundancyAccumulator, redundancy_matrices, sentence_distances,
     stack_heads,
 )
 
@@ -326,10 +326,3 @@ def test_redundancy_matrices_equals_a_manual_loop_over_attention_maps():
         assert np.allclose(got[metric], want, atol=1e-13, rtol=0), metric
 
 
-def test_minmax():
-    m = np.array([[0.0, 0.2, 0.3], [0.2, 0.0, 0.25], [0.3, 0.25, 9.0]])
-    out = minmax(m)
-    assert np.allclose(out, [[0, 0, 1], [0, 0, 0.5], [1, 0.5, 0]])
-    assert np.array_equal(minmax(np.full((3, 3), 0.4)), np.zeros((3, 3)))
-    with pytest.raises(ValueError, match="square"):
-        minmax(np.zeros((2, 3)))

@@ -5,20 +5,13 @@ import pytest
 import torch
 
 from headprune_utils.model.masks import BudgetError
-from headprune_utils.model.strategies import STRATEGIES, layer_groups, layer_order, strategy_mask
+from headprune_utils.model.strategies import STRATEGIES, layer_order, strategy_mask
 
 
 def pruned_layers(mask):
     """Layers with at least one pruned head, and how many heads each lost."""
     lost = (mask == 0).sum(dim=1).tolist()
     return {l: n for l, n in enumerate(lost) if n}
-
-
-def test_layer_groups_for_several_depths():
-    assert layer_groups(6) == {"bottom": [0, 1], "middle": [2, 3], "top": [4, 5]}
-    assert layer_groups(12) == {"bottom": [0, 1, 2, 3], "middle": [4, 5, 6, 7], "top": [8, 9, 10, 11]}
-    assert layer_groups(7) == {"bottom": [0, 1], "middle": [2, 3, 4], "top": [5, 6]}
-    assert layer_groups(2) == {"bottom": [], "middle": [0, 1], "top": []}
 
 
 def test_orders_by_hand():

@@ -87,7 +87,7 @@ def test_uniform_finetuning_keeps_the_mask_and_trains_the_value_path(tiny_model_
     gates stay fixed, the masked heads' value rows and output-projection columns train, and their query/key
     rows get no gradient (weight decay off, so a parameter without gradient does not move at all)."""
     cfg = config(tiny_model_dir, tiny_glue_root, weight_decay=0.0, epochs=1)
-    ctx = glue_workbench.Workbench(cfg, torch.device("cpu"), tmp_path / "cache")
+    ctx = glue_workbench.GlueContext(cfg, torch.device("cpu"), tmp_path / "cache")
     mask = study.cell_mask(ctx.shape, {"strategy": "random", "budget": 0.5, "seed": 0})
     before = head_parameters(ctx.fresh_model("SST-2", 0))
     model, history, gates, means = ctx.finetune_masked("SST-2", 0, mask, "test", "uniform")

@@ -132,7 +132,7 @@ def test_study_runs_end_to_end_and_resumes(tiny_model_dir, data_root, tmp_path, 
         assert g["n_kept"].iloc[0] >= g["n_kept"].iloc[1], "a larger penalty keeps no more heads"
     assert int(l0.loc[l0["lam"] == 5.0, "n_kept"].max()) < 12, "a large penalty closes gates"
     # every stored number is what evaluating the stored masks on the cached fine-tuned model gives
-    ctx = common.Workbench(cfg, torch.device("cpu"), paths.finetuned_cache)
+    ctx = common.GlueContext(cfg, torch.device("cpu"), paths.finetuned_cache)
     for r in l0.itertuples():
         seed = int(r.seed)
         model = ctx.full_model("SST-2", seed)[0]

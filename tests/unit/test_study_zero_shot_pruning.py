@@ -101,7 +101,7 @@ def test_masked_fine_tuning_is_shared_between_studies(tiny_model_dir, tiny_glue_
     cfg = config(tiny_model_dir, tiny_glue_root)
     mask = torch.ones(3, 4)
     mask[1, :3] = 0
-    ctx = common.Workbench(cfg, torch.device("cpu"), tmp_path)
+    ctx = common.GlueContext(cfg, torch.device("cpu"), tmp_path)
     metrics, history = ctx.masked_scores("SST-2", 0, mask, "t", "zero")
     assert ctx.masked_scores_path("SST-2", 0, mask, "zero").exists()
     assert not ctx.masked_scores_path("SST-2", 0, mask, "uniform").exists(), "another semantics: another entry"
@@ -109,7 +109,7 @@ def test_masked_fine_tuning_is_shared_between_studies(tiny_model_dir, tiny_glue_
     model, hist2, gates, means = ctx.finetune_masked("SST-2", 0, mask, "t", "zero")
     direct = training.evaluate(model, ctx.task_data("SST-2")[2], "SST-2", common.EVAL_BATCH)
     assert direct == metrics and len(hist2) == len(history)
-    other = common.Workbench(cfg, torch.device("cpu"), tmp_path)
+    other = common.GlueContext(cfg, torch.device("cpu"), tmp_path)
     monkeypatch.setattr(other, "finetune_masked", lambda *a, **k: pytest.fail("trained again"))
     assert other.masked_scores("SST-2", 0, mask, "t", "zero") == (metrics, history)
     mask2 = mask.clone()

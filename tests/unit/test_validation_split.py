@@ -53,7 +53,7 @@ def test_workbench_trains_on_the_rest_and_chooses_on_validation(tiny_model_dir, 
     base = dict(model=str(tiny_model_dir), tasks=["SST-2"], seeds=[0], train_size=None, dev_size=None, epochs=2,
                 batch_size=8, lr=1e-3, device="cpu", data_dir=str(tiny_glue_root), allow_hub=False, progress=False)
     cfg = validate(study.RandomPruningConfig, {**base, "validation_size": 12})
-    wb = glue_workbench.Workbench(cfg, torch.device("cpu"), tiny_glue_root / "cache")
+    wb = glue_workbench.GlueContext(cfg, torch.device("cpu"), tiny_glue_root / "cache")
     spec, tr, dv, *_, val = wb.task_data("SST-2")
     n_train = len(data.load_task("SST-2", "train", tiny_glue_root, allow_hub=False))
     assert len(val) == 12 and len(tr) == n_train - 12
