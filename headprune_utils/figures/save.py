@@ -1,9 +1,12 @@
 """Writing a figure: the PNG and, beside it, the table of its data (so a reader can re-plot without re-running)."""
 from __future__ import annotations
 
+import warnings
+
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from headprune_utils.figures.layout import FigureLayoutWarning, layout_problems
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import atomic_write_csv
 
@@ -11,9 +14,6 @@ from headprune_utils.store.results import atomic_write_csv
 def save_figure(fig: plt.Figure, data: pd.DataFrame, paths: StudyPaths, name: str) -> None:
     """``figures/<name>.png`` and ``tables/<name>.csv`` (the figure's data). A layout problem
     (:func:`headprune_utils.figures.layout.layout_problems`) is a :class:`FigureLayoutWarning` naming it."""
-    import warnings
-
-    from headprune_utils.figures.layout import FigureLayoutWarning, layout_problems
 
     problems = layout_problems(fig)
     if problems:

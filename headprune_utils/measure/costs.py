@@ -15,6 +15,9 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from headprune_utils.model import models
+from headprune_utils.tasks import data
+
 # Rows per split as published by GLUE (used only when the local TSV is absent). dev = dev_matched for MNLI.
 GLUE_ROWS = {
     "CoLA": (8551, 1043), "SST-2": (67349, 872), "MRPC": (3668, 408), "STS-B": (5749, 1500),
@@ -36,16 +39,12 @@ class Shape:
 
     @classmethod
     def of(cls, model: str) -> "Shape":
-        from headprune_utils.model import models
-
         return _shape_of(model, models._PLANNING)
 
     @classmethod
     def _load(cls, model: str) -> "Shape":
         """The shape of ``model`` ("minilm", a folder, a hub id: its config; offline planning of a known hub
         model: ``models.KNOWN_CONFIGS``)."""
-        from headprune_utils.model import models
-
         c = models.load_config(model)
         return cls(int(c.num_hidden_layers), int(c.num_attention_heads), int(c.hidden_size), int(c.intermediate_size))
 
@@ -90,8 +89,6 @@ def _local_stats(path: str) -> tuple[int, float]:
 
 def split_tokens(task: str, split: str, size: int | None, data_dir=None) -> tuple[float, float]:
     """(examples, mean word pieces per example) of ``size`` examples (None: all) of a GLUE split."""
-    from headprune_utils.tasks import data
-
     name = data.get_task(task).name
     root = data.resolve_data_dir(data_dir)
     rows, words = None, None

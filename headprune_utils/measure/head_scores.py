@@ -38,10 +38,11 @@ import torch
 from scipy import stats
 from torch import nn
 
+from headprune_utils.measure.mask_sweep import evaluate_masks, logits_masks
 from headprune_utils.model.architecture import attention_sites, head_shape, kept_heads, present_mask
 from headprune_utils.model.attention import attention_maps
-from headprune_utils.tasks.data import get_task
 from headprune_utils.model.gates import Ablation
+from headprune_utils.tasks.data import get_task
 from headprune_utils.tasks.metrics import main_score
 
 __all__ = [
@@ -232,8 +233,6 @@ def ablation_importance(
     (``mask_sweep.evaluate_masks``). Higher = more important; negative = the model is better without the head.
     Units: those of the metric (accuracy as a fraction). Absent heads are NaN.
     """
-    from headprune_utils.measure.mask_sweep import evaluate_masks  # deferred: mask_sweep imports training and tqdm
-
     n_layers, n_heads = head_shape(model)
     masks: dict[Hashable, torch.Tensor] = {"full": present_mask(model)}
     for layer, ids in enumerate(kept_heads(model)):
@@ -267,7 +266,6 @@ def ablation_loss(model: nn.Module, enc, task: str, ablation: Ablation = "zero",
     """
     import torch.nn.functional as F
 
-    from headprune_utils.measure.mask_sweep import logits_masks  # deferred: mask_sweep imports training and tqdm
 
     n_layers, n_heads = shape = head_shape(model)
     sweep: dict[Hashable, torch.Tensor] = {"full": torch.ones(shape)}

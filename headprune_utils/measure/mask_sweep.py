@@ -79,11 +79,11 @@ from torch import nn
 from tqdm import tqdm
 
 from headprune_utils.model.architecture import base_model, bert_layout_problem, head_shape, kept_heads
-from headprune_utils.tasks.batching import Encoded, collate, eval_batches, iterate
 from headprune_utils.model.gates import ABLATIONS, Ablation, ablate_heads, head_gates
-from headprune_utils.tasks.metrics import compute_metrics
 from headprune_utils.model.pruning import EmptyAttention
-from headprune_utils.train.training import model_device, predict
+from headprune_utils.tasks.batching import Encoded, collate, eval_batches, iterate
+from headprune_utils.tasks.metrics import compute_metrics
+from headprune_utils.train.training import NonFiniteError, check_finite_weights, model_device, predict
 
 __all__ = [
     "SweepOptions",
@@ -675,8 +675,6 @@ def evaluate_masks(
 ) -> dict[Hashable, dict[str, float]]:
     """``{key: metrics}``: the task's metrics under each mask, as ``training.evaluate(..., gates=mask)`` (a model
     with non-finite weights, or non-finite predictions, are refused the same way: NonFiniteError)."""
-    from headprune_utils.train.training import NonFiniteError, check_finite_weights
-
     check_finite_weights(model)
     preds = predict_masks(model, enc, masks, batch_size, ablation, means, progress, options)
     labels = enc.labels

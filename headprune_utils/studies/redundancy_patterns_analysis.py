@@ -23,9 +23,10 @@ import pandas as pd
 from scipy import stats as sps
 
 from headprune_utils.analysis import claims, margins
-from headprune_utils.studies import glue_workbench
 from headprune_utils.measure import clustering, redundancy
+from headprune_utils.model import models
 from headprune_utils.store.results import unpack_floats
+from headprune_utils.studies import glue_workbench
 
 __all__ = ["Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why",
            "sameness", "negative_control", "CONTROL", "CONTROL_SEED", "CONTROL_ALPHA", "NO_RANDOM_INIT",
@@ -707,7 +708,6 @@ def claim_verdicts(mats: Matrices, cfg, when_t: pd.DataFrame, why_runs: pd.DataF
                          f"(known: {sorted(MEASUREMENTS)})")
     scale = scale_text(cfg)
     if vocab_size is None and cfg.dropouts:
-        from headprune_utils.model import models
         vocab_size = int(models.load_config(cfg.model).vocab_size)
     x = VerdictInputs(mats, cfg, tasks, when_t, why_runs)
     common = {"control": control_failures(x.control), "mlm_losses": mlm_losses(mats, cfg), "vocab_size": vocab_size}

@@ -31,6 +31,7 @@ from __future__ import annotations
 import warnings
 from collections import Counter
 from collections.abc import Iterable
+from math import comb
 
 import numpy as np
 import pandas as pd
@@ -39,9 +40,9 @@ from scipy import stats as sps
 
 from headprune_utils.analysis import survival
 from headprune_utils.analysis.claims import Measurement
-from headprune_utils.model.masks import mask_from_string
 from headprune_utils.analysis.preconditions import RoleFound
 from headprune_utils.measure.specialized import RARE_SHARE
+from headprune_utils.model.masks import mask_from_string
 
 __all__ = [
     "ROLE_NAMES", "VOITA_FRACTION", "NOT_POSITIONAL", "NOT_SYNTACTIC", "role_table", "role_mask", "role_counts",
@@ -278,8 +279,6 @@ def presence_effect(present: bool, random_keeps: float) -> float:
 def random_keeps(n_total: int, n_kept: int, n_role: int) -> float:
     """Probability that a uniformly random mask keeping ``n_kept`` of ``n_total`` heads keeps at least one of the
     ``n_role`` heads of a role (hypergeometric): ``1 - C(n_total - n_role, n_kept) / C(n_total, n_kept)``."""
-    from math import comb
-
     if n_role <= 0:
         return 0.0
     return 1.0 - comb(n_total - n_role, n_kept) / comb(n_total, n_kept)

@@ -35,6 +35,7 @@ import pandas as pd
 
 from headprune_utils.analysis import claims
 from headprune_utils.model.gates import ABLATION_VERSION, ABLATIONS
+from headprune_utils.studies.config import ParameterError
 
 __all__ = ["ABLATIONS", "ABLATION_VERSION", "PAPER_SEMANTICS", "KEEPS", "order", "verdicts_by_semantics",
            "check_ablations"]
@@ -61,8 +62,6 @@ def order(primary: str, others: Sequence[str]) -> list[str]:
 def check_ablations(name: str, values: Sequence[str]) -> None:
     """``values`` is a non-empty list of distinct semantics names (raises ``config.ParameterError`` naming
     ``name``)."""
-    from headprune_utils.studies.config import ParameterError
-
     if isinstance(values, str) or not values:
         raise ParameterError(f"{name} must be a non-empty list of {ABLATIONS}, got {values!r}")
     bad = [v for v in values if v not in ABLATIONS]

@@ -19,14 +19,28 @@ from scipy import stats as sps
 
 from headprune_utils.analysis import stats, survival
 from headprune_utils.analysis.claims import Claim, Measurement, adjust, empty_table, evaluate, validate
+from headprune_utils.analysis.paired_contrasts import unit_summary
 from headprune_utils.measure.head_scores import rank_agreement
-from headprune_utils.model.masks import mask_from_string
-from headprune_utils.studies.role_survival import ( # noqa: F401 (re-exported: the notebook and the tests read them from this study)
-    RARE_SHARES, ROLE_NAMES, VOITA_FRACTION, presence_effect, rare_criterion_counts, role_counts, role_map_data,
-    role_mask, role_stability, role_table, roles_at_budget, survival_auc_per_model, survival_heads,
-    survival_map_data, survival_tests, survival_with_roles,
-)
 from headprune_utils.measure.specialized import RARE_SHARE
+from headprune_utils.model.masks import mask_from_string
+from headprune_utils.studies.role_survival import (  # noqa: F401 (re-exported: the notebook and the tests read them from this study)
+    RARE_SHARES,
+    ROLE_NAMES,
+    VOITA_FRACTION,
+    presence_effect,
+    rare_criterion_counts,
+    role_counts,
+    role_map_data,
+    role_mask,
+    role_stability,
+    role_table,
+    roles_at_budget,
+    survival_auc_per_model,
+    survival_heads,
+    survival_map_data,
+    survival_tests,
+    survival_with_roles,
+)
 
 NAME = "specialized_heads_l0"
 SCORES: tuple[str, ...] = ("gradient_importance", "relevance", "ablation", "confidence", "confidence_no_special_keys",
@@ -147,8 +161,6 @@ def curve_contrasts(curve: pd.DataFrame, confidence: float = 0.95) -> pd.DataFra
     lambdas first), with t-intervals over the fine-tuned models (task x seed, the unit); tasks are not pooled (their
     metrics differ). Against the baselines only masks that prune something and keep something count (else every
     mask is the same); ``L0 - full`` uses every cell. Descriptive: the tests are the verdicts."""
-    from headprune_utils.analysis.paired_contrasts import unit_summary
-
     parts = []
     for name, a, b in CONTRASTS:
         c = curve if name == "L0 - full" else curve[(curve["n_kept"] > 0) & (curve["n_kept"] < curve["n_heads_total"])]

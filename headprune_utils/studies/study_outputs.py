@@ -9,18 +9,18 @@ Every file is written atomically (a reader never sees half a file); paths come f
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pandas as pd
 
+from headprune_utils.figures.save import save_figure
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import atomic_write_csv, atomic_write_json
 
 
 def _plain(value: Any) -> Any:
     """JSON-ready: frames as records, NaN and infinities as null (metrics.json stays valid JSON, never 'NaN')."""
-    import math
-
     if isinstance(value, pd.DataFrame):
         return _plain(value.astype(object).where(value.notna(), None).to_dict(orient="records"))
     if isinstance(value, float) and not math.isfinite(value):
@@ -48,8 +48,6 @@ class StudyOutputs:
 
     def figure(self, name: str, fig, data: pd.DataFrame):
         """Write ``figures/<name>.png`` and its data as ``tables/<name>.csv``; returns ``fig``."""
-        from headprune_utils.figures.save import save_figure
-
         save_figure(fig, data, self.paths, name)
         return fig
 

@@ -13,13 +13,20 @@ point directly at the ``glue`` folder itself (``<root>/<TASK>/...``).
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import os
+import socket
+import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Literal
+from urllib.parse import urlparse
 
 import numpy as np
+
+from headprune_utils.store import paths
 
 __all__ = [
     "DataUnavailableError",
@@ -216,9 +223,7 @@ def default_data_dir() -> Path | None:
     """``../shared/data`` beside the checkout (the project's layout: the data root the Makefile uses), when this
     package runs from a checkout and that folder holds ``glue/``; else None. So papermill, JupyterLab or a script
     started outside ``make`` read the same local data instead of waiting on the hub."""
-    from headprune_utils.store.paths import PACKAGE_DIR
-
-    checkout = PACKAGE_DIR.parent
+    checkout = paths.PACKAGE_DIR.parent
     if not ((checkout / "pyproject.toml").is_file() and (checkout / "notebooks").is_dir()):
         return None
     candidate = checkout.parent / "shared" / "data"
@@ -347,7 +352,6 @@ def _read_tsv(path: Path, spec: TaskSpec, split: str, source: str,
             raise DataFormatError(
                 f"{spec.name}/{split}: {source}: {n_skipped} of {len(rows)} rows ({100 * share:.1f}%) are malformed, "
                 f"more than the {100 * max_malformed_share:g}% tolerated; {where}")
-        import warnings
 
         warnings.warn(f"{spec.name}/{split}: {source}: {n_skipped} of {len(rows)} rows malformed and skipped; {where}",
                       MalformedRowsWarning, stacklevel=3)
@@ -372,8 +376,6 @@ def file_fingerprint(path: str | os.PathLike) -> str:
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
     if key not in _HASHES:
-        import hashlib
-
         h = hashlib.sha256()
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
@@ -422,9 +424,6 @@ def hub_blocked() -> str | None:
     var = offline_var()
     if var is not None:
         return f"offline mode is on ({var} is set)"
-    import socket
-    import threading
-    from urllib.parse import urlparse
 
     host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
     if host not in _HUB_REACHABLE:

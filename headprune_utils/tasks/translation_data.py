@@ -32,8 +32,15 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headprune_utils.store.results import fingerprint
 from headprune_utils.tasks.data import (
-    ENV_DATA_DIR, DataUnavailableError, hub_blocked, resolve_data_dir, subset_indices,
+    ENV_DATA_DIR,
+    DataFormatError,
+    DataUnavailableError,
+    file_fingerprint,
+    hub_blocked,
+    resolve_data_dir,
+    subset_indices,
 )
 
 __all__ = ["CORPORA", "SPLITS", "CorpusSpec", "ParallelData", "load_parallel", "subset_pairs", "local_available"]
@@ -140,8 +147,6 @@ def _file(root: Path, folder: str, stem: str, suffix: str) -> Path:
 def _read_lines(path: Path) -> list[str]:
     """The file's lines (gzip when it ends in .gz); a file that is not UTF-8 text, or a broken gzip, is a
     DataFormatError naming it."""
-    from headprune_utils.tasks.data import DataFormatError
-
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8", newline="\n") as f:
@@ -168,9 +173,6 @@ def local_available(name: str, split: str, data_dir: str | os.PathLike | None = 
 
 def corpus_fingerprint(name: str, data_dir: str | os.PathLike | None = None) -> str:
     """One content hash over every local file of every split of ``name`` (``data.file_fingerprint`` each)."""
-    from headprune_utils.tasks.data import file_fingerprint
-    from headprune_utils.store.results import fingerprint
-
     spec = get_corpus(name)
     root = resolve_data_dir(data_dir)
     files = {} if root is None else {f"{split}:{p.name}": file_fingerprint(p) for split in ("train", "dev", "test")
@@ -188,8 +190,6 @@ def _load_local(spec: CorpusSpec, split: str, root: Path) -> tuple[list[str], li
         if len(a) != len(b):
             raise DataUnavailableError(f"{path_a.name} has {len(a)} lines but {path_b.name} has {len(b)}: not aligned")
         if not a:
-            from headprune_utils.tasks.data import DataFormatError
-
             raise DataFormatError(f"{path_a} and {path_b} hold no sentence pairs")
         en += a
         other += b

@@ -24,8 +24,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from headprune_utils.tasks import batching
 from headprune_utils.model import models
+from headprune_utils.tasks import batching
+from headprune_utils.tasks.probes import drawable_ids
 from headprune_utils.train.training import linear_schedule, set_seed
 
 
@@ -86,7 +87,6 @@ def _steps(model, enc, tokenizer, n_steps, batch_size, seed, lr, train_encoder, 
     warmup = max(1, n_steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: linear_schedule(s, n_steps, warmup))
     special = torch.as_tensor(sorted(set(tokenizer.all_special_ids)))
-    from headprune_utils.tasks.probes import drawable_ids
 
     vocab = torch.as_tensor(drawable_ids(tokenizer))
     gen = torch.Generator().manual_seed(seed)

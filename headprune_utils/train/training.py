@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import random
 import time
 import warnings
 from dataclasses import asdict, dataclass
@@ -26,11 +27,11 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from headprune_utils.tasks.batching import Encoded, eval_batches, iterate, train_batches
 from headprune_utils.model.gates import Ablation, head_gates
-from headprune_utils.train.lean_loss import lean_loss, unsupported_reason
-from headprune_utils.tasks.metrics import compute_metrics, main_score
 from headprune_utils.model.precision import autocast_context, check_precision
+from headprune_utils.tasks.batching import Encoded, eval_batches, iterate, train_batches
+from headprune_utils.tasks.metrics import compute_metrics, main_score
+from headprune_utils.train.lean_loss import lean_loss, unsupported_reason
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,6 @@ class TrainConfig:
 
 def set_seed(seed: int) -> None:
     """The one place that seeds Python, NumPy and torch."""
-    import random
-
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
