@@ -12,7 +12,8 @@ for the whole run, as Budhraja et al. fix a mask and then train. With ``checkpoi
 training state (weights, optimizer, schedule, step, position in the epoch, the best weights so far, the history,
 the random-number generators' states) is written there atomically after every evaluation, and a call that finds
 it resumes from it: training that outlives one process (a long run cut into sessions) continues where it stopped
-and ends with the weights an uninterrupted run gives (tested, bit for bit on the same machine).
+and ends with the weights an uninterrupted run gives (tested, bit for bit on the same machine). The loop advances
+one :class:`TranslationTrainingState`, which is also what is saved and loaded, so the two cannot drift apart.
 
 Decoding (:func:`translate`): ``model.generate`` (greedy by default, beam search with ``num_beams > 1``) with
 its KV cache, inside ``head_gates`` when gates are given; at most ``max_len_a * source_length + max_len_b``
@@ -28,10 +29,11 @@ depend on the path that computed them); ``precision="bf16"`` asks for autocast t
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +48,8 @@ from headprune_utils.train.training import NonFiniteError, check_finite_weights,
 from headprune_utils.tasks.translation_metrics import translation_scores
 
 __all__ = ["EncodedPairs", "encode_pairs", "collate_pairs", "token_batches", "label_smoothed_loss",
-           "NMTTrainConfig", "NMTTrainResult", "inverse_sqrt_schedule", "dev_loss", "train_translation",
-           "translate", "evaluate_translation"]
+           "NMTTrainConfig", "NMTTrainResult", "inverse_sqrt_schedule", "dev_loss", "training_identity",
+           "TranslationTrainingState", "CHECKPOINT_KEYS", "train_translation", "translate", "evaluate_translation"]
 
 
 @dataclass
@@ -225,14 +227,209 @@ def dev_loss(model: nn.Module, enc: EncodedPairs, batch_size: int = 128, gates=N
 
 def _ids_digest(pairs: EncodedPairs) -> str:
     """A content hash of the token ids (the tokenizer and the data a checkpoint was trained on)."""
-    import hashlib
-
     h = hashlib.sha256()
     for seqs in (pairs.src_ids, pairs.tgt_ids):
         for ids in seqs:
             h.update(np.asarray(ids, dtype=np.int64).tobytes())
             h.update(b"|")
     return h.hexdigest()[:16]
+
+
+def training_identity(model: nn.Module, train: EncodedPairs, dev: EncodedPairs | None, cfg: NMTTrainConfig,
+                      seed: int, precision: str) -> dict:
+    """What a checkpoint must match to be resumed: resuming another training's state (other config, seed, data,
+    precision or model shape) would silently give weights that no uninterrupted run gives."""
+    return {"config": cfg.as_dict(), "seed": int(seed), "n_train": len(train), "data": _ids_digest(train),
+            "n_dev": None if dev is None else len(dev), "precision": precision,
+            "shapes": {k: list(v.shape) for k, v in model.state_dict().items()}}
+
+
+@dataclass
+class TranslationTrainingState:
+    """Where a translation training stands between two optimiser steps: the one object the training loop
+    advances, and (with the weights, optimizer, schedule and random-number generators) the one thing a checkpoint
+    holds, so that what is saved and what is resumed cannot drift apart.
+
+    The checkpoint is a flat dict whose keys are this class's fields plus ``seconds``, ``model``, ``optimizer``,
+    ``scheduler``, ``rng_cpu`` and ``rng_cuda`` (:meth:`to_checkpoint`): the layout checkpoints have always had, so
+    a run interrupted before this class existed still resumes.
+    """
+
+    identity: dict  # training_identity(): a checkpoint of another training is refused
+    step: int = 0  # optimiser steps done
+    epoch: int = 0
+    batch_pos: int = 0  # batches of the current epoch done: a resumed epoch skips them
+    losses: list[float] = field(default_factory=list)  # training losses since the last evaluation
+    tokens: int = 0  # target tokens trained on
+    bad_evals: int = 0  # evaluations since the best dev loss (patience)
+    best_state: dict | None = None  # CPU copy of the weights of the best dev loss, restored at the end
+    history: list[dict] = field(default_factory=list)  # one record per evaluation (NMTTrainResult.history)
+    best_step: int = 0
+    best_dev_loss: float = math.inf
+    # the time.perf_counter() reading at which the training's clock read zero: a resumed state's lies before its
+    # process began, so that ``seconds`` counts every session of the training
+    started: float = field(default_factory=time.perf_counter, init=False, repr=False, compare=False)
+
+    def elapsed(self) -> float:
+        """Seconds of training so far, earlier sessions included."""
+        return time.perf_counter() - self.started
+
+    def to_checkpoint(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler) -> dict:
+        """The state with everything else a resumed run needs to continue bit for bit: the weights, the optimizer
+        and schedule states and the random-number generators (dropout draws from them)."""
+        progress = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        return {**progress, "seconds": self.elapsed(), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "rng_cpu": torch.get_rng_state(),
+                "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+    @classmethod
+    def from_checkpoint(cls, ck, identity: dict, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler,
+                        where: str | os.PathLike = "the checkpoint") -> "TranslationTrainingState":
+        """The state of ``ck`` (a :meth:`to_checkpoint` dict), its weights, optimizer, schedule and random-number
+        states put back into ``model``, ``optimizer``, ``scheduler`` and torch.
+
+        Refused (ValueError naming ``where``) before anything is touched when ``ck`` belongs to another training
+        (its identity differs from ``identity``) or lacks a key: a partial restore would train on silently."""
+        if not isinstance(ck, dict) or ck.get("identity") != identity:
+            raise ValueError(f"checkpoint {where} belongs to another training (config, seed, data or model shape "
+                             "differ); remove it to train from the start")
+        missing = sorted(CHECKPOINT_KEYS - set(ck))
+        if missing:
+            raise ValueError(f"checkpoint {where} lacks {', '.join(missing)}: not a translation training checkpoint; "
+                             "remove it to train from the start")
+        state = cls(**{f.name: ck[f.name] for f in fields(cls) if f.init})
+        state.started -= ck["seconds"]
+        model.load_state_dict(ck["model"])
+        optimizer.load_state_dict(ck["optimizer"])
+        scheduler.load_state_dict(ck["scheduler"])
+        torch.set_rng_state(ck["rng_cpu"])
+        if ck.get("rng_cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(ck["rng_cuda"])
+        return state
+
+    def save(self, path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler) -> None:
+        """Write the checkpoint to ``path`` atomically (a temporary file beside it, then renamed over it): a process
+        killed while writing leaves the previous checkpoint whole, never a truncated one."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            torch.save(self.to_checkpoint(model, optimizer, scheduler), tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a failed write (disk full) leaves no half file behind either
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, identity: dict, model: nn.Module, optimizer: torch.optim.Optimizer,
+             scheduler) -> "TranslationTrainingState":
+        """The state saved at ``path``, restored into ``model``, ``optimizer``, ``scheduler`` and torch's random
+        number generators (:meth:`from_checkpoint`); a file that is no checkpoint is refused with a ValueError."""
+        try:
+            ck = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as exc:  # a truncated file cannot happen (atomic writes) but a foreign one can
+            raise ValueError(f"checkpoint {path}: unreadable ({exc}); remove it to train from the start") from None
+        return cls.from_checkpoint(ck, identity, model, optimizer, scheduler, where=path)
+
+
+# every key a checkpoint holds: the state's fields and what to_checkpoint adds
+CHECKPOINT_KEYS = frozenset({f.name for f in fields(TranslationTrainingState) if f.init}
+                            | {"seconds", "model", "optimizer", "scheduler", "rng_cpu", "rng_cuda"})
+
+
+@dataclass(frozen=True)
+class _Optimization:
+    """The trained parameters, AdamW over them (no weight decay on biases and norms) and its warm-up/inverse-sqrt
+    schedule: built afresh by every call, their states restored from a checkpoint when resuming."""
+
+    params: list[nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+
+    @classmethod
+    def build(cls, model: nn.Module, cfg: NMTTrainConfig) -> "_Optimization":
+        params = [p for p in model.parameters() if p.requires_grad]
+        decay = [p for p in params if p.ndim >= 2]
+        no_decay = [p for p in params if p.ndim < 2]
+        fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                 {"params": no_decay, "weight_decay": 0.0}],
+                                lr=cfg.lr, betas=cfg.betas, eps=1e-9, **({"fused": True} if fused else {}))
+        # a plain lambda, not a callable object: LambdaLR then keeps no state of it in the checkpoint
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt_schedule(s, cfg.warmup_steps))
+        return cls(params, opt, sched)
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def step(self, loss: torch.Tensor, max_grad_norm: float) -> None:
+        """Back-propagate ``loss``, clip the gradients (when ``max_grad_norm > 0``), step and clear them."""
+        loss.backward()
+        if max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.params, max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def _epoch_batches(lengths: np.ndarray, cfg: NMTTrainConfig, seed: int, epoch: int) -> list[np.ndarray]:
+    """The batches of one epoch: a function of (seed, epoch) alone, so a resumed run draws the same ones."""
+    if cfg.max_tokens is not None:
+        return token_batches(lengths, cfg.max_tokens, seed=seed * 1000 + epoch, max_sentences=cfg.batch_size)
+    return train_batches(lengths, cfg.batch_size, seed=seed * 1000 + epoch)
+
+
+def _remaining_batches(state: TranslationTrainingState, lengths: np.ndarray, cfg: NMTTrainConfig, seed: int):
+    """The batches still to train on, epoch after epoch from where ``state`` stands, until ``cfg.max_steps``.
+
+    ``state``'s position in the data moves along as each batch is handed out, so a checkpoint written after a
+    step resumes at the next batch; an epoch ends (``epoch`` + 1) only when its next batch is asked for, so the
+    evaluation at an epoch's last batch records that epoch, and its checkpoint resumes with an empty rest of it.
+    """
+    while state.step < cfg.max_steps:
+        for index in _epoch_batches(lengths, cfg, seed, state.epoch)[state.batch_pos:]:
+            state.batch_pos += 1
+            yield index
+        state.batch_pos = 0
+        state.epoch += 1
+
+
+def _train_step(model: nn.Module, optim: _Optimization, batch: dict[str, torch.Tensor], cfg: NMTTrainConfig,
+                device: torch.device, precision: str, state: TranslationTrainingState) -> None:
+    """One optimiser step on ``batch`` (a collate_pairs batch), counted in ``state``; a non-finite loss stops the
+    training (NonFiniteError) before it reaches the weights."""
+    labels = batch.pop("labels")
+    with autocast_context(device, precision):
+        logits = model(**batch).logits
+    loss, _, n = label_smoothed_loss(logits, labels, cfg.label_smoothing)
+    if not bool(torch.isfinite(loss.detach())):
+        raise NonFiniteError(f"translation training: the loss is {loss.item()} at step {state.step + 1} "
+                             f"(lr={cfg.lr:g}); training stopped. Lower lr, or keep clipping on.")
+    optim.step(loss, cfg.max_grad_norm)
+    state.losses.append(loss.item())
+    state.tokens += n
+    state.step += 1
+
+
+def _evaluate(model: nn.Module, dev: EncodedPairs | None, cfg: NMTTrainConfig, lr: float,
+              state: TranslationTrainingState) -> bool:
+    """Record an evaluation in ``state.history`` (and, on a better dev loss, keep a copy of the weights); True when
+    ``cfg.patience`` evaluations in a row brought no better dev loss."""
+    record = {"step": state.step, "epoch": state.epoch,
+              "train_loss": float(np.mean(state.losses)) if state.losses else math.nan,
+              "lr": lr, "seconds": state.elapsed(), "tokens": state.tokens}
+    state.losses = []
+    if dev is not None:
+        loss = dev_loss(model, dev, cfg.eval_batch_size)  # float32; the gates are already applied
+        record["dev_loss"] = loss
+        if loss < state.best_dev_loss:
+            state.best_dev_loss, state.best_step, state.bad_evals = loss, state.step, 0
+            state.best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        else:
+            state.bad_evals += 1
+    state.history.append(record)
+    return cfg.patience is not None and state.bad_evals >= cfg.patience
 
 
 def train_translation(
@@ -265,133 +462,45 @@ def train_translation(
         raise ValueError("checkpoint needs a deterministic run: max_seconds must be None")
     set_seed(seed)
     device = model_device(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.ndim >= 2]
-    no_decay = [p for p in params if p.ndim < 2]
-    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=cfg.betas, eps=1e-9, **({"fused": True} if fused else {}))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt_schedule(s, cfg.warmup_steps))
-    lengths = train.lengths
-    result = NMTTrainResult()
-    best_state = None
-    bad_evals = 0
-    losses: list[float] = []
-    tokens = 0
-    start = time.perf_counter()
-    step, epoch, batch_pos = 0, 0, 0  # batch_pos: batches of the current epoch done
-    identity = {"config": cfg.as_dict(), "seed": int(seed), "n_train": len(train), "data": _ids_digest(train),
-                "n_dev": None if dev is None else len(dev), "precision": precision,
-                "shapes": {k: list(v.shape) for k, v in model.state_dict().items()}}
+    optim = _Optimization.build(model, cfg)
+    identity = training_identity(model, train, dev, cfg, seed, precision)
     ck_path = Path(checkpoint) if checkpoint is not None else None
     if ck_path is not None and ck_path.exists():
-        try:
-            ck = torch.load(ck_path, map_location="cpu", weights_only=False)
-        except Exception as exc:  # a truncated file cannot happen (atomic writes) but a foreign one can
-            raise ValueError(f"checkpoint {ck_path}: unreadable ({exc}); remove it to train from the start") from None
-        if ck.get("identity") != identity:
-            raise ValueError(f"checkpoint {ck_path} belongs to another training (config, seed, data or model shape "
-                             "differ); remove it to train from the start")
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["optimizer"])
-        sched.load_state_dict(ck["scheduler"])
-        step, epoch, batch_pos = ck["step"], ck["epoch"], ck["batch_pos"]
-        losses, tokens, bad_evals, best_state = ck["losses"], ck["tokens"], ck["bad_evals"], ck["best_state"]
-        result.history, result.best_step, result.best_dev_loss = ck["history"], ck["best_step"], ck["best_dev_loss"]
-        start -= ck["seconds"]
-        torch.set_rng_state(ck["rng_cpu"])
-        if ck.get("rng_cuda") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(ck["rng_cuda"])
-
-    def save_checkpoint() -> None:
-        if ck_path is None:
-            return
-        state = {"identity": identity, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                 "scheduler": sched.state_dict(), "step": step, "epoch": epoch, "batch_pos": batch_pos,
-                 "losses": losses, "tokens": tokens, "bad_evals": bad_evals, "best_state": best_state,
-                 "history": result.history, "best_step": result.best_step, "best_dev_loss": result.best_dev_loss,
-                 "seconds": time.perf_counter() - start, "rng_cpu": torch.get_rng_state(),
-                 "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-        ck_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = ck_path.with_name(f".{ck_path.name}.{os.getpid()}.tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, ck_path)
-
-    bar = tqdm(total=cfg.max_steps, initial=step, desc="train NMT", disable=not progress, mininterval=10, leave=False)
-
-    def evaluate_now() -> bool:
-        """Record an evaluation; True when training should stop early."""
-        nonlocal best_state, bad_evals, losses
-        record = {"step": step, "epoch": epoch, "train_loss": float(np.mean(losses)) if losses else math.nan,
-                  "lr": opt.param_groups[0]["lr"], "seconds": time.perf_counter() - start, "tokens": tokens}
-        losses = []
-        if dev is not None:
-            loss = dev_loss(model, dev, cfg.eval_batch_size)  # float32; the gates are already applied
-            record["dev_loss"] = loss
-            if loss < result.best_dev_loss:
-                result.best_dev_loss, result.best_step, bad_evals = loss, step, 0
-                best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            else:
-                bad_evals += 1
-        result.history.append(record)
-        bar.set_postfix(train=f"{record['train_loss']:.3f}", dev=f"{record.get('dev_loss', math.nan):.3f}")
-        return cfg.patience is not None and bad_evals >= cfg.patience
-
+        state = TranslationTrainingState.load(ck_path, identity, model, optim.optimizer, optim.scheduler)
+    else:
+        state = TranslationTrainingState(identity)
+    stopped = None
+    bar = tqdm(total=cfg.max_steps, initial=state.step, desc="train NMT", disable=not progress, mininterval=10,
+               leave=False)
     try:
         with gate_context(model, gates, ablation, means):
             model.train()
-            while step < cfg.max_steps and result.stopped == "max_steps":
-                if cfg.max_tokens is not None:
-                    batches = token_batches(lengths, cfg.max_tokens, seed=seed * 1000 + epoch,
-                                            max_sentences=cfg.batch_size)
-                else:
-                    batches = train_batches(lengths, cfg.batch_size, seed=seed * 1000 + epoch)
-                for index in batches[batch_pos:]:  # a resumed epoch skips the batches done before
-                    batch_pos += 1
-                    batch = collate_pairs(train, index, device)
-                    labels = batch.pop("labels")
-                    with autocast_context(device, precision):
-                        logits = model(**batch).logits
-                    loss, _, n = label_smoothed_loss(logits, labels, cfg.label_smoothing)
-                    if not bool(torch.isfinite(loss.detach())):
-                        raise NonFiniteError(f"translation training: the loss is {loss.item()} at step {step + 1} "
-                                             f"(lr={cfg.lr:g}); training stopped. Lower lr, or keep clipping on.")
-                    loss.backward()
-                    if cfg.max_grad_norm > 0:
-                        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-                    opt.step()
-                    sched.step()
-                    opt.zero_grad(set_to_none=True)
-                    losses.append(loss.item())
-                    tokens += n
-                    step += 1
-                    bar.update(1)
-                    last = step >= cfg.max_steps
-                    out_of_time = cfg.max_seconds is not None and time.perf_counter() - start > cfg.max_seconds
-                    if step % cfg.eval_every == 0 or last or out_of_time:
-                        if evaluate_now():
-                            result.stopped = "patience"
-                        model.train()
-                        if not last and result.stopped == "max_steps" and not out_of_time:
-                            save_checkpoint()
-                    if out_of_time and result.stopped == "max_steps":
-                        result.stopped = "max_seconds"
-                    if last or result.stopped != "max_steps":
-                        break
-                else:
-                    batch_pos = 0
-                    epoch += 1
+            for index in _remaining_batches(state, train.lengths, cfg, seed):
+                _train_step(model, optim, collate_pairs(train, index, device), cfg, device, precision, state)
+                bar.update(1)
+                last = state.step >= cfg.max_steps
+                out_of_time = cfg.max_seconds is not None and state.elapsed() > cfg.max_seconds
+                if state.step % cfg.eval_every != 0 and not last and not out_of_time:
                     continue
-                break
+                if _evaluate(model, dev, cfg, optim.lr, state):  # dev_loss() leaves the model in training mode
+                    stopped = "patience"
+                elif out_of_time:
+                    stopped = "max_seconds"
+                elif last:
+                    stopped = "max_steps"
+                record = state.history[-1]
+                bar.set_postfix(train=f"{record['train_loss']:.3f}", dev=f"{record.get('dev_loss', math.nan):.3f}")
+                if stopped is not None:
+                    break
+                if ck_path is not None:
+                    state.save(ck_path, model, optim.optimizer, optim.scheduler)
     finally:
         bar.close()
         model.eval()
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    result.steps = step
-    result.seconds = time.perf_counter() - start
-    return result
+    if state.best_state is not None:
+        model.load_state_dict(state.best_state)
+    return NMTTrainResult(history=state.history, best_step=state.best_step, best_dev_loss=state.best_dev_loss,
+                          steps=state.step, seconds=state.elapsed(), stopped=stopped or "max_steps")
 
 
 @torch.no_grad()

@@ -3,6 +3,7 @@ decoding under gates, BLEU/chrF against sacrebleu."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +14,8 @@ from headprune_utils.model.gates import head_gates
 from headprune_utils.model.pruning import prune_heads
 from headprune_utils.tasks.subword import train_tokenizer
 from headprune_utils.train.translation import (
-    NMTTrainConfig, collate_pairs, dev_loss, encode_pairs, evaluate_translation, inverse_sqrt_schedule,
-    label_smoothed_loss, token_batches, train_translation, translate,
+    CHECKPOINT_KEYS, NMTTrainConfig, TranslationTrainingState, collate_pairs, dev_loss, encode_pairs,
+    evaluate_translation, inverse_sqrt_schedule, label_smoothed_loss, token_batches, train_translation, translate,
 )
 from headprune_utils.tasks.translation_data import ParallelData
 from headprune_utils.tasks.translation_metrics import corpus_bleu, corpus_chrf, translation_scores
@@ -231,6 +232,84 @@ def test_a_checkpoint_of_another_training_is_refused(tok, tmp_path):
     with pytest.raises(ValueError, match="max_seconds"):
         train_translation(build_translation_model(TINY, tok, seed=1), enc, enc,
                           NMTTrainConfig(**{**cfg.as_dict(), "max_seconds": 5.0}), seed=3, checkpoint=ck)
+
+
+def _stepped(seed: int):
+    """A small model and its optimizer and schedule after one step: states worth saving."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Dropout(0.5), torch.nn.Linear(3, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: inverse_sqrt_schedule(s, 3))
+    model(torch.randn(5, 4)).sum().backward()
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+    return model, opt, sched
+
+
+def test_the_training_state_round_trips_through_its_checkpoint_file(tmp_path):
+    model, opt, sched = _stepped(0)
+    state = TranslationTrainingState(
+        {"seed": 3}, step=7, epoch=2, batch_pos=1, losses=[0.5, 0.25], tokens=123, bad_evals=1,
+        best_state={k: v.clone() for k, v in model.state_dict().items()},
+        history=[{"step": 6, "epoch": 2, "train_loss": 0.75, "lr": 1e-3, "seconds": 0.1, "tokens": 100,
+                  "dev_loss": 1.5}], best_step=6, best_dev_loss=1.5)
+    state.started -= 40.0  # 40 s of earlier sessions
+    ck = tmp_path / "sub" / "train.ckpt"
+    state.save(ck, model, opt, sched)
+    after_save = torch.rand(3)  # the random stream goes on from the saved state
+    # the on-disk layout: exactly the keys checkpoints have always had (an older run's file still resumes)
+    saved = torch.load(ck, weights_only=False)
+    assert set(saved) == CHECKPOINT_KEYS == {
+        "identity", "model", "optimizer", "scheduler", "step", "epoch", "batch_pos", "losses", "tokens", "bad_evals",
+        "best_state", "history", "best_step", "best_dev_loss", "seconds", "rng_cpu", "rng_cuda"}
+    assert saved["seconds"] >= 40.0
+
+    model2, opt2, sched2 = _stepped(1)  # another process: other weights, optimizer state and random stream
+    loaded = TranslationTrainingState.load(ck, {"seed": 3}, model2, opt2, sched2)
+    for name in ("identity", "step", "epoch", "batch_pos", "losses", "tokens", "bad_evals", "history", "best_step",
+                 "best_dev_loss"):
+        assert getattr(loaded, name) == getattr(state, name), name
+    assert all(torch.equal(loaded.best_state[k], v) for k, v in state.best_state.items())
+    assert loaded.elapsed() >= 40.0  # the clock counts the earlier sessions
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), model2.state_dict().values()))
+    assert sched2.state_dict() == sched.state_dict() and opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+    for a, b in zip(opt.state.values(), opt2.state.values()):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    assert torch.equal(torch.rand(3), after_save)
+
+
+def test_the_training_state_is_written_atomically_and_refuses_what_it_cannot_resume(tmp_path, monkeypatch):
+    model, opt, sched = _stepped(0)
+    ck = tmp_path / "train.ckpt"
+    TranslationTrainingState({"seed": 3}, step=2).save(ck, model, opt, sched)
+
+    real_save = torch.save
+
+    def dying_save(obj, f, *args, **kwargs):  # the disk fills up halfway through the file
+        Path(f).write_bytes(b"half a checkpoint")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(torch, "save", dying_save)
+    with pytest.raises(OSError, match="No space"):
+        TranslationTrainingState({"seed": 3}, step=4).save(ck, model, opt, sched)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert [p.name for p in tmp_path.iterdir()] == ["train.ckpt"], "no temporary file left behind"
+    assert TranslationTrainingState.load(ck, {"seed": 3}, *_stepped(1)).step == 2  # the previous one, whole
+
+    with pytest.raises(ValueError, match="another training"):
+        TranslationTrainingState.load(ck, {"seed": 4}, *_stepped(1))
+    incomplete = torch.load(ck, weights_only=False)
+    del incomplete["rng_cpu"]
+    torch.save(incomplete, ck)
+    model2, opt2, sched2 = _stepped(1)
+    before = [v.clone() for v in model2.state_dict().values()]
+    with pytest.raises(ValueError, match="lacks rng_cpu"):
+        TranslationTrainingState.load(ck, {"seed": 3}, model2, opt2, sched2)
+    assert all(torch.equal(a, b) for a, b in zip(before, model2.state_dict().values())), "refused before restoring"
+    torch.save(["not", "a", "dict"], ck)
+    with pytest.raises(ValueError, match="another training"):
+        TranslationTrainingState.load(ck, {"seed": 3}, *_stepped(1))
 
 
 def test_generation_under_gates_runs_and_zero_gates_match_pruning(tok):
