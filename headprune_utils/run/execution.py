@@ -1,4 +1,4 @@
-"""Running a study's cells: one scheduler, thin executors (in-process, or Ray), one writer.
+"""Running a study's cells: one scheduler, thin executors (in-process, a process pool, or Ray), one writer.
 
 ``run_study(study, cfg, profile)`` is what every notebook calls:
 
@@ -14,10 +14,12 @@
 6. the run's metadata (parameters, seeds, device, versions, git revision, durations, executor) is written.
 
 Executors (Hydra's launcher shape): ``LocalExecutor`` runs batches in this process, one at a time;
-``RayExecutor`` runs each batch as a Ray task (``ray.remote``, a GPU requested when the cluster has GPUs),
-resolving the study BY NAME on the worker and rebuilding the parameters from plain data (no closures travel),
-waiting with ``ray.wait`` (first finished first, not submission order). A worker that dies is retried by Ray
-(``max_retries``); a batch that still fails is reported like any failure.
+``ProcessExecutor`` runs each batch as a job in a pool of worker processes on this machine (spawned, not forked);
+``RayExecutor`` runs each batch as a Ray task (``ray.remote``, a GPU requested when the cluster has GPUs). The
+pool and Ray run the same worker function: the study resolved BY NAME on the worker, the parameters rebuilt from
+plain data (no closures travel), one torch thread per worker; the first batch to finish comes back first, not
+submission order. A worker that dies is retried (``max_retries``); a batch that still fails is reported like any
+failure.
 
 Caches shared across cells and studies (fine-tuned models, trained translation models) are files under the
 outputs root, filled under file locks. On a multi-node Ray cluster either point ``HEADPRUNE_OUTPUT_DIR`` at
@@ -27,21 +29,38 @@ model), which costs time but not correctness.
 """
 from __future__ import annotations
 
+import json
+import multiprocessing
 import os
 import time
 import traceback
+import weakref
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor
+from concurrent.futures import wait as wait_futures
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pandas as pd
+import torch
+from tqdm import tqdm
 
+from headprune_utils.model import models
 from headprune_utils.tasks.metrics import verdict_scores
-from headprune_utils.store.paths import StudyPaths
-from headprune_utils.store.results import ResultStore, StaleResultsError, atomic_write_json, run_metadata
+from headprune_utils.store.paths import StudyPaths, outputs_root
+from headprune_utils.store.results import (ResultStore, StaleResultsError, atomic_write_json, cell_key, portable,
+                                           run_metadata)
+from headprune_utils.studies import NAMES, get_study
 from headprune_utils.studies.base import Cell, Study
+from headprune_utils.studies.config import as_dict, validate
 
-EXECUTORS = ("local", "ray")
+EXECUTORS = ("local", "process", "ray")
+
+# Variables of this process a worker needs for the same outputs, data and quiet, offline libraries.
+_WORKER_ENV = ("HEADPRUNE_DATA_DIR", "HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+               "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS", "PYTHONPATH")
 
 
 class PlanError(ValueError):
@@ -258,9 +277,168 @@ class LocalExecutor:
         self._ctx = None
 
 
+class ProcessExecutor:
+    """Each batch a job in a pool of ``workers`` processes on this machine (default: one per CPU). The executor
+    interface of :class:`LocalExecutor` and the worker function of :class:`RayExecutor` (:func:`_remote_batch`):
+    the study resolved by name on the worker, the parameters shipped as plain data, one torch thread per worker
+    whatever ``OMP_NUM_THREADS`` it inherited (the trained weights depend on the thread count, so a model trained
+    by a worker is the one a one-thread local run trains, and no worker oversubscribes its CPU). Every job carries
+    this run's outputs root and data settings (``HEADPRUNE_OUTPUT_DIR``, ``HEADPRUNE_DATA_DIR``, ...), since the
+    workers outlive a run. On a GPU every worker uses the one device: choose ``workers`` its memory holds.
+
+    Workers are spawned, never forked: a fork of a process that has started torch's thread pools (or CUDA)
+    inherits their locks in whatever state they were and can deadlock.
+
+    A worker that dies (killed, out of memory, ``os._exit``) breaks the whole pool: every job in it fails at once,
+    and which job killed it is unknown. The pool is then rebuilt and the jobs lost rerun one at a time, alone, so
+    that a death is charged to the job that caused it; a job whose worker died ``max_retries + 1`` times alone
+    returns its cells failed, naming the death, while the other batches run on. A job that raises returns its cells
+    failed with the traceback. Either way nothing hangs and no cell is lost silently.
+
+    The workers stay from one run (``start`` ... ``close``) to the next of this executor, since each start-up
+    imports torch and the studies (seconds); they end with :meth:`shutdown`, or when the executor is
+    garbage-collected (an executor made by ``run_study(executor="process")`` lives for that run only).
+    """
+
+    name = "process"
+    threads = 1  # torch threads per worker: one CPU each
+
+    def __init__(self, workers: int | None = None, max_retries: int = 2):
+        self.workers = (os.cpu_count() or 1) if workers is None else workers
+        if self.workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self.max_in_flight = self.workers
+        self.max_retries = max_retries
+        self._pool: ProcessPoolExecutor | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._reset()
+
+    def start(self, *, study: Study, cfg, device, paths: StudyPaths, profile: str = "") -> None:
+        if self._pool is None:
+            self._new_pool()
+        self._reset()
+        self._job = {"study": study_ref(study), "cfg": as_dict(cfg), "profile": profile, "device": str(device),
+                     "faults": os.environ.get("HEADPRUNE_TEST_FAULTS"), "threads": self.threads,
+                     "env": _worker_env(paths), "where": "process-pool job"}
+
+    def submit(self, batch: Batch) -> int:
+        self._next += 1
+        self._batches[self._next] = batch
+        self._queue.append(self._next)
+        self._dispatch()
+        return self._next
+
+    def wait(self, handles: list[int]) -> list[tuple[int, list[Outcome]]]:
+        """The batches finished first (at least one): their outcomes, or their cells failed with the job's error.
+        A worker's death is dealt with here (the pool rebuilt, the jobs lost queued again), so a batch comes back
+        only with its final answer."""
+        while True:
+            self._dispatch()
+            if not self._running:
+                raise RuntimeError("wait: no batch was submitted")
+            done, _ = wait_futures([fut for fut, _ in self._running.values()], return_when=FIRST_COMPLETED)
+            out, broken = [], []
+            for handle, (fut, pool) in list(self._running.items()):
+                if fut not in done:
+                    continue
+                if isinstance(fut.exception(), BrokenProcessPool):
+                    if pool not in broken:
+                        broken.append(pool)
+                else:
+                    out.append(self._finish(handle))
+            for pool in broken:
+                out += self._after_death(pool)
+            if out:
+                return out
+
+    def close(self) -> None:
+        """Ends a run. Jobs still out (an interrupted run) would hold workers the next run needs, so the pool is then
+        ended (they finish or die with it) and the next run starts a fresh one."""
+        if self._running or self._queue:
+            self._end_pool(wait=False)
+        self._reset()
+
+    def shutdown(self) -> None:
+        """Ends the workers (waiting for them to exit); a later ``start`` spawns new ones."""
+        self._end_pool(wait=True)
+
+    # -- the pool
+
+    def _reset(self) -> None:
+        self._batches: dict[int, Batch] = {}
+        self._queue: deque[int] = deque()  # submitted, not yet in the pool; suspects first
+        self._running: dict[int, tuple[Future, ProcessPoolExecutor]] = {}  # in the pool they were submitted to
+        self._suspects: set[int] = set()  # lost together with others when a worker died: rerun alone
+        self._deaths: dict[int, int] = {}  # deaths while running alone
+        self._next = 0
+
+    def _new_pool(self) -> None:
+        self._end_pool(wait=False)
+        self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        self._finalizer = weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
+
+    def _end_pool(self, wait: bool) -> None:
+        if self._pool is not None:
+            self._finalizer.detach()
+            self._pool.shutdown(wait=wait, cancel_futures=True)
+            self._pool = None
+
+    def _dispatch(self) -> None:
+        """Queued batches into the pool, all of them, except while suspects wait: then one at a time, alone."""
+        while self._queue and not (self._suspects and self._running):
+            handle = self._queue[0]
+            batch = self._batches[handle]
+            try:
+                fut = self._pool.submit(_remote_batch, self._job, [dict(c.axes) for c in batch.cells], batch.inputs)
+            except BrokenProcessPool:  # a worker died since the last wait: its jobs are collected there
+                self._new_pool()
+                continue
+            self._queue.popleft()
+            self._running[handle] = (fut, self._pool)
+
+    def _finish(self, handle: int) -> tuple[int, list[Outcome]]:
+        fut, _ = self._running.pop(handle)
+        batch = self._batches.pop(handle)
+        self._suspects.discard(handle)
+        self._deaths.pop(handle, None)
+        exc = fut.exception()
+        if exc is None:
+            return handle, [Outcome(**o) for o in fut.result()]
+        err = "".join(traceback.format_exception(exc))  # with the worker's traceback (the exception's cause)
+        return handle, [Outcome(k, "failed", error=err) for k in batch.keys]
+
+    def _after_death(self, pool: ProcessPoolExecutor) -> list[tuple[int, list[Outcome]]]:
+        """A worker of ``pool`` died, and the pool failed every job it still held. The jobs that had finished keep
+        their outcomes; a job lost alone caused the death (it is charged one); jobs lost together become suspects,
+        queued first to rerun one at a time."""
+        mine = {h: fut for h, (fut, p) in self._running.items() if p is pool}
+        wait_futures(list(mine.values()), timeout=60)  # a broken pool fails its jobs in one sweep
+        out, lost = [], []
+        for handle, fut in mine.items():
+            if fut.done() and not isinstance(fut.exception(), BrokenProcessPool):
+                out.append(self._finish(handle))
+            else:
+                lost.append(handle)
+                self._running.pop(handle)
+        if pool is self._pool:
+            self._new_pool()
+        if len(lost) == 1:
+            handle = lost[0]
+            self._deaths[handle] = self._deaths.get(handle, 0) + 1
+            if self._deaths[handle] > self.max_retries:
+                n = self._deaths.pop(handle)
+                self._suspects.discard(handle)
+                err = (f"BrokenProcessPool: the worker process died while computing this batch, {n} time(s) alone "
+                       f"in the pool (killed, out of memory, or it exited)")
+                return out + [(handle, [Outcome(k, "failed", error=err) for k in self._batches.pop(handle).keys])]
+        self._suspects.update(lost)
+        self._queue.extendleft(reversed(lost))
+        return out
+
+
 class RayExecutor:
     """Each batch a Ray task; the study resolved by name on the worker, parameters shipped as plain data. The
-    executor interface of :class:`LocalExecutor`; the task runs :func:`iter_batch` to its end (:func:`run_batch`).
+    executor interface of :class:`LocalExecutor`; the task is :func:`_remote_batch`, as in :class:`ProcessExecutor`.
 
     ``address``: None starts (or joins, in this process) a local Ray instance; "auto" or "ray://host:port"
     joins a cluster. ``num_cpus`` caps a local instance. Workers get the outputs and data roots of this
@@ -284,16 +462,9 @@ class RayExecutor:
             import ray
         except ImportError:
             raise RuntimeError("the Ray executor needs Ray: pip install -e '.[ray]'") from None
-        from headprune_utils.studies.config import as_dict
-        from headprune_utils.store.paths import outputs_root
-
         self.ray = ray
         if not ray.is_initialized():
-            env = {"HEADPRUNE_OUTPUT_DIR": str(paths.root or outputs_root())}
-            for var in ("HEADPRUNE_DATA_DIR", "HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-                        "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS", "PYTHONPATH"):
-                if os.environ.get(var):
-                    env[var] = os.environ[var]
+            env = {var: value for var, value in _worker_env(paths).items() if value}
             kwargs = dict(address=self.address, ignore_reinit_error=True, include_dashboard=False,
                           log_to_driver=False, runtime_env={"env_vars": env})
             if self.address is None and self.num_cpus is not None:
@@ -303,11 +474,12 @@ class RayExecutor:
         self._gpu = gpus > 0
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.max_in_flight = self._max_in_flight or max(1, int(gpus) if gpus else cpus)
-        self._remote = ray.remote(_ray_batch).options(num_gpus=1 if self._gpu else 0, num_cpus=1,
-                                                      max_retries=self.max_retries, retry_exceptions=False)
+        self._remote = ray.remote(_remote_batch).options(num_gpus=1 if self._gpu else 0, num_cpus=1,
+                                                         max_retries=self.max_retries, retry_exceptions=False)
         self._job = {"study": study_ref(study), "cfg": as_dict(cfg), "profile": profile,
                      "device": "cuda" if self._gpu else str(device),
-                     "faults": os.environ.get("HEADPRUNE_TEST_FAULTS"), "threads": self.threads}
+                     "faults": os.environ.get("HEADPRUNE_TEST_FAULTS"), "threads": self.threads,
+                     "where": "Ray task"}
         self._keys: dict[Any, list[str]] = {}
 
     def submit(self, batch: Batch):
@@ -332,26 +504,37 @@ class RayExecutor:
         pass  # the Ray instance stays up for the next study of the run; ray.shutdown() at exit
 
 
-def _ray_batch(job: dict, axes: list[dict], inputs: dict) -> list[dict]:
-    """A Ray task: rebuild the study, parameters and context on the worker (the context is kept per worker
-    process for the next batch of the same run), compute, return plain outcomes."""
-    import torch
+def _worker_env(paths: StudyPaths) -> dict[str, str | None]:
+    """What a worker needs of this process's environment: this run's outputs root (``HEADPRUNE_OUTPUT_DIR``, so
+    that workers fill and reuse the driver's model caches), the data root and the settings that keep the libraries
+    offline and quiet; None for a variable unset here."""
+    return {"HEADPRUNE_OUTPUT_DIR": str(paths.root or outputs_root()),
+            **{var: os.environ.get(var) or None for var in _WORKER_ENV}}
 
-    from headprune_utils.model import models
-    from headprune_utils.studies.config import validate
-    from headprune_utils.studies import get_study
 
+def _remote_batch(job: dict, axes: list[dict], inputs: dict) -> list[dict]:
+    """One batch on a worker process, the job of both the process pool and Ray: apply the environment the job
+    carries (a pool's workers serve run after run, so a variable unset in this run is removed), compute with
+    ``job["threads"]`` torch threads whatever ``OMP_NUM_THREADS`` the worker inherited (the trained weights depend
+    on the thread count), rebuild the study, parameters and context (the context kept per worker process for the
+    next batch of the same run), run :func:`run_batch`, return plain outcomes."""
+    for var, value in job.get("env", {}).items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
     torch.set_num_threads(job.get("threads", 1))
     study = get_study(job["study"])
-    cfg = validate(study.Config, job["cfg"], where=f"Ray task of {study.name}")
+    cfg = validate(study.Config, job["cfg"], where=f"{job.get('where', 'worker job')} of {study.name}")
     device = models.resolve_device(job["device"] if job["device"] != "cuda" or torch.cuda.is_available() else "cpu")
     paths = StudyPaths(study.name, job["profile"])
     planned = {c.key: c for c in study.plan(cfg)}
-    from headprune_utils.store.results import cell_key
-
     cells = [planned[cell_key(a)] for a in axes]
     _maybe_fault(job.get("faults"), cells)
-    token = (job["study"], study.fingerprint(cfg, device), job["profile"])
+    # a context for exactly these parameters, device and outputs: the fingerprint leaves out parameters that change
+    # no result, yet a context may hold them, and a worker may serve another run of the same study next
+    token = (job["study"], json.dumps(job["cfg"], sort_keys=True, default=str), str(device), job["profile"],
+             str(outputs_root()))
     if token not in _CONTEXTS:
         _CONTEXTS.clear()
         _CONTEXTS[token] = study.context(cfg, device, paths)
@@ -362,8 +545,6 @@ def _ray_batch(job: dict, axes: list[dict], inputs: dict) -> list[dict]:
 def study_ref(study: Study) -> str:
     """How a worker finds ``study``: its registry name, or ``module:Class`` for a study outside the registry
     (a user's own study; the class is instantiated without arguments on the worker)."""
-    from headprune_utils.studies import NAMES
-
     if study.name in NAMES and type(study).__module__.startswith("headprune_utils.studies."):
         return study.name
     return f"{type(study).__module__}:{type(study).__qualname__}"
@@ -383,11 +564,18 @@ def _maybe_fault(spec: str | None, cells: list[Cell]) -> None:
         os._exit(17)
 
 
-def make_executor(executor: str | LocalExecutor | RayExecutor = "local", address: str | None = None):
+Executor = LocalExecutor | ProcessExecutor | RayExecutor
+
+
+def make_executor(executor: str | Executor = "local", address: str | None = None) -> Executor:
+    """The executor named ``executor`` (one of :data:`EXECUTORS`; ``address`` is Ray's), or ``executor`` itself
+    when it is one already."""
     if not isinstance(executor, str):
         return executor
     if executor == "local":
         return LocalExecutor()
+    if executor == "process":
+        return ProcessExecutor()
     if executor == "ray":
         return RayExecutor(address=address)
     raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
@@ -428,16 +616,13 @@ def check_one_model(table: pd.DataFrame, study: str) -> None:
 
 
 def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = None, *,
-              executor: str | LocalExecutor | RayExecutor = "local", address: str | None = None,
+              executor: str | Executor = "local", address: str | None = None,
               progress: bool | None = None, select: Callable[[dict], bool] | None = None) -> pd.DataFrame:
     """Compute every cell of ``study`` not yet stored (resuming), write the run's metadata; returns one row
     per planned cell stored (its axes and result). ``select(axes) -> bool``: compute only the cells it accepts
     (and the cells they require), e.g. one slice of a long run; the others are left for later. Raises CellsFailed when cells failed (the others are stored),
     StaleResultsError (naming the parameters that changed) when the stored cells were made with other parameters,
     StudyBusyError when another process is computing the same study and profile."""
-    from headprune_utils.model import models
-    from headprune_utils.studies import get_study
-
     study = get_study(study) if isinstance(study, str) else study
     paths = (paths or StudyPaths(study.name, profile)).ensure()
     device = models.resolve_device(cfg.device)
@@ -453,11 +638,6 @@ def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = 
 
 def changed_parameters(paths: StudyPaths, cfg, study: Study) -> str:
     """Which parameters differ from the stored run's (its run_meta.json), by name; '' when unknown."""
-    import json
-
-    from headprune_utils.studies.config import as_dict
-    from headprune_utils.store.results import portable
-
     try:  # the last COMPLETE run's record (not a staging folder's)
         meta = json.loads((paths.dir / "run_meta.json").read_text())
         before = {**meta["params"], **{f"data {k}": v for k, v in meta.get("data_fingerprints", {}).items()}}
@@ -476,10 +656,6 @@ def changed_parameters(paths: StudyPaths, cfg, study: Study) -> str:
 
 def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, store: ResultStore, executor, address,
                 progress, select=None) -> pd.DataFrame:
-    from tqdm import tqdm
-
-    from headprune_utils.studies.config import as_dict
-
     cells = study.plan(cfg)
     check_plan(cells)
     done = {c.key for c in cells if store.has(c.axes)}

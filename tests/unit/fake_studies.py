@@ -1,9 +1,12 @@
-"""A tiny study on the protocol, for the executor tests (no model, no data): importable by Ray workers."""
+"""A tiny study on the protocol, for the executor tests (no model, no data): importable by the workers of a process
+pool or Ray."""
 from __future__ import annotations
 
 import os
 import time
 from dataclasses import dataclass, field
+
+import torch
 
 from headprune_utils.studies.config import as_dict
 from headprune_utils.store.results import fingerprint
@@ -56,3 +59,12 @@ class FakeStudy(Study):
             else:
                 value = cfg.scale * (int(c["name"][1:]) + 1) ** 2
             yield c, {"value": value, "batch": len(ctx["batches"]), "seconds": time.perf_counter() - t0}
+
+
+class ThreadsStudy(FakeStudy):
+    """The fake study whose cells also record the torch threads they were computed with: an executor's workers must
+    compute with one, whatever ``OMP_NUM_THREADS`` they inherited (the trained weights depend on it)."""
+
+    def run(self, ctx, cells, inputs):
+        for cell, result in super().run(ctx, cells, inputs):
+            yield cell, {**result, "threads": torch.get_num_threads()}

@@ -1,14 +1,23 @@
-"""The one scheduler and the in-process executor, on a tiny study without a model."""
+"""The one scheduler and the executors (in-process, process pool, Ray), on a tiny study without a model."""
 from __future__ import annotations
 
-import pytest
+import json
+import os
+import threading
+from pathlib import Path
 
-from headprune_utils.run.execution import CellsFailed, PlanError, batches_of, check_plan, run_study
+import pytest
+import torch
+
+from headprune_utils.run.execution import (EXECUTORS, Batch, CellsFailed, LocalExecutor, PlanError, ProcessExecutor,
+                                           RayExecutor, batches_of, check_plan, make_executor, run_study)
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import StaleResultsError
 from headprune_utils.studies.base import Cell
 
-from fake_studies import FakeConfig, FakeStudy
+from fake_studies import FakeConfig, FakeStudy, ThreadsStudy
+
+HERE = Path(__file__).resolve().parent
 
 
 def paths(tmp_path, profile="t"):
@@ -220,19 +229,21 @@ def test_where_needs_cells_only(capsys):
 
 
 def test_every_executor_has_the_one_interface():
-    """Local and Ray executors are driven alike (no branch on the executor's type): the same attributes and
-    methods, ``start`` taking the same keywords."""
+    """Local, process-pool and Ray executors are driven alike (no branch on the executor's type): the same
+    attributes and methods, ``start`` taking the same keywords, each made by its name."""
     import inspect
 
-    from headprune_utils.run.execution import LocalExecutor, RayExecutor
-
-    for cls in (LocalExecutor, RayExecutor):
+    for cls in (LocalExecutor, ProcessExecutor, RayExecutor):
         assert isinstance(cls.name, str)
         for method in ("start", "submit", "wait", "close"):
             assert callable(getattr(cls, method)), f"{cls.__name__}.{method}"
         params = inspect.signature(cls.start).parameters
         assert {"study", "cfg", "device", "paths", "profile"} <= set(params), f"{cls.__name__}.start: {list(params)}"
+    assert [make_executor(name).name for name in EXECUTORS] == list(EXECUTORS) == ["local", "process", "ray"]
     assert LocalExecutor.max_in_flight == 1
+    assert ProcessExecutor().max_in_flight == os.cpu_count() and ProcessExecutor(workers=3).max_in_flight == 3
+    with pytest.raises(ValueError, match="executor must be one of"):
+        make_executor("threads")
 
 
 def test_the_job_body_streams_outcomes_and_returns_an_error_as_failed_cells(tmp_path):
@@ -252,3 +263,117 @@ def test_the_job_body_streams_outcomes_and_returns_an_error_as_failed_cells(tmp_
     assert "broken on purpose" in next(o.error for o in rest if o.key == "name=a2")
     assert [(o.key, o.status) for o in run_batch(study, cfg, "cpu", paths(tmp_path), batch)] == \
         [(o.key, o.status) for o in [first, *rest]]
+
+
+# ------------------------------------------------------------------------- every executor on the same tests
+
+@pytest.fixture(scope="module")
+def process_executor():
+    """One pool of two workers for the module (a worker's start-up costs seconds; the workers serve test after
+    test); they inherit OMP_NUM_THREADS=2 and must still compute with one torch thread."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "2")
+        ex = ProcessExecutor(workers=2, max_retries=1)
+        yield ex
+        ex.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_executor():
+    """One local Ray instance for the module (skipped where Ray is not installed); its workers import this folder's
+    modules and inherit OMP_NUM_THREADS=2, as the pool's do."""
+    ray = pytest.importorskip("ray")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", str(HERE), prepend=os.pathsep)
+        mp.setenv("OMP_NUM_THREADS", "2")
+        yield RayExecutor(num_cpus=2)
+        ray.shutdown()
+
+
+@pytest.fixture(params=EXECUTORS)
+def executor(request):
+    """Each executor by name: a new in-process one, the module's pool, the module's Ray instance."""
+    if request.param == "local":
+        return LocalExecutor()
+    return request.getfixturevalue(f"{request.param}_executor")
+
+
+def within(seconds: float, fn):
+    """``fn()``, failing the test instead of hanging the suite when it is not done after ``seconds``."""
+    result: dict = {}
+
+    def target():
+        try:
+            result["value"] = fn()
+        except BaseException as exc:  # handed to the test below
+            result["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"still running after {seconds} s: it hangs")
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def test_each_executor_computes_batches_through_the_interface(executor, tmp_path):
+    """start, submit, wait (at least one finished batch each time, whichever finishes first), close: every executor
+    returns the same outcomes; the pool's and Ray's workers computed with one torch thread each."""
+    study, cfg = ThreadsStudy(), FakeConfig()
+    executor.start(study=study, cfg=cfg, device=torch.device("cpu"), paths=paths(tmp_path), profile="t")
+    try:
+        pending = [executor.submit(Batch(b)) for b in batches_of([c for c in study.plan(cfg) if not c.requires])]
+        got = {}
+        while pending:
+            finished = executor.wait(pending)
+            assert finished, "wait returns at least one finished batch"
+            for handle, outcomes in finished:
+                pending.remove(handle)
+                got.update({o.key: o for o in outcomes})
+    finally:
+        executor.close()
+    assert {k: (o.status, o.result["value"]) for k, o in got.items()} == {
+        "name=a0": ("done", 1.0), "name=a1": ("done", 4.0), "name=a2": ("done", 9.0), "name=a3": ("done", 16.0)}
+    threads = {o.result["threads"] for o in got.values()}
+    assert threads == ({torch.get_num_threads()} if executor.name == "local" else {1})
+
+
+def test_each_executor_stores_the_cells_and_names_a_failure(executor, tmp_path):
+    """The same study through each executor: a failing cell named, its dependant not run, the rest stored, the
+    executor recorded; the rerun (other parameters that change no result, so the same store) completes the study
+    with the values of every executor."""
+    p = paths(tmp_path)
+    with pytest.raises(CellsFailed) as info:
+        run_study(FakeStudy(), FakeConfig(fail=["a1"]), "t", p, executor=executor)
+    assert list(info.value.failed) == ["name=a1"] and info.value.skipped == {"name=b": "name=a1"}
+    assert "cell a1 broken on purpose" in str(info.value)
+    assert sorted(x.stem for x in p.cells.glob("*.json")) == ["name=a0", "name=a2", "name=a3"]
+    assert json.loads(p.meta.read_text())["executor"] == executor.name
+    table = run_study(FakeStudy(), FakeConfig(), "t", p, executor=executor)
+    assert values(table) == {"a0": 1.0, "a1": 4.0, "a2": 9.0, "a3": 16.0, "b": 13.0}
+
+
+def test_a_worker_killed_mid_batch_fails_that_batch_naming_its_cells(process_executor, tmp_path, monkeypatch):
+    """A worker that dies computing a batch (``os._exit``, as a kill or the out-of-memory killer ends it) breaks the
+    pool: the pool is rebuilt, the batches lost with it rerun, and the batch that killed it, after dying again alone
+    (``max_retries`` = 1), comes back failed: each of its cells named, with the death; its dependant not run; no
+    hang. Ray's counterpart is in test_ray_executor.py."""
+    monkeypatch.setenv("HEADPRUNE_TEST_FAULTS", f"die:name=a2:{tmp_path / 'died'}")
+    p = paths(tmp_path)
+    with pytest.raises(CellsFailed) as info:
+        within(120, lambda: run_study(FakeStudy(), FakeConfig(), "t", p, executor=process_executor))
+    # a0 shares a2's batch (group "even"), so it fails with it; b requires a2
+    assert set(info.value.failed) == {"name=a0", "name=a2"} and info.value.skipped == {"name=b": "name=a2"}
+    assert all("worker process died while computing this batch, 2 time(s)" in e for e in info.value.failed.values())
+    assert sorted(x.stem for x in p.cells.glob("*.json")) == ["name=a1", "name=a3"]
+
+
+def test_a_worker_killed_once_is_replaced_and_its_batch_rerun(process_executor, tmp_path, monkeypatch):
+    """A worker that dies once (killed, say) costs a rerun, not the cells: the study completes."""
+    marker = tmp_path / "died"
+    monkeypatch.setenv("HEADPRUNE_TEST_FAULTS", f"die-once:name=a1:{marker}")
+    table = within(120, lambda: run_study(FakeStudy(), FakeConfig(), "t", paths(tmp_path), executor=process_executor))
+    assert marker.exists(), "the first worker to start a1 died"
+    assert values(table) == {"a0": 1.0, "a1": 4.0, "a2": 9.0, "a3": 16.0, "b": 13.0}
