@@ -587,17 +587,16 @@ class MixedModelsError(RuntimeError):
     """Cells that say they used one trained model (the same task and seed) were made from different weights."""
 
 
-def check_one_model(table: pd.DataFrame, study: str) -> None:
+def check_one_model(table: pd.DataFrame, study: str, axes: Iterable[str]) -> None:
     """Raise :class:`MixedModelsError` when cells of one model carry different ``full_model_sha`` (the hash of the
     trained full model's weights a cell was computed with, ``Study.provenance``): a run resumed on another machine
     retrains a model whose cache was lost, and training need not give the same weights on another CPU or with
     another number of torch threads (measured: the test suite's tiny model trained with 1 and 2 threads differs in
-    its weights' bytes), so results of the two trainings must never be mixed in one analysis. A model is a (task,
-    seed) of the GLUE studies, a ``model_seed`` of the translation study."""
-    if "full_model_sha" not in table.columns:
-        return
-    keys = ["task", "seed"] if {"task", "seed"} <= set(table.columns) else ["model_seed"]
-    if not set(keys) <= set(table.columns):
+    its weights' bytes), so results of the two trainings must never be mixed in one analysis. ``axes``: the cell
+    axes that select one model, the study's ``model_axes`` (a (task, seed) of the GLUE studies, a ``model_seed`` of
+    the translation study); none, or a table without them, checks nothing."""
+    keys = list(axes)
+    if "full_model_sha" not in table.columns or not keys or not set(keys) <= set(table.columns):
         return
     t = table[table["full_model_sha"].notna()]
     n = t.groupby(keys)["full_model_sha"].nunique()
@@ -606,7 +605,12 @@ def check_one_model(table: pd.DataFrame, study: str) -> None:
         first = bad.index[0] if len(keys) > 1 else (bad.index[0],)
         which = t[(t[keys] == pd.Series(dict(zip(keys, first)))).all(axis=1)]
         shas = sorted(which["full_model_sha"].unique())
-        name = f"{first[0]} seed {first[1]}" if len(keys) > 1 else f"model seed {first[0]}"
+        if keys == ["task", "seed"]:
+            name = f"{first[0]} seed {first[1]}"
+        elif keys == ["model_seed"]:
+            name = f"model seed {first[0]}"
+        else:
+            name = "model " + " ".join(f"{k}={v}" for k, v in zip(keys, first))
         raise MixedModelsError(
             f"{study}: the cells of {name} were computed with {len(shas)} different trainings of that "
             f"model (weights {', '.join(shas)}): a resumed run retrained it (its cache was gone, and another machine "
@@ -693,7 +697,7 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
             ex.close()
     stored = [c for c in cells if store.has(c.axes)]
     table = store.table([dict(c.axes) for c in stored])
-    check_one_model(table, study.name)
+    check_one_model(table, study.name, study.model_axes)
     durations = {"this_run": time.perf_counter() - t0,
                  "cells_total": float(table["seconds"].sum()) if "seconds" in table else 0.0,
                  "cells_computed_now": len(todo) - len(failed) - len(skipped), "cells_reused": len(done)}

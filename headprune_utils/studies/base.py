@@ -6,6 +6,8 @@ A study is one object (a subclass of :class:`Study`, one instance in the registr
 - ``name`` (= its outputs folder, notebook stem and module name), ``notebook``, ``Config`` (a frozen dataclass
   with ``check()``; the notebook's ``parameters`` cell equals its defaults) and ``claims`` (data: the
   ``claims.Claim`` s declared in ``studies/<study>_claims.py``, its ``CLAIMS``);
+- ``model_axes``: the cell axes that select one trained model (the slices of a long run, and the cells that must
+  share one training of their model);
 - ``plan(cfg) -> [Cell]``: every result cell, pure and cheap (no model, no data loaded beyond checking which
   tasks exist). Each :class:`Cell` has its key (``axes``: exactly the dict stored results are keyed by), the
   keys of the cells of THIS study it requires, a group key for work best done together in one process, and an
@@ -74,6 +76,12 @@ class Study(ABC):
     notebook: ClassVar[str]
     Config: ClassVar[type]
     claims: ClassVar[tuple[Claim, ...]] = ()
+    # The cell axes that select one trained model, coarsest first: a GLUE study's ("task", "seed"), the translation
+    # study's ("model_seed",). A long run is computed slice by slice, one trained model each (``--plan-slices``
+    # lists them, a cell belonging to the slice of the leading model axes it has), and the cells of one model must
+    # all come from one training of it (``execution.check_one_model``). () (the default): the study's cells are
+    # not split by model; the whole study is one slice.
+    model_axes: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def plan(self, cfg) -> list[Cell]:

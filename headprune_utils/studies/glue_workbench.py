@@ -520,7 +520,10 @@ def eval_cost(cfg: GlueStudyConfig, task: str, kept_share: float = 1.0, split: s
 class GlueStudy(Study):
     """What every GLUE study shares beyond the protocol (:class:`~headprune_utils.studies.base.Study`): its
     ``run_meta.json`` records the tasks run and the ones unavailable (with why) and the content hashes of the task
-    splits it reads."""
+    splits it reads. A cell's model is the fine-tuned model of its task and seed (a cell of the pre-trained encoder,
+    task ``"pretrained"`` and no seed, is a slice of its own)."""
+
+    model_axes = ("task", "seed")
 
     def run_params(self, cfg) -> dict:
         tasks, missing = resolve_tasks(cfg)

@@ -137,7 +137,7 @@ def l0_kinds(setting: str) -> tuple[str, ...]:
     return SEQ2SEQ_KINDS if setting == "all" else (setting,)
 
 
-def model_axes(model_seed: int) -> dict:
+def model_cell_axes(model_seed: int) -> dict:
     """The key of the model cell of ``model_seed``, which every other cell of that model requires."""
     return {"kind": "model", "model_seed": int(model_seed)}
 
@@ -148,7 +148,7 @@ def plan_cells(cfg: NMTHeadsConfig) -> list[Cell]:
     cells = []
     for ms in cfg.model_seeds:
         ms = int(ms)
-        model = Cell(model_axes(ms), cost=Cost(c["model"]))
+        model = Cell(model_cell_axes(ms), cost=Cost(c["model"]))
         need = (model.key,)
         evaluate = (ms, "evaluate")  # the evaluation-only cells share decodings (the evals cache)
         cells += [model, Cell({"kind": "roles", "model_seed": ms}, requires=need, cost=Cost(c["roles"]))]
@@ -559,6 +559,7 @@ class NMTHeads(Study):
     notebook = "07_nmt_heads.ipynb"
     Config = NMTHeadsConfig
     claims = CLAIMS  # data, with their rules and gates (nmt_heads_claims); decided by verdicts
+    model_axes = ("model_seed",)  # one trained translation model per model seed (a cell's ``seed`` draws its mask)
 
     def plan(self, cfg: NMTHeadsConfig) -> list[Cell]:
         return plan_cells(cfg)
@@ -590,7 +591,7 @@ class NMTHeads(Study):
 STUDY = NMTHeads()
 
 __all__ = [
-    "NAME", "STUDY", "NMTHeads", "NMTHeadsConfig", "Context", "TYPES", "REGIMES", "plan_cells", "model_axes",
+    "NAME", "STUDY", "NMTHeads", "NMTHeadsConfig", "Context", "TYPES", "REGIMES", "plan_cells", "model_cell_axes",
     "plan_costs", "cell_masks", "run_cell", "model_folder", "model_key", "study_fingerprint", "source_queries",
     "role_thresholds",
     # the claims (nmt_heads_claims) and the analysis (nmt_heads_analysis), re-exported so the notebook needs one module

@@ -407,6 +407,9 @@ class RedundancyPatterns(glue_workbench.GlueStudy):
     notebook = "04_redundancy_patterns.ipynb"
     Config = RedundancyPatternsConfig
     claims = CLAIMS  # declared in redundancy_patterns_claims
+    # not split by model: a cell's ``model`` axis names the encoder it probes (the pre-trained one, a fine-tuned or
+    # MLM-trained one, the random control), its cells record no hash of trained weights, and the study is one slice
+    model_axes = ()
 
     def plan(self, cfg: RedundancyPatternsConfig) -> list[Cell]:
         return plan_cells(cfg)

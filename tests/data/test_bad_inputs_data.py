@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from headprune_utils.run import cli as run
+from headprune_utils.run import cli
 
 pytestmark = pytest.mark.data
 
@@ -25,8 +25,8 @@ HEAVY = (
     "headprune_utils.train.training.finetune",
     "headprune_utils.train.translation.train_translation",
     "headprune_utils.tasks.translation_data.load_parallel",
-    "headprune_utils.run.cli.execute_study",
-    "headprune_utils.run.cli.compute_cells",
+    "headprune_utils.run.schedule.execute_study",
+    "headprune_utils.run.pipeline.compute_cells",
 )
 
 
@@ -62,7 +62,7 @@ def check(data_root, tmp_path, monkeypatch, capsys):
             monkeypatch.setattr(target, lambda *a, _t=target, **k: calls.append(_t) or pytest.fail(f"heavy: {_t}"))
         before = snapshot(out)
         capsys.readouterr()
-        status = run.main(["--profile", profile, mode, "--only", study])
+        status = cli.main(["--profile", profile, mode, "--only", study])
         err = capsys.readouterr().err
         assert calls == [], f"heavy work started: {calls}"
         assert snapshot(out) == before, "the check changed the outputs"

@@ -12,7 +12,8 @@ import shutil
 import pandas as pd
 import pytest
 
-from headprune_utils.run import cli as run
+from headprune_utils.run.notebooks import execute_study
+from headprune_utils.run.profiles import missing_cells, validate_profile
 from headprune_utils.store.paths import StudyPaths, outputs_root
 from headprune_utils.studies import NAMES
 
@@ -21,8 +22,8 @@ pytestmark = pytest.mark.data
 
 def complete_studies(data_root, monkeypatch) -> dict[str, tuple[int, int, str] | None]:
     monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(data_root))
-    plan = run.validate_profile("standard", list(NAMES))
-    gaps = run.missing_cells(plan, "standard")
+    plan = validate_profile("standard", list(NAMES))
+    gaps = missing_cells(plan, "standard")
     return {name: gaps.get(name) for name in NAMES}
 
 
@@ -42,10 +43,10 @@ def test_a_complete_standard_study_renders_from_its_cells_alone(name, data_root,
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "outputs"))
     fresh = StudyPaths(name, "standard", staged=False)
     shutil.copytree(committed.cells, fresh.cells)
-    plan = run.validate_profile("standard", [name])
-    assert run.missing_cells(plan, "standard") == {}
+    plan = validate_profile("standard", [name])
+    assert missing_cells(plan, "standard") == {}
     before = {p.name for p in fresh.cells.iterdir()}
-    run.execute_study(name, "standard", plan[name], progress=False)
+    execute_study(name, "standard", plan[name], progress=False)
     assert {p.name for p in fresh.cells.iterdir()} == before, "rendering computed no cell"
     assert not (tmp_path / "outputs" / "_finetuned").exists() and not (tmp_path / "outputs" / "_nmt").exists(), \
         "no model was trained or loaded into a cache"

@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from headprune_utils.run import cli as run
+from headprune_utils.run import cli, notebooks, profiles
 from headprune_utils.studies.config import ParameterError
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.studies import STUDIES
@@ -28,7 +28,7 @@ def data_gaps() -> dict[str, str]:
     gaps = {}
     for name in STUDIES:
         try:
-            run.validate_profile("smoke", [name])
+            profiles.validate_profile("smoke", [name])
         except ParameterError as exc:
             if "HEADPRUNE_DATA_DIR" not in str(exc):
                 raise  # a broken smoke profile is an error, not missing data
@@ -45,7 +45,7 @@ def smoke_outputs(tmp_path_factory, data_root):
     try:
         gaps = data_gaps()
         runnable = [name for name in STUDIES if name not in gaps]
-        code = run.main(["--profile", "smoke", "--no-progress", "--only", *runnable]) if runnable else 0
+        code = cli.main(["--profile", "smoke", "--no-progress", "--only", *runnable]) if runnable else 0
     finally:
         mp.undo()
     return code, out, gaps
@@ -106,14 +106,15 @@ def test_a_failing_notebook_names_the_cell(tmp_path, monkeypatch, capsys):
         def n_cells(self, cfg):
             return 0
 
-    monkeypatch.setattr(run, "STUDIES", {"broken": Broken()})
-    monkeypatch.setattr(run, "notebooks_dir", lambda: tmp_path / "nb")
+    for module in (profiles, notebooks):  # where the runner looks the study up: validating it, executing it
+        monkeypatch.setattr(module, "STUDIES", {"broken": Broken()})
+    monkeypatch.setattr(notebooks, "notebooks_dir", lambda: tmp_path / "nb")
     monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: tmp_path / "p")
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
     earlier = tmp_path / "out" / "broken" / "smoke" / "broken.ipynb"
     earlier.parent.mkdir(parents=True)
     earlier.write_text("an earlier, successful run")
-    assert run.main(["--profile", "smoke", "--no-progress"]) == 1
+    assert cli.main(["--profile", "smoke", "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert "broken.ipynb" in err, err
     assert "cell 3" in err, err
@@ -150,8 +151,9 @@ def test_outputs_are_swapped_in_only_when_the_whole_notebook_succeeds(tmp_path, 
         def n_cells(self, cfg):
             return 0
 
-    monkeypatch.setattr(run, "STUDIES", {"staged": Staged()})
-    monkeypatch.setattr(run, "notebooks_dir", lambda: tmp_path / "nb")
+    for module in (profiles, notebooks):  # where the runner looks the study up: validating it, executing it
+        monkeypatch.setattr(module, "STUDIES", {"staged": Staged()})
+    monkeypatch.setattr(notebooks, "notebooks_dir", lambda: tmp_path / "nb")
     monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: tmp_path / "p")
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
     final = tmp_path / "out" / "staged" / "smoke"
@@ -161,7 +163,7 @@ def test_outputs_are_swapped_in_only_when_the_whole_notebook_succeeds(tmp_path, 
     (final / "metrics.json").write_text('{"n": 1}\n')
     (final / "staged.ipynb").write_text("an earlier, successful run")
     before = {f.relative_to(final): f.read_bytes() for f in final.rglob("*") if f.is_file()}
-    code = run.main(["--profile", "smoke", "--no-progress"])
+    code = cli.main(["--profile", "smoke", "--no-progress"])
     after = {f.relative_to(final): f.read_bytes() for f in final.rglob("*") if f.is_file() and "failed" not in f.name}
     assert os.environ.get("HEADPRUNE_STAGED_OUTPUTS") is None, "the runner's own environment is restored"
     if fails:
@@ -191,8 +193,8 @@ def test_papermill_with_the_profile_file_as_users_run_it(tmp_path, data_root, mo
     params = {**yaml.safe_load((repo / "params" / "smoke.yaml").read_text()), "profile": "smoke"}
     out = tmp_path / "run.ipynb"
     pm.execute_notebook(str(repo / "notebooks" / "01_random_pruning.ipynb"), str(out), parameters=params,
-                        kernel_name=run.kernel_name(), cwd=str(repo), progress_bar=False, log_output=False,
-                        kernel_manager_class=run.ipc_kernel_manager())
+                        kernel_name=notebooks.kernel_name(), cwd=str(repo), progress_bar=False, log_output=False,
+                        kernel_manager_class=notebooks.ipc_kernel_manager())
     folder = tmp_path / "outputs" / "random_pruning" / "smoke"
     assert (folder / "tables" / "verdicts.csv").exists()
     from headprune_utils.studies.config import validate
@@ -200,8 +202,8 @@ def test_papermill_with_the_profile_file_as_users_run_it(tmp_path, data_root, mo
     planned = STUDIES["random_pruning"].plan(validate(STUDIES["random_pruning"].Config, params["random_pruning"]))
     assert json.loads((folder / "metrics.json").read_text())["n_cells"] == len(planned), "the smoke section applied"
     pm.execute_notebook(str(repo / "notebooks" / "01_random_pruning.ipynb"), str(out),
-                        parameters={**params, "tolerance": 0.05}, kernel_name=run.kernel_name(), cwd=str(repo),
-                        progress_bar=False, log_output=False, kernel_manager_class=run.ipc_kernel_manager())
+                        parameters={**params, "tolerance": 0.05}, kernel_name=notebooks.kernel_name(), cwd=str(repo),
+                        progress_bar=False, log_output=False, kernel_manager_class=notebooks.ipc_kernel_manager())
     custom = [p.name for p in (tmp_path / "outputs" / "random_pruning").iterdir() if p.name.startswith("custom-")]
     assert len(custom) == 1 and "is left untouched" in "".join(
         o.get("text", "") for c in nbformat.read(out, 4).cells for o in c.get("outputs", []))

@@ -8,7 +8,7 @@ import torch
 
 ray = pytest.importorskip("ray")
 
-from headprune_utils.run import cli as run  # noqa: E402
+from headprune_utils.run import cli, profiles  # noqa: E402
 from headprune_utils.studies.config import validate  # noqa: E402
 from headprune_utils.run.execution import run_study  # noqa: E402
 from headprune_utils.store.paths import StudyPaths  # noqa: E402
@@ -21,7 +21,7 @@ STUDIES_ON_RAY = ["random_pruning", "compensation"]
 
 def stored(name: str, root) -> pd.DataFrame:
     study = STUDIES[name]
-    cfg = validate(study.Config, run.validate_profile("smoke", [name])[name], where=name)
+    cfg = validate(study.Config, profiles.validate_profile("smoke", [name])[name], where=name)
     paths = StudyPaths(name, "smoke", root=root, staged=False)
     store = ResultStore(paths.cells, study.fingerprint(cfg, torch.device("cpu")))
     t = store.table([dict(c.axes) for c in study.plan(cfg)])
@@ -33,7 +33,7 @@ def test_smoke_cells_on_ray_equal_the_local_ones(data_root, tmp_path, monkeypatc
     monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(data_root))
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "ray"))
     try:
-        code = run.main(["--profile", "smoke", "--only", *STUDIES_ON_RAY, "--executor", "ray", "--cells-only",
+        code = cli.main(["--profile", "smoke", "--only", *STUDIES_ON_RAY, "--executor", "ray", "--cells-only",
                          "--no-progress"])
     finally:
         ray.shutdown()
@@ -43,7 +43,7 @@ def test_smoke_cells_on_ray_equal_the_local_ones(data_root, tmp_path, monkeypatc
     try:
         for name in STUDIES_ON_RAY:
             study = STUDIES[name]
-            cfg = validate(study.Config, {**run.validate_profile("smoke", [name])[name], "progress": False}, where=name)
+            cfg = validate(study.Config, {**profiles.validate_profile("smoke", [name])[name], "progress": False}, where=name)
             run_study(study, cfg, "smoke", StudyPaths(name, "smoke", root=tmp_path / "local", staged=False))
     finally:
         torch.set_num_threads(threads)

@@ -15,7 +15,7 @@ Each case asserts:
 - for runner cases, that nothing under the outputs root changed (a tree of earlier results is snapshotted before
   and after, byte for byte).
 
-Groups: study parameters (``validate`` on every study's Config), profile files and runner flags (``run.main``), data
+Groups: study parameters (``validate`` on every study's Config), profile files and runner flags (``cli.main``), data
 files (GLUE TSVs and parallel corpora in a temporary data root), gates and masks, non-finite training, result-store
 faults, cache faults. Everything is model-free except the gates (a tiny random BERT in memory) and the training
 cases (the session's tiny BERT folder and synthetic SST-2).
@@ -37,7 +37,7 @@ import torch
 
 from headprune_utils.tasks import data, translation_data
 from headprune_utils.model import masks, models, strategies
-from headprune_utils.run import cli as run
+from headprune_utils.run import cli, profiles
 from headprune_utils.train import training
 from headprune_utils.store.caches import CorruptCacheWarning, cached
 from headprune_utils.studies.config import ParameterError, validate
@@ -66,8 +66,8 @@ HEAVY = (
     "headprune_utils.tasks.data.load_task",
     "headprune_utils.train.translation.train_translation",
     "headprune_utils.tasks.translation_data.load_parallel",
-    "headprune_utils.run.cli.execute_study",
-    "headprune_utils.run.cli.compute_cells",
+    "headprune_utils.run.schedule.execute_study",
+    "headprune_utils.run.pipeline.compute_cells",
 )
 
 
@@ -451,12 +451,12 @@ def runner(tmp_path, roots, monkeypatch, capsys):
         elif profile_text is not None:
             (params / "t.yaml").write_text(fill(profile_text, roots))
         if fake:
-            monkeypatch.setattr(run, "STUDIES", {"fake": FakeStudy()})
+            monkeypatch.setattr(profiles, "STUDIES", {"fake": FakeStudy()})
         calls = forbid(monkeypatch, RUNNER_HEAVY)
         before = snapshot(out)
         capsys.readouterr()
         try:
-            code = run.main(argv)
+            code = cli.main(argv)
         except SystemExit as exc:  # argparse
             code = exc.code
         captured = capsys.readouterr()

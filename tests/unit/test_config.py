@@ -8,7 +8,7 @@ from typing import Literal
 
 import pytest
 
-from headprune_utils.run import cli as run
+from headprune_utils.run import cli, notebooks, pipeline, schedule
 from headprune_utils.studies.config import ParameterError, validate
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies.random_pruning import RandomPruningConfig
@@ -64,23 +64,23 @@ def test_study_checks_budget_task_and_model(tiny_glue_root):
 
 def test_runner_rejects_bad_profiles_before_running(tmp_path, monkeypatch, capsys, tiny_glue_root):
     executed = []
-    monkeypatch.setattr(run, "execute_study", lambda *a, **k: executed.append(a) or 0.0)
+    monkeypatch.setattr(schedule, "execute_study", lambda *a, **k: executed.append(a) or 0.0)
     monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: tmp_path)
     (tmp_path / "bad.yaml").write_text("random_pruning:\n  fractoins: [0.5]\n")
-    assert run.main(["--profile", "bad"]) == 2
+    assert cli.main(["--profile", "bad"]) == 2
     assert "fractoins" in capsys.readouterr().err
     (tmp_path / "budget.yaml").write_text("random_pruning:\n  fractions: [0.0, 2.5]\n")
-    assert run.main(["--profile", "budget"]) == 2
+    assert cli.main(["--profile", "budget"]) == 2
     assert "180 heads of 72" in capsys.readouterr().err
     (tmp_path / "study.yaml").write_text("no_such_study: {}\n")
-    assert run.main(["--profile", "study"]) == 2
+    assert cli.main(["--profile", "study"]) == 2
     assert "no_such_study" in capsys.readouterr().err
-    assert run.main(["--profile", "missing"]) == 2
+    assert cli.main(["--profile", "missing"]) == 2
     assert "unknown profile 'missing'" in capsys.readouterr().err
     assert executed == []
     (tmp_path / "ok.yaml").write_text(f"random_pruning:\n  seeds: [0]\n  tasks: [SST-2]\n  data_dir: {tiny_glue_root}\n")
-    assert run.main(["--profile", "ok", "--check", "--only", "random_pruning"]) == 0
-    assert run.main(["--profile", "ok", "--only", "nope"]) == 2
+    assert cli.main(["--profile", "ok", "--check", "--only", "random_pruning"]) == 0
+    assert cli.main(["--profile", "ok", "--only", "nope"]) == 2
     assert executed == []
 
 
@@ -91,18 +91,18 @@ def test_fresh_moves_earlier_results_aside_and_keeps_them(tmp_path, monkeypatch)
     paths = StudyPaths("random_pruning", "quick")
     paths.ensure()
     (paths.cells / "a.json").write_text("{}")
-    backup = run.move_aside(paths)
+    backup = pipeline.move_aside(paths)
     assert not paths.dir.exists()
     assert backup.parent == paths.dir.parent and backup.name.startswith("quick.bak-")
     assert (backup / "cells" / "a.json").read_text() == "{}"
-    assert run.move_aside(paths) is None  # nothing to move
+    assert pipeline.move_aside(paths) is None  # nothing to move
 
 
 def test_cell_progress_counts_finished_cells(tmp_path):
     cells = tmp_path / "cells"
     cells.mkdir()
     (cells / "done.json").write_text("{}")
-    with run.CellProgress(cells, total=3, desc="t", interval=0.05) as progress:
+    with notebooks.CellProgress(cells, total=3, desc="t", interval=0.05) as progress:
         assert progress.bar.n == 1
         (cells / "two.json").write_text("{}")
         (cells / "ignored.tmp").write_text("")
@@ -120,11 +120,11 @@ def test_side_by_side_runs_every_study_with_threads_shared_out(tmp_path, monkeyp
         # tests' subprocesses' rounding
         monkeypatch.setenv(var, "0")
         monkeypatch.delenv(var)
-    monkeypatch.setattr(run.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
     lock, state = threading.Lock(), {"now": 0, "most": 0, "ran": []}
 
     def fake(name, profile, overrides, progress):
-        assert progress is False and os.getcwd() == str(run.project_root())
+        assert progress is False and os.getcwd() == str(schedule.project_root())
         with lock:
             state["now"] += 1
             state["most"] = max(state["most"], state["now"])
@@ -134,12 +134,12 @@ def test_side_by_side_runs_every_study_with_threads_shared_out(tmp_path, monkeyp
             state["ran"].append(name)
         return 0.05
 
-    monkeypatch.setattr(run, "execute_study", fake)
+    monkeypatch.setattr(schedule, "execute_study", fake)
     plan = {name: {} for name in list(STUDIES)[:4]}
-    assert run.run_side_by_side(plan, "quick", jobs=2)
+    assert schedule.run_side_by_side(plan, "quick", jobs=2)
     assert sorted(state["ran"]) == sorted(plan) and state["most"] == 2
     assert os.environ["OMP_NUM_THREADS"] == "2" and os.environ["MKL_NUM_THREADS"] == "2"
-    assert run.threads_per_job(3, cores=2) == 1 and run.threads_per_job(2, cores=16) == 8
+    assert schedule.threads_per_job(3, cores=2) == 1 and schedule.threads_per_job(2, cores=16) == 8
 
 
 def test_side_by_side_starts_nothing_after_a_failure(tmp_path, monkeypatch, capsys):
@@ -150,17 +150,17 @@ def test_side_by_side_starts_nothing_after_a_failure(tmp_path, monkeypatch, caps
     def fake(name, profile, overrides, progress):
         ran.append(name)
         if name == first:
-            raise run.StudyFailed(f"study {name!r} failed")
+            raise notebooks.StudyFailed(f"study {name!r} failed")
         return 0.0
 
     names = list(STUDIES)[:4]
     first = names[0]
-    monkeypatch.setattr(run, "execute_study", fake)
-    assert not run.run_side_by_side({n: {} for n in names}, "quick", jobs=1)
+    monkeypatch.setattr(schedule, "execute_study", fake)
+    assert not schedule.run_side_by_side({n: {} for n in names}, "quick", jobs=1)
     assert ran == [first]
     err = capsys.readouterr().err
     assert f"study {first!r} failed" in err and "not started after the failure" in err
-    assert run.main(["--profile", "quick", "--jobs", "0"]) == 2
+    assert cli.main(["--profile", "quick", "--jobs", "0"]) == 2
 
 
 def test_file_lock_lets_one_process_at_a_time_fill_a_cache_entry(tmp_path):
@@ -208,7 +208,6 @@ def test_side_by_side_order_is_longest_first_by_the_last_run(tmp_path, monkeypat
     last study to start is a short one; the recorded seconds include reused cells."""
     import json as _json
 
-    from headprune_utils.run import cli as run
     from headprune_utils.store.paths import StudyPaths
 
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
@@ -221,10 +220,10 @@ def test_side_by_side_order_is_longest_first_by_the_last_run(tmp_path, monkeypat
     broken.parent.mkdir(parents=True)
     broken.write_text("{not json")
     plan = {n: {"k": n} for n in ("compensation", "random_pruning", "zero_shot_pruning", "layer_strategies", "nmt_heads")}
-    ordered = run.longest_first(plan, "quick")
+    ordered = schedule.longest_first(plan, "quick")
     assert list(ordered) == ["zero_shot_pruning", "nmt_heads", "layer_strategies", "random_pruning", "compensation"]
     assert ordered == plan  # same studies, same overrides
-    assert run.recorded_seconds("random_pruning", "quick") == 300.0
+    assert schedule.recorded_seconds("random_pruning", "quick") == 300.0
 
 
 def test_one_rule_says_which_glue_runs_are_the_papers_set_up():

@@ -206,7 +206,7 @@ def test_two_runners_with_different_parameters_never_mix(tmp_path):
 def test_a_slice_computes_the_selected_cells_and_what_they_require(tmp_path):
     """``select`` (the runner's --where): only the matching cells and, transitively, their requirements; the rest
     is left for a later run, which completes the study without recomputing the slice."""
-    from headprune_utils.run.cli import parse_where, selector
+    from headprune_utils.run.profiles import parse_where, selector
 
     study = FakeStudy()
     table = run_study(study, FakeConfig(), "t", paths(tmp_path), select=selector(parse_where(["name=b"])))

@@ -16,16 +16,19 @@ from headprune_utils.studies import random_pruning as study
 
 
 def test_check_one_model_by_hand():
+    glue, translation = ("task", "seed"), ("model_seed",)  # the studies' model_axes
     ok = pd.DataFrame({"task": ["A", "A", "B"], "seed": [0, 0, 0], "full_model_sha": ["x", None, "y"]})
-    check_one_model(ok, "s")
-    check_one_model(pd.DataFrame({"task": ["A"], "seed": [0]}), "s")  # older cells: no hash, nothing to check
+    check_one_model(ok, "s", glue)
+    check_one_model(pd.DataFrame({"task": ["A"], "seed": [0]}), "s", glue)  # older cells: no hash, nothing to check
     bad = pd.DataFrame({"task": ["A", "A"], "seed": [1, 1], "full_model_sha": ["x", "z"]})
     with pytest.raises(MixedModelsError, match="A seed 1.*2 different trainings"):
-        check_one_model(bad, "s")
-    # the translation study's models are its model seeds
-    check_one_model(pd.DataFrame({"model_seed": [0, 0, 1], "full_model_sha": ["x", "x", "y"]}), "s")
+        check_one_model(bad, "s", glue)
+    check_one_model(bad, "s", ())  # a study not split by model: nothing to check
+    # the translation study's models are its model seeds (a cell's own ``seed`` does not split them)
+    check_one_model(pd.DataFrame({"model_seed": [0, 0, 1], "seed": [0, 1, 0], "full_model_sha": ["x", "x", "y"]}),
+                    "s", translation)
     with pytest.raises(MixedModelsError, match="model seed 1.*2 different trainings.*weights x, y"):
-        check_one_model(pd.DataFrame({"model_seed": [0, 1, 1], "full_model_sha": ["x", "y", "x"]}), "s")
+        check_one_model(pd.DataFrame({"model_seed": [0, 1, 1], "full_model_sha": ["x", "y", "x"]}), "s", translation)
 
 
 def test_cells_carry_the_weights_hash_and_a_mix_is_refused(tiny_model_dir, tiny_glue_root, tmp_path):

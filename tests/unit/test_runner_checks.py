@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from headprune_utils.run import cli as run
+from headprune_utils.run import cli, pipeline, profiles, schedule
 from headprune_utils.run.execution import run_study
 from headprune_utils.store.paths import StudyPaths
 
@@ -17,10 +17,10 @@ from fake_studies import FakeConfig, FakeStudy
 def fake_runner(tmp_path, monkeypatch):
     params = tmp_path / "params"
     params.mkdir()
-    monkeypatch.setattr(run, "STUDIES", {"fake": FakeStudy()})
+    monkeypatch.setattr(profiles, "STUDIES", {"fake": FakeStudy()})
     monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: params)
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
-    monkeypatch.setattr(run, "execute_study", lambda *a, **k: pytest.fail("no notebook may start"))
+    monkeypatch.setattr(schedule, "execute_study", lambda *a, **k: pytest.fail("no notebook may start"))
 
     def profile(text: str) -> None:
         (params / "t.yaml").write_text(text)
@@ -31,15 +31,15 @@ def fake_runner(tmp_path, monkeypatch):
 def test_stale_results_stop_the_run_before_any_notebook_naming_the_parameter(fake_runner, tmp_path, capsys):
     run_study(FakeStudy(), FakeConfig(), "t", StudyPaths("fake", "t", root=tmp_path / "out"))
     fake_runner("fake: {scale: 2.0}\n")
-    assert run.main(["--profile", "t", "--check"]) == 2
+    assert cli.main(["--profile", "t", "--check"]) == 2
     err = capsys.readouterr().err
     assert "fake:" in err and "scale: 1.0 -> 2.0" in err and "--fresh" in err
-    assert run.main(["--profile", "t"]) == 2, "a normal run stops before the notebook too"
+    assert cli.main(["--profile", "t"]) == 2, "a normal run stops before the notebook too"
 
 
 def test_check_passes_on_a_clean_tree_and_says_what_it_checked(fake_runner, capsys):
     fake_runner("fake: {}\n")
-    assert run.main(["--profile", "t", "--check"]) == 0
+    assert cli.main(["--profile", "t", "--check"]) == 0
     assert "outputs writable" in capsys.readouterr().out
 
 
@@ -48,7 +48,7 @@ def test_an_output_root_that_is_a_file_is_reported(fake_runner, tmp_path, monkey
     blocker.write_text("x")
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(blocker / "out"))
     fake_runner("fake: {}\n")
-    assert run.main(["--profile", "t"]) == 2
+    assert cli.main(["--profile", "t"]) == 2
     assert "cannot be written" in capsys.readouterr().err
 
 
@@ -59,7 +59,7 @@ def test_read_only_outputs_are_reported_before_heavy_work(fake_runner, tmp_path,
     ro.chmod(0o555)
     try:
         fake_runner("fake: {}\n")
-        assert run.main(["--profile", "t"]) == 2
+        assert cli.main(["--profile", "t"]) == 2
         assert "cannot be written" in capsys.readouterr().err
     finally:
         ro.chmod(0o755)
@@ -81,8 +81,8 @@ def test_check_reads_the_task_data(tiny_model_dir, tmp_path, monkeypatch, capsys
         f"random_pruning: {{model: {tiny_model_dir}, tasks: [SST-2], data_dir: {tmp_path / 'data'}, allow_hub: false}}\n")
     monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: params)
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
-    monkeypatch.setattr(run, "STUDIES", {"random_pruning": STUDIES["random_pruning"]})
-    assert run.main(["--profile", "t", "--check"]) == 2
+    monkeypatch.setattr(profiles, "STUDIES", {"random_pruning": STUDIES["random_pruning"]})
+    assert cli.main(["--profile", "t", "--check"]) == 2
     err = capsys.readouterr().err
     assert "SST-2/dev" in err and "not UTF-8" in err
     shutil.rmtree(tmp_path / "data")
@@ -93,7 +93,6 @@ def test_progress_line_and_verdict_summary(tmp_path, monkeypatch, data_root):
     ends with each study's verdict counts and where its outputs are."""
     import pandas as pd
 
-    from headprune_utils.run import cli as run
     from headprune_utils.studies.config import load_profile, validate
     from headprune_utils.store.paths import StudyPaths
     from headprune_utils.store.results import cell_key
@@ -101,24 +100,24 @@ def test_progress_line_and_verdict_summary(tmp_path, monkeypatch, data_root):
 
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "outputs"))
     monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(data_root))
-    monkeypatch.setattr(run, "_PLANNED", {})
+    monkeypatch.setattr(schedule, "_PLANNED", {})
     name = "random_pruning"
     overrides = load_profile("smoke")[name]
     cells = STUDIES[name].plan(validate(STUDIES[name].Config, overrides))
     cdir = StudyPaths(name, "smoke", staged=False).cells
     cdir.mkdir(parents=True)
     (cdir / f"{cell_key(dict(cells[0].axes))}.json").write_text("{}")
-    first = run.progress_line(name, "smoke", overrides, 10.0)
+    first = schedule.progress_line(name, "smoke", overrides, 10.0)
     assert f"1/{len(cells)} cells stored" in first and "left" not in first, "no estimate before a new cell"
     for c in cells[1:3]:
         (cdir / f"{cell_key(dict(c.axes))}.json").write_text("{}")
-    line = run.progress_line(name, "smoke", overrides, 60.0)
+    line = schedule.progress_line(name, "smoke", overrides, 60.0)
     assert f"3/{len(cells)} cells stored" in line and "1 min 00 s elapsed" in line and "left" in line
     tables = StudyPaths(name, "smoke", staged=False).tables
     tables.mkdir(parents=True)
     pd.DataFrame({"analysis": ["primary", "primary", "sensitivity"],
                   "verdict": ["supported", "not testable", "supported"]}).to_csv(tables / "verdicts.csv", index=False)
-    text = run.verdict_summary({name: overrides, "compensation": {}}, "smoke")
+    text = pipeline.verdict_summary({name: overrides, "compensation": {}}, "smoke")
     assert "random_pruning: 1 supported, 1 not testable" in text and "compensation: no verdict table" in text
 
 
@@ -127,7 +126,7 @@ def test_kernels_talk_over_ipc_in_the_temporary_folder():
     whose files live in the temporary folder (never the checkout)."""
     import tempfile
 
-    from headprune_utils.run.cli import ipc_kernel_manager
+    from headprune_utils.run.notebooks import ipc_kernel_manager
 
     km = ipc_kernel_manager()(kernel_name="python3")
     assert km.transport == "ipc" and km.ip.startswith(tempfile.gettempdir())
@@ -137,29 +136,29 @@ def test_kernels_talk_over_ipc_in_the_temporary_folder():
 def test_from_cells_stops_before_any_work_when_a_cell_is_missing(fake_runner, tmp_path, capsys):
     """--from-cells renders stored cells only: a missing cell stops the run at once, naming the study and how many."""
     fake_runner("fake: {}\n")
-    assert run.main(["--profile", "t", "--from-cells"]) == 2
+    assert cli.main(["--profile", "t", "--from-cells"]) == 2
     err = capsys.readouterr().err
     assert "fake:" in err and "planned cells not stored" in err and "--cells-only" in err
     # every cell stored: the check passes (with --check, nothing else runs)
     run_study(FakeStudy(), FakeConfig(), "t", StudyPaths("fake", "t", root=tmp_path / "out"))
-    assert run.missing_cells({"fake": {}}, "t") == {}
-    assert run.main(["--profile", "t", "--from-cells", "--check"]) == 0
+    assert profiles.missing_cells({"fake": {}}, "t") == {}
+    assert cli.main(["--profile", "t", "--from-cells", "--check"]) == 0
     # one cell file gone: it is named again
     cells = StudyPaths("fake", "t", root=tmp_path / "out").cells
     victim = sorted(cells.glob("*.json"))[0]
     victim.unlink()
-    gaps = run.missing_cells({"fake": {}}, "t")
+    gaps = profiles.missing_cells({"fake": {}}, "t")
     assert gaps["fake"][0] == 1 and gaps["fake"][2] == victim.stem
-    assert run.main(["--profile", "t", "--from-cells", "--cells-only"]) == 2  # not a compute flag
+    assert cli.main(["--profile", "t", "--from-cells", "--cells-only"]) == 2  # not a compute flag
 
 
 def test_plan_reports_stored_cells_and_a_projection_from_their_measured_seconds(fake_runner, tmp_path, capsys):
     fake_runner("fake: {}\n")
-    assert run.main(["--profile", "t", "--plan", "--plan-summary"]) == 0
+    assert cli.main(["--profile", "t", "--plan", "--plan-summary"]) == 0
     before = capsys.readouterr().out
     assert "stored" not in before  # nothing measured yet: the estimate only
     run_study(FakeStudy(), FakeConfig(), "t", StudyPaths("fake", "t", root=tmp_path / "out"))
-    assert run.main(["--profile", "t", "--plan", "--plan-summary"]) == 0
+    assert cli.main(["--profile", "t", "--plan", "--plan-summary"]) == 0
     out = capsys.readouterr().out
     head = next(line for line in out.splitlines() if line.startswith("study"))
     assert head.split()[-4:] == ["stored", "took", "(h)", "projected"]
@@ -173,11 +172,11 @@ def test_plan_slices_counts_stored_cells_per_slice(fake_runner, tmp_path, capsys
     """--plan --plan-slices: a study without task, seed or model-seed axes is one slice; its stored cells are
     counted, and a complete study lists no slice to compute."""
     fake_runner("fake: {}\n")
-    assert run.main(["--profile", "t", "--plan", "--plan-slices"]) == 0
+    assert cli.main(["--profile", "t", "--plan", "--plan-slices"]) == 0
     out = capsys.readouterr().out
     assert "== fake (t): 0 of 1 slices complete, 0 of 5 cells stored" in out and "0/5     --only fake\n" in out
     run_study(FakeStudy(), FakeConfig(), "t", StudyPaths("fake", "t", root=tmp_path / "out"))
-    assert run.slice_counts({"fake": {}}, "t") == [("fake", "", 5, 5)]
-    assert run.main(["--profile", "t", "--plan", "--plan-slices"]) == 0
+    assert profiles.slice_counts({"fake": {}}, "t") == [("fake", "", 5, 5)]
+    assert cli.main(["--profile", "t", "--plan", "--plan-slices"]) == 0
     out = capsys.readouterr().out
     assert "1 of 1 slices complete, 5 of 5 cells stored" in out and "--only" not in out

@@ -321,9 +321,9 @@ def test_l0_analysis_by_hand():
 
 def test_a_data_root_without_multi30k_is_a_data_gap_of_the_smoke_run(tmp_path, monkeypatch):
     """What makes the smoke test skip this study (with the reason) instead of failing every notebook."""
-    from headprune_utils.run import cli as runner
+    from headprune_utils.run.profiles import validate_profile
 
     monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(ParameterError, match="multi30k.*HEADPRUNE_DATA_DIR"):
-        runner.validate_profile("smoke", ["nmt_heads"])
+        validate_profile("smoke", ["nmt_heads"])

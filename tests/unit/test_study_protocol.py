@@ -51,6 +51,8 @@ def test_study_object_follows_the_protocol(name):
     ids = [c.id for c in study.claims]
     assert len(set(ids)) == len(ids) and all(re.fullmatch(r"[a-z]+\.[a-z0-9_]+", i) for i in ids), ids
     assert all(c.paper and c.text.endswith(".") for c in study.claims)
+    assert isinstance(study.model_axes, tuple) and all(isinstance(a, str) for a in study.model_axes), \
+        "model_axes: the cell axes that select one trained model, a tuple of names"
 
 
 def test_registry_lists_every_study_module():

@@ -1,0 +1,58 @@
+"""The checks before any heavy work, so that a run that cannot finish stops at once instead of hours in.
+
+Outputs that cannot be written, stored cells of other parameters (which a run would refuse to mix with new
+ones; the message names the parameters that changed) and, for ``--check``, task data that is missing or
+unreadable. Nothing is trained, loaded or moved.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from headprune_utils.model import models
+from headprune_utils.run.execution import changed_parameters
+from headprune_utils.run.notebooks import relative
+from headprune_utils.run.profiles import study_config
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.results import CorruptCellError, ResultStore, StaleResultsError
+from headprune_utils.tasks import data
+
+
+def writable(path: Path) -> bool:
+    """Whether ``path`` (or, where it does not exist yet, its nearest existing parent) can be written to."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return os.access(p, os.W_OK | os.X_OK)
+
+
+def preflight(plan: dict[str, dict], profile: str, read_data: bool = False, stale: bool = True) -> list[str]:
+    """Problems found without heavy work: outputs that cannot be written, stored cells of other parameters
+    (naming the parameters that changed), and with ``read_data`` task data that is missing or unreadable."""
+    problems = []
+    for name, overrides in plan.items():
+        study, cfg = study_config(name, overrides, profile)
+        paths = StudyPaths(name, profile, staged=False)
+        if not writable(paths.dir) or (paths.dir.exists() and not writable(paths.dir.parent)):
+            problems.append(f"{name}: the outputs folder {relative(paths.dir)} cannot be written (permissions)")
+            continue
+        if not hasattr(study, "fingerprint"):  # not a study of the protocol (a bare notebook): nothing to check
+            continue
+        device = models.resolve_device(getattr(cfg, "device", "cpu"))
+        try:
+            if stale and paths.cells.exists():  # read only: a check moves nothing (no quarantine)
+                ResultStore(paths.cells, study.fingerprint(cfg, device), quarantine=False).check_compatible()
+        except StaleResultsError as exc:
+            problems.append(f"{name}: {exc}{changed_parameters(paths, cfg, study)}")
+        except (data.DataFormatError, CorruptCellError) as exc:
+            problems.append(f"{name}: {exc}")
+        if read_data:
+            for key, digest in study.data_fingerprints(cfg).items():
+                if "/" not in key or digest == "hub":
+                    continue
+                task, split = key.split("/", 1)
+                try:
+                    data.load_task(task, split, cfg.data_dir, allow_hub=False)
+                except (data.DataFormatError, data.DataUnavailableError, OSError) as exc:
+                    problems.append(f"{name}: task data {key}: {exc}")
+    return problems

@@ -1,0 +1,198 @@
+"""A profile's studies, validated and planned, and how much of each plan is already stored; runs nothing.
+
+``params/<profile>.yaml`` holds one section of parameters per study. :func:`validate_profile` checks every
+selected study's section at once (so one run reports every mistake); :func:`planned` is the one way the runner
+turns a study's section into its config, its planned cells and the read-only store of the cells of those
+parameters. On top of it: ``--plan``'s listing of cells, costs and measured time (:func:`print_plan`),
+``--from-cells``' check for cells not stored (:func:`missing_cells`), and ``--plan-slices``' listing of a long
+run's slices, one trained model each (:func:`slice_counts`), with the ``--where`` that selects each
+(:func:`parse_where`, :func:`selector`).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import takewhile
+from typing import Any, NamedTuple
+
+from headprune_utils.measure import costs
+from headprune_utils.model import models
+from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.results import ResultStore
+from headprune_utils.studies import STUDIES
+from headprune_utils.studies.base import Cell, Study
+from headprune_utils.studies.config import ParameterError, load_profile, profile_lines, validate
+
+
+def validate_profile(profile: str, only: list[str] | None = None) -> dict[str, dict]:
+    """``{study: overrides}`` for the selected studies, all validated (raises ParameterError)."""
+    sections = load_profile(profile)
+    unknown = sorted(set(sections) - set(STUDIES))
+    if unknown:
+        raise ParameterError(f"params/{profile}.yaml: unknown stud(y/ies) {unknown}; known: {sorted(STUDIES)}")
+    selected = only or list(STUDIES)
+    for name in selected:
+        if name not in STUDIES:
+            raise ParameterError(f"--only {name!r}: unknown study; known: {sorted(STUDIES)}")
+    lines = profile_lines(profile)
+    out, errors = {}, []
+    for name in selected:
+        overrides = sections.get(name, {})
+        try:  # every study is checked, so one run reports every mistake
+            validate(STUDIES[name].Config, overrides, where=f"params/{profile}.yaml [{name}]",
+                     lines={k: ln for (s, k), ln in lines.items() if s == name})
+        except ParameterError as exc:
+            errors.append(str(exc))
+        out[name] = overrides
+    if errors:
+        raise ParameterError("\nerror: ".join(errors))
+    return out
+
+
+def study_config(name: str, overrides: dict, profile: str) -> tuple[Study, Any]:
+    """The study ``name`` and its config from ``overrides``, its section of the profile; a bad value is named
+    with the profile file and the study."""
+    study = STUDIES[name]
+    return study, validate(study.Config, overrides, where=f"params/{profile}.yaml [{name}]")
+
+
+class Planned(NamedTuple):
+    study: Study
+    cfg: Any
+    cells: list[Cell]
+    store: ResultStore  # read only: the stored cells of these parameters (a corrupt one raises, nothing moves)
+
+
+def planned(name: str, overrides: dict, profile: str) -> Planned:
+    """The study, its config, its planned cells and the store of its cells of these parameters. Planned the way
+    ``--plan`` plans (:func:`models.planning`): hub models' shapes from a table, task data not required."""
+    with models.planning():
+        study, cfg = study_config(name, overrides, profile)
+        cells = study.plan(cfg)
+        fingerprint = study.fingerprint(cfg, models.resolve_device(cfg.device))
+    return Planned(study, cfg, cells, ResultStore(StudyPaths(name, profile, staged=False).cells, fingerprint,
+                                                  quarantine=False))
+
+
+def print_plan(plan: dict[str, dict], profile: str, gpu_tflops: float, cpu_gflops: float, cells: bool = True) -> None:
+    """Every selected study's cells (key, group, requirements, estimated cost) and totals; runs nothing. Where
+    cells of the current parameters are stored, also what they took (their recorded seconds) and the projected
+    total: the FLOP estimate of every planned cell scaled by the study's measured seconds per estimated FLOP."""
+    rows = []
+    for name, overrides in plan.items():
+        p = planned(name, overrides, profile)
+        flops = sum(c.cost.flops for c in p.cells)
+        groups = {c.group for c in p.cells if c.group is not None}
+        n_req = sum(1 for c in p.cells if c.requires)
+        done_flops = done_seconds = 0.0
+        n_done = 0
+        for c in p.cells:
+            try:
+                rec = p.store.get(dict(c.axes))["result"] if p.store.has(dict(c.axes)) else None
+            except Exception:  # noqa: BLE001 - a plan never fails over a stored cell (stale, corrupt)
+                rec = None
+            if rec is not None and isinstance(rec.get("seconds"), (int, float)):
+                n_done += 1
+                done_seconds += float(rec["seconds"])
+                done_flops += c.cost.flops
+        projected = flops * done_seconds / done_flops / 3600 if done_flops > 0 else None
+        rows.append((name, len(p.cells), len(groups), n_req, flops, n_done, done_seconds / 3600, projected))
+        print(f"== {name} ({profile}): {len(p.cells)} cells, {len(groups)} groups, {n_req} with requirements, "
+              f"{costs.fmt_flops(flops)}")
+        if cells:
+            for c in p.cells:
+                extra = f"  group={c.group}" if c.group is not None else ""
+                extra += f"  requires={','.join(c.requires)}" if c.requires else ""
+                print(f"  {c.key}  {costs.fmt_flops(c.cost.flops)}{extra}")
+    total = sum(r[4] for r in rows)
+    measured = any(r[5] for r in rows)
+    head = f"\n{'study':<22}{'cells':>7}{'groups':>8}{'req.':>6}{'estimated':>14}{'GPU-hours':>11}{'CPU-hours':>11}"
+    print(head + (f"{'stored':>8}{'took (h)':>10}{'projected':>11}" if measured else ""))
+    proj_total = sum(r[7] if r[7] is not None else r[4] / (cpu_gflops * 1e9) / 3600 for r in rows)
+    for r in rows + [("total", sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), total,
+                      sum(r[5] for r in rows), sum(r[6] for r in rows), proj_total)]:
+        name, n, g, q, f, n_done, took, proj = r
+        line = (f"{name:<22}{n:>7}{g:>8}{q:>6}{costs.fmt_flops(f):>14}{f / (gpu_tflops * 1e12) / 3600:>11.2f}"
+                f"{f / (cpu_gflops * 1e9) / 3600:>11.2f}")
+        if measured:
+            line += f"{n_done:>8}{took:>10.2f}" + (f"{proj:>11.2f}" if proj is not None else f"{'-':>11}")
+        print(line)
+    print(f"GPU-hours at a sustained {gpu_tflops:g} TFLOP/s (--gpu-tflops), CPU-hours at {cpu_gflops:g} GFLOP/s "
+          f"(--cpu-gflops; about what MiniLM fine-tuning sustains on the 2-core CPU, benchmarks/README.md). "
+          f"Estimates from the model's shape and the data's token counts (headprune_utils/measure/costs.py), not measurements.")
+    if measured:
+        print("stored / took: the cells of these parameters already stored and the seconds they recorded (one "
+              "thread each; shared models trained once are not in them); projected: every planned cell's estimate "
+              "scaled by its study's measured seconds per estimated FLOP (the total takes the plain estimate where "
+              "a study has no stored cell), in single-thread hours.")
+
+
+def missing_cells(plan: dict[str, dict], profile: str) -> dict[str, tuple[int, int, str]]:
+    """``{study: (missing, planned, an example key)}`` for the studies of ``plan`` whose planned cells are not all
+    stored (of the current parameters); complete studies are left out. Reads only the cell files."""
+    gaps = {}
+    for name, overrides in plan.items():
+        p = planned(name, overrides, profile)
+        missing = [c for c in p.cells if not p.store.has(dict(c.axes))]
+        if missing:
+            gaps[name] = (len(missing), len(p.cells), missing[0].key)
+    return gaps
+
+
+def model_slice(axes: Mapping[str, Any], model_axes: tuple[str, ...]) -> str:
+    """The ``--where`` arguments of the slice (one trained model) a cell with ``axes`` belongs to: the study's
+    ``model_axes`` the cell has, from the first (``"task=SST-2 seed=0"``; ``"task=pretrained"`` for a cell of the
+    pre-trained encoder, which has no seed); ``""`` when it has none (the whole study is one slice)."""
+    return " ".join(f"{k}={axes[k]}" for k in takewhile(lambda k: k in axes, model_axes))
+
+
+def slice_counts(plan: dict[str, dict], profile: str) -> list[tuple[str, str, int, int]]:
+    """``[(study, where, stored, planned)]``: every study's cells grouped by the trained model they belong to (the
+    study's ``model_axes``: task and seed for the GLUE studies, ``model_seed`` for the translation study; the
+    whole study when it declares none), with the ``--where`` arguments that select that slice. Reads only the
+    cell files."""
+    out = []
+    for name, overrides in plan.items():
+        p = planned(name, overrides, profile)
+        counts: dict[str, list[int]] = {}
+        for c in p.cells:
+            axes = dict(c.axes)
+            n = counts.setdefault(model_slice(axes, p.study.model_axes), [0, 0])
+            n[0] += int(p.store.has(axes))
+            n[1] += 1
+        out += [(name, where, done, total) for where, (done, total) in counts.items()]
+    return out
+
+
+def print_slices(plan: dict[str, dict], profile: str) -> None:
+    """The incomplete slices of every study (:func:`slice_counts`), one line each with the command's ``--only``
+    and ``--where`` arguments, and the complete ones counted."""
+    rows = slice_counts(plan, profile)
+    for name in plan:
+        mine = [r for r in rows if r[0] == name]
+        done = [r for r in mine if r[2] == r[3]]
+        print(f"== {name} ({profile}): {len(done)} of {len(mine)} slices complete, "
+              f"{sum(r[2] for r in mine)} of {sum(r[3] for r in mine)} cells stored")
+        for _, where, stored, total in mine:
+            if stored < total:
+                arg = f" --where {where}" if where else ""
+                print(f"  {stored:>5}/{total:<5} --only {name}{arg}")
+
+
+def parse_where(items: list[str] | None) -> dict[str, set[str]]:
+    """``["task=SST-2", "seed=0", "seed=1"]`` -> ``{"task": {"SST-2"}, "seed": {"0", "1"}}`` (``--where``)."""
+    out: dict[str, set[str]] = {}
+    for item in items or []:
+        axis, sep, value = item.partition("=")
+        if not sep or not axis or not value:
+            raise ValueError(f"--where takes AXIS=VALUE (e.g. task=SST-2 seed=0), got {item!r}")
+        out.setdefault(axis, set()).add(value)
+    return out
+
+
+def selector(where: dict[str, set[str]]):
+    """``select(axes)`` for ``run_study``: a cell matches when every ``where`` axis it has holds one of the given
+    values (floats compared as ``%g``: ``fraction=0.5``); axes a cell does not have do not filter it."""
+    if not where:
+        return None
+    fmt = lambda v: f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
+    return lambda axes: all(fmt(axes[k]) in vals for k, vals in where.items() if k in axes)
