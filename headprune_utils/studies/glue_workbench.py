@@ -58,6 +58,7 @@ class GlueStudyConfig:
     subset_seed: int = 0                        # which examples form the subsets (fixed across seeds)
     epochs: int = 3                             # (with validation_size: the most epochs; the best one is kept)
     validation_size: int | None = None          # training examples held out to choose each model's epoch on (None: none; train all epochs)
+    patience: int | None = None                 # with validation_size: stop once the held-out score has not improved for this many epochs (epochs: the cap); None: train every epoch
     batch_size: int = 16
     lr: float = 1e-4
     weight_decay: float = 0.01
@@ -88,6 +89,13 @@ class GlueStudyConfig:
         if self.validation_size is not None and self.train_size is not None and self.validation_size >= self.train_size:
             raise ParameterError(f"validation_size ({self.validation_size}) must be smaller than train_size "
                                  f"({self.train_size}): it is carved out of the training examples")
+        if self.patience is not None:
+            if self.validation_size is None:
+                raise ParameterError(f"patience={self.patience} needs validation_size: the plateau is judged on the "
+                                     "held-out training examples, never on the reported dev set")
+            if not 1 <= self.patience < self.epochs:
+                raise ParameterError(f"patience must be >= 1 and below epochs (the cap, {self.epochs}), got "
+                                     f"{self.patience}")
         for name in ("epochs", "batch_size", "max_length"):
             if getattr(self, name) < 1:
                 raise ParameterError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -250,6 +258,8 @@ def result_params(cfg: GlueStudyConfig, device: torch.device, version: int, drop
         d.pop("validation_size")
     if not d.get("lean_training", False):  # as in training_fingerprint
         d.pop("lean_training", None)
+    if d.get("patience", 0) is None:  # as in training_fingerprint
+        d.pop("patience")
     d["device_type"] = torch.device(device).type
     d.update(training_key(device))  # bf16 training on CUDA; nothing on the CPU
     d["data_source"] = "local" if data.resolve_data_dir(cfg.data_dir) is not None else "hub"
@@ -279,6 +289,8 @@ def training_fingerprint(cfg: GlueStudyConfig, device: torch.device, task: str |
         d["validation_size"] = cfg.validation_size
     if cfg.lean_training:  # absent when off (the same reason): lean runs draw other dropout masks
         d["lean_training"] = True
+    if cfg.patience is not None:  # absent when None (the same reason)
+        d["patience"] = cfg.patience
     d["device_type"] = torch.device(device).type
     d.update(training_key(device))  # bf16 training on CUDA; nothing on the CPU
     d["data_source"] = "local" if data.resolve_data_dir(cfg.data_dir) is not None else "hub"
@@ -291,7 +303,7 @@ def training_fingerprint(cfg: GlueStudyConfig, device: torch.device, task: str |
 def train_config(cfg: GlueStudyConfig) -> training.TrainConfig:
     return training.TrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
                                 weight_decay=cfg.weight_decay, warmup_ratio=cfg.warmup_ratio,
-                                max_grad_norm=cfg.max_grad_norm, lean=cfg.lean_training)
+                                max_grad_norm=cfg.max_grad_norm, lean=cfg.lean_training, patience=cfg.patience)
 
 
 class GlueContext:

@@ -45,6 +45,9 @@ class TrainConfig:
     eval_batch_size: int = 32
     group_by_length: bool = True
     lean: bool = False  # lean_loss: no work on padding nor on the last layer's other tokens (same function)
+    # with keep_best: stop once the held-out score has not improved for this many epochs (the plateau); epochs is
+    # then the cap, and the learning-rate schedule still spans it. None: train every epoch
+    patience: int | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -170,6 +173,8 @@ def finetune(
     ``"selected": True``. ``dev_name`` prefixes the metrics' keys (``dev_accuracy``, ``val_accuracy``, ...).
     ``precision``: of the training forward passes and the loss (see the module docstring; ``"auto"`` on the CPU
     is plain float32); the ``dev`` evaluations are float32.
+    ``cfg.patience`` (with ``keep_best``): training stops after the first epoch that is ``patience`` epochs past the
+    best one (:func:`reached_plateau` says, from the history alone, whether a run stopped there or at the cap).
     ``cfg.lean``: the training loss by :func:`lean_loss.lean_loss` (the same function without the work on padding
     and on the last layer's other tokens; the gates applied inside it), where :func:`lean_loss.unsupported_reason`
     allows, else the model's own forward with a ``RuntimeWarning`` saying why.
@@ -177,6 +182,9 @@ def finetune(
     check_precision(precision)
     if keep_best and dev is None:
         raise ValueError("keep_best needs a dev (validation) set to choose the epoch on")
+    if cfg.patience is not None and (not keep_best or cfg.patience < 1):
+        raise ValueError(f"TrainConfig.patience={cfg.patience}: early stopping needs keep_best (a validation set to "
+                         "judge the plateau on) and a patience of at least 1 epoch")
     lean = False
     if cfg.lean:
         why = unsupported_reason(model)
@@ -242,6 +250,8 @@ def finetune(
                         best = (record[f"{dev_name}_score"], epoch,
                                 {k: v.detach().clone() for k, v in model.state_dict().items()})
                 history.append(record)
+                if keep_best and cfg.patience is not None and epoch - best[1] >= cfg.patience:
+                    break  # the plateau: `patience` epochs without a better held-out score
             if keep_best and best is not None:
                 model.load_state_dict(best[2])
                 for r in history:
@@ -250,3 +260,16 @@ def finetune(
         bar.close()
         model.eval()
     return history
+
+
+def reached_plateau(history: list[dict], patience: int) -> bool:
+    """Whether a :func:`finetune` run with ``keep_best`` reached its plateau: at least ``patience`` epochs were
+    trained after the selected (best held-out) epoch without beating it. False when the best epoch is among the
+    last ``patience`` (the run hit its epoch cap still improving) or no epoch is marked selected. A pure function
+    of the stored history, so a verdict can check it from the cells."""
+    if patience < 1:
+        raise ValueError(f"patience must be >= 1, got {patience}")
+    selected = [r["epoch"] for r in history if r.get("selected")]
+    if len(selected) != 1:
+        return False
+    return len(history) - selected[0] >= patience
