@@ -35,6 +35,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from scipy import stats
 from torch import nn
 
@@ -264,8 +265,6 @@ def ablation_loss(model: nn.Module, enc, task: str, ablation: Ablation = "zero",
     Continuous, unlike the drop of accuracy on a few dozen examples (:func:`ablation_importance`), where most
     heads tie at 0.
     """
-    import torch.nn.functional as F
-
 
     n_layers, n_heads = shape = head_shape(model)
     sweep: dict[Hashable, torch.Tensor] = {"full": torch.ones(shape)}

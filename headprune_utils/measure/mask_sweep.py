@@ -80,7 +80,6 @@ from tqdm import tqdm
 
 from headprune_utils.model.architecture import base_model, bert_layout_problem, head_shape, kept_heads
 from headprune_utils.model.gates import ABLATIONS, Ablation, ablate_heads, head_gates
-from headprune_utils.model.pruning import EmptyAttention
 from headprune_utils.tasks.batching import Encoded, collate, eval_batches, iterate
 from headprune_utils.tasks.metrics import compute_metrics
 from headprune_utils.train.training import NonFiniteError, check_finite_weights, model_device, predict

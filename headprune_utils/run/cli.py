@@ -61,8 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "their stored / planned cells and the --where that computes each; run nothing")
     parser.add_argument("--gpu-tflops", type=float, default=100.0, help="--plan: sustained GPU throughput for GPU-hours (default 100)")
     parser.add_argument("--cpu-gflops", type=float, default=58.0, help="--plan: sustained CPU throughput for CPU-hours (default 58)")
-    parser.add_argument("--executor", choices=("local", "ray"), default="local",
-                        help="where cells run: in each notebook's kernel (local, default) or as Ray tasks, before the notebooks")
+    parser.add_argument("--executor", choices=("local", "process", "ray"), default="local",
+                        help="where cells run: in each notebook's kernel (local, default), or before the notebooks in "
+                             "a pool of local worker processes (process: one per core, one torch thread each) or "
+                             "as Ray tasks (ray)")
     parser.add_argument("--address", default=None,
                         help="--executor ray: a Ray cluster to join ('auto', 'ray://host:10001'); default: a local Ray instance")
     parser.add_argument("--cells-only", action="store_true", help="compute the cells and stop (no notebooks)")

@@ -30,14 +30,19 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from latex2mathml.converter import convert
 
 from headprune_utils.analysis import claims
+from headprune_utils.run.summary import (
+    claim_rows,
+    fmt_estimate,
+    inject_findings,
+    study_findings_markdown,
+    where_label,
+)
 from headprune_utils.store.paths import StudyPaths, outputs_root, report_dir
 from headprune_utils.store.results import atomic_write_text
 from headprune_utils.studies import STUDIES
-from headprune_utils.run.summary import (
-    claim_rows, fmt_estimate, where_label, inject_findings, study_findings_markdown,
-)
 
 __all__ = ["build_report", "render_study", "convert_math", "claim_figure", "profiles_with_outputs", "PLUMBING_TAGS",
            "HEADLINE_FIGURES"]
@@ -71,8 +76,6 @@ def convert_math(text: str, store: dict[str, str], failures: list[str]) -> str:
     """``$...$`` and ``$$...$$`` outside code spans replaced by placeholders (plain letters, so the Markdown
     renderer leaves them alone) whose MathML goes into ``store``; LaTeX that does not convert is kept as code and
     appended to ``failures``."""
-    from latex2mathml.converter import convert
-
     def put(latex: str, display: str) -> str:
         key = f"HPMATHX{len(store):05d}X"
         try:

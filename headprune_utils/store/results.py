@@ -23,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+import numpy as np
 import pandas as pd
 
 from headprune_utils.store.paths import project_root, relative_to_project
@@ -106,8 +107,6 @@ FLOATS_TAG = "float32_base64"  # a packed float array in a result record: {FLOAT
 def pack_floats(values) -> dict:
     """A 1-D float array as a compact record field: float32, little-endian, base64 (about a quarter of the size of
     the same numbers as indented JSON; 7 significant digits). Non-finite values are an error, not a result."""
-    import numpy as np
-
     a = np.asarray(values, dtype="<f4").ravel()
     if not np.all(np.isfinite(a)):
         raise ValueError(f"non-finite values in a result array ({int((~np.isfinite(a)).sum())} of {a.size})")
@@ -117,8 +116,6 @@ def pack_floats(values) -> dict:
 def unpack_floats(field):
     """The float64 array of a :func:`pack_floats` field; a plain list (cells written before packing) as it is.
     Raises ``ValueError`` when the stored count does not match the bytes (a truncated or edited field)."""
-    import numpy as np
-
     if isinstance(field, dict) and FLOATS_TAG in field:
         a = np.frombuffer(base64.b64decode(field[FLOATS_TAG], validate=True), dtype="<f4")
         if a.size != field.get("n"):

@@ -46,7 +46,7 @@ from headprune_utils.tasks.metrics import main_score
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.model.pruning import prune_heads
 from headprune_utils.store.results import fingerprint
-from headprune_utils.studies.base import Cell, Cost, Study
+from headprune_utils.studies.base import Cell, Cost
 from headprune_utils.studies.compensation_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     MEASURE_NAMES, MEASUREMENTS, MEASURES, claim_verdicts, heatmap_data, layer_confounded, locality_measurements,
     per_head, pooled, scale_text, shift_measurements, spread_measurements, spread_tests,

@@ -37,7 +37,7 @@ from headprune_utils.store.results import fingerprint
 from headprune_utils.studies.strategy_sweep import (
     ALL_STRATEGIES, KNOWN_STRATEGIES, REGIMES, Context, Regime, run_batch, run_cell, run_cells,
 )
-from headprune_utils.studies.base import Cell, Cost, Study
+from headprune_utils.studies.base import Cell, Cost
 from headprune_utils.studies.layer_strategies_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     ADAPT_BUDGET, CONTRASTS, MICHEL_PRUNABLE, REGIME_NAMES, Contrast, adaptation_diffs, contrasts, example_masks,
     identical_masks, measurements, michel_prunable, scale, summarise,

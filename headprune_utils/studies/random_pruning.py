@@ -39,7 +39,7 @@ from headprune_utils.tasks.metrics import main_score
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.analysis.pruning_curves import REGIMES
 from headprune_utils.store.results import fingerprint
-from headprune_utils.studies.base import Cell, Cost, Study
+from headprune_utils.studies.base import Cell, Cost
 from headprune_utils.studies.random_pruning_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     MEASURES, REGIME_NAMES, claim_verdicts, findings, mask_spread, paired_drop, per_model, prunable_fraction,
     regime_difference, summarise,

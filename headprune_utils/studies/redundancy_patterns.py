@@ -41,7 +41,7 @@ from headprune_utils.model import models
 from headprune_utils.studies.config import ParameterError
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import fingerprint, pack_floats
-from headprune_utils.studies.base import Cell, Cost, Study
+from headprune_utils.studies.base import Cell, Cost
 from headprune_utils.studies.redundancy_patterns_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     CONTROL, CONTROL_SEED, MEASUREMENTS, NO_RANDOM_INIT, PRETRAINED_TASK, Matrices, claim_verdicts, control_failures,
     group_labels, metric_agreement, mlm_losses, negative_control, sameness, scale_text, summary_stats, when, where,

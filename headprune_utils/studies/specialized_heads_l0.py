@@ -47,7 +47,7 @@ from headprune_utils.train.hard_concrete import HardConcreteGates, l0_train
 from headprune_utils.tasks.metrics import main_score
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import cell_key, fingerprint
-from headprune_utils.studies.base import Cell, Cost, Study
+from headprune_utils.studies.base import Cell, Cost
 from headprune_utils.studies.specialized_heads_l0_analysis import ( # the analysis: pure functions over the table
     CONFIDENCES, MEASURES, PRETRAINED_TASK, RARE_SHARES, ROLE_NAMES, SCORES, VOITA_FRACTION, agreement_summary,
     curve_contrasts, full_scores, head_score_table, l0_curve, pretrained_role_heads, rare_criterion_counts,

@@ -42,7 +42,7 @@ from headprune_utils.studies.config import ParameterError
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import fingerprint
 from headprune_utils.studies.strategy_sweep import REGIMES, Regime, run_batch, run_cell, run_cells
-from headprune_utils.studies.base import Cell, Cost, Study
+from headprune_utils.studies.base import Cell, Cost
 from headprune_utils.studies.zero_shot_pruning_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     CONTRASTS, METHODS, REGIME_NAMES, claim_verdicts, contrasts, example_masks, mask_overlap, paired, summarise,
     zero_shot_masks,

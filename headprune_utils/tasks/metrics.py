@@ -16,6 +16,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pandas as pd
 
 from headprune_utils.tasks.data import TaskSpec, get_task
 
@@ -151,8 +152,6 @@ def verdict_scores(table):
     The constant predictor's accuracy comes from its F1 exactly, on the same evaluation set: predicting the
     positive class everywhere gives F1 = 2 q / (1 + q) with q the share of positives, and accuracy q = F1 / (2 - F1).
     A chance F1 of 0 (the constant predictor is the negative class) does not determine q: an error."""
-    import pandas as pd
-
     if table is None or len(table) == 0 or not {"task", "metric", "score"} <= set(table.columns):
         return table
     out = table.copy()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from sacrebleu.metrics import BLEU, CHRF
+
 __all__ = ["corpus_bleu", "corpus_chrf", "translation_scores"]
 
 
@@ -26,8 +28,6 @@ def _check(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[list[s
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], tokenize: str = "13a") -> tuple[float, str]:
     """Corpus BLEU (0-100) of ``hypotheses`` against one reference each, and sacrebleu's signature."""
-    from sacrebleu.metrics import BLEU
-
     hyps, refs = _check(hypotheses, references)
     metric = BLEU(tokenize=tokenize)
     return float(metric.corpus_score(hyps, [refs]).score), str(metric.get_signature())
@@ -35,8 +35,6 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], tokenize: 
 
 def corpus_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, str]:
     """Corpus chrF (character 6-grams, beta 2; 0-100) and sacrebleu's signature."""
-    from sacrebleu.metrics import CHRF
-
     hyps, refs = _check(hypotheses, references)
     metric = CHRF()
     return float(metric.corpus_score(hyps, [refs]).score), str(metric.get_signature())
