@@ -496,7 +496,7 @@ class _Sweeper:
             return tuple(range(n))  # every present head enters the gate formula (uniform: its values too)
         return tuple(i for i in range(n) if any(r[i] > 0 for r in rows))
 
-    def run_batch(self, root: _Node, inputs: dict[str, torch.Tensor], cls_only: bool) -> dict[Hashable, torch.Tensor]:
+    def tree_logits(self, root: _Node, inputs: dict[str, torch.Tensor], cls_only: bool) -> dict[Hashable, torch.Tensor]:
         """Logits ``[B, n_labels]`` of every mask in the tree for one batch."""
         x0, mask = _embed(self.model, inputs)
         bt, x = _make_batch(x0, mask, inputs.get("attention_mask"), self.unpad)
@@ -567,7 +567,7 @@ def _prepare(model, enc, ablation, means, options) -> tuple[_Sweeper | None, boo
         for unpad in ((True, False) if options.unpad else (False,)):
             sweeper.unpad = unpad
             try:
-                full = sweeper.run_batch(tree, inputs, cls_only=False)["ones"]
+                full = sweeper.tree_logits(tree, inputs, cls_only=False)["ones"]
             except Exception as exc:  # noqa: BLE001 - any failure of the decomposition means: plain path
                 problem = f"it failed: {exc!r}"
                 break
@@ -582,7 +582,7 @@ def _prepare(model, enc, ablation, means, options) -> tuple[_Sweeper | None, boo
         cls_only = False
         if options.cls_only:
             try:
-                cls_only = _agrees(sweeper.run_batch(tree, inputs, cls_only=True)["ones"], ref)
+                cls_only = _agrees(sweeper.tree_logits(tree, inputs, cls_only=True)["ones"], ref)
             except Exception:  # noqa: BLE001 - the head needs more than token 0
                 cls_only = False
     return sweeper, cls_only
@@ -627,7 +627,7 @@ def logits_masks(
         batches = eval_batches(enc.lengths, batch_size)
         for index, batch in tqdm(iterate(enc, batches, device), total=len(batches), disable=not progress,
                                  desc="mask sweep", leave=False):
-            got = sweeper.run_batch(tree, _inputs(batch), cls_only)
+            got = sweeper.tree_logits(tree, _inputs(batch), cls_only)
             idx = torch.as_tensor(index)
             for k, logits in got.items():
                 if k not in out:

@@ -35,7 +35,7 @@ from headprune_utils.studies.config import ParameterError
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import fingerprint
 from headprune_utils.studies.strategy_sweep import (
-    ALL_STRATEGIES, KNOWN_STRATEGIES, REGIMES, Context, Regime, run_batch, run_cell, run_cells,
+    ALL_STRATEGIES, KNOWN_STRATEGIES, REGIMES, Context, Regime, sweep_batch, run_cell, run_cells,
 )
 from headprune_utils.studies.base import Cell, Cost
 from headprune_utils.studies.layer_strategies_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
@@ -175,7 +175,7 @@ class LayerStrategies(glue_workbench.GlueStudy):
     def run(self, ctx: Context, cells: list[Cell], inputs):
         # module functions looked up at call time (tests replace them)
         shared = ctx.cfg.shared_evaluation
-        yield from run_batch(cells, lambda axes: run_cells(ctx, axes, shared=shared), lambda axes: run_cell(ctx, axes))
+        yield from sweep_batch(cells, lambda axes: run_cells(ctx, axes, shared=shared), lambda axes: run_cell(ctx, axes))
 
 
 def verdicts(table, cfg: LayerStrategiesConfig, alpha: float = 0.05):

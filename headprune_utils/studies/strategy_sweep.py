@@ -36,7 +36,7 @@ from headprune_utils.tasks.metrics import main_score
 from headprune_utils.analysis.pruning_curves import REGIMES
 
 __all__ = ["REGIMES", "REGIME_NAMES", "Regime", "ALL_STRATEGIES", "KNOWN_STRATEGIES", "ITERATIVE_STEP", "Context", "cell_mask", "result_row", "run_cells",
-           "run_cell", "run_batch", "summarise", "example_masks"]
+           "run_cell", "sweep_batch", "summarise", "example_masks"]
 
 Regime = Literal["mask_then_finetune", "finetune_then_mask"]
 REGIME_NAMES = {
@@ -169,7 +169,7 @@ def run_cells(ctx: Context, cells: list[dict], shared: bool = True) -> list[dict
     return [out[i] for i in range(len(cells))]
 
 
-def run_batch(cells: Sequence[Any], evaluate_together: Callable[[list[dict]], list[dict]],
+def sweep_batch(cells: Sequence[Any], evaluate_together: Callable[[list[dict]], list[dict]],
               compute_one: Callable[[dict], dict]) -> Iterator[tuple[Any, dict]]:
     """``(cell, result)`` for a batch of sweep cells (objects with ``.axes``, e.g. ``studies.base.Cell``): per
     (task, seed), its evaluation-only cells together (``evaluate_together(axes list) -> results``, e.g.

@@ -41,7 +41,7 @@ from headprune_utils.tasks import probes
 from headprune_utils.studies.config import ParameterError
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import fingerprint
-from headprune_utils.studies.strategy_sweep import REGIMES, Regime, run_batch, run_cell, run_cells
+from headprune_utils.studies.strategy_sweep import REGIMES, Regime, sweep_batch, run_cell, run_cells
 from headprune_utils.studies.base import Cell, Cost
 from headprune_utils.studies.zero_shot_pruning_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     CONTRASTS, METHODS, REGIME_NAMES, claim_verdicts, contrasts, example_masks, mask_overlap, paired, summarise,
@@ -218,7 +218,7 @@ class ZeroShotPruning(glue_workbench.GlueStudy):
     def run(self, ctx: Context, cells: list[Cell], inputs):
         # module functions looked up at call time (tests replace them)
         shared = ctx.cfg.shared_evaluation
-        yield from run_batch(cells, lambda axes: run_cells(ctx, axes, shared=shared), lambda axes: run_cell(ctx, axes))
+        yield from sweep_batch(cells, lambda axes: run_cells(ctx, axes, shared=shared), lambda axes: run_cell(ctx, axes))
 
 
 STUDY = ZeroShotPruning()

@@ -40,7 +40,7 @@ def test_cell_mask_meets_the_budget_for_every_strategy_and_none_keeps_all():
                        strategies.strategy_mask("top", 3, 4, 3, 0))
 
 
-def test_run_batch_evaluates_each_models_cells_together_then_fine_tunes_one_by_one():
+def test_sweep_batch_evaluates_each_models_cells_together_then_fine_tunes_one_by_one():
     cells = [Cell(axes("mask_then_finetune", "none", 0.0)), Cell(axes("mask_then_finetune", "top")),
              Cell(axes("finetune_then_mask", "none", 0.0)), Cell(axes("finetune_then_mask", "top")),
              Cell(axes("finetune_then_mask", "top", seed=1)), Cell(axes("mask_then_finetune", "top", seed=1))]
@@ -54,14 +54,14 @@ def test_run_batch_evaluates_each_models_cells_together_then_fine_tunes_one_by_o
         calls.append(("one", (a["seed"], a["strategy"])))
         return {"n": -1}
 
-    out = list(strategy_sweep.run_batch(cells, together, one))
+    out = list(strategy_sweep.sweep_batch(cells, together, one))
     assert calls == [("together", [(0, "none"), (0, "top")]), ("one", (0, "none")), ("one", (0, "top")),
                      ("together", [(1, "top")]), ("one", (1, "top"))]
     assert [c for c, _ in out] == [cells[2], cells[3], cells[0], cells[1], cells[4], cells[5]]
     assert [r["n"] for _, r in out] == [0, 1, -1, -1, 0, -1]
     # a batch of fine-tuning cells only never calls the evaluation
     calls.clear()
-    list(strategy_sweep.run_batch(cells[:1], together, one))
+    list(strategy_sweep.sweep_batch(cells[:1], together, one))
     assert calls == [("one", (0, "none"))]
 
 
