@@ -32,7 +32,8 @@ import sys
 from headprune_utils.model import models
 from headprune_utils.run.pipeline import run_profile
 from headprune_utils.run.preflight import preflight
-from headprune_utils.run.profiles import missing_cells, parse_where, print_plan, print_slices, validate_profile
+from headprune_utils.run.profiles import (missing_cells, parse_where, print_plan, print_slices, validate_profile,
+                                          where_problems)
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies.config import PROFILES
 
@@ -47,7 +48,7 @@ QUIET_ENV = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m headprune_utils.run", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="quick", help=f"parameter profile: one of {PROFILES} or another params/*.yaml")
-    parser.add_argument("--only", nargs="+", metavar="STUDY", help=f"run only these studies: {', '.join(STUDIES)}")
+    parser.add_argument("--only", nargs="+", action="extend", metavar="STUDY", help=f"run only these studies: {', '.join(STUDIES)}")
     parser.add_argument("--fresh", action="store_true", help="move earlier results of these studies aside first (kept as a backup)")
     parser.add_argument("--fresh-caches", action="store_true",
                         help="move the profile's shared model caches aside first (outputs/_finetuned/<profile>, "
@@ -68,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--address", default=None,
                         help="--executor ray: a Ray cluster to join ('auto', 'ray://host:10001'); default: a local Ray instance")
     parser.add_argument("--cells-only", action="store_true", help="compute the cells and stop (no notebooks)")
-    parser.add_argument("--where", nargs="+", metavar="AXIS=VALUE",
+    parser.add_argument("--where", nargs="+", action="extend", metavar="AXIS=VALUE",
                         help="with --cells-only: only the cells whose axes match (e.g. task=SST-2 seed=0 "
                              "regime=mask_then_finetune; repeat an axis for several values), and what they require: "
                              "a slice of a long run, e.g. every cell of one fine-tuned model in one session")
@@ -129,7 +130,8 @@ def blocked(plan: dict[str, dict], args: argparse.Namespace) -> bool:
     """Report what stops the run before any work (True): the :func:`preflight` problems and, with
     ``--from-cells``, the studies whose planned cells are not all stored."""
     try:
-        problems = preflight(plan, args.profile, read_data=args.check, stale=not args.fresh)
+        problems = where_problems(plan, args.profile, parse_where(args.where))
+        problems += preflight(plan, args.profile, read_data=args.check, stale=not args.fresh)
     except Exception as exc:  # a data file that cannot even be hashed, say
         problems = [str(exc)]
     if problems:

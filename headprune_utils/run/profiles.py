@@ -29,7 +29,7 @@ def validate_profile(profile: str, only: list[str] | None = None) -> dict[str, d
     unknown = sorted(set(sections) - set(STUDIES))
     if unknown:
         raise ParameterError(f"params/{profile}.yaml: unknown stud(y/ies) {unknown}; known: {sorted(STUDIES)}")
-    selected = only or list(STUDIES)
+    selected = list(dict.fromkeys(only)) if only else list(STUDIES)  # a study named twice runs once
     for name in selected:
         if name not in STUDIES:
             raise ParameterError(f"--only {name!r}: unknown study; known: {sorted(STUDIES)}")
@@ -186,6 +186,34 @@ def parse_where(items: list[str] | None) -> dict[str, set[str]]:
         if not sep or not axis or not value:
             raise ValueError(f"--where takes AXIS=VALUE (e.g. task=SST-2 seed=0), got {item!r}")
         out.setdefault(axis, set()).add(value)
+    return out
+
+
+def where_problems(plan: dict[str, dict], profile: str, where: dict[str, set[str]]) -> list[str]:
+    """What is wrong with ``--where`` for the studies of ``plan`` (empty: nothing), found by planning them: an axis
+    none of a study's planned cells has (it would filter nothing there: a typo, or a study that has no such axis),
+    and a study whose planned cells none match (it would store nothing and exit 0). Each problem names the study,
+    the filter and the values the axis takes."""
+    if not where:
+        return []
+    fmt = lambda v: f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
+    out = []
+    for name, overrides in plan.items():
+        cells = planned(name, overrides, profile).cells
+        values: dict[str, set[str]] = {}
+        for c in cells:
+            for k, v in dict(c.axes).items():
+                values.setdefault(k, set()).add(fmt(v))
+        unknown = sorted(set(where) - set(values))
+        if unknown:
+            out.append(f"--where {', '.join(unknown)}: no planned cell of {name} ({profile}) has the axis "
+                       f"{', '.join(repr(a) for a in unknown)}; its axes: {', '.join(sorted(values))}")
+            continue
+        select = selector(where)
+        if not any(select(dict(c.axes)) for c in cells):
+            told = " ".join(f"{k}={v}" for k in sorted(where) for v in sorted(where[k]))
+            takes = "; ".join(f"{k} takes {', '.join(sorted(values[k]))}" for k in sorted(where))
+            out.append(f"--where {told}: no planned cell of {name} ({profile}) matches ({takes})")
     return out
 
 

@@ -22,6 +22,7 @@ folder holding ``pyproject.toml`` above this package), else ``./outputs``.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +58,22 @@ def params_dir() -> Path:
     return project_root() / "params"
 
 
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_RESERVED = (".staging", ".bak-", ".replaced-", ".failed", ".running")  # the runner's own folder and file names
+
+
+def profile_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a profile (its folder ``outputs/<study>/<name>/`` and file ``params/<name>.yaml``),
+    or None: a plain name of letters, digits, ``_``, ``-`` and ``.``, starting with a letter or digit, and none of
+    the runner's own suffixes. So no profile writes outside ``outputs/`` or into another profile's folder."""
+    if not isinstance(name, str) or not _PROFILE_NAME.fullmatch(name):
+        return (f"{name!r} is not a profile name: a profile is a plain name (letters, digits, '_', '-', '.', starting "
+                "with a letter or digit; no '/' or '..'), its parameters in params/<name>.yaml")
+    if any(r in name for r in _RESERVED):
+        return f"{name!r} is not a profile name: it holds one of the runner's own suffixes ({', '.join(_RESERVED)})"
+    return None
+
+
 @dataclass(frozen=True)
 class StudyPaths:
     """Every path of one study run. Creates nothing until :meth:`ensure` is called."""
@@ -67,6 +84,11 @@ class StudyPaths:
     # outputs (figures, tables, metrics, run metadata) to the staging folder: set for the notebooks the batch
     # runner executes (``HEADPRUNE_STAGED_OUTPUTS=1`` in their kernels), which swaps them in on success
     staged: bool = field(default_factory=lambda: os.environ.get(STAGED_ENV) == "1")
+
+    def __post_init__(self):
+        problem = profile_name_problem(self.profile)
+        if problem:
+            raise ValueError(problem)
 
     @property
     def dir(self) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 
 from headprune_utils.model.models import ModelUnavailableError
-from headprune_utils.store.paths import params_dir
+from headprune_utils.store.paths import params_dir, profile_name_problem
 from headprune_utils.store.results import fingerprint
 from headprune_utils.tasks.data import DataFormatError, DataUnavailableError
 
@@ -166,8 +167,38 @@ def _yaml_hint(value: Any, tp) -> str:
     return ""
 
 
+_PLAIN_INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
+_PLAIN_FLOAT = re.compile(r"[-+]?([0-9][0-9_]*)?\.?[0-9_]*([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)")
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe YAML loader that refuses a key given twice in one mapping (YAML keeps the last one silently)."""
+    """A safe YAML loader that refuses a key given twice in one mapping (YAML keeps the last one silently), and
+    every scalar YAML 1.1 reads otherwise than it looks: integers with a leading zero (``010`` is octal 8), in base
+    2/8/16 or base 60 (``1:30`` is 90), and booleans spelled yes/no/on/off/y/n (``no`` is False)."""
+
+    def construct_yaml_int(self, node):
+        if not _PLAIN_INT.fullmatch(node.value.replace("_", "")) or node.value.lstrip("+-").startswith("0_"):
+            value = super().construct_yaml_int(node)
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value} reads as the number {value} in YAML (a leading zero is octal, a colon "
+                f"base 60, 0x/0o/0b another base): write {value} if you mean it, or quote it as text", node.start_mark)
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node):
+        if not _PLAIN_FLOAT.fullmatch(node.value):
+            value = super().construct_yaml_float(node)
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value} reads as the number {value} in YAML (a colon is base 60): write {value} if "
+                "you mean it", node.start_mark)
+        return super().construct_yaml_float(node)
+
+    def construct_yaml_bool(self, node):
+        if node.value.lower() not in ("true", "false"):
+            value = super().construct_yaml_bool(node)
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value} reads as the boolean {str(value).lower()} in YAML: write "
+                f"{str(value).lower()} if you mean it, or quote it as text", node.start_mark)
+        return super().construct_yaml_bool(node)
 
     def construct_mapping(self, node, deep=False):
         seen = {}
@@ -181,7 +212,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", _UniqueKeyLoader.construct_yaml_float)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:bool", _UniqueKeyLoader.construct_yaml_bool)
+
+
 def profile_path(profile: str) -> Path:
+    """``params/<profile>.yaml``; a name that is not a plain profile name is an error (it could reach outside
+    ``params/`` and ``outputs/``)."""
+    problem = profile_name_problem(profile)
+    if problem:
+        raise ParameterError(f"unknown profile {profile!r}: {problem}")
     return params_dir() / f"{profile}.yaml"
 
 
@@ -200,8 +241,15 @@ def load_profile(profile: str) -> dict[str, dict[str, Any]]:
         at = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         raise ParameterError(f"params/{path.name}{at}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) or v is None for v in data.values()):
-        raise ParameterError(f"{path.name}: expected 'study_name: {{parameter: value, ...}}' sections")
-    return {k: (v or {}) for k, v in data.items()}
+        odd = [k for k, v in data.items() if not (isinstance(v, dict) or v is None)] if isinstance(data, dict) else []
+        which = f"; not a section: {', '.join(map(str, odd))} (a parameter that lost its indentation?)" if odd else ""
+        raise ParameterError(f"params/{path.name}: expected 'study_name: {{parameter: value, ...}}' sections{which}")
+    empty = [k for k, v in data.items() if v is None]
+    if empty:  # `study:` with nothing under it (often lost indentation): the defaults only when written so
+        raise ParameterError(f"params/{path.name}: the section(s) {', '.join(empty)} are empty: write "
+                             f"'{empty[0]}: {{}}' for the study's defaults (the quick profile's), or indent its "
+                             "parameters under it")
+    return dict(data)
 
 
 def profile_lines(profile: str) -> dict[tuple[str, str], int]:

@@ -482,12 +482,33 @@ RUNNER_CASES = [
     rcase("profile-unknown-study-section", "no_such_study: {}\n", ["--profile", "t"], ["params/t.yaml", "no_such_study"]),
     rcase("profile-unknown-name", None, ["--profile", "nope"], ["unknown profile 'nope'", "nope.yaml"]),
     rcase("profile-empty-name", None, ["--profile", ""], ["unknown profile ''"]),
+    # a profile name with path parts reached outside params/ and outputs/ (and the runner's own folder names)
+    rcase("profile-name-climbs-out", None, ["--profile", "../params/smoke"], ["'../params/smoke'", "not a profile name"]),
+    rcase("profile-name-with-a-slash", None, ["--profile", "a/b"], ["'a/b'", "not a profile name"]),
+    rcase("profile-name-absolute", None, ["--profile", "/tmp/x"], ["'/tmp/x'", "not a profile name"]),
+    rcase("profile-name-a-staging-folder", None, ["--profile", "smoke.staging"], ["'smoke.staging'", ".staging"]),
+    rcase("profile-name-hidden", None, ["--profile", ".hidden"], ["'.hidden'", "not a profile name"]),
     rcase("profile-not-a-mapping", "- random_pruning\n- fractions\n", ["--profile", "t"], ["t.yaml", "sections"]),
     rcase("profile-section-is-a-list", "random_pruning: [1, 2]\n", ["--profile", "t"], ["t.yaml", "sections"]),
     rcase("profile-section-is-a-scalar", "random_pruning: 3\n", ["--profile", "t"], ["t.yaml", "sections"]),
     rcase("profile-malformed-yaml", "random_pruning: {fractions: [0.5\n", ["--profile", "t", "--check"],
           ["params/t.yaml", "line 2", "not valid YAML"]),
     rcase("profile-not-utf8", None, ["--profile", "t", "--check"], ["t.yaml"], profile_bytes=b"\xff\xfe\x00fake: {}\n"),
+    # numbers and words YAML 1.1 reads otherwise than they look, and a section left empty (lost indentation)
+    rcase("profile-yaml-octal-seeds", "fake:\n  seeds: [010, 011]\n", ["--profile", "t", "--check"],
+          ["params/t.yaml line 2", "010 reads as the number 8"], fake=True),
+    rcase("profile-yaml-base-60", "fake:\n  n: 1:30\n", ["--profile", "t", "--check"],
+          ["params/t.yaml line 2", "1:30 reads as the number 90"], fake=True),
+    rcase("profile-yaml-hex", "fake:\n  n: 0x4\n", ["--profile", "t", "--check"], ["0x4 reads as the number 4"],
+          fake=True),
+    rcase("profile-yaml-no-is-false", "fake:\n  fail: no\n", ["--profile", "t", "--check"],
+          ["params/t.yaml line 2", "no reads as the boolean false"], fake=True),
+    rcase("profile-yaml-on-is-true", "fake:\n  fail: on\n", ["--profile", "t", "--check"],
+          ["on reads as the boolean true"], fake=True),
+    rcase("profile-empty-section", "fake:\n", ["--profile", "t", "--check"],
+          ["params/t.yaml", "fake", "empty", "'fake: {}'"], fake=True),
+    rcase("profile-section-lost-its-indentation", "fake:\nscale: 2.0\n", ["--profile", "t", "--check"],
+          ["params/t.yaml"], fake=True),
     rcase("profile-study-section-twice", "fake: {scale: 2.0}\nfake: {scale: 1.0}\n", ["--profile", "t", "--check"],
           ["t.yaml", "fake"], fake=True),
     rcase("profile-parameter-twice", "fake:\n  scale: 2.0\n  scale: 1.0\n", ["--profile", "t", "--check"],
@@ -527,6 +548,21 @@ RUNNER_CASES = [
     rcase("flag-gpu-tflops-0", FAKE_OK, ["--profile", "t", "--plan", "--gpu-tflops", "0"], ["--gpu-tflops"], fake=True),
     rcase("flag-cpu-gflops-negative", FAKE_OK, ["--profile", "t", "--plan", "--cpu-gflops", "-58"], ["--cpu-gflops"],
           fake=True),
+    # --- --where filters mean what they say: an axis the study's cells lack would filter nothing, a value matching
+    # no cell would store nothing and exit 0 (both were accepted)
+    rcase("flag-where-unknown-axis", FAKE_OK, ["--profile", "t", "--cells-only", "--where", "nmae=a0"],
+          ["--where nmae", "fake", "'nmae'", "its axes: name"], fake=True),
+    rcase("flag-where-value-matches-no-cell", FAKE_OK, ["--profile", "t", "--cells-only", "--where", "name=a9"],
+          ["--where name=a9", "no planned cell of fake", "name takes a0, a1, a2, a3, b"], fake=True),
+    rcase("flag-where-one-axis-known-one-not", FAKE_OK,
+          ["--profile", "t", "--cells-only", "--where", "name=a0", "seed=0"], ["--where seed", "'seed'"], fake=True),
+    rcase("flag-where-axis-of-another-study",
+          "random_pruning:\n  tasks: [SST-2]\n  data_dir: @root@\n  device: cpu\nnmt_heads:\n  data_dir: @root@\n  device: cpu\n",
+          ["--profile", "t", "--cells-only", "--only", RP, NM, "--where", "task=SST-2"],
+          ["--where task", "nmt_heads", "'task'"]),
+    rcase("flag-where-task-typo", "random_pruning:\n  tasks: [SST-2]\n  data_dir: @root@\n  device: cpu\n",
+          ["--profile", "t", "--cells-only", "--only", RP, "--where", "task=SST2"],
+          ["--where task=SST2", "no planned cell of random_pruning", "task takes"]),
 ]
 
 
@@ -990,3 +1026,32 @@ def test_a_cache_build_that_writes_nothing_is_named_and_leaves_nothing(tmp_path)
     with pytest.raises(RuntimeError, match="model.pt wrote nothing"):
         cached(path, lambda tmp: None, lambda p: p.read_bytes())
     assert not path.exists()
+
+
+def test_repeated_only_and_where_flags_add_up_instead_of_the_last_one_winning(monkeypatch, tmp_path):
+    """`--only a --only b` ran only b and `--where task=X --where seed=0` only the seed filter (argparse keeps the
+    last of a repeated nargs flag): both now extend, as a user reading them expects; a study named twice runs once."""
+    from headprune_utils.run import cli as run_cli
+    from headprune_utils.run import profiles as run_profiles
+    from headprune_utils.run.profiles import parse_where, validate_profile
+
+    args = run_cli.build_parser().parse_args(["--profile", "smoke", "--only", RP, "--only", CO, "--cells-only",
+                                              "--where", "task=SST-2", "--where", "seed=0", "seed=1"])
+    assert args.only == [RP, CO]
+    assert parse_where(args.where) == {"task": {"SST-2"}, "seed": {"0", "1"}}
+    (tmp_path / "t.yaml").write_text("a: {}\nb: {}\n")
+    monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: tmp_path)
+    monkeypatch.setattr(run_profiles, "STUDIES", {"a": FakeStudy(), "b": FakeStudy()})
+    assert list(validate_profile("t", ["b", "a", "b"])) == ["b", "a"]
+
+
+@pytest.mark.parametrize("name", ["../../escape", "a/b", "/abs", "..", ".", "", "x.bak-1", "ok\n", None, 3])
+def test_a_profile_name_with_path_parts_never_becomes_a_folder(name):
+    """The notebooks take ``profile`` as a papermill parameter (`-p profile ../../escape`): the paths of a study run
+    refuse any name that is not a plain one, before anything is created."""
+    from headprune_utils.store.paths import StudyPaths
+
+    with pytest.raises(ValueError, match="not a profile name"):
+        StudyPaths("random_pruning", name)
+    for ok in ("smoke", "standard-next", "custom-1a2b3c4d", "v1.2"):
+        assert StudyPaths("random_pruning", ok).profile == ok
