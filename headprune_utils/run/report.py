@@ -322,6 +322,24 @@ def profiles_with_outputs() -> list[str]:
     return sorted(found, key=lambda p: (order.index(p) if p in order else len(order), p))
 
 
+def _home_profiles(built: dict[str, int], root: Path) -> dict[str, int]:
+    """``{profile: claims}`` of the home page: every named profile with executed notebooks whose site is under
+    ``root`` (:func:`profiles_with_outputs`: standard first), whichever run built it, so a run of one profile never
+    hides the others; a smoke or custom run's site is listed only when no named profile's is there (a test's or a
+    sandbox's report)."""
+    named = [p for p in profiles_with_outputs() if p in built or (root / p / "index.html").exists()]
+    if not named:
+        return dict(built)
+    out = {}
+    for p in named:
+        if p in built:
+            out[p] = built[p]
+        else:
+            studies = [n for n in STUDIES if StudyPaths(n, p, staged=False).notebook.exists()]
+            out[p] = _index_page(p, studies, root / p)[1]
+    return out
+
+
 def build_report(profiles: list[str] | None = None, quiet: bool = False, root: Path | None = None) -> Path:
     """Write the site for ``profiles`` (default: :func:`profiles_with_outputs`) under ``root`` (default
     ``outputs/report/``); returns the home page. Raises ``ValueError`` if a formula does not convert."""
@@ -349,7 +367,10 @@ def build_report(profiles: list[str] | None = None, quiet: bool = False, root: P
         page, n = _index_page(profile, studies, out)
         atomic_write_text(out / "index.html", page)
         built[profile] = n
-    atomic_write_text(root / "index.html", _home_page(built))
+    home = _home_profiles(built, root)
+    page = _home_page(home)
+    if not (root / "index.html").exists() or (root / "index.html").read_text(encoding="utf-8") != page:
+        atomic_write_text(root / "index.html", page)
     if failures:
         raise ValueError("formulas that did not convert to MathML:\n" + "\n".join(failures))
     if not quiet:

@@ -142,3 +142,20 @@ def test_update_readme_rewrites_only_between_the_markers(tmp_path):
     f.write_text("# no markers\n")
     with pytest.raises(ValueError, match="markers"):
         summary.update_readme(f)
+
+
+def test_the_home_page_lists_every_profile_present_whichever_run_built_it(tmp_path):
+    """A run of one profile rebuilt the home page from that profile alone (a quick run hid standard; a smoke run
+    left only smoke): the home lists every named profile whose site is there, standard first (smoke and custom
+    runs are listed only where no named profile's site is: report._home_profiles)."""
+    have = [p for p in ("standard", "quick") if StudyPaths("random_pruning", p, staged=False).notebook.exists()]
+    if len(have) < 2:
+        pytest.skip("needs the committed quick and standard outputs")
+    report.build_report(["standard"], quiet=True, root=tmp_path)
+    report.build_report(["quick"], quiet=True, root=tmp_path)
+    home = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert home.index('href="standard/index.html"') < home.index('href="quick/index.html"')
+    before = (tmp_path / "index.html").stat().st_mtime_ns
+    report.build_report(["standard"], quiet=True, root=tmp_path)
+    assert (tmp_path / "index.html").read_text(encoding="utf-8") == home, "the same profiles: the same home page"
+    assert (tmp_path / "index.html").stat().st_mtime_ns == before, "an unchanged home page is not rewritten"
