@@ -129,11 +129,14 @@ def show_plan(args: argparse.Namespace) -> int:
 def blocked(plan: dict[str, dict], args: argparse.Namespace) -> bool:
     """Report what stops the run before any work (True): the :func:`preflight` problems and, with
     ``--from-cells``, the studies whose planned cells are not all stored."""
+    notes: list[str] = []
     try:
         problems = where_problems(plan, args.profile, parse_where(args.where))
-        problems += preflight(plan, args.profile, read_data=args.check, stale=not args.fresh)
+        problems += preflight(plan, args.profile, read_data=args.check, stale=not args.fresh, notes=notes)
     except Exception as exc:  # a data file that cannot even be hashed, say
         problems = [str(exc)]
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if problems:
         print("error: " + "\nerror: ".join(problems), file=sys.stderr)
         if any("other parameters" in p for p in problems):

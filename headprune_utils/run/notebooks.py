@@ -50,7 +50,7 @@ class CellProgress:
         self._stop = threading.Event()
 
     def _count(self) -> int:
-        return len(list(self.cells_dir.glob("*.json"))) if self.cells_dir.exists() else 0
+        return sum(1 for p in self.cells_dir.glob("*.json") if not p.name.startswith(".")) if self.cells_dir.exists() else 0
 
     def _poll(self) -> None:
         while not self._stop.wait(self.interval):

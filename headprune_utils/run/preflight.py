@@ -26,9 +26,12 @@ def writable(path: Path) -> bool:
     return os.access(p, os.W_OK | os.X_OK)
 
 
-def preflight(plan: dict[str, dict], profile: str, read_data: bool = False, stale: bool = True) -> list[str]:
+def preflight(plan: dict[str, dict], profile: str, read_data: bool = False, stale: bool = True,
+              notes: list[str] | None = None) -> list[str]:
     """Problems found without heavy work: outputs that cannot be written, stored cells of other parameters
-    (naming the parameters that changed), and with ``read_data`` task data that is missing or unreadable."""
+    (naming the parameters that changed), and with ``read_data`` task data that is missing or unreadable. Corrupt
+    cell files are not problems: a run moves them to ``quarantine/`` and recomputes them (as the README says);
+    they are named in ``notes`` when given."""
     problems = []
     for name, overrides in plan.items():
         study, cfg = study_config(name, overrides, profile)
@@ -41,7 +44,11 @@ def preflight(plan: dict[str, dict], profile: str, read_data: bool = False, stal
         device = models.resolve_device(getattr(cfg, "device", "cpu"))
         try:
             if stale and paths.cells.exists():  # read only: a check moves nothing (no quarantine)
-                ResultStore(paths.cells, study.fingerprint(cfg, device), quarantine=False).check_compatible()
+                corrupt = ResultStore(paths.cells, study.fingerprint(cfg, device), quarantine=False).check_compatible()
+                if corrupt and notes is not None:
+                    notes.append(f"{name}: {len(corrupt)} corrupt cell file(s) (e.g. {relative(corrupt[0][0])}: "
+                                 f"{corrupt[0][1]}): the run moves them to {relative(paths.dir / 'quarantine')}/ and "
+                                 "recomputes them")
         except StaleResultsError as exc:
             problems.append(f"{name}: {exc}{changed_parameters(paths, cfg, study)}")
         except (data.DataFormatError, CorruptCellError) as exc:

@@ -172,6 +172,7 @@ class ResultStore:
         self.fingerprint = params_fingerprint
         self.quarantine = quarantine  # False: read only (a corrupt cell raises CorruptCellError instead of moving)
         self.quarantined: list[Path] = []
+        self.corrupt: list[tuple[Path, str]] | None = None  # a list: a read-only store notes corrupt files there
 
     @property
     def quarantine_dir(self) -> Path:
@@ -180,7 +181,16 @@ class ResultStore:
     def path(self, cell: dict) -> Path:
         return self.dir / f"{cell_key(cell)}.json"
 
+    def cell_files(self) -> list[Path]:
+        """The cell files of the folder, sorted: ``*.json`` whose name does not start with a dot, so what is not a
+        cell by its name (``._x.json`` that macOS writes beside copied files, an editor's or a write's hidden
+        temporary) is never read, quarantined or counted."""
+        return sorted(p for p in self.dir.glob("*.json") if not p.name.startswith(".")) if self.dir.exists() else []
+
     def _quarantine(self, path: Path, why: str) -> None:
+        if not self.quarantine and self.corrupt is not None:  # a read-only check listing them: the run moves them
+            self.corrupt.append((path, why))
+            return
         if not self.quarantine:
             raise CorruptCellError(f"corrupt result cell {relative_to_project(path)} ({why}); a run moves it to "
                                    f"{relative_to_project(self.quarantine_dir)}/ and recomputes it")
@@ -230,18 +240,22 @@ class ResultStore:
             p.unlink(missing_ok=True)
         return len(stale)
 
-    def check_compatible(self) -> None:
-        """Refuse to resume over cells made with other parameters (corrupt files are quarantined first)."""
+    def check_compatible(self) -> list[tuple[Path, str]]:
+        """Refuse to resume over cells made with other parameters. Corrupt files are quarantined first; a read-only
+        store (``quarantine=False``) leaves them and returns them (``[(path, why)]``): what a run will quarantine."""
+        self.corrupt = [] if not self.quarantine else None
         if not self.dir.exists():
-            return
+            return []
         stale, fps = [], set()
-        for p in sorted(self.dir.glob("*.json")):
+        for p in self.cell_files():
             rec = self._read(p)
             if rec is not None and rec["fingerprint"] != self.fingerprint:
                 stale.append(p)
                 fps.add(rec["fingerprint"])
+        corrupt, self.corrupt = self.corrupt or [], None
         if stale:
             raise self._stale(stale, fps)
+        return corrupt
 
     def has(self, cell: dict) -> bool:
         """A valid record of this fingerprint exists for ``cell``."""
@@ -271,7 +285,7 @@ class ResultStore:
     def records(self) -> list[dict]:
         """Every record of this store's fingerprint (others are left out)."""
         out = []
-        for p in sorted(self.dir.glob("*.json")):
+        for p in self.cell_files():
             rec = self._read(p)
             if rec is not None and rec["fingerprint"] == self.fingerprint:
                 out.append({**rec["cell"], **rec["result"]})

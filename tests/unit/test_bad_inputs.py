@@ -1055,3 +1055,40 @@ def test_a_profile_name_with_path_parts_never_becomes_a_folder(name):
         StudyPaths("random_pruning", name)
     for ok in ("smoke", "standard-next", "custom-1a2b3c4d", "v1.2"):
         assert StudyPaths("random_pruning", ok).profile == ok
+
+
+def test_check_says_a_corrupt_cell_will_be_quarantined_instead_of_refusing_the_run(runner):
+    """A truncated cell made every plain run exit 2 ("a run would quarantine it"), so only --fresh got past; a run
+    does what the README says: the check names the file and says the run moves it aside and recomputes it."""
+    out = Path(os.environ["HEADPRUNE_OUTPUT_DIR"])
+    (out / "fake" / "t" / "cells" / "name=a1.json").write_text('{"cell": {"name": "a1"}, "fingerp')  # truncated
+    status, err = runner(FAKE_OK, ["--profile", "t", "--check"], fake=True)
+    assert status == 0, err
+    assert "name=a1.json" in err and "quarantine" in err and "recomputes" in err, err
+
+
+def test_a_run_quarantines_a_corrupt_cell_recomputes_it_and_ignores_files_that_are_not_cells(tmp_path, monkeypatch,
+                                                                                               capsys):
+    from headprune_utils.run import cli as run_cli
+    from headprune_utils.run import profiles as run_profiles
+
+    out = Path(os.environ["HEADPRUNE_OUTPUT_DIR"])
+    params = tmp_path / "params"
+    params.mkdir()
+    (params / "t.yaml").write_text(FAKE_OK)
+    monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: params)
+    monkeypatch.setattr(run_profiles, "STUDIES", {"fake": FakeStudy()})
+    run_study(FakeStudy(), FakeConfig(), "t", StudyPaths("fake", "t", root=out))
+    cells = out / "fake" / "t" / "cells"
+    (cells / "name=a1.json").write_text("")  # emptied by a crash
+    junk = {"._name=a0.json": b"\x00\x05\x16\x07", ".DS_Store": b"x", "notes.txt": b"mine"}  # not cells by name
+    for name, raw in junk.items():
+        (cells / name).write_bytes(raw)
+    for i in range(300):  # many junk files of macOS copies
+        (cells / f"._copy{i}.json").write_bytes(b"\x00\x05")
+    with pytest.warns(Warning, match="name=a1.json"):
+        assert run_cli.main(["--profile", "t", "--cells-only"]) == 0
+    assert json.loads((cells / "name=a1.json").read_text())["cell"] == {"name": "a1"}, "recomputed"
+    assert [p.name.split(".json")[0] for p in (out / "fake" / "t" / "quarantine").iterdir()] == ["name=a1"]
+    assert all((cells / n).read_bytes() == raw for n, raw in junk.items()), "files that are not cells are left alone"
+    assert len(list(cells.glob("._copy*.json"))) == 300
