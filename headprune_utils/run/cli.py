@@ -107,6 +107,20 @@ def flags_error(args: argparse.Namespace) -> str | None:
     return None
 
 
+PATH_ENV = ("HEADPRUNE_OUTPUT_DIR", "HEADPRUNE_DATA_DIR")
+
+
+def resolve_env_paths() -> None:
+    """Make relative ``HEADPRUNE_OUTPUT_DIR`` / ``HEADPRUNE_DATA_DIR`` absolute once, at start: the notebook kernels,
+    worker processes and Ray tasks this run starts inherit them but need not share its working directory (a
+    relative outputs root failed after the whole render)."""
+    for var in PATH_ENV:
+        value = os.environ.get(var)
+        if value and not os.path.isabs(value):
+            os.environ[var] = os.path.abspath(value)
+            print(f"note: {var}={value} is relative: using {os.environ[var]}", file=sys.stderr)
+
+
 def refuse(message: object) -> int:
     print(f"error: {message}", file=sys.stderr)
     return 2
@@ -167,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         return refuse(error)
     for k, v in QUIET_ENV.items():
         os.environ.setdefault(k, v)
+    resolve_env_paths()
     if args.plan:
         return show_plan(args)
     try:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import socket
 import time
 import traceback
 import weakref
@@ -436,6 +437,27 @@ class ProcessExecutor:
         return out
 
 
+RAY_CONNECT_TIMEOUT = 10.0  # seconds to reach a Ray cluster's address before giving up with a clear message
+
+
+def check_ray_address(address: str | None, timeout: float = RAY_CONNECT_TIMEOUT) -> None:
+    """Raise ``RuntimeError`` naming ``address`` when nothing answers there within ``timeout`` seconds (Ray itself
+    retries for minutes, saying little). ``None`` and ``"auto"`` (a local instance, or the one ``ray start`` left
+    address files for) are Ray's own to resolve."""
+    if address in (None, "", "auto", "local"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise RuntimeError(f"--address {address!r}: expected host:port, ray://host:port or auto")
+    try:
+        socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise RuntimeError(f"--address {address!r}: no Ray cluster answers at {host}:{port} within {timeout:g} s "
+                           f"({exc.__class__.__name__}: {exc}); start it with `ray start --head` there, or leave "
+                           "--address out to start a local instance") from None
+
+
 class RayExecutor:
     """Each batch a Ray task; the study resolved by name on the worker, parameters shipped as plain data. The
     executor interface of :class:`LocalExecutor`; the task is :func:`_remote_batch`, as in :class:`ProcessExecutor`.
@@ -464,6 +486,7 @@ class RayExecutor:
             raise RuntimeError("the Ray executor needs Ray: pip install -e '.[ray]'") from None
         self.ray = ray
         if not ray.is_initialized():
+            check_ray_address(self.address)
             env = {var: value for var, value in _worker_env(paths).items() if value}
             kwargs = dict(address=self.address, ignore_reinit_error=True, include_dashboard=False,
                           log_to_driver=False, runtime_env={"env_vars": env})

@@ -1092,3 +1092,19 @@ def test_a_run_quarantines_a_corrupt_cell_recomputes_it_and_ignores_files_that_a
     assert [p.name.split(".json")[0] for p in (out / "fake" / "t" / "quarantine").iterdir()] == ["name=a1"]
     assert all((cells / n).read_bytes() == raw for n, raw in junk.items()), "files that are not cells are left alone"
     assert len(list(cells.glob("._copy*.json"))) == 300
+
+
+def test_relative_path_variables_are_made_absolute_once_at_start(tmp_path, monkeypatch, capsys):
+    """A relative HEADPRUNE_OUTPUT_DIR failed after the whole render (the kernels run elsewhere): the command line
+    resolves both path variables against its own working directory before anything starts, and says so."""
+    from headprune_utils.run import cli as run_cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", "out")
+    monkeypatch.setenv("HEADPRUNE_DATA_DIR", "../data")
+    run_cli.resolve_env_paths()
+    assert os.environ["HEADPRUNE_OUTPUT_DIR"] == str(tmp_path / "out")
+    assert os.environ["HEADPRUNE_DATA_DIR"] == os.path.abspath(tmp_path / ".." / "data")
+    assert "HEADPRUNE_OUTPUT_DIR=out is relative" in capsys.readouterr().err
+    run_cli.resolve_env_paths()  # absolute already: left as it is, nothing said
+    assert os.environ["HEADPRUNE_OUTPUT_DIR"] == str(tmp_path / "out") and capsys.readouterr().err == ""

@@ -377,3 +377,20 @@ def test_a_worker_killed_once_is_replaced_and_its_batch_rerun(process_executor, 
     table = within(120, lambda: run_study(FakeStudy(), FakeConfig(), "t", paths(tmp_path), executor=process_executor))
     assert marker.exists(), "the first worker to start a1 died"
     assert values(table) == {"a0": 1.0, "a1": 4.0, "a2": 9.0, "a3": 16.0, "b": 13.0}
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1", "localhost:1"])
+def test_a_ray_address_nobody_answers_at_fails_at_once_naming_it(address):
+    """`--executor ray --address 127.0.0.1:1` waited minutes on Ray's own retries: nothing listening there is a
+    clear error within the connect timeout, before Ray is started."""
+    import time as _time
+
+    from headprune_utils.run.execution import check_ray_address
+
+    t0 = _time.perf_counter()
+    with pytest.raises(RuntimeError, match="no Ray cluster answers at"):
+        check_ray_address(address, timeout=2.0)
+    assert _time.perf_counter() - t0 < 5
+    with pytest.raises(RuntimeError, match="expected host:port"):
+        check_ray_address("nonsense")
+    check_ray_address(None), check_ray_address("auto")  # Ray's own to resolve
