@@ -10,6 +10,7 @@ the failed precondition with its numbers, the reason of a ``not testable`` row).
 | :class:`AdaptsToMask` | fine-tuning adapts to the mask: mask-then-fine-tune beats fine-tune-then-mask (t-interval above 0) | ``adaptation`` (a table of per-model differences) |
 | :class:`RoleFound` | at least one head of the role was found | ``role_counts`` (task -> count, or one count) |
 | :class:`Plateau` | every model's dev loss reached a plateau (no gain over its last ``n`` evaluations) | ``histories`` (unit -> training history) |
+| :class:`Converged` | every fine-tuned model behind the row (full and masked) reached the plateau of its held-out score | ``convergence`` (a table, one row per fine-tuned model: :func:`convergence_row`) |
 | :class:`Check` | a study's own condition (its text and its function, declared with the claim) | what the function reads |
 """
 from __future__ import annotations
@@ -23,8 +24,8 @@ import pandas as pd
 from headprune_utils.analysis import stats
 from headprune_utils.analysis.claims import Gate, Measurement
 
-__all__ = ["ABOVE_CHANCE", "AboveChance", "TrainedAboveChance", "AdaptsToMask", "RoleFound", "Plateau", "Check",
-           "plateau"]
+__all__ = ["ABOVE_CHANCE", "AboveChance", "TrainedAboveChance", "AdaptsToMask", "RoleFound", "Plateau", "Converged",
+           "Check", "plateau", "reached_plateau", "convergence_row", "PATIENCE"]
 
 # A trained full model beats a constant predictor by more than this (score units: accuracy, F1, correlation): below
 # it there is no learned behaviour for pruning to remove, and a claim about pruning a trained model is not testable.
@@ -174,6 +175,78 @@ class Plateau(Gate):
             if why:
                 reasons.append(f"model {u}: {why}")
         return "; ".join(reasons) or None
+
+
+# The convergence rule of fine-tuning, declared once: a model reached the plateau of its held-out score when it
+# trained this many epochs after its best one without beating it (the standard profile trains to this rule).
+PATIENCE = 2
+
+
+def reached_plateau(history: Sequence[Mapping], patience: int = PATIENCE) -> bool:
+    """Whether a fine-tuning with its epoch chosen on held-out data (``history``: one record per epoch, the chosen
+    one ``"selected": True``) reached the plateau: at least ``patience`` epochs trained after the selected one
+    without beating it. False when the best epoch is among the last ``patience`` (the run hit its epoch cap still
+    improving) or no epoch is selected (no held-out split: nothing to judge by). A pure function of the stored
+    history, so a verdict checks it from the cells."""
+    if patience < 1:
+        raise ValueError(f"patience must be >= 1, got {patience}")
+    selected = [r["epoch"] for r in history if r.get("selected")]
+    if len(selected) != 1:
+        return False
+    return len(history) - selected[0] >= patience
+
+
+def convergence_row(task: str, unit: Hashable, model: str, history: Sequence[Mapping] | None, setting: str = "",
+                    patience: int = PATIENCE) -> dict:
+    """One row of the ``convergence`` evidence: a fine-tuned model (``model`` names it: "full model", "masked 50%
+    draw 0", ...) of ``unit`` on ``task``, its epochs trained, its selected epoch and whether it reached the plateau.
+    ``setting``: the measurements it stands behind ("" = every one of its task and unit: a full model)."""
+    h = list(history or [])
+    best = next((int(r["epoch"]) for r in h if r.get("selected")), None)
+    return {"task": task, "unit": unit, "model": model, "setting": setting, "epochs": len(h), "best_epoch": best,
+            "reached": reached_plateau(h, patience) if h else False}
+
+
+@dataclass(frozen=True)
+class Converged(Gate):
+    """Every fine-tuned model behind the measurement reached the plateau of its held-out score (:func:`reached_plateau`,
+    ``patience`` epochs without improvement): its full models and, for a mask-then-fine-tune row, its masked models.
+    ``evidence["convergence"]``: rows of :func:`convergence_row`; the rows of the measurement's task and units whose
+    ``setting`` is "" (full models) or the measurement's. ``only``: the gate applies to measurements whose setting has
+    it as one of its ``;``-separated parts ("" = every measurement). A model that hit its epoch cap still improving is
+    named in the reason; with no held-out curve there is nothing to judge, and the row is not testable either."""
+
+    patience: int = PATIENCE
+    only: str = ""
+
+    def text(self) -> str:
+        where = f"{self.only} rows: " if self.only else ""
+        return (f"{where}every fine-tuned model behind the row (full and masked) reached the plateau of its held-out "
+                f"score (trained {self.patience} epochs past its best without beating it)")
+
+    def check(self, m: Measurement, evidence: Mapping) -> str | None:
+        if self.only and self.only not in (part.strip() for part in str(m.setting).split(";")):
+            return None
+        conv: pd.DataFrame = evidence["convergence"]
+        units = set(m.units)
+        rows = conv[(conv["task"] == m.task) & conv["unit"].isin(units)
+                    & ((conv["setting"] == "") | (conv["setting"] == m.setting))]
+        if rows.empty:
+            return (f"no held-out training curve of the models behind this row on {m.task}: whether they were "
+                    "trained to the plateau cannot be judged")
+        judged = rows[rows["epochs"] > 0]
+        no_curve = rows[(rows["epochs"] == 0) | rows["best_epoch"].isna()]
+        if len(no_curve):
+            return (f"{len(no_curve)} of {len(rows)} fine-tuned models on {m.task} have no held-out curve (no "
+                    "validation split): whether they were trained to the plateau cannot be judged")
+        bad = judged[~judged["reached"].astype(bool)]
+        if bad.empty:
+            return None
+        named = "; ".join(f"{r['model']} of {r['unit']} (best epoch {int(r['best_epoch'])} of {int(r['epochs'])})"
+                          for r in bad.head(4).to_dict("records"))
+        more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
+        return (f"not trained to the plateau: {len(bad)} of {len(rows)} fine-tuned models on {m.task} were still "
+                f"improving when training stopped (fewer than {self.patience} epochs after their best): {named}{more}")
 
 
 @dataclass(frozen=True)

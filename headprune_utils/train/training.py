@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from headprune_utils.analysis.preconditions import reached_plateau  # noqa: F401 (the rule finetune stops by, for callers)
 from headprune_utils.model.gates import Ablation, head_gates
 from headprune_utils.model.precision import autocast_context, check_precision
 from headprune_utils.tasks.batching import Encoded, eval_batches, iterate, train_batches
@@ -174,7 +175,8 @@ def finetune(
     ``precision``: of the training forward passes and the loss (see the module docstring; ``"auto"`` on the CPU
     is plain float32); the ``dev`` evaluations are float32.
     ``cfg.patience`` (with ``keep_best``): training stops after the first epoch that is ``patience`` epochs past the
-    best one (:func:`reached_plateau` says, from the history alone, whether a run stopped there or at the cap).
+    best one (:func:`~headprune_utils.analysis.preconditions.reached_plateau` says, from the history alone, whether
+    a run stopped there or at the cap).
     ``cfg.lean``: the training loss by :func:`lean_loss.lean_loss` (the same function without the work on padding
     and on the last layer's other tokens; the gates applied inside it), where :func:`lean_loss.unsupported_reason`
     allows, else the model's own forward with a ``RuntimeWarning`` saying why.
@@ -260,16 +262,3 @@ def finetune(
         bar.close()
         model.eval()
     return history
-
-
-def reached_plateau(history: list[dict], patience: int) -> bool:
-    """Whether a :func:`finetune` run with ``keep_best`` reached its plateau: at least ``patience`` epochs were
-    trained after the selected (best held-out) epoch without beating it. False when the best epoch is among the
-    last ``patience`` (the run hit its epoch cap still improving) or no epoch is marked selected. A pure function
-    of the stored history, so a verdict can check it from the cells."""
-    if patience < 1:
-        raise ValueError(f"patience must be >= 1, got {patience}")
-    selected = [r["epoch"] for r in history if r.get("selected")]
-    if len(selected) != 1:
-        return False
-    return len(history) - selected[0] >= patience

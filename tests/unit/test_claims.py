@@ -605,3 +605,30 @@ def test_a_positive_effect_smaller_than_the_margin_is_not_supported():
     assert tests["supported"].p_adjusted < 0.05 and tests["not supported"].p_adjusted < 0.05
     assert r.verdict == "not supported" and r.p_test.startswith("not supported: effect < +0.1")
     validate(pd.DataFrame([r]))
+
+
+def test_converged_gate_names_the_models_still_improving_and_needs_curves():
+    """The gate of claims about fine-tuned models: testable only when every model behind the row (full models of
+    its units, and its own masked models) reached the plateau of its held-out score; a model that stopped at the
+    cap still improving is named; no curve, nothing judged."""
+    import pandas as pd
+
+    from headprune_utils.analysis import preconditions as pc
+
+    flat = [{"epoch": 1, "selected": False}, {"epoch": 2, "selected": True}, {"epoch": 3}, {"epoch": 4}]
+    rising = [{"epoch": e, "selected": e == 10} for e in range(1, 11)]
+    rows = [pc.convergence_row("SST-2", s, "full model", flat) for s in range(3)]
+    rows += [pc.convergence_row("SST-2", s, "masked 50%", flat, setting="50%; mask, then fine-tune") for s in (0, 1)]
+    rows += [pc.convergence_row("SST-2", 2, "masked 50%", rising, setting="50%; mask, then fine-tune")]
+    rows += [pc.convergence_row("CoLA", 0, "full model", None)]
+    ev = {"convergence": pd.DataFrame(rows)}
+    gate = pc.Converged(only="mask, then fine-tune")
+    m = lambda task, units, setting: claims.Measurement(task, [0.1] * len(units), units, setting=setting)  # noqa: E731
+    assert gate.check(m("SST-2", [0, 1], "50%; mask, then fine-tune"), ev) is None
+    why = gate.check(m("SST-2", [0, 1, 2], "50%; mask, then fine-tune"), ev)
+    assert "1 of 6" in why and "masked 50% of 2 (best epoch 10 of 10)" in why
+    assert gate.check(m("SST-2", [0, 1, 2], "50%; fine-tune, then mask"), ev) is None, "`only`: another regime"
+    assert "cannot be judged" in pc.Converged().check(m("CoLA", [0], "x"), ev)
+    assert "cannot be judged" in pc.Converged().check(m("MRPC", [0], "x"), ev)
+    assert pc.reached_plateau(flat) and not pc.reached_plateau(rising) and not pc.reached_plateau([])
+    assert "plateau" in gate.text() and "mask, then fine-tune rows" in gate.text()
