@@ -11,8 +11,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -141,6 +143,47 @@ def cell_key(cell: dict) -> str:
     return "".join(c if c.isalnum() or c in "=_.-" else "-" for c in key)
 
 
+def _non_finite(value, where: str = "") -> str | None:
+    """The first non-finite number (or NaN/inf written as a string) in a result value, as ``"where: value"``."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return None if math.isfinite(value) else f"{where or 'a value'} = {value}"
+    if isinstance(value, dict):
+        if FLOATS_TAG in value:  # a packed float array: unpacked (and checked) where it is read
+            return None
+        return next((w for k, v in value.items() if (w := _non_finite(v, f"{where}.{k}" if where else str(k)))), None)
+    if isinstance(value, list):
+        return next((w for i, v in enumerate(value) if (w := _non_finite(v, f"{where}[{i}]"))), None)
+    return None
+
+
+def record_problem(rec: dict, path: Path) -> str | None:
+    """Why a stored record cannot be trusted, or None: its file name is not the key of the cell it holds (a copy or
+    a swap under another name: its axes would enter the tables as they are, e.g. a seed "1" as text beside the
+    seed 1 of the plan), an axis that is not a plain scalar, or a non-finite number among its results (a NaN or an
+    infinite score is an error, not a result). Checked on every read, so a hand-edited or damaged cell is named
+    instead of flowing into the tables."""
+    cell = rec["cell"]
+    bad_axes = sorted(k for k, v in cell.items() if not isinstance(v, (str, int, float, bool)) or
+                      (isinstance(v, float) and not math.isfinite(v)))
+    if bad_axes:
+        return f"the cell's axes {', '.join(bad_axes)} are not plain finite values"
+    if f"{cell_key(cell)}.json" != path.name:
+        return f"it holds the cell {cell_key(cell)}, not the one its file name says"
+    typed = {k: type(v).__name__ for k, v in cell.items()}
+    looks_numeric = sorted(k for k, v in cell.items() if isinstance(v, str) and _NUMBER.fullmatch(v)
+                           and k not in _TEXT_AXES)
+    if looks_numeric:
+        return (f"the cell's axes {', '.join(f'{k}={cell[k]!r}' for k in looks_numeric)} are numbers written as text "
+                f"(the plan's are numbers: a hand edit?) ({typed})")
+    return _non_finite(rec["result"])
+
+
+_NUMBER = re.compile(r"[-+]?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?")
+_TEXT_AXES = ("mask", "setting", "name")  # axes whose values are text that may look like a number
+
+
 class CorruptCellWarning(UserWarning):
     """A cell file could not be read; it was moved to the quarantine folder and will be recomputed."""
 
@@ -221,6 +264,10 @@ class ResultStore:
         if not isinstance(rec, dict) or any(k not in rec for k in REQUIRED_KEYS) or not isinstance(rec["cell"], dict) \
                 or not isinstance(rec["result"], dict):
             self._quarantine(path, f"not a result record (needs the keys {', '.join(REQUIRED_KEYS)})")
+            return None
+        why = record_problem(rec, path)
+        if why:
+            self._quarantine(path, why)
             return None
         return rec
 

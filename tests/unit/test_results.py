@@ -90,3 +90,40 @@ def test_packed_floats_round_trip_and_refuse_bad_input():
     field["n"] = 2555
     with pytest.raises(ValueError, match="2556 values, its record says 2555"):
         unpack_floats(field)
+
+
+@pytest.mark.parametrize("edit, named", [
+    (lambda rec: rec["cell"].update(seed="1"), "numbers written as text"),            # a seed that is text
+    (lambda rec: rec["result"].update(score=float("nan")), "score = nan"),             # NaN written by hand
+    (lambda rec: rec["result"].update(history=[{"loss": float("inf")}]), r"history\[0\]\.loss = inf"),
+    (lambda rec: rec["cell"].update(seed=[1]), "not plain finite values"),
+    (lambda rec: rec["cell"].update(seed=2), "not the one its file name says"),        # another cell's record
+])
+def test_an_edited_or_swapped_cell_is_named_and_never_read_as_a_result(tmp_path, edit, named):
+    """Stored results were trusted as they were: a record whose axes are not the ones its file name says (a copy
+    or swap), an axis that became text, or a non-finite number is named on read; a run quarantines and recomputes
+    it, a read-only store (the render from cells) refuses naming the file."""
+    from headprune_utils.store.results import CorruptCellError, ResultStore
+
+    store = ResultStore(tmp_path / "cells", "fp")
+    store.put({"task": "SST-2", "seed": 1}, {"score": 0.9, "history": [{"loss": 0.5}]})
+    path = store.path({"task": "SST-2", "seed": 1})
+    rec = json.loads(path.read_text())
+    edit(rec)
+    path.write_text(json.dumps(rec))
+    with pytest.raises(CorruptCellError, match=named):
+        ResultStore(tmp_path / "cells", "fp", quarantine=False).get({"task": "SST-2", "seed": 1})
+    with pytest.warns(Warning, match=named):
+        assert not store.has({"task": "SST-2", "seed": 1}), "quarantined: the run recomputes it"
+    assert not path.exists() and len(list((tmp_path / "quarantine").iterdir())) == 1
+
+
+def test_a_copy_of_a_cell_under_another_name_is_not_a_second_record(tmp_path):
+    from headprune_utils.store.results import ResultStore
+
+    store = ResultStore(tmp_path / "cells", "fp")
+    store.put({"task": "SST-2", "seed": 1}, {"score": 0.9})
+    (tmp_path / "cells" / "task=SST-2__seed=1 (copy).json").write_text(
+        store.path({"task": "SST-2", "seed": 1}).read_text())
+    with pytest.warns(Warning, match="not the one its file name says"):
+        assert len(store.records()) == 1
