@@ -35,6 +35,10 @@ def validate_profile(profile: str, only: list[str] | None = None) -> dict[str, d
             raise ParameterError(f"--only {name!r}: unknown study; known: {sorted(STUDIES)}")
     lines = profile_lines(profile)
     out, errors = {}, []
+    absent = [n for n in selected if n not in sections]
+    if absent:  # a study the file does not mention ran at the notebook defaults (the quick profile's), unasked
+        errors.append(f"params/{profile}.yaml has no section for {', '.join(absent)}: add '{absent[0]}: {{}}' to run "
+                      "it with its defaults (the quick profile's), or choose the studies to run with --only")
     for name in selected:
         overrides = sections.get(name, {})
         try:  # every study is checked, so one run reports every mistake

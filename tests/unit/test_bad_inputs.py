@@ -505,6 +505,8 @@ RUNNER_CASES = [
           ["params/t.yaml line 2", "no reads as the boolean false"], fake=True),
     rcase("profile-yaml-on-is-true", "fake:\n  fail: on\n", ["--profile", "t", "--check"],
           ["on reads as the boolean true"], fake=True),
+    rcase("profile-without-a-study-it-would-run", "random_pruning:\n  device: cpu\n", ["--profile", "t", "--check"],
+          ["params/t.yaml has no section for layer_strategies", "--only"]),
     rcase("profile-empty-section", "fake:\n", ["--profile", "t", "--check"],
           ["params/t.yaml", "fake", "empty", "'fake: {}'"], fake=True),
     rcase("profile-section-lost-its-indentation", "fake:\nscale: 2.0\n", ["--profile", "t", "--check"],
