@@ -33,6 +33,12 @@ __all__ = ["ABOVE_CHANCE", "AboveChance", "TrainedAboveChance", "AdaptsToMask", 
 ABOVE_CHANCE = 0.05
 
 
+def applies(only: str, m: Measurement) -> bool:
+    """Whether a gate restricted to ``only`` checks ``m``: ``only`` is "" (every measurement) or one of the
+    ``;``-separated parts of ``m.setting``, wherever it stands (e.g. the regime "mask, then fine-tune")."""
+    return not only or only in (part.strip() for part in str(m.setting).split(";"))
+
+
 def _fmt(x: float) -> str:
     return "n/a" if x is None or pd.isna(x) else f"{x:+.3g}"
 
@@ -107,7 +113,7 @@ class AdaptsToMask(Gate):
                 f"t-interval over models above 0, under the same semantics)")
 
     def check(self, m: Measurement, evidence: Mapping) -> str | None:
-        if self.only and self.only not in (part.strip() for part in str(m.setting).split(";")):
+        if not applies(self.only, m):
             return None
         diffs = evidence["adaptation"]
         rows = diffs[diffs[self.task] == m.task]
@@ -225,7 +231,7 @@ class Converged(Gate):
                 f"score (trained {self.patience} epochs past its best without beating it)")
 
     def check(self, m: Measurement, evidence: Mapping) -> str | None:
-        if self.only and self.only not in (part.strip() for part in str(m.setting).split(";")):
+        if not applies(self.only, m):
             return None
         conv: pd.DataFrame = evidence["convergence"]
         units = set(m.units)
@@ -234,12 +240,11 @@ class Converged(Gate):
         if rows.empty:
             return (f"no held-out training curve of the models behind this row on {m.task}: whether they were "
                     "trained to the plateau cannot be judged")
-        judged = rows[rows["epochs"] > 0]
         no_curve = rows[(rows["epochs"] == 0) | rows["best_epoch"].isna()]
         if len(no_curve):
             return (f"{len(no_curve)} of {len(rows)} fine-tuned models on {m.task} have no held-out curve (no "
                     "validation split): whether they were trained to the plateau cannot be judged")
-        bad = judged[~judged["reached"].astype(bool)]
+        bad = rows[~rows["reached"].astype(bool)]
         if bad.empty:
             return None
         named = "; ".join(f"{r['model']} of {r['unit']} (best epoch {int(r['best_epoch'])} of {int(r['epochs'])})"

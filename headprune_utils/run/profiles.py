@@ -200,14 +200,13 @@ def where_problems(plan: dict[str, dict], profile: str, where: dict[str, set[str
     the filter and the values the axis takes."""
     if not where:
         return []
-    fmt = lambda v: f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
     out = []
     for name, overrides in plan.items():
         cells = planned(name, overrides, profile).cells
         values: dict[str, set[str]] = {}
         for c in cells:
             for k, v in dict(c.axes).items():
-                values.setdefault(k, set()).add(fmt(v))
+                values.setdefault(k, set()).add(_axis_text(v))
         unknown = sorted(set(where) - set(values))
         if unknown:
             out.append(f"--where {', '.join(unknown)}: no planned cell of {name} ({profile}) has the axis "
@@ -226,5 +225,9 @@ def selector(where: dict[str, set[str]]):
     values (floats compared as ``%g``: ``fraction=0.5``); axes a cell does not have do not filter it."""
     if not where:
         return None
-    fmt = lambda v: f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
-    return lambda axes: all(fmt(axes[k]) in vals for k, vals in where.items() if k in axes)
+    return lambda axes: all(_axis_text(axes[k]) in vals for k, vals in where.items() if k in axes)
+
+
+def _axis_text(value) -> str:
+    """An axis value as ``--where`` writes it (floats as ``%g``: ``fraction=0.5``)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
