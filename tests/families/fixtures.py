@@ -1,0 +1,261 @@
+"""Tiny random models of every family the head adapters cover, built offline from transformers' config classes.
+
+Each :class:`Fixture` says, as plain data, where its heads live (:class:`Grid`: layers, query heads, key/value
+heads, head dim, causal, cross-attention) and builds a seeded model in float64 with eager or sdpa attention.
+Weights are redrawn after construction (std 0.3 for matrices, norms around 1, random biases and logit biases),
+so attention is far from uniform and a bias or a norm read from the wrong place shows in the logits.
+
+    fx = FIXTURES["llama_gqa"]
+    model = fx.build("eager")              # float64, eval mode, seeded
+    batch = fx.inputs()                    # right-padded second row; seq2seq: decoder_input_ids too
+    fx.grids[None].n_kv_heads              # 2   (one-grid models: key None; seq2seq: "enc", "dec", "cross")
+
+Nothing here imports headprune_utils.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import transformers as tf
+
+SEQ2SEQ_KINDS = ("enc", "dec", "cross")
+VOCAB = 61
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One grid of heads: ``n_layers`` x ``n_heads`` query heads.
+
+    ``n_kv_heads`` key/value heads per layer; query head ``h`` reads key/value head
+    ``h // (n_heads // n_kv_heads)`` (grouped-query attention; ``n_kv_heads == n_heads`` elsewhere).
+    ``causal``: a query sees keys at its own position and before only. ``cross``: queries come from the decoder,
+    keys and values from the encoder's output. ``windows``: a key is visible only within this distance |query - key|
+    (per layer, ``None`` = no window; see ``Fixture.grids`` of Mistral and ModernBERT).
+    """
+
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    causal: bool = False
+    cross: bool = False
+    windows: tuple = ()  # per layer: None (full) or an int; empty = full everywhere
+
+    @property
+    def group_size(self) -> int:
+        return self.n_heads // self.n_kv_heads
+
+    def kv_head_of(self, head: int) -> int:
+        return head // self.group_size
+
+
+@dataclass(frozen=True)
+class Fixture:
+    """A tiny random model of one family and what a test needs to know about it.
+
+    ``grids``: ``{None: Grid}`` for one-grid models (encoders, causal LMs), ``{"enc", "dec", "cross"}`` for
+    encoder-decoders. ``atol``: the tolerance at which the reference must equal the HF model in float64
+    (the families whose HF code rounds through float32 on purpose, e.g. RMSNorm, rotary angles or a float32
+    softmax, get 1e-5, T5 5e-5 for its unscaled scores; the rest 1e-9).
+    """
+
+    name: str
+    family: str  # config.model_type
+    model_class: type
+    make_config: Callable[[], object]
+    grids: dict
+    causal_lm: bool = False
+    encoder_decoder: bool = False
+    attn_implementations: tuple = ("eager", "sdpa")
+    atol: float = 1e-9
+    pad_token_id: int | None = None
+    notes: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def config(self, attn_implementation: str = "eager"):
+        cfg = self.make_config()
+        cfg._attn_implementation = attn_implementation
+        return cfg
+
+    def build(self, attn_implementation: str = "eager", dtype: torch.dtype = torch.float64, seed: int = SEED):
+        """A seeded model in ``dtype``, eval mode, weights redrawn as described in the module docstring."""
+        if attn_implementation not in self.attn_implementations:
+            raise ValueError(f"attn_implementation={attn_implementation!r}: {self.name} has "
+                             f"{self.attn_implementations}")
+        torch.manual_seed(seed)
+        model = self.model_class._from_config(self.config(attn_implementation),
+                                              attn_implementation=attn_implementation)
+        model = model.to(dtype).eval()
+        _redraw(model, seed)
+        return model
+
+    def inputs(self, batch: int = 2, seq: int = 7, dec_seq: int = 5, seed: int = SEED, padded: bool = True) -> dict:
+        """Token ids (never the pad id) and an attention mask whose second row is right-padded by 2.
+
+        Encoder-decoders also get ``decoder_input_ids`` (starting with the decoder start token, unpadded).
+        """
+        g = torch.Generator().manual_seed(seed + 1)
+        low = 3  # ids 0..2 are the special tokens of every fixture
+        ids = torch.randint(low, VOCAB, (batch, seq), generator=g)
+        mask = torch.ones(batch, seq, dtype=torch.long)
+        if padded and batch > 1:
+            mask[1, seq - 2:] = 0
+            if self.pad_token_id is not None:
+                ids[1, seq - 2:] = self.pad_token_id
+        out = {"input_ids": ids, "attention_mask": mask}
+        if self.encoder_decoder:
+            start = self.make_config().decoder_start_token_id
+            dec = torch.randint(low, VOCAB, (batch, dec_seq), generator=g)
+            dec[:, 0] = start
+            out["decoder_input_ids"] = dec
+        return out
+
+
+def _redraw(model: torch.nn.Module, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed + 2)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not p.requires_grad:  # e.g. Marian's sinusoidal positions stay sinusoidal
+                continue
+            noise = torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype)
+            if p.dim() == 1 and "norm" in name.lower():
+                p.copy_(1.0 + 0.1 * noise) if name.endswith("weight") else p.copy_(0.1 * noise)
+            elif p.dim() == 1:
+                p.copy_(0.1 * noise)
+            else:
+                p.copy_(0.3 * noise)
+        if hasattr(model, "final_logits_bias"):
+            b = model.final_logits_bias
+            b.copy_(0.1 * torch.randn(b.shape, generator=g, dtype=torch.float64).to(b.dtype))
+
+
+# ---------------------------------------------------------------- configs
+# Shared sizes: hidden 32, 4 query heads of dim 8 unless said otherwise, 2 layers (ModernBERT 3), vocab 61,
+# dropout 0. Token ids 0, 1, 2 are pad / bos / eos (per family below).
+
+def _bert():
+    return tf.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=37, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                         attention_probs_dropout_prob=0.0, num_labels=3, pad_token_id=0)
+
+
+def _roberta():
+    return tf.RobertaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=37, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                            attention_probs_dropout_prob=0.0, num_labels=3, pad_token_id=1, bos_token_id=0,
+                            eos_token_id=2)
+
+
+def _distilbert():
+    return tf.DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=37,
+                               max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
+                               seq_classif_dropout=0.0, num_labels=3, pad_token_id=0)
+
+
+def _seq2seq_common():
+    return dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64,
+                dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, pad_token_id=0, bos_token_id=1,
+                eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None)
+
+
+def _bart():
+    return tf.BartConfig(**_seq2seq_common(), scale_embedding=True, forced_bos_token_id=None)
+
+
+def _marian():
+    return tf.MarianConfig(**_seq2seq_common(), scale_embedding=True)
+
+
+def _gpt2():
+    return tf.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, n_inner=37,
+                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=1, eos_token_id=2,
+                         pad_token_id=0)
+
+
+def _llama(n_kv: int, head_dim: int):
+    return tf.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=n_kv, head_dim=head_dim,
+                          max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                          pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _mistral():
+    return tf.MistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                            sliding_window=3, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
+                            eos_token_id=2)
+
+
+def _qwen2():
+    return tf.Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                          tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _t5():
+    return tf.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_decoder_layers=2,
+                       num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
+                       dropout_rate=0.0, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+
+
+def _modernbert():
+    return tf.ModernBertConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=3,
+                               num_attention_heads=4, max_position_embeddings=64, local_attention=4,
+                               global_attn_every_n_layers=2, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                               cls_token_id=1, sep_token_id=2, num_labels=3, attention_bias=True,
+                               norm_bias=True, mlp_bias=True, classifier_bias=True)
+
+
+def _one(grid: Grid) -> dict:
+    return {None: grid}
+
+
+def _seq2seq_grids(n_layers=2, n_heads=4, head_dim=8) -> dict:
+    return {
+        "enc": Grid(n_layers, n_heads, n_heads, head_dim),
+        "dec": Grid(n_layers, n_heads, n_heads, head_dim, causal=True),
+        "cross": Grid(n_layers, n_heads, n_heads, head_dim, cross=True),
+    }
+
+
+_LOOSE = 1e-5  # HF rounds through float32 inside these families (RMSNorm, rotary, softmax, T5's norm)
+
+_ALL = [
+    Fixture("bert", "bert", tf.BertForSequenceClassification, _bert, _one(Grid(2, 4, 4, 8)), pad_token_id=0),
+    Fixture("roberta", "roberta", tf.RobertaForSequenceClassification, _roberta, _one(Grid(2, 4, 4, 8)),
+            pad_token_id=1, notes="positions count non-pad tokens from pad_token_id + 1"),
+    Fixture("distilbert", "distilbert", tf.DistilBertForSequenceClassification, _distilbert,
+            _one(Grid(2, 4, 4, 8)), pad_token_id=0),
+    Fixture("bart", "bart", tf.BartForConditionalGeneration, _bart, _seq2seq_grids(), encoder_decoder=True,
+            pad_token_id=0),
+    Fixture("marian", "marian", tf.MarianMTModel, _marian, _seq2seq_grids(), encoder_decoder=True,
+            pad_token_id=0),
+    Fixture("gpt2", "gpt2", tf.GPT2LMHeadModel, _gpt2, _one(Grid(2, 4, 4, 8, causal=True)), causal_lm=True,
+            notes="fused c_attn Conv1D: weight [hidden, 3 * hidden], columns q | k | v, head h at h*8:(h+1)*8"),
+    Fixture("llama_gqa", "llama", tf.LlamaForCausalLM, lambda: _llama(2, 8),
+            _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True, atol=_LOOSE,
+            notes="4 query heads on 2 key/value heads"),
+    Fixture("llama_mqa", "llama", tf.LlamaForCausalLM, lambda: _llama(1, 12),
+            _one(Grid(2, 4, 1, 12, causal=True)), causal_lm=True, atol=_LOOSE,
+            notes="4 query heads on 1 key/value head; head_dim 12 != hidden / heads"),
+    Fixture("mistral", "mistral", tf.MistralForCausalLM, _mistral,
+            _one(Grid(2, 4, 2, 8, causal=True, windows=(2, 2))), causal_lm=True, atol=_LOOSE,
+            notes="sliding window 3: a query sees itself and the 2 keys before it"),
+    Fixture("qwen2", "qwen2", tf.Qwen2ForCausalLM, _qwen2, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
+            atol=_LOOSE, notes="biases on q/k/v projections; tied embeddings"),
+    Fixture("t5", "t5", tf.T5ForConditionalGeneration, _t5, _seq2seq_grids(), encoder_decoder=True,
+            atol=5 * _LOOSE, pad_token_id=0,
+            notes="relative bias from the first layer of each stack, reused by the later layers; no 1/sqrt(d)"),
+    Fixture("modernbert", "modernbert", tf.ModernBertForSequenceClassification, _modernbert,
+            _one(Grid(3, 4, 4, 8, windows=(None, 2, None))), atol=_LOOSE, pad_token_id=0,
+            notes="layers 0 and 2 global, layer 1 local: |query - key| <= local_attention // 2 = 2"),
+]
+
+FIXTURES: dict[str, Fixture] = {f.name: f for f in _ALL}
+CAUSAL_LMS = tuple(f.name for f in _ALL if f.causal_lm)
+ENCODER_DECODERS = tuple(f.name for f in _ALL if f.encoder_decoder)
+GQA = tuple(f.name for f in _ALL if any(g.n_kv_heads < g.n_heads for g in f.grids.values()))

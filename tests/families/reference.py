@@ -1,0 +1,642 @@
+"""An independent forward pass of every fixture family, written from the model's weights, with head ablations.
+
+This is what the adapter tests compare against. It never calls the model's attention, layer or block modules
+and sets no hooks: it reads their weights (``module.weight``, ``module.bias``) and recomputes the model from its
+math, one head at a time. ``test_reference.py`` shows it equals Hugging Face's forward pass (logits and eager
+attention probabilities) and HF's ``generate``. Nothing here imports headprune_utils.
+
+Ablating a head mixes what it outputs (its context, ``[head_dim]`` per query position, the input of the output
+projection) with a replacement, by a gate ``g`` (1 = the head as it is, 0 = fully ablated)::
+
+    context_h  <-  g * context_h + (1 - g) * replacement_h
+
+- ``"zero"``:    replacement 0 (equals removing the head from the output projection);
+- ``"uniform"``: the head attends uniformly over the keys its query may SEE: padding excluded, and in causal
+                 (and windowed) attention only the visible keys; i.e. the mean of those keys' value vectors;
+- ``"mean"``:    a given per-head vector (``means[layer, head]``, e.g. :func:`head_means` over some data).
+
+Shapes: probabilities ``[batch, heads, queries, keys]``; contexts ``[batch, queries, heads, head_dim]``.
+Grids are keyed like the fixtures' ``grids``: ``None`` for one-grid models, ``"enc"`` / ``"dec"`` / ``"cross"``
+for encoder-decoders.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+HOWS = ("zero", "uniform", "mean")
+
+
+# ------------------------------------------------------------------------------------------------ ablations
+@dataclass(frozen=True)
+class Ablation:
+    """Ablate heads of one grid. ``gates``: ``[n_layers, n_heads]``, 1 = untouched, 0 = fully ablated, values
+    between mix (see the module docstring). ``means``: ``[n_layers, n_heads, head_dim]``, for ``how="mean"``."""
+
+    how: str
+    gates: torch.Tensor
+    means: torch.Tensor | None = None
+
+    def __post_init__(self):
+        if self.how not in HOWS:
+            raise ValueError(f"Ablation.how={self.how!r}: choose one of {HOWS}")
+        if self.gates.dim() != 2:
+            raise ValueError(f"Ablation.gates must be [n_layers, n_heads], got {tuple(self.gates.shape)}")
+        if self.how == "mean" and (self.means is None or self.means.dim() != 3):
+            raise ValueError('Ablation(how="mean") needs means [n_layers, n_heads, head_dim]')
+
+    @staticmethod
+    def heads(how: str, shape: tuple[int, int], heads: list[tuple[int, int]], means=None) -> "Ablation":
+        """Fully ablate the listed ``(layer, head)`` pairs, keep the others."""
+        gates = torch.ones(shape, dtype=torch.float64)
+        for layer, head in heads:
+            gates[layer, head] = 0.0
+        return Ablation(how, gates, means)
+
+
+@dataclass
+class LayerTrace:
+    """What one attention layer of one grid computed. ``visible``: ``[batch, queries, keys]`` the keys each query
+    may see; ``probs``: the softmax probabilities (before any ablation); ``contexts``: each head's output
+    (before ablation); ``mixed``: what entered the output projection (after ablation)."""
+
+    visible: torch.Tensor
+    probs: torch.Tensor
+    contexts: torch.Tensor
+    mixed: torch.Tensor
+
+
+@dataclass
+class Trace:
+    """The reference forward: ``logits`` as the HF model class returns them, and per grid, per layer, a
+    :class:`LayerTrace` (``trace.grids[kind][layer]``)."""
+
+    logits: torch.Tensor
+    grids: dict = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------------ one attention
+def attend(q, k, v, visible, *, scale: float, bias=None, kv_of_query=None, ablation: Ablation | None = None,
+           layer: int = 0) -> LayerTrace:
+    """Scaled dot-product attention of every head, then the ablation of ``layer``'s heads.
+
+    q: ``[batch, heads, queries, head_dim]``; k, v: ``[batch, kv_heads, keys, head_dim]``;
+    visible: ``[batch, queries, keys]`` bool; bias: ``[heads, queries, keys]`` added to the scores (T5) or None;
+    kv_of_query: ``[heads]`` which key/value head each query head reads (default: even groups, head // group).
+    """
+    n_heads, n_kv = q.shape[1], k.shape[1]
+    if kv_of_query is None:
+        kv_of_query = torch.arange(n_heads) // (n_heads // n_kv)
+    if not bool(visible.any(-1).all()):
+        raise ValueError("a query position sees no key at all: its attention is undefined")
+    k, v = k[:, kv_of_query], v[:, kv_of_query]  # each query head with its own key/value head
+    scores = (q @ k.transpose(-1, -2)) * scale
+    if bias is not None:
+        scores = scores + bias
+    scores = scores.masked_fill(~visible[:, None], float("-inf"))
+    probs = scores.softmax(-1)
+    contexts = probs @ v  # [batch, heads, queries, head_dim]
+    mixed = contexts
+    if ablation is not None:
+        g = ablation.gates[layer].to(q.dtype)[None, :, None, None]
+        if ablation.how == "zero":
+            replacement = torch.zeros_like(contexts)
+        elif ablation.how == "uniform":
+            uniform = visible.to(q.dtype) / visible.sum(-1, keepdim=True)  # [batch, queries, keys]
+            replacement = uniform[:, None] @ v
+        else:
+            replacement = ablation.means[layer].to(q.dtype)[None, :, None, :].expand_as(contexts)
+        mixed = g * contexts + (1 - g) * replacement
+    return LayerTrace(visible, probs, contexts.transpose(1, 2), mixed.transpose(1, 2))
+
+
+def visible_keys(key_mask, n_queries: int, *, causal: bool, window: int | None = None) -> torch.Tensor:
+    """``[batch, queries, keys]``: key j is visible from query i when it is not padding (``key_mask[b, j]``),
+    j <= i if ``causal``, and |i - j| <= ``window`` if a window is given (queries and keys at the same positions
+    for self-attention; cross-attention passes ``causal=False`` and no window)."""
+    n_keys = key_mask.shape[1]
+    i = torch.arange(n_queries)[:, None]
+    j = torch.arange(n_keys)[None, :]
+    allowed = torch.ones(n_queries, n_keys, dtype=torch.bool)
+    if causal:
+        allowed &= j <= i
+    if window is not None:
+        allowed &= (i - j).abs() <= window
+    return allowed[None] & key_mask.bool()[:, None, :]
+
+
+def split_heads(x, head_dim: int):
+    """``[batch, seq, heads * head_dim]`` -> ``[batch, heads, seq, head_dim]``."""
+    b, t, _ = x.shape
+    return x.view(b, t, -1, head_dim).transpose(1, 2)
+
+
+def merge(trace: LayerTrace):
+    """The output projection's input: ``[batch, queries, heads * head_dim]``."""
+    b, t, h, d = trace.mixed.shape
+    return trace.mixed.reshape(b, t, h * d)
+
+
+def _grid_ablation(ablations, kind):
+    if ablations is None:
+        return None
+    if isinstance(ablations, Ablation):
+        if kind is not None:
+            raise ValueError("an encoder-decoder takes ablations as a dict by grid: 'enc', 'dec', 'cross'")
+        return ablations
+    unknown = set(ablations) - {None, *("enc", "dec", "cross")}
+    if unknown:
+        raise ValueError(f"unknown grid(s) {sorted(unknown, key=str)} in ablations")
+    return ablations.get(kind)
+
+
+# ------------------------------------------------------------------------------------------------ small pieces
+def lin(x, module):
+    """``module``'s affine map from its weights (``nn.Linear`` layout: weight ``[out, in]``)."""
+    return F.linear(x, module.weight, module.bias)
+
+
+def conv1d(x, module):
+    """GPT-2's ``Conv1D``: weight ``[in, out]``."""
+    return x @ module.weight + module.bias
+
+
+def layer_norm(x, module, eps=None):
+    eps = module.eps if eps is None else eps
+    return F.layer_norm(x, x.shape[-1:], module.weight, module.bias, eps)
+
+
+def rms_norm(x, weight, eps):
+    """Llama's RMSNorm and T5's layer norm: no mean subtraction, no bias."""
+    return weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def activation(name: str):
+    table = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu, "swish": F.silu,
+             "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+             "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh")}
+    if name not in table:
+        raise ValueError(f"activation {name!r} is not in the reference's table {sorted(table)}")
+    return table[name]
+
+
+def rotary(x, positions, theta: float):
+    """Rotary positions (the "rotate half" layout of Llama and ModernBERT): x ``[batch, heads, seq, head_dim]``,
+    positions ``[seq]``. Dimension pair (i, i + d/2) rotates by the angle position * theta^(-2i/d)."""
+    d = x.shape[-1]
+    inv_freq = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]  # [seq, d/2]
+    cos = torch.cat([angles.cos(), angles.cos()], -1).to(x.dtype)
+    sin = torch.cat([angles.sin(), angles.sin()], -1).to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+# ------------------------------------------------------------------------------------------------ BERT, RoBERTa
+def _bert_like(model, inputs, ablations) -> Trace:
+    cfg = model.config
+    base = model.base_model
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    emb = base.embeddings
+    if cfg.model_type == "roberta":  # positions count real tokens, starting after the padding index
+        real = (ids != cfg.pad_token_id).long()
+        positions = torch.cumsum(real, 1) * real + cfg.pad_token_id
+    else:
+        positions = torch.arange(ids.shape[1])[None].expand_as(ids)
+    token_types = inputs.get("token_type_ids", torch.zeros_like(ids))
+    h = emb.word_embeddings.weight[ids] + emb.token_type_embeddings.weight[token_types] \
+        + emb.position_embeddings.weight[positions]
+    h = layer_norm(h, emb.LayerNorm)
+    d = cfg.hidden_size // cfg.num_attention_heads
+    act = activation(cfg.hidden_act)
+    ablation = _grid_ablation(ablations, None)
+    layers = []
+    for i, layer in enumerate(base.encoder.layer):
+        sa = layer.attention.self
+        vis = visible_keys(mask, ids.shape[1], causal=False)
+        t = attend(split_heads(lin(h, sa.query), d), split_heads(lin(h, sa.key), d), split_heads(lin(h, sa.value), d),
+                   vis, scale=d ** -0.5, ablation=ablation, layer=i)
+        layers.append(t)
+        h = layer_norm(lin(merge(t), layer.attention.output.dense) + h, layer.attention.output.LayerNorm)
+        h = layer_norm(lin(act(lin(h, layer.intermediate.dense)), layer.output.dense) + h, layer.output.LayerNorm)
+    if cfg.model_type == "roberta":
+        head = model.classifier
+        logits = lin(torch.tanh(lin(h[:, 0], head.dense)), head.out_proj)
+    else:
+        logits = lin(torch.tanh(lin(h[:, 0], base.pooler.dense)), model.classifier)
+    return Trace(logits, {None: layers})
+
+
+# ------------------------------------------------------------------------------------------------ DistilBERT
+def _distilbert(model, inputs, ablations) -> Trace:
+    cfg = model.config
+    base = model.distilbert
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    h = base.embeddings.word_embeddings.weight[ids] + base.embeddings.position_embeddings.weight[:ids.shape[1]]
+    h = layer_norm(h, base.embeddings.LayerNorm)
+    d = cfg.dim // cfg.n_heads
+    act = activation(cfg.activation)
+    ablation = _grid_ablation(ablations, None)
+    layers = []
+    for i, layer in enumerate(base.transformer.layer):
+        a = layer.attention
+        t = attend(split_heads(lin(h, a.q_lin), d), split_heads(lin(h, a.k_lin), d), split_heads(lin(h, a.v_lin), d),
+                   visible_keys(mask, ids.shape[1], causal=False), scale=d ** -0.5, ablation=ablation, layer=i)
+        layers.append(t)
+        h = layer_norm(lin(merge(t), a.out_lin) + h, layer.sa_layer_norm)
+        h = layer_norm(lin(act(lin(h, layer.ffn.lin1)), layer.ffn.lin2) + h, layer.output_layer_norm)
+    logits = lin(F.relu(lin(h[:, 0], model.pre_classifier)), model.classifier)
+    return Trace(logits, {None: layers})
+
+
+# ------------------------------------------------------------------------------------------------ BART, Marian
+def _bart_attention(x, source, attn, vis, d, ablation, layer):
+    """BART/Marian attention from ``x`` (queries) to ``source`` (keys/values); returns (out_proj output, trace)."""
+    t = attend(split_heads(lin(x, attn.q_proj), d), split_heads(lin(source, attn.k_proj), d),
+               split_heads(lin(source, attn.v_proj), d), vis, scale=d ** -0.5, ablation=ablation, layer=layer)
+    return lin(merge(t), attn.out_proj), t
+
+
+def _bart_embed(stack, ids, cfg):
+    scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
+    positions = torch.arange(ids.shape[1])
+    if cfg.model_type == "bart":  # learned positions, offset by 2; a layer norm on the embeddings
+        h = stack.embed_tokens.weight[ids] * scale + stack.embed_positions.weight[positions + 2]
+        return layer_norm(h, stack.layernorm_embedding)
+    return stack.embed_tokens.weight[ids] * scale + stack.embed_positions.weight[positions]  # Marian: sinusoidal
+
+
+def _bart_like(model, inputs, ablations) -> Trace:
+    cfg = model.config
+    ids, mask, dec_ids = inputs["input_ids"], inputs["attention_mask"], inputs["decoder_input_ids"]
+    dec_mask = inputs.get("decoder_attention_mask", torch.ones_like(dec_ids))
+    enc, dec = model.model.encoder, model.model.decoder
+    act = activation(cfg.activation_function)
+    d = cfg.d_model // cfg.encoder_attention_heads
+    grids = {"enc": [], "dec": [], "cross": []}
+
+    h = _bart_embed(enc, ids, cfg)
+    for i, layer in enumerate(enc.layers):  # post-norm: norm(x + sublayer(x))
+        out, t = _bart_attention(h, h, layer.self_attn, visible_keys(mask, ids.shape[1], causal=False), d,
+                                 _grid_ablation(ablations, "enc"), i)
+        grids["enc"].append(t)
+        h = layer_norm(h + out, layer.self_attn_layer_norm)
+        h = layer_norm(h + lin(act(lin(h, layer.fc1)), layer.fc2), layer.final_layer_norm)
+    memory = h
+
+    d = cfg.d_model // cfg.decoder_attention_heads
+    h = _bart_embed(dec, dec_ids, cfg)
+    for i, layer in enumerate(dec.layers):
+        out, t = _bart_attention(h, h, layer.self_attn, visible_keys(dec_mask, dec_ids.shape[1], causal=True), d,
+                                 _grid_ablation(ablations, "dec"), i)
+        grids["dec"].append(t)
+        h = layer_norm(h + out, layer.self_attn_layer_norm)
+        out, t = _bart_attention(h, memory, layer.encoder_attn, visible_keys(mask, dec_ids.shape[1], causal=False),
+                                 d, _grid_ablation(ablations, "cross"), i)
+        grids["cross"].append(t)
+        h = layer_norm(h + out, layer.encoder_attn_layer_norm)
+        h = layer_norm(h + lin(act(lin(h, layer.fc1)), layer.fc2), layer.final_layer_norm)
+    logits = F.linear(h, model.lm_head.weight) + model.final_logits_bias
+    return Trace(logits, grids)
+
+
+# ------------------------------------------------------------------------------------------------ GPT-2
+def _gpt2(model, inputs, ablations) -> Trace:
+    cfg = model.config
+    tr = model.transformer
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    n, D = ids.shape[1], cfg.n_embd
+    d = D // cfg.n_head
+    h = tr.wte.weight[ids] + tr.wpe.weight[torch.arange(n)]
+    act = activation(cfg.activation_function)
+    ablation = _grid_ablation(ablations, None)
+    layers = []
+    for i, block in enumerate(tr.h):
+        x = layer_norm(h, block.ln_1)
+        qkv = conv1d(x, block.attn.c_attn)  # [batch, seq, 3 * D]: q | k | v, each heads side by side
+        q, k, v = qkv[..., :D], qkv[..., D:2 * D], qkv[..., 2 * D:]
+        scale = d ** -0.5 if cfg.scale_attn_weights else 1.0
+        if cfg.scale_attn_by_inverse_layer_idx:
+            scale /= i + 1
+        t = attend(split_heads(q, d), split_heads(k, d), split_heads(v, d), visible_keys(mask, n, causal=True),
+                   scale=scale, ablation=ablation, layer=i)
+        layers.append(t)
+        h = h + conv1d(merge(t), block.attn.c_proj)
+        h = h + conv1d(act(conv1d(layer_norm(h, block.ln_2), block.mlp.c_fc)), block.mlp.c_proj)
+    h = layer_norm(h, tr.ln_f)
+    return Trace(F.linear(h, model.lm_head.weight), {None: layers})
+
+
+# ------------------------------------------------------------------------------------------------ Llama family
+@dataclass
+class LlamaHeads:
+    """One Llama-family attention layer's weights, head by head: ``q``: ``[n_heads * d, hidden]`` (and bias),
+    ``k``, ``v``: ``[n_kv * d, hidden]``, ``o``: ``[hidden, n_heads * d]``; ``kv_of_query[h]``: which key/value
+    head query head ``h`` reads. A physically pruned layer is the same with fewer rows/columns (see
+    :func:`prune_llama_heads`); ``n_heads`` may be 0 (the layer then adds ``o_bias`` or nothing)."""
+
+    q: torch.Tensor
+    q_bias: torch.Tensor | None
+    k: torch.Tensor
+    k_bias: torch.Tensor | None
+    v: torch.Tensor
+    v_bias: torch.Tensor | None
+    o: torch.Tensor
+    o_bias: torch.Tensor | None
+    kv_of_query: torch.Tensor
+    head_dim: int
+
+    @property
+    def n_heads(self) -> int:
+        return len(self.kv_of_query)
+
+
+def llama_heads(model) -> list[LlamaHeads]:
+    """Each layer's :class:`LlamaHeads`, read from the model (even groups: head h reads kv head h // group)."""
+    cfg = model.config
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    group = cfg.num_attention_heads // cfg.num_key_value_heads
+    out = []
+    for layer in model.model.layers:
+        a = layer.self_attn
+        out.append(LlamaHeads(a.q_proj.weight, a.q_proj.bias, a.k_proj.weight, a.k_proj.bias, a.v_proj.weight,
+                              a.v_proj.bias, a.o_proj.weight, a.o_proj.bias,
+                              torch.arange(cfg.num_attention_heads) // group, d))
+    return out
+
+
+def prune_llama_heads(heads: LlamaHeads, keep: list[int]) -> LlamaHeads:
+    """The layer with only query heads ``keep`` (ids into ``heads``): their rows of q and columns of o; key/value
+    heads that no kept query head reads are removed, the others renumbered. Groups may end up uneven."""
+    d = heads.head_dim
+    keep = sorted(keep)
+    kv_kept = sorted({int(heads.kv_of_query[h]) for h in keep})
+    rows = lambda ids: torch.cat([torch.arange(i * d, (i + 1) * d) for i in ids]) if ids else torch.zeros(0, dtype=torch.long)
+    q_rows, kv_rows = rows(keep), rows(kv_kept)
+    pick = lambda t, r: None if t is None else t[r]
+    return LlamaHeads(
+        heads.q[q_rows], pick(heads.q_bias, q_rows), heads.k[kv_rows], pick(heads.k_bias, kv_rows),
+        heads.v[kv_rows], pick(heads.v_bias, kv_rows), heads.o[:, q_rows], heads.o_bias,
+        torch.tensor([kv_kept.index(int(heads.kv_of_query[h])) for h in keep], dtype=torch.long), d)
+
+
+def _llama_window(cfg, layer: int) -> int | None:
+    """The largest distance a query may look back in ``layer`` (None: no window). Mistral: every layer;
+    Qwen2: the layers its ``layer_types`` mark "sliding_attention"."""
+    window = getattr(cfg, "sliding_window", None)
+    if window is None:
+        return None
+    types = getattr(cfg, "layer_types", None)
+    if types is not None and types[layer] != "sliding_attention":
+        return None
+    return window - 1  # HF: key j visible from query i when j > i - sliding_window
+
+
+def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None) -> Trace:
+    cfg = model.config
+    if cfg.rope_parameters.get("rope_type", "default") != "default":
+        raise ValueError(f"rope_type {cfg.rope_parameters['rope_type']!r}: the reference does default rotary only")
+    theta = cfg.rope_parameters["rope_theta"]
+    heads = llama_heads(model) if heads is None else heads
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    n = ids.shape[1]
+    positions = torch.arange(n)
+    act = activation(cfg.hidden_act)
+    ablation = _grid_ablation(ablations, None)
+    h = model.model.embed_tokens.weight[ids]
+    layers = []
+    for i, (layer, w) in enumerate(zip(model.model.layers, heads)):
+        x = rms_norm(h, layer.input_layernorm.weight, cfg.rms_norm_eps)
+        vis = visible_keys(mask, n, causal=True, window=_llama_window(cfg, i))
+        if w.n_heads == 0:
+            layers.append(None)
+            attn_out = torch.zeros_like(h) if w.o_bias is None else w.o_bias.expand_as(h)
+        else:
+            d = w.head_dim
+            q = rotary(split_heads(F.linear(x, w.q, w.q_bias), d), positions, theta)
+            k = rotary(split_heads(F.linear(x, w.k, w.k_bias), d), positions, theta)
+            v = split_heads(F.linear(x, w.v, w.v_bias), d)
+            t = attend(q, k, v, vis, scale=d ** -0.5, kv_of_query=w.kv_of_query, ablation=ablation, layer=i)
+            layers.append(t)
+            attn_out = F.linear(merge(t), w.o, w.o_bias)
+        h = h + attn_out
+        x = rms_norm(h, layer.post_attention_layernorm.weight, cfg.rms_norm_eps)
+        m = layer.mlp
+        h = h + lin(act(lin(x, m.gate_proj)) * lin(x, m.up_proj), m.down_proj)
+    h = rms_norm(h, model.model.norm.weight, cfg.rms_norm_eps)
+    return Trace(F.linear(h, model.lm_head.weight), {None: layers})
+
+
+# ------------------------------------------------------------------------------------------------ T5
+def t5_bucket(relative, *, bidirectional: bool, num_buckets: int, max_distance: int):
+    """T5's relative position buckets (relative = key position - query position). Half the buckets per
+    direction when bidirectional; the future shares bucket 0 in the decoder. Distances below ``max_exact`` get
+    their own bucket, larger ones log-spaced buckets up to ``max_distance``. The log is taken in float32, as the
+    model takes it (a distance on a bucket boundary may round down)."""
+    bucket = torch.zeros_like(relative)
+    n = num_buckets
+    if bidirectional:
+        n //= 2
+        bucket = bucket + (relative > 0).long() * n
+        distance = relative.abs()
+    else:
+        distance = (-relative).clamp(min=0)
+    max_exact = n // 2
+    log_ratio = torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact)
+    large = (max_exact + (log_ratio * (n - max_exact)).long()).clamp(max=n - 1)
+    return bucket + torch.where(distance < max_exact, distance, large)
+
+
+def t5_position_bias(attn, n_q: int, n_k: int, *, bidirectional: bool, cfg):
+    """``[heads, n_q, n_k]``: the first layer's relative-attention-bias table looked up per head."""
+    relative = torch.arange(n_k)[None, :] - torch.arange(n_q)[:, None]
+    buckets = t5_bucket(relative, bidirectional=bidirectional, num_buckets=cfg.relative_attention_num_buckets,
+                        max_distance=cfg.relative_attention_max_distance)
+    return attn.relative_attention_bias.weight[buckets].permute(2, 0, 1)
+
+
+def _t5_attention(x, source, attn, vis, d, bias, ablation, layer):
+    t = attend(split_heads(lin(x, attn.q), d), split_heads(lin(source, attn.k), d), split_heads(lin(source, attn.v), d),
+               vis, scale=1.0, bias=bias, ablation=ablation, layer=layer)  # T5 does not scale by 1/sqrt(d)
+    return lin(merge(t), attn.o), t
+
+
+def _t5_ff(h, ff, cfg):
+    x = rms_norm(h, ff.layer_norm.weight, cfg.layer_norm_epsilon)
+    m = ff.DenseReluDense
+    act = activation(cfg.dense_act_fn)
+    inner = act(lin(x, m.wi_0)) * lin(x, m.wi_1) if cfg.is_gated_act else act(lin(x, m.wi))
+    return h + lin(inner, m.wo)
+
+
+def _t5(model, inputs, ablations) -> Trace:
+    cfg = model.config
+    ids, mask, dec_ids = inputs["input_ids"], inputs["attention_mask"], inputs["decoder_input_ids"]
+    dec_mask = inputs.get("decoder_attention_mask", torch.ones_like(dec_ids))
+    d, eps = cfg.d_kv, cfg.layer_norm_epsilon
+    grids = {"enc": [], "dec": [], "cross": []}
+
+    h = model.encoder.embed_tokens.weight[ids]
+    first = model.encoder.block[0].layer[0].SelfAttention
+    bias = t5_position_bias(first, ids.shape[1], ids.shape[1], bidirectional=True, cfg=cfg)  # shared by all layers
+    vis = visible_keys(mask, ids.shape[1], causal=False)
+    for i, block in enumerate(model.encoder.block):  # pre-norm: x + sublayer(norm(x))
+        sa = block.layer[0]
+        x = rms_norm(h, sa.layer_norm.weight, eps)
+        out, t = _t5_attention(x, x, sa.SelfAttention, vis, d, bias, _grid_ablation(ablations, "enc"), i)
+        grids["enc"].append(t)
+        h = _t5_ff(h + out, block.layer[-1], cfg)
+    memory = rms_norm(h, model.encoder.final_layer_norm.weight, eps)
+
+    h = model.decoder.embed_tokens.weight[dec_ids]
+    n = dec_ids.shape[1]
+    first = model.decoder.block[0].layer[0].SelfAttention
+    bias = t5_position_bias(first, n, n, bidirectional=False, cfg=cfg)
+    vis_self = visible_keys(dec_mask, n, causal=True)
+    vis_cross = visible_keys(mask, n, causal=False)
+    for i, block in enumerate(model.decoder.block):
+        sa, ca = block.layer[0], block.layer[1]
+        x = rms_norm(h, sa.layer_norm.weight, eps)
+        out, t = _t5_attention(x, x, sa.SelfAttention, vis_self, d, bias, _grid_ablation(ablations, "dec"), i)
+        grids["dec"].append(t)
+        h = h + out
+        x = rms_norm(h, ca.layer_norm.weight, eps)
+        out, t = _t5_attention(x, memory, ca.EncDecAttention, vis_cross, d, None, _grid_ablation(ablations, "cross"), i)
+        grids["cross"].append(t)
+        h = _t5_ff(h + out, block.layer[-1], cfg)
+    h = rms_norm(h, model.decoder.final_layer_norm.weight, eps)
+    if getattr(cfg, "scale_decoder_outputs", True):  # tied embeddings: the output is scaled by d_model^-1/2
+        h = h * cfg.d_model ** -0.5
+    return Trace(F.linear(h, model.lm_head.weight), grids)
+
+
+# ------------------------------------------------------------------------------------------------ ModernBERT
+def _modernbert(model, inputs, ablations) -> Trace:
+    cfg = model.config
+    base = model.model
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    n, H = ids.shape[1], cfg.num_attention_heads
+    d = cfg.hidden_size // H
+    positions = torch.arange(n)
+    ablation = _grid_ablation(ablations, None)
+    h = layer_norm(base.embeddings.tok_embeddings.weight[ids], base.embeddings.norm)
+    act = activation(cfg.hidden_activation)
+    layers = []
+    for i, layer in enumerate(base.layers):
+        local = cfg.layer_types[i] == "sliding_attention"  # local layers see |query - key| <= local_attention // 2
+        theta = cfg.rope_parameters["sliding_attention" if local else "full_attention"]["rope_theta"]
+        x = h if i == 0 else layer_norm(h, layer.attn_norm)  # the first layer has no attention norm
+        qkv = lin(x, layer.attn.Wqkv).view(x.shape[0], n, 3, H, d)  # fused: q | k | v, heads side by side
+        q, k, v = (qkv[:, :, j].transpose(1, 2) for j in range(3))
+        vis = visible_keys(mask, n, causal=False, window=cfg.local_attention // 2 if local else None)
+        t = attend(rotary(q, positions, theta), rotary(k, positions, theta), v, vis, scale=d ** -0.5,
+                   ablation=ablation, layer=i)
+        layers.append(t)
+        h = h + lin(merge(t), layer.attn.Wo)
+        inner, gate = lin(layer_norm(h, layer.mlp_norm), layer.mlp.Wi).chunk(2, dim=-1)
+        h = h + lin(act(inner) * gate, layer.mlp.Wo)
+    h = layer_norm(h, base.final_norm)
+    if cfg.classifier_pooling == "cls":
+        pooled = h[:, 0]
+    else:
+        m = mask.to(h.dtype)[..., None]
+        pooled = (h * m).sum(1) / m.sum(1)
+    head = model.head
+    pooled = layer_norm(activation(cfg.classifier_activation)(lin(pooled, head.dense)), head.norm)
+    return Trace(lin(pooled, model.classifier), {None: layers})
+
+
+# ------------------------------------------------------------------------------------------------ entry points
+_FAMILIES = {
+    "bert": _bert_like, "roberta": _bert_like, "distilbert": _distilbert, "bart": _bart_like,
+    "marian": _bart_like, "gpt2": _gpt2, "llama": _llama_like, "mistral": _llama_like, "qwen2": _llama_like,
+    "t5": _t5, "modernbert": _modernbert,
+}
+FAMILIES = tuple(_FAMILIES)
+
+
+def forward(model, inputs: dict, ablations=None) -> Trace:
+    """The reference forward pass of ``model`` (a fixture's HF model class) on ``inputs`` (``input_ids``,
+    ``attention_mask``; encoder-decoders also ``decoder_input_ids``, optionally ``decoder_attention_mask``).
+
+    ablations: None; an :class:`Ablation` (one-grid models); or a dict ``{grid: Ablation}`` (encoder-decoders:
+    ``"enc"``, ``"dec"``, ``"cross"``, any subset). Runs without gradients unless the caller enables them.
+    """
+    family = model.config.model_type
+    if family not in _FAMILIES:
+        raise ValueError(f"no reference for model_type {family!r}; families: {FAMILIES}")
+    if "attention_mask" not in inputs:
+        inputs = {**inputs, "attention_mask": torch.ones_like(inputs["input_ids"])}
+    trace = _FAMILIES[family](model, inputs, ablations)
+    if not bool(torch.isfinite(trace.logits).all()):
+        raise ValueError(f"{family}: the reference produced non-finite logits")
+    return trace
+
+
+def pruned_llama_forward(model, inputs: dict, keep: dict[int, list[int]]) -> Trace:
+    """The reference forward of a Llama-family model physically pruned to ``keep[layer]`` query heads (layers
+    not in ``keep`` whole): rows of q and columns of o removed, key/value heads no kept head reads removed,
+    uneven groups computed as they are. ``trace.grids[None][layer]`` is None for a layer left with no head."""
+    heads = [prune_llama_heads(w, keep[i]) if i in keep else w for i, w in enumerate(llama_heads(model))]
+    return _llama_like(model, inputs, None, heads=heads)
+
+
+def head_means(model, inputs: dict) -> dict:
+    """``{grid: [n_layers, n_heads, head_dim]}``: each head's mean context over the real (non-padding) query
+    positions of ``inputs``, from an unablated reference forward. Decoder-side grids average over every decoder
+    position (or those of ``decoder_attention_mask``)."""
+    trace = forward(model, inputs)
+    out = {}
+    for kind, layers in trace.grids.items():
+        q_mask = inputs.get("decoder_attention_mask", torch.ones_like(inputs["decoder_input_ids"])) \
+            if kind in ("dec", "cross") else inputs["attention_mask"]
+        w = q_mask.to(layers[0].contexts.dtype)[:, :, None, None]
+        out[kind] = torch.stack([(t.contexts * w).sum((0, 1)) / w.sum() for t in layers])
+    return out
+
+
+def greedy(model, inputs: dict, n_new: int, ablations=None) -> torch.Tensor:
+    """Greedy decoding by the reference, recomputing the whole prefix at every step (no cache: the truth a
+    cached ``generate`` must match). Causal LMs: returns ``[batch, prompt + n_new]`` ids (prompt unpadded);
+    encoder-decoders: the decoder ids ``[batch, 1 + n_new]``, starting from the decoder start token."""
+    inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask")}
+    if model.config.is_encoder_decoder:
+        start = model.config.decoder_start_token_id
+        seq = torch.full((inputs["input_ids"].shape[0], 1), start, dtype=torch.long)
+        for _ in range(n_new):
+            logits = forward(model, {**inputs, "decoder_input_ids": seq}, ablations).logits
+            seq = torch.cat([seq, logits[:, -1].argmax(-1, keepdim=True)], 1)
+        return seq
+    seq = inputs["input_ids"]
+    if "attention_mask" in inputs and not bool(inputs["attention_mask"].all()):
+        raise ValueError("greedy: give unpadded prompts (equal lengths)")
+    for _ in range(n_new):
+        logits = forward(model, {"input_ids": seq}, ablations).logits
+        seq = torch.cat([seq, logits[:, -1].argmax(-1, keepdim=True)], 1)
+    return seq
+
+
+def hf_greedy(model, inputs: dict, n_new: int) -> torch.Tensor:
+    """HF ``generate``, greedy, with its KV cache, exactly ``n_new`` new tokens (no end-of-sequence stop, no
+    forced or suppressed tokens), in :func:`greedy`'s layout."""
+    cfg = model.config
+    inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask")}  # the decoder starts afresh
+    # generate() fills settings left at None from the model's own generation config, so a stop token is switched
+    # off there (and put back after)
+    gen = model.generation_config
+    saved = {k: getattr(gen, k, None) for k in ("eos_token_id", "forced_eos_token_id", "forced_bos_token_id")}
+    try:
+        for k in saved:
+            setattr(gen, k, None)
+        with torch.no_grad():
+            out = model.generate(**inputs, do_sample=False, num_beams=1, max_new_tokens=n_new, min_new_tokens=0,
+                                 use_cache=True, pad_token_id=cfg.pad_token_id if cfg.pad_token_id is not None else 0)
+    finally:
+        for k, v in saved.items():
+            setattr(gen, k, v)
+    if out.shape[1] != (1 if cfg.is_encoder_decoder else inputs["input_ids"].shape[1]) + n_new:
+        raise AssertionError(f"generate returned {out.shape[1]} positions, expected {n_new} new tokens")
+    return out

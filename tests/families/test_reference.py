@@ -1,0 +1,375 @@
+"""The reference forward pass is right: it equals Hugging Face's own model, and its ablations equal weight edits.
+
+- no ablation: the reference's logits equal the HF model's (eager and sdpa), its attention probabilities equal
+  what HF returns with ``output_attentions`` (eager), for every fixture family;
+- ``"zero"`` (also with gates between 0 and 1): equals the HF model with that head's slice of the output
+  projection's input scaled by the gate (a weight edit on a copy);
+- ``"mean"``: equals the HF model with the head's output-projection columns scaled by g and
+  ``(1 - g) * W_o[:, head] @ mean`` added to the output projection's bias;
+- ``"uniform"``: equals the HF model with the head's query projection zeroed (all scores equal, so HF's own
+  masking makes the head uniform over the keys the query may see: padding, causality, sliding windows; T5 also
+  drops the head's relative-bias column, which every layer shares, so there the head is ablated in all layers);
+- Llama-family grouped-query attention: a physically pruned copy (query rows and output columns removed,
+  uneven groups, an emptied key/value head, a layer with no head) equals zero ablation, in the reference and as
+  an HF model built by hand; and greedy decoding by the reference equals HF ``generate`` with its KV cache.
+
+Nothing here imports headprune_utils.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from . import reference as R
+from .fixtures import CAUSAL_LMS, ENCODER_DECODERS, FIXTURES, GQA
+
+NAMES = tuple(FIXTURES)
+ABLATED = [(0, 1), (1, 0), (1, 3)]  # (layer, head) pairs ablated in every grid
+CASES = [(n, impl) for n in NAMES for impl in FIXTURES[n].attn_implementations]
+
+
+def _build(name, impl="eager"):
+    fx = FIXTURES[name]
+    return fx, fx.build(impl), fx.inputs()
+
+
+def _hf(model, batch, **kw):
+    with torch.no_grad():
+        return model(**batch, **kw)
+
+
+def _hf_probs(out, fx) -> dict:
+    if fx.encoder_decoder:
+        return {"enc": out.encoder_attentions, "dec": out.decoder_attentions, "cross": out.cross_attentions}
+    return {None: out.attentions}
+
+
+def _ablations(fx, how, gate=0.0, means=None) -> dict | R.Ablation:
+    out = {}
+    for kind, g in fx.grids.items():
+        gates = torch.ones(g.n_layers, g.n_heads, dtype=torch.float64)
+        for layer, head in ABLATED:
+            gates[layer, head] = gate
+        out[kind] = R.Ablation(how, gates, None if means is None else means[kind])
+    return out[None] if None in out else out
+
+
+# ------------------------------------------------------------------ where each family's heads are (test side only)
+def _attention(model, family, kind, layer):
+    """(query projection, output projection, layout) of one attention layer; layout "linear" or "conv1d"."""
+    if family in ("bert", "roberta"):
+        a = model.base_model.encoder.layer[layer].attention
+        return a.self.query, a.output.dense, "linear"
+    if family == "distilbert":
+        a = model.distilbert.transformer.layer[layer].attention
+        return a.q_lin, a.out_lin, "linear"
+    if family in ("bart", "marian"):
+        stack = model.model.encoder if kind == "enc" else model.model.decoder
+        a = stack.layers[layer].encoder_attn if kind == "cross" else stack.layers[layer].self_attn
+        return a.q_proj, a.out_proj, "linear"
+    if family == "gpt2":
+        a = model.transformer.h[layer].attn
+        return a.c_attn, a.c_proj, "conv1d"
+    if family in ("llama", "mistral", "qwen2"):
+        a = model.model.layers[layer].self_attn
+        return a.q_proj, a.o_proj, "linear"
+    if family == "t5":
+        stack = model.encoder if kind == "enc" else model.decoder
+        block = stack.block[layer]
+        a = block.layer[1].EncDecAttention if kind == "cross" else block.layer[0].SelfAttention
+        return a.q, a.o, "linear"
+    if family == "modernbert":
+        a = model.model.layers[layer].attn
+        return a.Wqkv, a.Wo, "linear"  # the query is the first third of Wqkv's rows
+    raise AssertionError(family)
+
+
+def _edit_output(model, fx, kind, layer, head, gate, mean=None):
+    """Scale the head's input dims of the output projection by ``gate``; with ``mean``, add
+    ``(1 - gate) * W_o[:, head] @ mean`` to its bias."""
+    _, o, layout = _attention(model, fx.family, kind, layer)
+    d = fx.grids[kind].head_dim
+    s = slice(head * d, (head + 1) * d)
+    with torch.no_grad():
+        cols = (o.weight[:, s] if layout == "linear" else o.weight[s, :].T).clone()  # [out, head_dim]
+        if layout == "linear":
+            o.weight[:, s] *= gate
+        else:
+            o.weight[s, :] *= gate
+        if mean is not None:
+            shift = (1 - gate) * (cols @ mean.to(cols.dtype))
+            if o.bias is None:
+                o.bias = torch.nn.Parameter(shift.clone())
+            else:
+                o.bias += shift
+
+
+def _zero_query(model, fx, kind, layer, head):
+    q, _, layout = _attention(model, fx.family, kind, layer)
+    d = fx.grids[kind].head_dim
+    s = slice(head * d, (head + 1) * d)
+    with torch.no_grad():
+        if layout == "linear":
+            q.weight[s, :] = 0
+        else:
+            q.weight[:, s] = 0  # GPT-2: the query is the first third of c_attn's columns
+        if q.bias is not None:
+            q.bias[s] = 0
+
+
+def _edited(model, fx, how, gate=0.0, means=None):
+    m = copy.deepcopy(model)
+    for kind in fx.grids:
+        for layer, head in ABLATED:
+            if how == "uniform":
+                _zero_query(m, fx, kind, layer, head)
+            else:
+                _edit_output(m, fx, kind, layer, head, gate, None if means is None else means[kind][layer, head])
+    return m
+
+
+def _close(a, b, atol, what):
+    err = (a - b).abs().max().item()
+    assert err <= atol, f"{what}: max |difference| {err:.3g} > {atol:g}"
+
+
+# ------------------------------------------------------------------ the reference equals the HF model
+@pytest.mark.parametrize("name,impl", CASES)
+def test_unablated_reference_equals_hf(name, impl):
+    fx, model, batch = _build(name, impl)
+    out = _hf(model, batch, output_attentions=(impl == "eager"))
+    trace = R.forward(model, batch)
+    _close(trace.logits, out.logits, fx.atol, f"{name} {impl} logits")
+    assert set(trace.grids) == set(fx.grids)
+    for kind, grid in fx.grids.items():
+        layers = trace.grids[kind]
+        assert len(layers) == grid.n_layers
+        for t in layers:
+            assert t.contexts.shape[2:] == (grid.n_heads, grid.head_dim)
+            assert t.probs.shape[1] == grid.n_heads
+    if impl == "eager":
+        for kind, hf_layers in _hf_probs(out, fx).items():
+            for layer, (hf, t) in enumerate(zip(hf_layers, trace.grids[kind])):
+                _close(t.probs, hf, fx.atol, f"{name} probs {kind} layer {layer}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_visible_keys_follow_the_grid(name):
+    """The fixture's plain data (causal, window) says which keys a query sees, as the reference uses them."""
+    fx, model, batch = _build(name)
+    trace = R.forward(model, batch)
+    real = batch["attention_mask"].bool()
+    for kind, grid in fx.grids.items():
+        for layer, t in enumerate(trace.grids[kind]):
+            n_q, n_k = t.visible.shape[1:]
+            i, j = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
+            want = torch.ones(n_q, n_k, dtype=torch.bool)
+            if grid.causal:
+                want &= j <= i
+            if grid.windows and grid.windows[layer] is not None:
+                want &= (i - j).abs() <= grid.windows[layer]
+            keys_real = real if kind in (None, "enc", "cross") else torch.ones(real.shape[0], n_k, dtype=torch.bool)
+            assert torch.equal(t.visible, want[None] & keys_real[:, None, :]), (kind, layer)
+            assert bool((t.probs[~t.visible[:, None].expand_as(t.probs)] == 0).all())
+
+
+# ------------------------------------------------------------------ ablations equal weight edits
+@pytest.mark.parametrize("gate", [0.0, 0.3])
+@pytest.mark.parametrize("name", NAMES)
+def test_zero_ablation_equals_output_columns_scaled(name, gate):
+    fx, model, batch = _build(name)
+    ablated = R.forward(model, batch, _ablations(fx, "zero", gate)).logits
+    _close(ablated, _hf(_edited(model, fx, "zero", gate), batch).logits, fx.atol, f"{name} zero g={gate}")
+    assert (ablated - R.forward(model, batch).logits).abs().max() > 100 * fx.atol  # the ablation does something
+
+
+@pytest.mark.parametrize("gate", [0.0, 0.3])
+@pytest.mark.parametrize("name", NAMES)
+def test_mean_ablation_equals_output_bias_shift(name, gate):
+    fx, model, batch = _build(name)
+    g = torch.Generator().manual_seed(5)
+    means = {k: torch.randn(v.n_layers, v.n_heads, v.head_dim, generator=g, dtype=torch.float64)
+             for k, v in fx.grids.items()}
+    ablated = R.forward(model, batch, _ablations(fx, "mean", gate, means)).logits
+    _close(ablated, _hf(_edited(model, fx, "mean", gate, means), batch).logits, fx.atol, f"{name} mean g={gate}")
+    zero = R.forward(model, batch, _ablations(fx, "zero", gate)).logits
+    assert (ablated - zero).abs().max() > 100 * fx.atol
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if FIXTURES[n].family != "t5"])
+def test_uniform_ablation_equals_zeroed_query(name):
+    fx, model, batch = _build(name)
+    ablated = R.forward(model, batch, _ablations(fx, "uniform")).logits
+    _close(ablated, _hf(_edited(model, fx, "uniform"), batch).logits, fx.atol, f"{name} uniform")
+    assert (ablated - R.forward(model, batch, _ablations(fx, "zero")).logits).abs().max() > 100 * fx.atol
+
+
+def test_t5_uniform_ablation_equals_zeroed_query_and_bias():
+    """T5's relative bias is one table (the first layer's) for every layer: drop head 2's column and its query
+    in every layer of the encoder and decoder self-attention, and in the cross attention (no bias there)."""
+    fx, model, batch = _build("t5")
+    head = 2
+    edited = copy.deepcopy(model)
+    with torch.no_grad():
+        for stack in (edited.encoder, edited.decoder):
+            stack.block[0].layer[0].SelfAttention.relative_attention_bias.weight[:, head] = 0
+    ablations = {}
+    for kind, grid in fx.grids.items():
+        for layer in range(grid.n_layers):
+            _zero_query(edited, fx, kind, layer, head)
+        gates = torch.ones(grid.n_layers, grid.n_heads, dtype=torch.float64)
+        gates[:, head] = 0
+        ablations[kind] = R.Ablation("uniform", gates)
+    _close(R.forward(model, batch, ablations).logits, _hf(edited, batch).logits, fx.atol, "t5 uniform")
+
+
+@pytest.mark.parametrize("name", ["bert", "llama_gqa", "bart"])
+def test_gates_of_one_change_nothing(name):
+    fx, model, batch = _build(name)
+    plain = R.forward(model, batch).logits
+    means = {k: torch.randn(v.n_layers, v.n_heads, v.head_dim, dtype=torch.float64) for k, v in fx.grids.items()}
+    for how in R.HOWS:
+        ab = _ablations(fx, how, gate=1.0, means=means)
+        assert torch.equal(R.forward(model, batch, ab).logits, plain), how
+
+
+def test_head_means_average_real_positions():
+    fx, model, batch = _build("bert")
+    means = R.head_means(model, batch)[None]
+    t = R.forward(model, batch).grids[None][1]
+    real = batch["attention_mask"].bool()
+    want = t.contexts[real].mean(0)  # [heads, head_dim] over the real tokens
+    _close(means[1], want, 1e-12, "head_means")
+
+
+def test_ablation_arguments_are_checked():
+    with pytest.raises(ValueError, match="how"):
+        R.Ablation("half", torch.ones(2, 4))
+    with pytest.raises(ValueError, match="means"):
+        R.Ablation("mean", torch.ones(2, 4))
+    fx, model, batch = _build("bart")
+    with pytest.raises(ValueError, match="dict by grid"):
+        R.forward(model, batch, R.Ablation("zero", torch.ones(2, 4)))
+    with pytest.raises(ValueError, match="unknown grid"):
+        R.forward(model, batch, {"encoder": R.Ablation("zero", torch.ones(2, 4))})
+    q = torch.zeros(1, 1, 2, 4)
+    with pytest.raises(ValueError, match="sees no key"):
+        R.attend(q, q, q, torch.zeros(1, 2, 2, dtype=torch.bool), scale=1.0)
+
+
+# ------------------------------------------------------------------ grouped-query attention, physically pruned
+KEEP = {0: [0, 1, 2], 1: [1]}  # layer 0: kv head 0 keeps 2 query heads, kv head 1 keeps 1; layer 1: kv head 0 gone
+
+
+def _zero_ablation_of(fx, keep):
+    g = fx.grids[None]
+    gates = torch.ones(g.n_layers, g.n_heads, dtype=torch.float64)
+    for layer, heads in keep.items():
+        gates[layer] = 0
+        gates[layer, heads] = 1
+    return R.Ablation("zero", gates)
+
+
+@pytest.mark.parametrize("name", GQA)
+@pytest.mark.parametrize("keep", [KEEP, {0: [3], 1: []}], ids=["uneven", "empty-layer"])
+def test_pruned_reference_equals_zero_ablation(name, keep):
+    fx, model, batch = _build(name)
+    pruned = R.pruned_llama_forward(model, batch, keep)
+    gated = R.forward(model, batch, _zero_ablation_of(fx, keep))
+    _close(pruned.logits, gated.logits, 1e-9, f"{name} pruned reference")
+    edited = copy.deepcopy(model)
+    for layer, heads in keep.items():
+        for head in set(range(fx.grids[None].n_heads)) - set(heads):
+            _edit_output(edited, fx, None, layer, head, 0.0)
+    _close(pruned.logits, _hf(edited, batch).logits, fx.atol, f"{name} pruned vs HF columns zeroed")
+    for layer, heads in keep.items():
+        t = pruned.grids[None][layer]
+        if not heads:
+            assert t is None
+            continue
+        full = gated.grids[None][layer]
+        if layer == 0:  # before any pruned layer, the kept heads compute exactly what they did
+            _close(t.contexts, full.contexts[:, :, heads], 1e-9, f"{name} kept heads' contexts")
+            _close(t.probs, full.probs[:, heads], 1e-9, f"{name} kept heads' probabilities")
+
+
+class _NoHeads(torch.nn.Module):
+    """A Llama attention layer with every head pruned: it adds nothing to the residual stream."""
+
+    def forward(self, hidden_states, *args, **kwargs):
+        return torch.zeros_like(hidden_states), None
+
+
+def hand_pruned_llama(model, keep: dict[int, list[int]]):
+    """An HF Llama-family model pruned by hand: the kept query heads' rows of q_proj and columns of o_proj, and
+    for each kept query head the rows of the key/value head it reads (HF's ``repeat_kv`` assumes even groups, so
+    uneven groups are written out as one key/value head per query head); a layer with no head left adds
+    nothing. Layer 0 must keep a head: HF's cache reads its length from layer 0."""
+    if not keep.get(0, [0]):
+        raise ValueError("keep[0] must not be empty (the KV cache's length is read from layer 0)")
+    pruned = copy.deepcopy(model)
+    cfg = model.config
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    group = cfg.num_attention_heads // cfg.num_key_value_heads
+    rows = lambda ids: torch.cat([torch.arange(i * d, (i + 1) * d) for i in ids])
+    for layer, heads in keep.items():
+        block = pruned.model.layers[layer]
+        if not heads:
+            block.self_attn = _NoHeads()
+            continue
+        a = block.self_attn
+        q_rows, kv_rows = rows(heads), rows([h // group for h in heads])
+        with torch.no_grad():
+            for proj, r in ((a.q_proj, q_rows), (a.k_proj, kv_rows), (a.v_proj, kv_rows)):
+                proj.weight = torch.nn.Parameter(proj.weight[r].clone())
+                if proj.bias is not None:
+                    proj.bias = torch.nn.Parameter(proj.bias[r].clone())
+                proj.out_features = len(r)
+            a.o_proj.weight = torch.nn.Parameter(a.o_proj.weight[:, q_rows].clone())
+            a.o_proj.in_features = len(q_rows)
+        a.num_key_value_groups = 1
+    return pruned
+
+
+@pytest.mark.parametrize("name", GQA)
+def test_hand_pruned_hf_model_equals_zero_ablation_and_generates(name):
+    fx, model, batch = _build(name)
+    keep = {0: [0, 1, 2], 1: []}
+    pruned = hand_pruned_llama(model, keep)
+    ablation = _zero_ablation_of(fx, keep)
+    _close(_hf(pruned, batch).logits, R.forward(model, batch, ablation).logits, fx.atol, f"{name} hand-pruned")
+    prompt = fx.inputs(padded=False)
+    assert torch.equal(R.hf_greedy(pruned, prompt, 5), R.greedy(model, prompt, 5, ablation))
+
+
+def test_hand_pruning_guards_layer_zero():
+    fx, model, _ = _build("llama_gqa")
+    with pytest.raises(ValueError, match="layer 0"):
+        hand_pruned_llama(model, {0: []})
+
+
+# ------------------------------------------------------------------ greedy decoding: reference vs HF generate
+GEN_CASES = [(n, impl) for n in CAUSAL_LMS + ENCODER_DECODERS for impl in FIXTURES[n].attn_implementations]
+
+
+@pytest.mark.parametrize("name,impl", GEN_CASES)
+def test_greedy_reference_equals_hf_generate(name, impl):
+    fx, model, _ = _build(name, impl)
+    prompt = fx.inputs(padded=fx.encoder_decoder)  # causal LMs: unpadded prompts of equal length
+    ours = R.greedy(model, prompt, 5)
+    assert torch.equal(ours, R.hf_greedy(model, prompt, 5))
+    assert len(set(ours[:, -5:].flatten().tolist())) > 1  # not a degenerate repeat of one token
+
+
+@pytest.mark.parametrize("how", ["zero", "uniform"])
+@pytest.mark.parametrize("name", CAUSAL_LMS + ("bart",))
+def test_greedy_with_ablation_equals_generate_of_edited_model(name, how):
+    """With a KV cache, HF's generate of the weight-edited model (output columns zeroed, or the query zeroed:
+    uniform over the visible prefix at every step) equals the reference's greedy decoding with the ablation."""
+    fx, model, _ = _build(name)
+    prompt = fx.inputs(padded=fx.encoder_decoder)
+    ablation = _ablations(fx, how)
+    ours = R.greedy(model, prompt, 5, ablation)
+    assert torch.equal(ours, R.hf_greedy(_edited(model, fx, how), prompt, 5))
