@@ -15,7 +15,7 @@ Nothing here imports headprune_utils.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import transformers as tf
@@ -56,6 +56,10 @@ class Grid:
 class Fixture:
     """A tiny random model of one family and what a test needs to know about it.
 
+    ``positions``: how positions enter: ``"absolute"`` (learned table), ``"sinusoidal"`` (fixed table),
+    ``"rotary"``, ``"relative_bias"`` (T5's per-head bias). ``qkv``: ``"separate"`` projections, or the fused
+    module's attribute (``"c_attn"``: GPT-2's Conv1D, columns q | k | v; ``"Wqkv"``: ModernBERT's Linear, rows
+    q | k | v); within q, k and v head ``h`` is the slice ``h * head_dim : (h + 1) * head_dim``.
     ``grids``: ``{None: Grid}`` for one-grid models (encoders, causal LMs), ``{"enc", "dec", "cross"}`` for
     encoder-decoders. ``atol``: the tolerance at which the reference must equal the HF model in float64
     (the families whose HF code rounds through float32 on purpose, e.g. RMSNorm, rotary angles or a float32
@@ -69,11 +73,12 @@ class Fixture:
     grids: dict
     causal_lm: bool = False
     encoder_decoder: bool = False
+    positions: str = "absolute"
+    qkv: str = "separate"
     attn_implementations: tuple = ("eager", "sdpa")
     atol: float = 1e-9
     pad_token_id: int | None = None
     notes: str = ""
-    extra: dict = field(default_factory=dict)
 
     def config(self, attn_implementation: str = "eager"):
         cfg = self.make_config()
@@ -193,7 +198,7 @@ def _mistral():
 def _qwen2():
     return tf.Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                          tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+                          use_sliding_window=True, sliding_window=3, max_window_layers=1, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
 def _t5():
@@ -233,25 +238,27 @@ _ALL = [
     Fixture("bart", "bart", tf.BartForConditionalGeneration, _bart, _seq2seq_grids(), encoder_decoder=True,
             pad_token_id=0),
     Fixture("marian", "marian", tf.MarianMTModel, _marian, _seq2seq_grids(), encoder_decoder=True,
-            pad_token_id=0),
+            pad_token_id=0, positions="sinusoidal"),
     Fixture("gpt2", "gpt2", tf.GPT2LMHeadModel, _gpt2, _one(Grid(2, 4, 4, 8, causal=True)), causal_lm=True,
-            notes="fused c_attn Conv1D: weight [hidden, 3 * hidden], columns q | k | v, head h at h*8:(h+1)*8"),
+            qkv="c_attn", notes="fused Conv1D: weight [hidden, 3 * hidden], columns q | k | v, head h at h*8:(h+1)*8"),
     Fixture("llama_gqa", "llama", tf.LlamaForCausalLM, lambda: _llama(2, 8),
             _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True, atol=_LOOSE,
-            notes="4 query heads on 2 key/value heads"),
+            positions="rotary", notes="4 query heads on 2 key/value heads"),
     Fixture("llama_mqa", "llama", tf.LlamaForCausalLM, lambda: _llama(1, 12),
             _one(Grid(2, 4, 1, 12, causal=True)), causal_lm=True, atol=_LOOSE,
-            notes="4 query heads on 1 key/value head; head_dim 12 != hidden / heads"),
+            positions="rotary", notes="4 query heads on 1 key/value head; head_dim 12 != hidden / heads"),
     Fixture("mistral", "mistral", tf.MistralForCausalLM, _mistral,
             _one(Grid(2, 4, 2, 8, causal=True, windows=(2, 2))), causal_lm=True, atol=_LOOSE,
-            notes="sliding window 3: a query sees itself and the 2 keys before it"),
-    Fixture("qwen2", "qwen2", tf.Qwen2ForCausalLM, _qwen2, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
-            atol=_LOOSE, notes="biases on q/k/v projections; tied embeddings"),
+            positions="rotary", notes="sliding window 3: a query sees itself and the 2 keys before it"),
+    Fixture("qwen2", "qwen2", tf.Qwen2ForCausalLM, _qwen2, _one(Grid(2, 4, 2, 8, causal=True, windows=(None, 2))),
+            causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="biases on q/k/v projections; tied embeddings; layer 0 full, layer 1 a sliding window of 3"),
     Fixture("t5", "t5", tf.T5ForConditionalGeneration, _t5, _seq2seq_grids(), encoder_decoder=True,
-            atol=5 * _LOOSE, pad_token_id=0,
+            atol=5 * _LOOSE, pad_token_id=0, positions="relative_bias",
             notes="relative bias from the first layer of each stack, reused by the later layers; no 1/sqrt(d)"),
     Fixture("modernbert", "modernbert", tf.ModernBertForSequenceClassification, _modernbert,
             _one(Grid(3, 4, 4, 8, windows=(None, 2, None))), atol=_LOOSE, pad_token_id=0,
+            positions="rotary", qkv="Wqkv",
             notes="layers 0 and 2 global, layer 1 local: |query - key| <= local_attention // 2 = 2"),
 ]
 

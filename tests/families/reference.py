@@ -563,7 +563,8 @@ def forward(model, inputs: dict, ablations=None) -> Trace:
     ``attention_mask``; encoder-decoders also ``decoder_input_ids``, optionally ``decoder_attention_mask``).
 
     ablations: None; an :class:`Ablation` (one-grid models); or a dict ``{grid: Ablation}`` (encoder-decoders:
-    ``"enc"``, ``"dec"``, ``"cross"``, any subset). Runs without gradients unless the caller enables them.
+    ``"enc"``, ``"dec"``, ``"cross"``, any subset). Differentiable in the gates (and weights) under the caller's
+    grad mode: importance scores are ``d loss / d gates`` of this forward.
     """
     family = model.config.model_type
     if family not in _FAMILIES:
@@ -574,6 +575,15 @@ def forward(model, inputs: dict, ablations=None) -> Trace:
     if not bool(torch.isfinite(trace.logits).all()):
         raise ValueError(f"{family}: the reference produced non-finite logits")
     return trace
+
+
+def lm_loss(logits, input_ids, attention_mask=None):
+    """Mean next-token cross-entropy of a causal LM over the predicted positions whose target is a real token
+    (what HF returns as ``loss`` for ``labels=input_ids`` with padding set to -100); exp of it is perplexity."""
+    targets = input_ids[:, 1:]
+    real = torch.ones_like(targets, dtype=torch.bool) if attention_mask is None else attention_mask[:, 1:].bool()
+    losses = F.cross_entropy(logits[:, :-1].transpose(1, 2), targets, reduction="none")
+    return losses[real].mean()
 
 
 def pruned_llama_forward(model, inputs: dict, keep: dict[int, list[int]]) -> Trace:
