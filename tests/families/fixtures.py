@@ -198,7 +198,8 @@ def _mistral():
 def _qwen2():
     return tf.Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                          use_sliding_window=True, sliding_window=3, max_window_layers=1, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+                          use_sliding_window=True, sliding_window=3, max_window_layers=1, tie_word_embeddings=True,
+                          pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
 def _t5():

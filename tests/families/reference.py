@@ -88,6 +88,8 @@ def attend(q, k, v, visible, *, scale: float, bias=None, kv_of_query=None, ablat
     kv_of_query: ``[heads]`` which key/value head each query head reads (default: even groups, head // group).
     """
     n_heads, n_kv = q.shape[1], k.shape[1]
+    if ablation is not None and ablation.gates.shape[1] != n_heads:
+        raise ValueError(f"Ablation.gates has {ablation.gates.shape[1]} heads per layer, the layer has {n_heads}")
     if kv_of_query is None:
         kv_of_query = torch.arange(n_heads) // (n_heads // n_kv)
     if not bool(visible.any(-1).all()):
@@ -374,9 +376,14 @@ def prune_llama_heads(heads: LlamaHeads, keep: list[int]) -> LlamaHeads:
     d = heads.head_dim
     keep = sorted(keep)
     kv_kept = sorted({int(heads.kv_of_query[h]) for h in keep})
-    rows = lambda ids: torch.cat([torch.arange(i * d, (i + 1) * d) for i in ids]) if ids else torch.zeros(0, dtype=torch.long)
+
+    def rows(ids):  # the weight rows of heads ``ids``
+        return torch.tensor([i * d + j for i in ids for j in range(d)], dtype=torch.long)
+
+    def pick(t, r):
+        return None if t is None else t[r]
+
     q_rows, kv_rows = rows(keep), rows(kv_kept)
-    pick = lambda t, r: None if t is None else t[r]
     return LlamaHeads(
         heads.q[q_rows], pick(heads.q_bias, q_rows), heads.k[kv_rows], pick(heads.k_bias, kv_rows),
         heads.v[kv_rows], pick(heads.v_bias, kv_rows), heads.o[:, q_rows], heads.o_bias,

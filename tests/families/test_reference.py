@@ -281,6 +281,10 @@ def test_ablation_arguments_are_checked():
         R.Ablation("half", torch.ones(2, 4))
     with pytest.raises(ValueError, match="means"):
         R.Ablation("mean", torch.ones(2, 4))
+    assert R.Ablation.heads("zero", (2, 4), [(1, 2), (0, 0)]).gates.sum() == 6
+    fx, model, batch = _build("bert")
+    with pytest.raises(ValueError, match="heads per layer"):
+        R.forward(model, batch, R.Ablation("zero", torch.ones(2, 3)))
     fx, model, batch = _build("bart")
     with pytest.raises(ValueError, match="dict by grid"):
         R.forward(model, batch, R.Ablation("zero", torch.ones(2, 4)))
