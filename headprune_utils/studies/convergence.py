@@ -22,9 +22,10 @@ import pandas as pd
 
 from headprune_utils.analysis import preconditions
 
-__all__ = ["COLUMNS", "task_seed", "full_rows", "masked_rows", "table"]
+__all__ = ["COLUMNS", "CURVE_COLUMNS", "task_seed", "full_rows", "masked_rows", "table", "curves"]
 
 COLUMNS = ["task", "unit", "model", "setting", "epochs", "best_epoch", "reached"]
+CURVE_COLUMNS = ["task", "seed", "model", "epoch", "score", "selected", "reached"]
 
 
 def task_seed(task: str, seed) -> Hashable:
@@ -60,3 +61,26 @@ def masked_rows(cells: pd.DataFrame, setting: str, name: Callable[[pd.Series], s
 def table(rows: list[dict]) -> pd.DataFrame:
     """The ``convergence`` evidence (:data:`COLUMNS`), one row per fine-tuned model and setting."""
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def curves(cells: pd.DataFrame, model: Callable[[pd.Series], str]) -> pd.DataFrame:
+    """The held-out curves of ``cells`` (fine-tuned models; cells without a curve are left out) as one row per model
+    and epoch (:data:`CURVE_COLUMNS`): ``model(row)`` names the model (e.g. "full", "random 50%"), ``score`` is the
+    epoch's held-out score (``val_score``), ``selected`` marks the epoch kept, ``reached`` whether the model reached
+    the plateau (:func:`~headprune_utils.analysis.preconditions.reached_plateau`). What a figure of convergence
+    draws: every curve, its kept epoch, and which runs stopped at the cap still improving."""
+    rows = []
+    for _, r in cells.iterrows():
+        h = _curve(r.get("history"))
+        if not h:
+            continue
+        reached = preconditions.reached_plateau(h)
+        name = model(r)
+        for rec in h:
+            if rec.get("val_score") is None:
+                raise ValueError(f"a held-out curve of {r['task']} seed {r['seed']} ({name}) has an epoch without a "
+                                 f"held-out score (val_score): {rec}")
+            rows.append({"task": r["task"], "seed": int(r["seed"]), "model": name, "epoch": int(rec["epoch"]),
+                         "score": float(rec["val_score"]), "selected": bool(rec.get("selected", False)),
+                         "reached": reached})
+    return pd.DataFrame(rows, columns=CURVE_COLUMNS)
