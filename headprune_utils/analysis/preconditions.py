@@ -7,7 +7,6 @@ the failed precondition with its numbers, the reason of a ``not testable`` row).
 |---|---|---|
 | :class:`AboveChance` | every unit's full model scores above chance by more than :data:`ABOVE_CHANCE` | (the measurement's ``full``, ``chance``) |
 | :class:`TrainedAboveChance` | every unit's full model scores above chance + a share of (perfect - chance) | ``full`` (unit -> score), ``chance`` (task -> score) |
-| :class:`AdaptsToMask` | fine-tuning adapts to the mask: mask-then-fine-tune beats fine-tune-then-mask (t-interval above 0) | ``adaptation`` (a table of per-model differences) |
 | :class:`RoleFound` | at least one head of the role was found | ``role_counts`` (task -> count, or one count) |
 | :class:`Plateau` | every model's dev loss reached a plateau (no gain over its last ``n`` evaluations) | ``histories`` (unit -> training history) |
 | :class:`Converged` | every fine-tuned model behind the row (full and masked) reached the plateau of its held-out score | ``convergence`` (a table, one row per fine-tuned model: :func:`convergence_row`) |
@@ -21,10 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from headprune_utils.analysis import stats
 from headprune_utils.analysis.claims import Gate, Measurement
 
-__all__ = ["ABOVE_CHANCE", "AboveChance", "TrainedAboveChance", "AdaptsToMask", "RoleFound", "Plateau", "Converged",
+__all__ = ["ABOVE_CHANCE", "AboveChance", "TrainedAboveChance", "RoleFound", "Plateau", "Converged",
            "Check", "plateau", "reached_plateau", "convergence_row", "PATIENCE"]
 
 # A trained full model beats a constant predictor by more than this (score units: accuracy, F1, correlation): below
@@ -89,44 +87,6 @@ class TrainedAboveChance(Gate):
             return None
         return (f"the full model is not above chance + {self.share:g} x (perfect - chance) on {m.task} in every unit "
                 f"({'; '.join(bad)})")
-
-
-@dataclass(frozen=True)
-class AdaptsToMask(Gate):
-    """Fine-tuning adapts to the mask on the measurement's task: the ``confidence`` t-interval of the per-unit means
-    of ``evidence["adaptation"][value]`` (rows of that task, averaged within ``unit``) lies above 0. ``what`` says
-    which difference it is (e.g. "at 50% pruned, mask-then-fine-tune - fine-tune-then-mask"). ``only``: the gate
-    applies to measurements whose ``setting`` has it as one of its ``;``-separated parts, wherever it stands (e.g.
-    the regime "mask, then fine-tune"; a model masked after fine-tuning has nothing to adapt; "" = every
-    measurement). A failure reads "fine-tuning too short to adapt (...)"."""
-
-    what: str
-    only: str = ""
-    value: str = "diff"
-    unit: str = "seed"
-    task: str = "task"
-    confidence: float = 0.95
-
-    def text(self) -> str:
-        where = f"{self.only} rows: " if self.only else ""
-        return (f"{where}fine-tuning adapts to the mask ({self.what} on the task, {100 * self.confidence:g}% "
-                f"t-interval over models above 0, under the same semantics)")
-
-    def check(self, m: Measurement, evidence: Mapping) -> str | None:
-        if not applies(self.only, m):
-            return None
-        diffs = evidence["adaptation"]
-        rows = diffs[diffs[self.task] == m.task]
-        if rows.empty:
-            return f"no results to check that fine-tuning adapts to the mask on {m.task} ({self.what})"
-        _, means = stats.unit_means(rows[self.value].to_numpy(dtype=float), rows[self.unit].tolist())
-        mean, low, high = stats.t_interval(means, self.confidence)
-        if len(means) >= 2 and low > 0:
-            return None
-        ci = (f"{100 * self.confidence:g}% CI [{_fmt(low)}, {_fmt(high)}]" if len(means) >= 2
-              else "no CI with one unit")
-        return (f"fine-tuning too short to adapt (fine-tuning does not adapt to the mask on {m.task}: {self.what} = "
-                f"{mean:+.3g}, {ci} over {len(means)} units, not above 0)")
 
 
 @dataclass(frozen=True)

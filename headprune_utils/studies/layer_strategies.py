@@ -39,7 +39,7 @@ from headprune_utils.studies.strategy_sweep import (
 )
 from headprune_utils.studies.base import Cell, Cost
 from headprune_utils.studies.layer_strategies_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
-    ADAPT_BUDGET, CONTRASTS, MICHEL_PRUNABLE, REGIME_NAMES, Contrast, adaptation_diffs, contrasts, example_masks,
+    CONTRASTS, MICHEL_PRUNABLE, REGIME_NAMES, Contrast, convergence_evidence, contrasts, example_masks,
     identical_masks, measurements, michel_prunable, scale, summarise,
 )
 from headprune_utils.studies.layer_strategies_analysis import verdicts as claim_verdicts
@@ -49,8 +49,8 @@ __all__ = [
     "NAME", "STUDY", "LayerStrategiesConfig", "LayerStrategies", "plan_cells", "study_fingerprint", "run_cells",
     "run_cell", "ALL_STRATEGIES", "KNOWN_STRATEGIES", "REGIMES", "Regime", "Context",
     # the analysis (layer_strategies_analysis), re-exported so the notebook needs one module
-    "MICHEL_PRUNABLE", "michel_prunable", "CONTRASTS", "Contrast", "REGIME_NAMES", "ADAPT_BUDGET", "summarise",
-    "example_masks", "CLAIMS", "contrasts", "identical_masks", "adaptation_diffs", "measurements", "scale", "verdicts",
+    "MICHEL_PRUNABLE", "michel_prunable", "CONTRASTS", "Contrast", "REGIME_NAMES", "summarise",
+    "example_masks", "CLAIMS", "contrasts", "identical_masks", "convergence_evidence", "measurements", "scale", "verdicts",
 ]
 
 NAME = "layer_strategies"

@@ -23,8 +23,8 @@ in its reason. Margin of every claim: the task score's (:data:`margins.TASK_SCOR
 task (the pooled row: the smallest of the tasks' margins / (full - chance)); it decides the "no preference" /
 "no worse than random" claims and lets the "beats" claims be ``not supported``. Gates (declared with the claims):
 the two strategies' masks differ (evidence ``identical_masks``: :func:`measurements`' notes); the full model above
-chance by :data:`preconditions.ABOVE_CHANCE` in every unit; mask-then-fine-tune rows also need fine-tuning to adapt
-to the mask (evidence ``adaptation``: :func:`adaptation_diffs`). A contrast whose two strategies did not both run is
+chance by :data:`preconditions.ABOVE_CHANCE` in every unit; every fine-tuned model behind a row reached the plateau of
+its held-out score (evidence ``convergence``: :func:`convergence_evidence`). A contrast whose two strategies did not both run is
 one absent measurement (:meth:`claims.Measurement.absent`: ``not testable`` with the reason).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from headprune_utils.analysis import claims, paired_contrasts
-from headprune_utils.studies import glue_workbench, semantics
+from headprune_utils.studies import convergence, glue_workbench, semantics
 from headprune_utils.analysis.paired_contrasts import (
     LOCATION_CONTRASTS, Contrast, paired_by_strategy, per_ablation, unit_contrast_table,
 )
@@ -43,11 +43,10 @@ from headprune_utils.studies.strategy_sweep import ( # noqa: F401 (re-exported: 
     REGIME_NAMES, example_masks, summarise,
 )
 
-__all__ = ["MICHEL_PRUNABLE", "michel_prunable", "CONTRASTS", "Contrast", "REGIME_NAMES", "ADAPT_BUDGET", "summarise",
-           "example_masks", "contrasts", "identical_masks", "adaptation_diffs", "measurements", "scale", "verdicts"]
+__all__ = ["MICHEL_PRUNABLE", "michel_prunable", "CONTRASTS", "Contrast", "REGIME_NAMES", "summarise",
+           "example_masks", "contrasts", "identical_masks", "convergence_evidence", "measurements", "scale", "verdicts"]
 
 CONTRASTS: tuple[Contrast, ...] = LOCATION_CONTRASTS
-ADAPT_BUDGET = 0.5           # the adapts-to-mask gate compares the two regimes at this budget
 STUDY = "layer_strategies"
 REGIME_ORDER = ("finetune_then_mask", "mask_then_finetune")
 
@@ -124,26 +123,22 @@ def identical_masks(table: pd.DataFrame) -> pd.DataFrame:
                                        "note"])
 
 
-def adaptation_diffs(table: pd.DataFrame, budget: float = ADAPT_BUDGET) -> pd.DataFrame:
-    """``[task, seed, diff]``: per (task, seed) model, ``diff`` = score(mask, then fine-tune) - score(fine-tune, then
-    mask) at ``budget`` (``table``: the cells of ONE ablation semantics, both regimes under it), with the random
-    masks (the same mask in both regimes), or the mean over the strategies run in both regimes when random did not
-    run (the evidence ``adaptation`` of the adapts-to-mask gate, :data:`.layer_strategies_claims.ADAPTS`). Empty
-    when no cells at ``budget`` ran in both regimes."""
-    if "ablation" in table.columns and table["ablation"].nunique() > 1:
-        raise ValueError("adaptation_diffs compares the regimes under one semantics: pass one semantics' cells")
-    none = pd.DataFrame(columns=["task", "seed", "diff"])
-    t = table[(table["budget"] == budget) & (table["strategy"] != "none")]
-    if t.empty:
-        return none
-    p = t.pivot_table(index=["task", "seed", "strategy"], columns="regime", values="score")
-    if not set(REGIME_ORDER) <= set(p.columns):
-        return none
-    p = p.dropna(subset=list(REGIME_ORDER))
-    d = (p["mask_then_finetune"] - p["finetune_then_mask"]).rename("diff").reset_index()
-    if (d["strategy"] == "random").any():
-        d = d[d["strategy"] == "random"]
-    return d.groupby(["task", "seed"], as_index=False)["diff"].mean()
+def convergence_evidence(cells: pd.DataFrame, sub: pd.DataFrame, contrast: Contrast) -> pd.DataFrame:
+    """The convergence gate's evidence (:mod:`.convergence`) for ``contrast``: the full model of every (task, seed),
+    from its mask-then-fine-tune cell of the strategy ``none`` in ``cells`` (every semantics: no head masked, the
+    same model), and the models of the contrast's two strategies fine-tuned with their mask fixed in ``sub`` (one
+    semantics) at the budgets the contrast pairs, behind its mask-then-fine-tune measurements (:func:`_setting`)."""
+    full = cells[(cells["regime"] == "mask_then_finetune") & (cells["strategy"] == "none")]
+    rows = convergence.full_rows(full)
+    mt = "mask_then_finetune"
+    d = paired_by_strategy(sub, contrast.a, contrast.b, same_mask=True) if len(sub) else pd.DataFrame()
+    if len(d) and (d["regime"] == mt).any():
+        budgets = set(d.loc[d["regime"] == mt, "budget"])
+        masked = sub[(sub["regime"] == mt) & sub["strategy"].isin({contrast.a, contrast.b})
+                     & sub["budget"].isin(budgets)]
+        rows += convergence.masked_rows(masked, _setting(mt, budgets),
+                                        lambda r: f"{r['strategy']} {100 * float(r['budget']):g}% mask")
+    return convergence.table(rows)
 
 
 def _setting(regime: str, budgets) -> str:
@@ -198,8 +193,8 @@ def verdicts(table: pd.DataFrame, cfg, claim_list: Sequence[claims.Claim], alpha
     """The verdict table (exactly :data:`claims.COLUMNS`) of ``claim_list`` (the study's ``claims``,
     :data:`.layer_strategies_claims.CLAIMS`; each one's ``measure`` names a contrast of :data:`CONTRASTS`) under every
     ablation semantics of ``table`` (its ``ablation`` column; :func:`semantics.verdicts_by_semantics`): each
-    semantics decided on its own cells by :func:`claims.evaluate`, with its own evidence (``adaptation``: the
-    adapts-to-mask differences from the same semantics' two regimes; ``identical_masks``: the contrast's notes);
+    semantics decided on its own cells by :func:`claims.evaluate`, with its own evidence (``convergence``: the
+    models behind the contrast, :func:`convergence_evidence`; ``identical_masks``: the contrast's notes);
     ``analysis`` primary for the claim's own paper's semantics, sensitivity otherwise; Holm over the study's primary
     rows and each sensitivity semantics apart. Every number from ``table``. A claim whose two strategies did not
     both run under a semantics is one absent measurement there (``not testable`` saying so; kept under the claim's
@@ -213,7 +208,6 @@ def verdicts(table: pd.DataFrame, cfg, claim_list: Sequence[claims.Claim], alpha
         raise ValueError(f"claims with a measure that is not a contrast: {unknown} (contrasts: {sorted(by_name)})")
 
     def decide(sub: pd.DataFrame, sem: str) -> pd.DataFrame:
-        adaptation = adaptation_diffs(sub)
         parts = []
         for claim in claim_list:
             contrast = by_name[claim.measure]
@@ -222,7 +216,8 @@ def verdicts(table: pd.DataFrame, cfg, claim_list: Sequence[claims.Claim], alpha
                 ms = [claims.Measurement.absent("all", _not_run(contrast, sub, sem), semantics=sem,
                                                 effect=_effect(contrast))]
             notes_of[(claim.id, sem)] = notes
-            parts.append(claims.evaluate(claim, ms, evidence={"adaptation": adaptation, "identical_masks": notes},
+            parts.append(claims.evaluate(claim, ms, evidence={"convergence": convergence_evidence(table, sub, contrast),
+                                                               "identical_masks": notes},
                                          alpha=alpha, scale=text, study=STUDY))
         return pd.concat(parts, ignore_index=True)
 

@@ -3,7 +3,7 @@
 (:data:`margins.TASK_SCORE`), its gates (:mod:`headprune_utils.analysis.preconditions`, and :data:`MASKS_DIFFER`, the
 study's own) and the figure that shows it. The study sets ``claims = CLAIMS``;
 :func:`.layer_strategies_analysis.verdicts` decides them (:func:`headprune_utils.analysis.claims.evaluate`) with the evidence
-the gates read: ``adaptation`` (:func:`.layer_strategies_analysis.adaptation_diffs`) and ``identical_masks`` (the
+the gates read: ``convergence`` (:func:`.layer_strategies_analysis.convergence_evidence`) and ``identical_masks`` (the
 contrast's notes, :func:`.layer_strategies_analysis.measurements`).
 """
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from headprune_utils.analysis import claims, margins, preconditions
-from headprune_utils.studies.layer_strategies_analysis import ADAPT_BUDGET, CONTRASTS, REGIME_NAMES
+from headprune_utils.studies.layer_strategies_analysis import CONTRASTS
 
-__all__ = ["CLAIMS", "MASKS_DIFFER", "ADAPTS"]
+__all__ = ["CLAIMS", "MASKS_DIFFER", "CONVERGED"]
 
 
 def _masks_differ(m: claims.Measurement, evidence: Mapping) -> str | None:
@@ -27,14 +27,11 @@ MASKS_DIFFER = preconditions.Check(
     "the two strategies' masks differ in at least one pair (pairs where both pruned identical masks are left out: "
     "a mask is not tested against itself)", _masks_differ)
 
-# mask-then-fine-tune rows only (a model masked after fine-tuning has nothing to adapt); the random masks are the
-# same in both regimes (adaptation_diffs: the mean over the strategies run in both regimes when random did not run)
-ADAPTS = preconditions.AdaptsToMask(
-    what=f"at {100 * ADAPT_BUDGET:g}% pruned, mask-then-fine-tune - fine-tune-then-mask (random masks, else the mean "
-         "over the strategies run in both regimes)",
-    only=REGIME_NAMES["mask_then_finetune"])
+# every fine-tuned model behind a row reached the plateau of its held-out score: the full models (both regimes) and
+# the two strategies' masked models of mask-then-fine-tune rows (evidence: layer_strategies_analysis.convergence_evidence)
+CONVERGED = preconditions.Converged()
 
-GATES = (MASKS_DIFFER, preconditions.AboveChance(), ADAPTS)
+GATES = (MASKS_DIFFER, preconditions.AboveChance(), CONVERGED)
 BOTH_REGIMES = "fine-tuned, then masked; masked, then fine-tuned (each regime decided apart)"
 
 

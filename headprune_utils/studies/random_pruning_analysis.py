@@ -17,7 +17,7 @@ The claims are declared as data in :mod:`.random_pruning_claims` (rule, margin, 
   the same random mask, per (task, seed) model and share.
 
 A measure with nothing to measure in the run gives one absent measurement (:meth:`claims.Measurement.absent`:
-``not testable`` with the reason). The adapts-to-mask gate reads :func:`adapt_diffs` (evidence ``adaptation``).
+``not testable`` with the reason). The convergence gate reads :func:`convergence_evidence` (evidence ``convergence``).
 """
 from __future__ import annotations
 
@@ -26,21 +26,20 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from headprune_utils.analysis import claims
-from headprune_utils.studies import glue_workbench, semantics
+from headprune_utils.studies import convergence, glue_workbench, semantics
 from headprune_utils.analysis import pruning_curves
 from headprune_utils.analysis.pruning_curves import ( # noqa: F401 (re-exported: the notebook and the tests read it from here)
     prunable_fraction,
 )
 
 __all__ = ["REGIME_NAMES", "per_model", "mask_spread", "summarise", "paired_drop", "prunable_fraction", "regime_difference",
-           "ADAPT_FRACTION", "MEASURES", "adapt_diffs", "prunable_measurements", "retraining_measurements",
-           "claim_verdicts", "findings"]
+           "MEASURES", "prunable_measurements", "retraining_measurements",
+           "convergence_evidence", "claim_verdicts", "findings"]
 
 REGIME_NAMES = {
     "mask_then_finetune": "mask, then fine-tune",
     "finetune_then_mask": "fine-tune, then mask (no retraining)",
 }
-ADAPT_FRACTION = 0.5  # the share pruned at which fine-tuning must be seen to adapt to the mask
 UNIT = "model (task x seed)"
 
 
@@ -115,6 +114,10 @@ def _setting(fraction: float, regime: str) -> str:
     return f"{100 * fraction:g}% of heads pruned at random; {REGIME_NAMES[regime]}"
 
 
+def _both_regimes_setting(fraction: float) -> str:
+    return f"{100 * fraction:g}% of heads pruned at random"
+
+
 def _measurements(pairs: pd.DataFrame, setting: str, semantics: str, effect: str) -> list[claims.Measurement]:
     out = []
     for task, g in pairs.groupby("task", sort=True):
@@ -155,14 +158,22 @@ def retraining_measurements(table: pd.DataFrame, semantics: str) -> list[claims.
     effect = "score(mask, then fine-tune) - score(fine-tune, then mask)"
     for f in sorted(f for f in shares[0] & shares[1] if f > 0):
         pairs = _pairs(table, _at(table, "mask_then_finetune", f), _at(table, "finetune_then_mask", f))
-        out += _measurements(pairs, f"{100 * f:g}% of heads pruned at random", semantics, effect)
+        out += _measurements(pairs, _both_regimes_setting(f), semantics, effect)
     return _or_absent(out, "no share of heads pruned in both regimes in this run", semantics, effect)
 
 
-def adapt_diffs(table: pd.DataFrame) -> pd.DataFrame:
-    """``[task, seed, diff]`` at :data:`ADAPT_FRACTION`: mask-then-fine-tune - fine-tune-then-mask (the same mask)."""
-    pairs = _pairs(table, _at(table, "mask_then_finetune", ADAPT_FRACTION), _at(table, "finetune_then_mask", ADAPT_FRACTION))
-    return pairs[["task", "seed", "diff"]]
+def convergence_evidence(cells: pd.DataFrame, sub: pd.DataFrame) -> pd.DataFrame:
+    """The convergence gate's evidence (:mod:`.convergence`): the full model of every (task, seed) from its
+    mask-then-fine-tune cell at share 0 in ``cells`` (every semantics: no head masked, the same model), and the
+    models fine-tuned with a random mask fixed in ``sub`` (one semantics), behind the measurements of their share
+    in both claims' settings."""
+    full = cells[(cells["regime"] == "mask_then_finetune") & (cells["fraction"] == 0)]
+    rows = convergence.full_rows(full)
+    masked = sub[(sub["regime"] == "mask_then_finetune") & (sub["fraction"] > 0)]
+    for f, g in masked.groupby("fraction", sort=True):
+        for setting in (_setting(f, "mask_then_finetune"), _both_regimes_setting(f)):
+            rows += convergence.masked_rows(g, setting, lambda r: f"random {100 * r['fraction']:g}% mask")
+    return convergence.table(rows)
 
 
 # ---------------------------------------------------------------------------------------------- verdicts
@@ -177,8 +188,8 @@ MEASURES: dict[str, Callable[[pd.DataFrame, str], list[claims.Measurement]]] = {
 def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence[claims.Claim]) -> pd.DataFrame:
     """The study's verdict table (:data:`claims.COLUMNS`): every declared claim (``declared``: the study's
     ``claims``, :data:`.random_pruning_claims.CLAIMS`) measured by its ``measure`` (:data:`MEASURES`) and decided
-    by :func:`claims.evaluate` (its rule, margin and gates; evidence ``adaptation``: :func:`adapt_diffs` of the
-    same semantics) under every ablation semantics of the table (the cells' ``ablation``;
+    by :func:`claims.evaluate` (its rule, margin and gates; evidence ``convergence``: :func:`convergence_evidence`,
+    the full models from every semantics' cells, the masked ones of the same semantics) under every ablation semantics of the table (the cells' ``ablation``;
     :func:`semantics.verdicts_by_semantics`: primary = the claim's paper's, the others sensitivity), per task then
     pooled, Holm over the study's primary family and each sensitivity semantics apart. A claim with nothing
     measured under its own semantics gets one ``not testable`` row saying so (an absent measurement)."""
@@ -190,7 +201,7 @@ def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence[claims.Claim]) -
         table = table[table["draw"] == 0]
 
     def decide(sub: pd.DataFrame, sem: str) -> pd.DataFrame:
-        evidence = {"adaptation": adapt_diffs(sub)}
+        evidence = {"convergence": convergence_evidence(table, sub)}
         return pd.concat([claims.evaluate(claim, MEASURES[claim.measure](sub, sem), evidence=evidence, scale=text,
                                           study="random_pruning") for claim in declared], ignore_index=True)
 

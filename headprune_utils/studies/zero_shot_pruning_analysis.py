@@ -18,7 +18,7 @@ gradient importance; margin :data:`margins.TASK_SCORE`, 0.1 x (full - chance) of
 one mask (n = 1: the one pre-trained model, no task data), so the claim against random pruning is an empirical rank
 (:func:`rank_measurements`): the zero-shot mask's mean score over the task's models among the same means of random
 masks of its size scored on those same models, never pooled. The gates' evidence comes from here:
-:func:`adapt_diffs` (fine-tuning adapts to the mask) and the random masks' coverage (:func:`rank_measurements`).
+:func:`convergence_evidence` (every fine-tuned model behind a row trained to its plateau) and the random masks' coverage (:func:`rank_measurements`).
 Each claim is decided under every semantics measured (:func:`semantics.verdicts_by_semantics`): the rows under the
 claim's own paper's semantics (``Claim.semantics``: ``zero`` for Bian et al., our reading, and for ours;
 ``uniform`` for Budhraja et al.'s BERT code) are the primary analysis, Holm over the study's primary rows; each
@@ -32,15 +32,15 @@ import numpy as np
 import pandas as pd
 
 from headprune_utils.analysis import claims
-from headprune_utils.studies import glue_workbench, semantics, strategy_sweep
+from headprune_utils.studies import convergence, glue_workbench, semantics, strategy_sweep
 from headprune_utils.model import masks
 from headprune_utils.analysis.paired_contrasts import Contrast, per_ablation, unit_contrast_table
 from headprune_utils.studies.strategy_sweep import ( # noqa: F401 (re-exported: the notebook reads them from this study)
     REGIME_NAMES, summarise,
 )
 
-__all__ = ["METHODS", "CONTRASTS", "REGIME_NAMES", "STUDY_NAME", "ADAPT_BUDGET", "summarise", "example_masks", "paired", "contrasts",
-           "contrast_measurements", "rank_measurements", "adapt_diffs", "claim_verdicts", "zero_shot_masks",
+__all__ = ["METHODS", "CONTRASTS", "REGIME_NAMES", "STUDY_NAME", "summarise", "example_masks", "paired", "contrasts",
+           "contrast_measurements", "rank_measurements", "convergence_evidence", "claim_verdicts", "zero_shot_masks",
            "verdict_masks", "mask_overlap"]
 
 METHODS: tuple[str, ...] = ("zero_shot", "random", "least_important")
@@ -96,7 +96,6 @@ def contrasts(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------------------- claims
 
 STUDY_NAME = "zero_shot_pruning"
-ADAPT_BUDGET = 0.5    # the share pruned at which fine-tuning must be seen to adapt to the mask (random masks)
 
 def _setting(budget: float, regime: str) -> str:
     return f"{100 * float(budget):g}% of heads pruned; {REGIME_NAMES[regime]}"
@@ -193,20 +192,21 @@ def rank_measurements(table: pd.DataFrame, a: str, b: str, semantics: str,
     return out, draws
 
 
-def adapt_diffs(table: pd.DataFrame) -> pd.DataFrame:
-    """``[task, seed, diff]``: at :data:`ADAPT_BUDGET`, the random mask's score after mask-then-fine-tune minus
-    after fine-tune-then-mask (the same mask: study 1's masks, so the gate reads as it does there; the evidence
-    ``adaptation`` of :data:`.zero_shot_pruning_claims.ADAPTS`); ``table``: the cells of one semantics (both
-    regimes under it)."""
-    if "ablation" in table.columns and table["ablation"].nunique() > 1:
-        raise ValueError("adapt_diffs compares the regimes under one semantics: pass one semantics' cells")
-    t = table[(table["strategy"] == "random") & (table["budget"] == ADAPT_BUDGET)]
-    if t.empty:
-        return pd.DataFrame(columns=["task", "seed", "diff"])
-    p = t.pivot_table(index=["task", "seed"], columns="regime", values="score")
-    if not set(REGIME_NAMES) <= set(p.columns):
-        return pd.DataFrame(columns=["task", "seed", "diff"])
-    return (p["mask_then_finetune"] - p["finetune_then_mask"]).dropna().rename("diff").reset_index()
+def convergence_evidence(cells: pd.DataFrame, sub: pd.DataFrame, a: str, b: str, rank: bool = False) -> pd.DataFrame:
+    """The convergence gate's evidence (:mod:`.convergence`) for the contrast of methods ``a`` and ``b``: the full
+    model of every (task, seed), from its mask-then-fine-tune cell of the strategy ``none`` in ``cells`` (every
+    semantics: no head masked, the same model), and the models of ``a`` and ``b`` fine-tuned with their mask fixed
+    in ``sub`` (one semantics), behind the measurements of their budget. ``rank``: for the empirical rank, whose
+    unit is method ``a``'s one mask (``(task, a)``), every model behind it stands behind that unit."""
+    unit = (lambda task, seed: (task, a)) if rank else convergence.task_seed
+    full = cells[(cells["regime"] == "mask_then_finetune") & (cells["strategy"] == "none")]
+    rows = convergence.full_rows(full, unit, lambda task, seed: f"full model (seed {seed})")
+    masked = sub[(sub["regime"] == "mask_then_finetune") & sub["strategy"].isin({a, b} - {"none"})]
+    for budget, g in masked.groupby("budget", sort=True):
+        rows += convergence.masked_rows(
+            g, _setting(budget, "mask_then_finetune"),
+            lambda r: f"{r['strategy']} {100 * float(r['budget']):g}% mask (seed {r['seed']})", unit)
+    return convergence.table(rows)
 
 
 def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence[claims.Claim]) -> pd.DataFrame:
@@ -225,11 +225,11 @@ def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence[claims.Claim]) -
 
     def decide(sub: pd.DataFrame, sem: str) -> pd.DataFrame:
         parts = []
-        adaptation = adapt_diffs(sub)
         for claim in declared:
             c = _contrast(claim.measure)
-            evidence = {"adaptation": adaptation}
-            if isinstance(claim.rule, claims.EmpiricalRank):
+            rank = isinstance(claim.rule, claims.EmpiricalRank)
+            evidence = {"convergence": convergence_evidence(table, sub, c.a, c.b, rank)}
+            if rank:
                 ms, evidence["draws"] = rank_measurements(sub, c.a, c.b, sem, claim.unit)
             else:
                 ms = contrast_measurements(sub, c.a, c.b, sem, claim.unit)

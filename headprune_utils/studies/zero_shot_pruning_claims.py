@@ -16,9 +16,9 @@ the same for every task, seed and semantics (n = 1 mask). Two kinds of claim fol
   :data:`DRAWS` (a :class:`preconditions.Check`) names the shortfall when the run has too few such draws, and
   describes the effect it can (the random masks each on its own model).
 
-Gates: the fine-tuned full model above chance (:class:`preconditions.AboveChance`) and, for mask-then-fine-tune
-rows, fine-tuning adapts to the mask (:data:`ADAPTS`: at the analysis's ``ADAPT_BUDGET`` pruned, random masks,
-mask-then-fine-tune beats fine-tune-then-mask; evidence ``adaptation``: the analysis's ``adapt_diffs``).
+Gates: the fine-tuned full model above chance (:class:`preconditions.AboveChance`) and every fine-tuned model behind a row reached the plateau of its held-out score (:data:`CONVERGED`: the full models in
+both regimes, the masked models of mask-then-fine-tune rows; evidence ``convergence``: the analysis's
+``convergence_evidence``).
 """
 from __future__ import annotations
 
@@ -27,18 +27,15 @@ from collections.abc import Mapping
 import numpy as np
 
 from headprune_utils.analysis import claims, margins, preconditions
-from headprune_utils.studies.zero_shot_pruning_analysis import ADAPT_BUDGET, REGIME_NAMES
+from headprune_utils.studies.zero_shot_pruning_analysis import REGIME_NAMES
 
-__all__ = ["CLAIMS", "ADAPTS", "DRAWS", "RANK_UNIT", "VS_RANDOM_RULE", "draws_needed"]
+__all__ = ["CLAIMS", "CONVERGED", "DRAWS", "RANK_UNIT", "VS_RANDOM_RULE", "draws_needed"]
 
 RANK_UNIT = "zero-shot mask (n = 1; reference: random masks of its size)"
 VS_RANDOM_RULE = claims.EmpiricalRank("greater")
 
-
-# only mask-then-fine-tune rows: a model masked after fine-tuning has nothing to adapt
-ADAPTS = preconditions.AdaptsToMask(
-    what=f"at {100 * ADAPT_BUDGET:g}% pruned (random masks), mask-then-fine-tune - fine-tune-then-mask",
-    only=REGIME_NAMES["mask_then_finetune"])
+# every fine-tuned model behind a row reached the plateau of its held-out score (full models in both regimes)
+CONVERGED = preconditions.Converged()
 
 
 def draws_needed(alpha: float) -> int:
@@ -75,7 +72,7 @@ DRAWS = preconditions.Check(
     "model the zero-shot mask was scored on (the reference draws of the empirical p)", _draws)
 
 _ABOVE = preconditions.AboveChance()
-_GATES = (_ABOVE, ADAPTS)
+_GATES = (_ABOVE, CONVERGED)
 _REGIMES = f"{REGIME_NAMES['mask_then_finetune']} (Bian et al.'s protocol); {REGIME_NAMES['finetune_then_mask']}"
 _ONE_MASK = ("n = 1 zero-shot mask per budget (one pre-trained model, no task data: the same mask for every task "
              "and seed): the units are the fine-tuned models, what varies between them is the fine-tuning, so the "

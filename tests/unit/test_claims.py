@@ -38,11 +38,6 @@ def above_chance(margin):
     return preconditions.AboveChance(margin)
 
 
-def adapts_to_mask(diffs):
-    gate = preconditions.AdaptsToMask("at 50% pruned, mask-then-fine-tune - fine-tune-then-mask")
-    return preconditions.Check(gate.text(), lambda m, ev: gate.check(m, {"adaptation": diffs}))
-
-
 def meas(task, values, units=None, setting="50%", **kw):
     units = list(range(len(values))) if units is None else units
     return Measurement(task, values, units, setting=setting, semantics="zero", **kw)
@@ -302,23 +297,6 @@ def test_enough_units_both_branches_and_the_automatic_power_gate():
     assert r.verdict == "supported" and r.p == pytest.approx(1 / 64) and r.p_adjusted == pytest.approx(2 / 64)
     r = one(evaluate(CLAIM, Superiority(), [meas("sst2", [0.3, 0.3], units=["s0", "s0"])]))  # one model
     assert r.verdict == "not testable" and "got 1" in r.reason
-
-
-def test_adapts_to_mask_both_branches():
-    diffs = pd.DataFrame({
-        "task": ["sst2"] * 6 + ["mrpc"] * 3 + ["rte"],
-        "seed": [0, 0, 1, 1, 2, 2, 0, 1, 2, 0],
-        "diff": [0.05, 0.07, 0.06, 0.05, 0.055, 0.06, 0.05, -0.04, 0.01, 0.2],
-    })
-    gate = adapts_to_mask(diffs)
-    assert gate(meas("sst2", [0.0])) is None
-    assert "does not adapt to the mask on mrpc" in gate(meas("mrpc", [0.0]))
-    assert "no CI with one unit" in gate(meas("rte", [0.0]))
-    assert "no results" in gate(meas("qnli", [0.0]))
-    t = evaluate(CLAIM, Superiority(), [meas("sst2", [0.1, 0.12, 0.11]), meas("mrpc", [0.1, 0.12, 0.11])],
-                 gates=[gate])
-    assert one(t, "sst2").verdict == "supported"
-    assert one(t, "mrpc").verdict == "not testable" and "does not adapt" in one(t, "mrpc").reason
 
 
 def test_above_chance_both_branches():

@@ -1,5 +1,5 @@
 """Study 2's claims on hand-made tables: the claims declared once as data (layer_strategies_claims), each claim's
-wiring in both directions, the gates' both branches (above chance, fine-tuning adapts to the mask, identical masks),
+wiring in both directions, the gates' both branches (above chance, trained to the plateau, identical masks),
 absent measurements, per task then pooled, the model as the unit, no NaN in the rendered verdicts, and each claim
 decided under each ablation semantics apart (primary = its paper's)."""
 from __future__ import annotations
@@ -29,14 +29,27 @@ TEXT = {c.id: c.text for c in study.STUDY.claims}
 OWN = {c.id: c.semantics for c in study.STUDY.claims}
 
 
+# held-out curves (one record per epoch, the kept one selected): best at epoch 2 of 4 reached the plateau (patience
+# 2); best at the last epoch of the cap did not
+CONVERGED = [{"epoch": 1}, {"epoch": 2, "selected": True}, {"epoch": 3}, {"epoch": 4}]
+STALLED = [{"epoch": 1}, {"epoch": 2}, {"epoch": 3, "selected": True}]
+
+
 def make_table(effects=None, per_task=None, full=None, adapt=None, strategies=STRATEGIES, same=(),
-               ablations=("uniform", "zero")) -> pd.DataFrame:
+               ablations=("uniform", "zero"), curves=None) -> pd.DataFrame:
     """Tasks A and B (chance 0.5), 5 seeds, budgets 25%/50% (fine-tune, then mask) and 50% (mask, then fine-tune).
     Full model = ``full[task]`` + a seed jitter (SD 0.0158); random = full - 0.1; strategy s = random +
     ``effects[s]`` (or ``per_task[task][s]``) + small noise. Mask-then-fine-tune scores = those + ``adapt[task]``.
     ``same``: (strategy, its twin, budget, seeds) whose mask is made identical to the twin's. The same cells under
-    each semantics of ``ablations`` (identical scores)."""
+    each semantics of ``ablations`` (identical scores). Every mask-then-fine-tune cell stores a held-out curve that
+    reached the plateau unless ``curves`` gives ``(task, seed, strategy)`` another (the full model: ``none``); the
+    evaluation-only cells store none (as the study does)."""
     rng = np.random.default_rng(0)
+    curves = curves or {}
+
+    def curve(regime, task, seed, strategy):
+        return curves.get((task, seed, strategy), CONVERGED) if regime == MTF else []
+
     full = full or {"A": 0.8, "B": 0.85}
     adapt = adapt or {"A": 0.05, "B": 0.05}
     rows = []
@@ -46,7 +59,8 @@ def make_table(effects=None, per_task=None, full=None, adapt=None, strategies=ST
             f = full[task] + 0.01 * (seed - 2)
             for regime, budgets in ((FTM, (0.25, 0.5)), (MTF, (0.5,))):
                 rows.append({"task": task, "regime": regime, "strategy": "none", "budget": 0.0, "seed": seed,
-                             "score": f, "chance": 0.5, "metric": "accuracy", "mask": "full", "n_heads_total": 72})
+                             "score": f, "chance": 0.5, "metric": "accuracy", "mask": "full", "n_heads_total": 72,
+                             "history": curve(regime, task, seed, "none")})
                 for budget in budgets:
                     for s in strategies:
                         score = f - 0.1 + eff.get(s, 0.0) + rng.normal(0, 0.002) + (adapt[task] if regime == MTF else 0)
@@ -56,7 +70,7 @@ def make_table(effects=None, per_task=None, full=None, adapt=None, strategies=ST
                                 mask = f"{twin}-{budget}-{seed}"
                         rows.append({"task": task, "regime": regime, "strategy": s, "budget": budget, "seed": seed,
                                      "score": score, "chance": 0.5, "metric": "accuracy", "mask": mask,
-                                     "n_heads_total": 72})
+                                     "n_heads_total": 72, "history": curve(regime, task, seed, s)})
     one = pd.DataFrame(rows)
     return pd.concat([one.assign(ablation=a) for a in ablations], ignore_index=True)
 
@@ -186,15 +200,32 @@ def test_gate_above_chance_both_branches():
     assert pooled["verdict"] == "not testable" and "fewer than 2 tasks" in pooled["reason"]
 
 
-def test_gate_adapts_to_mask_only_on_mask_then_fine_tune_rows_both_branches():
-    v = verdicts(make_table(SUPPORTING, adapt={"A": 0.05, "B": -0.05}))
+def test_gate_converged_both_branches_masked_models_on_their_contrasts_only():
+    """Seed 3's 'middle' model on B stopped at its epoch cap still improving: B's mask-then-fine-tune rows of the
+    contrasts with 'middle' are not testable, naming it; the other contrasts and the fine-tune-then-mask rows (no
+    masked model fine-tuned) are decided; A is untouched."""
+    v = verdicts(make_table(SUPPORTING, curves={("B", 3, "middle"): STALLED}))
+    with_middle = {"budhraja.avoid_middle", "budhraja.important_location_not_worse"}
     for claim_id in TEXT:
         assert row(v, claim_id, "A", MTF)["verdict"] == "supported"
         b = row(v, claim_id, "B", MTF)
-        assert b["verdict"] == "not testable"
-        assert b["reason"].startswith("fine-tuning too short to adapt (fine-tuning does not adapt to the mask on B: "
-                                      "at 50% pruned, mask-then-fine-tune - fine-tune-then-mask (random masks")
-        assert row(v, claim_id, "B", FTM)["verdict"] != "not testable", "the gate is for mask-then-fine-tune only"
+        if claim_id in with_middle:
+            assert b["verdict"] == "not testable"
+            assert b["reason"].startswith("not trained to the plateau: 1 of 15 fine-tuned models on B were still "
+                                          "improving"), b["reason"]
+            assert "middle 50% mask of ('B', 3) (best epoch 3 of 3)" in b["reason"]
+        else:
+            assert b["verdict"] == "supported", (claim_id, b["reason"])
+        assert row(v, claim_id, "B", FTM)["verdict"] == "supported"
+
+
+def test_gate_converged_a_full_model_blocks_both_regimes():
+    v = verdicts(make_table(SUPPORTING, curves={("A", 0, "none"): STALLED}))
+    for claim_id in TEXT:
+        for regime in (FTM, MTF):
+            a = row(v, claim_id, "A", regime)
+            assert a["verdict"] == "not testable" and "full model of ('A', 0)" in a["reason"], (claim_id, regime)
+        assert row(v, claim_id, "B", FTM)["verdict"] == "supported"
 
 
 def test_identical_masks_are_reported_once_and_never_tested_against_each_other():
@@ -312,16 +343,17 @@ def test_each_semantics_is_decided_on_its_own_cells_and_michels_primary_rows_are
     assert set(s["ablation"]) == {"uniform", "zero"} and (s["n_seeds"] == 5).all()
 
 
-def test_the_adapts_gate_of_a_semantics_comes_from_its_own_cells():
-    """Fine-tuning adapts under uniform, not under zero: zero's mask-then-fine-tune rows are not testable, uniform's
-    are decided."""
+def test_the_masked_models_of_a_semantics_come_from_its_own_cells():
+    """A masked model stalled under zero, not under uniform: zero's mask-then-fine-tune row of that contrast is not
+    testable, uniform's is decided (the full models, the same under both, converged)."""
     t = pd.concat([make_table(SUPPORTING, ablations=("uniform",)),
-                   make_table(SUPPORTING, adapt={"A": -0.05, "B": -0.05}, ablations=("zero",))], ignore_index=True)
+                   make_table(SUPPORTING, ablations=("zero",), curves={("A", 1, "top_bottom"): STALLED})],
+                  ignore_index=True)
     v = verdicts(t)
     assert row(v, "budhraja.avoid_middle", "A", MTF)["verdict"] == "supported"
     z = row(v, "budhraja.avoid_middle", "A", MTF, "zero")
-    assert z["verdict"] == "not testable" and "does not adapt" in z["reason"]
-    assert row(v, "michel.least_important_first", "A", MTF)["verdict"] == "not testable"
+    assert z["verdict"] == "not testable" and "top_bottom 50% mask of ('A', 1)" in z["reason"]
+    assert row(v, "budhraja.location_no_preference", "A", MTF, "zero")["verdict"] != "not testable"
 
 
 def test_a_semantics_with_no_cells_gives_not_testable_primary_rows_only():
@@ -353,7 +385,7 @@ def test_the_claims_are_declared_once_as_data():
         k = contrasts[c.measure]
         assert f"score({k.a}) - score({k.b})" in c.metric and "margin" not in c.metric  # the gates and rule say those
         kinds = [type(g) for g in c.gates]
-        assert kinds == [preconditions.Check, preconditions.AboveChance, preconditions.AdaptsToMask], c.id
+        assert kinds == [preconditions.Check, preconditions.AboveChance, preconditions.Converged], c.id
         assert c.precondition.startswith("the two strategies' masks differ")
     assert {c.id: c.figure for c in study.STUDY.claims}["michel.least_important_first"] == "score_by_strategy"
     rules = {c.id: c.rule.kind for c in study.STUDY.claims}
@@ -361,8 +393,8 @@ def test_the_claims_are_declared_once_as_data():
                      "budhraja.avoid_consecutive": "superiority", "budhraja.important_location_not_worse":
                      "non-inferiority", "ours.most_important_not_worse": "non-inferiority",
                      "michel.least_important_first": "superiority"}
-    adapts = layer_strategies_claims.ADAPTS
-    assert adapts.only == study.REGIME_NAMES["mask_then_finetune"] == "mask, then fine-tune"
+    conv = layer_strategies_claims.CONVERGED
+    assert conv.only == "" and conv.patience == preconditions.PATIENCE == 2  # both regimes: the full models too
     assert preconditions.AboveChance().margin == preconditions.ABOVE_CHANCE == 0.05
     for gone in ("CLAIM_RULES", "ClaimRule", "ABOVE_CHANCE_MARGIN"):  # one home: the claims module
         assert not hasattr(analysis, gone) and not hasattr(study, gone), gone

@@ -18,6 +18,10 @@ from headprune_utils.studies import random_pruning_claims
 JITTER = (-0.002, -0.001, 0.0, 0.001, 0.002)  # seed-to-seed spread of every score (5 seeds)
 MASK = "1111/1111/1111"
 PRUNABLE, RETRAIN = "budhraja.random_prunable", "ours.retraining_recovers"
+# held-out curves (one record per epoch, the kept one selected): best at epoch 2 of 4 reached the plateau (patience
+# 2); best at the last epoch of the cap did not
+CONVERGED = [{"epoch": 1}, {"epoch": 2, "selected": True}, {"epoch": 3}, {"epoch": 4}]
+STALLED = [{"epoch": 1}, {"epoch": 2}, {"epoch": 3, "selected": True}]
 
 
 def cfg(**kw):
@@ -26,9 +30,13 @@ def cfg(**kw):
     return SimpleNamespace(**{**base, **kw})
 
 
-def cells(tasks: dict, regimes=("mask_then_finetune", "finetune_then_mask"), ablation="uniform") -> pd.DataFrame:
+def cells(tasks: dict, regimes=("mask_then_finetune", "finetune_then_mask"), ablation="uniform",
+          curves: dict | None = None) -> pd.DataFrame:
     """``tasks``: name -> (full, chance, {fraction: drop after mask-then-fine-tune}, {fraction: drop after
-    fine-tune-then-mask}); the full model is the fraction-0 cell of both regimes."""
+    fine-tune-then-mask}); the full model is the fraction-0 cell of both regimes. Every fine-tuning (the
+    mask-then-fine-tune cells) stores a held-out curve that reached the plateau, unless ``curves`` gives
+    ``(task, seed, fraction)`` another; the evaluation-only cells store none (as the study does)."""
+    curves = curves or {}
     rows = []
     for task, (full, chance, mtf, ftm) in tasks.items():
         for seed, j in enumerate(JITTER):
@@ -42,7 +50,9 @@ def cells(tasks: dict, regimes=("mask_then_finetune", "finetune_then_mask"), abl
                     wobble = j * j * (10 if regime == "mask_then_finetune" else 5) if fraction else 0.0
                     rows.append({"task": task, "regime": regime, "ablation": ablation, "fraction": fraction, "seed": seed,
                                  "score": f - drop + wobble, "chance": chance,
-                                 "metric": "accuracy", "mask": MASK, "n_heads_pruned": int(12 * fraction)})
+                                 "metric": "accuracy", "mask": MASK, "n_heads_pruned": int(12 * fraction),
+                                 "history": curves.get((task, seed, fraction), CONVERGED)
+                                 if regime == "mask_then_finetune" else []})
     return pd.DataFrame(rows)
 
 
@@ -97,24 +107,53 @@ def test_prunable_contradicted_when_the_loss_exceeds_the_margin():
     assert r["verdict"] == "contradicted" and r["ci_high"] < -r["margin"]
 
 
-def test_adapts_gate_fails_and_the_mask_then_fine_tune_claim_is_not_testable():
-    v = study.verdicts(cells({"SST-2": (0.8, 0.5, *NO_ADAPT)}), cfg())
-    for f in (0.5, 0.75):
-        r = one(v, PRUNABLE, "SST-2", f)
-        assert r["verdict"] == "not testable" and pd.isna(r["p"])
-        assert r["reason"].startswith("fine-tuning too short to adapt") and "SST-2" in r["reason"]
-    # the regime comparison itself carries no adapts gate: here it is significant the other way
-    assert one(v, RETRAIN, "SST-2", 0.5)["verdict"] == "contradicted"
+def test_a_masked_model_still_improving_makes_its_rows_not_testable_naming_it():
+    """The convergence gate: a model fine-tuned with a 50% mask that hit the epoch cap still improving blocks the
+    rows it stands behind (both claims at 50%), named with its best epoch; the 75% rows are decided."""
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS)}, curves={("SST-2", 3, 0.5): STALLED}), cfg())
+    for claim in (PRUNABLE, RETRAIN):
+        r = one(v, claim, "SST-2", 0.5)
+        assert r["verdict"] == "not testable" and pd.isna(r["p"]), r["reason"]
+        assert r["reason"] == ("not trained to the plateau: 1 of 10 fine-tuned models on SST-2 were still improving "
+                               "when training stopped (fewer than 2 epochs after their best): random 50% mask of "
+                               "('SST-2', 3) (best epoch 3 of 3)")
+        assert one(v, claim, "SST-2", 0.75)["verdict"] == "supported"
 
 
-def test_adapts_gate_needs_both_regimes_at_half():
-    v = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS)}, regimes=("mask_then_finetune",)), cfg())
+def test_a_full_model_still_improving_blocks_both_regimes():
+    """The full model stands behind every row of its task, the fine-tune-then-mask ones too (Michel et al.'s regime
+    masks that very model)."""
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS)}, curves={("SST-2", 0, 0.0): STALLED}), cfg())
+    for claim in (PRUNABLE, RETRAIN):
+        for f in (0.5, 0.75):
+            r = one(v, claim, "SST-2", f)
+            assert r["verdict"] == "not testable" and "full model of ('SST-2', 0) (best epoch 3 of 3)" in r["reason"]
+
+
+def test_no_held_out_curve_is_not_testable_and_the_mask_then_fine_tune_claim_needs_no_other_regime():
+    """Without a validation split there is no curve to judge: not testable, saying so; with curves, the prunable
+    claim is decided from the mask-then-fine-tune cells alone (the old adapts-to-mask gate needed both regimes)."""
+    t = cells({"SST-2": (0.8, 0.5, *ADAPTS)})
+    v = study.verdicts(t.assign(history=[[{"epoch": 1}, {"epoch": 2}]] * len(t)), cfg())
     r = one(v, PRUNABLE, "SST-2", 0.5)
-    assert r["verdict"] == "not testable" and r["reason"].startswith("no results to check that fine-tuning adapts")
+    assert r["verdict"] == "not testable" and "have no held-out curve (no validation split)" in r["reason"]
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS)}, regimes=("mask_then_finetune",)), cfg())
+    assert one(v, PRUNABLE, "SST-2", 0.5)["verdict"] == "supported"
     r = one(v, RETRAIN)
     assert r["verdict"] == "not testable" and "both regimes" in r["reason"] and r["n_units"] == 0
     assert (r["p_test"], r["tests"], r["unit_values"]) == ("", "[]", "[]") and pd.isna(r["p_adjusted"])  # no test
     claims.validate(v)
+
+
+def test_the_full_models_curve_comes_from_any_semantics():
+    """The full model (no head masked) is the same under every semantics: a semantics evaluated only after
+    fine-tuning (zero here) is judged by the curve stored under another (uniform)."""
+    t = pd.concat([cells({"SST-2": (0.8, 0.5, *ADAPTS)}, ablation="uniform"),
+                   cells({"SST-2": (0.8, 0.5, *ADAPTS)}, regimes=("finetune_then_mask",), ablation="zero")],
+                  ignore_index=True)
+    ev = analysis.convergence_evidence(t, t[t["ablation"] == "zero"])
+    assert list(ev["model"]) == ["full model"] * 5 and ev["reached"].all()
+    assert set(ev["unit"]) == {("SST-2", s) for s in range(5)}
 
 
 def test_above_chance_gate_both_branches():
@@ -230,7 +269,7 @@ def test_sensitivity_semantics_are_decided_apart_and_flag_a_flip():
     assert ft["p_adjusted"].to_numpy() != exact(stats.holm(ft["p"].to_numpy()))  # not one family over both
     u = one(prim, PRUNABLE, "SST-2", 0.5)
     z = one(sens, PRUNABLE, "SST-2", 0.5)
-    assert u["verdict"] == "supported" and z["verdict"] == "not testable", (u["reason"], z["reason"])
+    assert u["verdict"] == "supported" and z["verdict"] == "contradicted", (u["reason"], z["reason"])
     dep = claims.semantics_dependence(v).set_index(["claim_id", "task", "setting"])
     row = dep.loc[(RETRAIN, "SST-2", "50% of heads pruned at random")]
     assert row["depends"] == "flips" and row["primary_semantics"] == "uniform"
@@ -254,13 +293,13 @@ def test_the_claims_are_declared_once_as_data():
     by_id = {c.id: c for c in study.STUDY.claims}
     assert isinstance(by_id[PRUNABLE].rule, claims.NonInferiority)
     assert isinstance(by_id[RETRAIN].rule, claims.Superiority) and by_id[RETRAIN].rule.direction == "greater"
-    # the above-chance margin is the project's one constant; the adapts gate only on the mask-then-fine-tune claim
+    # the above-chance margin is the project's one constant; the convergence gate on both claims (both regimes)
     assert all(g.margin == preconditions.ABOVE_CHANCE == 0.05 for c in study.STUDY.claims for g in c.gates
                if isinstance(g, preconditions.AboveChance))
-    adapts = [g for g in by_id[PRUNABLE].gates if isinstance(g, preconditions.AdaptsToMask)]
-    assert len(adapts) == 1 and adapts[0].what == "at 50% pruned, mask-then-fine-tune - fine-tune-then-mask"
-    assert not any(isinstance(g, preconditions.AdaptsToMask) for g in by_id[RETRAIN].gates)
-    assert "fine-tuning adapts to the mask" in by_id[PRUNABLE].precondition
+    for c in study.STUDY.claims:
+        conv = [g for g in c.gates if isinstance(g, preconditions.Converged)]
+        assert len(conv) == 1 and conv[0].patience == preconditions.PATIENCE == 2 and conv[0].only == "", c.id
+        assert "reached the plateau of its held-out score" in c.precondition
     assert not hasattr(analysis, "RULES") and not hasattr(analysis, "ABOVE_CHANCE")  # one home: the claims module
 
 
@@ -278,7 +317,7 @@ def test_an_absent_measurement_is_not_testable_through_evaluate():
     ms = analysis.prunable_measurements(t, "uniform")
     assert len(ms) == 1 and ms[0].missing and ms[0].n_units == 0
     claim = next(c for c in study.CLAIMS if c.id == PRUNABLE)
-    r = claims.evaluate(claim, ms, evidence={"adaptation": analysis.adapt_diffs(t)}).iloc[0]
+    r = claims.evaluate(claim, ms, evidence={"convergence": analysis.convergence_evidence(t, t)}).iloc[0]
     why = "no mask-then-fine-tune cells with >= 50% of heads pruned in this run under the uniform semantics"
     assert (r["verdict"], r["reason"], r["n_units"], r["tests"]) == ("not testable", why, 0, "[]")
     v = study.verdicts(t, cfg())

@@ -28,6 +28,10 @@ MTF, FTM = "mask_then_finetune", "finetune_then_mask"
 OWN = {c.id: c.semantics for c in study.STUDY.claims}
 RULE = {c.id: c.rule for c in study.STUDY.claims}
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / study.STUDY.notebook
+# held-out curves (one record per epoch, the kept one selected): best at epoch 2 of 4 reached the plateau (patience
+# 2); best at the last epoch of the cap did not
+CONVERGED = [{"epoch": 1}, {"epoch": 2, "selected": True}, {"epoch": 3}, {"epoch": 4}]
+STALLED = [{"epoch": 1}, {"epoch": 2}, {"epoch": 3, "selected": True}]
 
 
 def cfg(**kw):
@@ -36,21 +40,32 @@ def cfg(**kw):
     return SimpleNamespace(**{**base, **kw})
 
 
-def cells(tasks: dict, methods=("zero_shot", "random", "least_important"), ablations=("zero", "uniform")) -> pd.DataFrame:
+def cells(tasks: dict, methods=("zero_shot", "random", "least_important"), ablations=("zero", "uniform"),
+          curves: dict | None = None) -> pd.DataFrame:
     """``tasks``: name -> (full, chance, {(regime, method, budget): drop from the full model}); a drop not given
-    is 0.1 (mask-then-fine-tune) or 0.2 (fine-tune-then-mask). The same cells under each of ``ablations``."""
+    is 0.1 (mask-then-fine-tune) or 0.2 (fine-tune-then-mask). The same cells under each of ``ablations``. Every
+    mask-then-fine-tune cell stores a held-out curve that reached the plateau unless ``curves`` gives
+    ``(task, seed, method, budget)`` another (the full model: method ``none``, budget 0); the evaluation-only cells
+    store none (as the study does)."""
+    curves = curves or {}
+
+    def curve(regime, task, seed, method, budget):
+        return curves.get((task, seed, method, budget), CONVERGED) if regime == MTF else []
+
     rows = []
     for task, (full, chance, drops) in tasks.items():
         for seed, j in enumerate(JITTER):
             for regime in (MTF, FTM):
                 rows.append({"task": task, "regime": regime, "strategy": "none", "budget": 0.0, "seed": seed,
-                             "score": full + j, "chance": chance, "mask": FULL_MASK})
+                             "score": full + j, "chance": chance, "mask": FULL_MASK,
+                             "history": curve(regime, task, seed, "none", 0.0)})
                 for budget in ((0.5,) if regime == MTF else (0.5, 0.75)):
                     for m in methods:
                         drop = drops.get((regime, m, budget), 0.1 if regime == MTF else 0.2)
                         mask = ZS_MASK[budget] if m == "zero_shot" else f"{seed % 2}111/1111/0000"
                         rows.append({"task": task, "regime": regime, "strategy": m, "budget": budget, "seed": seed,
-                                     "score": full + j - drop + j * j * (10 + len(m) + budget), "chance": chance, "mask": mask})
+                                     "score": full + j - drop + j * j * (10 + len(m) + budget), "chance": chance, "mask": mask,
+                                     "history": curve(regime, task, seed, m, budget)})
     one_sem = pd.DataFrame(rows)
     return pd.concat([one_sem.assign(ablation=a) for a in ablations], ignore_index=True)
 
@@ -104,17 +119,28 @@ def test_equivalence_between_methods_both_directions():
     assert r["verdict"] == "contradicted" and r["ci_low"] > r["margin"]
 
 
-def test_adapts_gate_only_on_mask_then_fine_tune_rows():
-    no_adapt = {**GOOD, (FTM, "random", 0.5): 0.0}  # masking the fine-tuned model loses nothing: mtf cannot beat it
-    v = study.verdicts(cells({"SST-2": (0.8, 0.5, no_adapt)}), cfg())
-    for claim in (COMPARABLE, VS_IMPORTANCE, RANDOM):
+def test_a_masked_model_still_improving_blocks_the_rows_it_stands_behind():
+    """The convergence gate: seed 1's random 50% mask stopped at the epoch cap still improving. The mask-then-fine-tune
+    rows of the claims with random masks behind them are not testable, naming it (the rank's unit is the zero-shot
+    mask: every model behind it stands behind that unit); the rows without it, and the fine-tune-then-mask rows, are
+    decided."""
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD)}, curves={("SST-2", 1, "random", 0.5): STALLED}), cfg())
+    for claim in (RANDOM, VS_RANDOM):
         r = one(v, claim, "SST-2", 0.5, MTF)
-        assert r["verdict"] == "not testable" and r["reason"].startswith("fine-tuning too short to adapt")
-        assert "random masks" in r["reason"] and pd.isna(r["p"])
-        assert one(v, claim, "SST-2", 0.5, FTM)["verdict"] != "not testable"
-    # the rank row names the failed adaptation too (besides its missing draws); its fine-tune-then-mask row does not
-    assert "fine-tuning too short to adapt" in one(v, VS_RANDOM, "SST-2", 0.5, MTF)["reason"]
-    assert "fine-tuning too short to adapt" not in one(v, VS_RANDOM, "SST-2", 0.5, FTM)["reason"]
+        assert r["verdict"] == "not testable" and pd.isna(r["p"]), r["reason"]
+        assert "were still improving when training stopped" in r["reason"]
+        assert "random 50% mask (seed 1) of " in r["reason"] and "(best epoch 3 of 3)" in r["reason"]
+        assert "still improving" not in one(v, claim, "SST-2", 0.5, FTM)["reason"]
+    for claim in (COMPARABLE, VS_IMPORTANCE):
+        assert one(v, claim, "SST-2", 0.5, MTF)["verdict"] == "supported"
+
+
+def test_a_full_model_still_improving_blocks_both_regimes():
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD)}, curves={("SST-2", 2, "none", 0.0): STALLED}), cfg())
+    for claim in (COMPARABLE, VS_IMPORTANCE, RANDOM):
+        for regime in (MTF, FTM):
+            r = one(v, claim, "SST-2", 0.5, regime)
+            assert r["verdict"] == "not testable" and "full model (seed 2) of ('SST-2', 2)" in r["reason"], r["reason"]
 
 
 def test_above_chance_gate_both_branches():
@@ -243,7 +269,7 @@ def test_a_semantics_without_fine_tuning_cells_has_no_mask_then_fine_tune_rows()
     uni = v[v["semantics"] == "uniform"]
     assert not uni["setting"].str.endswith(study.REGIME_NAMES[MTF]).any()
     assert one(v, RANDOM, "SST-2", 0.5, FTM)["verdict"] == "contradicted"  # primary (uniform), fine-tune-then-mask
-    assert one(v, COMPARABLE, "SST-2", 0.5, MTF)["verdict"] == "supported"  # zero: its own adapts gate passes
+    assert one(v, COMPARABLE, "SST-2", 0.5, MTF)["verdict"] == "supported"  # zero: its own fine-tuned models
 
 
 # ------------------------------------------------------------------------------------------ claims as data
@@ -259,7 +285,8 @@ def test_every_claim_is_declared_as_data_with_a_rule_gates_and_a_figure_the_stud
         assert c.figure in written, (c.id, c.figure)
         assert c.measure in {x.name for x in analysis.CONTRASTS} and c.metric and c.regime and c.note
         assert "0.1 x (full - chance)" not in c.metric  # the margin renders itself (the rule), not the metric
-        assert "above chance by more than 0.05" in c.precondition and "fine-tuning adapts to the mask" in c.precondition
+        assert "above chance by more than 0.05" in c.precondition
+        assert "reached the plateau of its held-out score" in c.precondition
     # the one zero-shot mask: said in every zero-shot claim's note; against random masks, an empirical rank
     for cid in (COMPARABLE, VS_RANDOM, VS_IMPORTANCE):
         assert "n = 1" in next(c for c in zsc.CLAIMS if c.id == cid).note
@@ -268,15 +295,17 @@ def test_every_claim_is_declared_as_data_with_a_rule_gates_and_a_figure_the_stud
     assert isinstance(RULE[COMPARABLE], claims.NonInferiority) and isinstance(RULE[VS_IMPORTANCE], claims.Equivalence)
 
 
-def test_the_adaptation_gate_reads_mask_then_fine_tune_rows_only():
-    diffs = pd.DataFrame({"task": ["SST-2"] * 3, "seed": [0, 1, 2], "diff": [-0.01, 0.0, 0.01]})
-    m = claims.Measurement("SST-2", [0.0] * 3, [0, 1, 2], "50% of heads pruned; mask, then fine-tune", "zero")
-    assert zsc.ADAPTS.check(m, {"adaptation": diffs}).startswith("fine-tuning too short to adapt")
-    other = claims.Measurement("SST-2", [0.0] * 3, [0, 1, 2], "50% of heads pruned; fine-tune, then mask (no "
-                               "retraining)", "zero")
-    assert zsc.ADAPTS.check(other, {"adaptation": diffs}) is None
-    assert zsc.ADAPTS.text().startswith("mask, then fine-tune rows: fine-tuning adapts to the mask")
-    assert zsc.ADAPTS.check(m, {"adaptation": diffs.assign(diff=[0.1, 0.11, 0.12])}) is None
+def test_the_convergence_evidence_of_a_rank_stands_behind_the_one_mask():
+    """For the empirical rank (unit: the zero-shot mask, ``(task, "zero_shot")``) every model behind it carries that
+    unit; for a paired contrast, the fine-tuned model (task, seed). The full models come from every semantics."""
+    t = cells({"SST-2": (0.8, 0.5, GOOD)})
+    sub = t[t["ablation"] == "zero"]
+    rank = analysis.convergence_evidence(t, sub, "zero_shot", "random", rank=True)
+    assert set(rank["unit"]) == {("SST-2", "zero_shot")} and len(rank) == 5 + 10
+    assert set(rank.loc[rank["setting"] == "", "model"]) == {f"full model (seed {s})" for s in range(5)}
+    assert set(rank.loc[rank["setting"] != "", "setting"]) == {"50% of heads pruned; mask, then fine-tune"}
+    pair = analysis.convergence_evidence(t, sub, "zero_shot", "none")
+    assert set(pair["unit"]) == {("SST-2", s) for s in range(5)} and len(pair) == 5 + 5 and pair["reached"].all()
 
 
 def test_an_absent_method_is_not_testable_through_evaluate_with_its_reason():
@@ -301,12 +330,15 @@ def rank_cells(zero_shot: float, draws: list[float], per_seed_masks: bool = Fals
     ``zero_shot`` (+ a seed jitter) on every model, and one random mask per value of ``draws`` scored on EVERY
     model (its mean over the models = the value); ``per_seed_masks``: instead, each random mask on its own seed's
     model only (the committed run's layout); ``partial``: extra random masks scored on 4 of the 5 models only (no
-    comparable draw: they must be left out); ``zs_masks``: distinct zero-shot masks (1 = deterministic)."""
+    comparable draw: they must be left out); ``zs_masks``: distinct zero-shot masks (1 = deterministic). The full
+    models' fine-tuning (a mask-then-fine-tune cell of no mask) stores its held-out curve, which reached the plateau."""
     jit = dict(zip(SEEDS, (-0.002, -0.001, 0.0, 0.001, 0.002)))
     rows = []
     for task in tasks:
-        at = {"task": task, "regime": FTM, "ablation": "zero", "chance": 0.5}
+        at = {"task": task, "regime": FTM, "ablation": "zero", "chance": 0.5, "history": []}
         for s in SEEDS:
+            rows.append({**at, "regime": MTF, "strategy": "none", "budget": 0.0, "seed": s, "score": 0.8 + jit[s],
+                         "mask": "1" * 12, "history": CONVERGED})
             rows.append({**at, "strategy": "none", "budget": 0.0, "seed": s, "score": 0.8 + jit[s], "mask": "1" * 12})
             zs = f"{'1' * 6}{s % zs_masks:06b}"
             rows.append({**at, "strategy": "zero_shot", "budget": 0.5, "seed": s, "score": zero_shot + jit[s],

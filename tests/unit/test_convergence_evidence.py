@@ -1,0 +1,63 @@
+"""The convergence evidence of the GLUE studies (studies/convergence.py) from stored cells: full models once per
+(task, seed) from any semantics, masked models per setting, the curves a figure draws; checked by hand."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from headprune_utils.analysis import preconditions
+from headprune_utils.studies import convergence
+
+REACHED = [{"epoch": 1, "val_score": 0.80}, {"epoch": 2, "val_score": 0.84, "selected": True},
+           {"epoch": 3, "val_score": 0.83}, {"epoch": 4, "val_score": 0.82}]
+CAPPED = [{"epoch": 1, "val_score": 0.70}, {"epoch": 2, "val_score": 0.75}, {"epoch": 3, "val_score": 0.78, "selected": True}]
+NO_SPLIT = [{"epoch": 1, "train_loss": 0.5}, {"epoch": 2, "train_loss": 0.4}]
+
+
+def cells():
+    return pd.DataFrame([
+        {"task": "SST-2", "seed": 0, "ablation": "zero", "fraction": 0.0, "history": []},       # evaluation only
+        {"task": "SST-2", "seed": 0, "ablation": "uniform", "fraction": 0.0, "history": REACHED},
+        {"task": "SST-2", "seed": 1, "ablation": "uniform", "fraction": 0.0, "history": CAPPED},
+        {"task": "CoLA", "seed": 0, "ablation": "uniform", "fraction": 0.0, "history": NO_SPLIT},
+        {"task": "CoLA", "seed": 1, "ablation": "uniform", "fraction": 0.0, "history": None},
+        {"task": "SST-2", "seed": 0, "ablation": "uniform", "fraction": 0.5, "history": CAPPED},
+    ])
+
+
+def test_full_rows_take_the_stored_curve_of_each_model_once():
+    full = cells()[cells()["fraction"] == 0]
+    rows = convergence.table(convergence.full_rows(full))
+    assert list(rows.columns) == convergence.COLUMNS
+    got = {r["unit"]: (r["epochs"], r["best_epoch"], r["reached"]) for r in rows.to_dict("records")}
+    assert got[("SST-2", 0)] == (4, 2, True)       # the evaluation-only cell's empty history is not its curve
+    assert got[("SST-2", 1)] == (3, 3, False)      # best at the cap: still improving
+    assert pd.isna(got[("CoLA", 0)][1]) and not got[("CoLA", 0)][2]  # no validation split: no epoch chosen
+    assert got[("CoLA", 1)][0] == 0 and pd.isna(got[("CoLA", 1)][1]) and not got[("CoLA", 1)][2]
+    assert set(rows["setting"]) == {""} and set(rows["model"]) == {"full model"}
+
+
+def test_masked_rows_carry_the_setting_and_name_and_the_gate_reads_them():
+    t = cells()
+    rows = convergence.full_rows(t[(t["fraction"] == 0) & (t["task"] == "SST-2") & (t["seed"] == 0)])
+    rows += convergence.masked_rows(t[t["fraction"] == 0.5], "50%; mask, then fine-tune",
+                                    lambda r: f"random {100 * r['fraction']:g}% mask")
+    ev = convergence.table(rows)
+    gate = preconditions.Converged()
+    from headprune_utils.analysis.claims import Measurement
+    m = Measurement("SST-2", [0.0], [("SST-2", 0)], setting="50%; mask, then fine-tune")
+    assert "random 50% mask of ('SST-2', 0) (best epoch 3 of 3)" in gate.check(m, {"convergence": ev})
+    other = Measurement("SST-2", [0.0], [("SST-2", 0)], setting="50%; fine-tune, then mask")
+    assert gate.check(other, {"convergence": ev}) is None  # only the full model stands behind it, and it reached
+
+
+def test_curves_one_row_per_epoch_with_the_kept_epoch_and_the_plateau():
+    t = cells()
+    c = convergence.curves(t[t["task"] == "SST-2"], lambda r: "full" if r["fraction"] == 0 else "masked")
+    assert list(c.columns) == convergence.CURVE_COLUMNS and len(c) == 4 + 3 + 3
+    kept = c[c["selected"]]
+    assert list(zip(kept["seed"], kept["model"], kept["epoch"], kept["reached"])) == [
+        (0, "full", 2, True), (1, "full", 3, False), (0, "masked", 3, False)]
+    assert c.loc[(c["seed"] == 0) & (c["model"] == "full"), "score"].tolist() == [0.80, 0.84, 0.83, 0.82]
+    with pytest.raises(ValueError, match="without a held-out score"):
+        convergence.curves(t[t["task"] == "CoLA"], lambda r: "full")
