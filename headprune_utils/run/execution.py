@@ -42,6 +42,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor
 from concurrent.futures import wait as wait_futures
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
@@ -49,6 +50,7 @@ import torch
 from tqdm import tqdm
 
 from headprune_utils.model import models
+from headprune_utils.run.profiles import TimeLeft, calibrated_gflops, duration_text
 from headprune_utils.tasks.metrics import verdict_scores
 from headprune_utils.store.paths import StudyPaths, outputs_root
 from headprune_utils.store.results import (ResultStore, StaleResultsError, atomic_write_json, cell_key, portable,
@@ -56,6 +58,7 @@ from headprune_utils.store.results import (ResultStore, StaleResultsError, atomi
 from headprune_utils.studies import NAMES, get_study
 from headprune_utils.studies.base import Cell, Study
 from headprune_utils.studies.config import as_dict, validate
+from headprune_utils.train import phases
 
 EXECUTORS = ("local", "process", "ray")
 
@@ -225,17 +228,27 @@ def iter_batch(study: Study, cfg, device, paths: StudyPaths, batch: Batch, ctx=N
     ``ctx``: the study's context when the executor keeps one across batches (else built here, inside the
     error handling)."""
     left = list(batch.keys)
+    axes = {c.key: c.axes for c in batch.cells}
     try:
         if ctx is None:
+            phases.report(f"{study.name}: loading what the cells need (model, data)")
             ctx = study.context(cfg, device, paths)
+        phases.report(f"computing {axes_text(axes[left[0]])}")
         for cell, result in study.run(ctx, batch.cells, batch.inputs):
             if cell.key in left:
                 left.remove(cell.key)
             yield Outcome(cell.key, "done", result={**result, **study.provenance(ctx, cell)})
+            if left:  # resumed: the study computes the next cell now
+                phases.report(f"computing {axes_text(axes[left[0]])}")
     except Exception:
         err = traceback.format_exc()
         for k in left:
             yield Outcome(k, "failed", error=err)
+
+
+def axes_text(axes) -> str:
+    """A cell's axes as the progress display names it: ``"task=SST-2 regime=finetune_then_mask fraction=0.5"``."""
+    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in dict(axes).items())
 
 
 def run_batch(study: Study, cfg, device, paths: StudyPaths, batch: Batch, ctx=None) -> list[Outcome]:
@@ -271,6 +284,7 @@ class LocalExecutor:
         handle = handles[0]
         batch = self._queue.pop(handle)
         if self._ctx is None:
+            phases.report(f"{self.study.name}: loading what the cells need (model, data)")
             self._ctx = self.study.context(self.cfg, self.device, self.paths)
         return [(handle, iter_batch(self.study, self.cfg, self.device, self.paths, batch, self._ctx))]
 
@@ -604,6 +618,91 @@ def make_executor(executor: str | Executor = "local", address: str | None = None
     raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
 
 
+# ---------------------------------------------------------------------------------------------- progress
+
+STATUS_FILE = "status.json"  # in the staging folder of a notebook the batch runner executes (never in the outputs)
+PROGRESS_INTERVAL = 2.0  # seconds between refreshes of the bar and the status file while a phase goes on
+
+
+class Progress:
+    """What the driver shows while cells run: the cells stored of those to compute, what runs now (the phase reported
+    last, :mod:`headprune_utils.train.phases`: loading, a cell, a model's training with its epoch and step) and the
+    time left, from the planned costs calibrated by this run's finished cells (:class:`~.profiles.TimeLeft`).
+
+    Shown on a tqdm bar when ``show`` (refreshed at most every ``interval`` seconds, default :data:`PROGRESS_INTERVAL`), and written to
+    ``status_file`` when given (atomically, at most every ``interval`` seconds and at each stored cell): the batch
+    runner passes its notebooks ``show=False`` (a bar would land in the executed notebook) and reads the file
+    instead (:func:`read_status`). Neither goes into a notebook's outputs."""
+
+    def __init__(self, study: str, todo: list[Cell], show: bool, status_file: Path | None = None,
+                 interval: float | None = None, clock: Callable[[], float] = time.perf_counter):
+        self.study, self.total, self.status_file, self.clock = study, len(todo), status_file, clock
+        self.interval = PROGRESS_INTERVAL if interval is None else interval
+        self.time_left = TimeLeft({c.key: c.cost.flops for c in todo}, 1e-9 / calibrated_gflops(study))
+        self.stored = 0
+        self.phase = ""
+        self.started = self.last_cell = self.last_shown = self.last_written = clock()
+        self.bar = tqdm(total=self.total, desc=f"{study} cells", disable=not show, mininterval=30,
+                        bar_format="{desc}: {percentage:3.0f}%|{bar:20}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
+
+    def text(self) -> str:
+        """``"training SST-2 s0 full: fine-tuning, epoch 1/3, step 40/57; about 12 min left"``."""
+        now = self.clock()
+        left = self.time_left.seconds_left(now - self.last_cell)
+        parts = [self.phase] if self.phase else []
+        parts.append(f"{duration_text(left)} left" if left is not None else "time left: after the first cell")
+        return "; ".join(parts)
+
+    def on_phase(self, text: str) -> None:
+        """A phase reported (:func:`phases.report`): shown at once when it is the first since a cell was stored,
+        else at most every ``interval`` seconds (training reports every step)."""
+        first, self.phase = not self.phase, text
+        self._show(force=first)
+
+    def on_cell(self, key: str) -> None:
+        """A cell's outcome arrived (stored, or failed)."""
+        now = self.clock()
+        self.time_left.done(key, max(0.0, now - self.last_cell))
+        self.last_cell = now
+        self.stored += 1
+        self.phase = ""  # what ran is done; the next phase follows
+        self.bar.update(1)
+        self._show(force=False)
+
+    def _show(self, force: bool) -> None:
+        now = self.clock()
+        if not self.bar.disable and (force or now - self.last_shown >= self.interval):
+            self.bar.set_postfix_str(self.text(), refresh=False)
+            self.bar.refresh()
+            self.last_shown = now
+        if self.status_file is not None and (force or now - self.last_written >= self.interval):
+            self.write()
+            self.last_written = now
+
+    def write(self) -> None:
+        """The status file: ``{"study", "stored", "total", "phase", "seconds_left", "text"}``."""
+        left = self.time_left.seconds_left(self.clock() - self.last_cell)
+        self.status_file.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.status_file, {
+            "study": self.study, "stored": self.stored, "total": self.total, "phase": self.phase,
+            "seconds_left": left, "text": f"{self.stored}/{self.total} cells computed now; {self.text()}"})
+
+    def close(self) -> None:
+        if self.status_file is not None:
+            self.write()
+        self.bar.set_postfix_str("", refresh=False)
+        self.bar.close()
+
+
+def read_status(path: Path) -> str | None:
+    """The text of a status file a run writes (:class:`Progress`): ``"3/84 cells computed now; training ...;
+    about 12 min left"``; None when there is none (yet) or it cannot be read."""
+    try:
+        return str(json.loads(Path(path).read_text())["text"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 # ------------------------------------------------------------------------------------------------ the driver
 
 class MixedModelsError(RuntimeError):
@@ -702,21 +801,24 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
     skipped: dict[str, str] = {}
     show = cfg.progress if progress is None else progress
     if todo:
-        bar = tqdm(total=len(todo), desc=f"{study.name} cells", disable=not show, mininterval=30)
+        # the batch runner's notebooks (staged) tell it their progress through a file in their staging folder
+        status_file = paths.staging / STATUS_FILE if paths.staged else None
+        shown = Progress(study.name, todo, show, status_file)
 
         def store_outcome(o: Outcome) -> None:
             if o.status == "done":
                 store.put(dict(by_key[o.key].axes), o.result)
-            bar.update(1)
+            shown.on_cell(o.key)
 
         try:
             read = lambda k: store.get(dict(by_key[k].axes))["result"]  # noqa: E731
-            ex.start(study=study, cfg=cfg, device=device, paths=paths, profile=profile)
-            # every executor alike: outcomes are stored the moment they arrive (the local one's cell by cell)
-            failed, skipped = schedule(cells, done, ex.submit, ex.wait, read, store_outcome,
-                                       max_in_flight=ex.max_in_flight)
+            with phases.listening(shown.on_phase):
+                ex.start(study=study, cfg=cfg, device=device, paths=paths, profile=profile)
+                # every executor alike: outcomes are stored the moment they arrive (the local one's cell by cell)
+                failed, skipped = schedule(cells, done, ex.submit, ex.wait, read, store_outcome,
+                                           max_in_flight=ex.max_in_flight)
         finally:
-            bar.close()
+            shown.close()
             ex.close()
     stored = [c for c in cells if store.has(c.axes)]
     table = store.table([dict(c.axes) for c in stored])

@@ -10,6 +10,7 @@ run's slices, one trained model each (:func:`slice_counts`), with the ``--where`
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from itertools import takewhile
 from typing import Any, NamedTuple
@@ -21,6 +22,92 @@ from headprune_utils.store.results import ResultStore
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies.base import Cell, Study
 from headprune_utils.studies.config import ParameterError, load_profile, profile_lines, validate
+
+
+# What the cells of each study sustained, in GFLOP/s of one torch thread on the 2-core CPU: the planned FLOPs of the
+# committed standard cells (outputs/<study>/standard/cells) over the seconds they recorded, the training of a
+# model inside the cell that first needed it included (tests/data/test_plan_calibration.py recomputes them). The
+# studies differ (evaluation-heavy ones run more FLOP/s than fine-tuning ones), so one speed per study.
+# Their error on the committed profiles, the estimate against the cells' recorded seconds: standard 0% (the
+# calibration itself); quick (held out) -28% in total (1.13 against 1.57 single-thread hours; per study from -49% to
+# +15%); the quick profile's recorded seconds include waits for a model another study side by side was training.
+CALIBRATED_GFLOPS: dict[str, float] = {
+    "random_pruning": 83.9, "layer_strategies": 163.9, "compensation": 90.2, "redundancy_patterns": 143.3,
+    "zero_shot_pruning": 147.6, "specialized_heads_l0": 219.3, "nmt_heads": 72.1,
+}
+CALIBRATED_GFLOPS_ANY = 128.8  # every committed standard cell together: the speed of a study not in the table
+
+
+def calibrated_gflops(study: str) -> float:
+    """The sustained GFLOP/s one thread of the 2-core CPU gave ``study``'s cells (:data:`CALIBRATED_GFLOPS`; a study
+    without committed cells, e.g. a user's own: every committed cell's)."""
+    return CALIBRATED_GFLOPS.get(study, CALIBRATED_GFLOPS_ANY)
+
+
+class TimeLeft:
+    """The time a run's cells still need: their planned costs (FLOPs) times a rate in seconds per FLOP, the rate
+    calibrated by the cells finished in this run.
+
+    ``costs``: ``{key: planned FLOPs}`` of the cells to compute. ``prior``: seconds per FLOP before any cell is
+    measured (the study's calibrated speed, :func:`calibrated_gflops`), or None (no estimate before the first cell).
+    ``prior_weight``: how many seconds of measurement the prior counts as: the rate is (measured seconds +
+    ``prior_weight``) / (their cells' FLOPs + ``prior_weight`` / ``prior``), the prior at the start and this run's
+    own rate once its cells outweigh it, so one quick (or slow) first cell does not swing the estimate. Where the
+    plan gives no cost (some cell's is 0), every cell counts as one unit and the prior is not used.
+    :meth:`done` takes the wall seconds since the previous cell finished (side by side, cells' times overlap; the
+    gaps add up to the time the run took)."""
+
+    def __init__(self, costs: Mapping[str, float], prior: float | None, prior_weight: float = 120.0):
+        for key, c in costs.items():
+            if not (isinstance(c, (int, float)) and math.isfinite(c) and c >= 0):
+                raise ValueError(f"TimeLeft: cell {key}'s planned cost must be a finite number >= 0, got {c!r}")
+        if prior is not None and not (math.isfinite(prior) and prior > 0):
+            raise ValueError(f"TimeLeft: prior must be a positive number of seconds per FLOP, got {prior!r}")
+        if not (math.isfinite(prior_weight) and prior_weight >= 0):
+            raise ValueError(f"TimeLeft: prior_weight must be a finite number >= 0, got {prior_weight!r}")
+        self.by_cost = bool(costs) and all(c > 0 for c in costs.values())
+        self.units = {k: (float(c) if self.by_cost else 1.0) for k, c in costs.items()}
+        self.prior = prior if self.by_cost else None
+        self.prior_weight = prior_weight
+        self.left = dict(self.units)
+        self.measured_seconds = self.measured_units = 0.0
+
+    def done(self, key: str, seconds: float) -> None:
+        """Cell ``key`` finished ``seconds`` after the previous one (or the start)."""
+        if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(f"TimeLeft.done: {key}'s seconds must be a finite number >= 0, got {seconds!r}")
+        units = self.left.pop(key, None)
+        if units is not None:
+            self.measured_seconds += seconds
+            self.measured_units += units
+
+    def rate(self) -> float | None:
+        """Seconds per unit (FLOP) now, or None when there is neither a measurement nor a prior."""
+        if self.prior is not None and self.prior_weight > 0:
+            return (self.measured_seconds + self.prior_weight) / (self.measured_units + self.prior_weight / self.prior)
+        if self.measured_units > 0:
+            return self.measured_seconds / self.measured_units
+        return self.prior
+
+    def seconds_left(self, running_for: float = 0.0) -> float | None:
+        """Seconds the cells not yet done need, or None (no estimate yet). ``running_for``: seconds since the last
+        cell finished, spent on the next; they shorten the estimate by at most one cell's share."""
+        rate = self.rate()
+        if rate is None:
+            return None
+        left = rate * sum(self.left.values())
+        if not self.left:
+            return 0.0
+        floor = rate * (sum(self.left.values()) - max(self.left.values()))
+        return max(left - max(running_for, 0.0), floor)
+
+
+def duration_text(seconds: float) -> str:
+    """``"about 12 min"``, ``"about 1 h 05 min"``, ``"under a minute"``."""
+    if seconds < 60:
+        return "under a minute"
+    minutes = int(round(seconds / 60))
+    return f"about {minutes} min" if minutes < 60 else f"about {minutes // 60} h {minutes % 60:02d} min"
 
 
 def validate_profile(profile: str, only: list[str] | None = None) -> dict[str, dict]:
@@ -77,29 +164,23 @@ def planned(name: str, overrides: dict, profile: str) -> Planned:
                                                   quarantine=False))
 
 
-def print_plan(plan: dict[str, dict], profile: str, gpu_tflops: float, cpu_gflops: float, cells: bool = True) -> None:
-    """Every selected study's cells (key, group, requirements, estimated cost) and totals; runs nothing. Where
-    cells of the current parameters are stored, also what they took (their recorded seconds) and the projected
-    total: the FLOP estimate of every planned cell scaled by the study's measured seconds per estimated FLOP."""
+def print_plan(plan: dict[str, dict], profile: str, gpu_tflops: float, cpu_gflops: float | None = None,
+               cells: bool = True) -> None:
+    """Every selected study's cells (key, group, requirements, estimated cost) and totals; runs nothing. The totals
+    in hours: GPU-hours at ``gpu_tflops``; CPU-hours at ``cpu_gflops`` when given; and "calibrated": single-thread
+    hours at each study's speed measured on its committed cells (:data:`CALIBRATED_GFLOPS`). Where cells of the
+    current parameters are stored, also what they took (their recorded seconds) and the projected total: the FLOP
+    estimate of every planned cell scaled by the study's measured seconds per estimated FLOP."""
     rows = []
     for name, overrides in plan.items():
         p = planned(name, overrides, profile)
         flops = sum(c.cost.flops for c in p.cells)
         groups = {c.group for c in p.cells if c.group is not None}
         n_req = sum(1 for c in p.cells if c.requires)
-        done_flops = done_seconds = 0.0
-        n_done = 0
-        for c in p.cells:
-            try:
-                rec = p.store.get(dict(c.axes))["result"] if p.store.has(dict(c.axes)) else None
-            except Exception:  # noqa: BLE001 - a plan never fails over a stored cell (stale, corrupt)
-                rec = None
-            if rec is not None and isinstance(rec.get("seconds"), (int, float)):
-                n_done += 1
-                done_seconds += float(rec["seconds"])
-                done_flops += c.cost.flops
+        n_done, done_seconds, done_flops = stored_seconds(p)
         projected = flops * done_seconds / done_flops / 3600 if done_flops > 0 else None
-        rows.append((name, len(p.cells), len(groups), n_req, flops, n_done, done_seconds / 3600, projected))
+        rows.append((name, len(p.cells), len(groups), n_req, flops, n_done, done_seconds / 3600, projected,
+                     flops / (calibrated_gflops(name) * 1e9) / 3600))
         print(f"== {name} ({profile}): {len(p.cells)} cells, {len(groups)} groups, {n_req} with requirements, "
               f"{costs.fmt_flops(flops)}")
         if cells:
@@ -109,25 +190,45 @@ def print_plan(plan: dict[str, dict], profile: str, gpu_tflops: float, cpu_gflop
                 print(f"  {c.key}  {costs.fmt_flops(c.cost.flops)}{extra}")
     total = sum(r[4] for r in rows)
     measured = any(r[5] for r in rows)
-    head = f"\n{'study':<22}{'cells':>7}{'groups':>8}{'req.':>6}{'estimated':>14}{'GPU-hours':>11}{'CPU-hours':>11}"
+    head = f"\n{'study':<22}{'cells':>7}{'groups':>8}{'req.':>6}{'estimated':>14}{'GPU-hours':>11}"
+    head += (f"{'CPU-hours':>11}" if cpu_gflops else "") + f"{'calibrated':>12}"
     print(head + (f"{'stored':>8}{'took (h)':>10}{'projected':>11}" if measured else ""))
-    proj_total = sum(r[7] if r[7] is not None else r[4] / (cpu_gflops * 1e9) / 3600 for r in rows)
+    proj_total = sum(r[7] if r[7] is not None else r[8] for r in rows)
     for r in rows + [("total", sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), total,
-                      sum(r[5] for r in rows), sum(r[6] for r in rows), proj_total)]:
-        name, n, g, q, f, n_done, took, proj = r
-        line = (f"{name:<22}{n:>7}{g:>8}{q:>6}{costs.fmt_flops(f):>14}{f / (gpu_tflops * 1e12) / 3600:>11.2f}"
-                f"{f / (cpu_gflops * 1e9) / 3600:>11.2f}")
+                      sum(r[5] for r in rows), sum(r[6] for r in rows), proj_total, sum(r[8] for r in rows))]:
+        name, n, g, q, f, n_done, took, proj, calibrated = r
+        line = f"{name:<22}{n:>7}{g:>8}{q:>6}{costs.fmt_flops(f):>14}{f / (gpu_tflops * 1e12) / 3600:>11.2f}"
+        line += (f"{f / (cpu_gflops * 1e9) / 3600:>11.2f}" if cpu_gflops else "") + f"{calibrated:>12.2f}"
         if measured:
             line += f"{n_done:>8}{took:>10.2f}" + (f"{proj:>11.2f}" if proj is not None else f"{'-':>11}")
         print(line)
-    print(f"GPU-hours at a sustained {gpu_tflops:g} TFLOP/s (--gpu-tflops), CPU-hours at {cpu_gflops:g} GFLOP/s "
-          f"(--cpu-gflops; about what MiniLM fine-tuning sustains on the 2-core CPU, benchmarks/README.md). "
-          f"Estimates from the model's shape and the data's token counts (headprune_utils/measure/costs.py), not measurements.")
+    cpu = (f", CPU-hours at {cpu_gflops:g} GFLOP/s (--cpu-gflops)" if cpu_gflops else "")
+    print(f"GPU-hours at a sustained {gpu_tflops:g} TFLOP/s (--gpu-tflops){cpu}. FLOPs estimated from the model's shape "
+          f"and the data's token counts (headprune_utils/measure/costs.py). calibrated: single-thread hours at each "
+          f"study's speed measured on its committed standard cells (run/profiles.py CALIBRATED_GFLOPS; a study without "
+          f"any: {CALIBRATED_GFLOPS_ANY:g} GFLOP/s); divide by the cores used (--jobs studies side by side, one "
+          f"thread each) for the wall time. Their error on the committed quick profile: -28% in total, per study "
+          f"-49% to +15%.")
     if measured:
         print("stored / took: the cells of these parameters already stored and the seconds they recorded (one "
               "thread each; shared models trained once are not in them); projected: every planned cell's estimate "
-              "scaled by its study's measured seconds per estimated FLOP (the total takes the plain estimate where "
-              "a study has no stored cell), in single-thread hours.")
+              "scaled by its study's measured seconds per estimated FLOP (the total takes the calibrated estimate "
+              "where a study has no stored cell), in single-thread hours.")
+
+
+def stored_seconds(p: Planned) -> tuple[int, float, float]:
+    """``(cells, seconds, planned FLOPs)`` of the stored cells of ``p`` that recorded their seconds."""
+    n_done, done_seconds, done_flops = 0, 0.0, 0.0
+    for c in p.cells:
+        try:
+            rec = p.store.get(dict(c.axes))["result"] if p.store.has(dict(c.axes)) else None
+        except Exception:  # noqa: BLE001 - a plan never fails over a stored cell (stale, corrupt)
+            rec = None
+        if rec is not None and isinstance(rec.get("seconds"), (int, float)) and math.isfinite(rec["seconds"]):
+            n_done += 1
+            done_seconds += float(rec["seconds"])
+            done_flops += c.cost.flops
+    return n_done, done_seconds, done_flops
 
 
 def missing_cells(plan: dict[str, dict], profile: str) -> dict[str, tuple[int, int, str]]:

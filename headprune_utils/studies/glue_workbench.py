@@ -28,7 +28,7 @@ from headprune_utils.studies.base import Study
 from headprune_utils.studies.config import ParameterError, as_dict
 from headprune_utils.tasks import batching, data
 from headprune_utils.tasks.metrics import compute_metrics, main_score
-from headprune_utils.train import training
+from headprune_utils.train import phases, training
 
 EVAL_BATCH = 32  # forward-only batches; on a CPU larger ones are no faster
 # Bump when a code change alters what fine-tuning produces (optimizer, label handling, data order):
@@ -317,6 +317,7 @@ class GlueContext:
     def __init__(self, cfg: GlueStudyConfig, device: torch.device, cache_dir: Path):
         self.cfg, self.device = cfg, device
         self.cache_dir = Path(cache_dir)
+        phases.report(f"loading the tokenizer of {cfg.model}")
         self.tokenizer = models.load_tokenizer(cfg.model)
         self._data: dict[str, tuple] = {}
         self.shape = cfg.head_shape()
@@ -330,6 +331,7 @@ class GlueContext:
         ``subset_seed + 1``) are held out as the validation split each model's epoch is chosen on; the training
         Encoded is the rest. The reported dev set is never used for any choice."""
         if task not in self._data:
+            phases.report(f"{task}: loading and tokenizing the data")
             spec = data.get_task(task)
             tr = data.subset(data.load_task(task, "train", self.cfg.data_dir, allow_hub=self.cfg.allow_hub),
                              self.cfg.train_size, self.cfg.subset_seed)
@@ -349,6 +351,7 @@ class GlueContext:
     def fresh_model(self, task: str, seed: int):
         """The pre-trained model with a new classifier head (initialised by ``seed``)."""
         spec = self.task_data(task)[0]
+        phases.report(f"{task} s{seed}: loading the pre-trained model {self.cfg.model}")
         model = models.load_classifier(self.cfg.model, spec.num_labels, device=self.device, seed=seed)
         if self.cfg.freeze_word_embeddings:
             model.get_input_embeddings().weight.requires_grad_(False)
@@ -406,6 +409,7 @@ class GlueContext:
                                         ablation=ablation, means=means)
             atomic_write_json(tmp, {"metrics": metrics, "history": history})
 
+        phases.report(f"{desc}: the masked fine-tuning (cached, being trained by another study, or trained now)")
         saved = cached(self.masked_scores_path(task, seed, mask, ablation), build, lambda p: json.loads(p.read_text()))
         return saved["metrics"], saved["history"]
 
@@ -444,6 +448,9 @@ class GlueContext:
             model.eval()
             return model, saved.get("history", [])
 
+        # the cached model, or (while another study side by side trains it) a wait for it, or its training now
+        phases.report(f"{task} s{seed}: the fine-tuned full model (cached, being trained by another study, or "
+                      "trained now)")
         model, history = cached(self.checkpoint_path(task, seed), build, load)
         self.full_model_sha[(task, int(seed))] = models.weights_sha(model)
         self._last_full = ((task, seed), model, history)

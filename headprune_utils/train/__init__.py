@@ -5,6 +5,7 @@
     translation    NMT training (label smoothing, warm-up, best-dev-loss weights), decoding, BLEU/chrF
     mlm            continued masked-LM training (the dropout study)
     hard_concrete  Louizos et al.'s L0 gates per head
+    phases         what a long computation is doing now (epoch, step), for progress displays
 
 May import: model, tasks, store, analysis.
 """

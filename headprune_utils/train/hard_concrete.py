@@ -42,6 +42,7 @@ from tqdm import tqdm
 
 from headprune_utils.model.architecture import SEQ2SEQ_KINDS, attention_kinds, head_shapes
 from headprune_utils.model.gates import Ablation, head_gates
+from headprune_utils.train import phases
 
 __all__ = ["HardConcreteGates", "HardConcreteGateDict", "L0Result", "l0_train", "n_open"]
 
@@ -269,6 +270,7 @@ def l0_train(
                         record.update({f"open_{k}": int(m.sum()) for k, m in det.items()})
                     result.history.append(record)
                     bar.update(1)
+                    phases.report(phases.steps(f"L0 gates (lambda {lam:g}): training", step + 1, total))
                     bar.set_postfix(loss=f"{record['loss']:.3f}", open=n)
                     step += 1
     finally:

@@ -27,6 +27,7 @@ from tqdm import tqdm
 from headprune_utils.model import models
 from headprune_utils.tasks import batching
 from headprune_utils.tasks.probes import drawable_ids
+from headprune_utils.train import phases
 from headprune_utils.train.training import linear_schedule, set_seed
 
 
@@ -113,6 +114,7 @@ def _steps(model, enc, tokenizer, n_steps, batch_size, seed, lr, train_encoder, 
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
+        phases.report(phases.steps(f"{desc}: masked-LM training", step + 1, n_steps))
         losses.append(loss.item())
     model.eval()
     return losses

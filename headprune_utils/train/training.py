@@ -32,6 +32,7 @@ from headprune_utils.model.gates import Ablation, head_gates
 from headprune_utils.model.precision import autocast_context, check_precision
 from headprune_utils.tasks.batching import Encoded, eval_batches, iterate, train_batches
 from headprune_utils.tasks.metrics import compute_metrics, main_score
+from headprune_utils.train import phases
 from headprune_utils.train.lean_loss import lean_loss, unsupported_reason
 
 
@@ -207,6 +208,7 @@ def finetune(
     best: tuple[float, int, dict] | None = None  # (score, epoch, weights) of the best epoch so far (keep_best)
     bar = tqdm(total=total, desc=desc, disable=not progress, mininterval=10, leave=False)
     step = 0
+    phases.report(phases.steps(f"{desc}: fine-tuning", 0, total, 1, cfg.epochs))
     try:
         # lean: the gates are applied inside lean_loss and passed to the evaluations (no hook may be open)
         with contextlib.nullcontext() if lean else gate_context(model, gates, ablation, means):
@@ -234,6 +236,7 @@ def finetune(
                     n_tokens += int(batch["attention_mask"].sum())
                     step += 1
                     bar.update(1)
+                    phases.report(phases.steps(f"{desc}: fine-tuning", step, total, epoch + 1, cfg.epochs))
                 record = {
                     "epoch": epoch + 1,
                     "train_loss": float(np.mean(losses)),
@@ -241,6 +244,7 @@ def finetune(
                     "train_tokens": n_tokens,
                 }
                 if dev is not None:
+                    phases.report(f"{desc}: scoring the {dev_name} split after epoch {epoch + 1}/{cfg.epochs}")
                     t0 = time.perf_counter()
                     # gates already applied (lean: passed here); scores in float32 (the module docstring)
                     metrics = (evaluate(model, dev, task, cfg.eval_batch_size, gates=gates, ablation=ablation,

@@ -44,6 +44,7 @@ from tqdm import tqdm
 from headprune_utils.tasks.batching import eval_batches, train_batches
 from headprune_utils.model.gates import Ablation
 from headprune_utils.model.precision import autocast_context, check_precision
+from headprune_utils.train import phases
 from headprune_utils.train.training import NonFiniteError, check_finite_weights, gate_context, model_device, set_seed
 from headprune_utils.tasks.translation_metrics import translation_scores
 
@@ -478,6 +479,7 @@ def train_translation(
             for index in _remaining_batches(state, train.lengths, cfg, seed):
                 _train_step(model, optim, collate_pairs(train, index, device), cfg, device, precision, state)
                 bar.update(1)
+                phases.report(phases.steps("translation model: training", state.step, cfg.max_steps))
                 last = state.step >= cfg.max_steps
                 out_of_time = cfg.max_seconds is not None and state.elapsed() > cfg.max_seconds
                 if state.step % cfg.eval_every != 0 and not last and not out_of_time:
