@@ -57,9 +57,11 @@ bench: env
 	$(PY) benchmarks/finetune_throughput.py
 
 # JupyterLab at the repository root: notebooks/ to run, outputs/ to read the executed ones (the data root is the
-# package's default, ../shared/data beside the checkout, or HEADPRUNE_DATA_DIR, exported above for the kernels)
+# package's default, ../shared/data beside the checkout, or HEADPRUNE_DATA_DIR, exported above for the kernels).
+# As root (e.g. in a container) JupyterLab refuses to start without --allow-root: it is passed then, and only then.
+LAB_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 lab: env
-	$(VENV)/bin/jupyter lab --notebook-dir=.
+	$(VENV)/bin/jupyter lab --notebook-dir=. $(LAB_ROOT)
 
 clean-env:
 	rm -rf $(VENV)

@@ -45,8 +45,15 @@ QUIET_ENV = {
 }
 
 
+def program_name(argv0: str | None = None) -> str:
+    """How the runner was started, for its usage line: ``headprune`` (the console script) or ``python -m
+    headprune_utils.run``."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    return "headprune" if os.path.basename(argv0) in ("headprune", "headprune.exe") else "python -m headprune_utils.run"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m headprune_utils.run", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=program_name(), description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="quick", help=f"parameter profile: one of {PROFILES} or another params/*.yaml")
     parser.add_argument("--only", nargs="+", action="extend", metavar="STUDY", help=f"run only these studies: {', '.join(STUDIES)}")
     parser.add_argument("--fresh", action="store_true", help="move earlier results of these studies aside first (kept as a backup)")

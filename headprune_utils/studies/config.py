@@ -6,6 +6,7 @@ message naming the key, the expected type and the allowed values, before any hea
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import math
@@ -271,27 +272,196 @@ def as_dict(obj) -> dict[str, Any]:
     return dataclasses.asdict(obj)
 
 
-def notebook_parameters(namespace: dict[str, Any], before: set[str],
-                        skip: tuple[str, ...] = ("profile", "executor", "ray_address"),
-                        study: str | None = None) -> dict[str, Any]:
-    """The parameters a notebook received: names defined since ``before`` (its first cell's globals).
+# The first line of the cell papermill injects after the notebook's ``parameters`` cell (its default comment).
+_INJECTED_COMMENT = "# Parameters"
+# Where a study parameter's value came from, as the notebook prints it (:func:`notebook_config`).
+SOURCES = {
+    "explicit": "explicit (papermill -p / -y, a top-level key of a -f file, or the batch runner)",
+    "section": "the file's section for this study (papermill -f params/<profile>.yaml)",
+    "default": "the notebook's parameters cell (the defaults)",
+}
 
-    ``skip``: where outputs go and how cells are executed, which change no result (not study parameters).
-    Catches keys that papermill injected but the notebook does not declare (papermill only warns):
-    they then reach :func:`validate` and are rejected there.
+
+def _executed_cells(namespace: dict[str, Any]) -> dict[int, str]:
+    """``{execution number: source}`` of the cells this kernel ran (IPython's ``_i<N>`` variables; none outside
+    IPython)."""
+    return {int(k[2:]): v for k, v in namespace.items() if re.fullmatch(r"_i[0-9]+", k) and isinstance(v, str)}
+
+
+def _assigned_names(source: str) -> list[str] | None:
+    """The names a cell of assignments only (``name = value`` / ``name: type = value``) assigns, in order; None for
+    any other cell (imports, calls: not a parameters cell)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython syntax (magics): not a parameters cell
+        return None
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            names += [t.id for t in node.targets]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+        elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+            return None
+    return names
+
+
+def _is_injected(source: str) -> bool:
+    lines = source.strip().splitlines()
+    return bool(lines) and lines[0].strip() == _INJECTED_COMMENT
+
+
+def _parameter_origins(namespace: dict[str, Any], before: set[str]) -> tuple[dict[str, str], bool] | None:
+    """``({name: "explicit" | "default"}, True)`` for every name the cells after the notebook's first cell assigned:
+    "default" when only the first of them (the ``parameters`` cell) assigned it, "explicit" when a later one did
+    (papermill's injected cell, or a cell of the user's own). None when the kernel keeps no input history.
+
+    Raises ParameterError when a cell papermill injected ran BEFORE the cell that overwrites its values: the
+    notebook's ``parameters`` tag is lost (papermill then injects at the very top) or on the wrong cell."""
+    cells = _executed_cells(namespace)
+    first = max((n for n in cells if f"_i{n}" in before), default=None)
+    if first is None:
+        return None
+    current = max(cells)
+    window = [n for n in sorted(cells) if first < n < current]
+    origins: dict[str, str] = {}
+    injected_by: dict[str, int] = {}
+    seen_own = False
+    for n in ([first - 1] if first - 1 in cells else []) + window:
+        names = _assigned_names(cells[n])
+        if names is None:
+            continue
+        injected = _is_injected(cells[n])
+        for name in names:
+            if not injected and name in injected_by:
+                raise ParameterError(
+                    f"notebook parameters: papermill injected {name!r} (and the other parameters) BEFORE the "
+                    f"notebook's parameters cell, which then set it back to its default: the parameters cell has "
+                    f"lost its 'parameters' tag (papermill warned \"Input notebook does not contain a cell with tag "
+                    f"'parameters'\") or the tag is on another cell. Tag the cell of 'name: type = value' lines "
+                    f"(and only it) 'parameters' again (JupyterLab: the property inspector, cell tags); nothing was "
+                    f"computed")
+            if injected:
+                injected_by[name] = n
+        if n == first - 1:
+            continue  # looked at only for a misplaced injection
+        for name in names:
+            origins[name] = "explicit" if (injected or seen_own) else "default"
+        seen_own = seen_own or not injected
+    return origins, True
+
+
+def parameter_sources(namespace: dict[str, Any], before: set[str],
+                      skip: tuple[str, ...] = ("profile", "executor", "ray_address"),
+                      study: str | None = None) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
+    """``(parameters, sources, section)``: the study parameters a notebook received, where each came from
+    (a key of :data:`SOURCES`; a parameter not in ``parameters`` is the study's default), and the file section
+    that was applied (``{}`` when none).
+
+    ``before``: the notebook's globals before its parameters cell (its first cell's). ``skip``: where outputs go and
+    how cells are executed, which change no result (not study parameters). Keys that papermill injected but the
+    notebook does not declare (papermill only warns) are kept: :func:`validate` rejects them, naming them.
 
     ``study``: the notebook's study. A profile file given to papermill as it is
     (``papermill notebooks/01_random_pruning.ipynb out.ipynb -f params/smoke.yaml -p profile smoke``) injects one
-    dict per study; the notebook's own study's dict is applied (over the parameters cell) and the others' dropped.
-    """
-    names = set(namespace) - set(before) - set(skip)
-    params = {k: namespace[k] for k in sorted(names) if not k.startswith("_") and _is_plain_data(namespace[k])}
+    dict per study: the notebook's own study's section is applied over the parameters cell, the others are
+    dropped. Explicit values win over the section, as papermill users expect: ``-p train_size 48`` (or ``-y``, or a
+    top-level key of a ``-f`` file) beats the section's ``train_size``. Which values are explicit is read from the
+    kernel's input history (the cells run after the parameters cell); without one (outside IPython), a top-level
+    value that differs from the study's default counts as explicit."""
+    found = _parameter_origins(namespace, before)
+    if found is None:  # no input history: every name defined since the first cell
+        names = set(namespace) - set(before)
+        origins = None
+    else:
+        origins, _ = found
+        names = set(origins)
+    names -= set(skip)
+    params = {k: namespace[k] for k in sorted(names) if k in namespace and not k.startswith("_")
+              and _is_plain_data(namespace[k])}
+    section: dict[str, Any] = {}
     if study is not None:
-        from headprune_utils.studies import NAMES
+        from headprune_utils.studies import NAMES, get_study
 
         sections = {k: params.pop(k) for k in list(params) if k in NAMES and isinstance(params[k], dict)}
-        params.update(sections.get(study, {}))
-    return params
+        section = dict(sections.get(study, {}))
+        if origins is None:  # no history: what differs from the study's default was set on purpose
+            defaults = _defaults(get_study(study).Config)
+            origins = {k: "explicit" if k not in defaults or params[k] != defaults[k] else "default" for k in params}
+        explicit = {k for k in params if origins.get(k) == "explicit"}
+        params.update({k: v for k, v in section.items() if k not in explicit})
+    elif origins is None:
+        origins = {k: "explicit" for k in params}
+    sources = {k: ("section" if k in section and origins.get(k) != "explicit" else origins.get(k, "default"))
+               for k in params}
+    return params, sources, section
+
+
+def notebook_parameters(namespace: dict[str, Any], before: set[str],
+                        skip: tuple[str, ...] = ("profile", "executor", "ray_address"),
+                        study: str | None = None) -> dict[str, Any]:
+    """The parameters a notebook received (see :func:`parameter_sources`): its parameters cell, overlaid with the
+    file's section for ``study``, overlaid with the explicit values."""
+    return parameter_sources(namespace, before, skip, study)[0]
+
+
+def _defaults(cls) -> dict[str, Any]:
+    return {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+            for f in dataclasses.fields(cls)}
+
+
+def describe_sources(cfg, sources: dict[str, str], section: dict[str, Any], study: str,
+                     ignored: list[str] | tuple[str, ...] = ()) -> str:
+    """Which value came from where, in a few lines: the explicit ones and the section's by name and value (an
+    explicit value that replaced the section's says so), the defaults counted."""
+    values = as_dict(cfg)
+    by: dict[str, list[str]] = {k: [] for k in SOURCES}
+    for name in values:
+        by[sources.get(name, "default")].append(name)
+    lines = [f"parameters of {study}:"]
+    for kind in ("explicit", "section"):
+        if by[kind]:
+            shown = []
+            for k in by[kind]:
+                over = f" (over the section's {section[k]!r})" if kind == "explicit" and k in section \
+                    and section[k] != values[k] else ""
+                shown.append(f"{k}={values[k]!r}{over}")
+            lines.append(f"  {SOURCES[kind]}: {', '.join(shown)}")
+    if by["default"]:
+        lines.append(f"  {SOURCES['default']}: {len(by['default'])} others")
+    if ignored:
+        lines.append(f"  the file's sections for other studies, ignored: {', '.join(ignored)}")
+    return "\n".join(lines)
+
+
+def quiet_loading_bars() -> None:
+    """No "Loading weights" / download bars in a notebook's outputs (they freeze at 0% there): the model loading
+    bars of transformers and the hub are off unless ``HF_HUB_DISABLE_PROGRESS_BARS`` says otherwise; worker
+    processes (the process pool, Ray) inherit the variable."""
+    import os
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if os.environ["HF_HUB_DISABLE_PROGRESS_BARS"].strip().lower() in ("0", "false", "no", "off", ""):
+        return
+    import huggingface_hub.utils
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    huggingface_hub.utils.disable_progress_bars()
+
+
+def notebook_config(study, namespace: dict[str, Any], before: set[str], where: str = "notebook parameters"):
+    """A study notebook's validated parameters (``study``: its :class:`~headprune_utils.studies.base.Study`):
+    :func:`parameter_sources` then :func:`validate`; prints once where each value came from (the file's section,
+    an explicit parameter, the default), and turns off the loading bars (:func:`quiet_loading_bars`)."""
+    params, sources, section = parameter_sources(namespace, before, study=study.name)
+    cfg = validate(study.Config, params, where=where)
+    from headprune_utils.studies import NAMES
+
+    ignored = [k for k in NAMES if k != study.name and isinstance(namespace.get(k), dict) and k not in before]
+    print(describe_sources(cfg, sources, section, study.name, ignored))
+    quiet_loading_bars()
+    return cfg
 
 
 def _is_plain_data(value: Any) -> bool:

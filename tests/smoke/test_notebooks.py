@@ -188,6 +188,7 @@ def test_papermill_with_the_profile_file_as_users_run_it(tmp_path, data_root, mo
     import yaml
 
     repo = Path(__file__).resolve().parents[2]
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)  # as a user's shell has it: no quieting
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "outputs"))
     monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(data_root))
     params = {**yaml.safe_load((repo / "params" / "smoke.yaml").read_text()), "profile": "smoke"}
@@ -201,9 +202,56 @@ def test_papermill_with_the_profile_file_as_users_run_it(tmp_path, data_root, mo
 
     planned = STUDIES["random_pruning"].plan(validate(STUDIES["random_pruning"].Config, params["random_pruning"]))
     assert json.loads((folder / "metrics.json").read_text())["n_cells"] == len(planned), "the smoke section applied"
+    printed = "".join(o.get("text", "") for c in nbformat.read(out, 4).cells for o in c.get("outputs", []))
+    # the executed notebook shows no model-loading bars (frozen at 0% in a notebook) and says where values came from
+    assert "Loading weights" not in printed and "it/s]" not in printed, printed[:2000]
+    assert printed.count("parameters of random_pruning:") == 1 and "the file's section for this study" in printed
     pm.execute_notebook(str(repo / "notebooks" / "01_random_pruning.ipynb"), str(out),
                         parameters={**params, "tolerance": 0.05}, kernel_name=notebooks.kernel_name(), cwd=str(repo),
                         progress_bar=False, log_output=False, kernel_manager_class=notebooks.ipc_kernel_manager())
     custom = [p.name for p in (tmp_path / "outputs" / "random_pruning").iterdir() if p.name.startswith("custom-")]
     assert len(custom) == 1 and "is left untouched" in "".join(
         o.get("text", "") for c in nbformat.read(out, 4).cells for o in c.get("outputs", []))
+
+
+def truncated(name: str, folder: Path) -> Path:
+    """The study's notebook up to the cell that validates its parameters, then a cell printing them as JSON."""
+    nb = nbformat.read(Path(__file__).resolve().parents[2] / "notebooks" / STUDIES[name].notebook, as_version=4)
+    end = next(i for i, c in enumerate(nb.cells) if c.source.startswith("_namespace = dict(globals())"))
+    nb.cells = nb.cells[:end + 1] + [nbformat.v4.new_code_cell(
+        "import dataclasses, json\nprint('CFG=' + json.dumps({**dataclasses.asdict(cfg), 'profile': profile}))")]
+    path = folder / f"{name}.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.parametrize("name", list(STUDIES))
+def test_papermill_command_explicit_y_and_p_win_over_the_file(name, tmp_path, data_root):
+    """`papermill NB out.ipynb -f params/smoke.yaml -p profile smoke -y "train_size: N" -p dev_size M` from the
+    command line: both explicit values win over the smoke section's, the rest of the section applies, the notebook
+    says which came from where, and the outputs would go where custom parameters go."""
+    import subprocess
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[2]
+    section = yaml.safe_load((repo / "params" / "smoke.yaml").read_text())[name]
+    train, dev = (200, 24) if name == "nmt_heads" else (40, 24)
+    assert section["train_size"] != train and section["dev_size"] != dev
+    env = {**os.environ, "HEADPRUNE_OUTPUT_DIR": str(tmp_path / "outputs"), "HEADPRUNE_DATA_DIR": str(data_root),
+           "PYTHONPATH": str(repo)}
+    out = tmp_path / "out.ipynb"
+    cmd = [sys.executable, "-m", "papermill", str(truncated(name, tmp_path)), str(out),
+           "-f", str(repo / "params" / "smoke.yaml"), "-p", "profile", "smoke", "-y", f"train_size: {train}",
+           "-p", "dev_size", str(dev), "-k", notebooks.kernel_name(), "--cwd", str(repo)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = "".join(o.get("text", "") for c in nbformat.read(out, 4).cells for o in c.get("outputs", []))
+    cfg = json.loads(printed.split("CFG=")[1].splitlines()[0])
+    assert (cfg["train_size"], cfg["dev_size"]) == (train, dev), "explicit -y / -p lost to the file's section"
+    for k, v in section.items():
+        if k not in ("train_size", "dev_size"):
+            assert cfg[k] == v, k
+    assert f"train_size={train} (over the section's {section['train_size']})" in printed, printed
+    assert f"dev_size={dev} (over the section's {section['dev_size']})" in printed, printed
+    assert cfg["profile"].startswith("custom-") and f"outputs/{name}/smoke/ is left untouched" in printed
