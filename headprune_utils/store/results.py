@@ -548,6 +548,8 @@ class ResultStore:
                 fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise self._busy(path) from None
+            except OSError:  # a file system that cannot lock a folder (some network ones): the file's lock alone
+                pass
             while True:  # the file at ``path`` locked, not one removed or replaced between open and flock
                 fh = open(path, "a+")
                 try:

@@ -139,6 +139,21 @@ def test_every_stored_cell_is_in_a_sha256sum_manifest(tmp_path):
     assert not list((tmp_path / "cells").glob(".*.tmp")), "written atomically: no temporary left"
 
 
+def test_a_crash_between_a_cell_and_its_manifest_line_leaves_it_unlisted_never_changed(tmp_path, monkeypatch):
+    """A run killed after writing a cell and before its manifest line: the cell is read (and named as not
+    verified), never refused as changed; the next cell stored gets its line as usual."""
+    store, cells = written(tmp_path, n=2)
+    monkeypatch.setattr(ResultStore, "_set_entry", lambda self, name, sha: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        store.put({"task": "SST-2", "seed": 5}, {"score": 0.5})
+    monkeypatch.undo()
+    run = ResultStore(tmp_path / "cells", "fp")
+    with pytest.warns(Warning, match=r"1 of 3 cell\(s\) cannot be verified .*seed=5__task=SST-2.json"):
+        assert run.has({"task": "SST-2", "seed": 5})
+    run.put({"task": "SST-2", "seed": 6}, {"score": 0.5})
+    assert "seed=6" in (tmp_path / "cells" / "MANIFEST.sha256").read_text()
+
+
 def test_a_cell_edited_by_hand_within_its_range_is_found_by_its_hash(tmp_path):
     """A score changed from 0.6 to 0.65 in the score and its metric (every other check passes) is what the manifest
     is for: the render from cells refuses it, naming the file and the manifest."""
