@@ -405,7 +405,7 @@ class ResultStore:
         if changed and rec["fingerprint"] != self.fingerprint:
             origin = self._origin({rec["fingerprint"]})
             changed += (f", by a cell of fingerprint {rec['fingerprint']}"
-                        + (f" (profile {origin!r}'s cells)" if origin else "") + ", not this run's")
+                        + (f" (the cells of profile {origin!r})" if origin else "") + ", not this run's")
         if why or changed:
             self._quarantine(path, "; ".join(w for w in (why, changed) if w))
             return None
@@ -432,7 +432,8 @@ class ResultStore:
         where = relative_to_project(self.dir)
         origin = self._origin(fingerprints)
         if origin is not None or n_current:
-            source = (f"the fingerprint of profile {origin!r}'s cells ({relative_to_project(self.dir.parent.parent / origin)})"
+            source = (f"the fingerprint of the cells of profile {origin!r} "
+                      f"({relative_to_project(self.dir.parent.parent / origin)})"
                       if origin is not None else f"fingerprint {sorted(fingerprints)[0]}, beside {n_current} cell(s) "
                       "of the current parameters (a run never mixes them)")
             exc = StaleResultsError(
