@@ -5,6 +5,12 @@ one JSON file under ``cells/``, written atomically (temporary file + rename), so
 loses at most the cell in progress and a rerun skips the cells already done. Every cell carries the
 fingerprint of the parameters that produced it; a rerun with different parameters refuses to mix them
 (clear error) instead of silently overwriting or combining results.
+
+Every read checks the record (:func:`record_problem`: its file name against its axes, plain finite values, and
+the study's own check: its scores within their metric's range, its mask agreeing with its counts) and its bytes
+against the folder's manifest of content hashes (:mod:`headprune_utils.store.manifest`), which every write
+updates. A record that fails is named: a run moves it to ``quarantine/`` and recomputes it, a read-only store
+(the render from cells, the checks before a run) refuses it.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import pandas as pd
 
+from headprune_utils.store.hashes import MANIFEST_NAME, digest, format_manifest, manifest_path, read_manifest
 from headprune_utils.store.paths import project_root, relative_to_project
 
 try:
@@ -158,12 +165,13 @@ def _non_finite(value, where: str = "") -> str | None:
     return None
 
 
-def record_problem(rec: dict, path: Path) -> str | None:
+def record_problem(rec: dict, path: Path, check=None) -> str | None:
     """Why a stored record cannot be trusted, or None: its file name is not the key of the cell it holds (a copy or
     a swap under another name: its axes would enter the tables as they are, e.g. a seed "1" as text beside the
     seed 1 of the plan), an axis that is not a plain scalar, or a non-finite number among its results (a NaN or an
     infinite score is an error, not a result). Checked on every read, so a hand-edited or damaged cell is named
-    instead of flowing into the tables."""
+    instead of flowing into the tables. ``check(cell, result)``: the study's own (``Study.check_record``: its
+    scores within their metric's range, its mask agreeing with its counts), after these."""
     cell = rec["cell"]
     bad_axes = sorted(k for k, v in cell.items() if not isinstance(v, (str, int, float, bool)) or
                       (isinstance(v, float) and not math.isfinite(v)))
@@ -177,7 +185,51 @@ def record_problem(rec: dict, path: Path) -> str | None:
     if looks_numeric:
         return (f"the cell's axes {', '.join(f'{k}={cell[k]!r}' for k in looks_numeric)} are numbers written as text "
                 f"(the plan's are numbers: a hand edit?) ({typed})")
-    return _non_finite(rec["result"])
+    why = _non_finite(rec["result"])
+    if why or check is None:
+        return why
+    try:
+        return check(cell, rec["result"])
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a field of the wrong shape: a damaged record
+        return f"the study's check of its record failed ({type(exc).__name__}: {exc})"
+
+
+def range_problem(result: dict, ranges: dict[str, tuple[float, float]], where: str = "") -> str | None:
+    """The first number in ``result`` outside the range ``ranges`` gives its field (``{field: (low, high)}``),
+    as ``"field = value is outside its range [low, high]"``, or None. A field's value may be a number, a list of
+    numbers (nested: a grid per layer and head; or a packed array) or, like any dict in the result, a dict
+    searched for the same fields (e.g. ``metrics_full: {"accuracy": ...}``); fields without a range, and None
+    (a value not measured), are not checked."""
+    for k, v in result.items():
+        name = f"{where}.{k}" if where else str(k)
+        if k in ranges:
+            lo, hi = ranges[k]
+            for suffix, x in _numbers(v):
+                if isinstance(x, bool) or not isinstance(x, (int, float)):
+                    return f"{name}{suffix} = {str(x)[:40]!r} is not a number"
+                if not lo <= x <= hi:
+                    return f"{name}{suffix} = {x!r} is outside its range [{lo:g}, {hi:g}]"
+        elif isinstance(v, dict) and FLOATS_TAG not in v:
+            if (why := range_problem(v, ranges, name)):
+                return why
+    return None
+
+
+def _numbers(value, suffix: str = ""):
+    """``(index suffix, leaf)`` of a number, a (nested) list, a packed array, or a dict of them; None skipped."""
+    if value is None:
+        return
+    if isinstance(value, dict):
+        if FLOATS_TAG in value:
+            yield from ((f"{suffix}[{i}]", float(x)) for i, x in enumerate(unpack_floats(value)))
+        else:
+            for k, v in value.items():
+                yield from _numbers(v, f"{suffix}[{k!r}]")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _numbers(v, f"{suffix}[{i}]")
+    else:
+        yield suffix, value
 
 
 _NUMBER = re.compile(r"[-+]?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?")
@@ -196,30 +248,50 @@ class StudyBusyError(RuntimeError):
     """Another process is running the same study and profile (it holds the study's lock)."""
 
 
+class UnlistedCellWarning(UserWarning):
+    """Cells of a folder have no line in its manifest: their content cannot be verified (they are read)."""
+
+
 REQUIRED_KEYS = ("cell", "fingerprint", "result")
 
 
 class ResultStore:
     """Finished cells of one study run, one JSON file each, every record carrying its fingerprint.
 
-    - ``put`` refuses to replace a record of another fingerprint (results are never mixed or overwritten);
-    - ``get``/``table`` read only records of this store's fingerprint (others raise StaleResultsError);
-    - a cell file that cannot be read (empty, truncated, not a record) is moved to ``quarantine/`` beside the
-      cells, with a warning naming it, and counts as not done (it is recomputed);
+    - ``put`` refuses to replace a record of another fingerprint (results are never mixed or overwritten), and
+      records the file's SHA-256 in the folder's manifest (``cells/MANIFEST.sha256``, written atomically);
+    - ``get``/``table`` read only records of this store's fingerprint (others raise StaleResultsError; cells
+      copied in from another profile's folder are named as such);
+    - a cell file that cannot be read or trusted (empty, truncated, not a record, failing :func:`record_problem`
+      with the study's ``check``, or bytes that differ from its manifest line: edited or replaced after it was
+      stored) is moved to ``quarantine/`` beside the cells, with a warning naming it, and counts as not done (it
+      is recomputed); a read-only store (``quarantine=False``) raises CorruptCellError naming it instead;
+    - cells without a manifest line (written before manifests, by older code, or by hand; or no manifest, or a
+      damaged one) are read, with one UnlistedCellWarning per store naming how many and how to record them
+      (:mod:`headprune_utils.store.manifest`); nothing records them by itself;
     - ``lock()`` is held while a run computes cells: a second runner of the same study and profile stops at
-      once with a message naming the holder.
+      once with a message naming the holder, also when the ``.lock`` file was removed under the holder.
     """
 
-    def __init__(self, directory: Path, params_fingerprint: str, quarantine: bool = True):
+    def __init__(self, directory: Path, params_fingerprint: str, quarantine: bool = True, check=None):
         self.dir = Path(directory)
         self.fingerprint = params_fingerprint
         self.quarantine = quarantine  # False: read only (a corrupt cell raises CorruptCellError instead of moving)
+        self.check = check  # the study's check of a record: (cell, result) -> why it is wrong, or None
         self.quarantined: list[Path] = []
         self.corrupt: list[tuple[Path, str]] | None = None  # a list: a read-only store notes corrupt files there
+        self.unlisted: list[str] = []  # cell files without a manifest line (found when the manifest is loaded)
+        self._manifest: dict[str, str] | None = None
+        self._manifest_stamp: tuple | None = None
+        self._warned_unlisted = False
 
     @property
     def quarantine_dir(self) -> Path:
         return self.dir.parent / "quarantine"
+
+    @property
+    def manifest_file(self) -> Path:
+        return manifest_path(self.dir)
 
     def path(self, cell: dict) -> Path:
         return self.dir / f"{cell_key(cell)}.json"
@@ -229,6 +301,67 @@ class ResultStore:
         cell by its name (``._x.json`` that macOS writes beside copied files, an editor's or a write's hidden
         temporary) is never read, quarantined or counted."""
         return sorted(p for p in self.dir.glob("*.json") if not p.name.startswith(".")) if self.dir.exists() else []
+
+    # -- the manifest -------------------------------------------------------------------------------------------
+
+    def _stamp(self) -> tuple | None:
+        try:
+            st = self.manifest_file.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _entries(self) -> dict[str, str]:
+        """The manifest's lines (reloaded when the file changed); on the first load, one warning naming the cells
+        that have no line."""
+        stamp = self._stamp()
+        if self._manifest is not None and stamp == self._manifest_stamp:
+            return self._manifest
+        entries, damaged = read_manifest(self.dir)
+        self._manifest, self._manifest_stamp = dict(entries or {}), stamp
+        files = [p.name for p in self.cell_files()]
+        self.unlisted = [n for n in files if n not in self._manifest]
+        if (self.unlisted or damaged) and not self._warned_unlisted:
+            self._warned_unlisted = True
+            why = ("; ".join(damaged[:2]) if damaged else f"it has no {MANIFEST_NAME}" if entries is None
+                   else f"they have no line in its {MANIFEST_NAME}")
+            if self.unlisted:
+                what = (f"{len(self.unlisted)} of {len(files)} cell(s) cannot be verified ({why}), e.g. "
+                        f"{self.unlisted[0]}: written before manifests or by older code, copied in, or added by hand. "
+                        "They are read as they are; after checking them, record them")
+            else:
+                what = (f"its manifest is damaged ({why}); the cells whose lines are damaged are refused. Check the "
+                        f"folder and record it anew (move {MANIFEST_NAME} away first)")
+            warnings.warn(f"{relative_to_project(self.dir)}: {what}: python -m headprune_utils.store.manifest "
+                          f"{relative_to_project(self.dir)}", UnlistedCellWarning, stacklevel=4)
+        return self._manifest
+
+    def _set_entry(self, name: str, sha: str | None) -> None:
+        """Add, replace (``sha``) or drop (None) one line of the manifest, written atomically."""
+        entries = dict(self._entries())
+        if sha is None:
+            if name not in entries:
+                return
+            entries.pop(name)
+        else:
+            entries[name] = sha
+        atomic_write_text(self.manifest_file, format_manifest(entries))
+        self._manifest, self._manifest_stamp = entries, self._stamp()
+        if name in self.unlisted:
+            self.unlisted.remove(name)
+
+    def _manifest_problem(self, path: Path, data: bytes) -> str | None:
+        recorded = self._entries().get(path.name)
+        if recorded is None:
+            return None
+        actual = digest(data)
+        if actual == recorded:
+            return None
+        return (f"its content differs from its line in {relative_to_project(self.manifest_file)} (sha256 "
+                f"{actual[:12]}..., recorded {recorded[:12] or 'twice'}...): it was edited or replaced after it was "
+                "stored")
+
+    # -- reading ------------------------------------------------------------------------------------------------
 
     def _quarantine(self, path: Path, why: str) -> None:
         if not self.quarantine and self.corrupt is not None:  # a read-only check listing them: the run moves them
@@ -243,6 +376,7 @@ class ResultStore:
             os.replace(path, dest)
         except FileNotFoundError:  # another reader moved it first
             return
+        self._set_entry(path.name, None)
         self.quarantined.append(dest)
         warnings.warn(f"corrupt result cell {relative_to_project(path)} ({why}): moved to "
                       f"{relative_to_project(dest)}; it will be recomputed", CorruptCellWarning, stacklevel=3)
@@ -250,7 +384,8 @@ class ResultStore:
     def _read(self, path: Path) -> dict | None:
         """The record in ``path``, or None when absent; a corrupt file is quarantined (None)."""
         try:
-            text = path.read_text(encoding="utf-8")
+            data = path.read_bytes()
+            text = data.decode("utf-8")
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as exc:
@@ -265,19 +400,57 @@ class ResultStore:
                 or not isinstance(rec["result"], dict):
             self._quarantine(path, f"not a result record (needs the keys {', '.join(REQUIRED_KEYS)})")
             return None
-        why = record_problem(rec, path)
-        if why:
-            self._quarantine(path, why)
+        why = record_problem(rec, path, self.check if rec["fingerprint"] == self.fingerprint else None)
+        changed = self._manifest_problem(path, data)
+        if changed and rec["fingerprint"] != self.fingerprint:
+            origin = self._origin({rec["fingerprint"]})
+            changed += (f", by a cell of fingerprint {rec['fingerprint']}"
+                        + (f" (the cells of profile {origin!r})" if origin else "") + ", not this run's")
+        if why or changed:
+            self._quarantine(path, "; ".join(w for w in (why, changed) if w))
             return None
         return rec
 
-    def _stale(self, paths: list[Path], fingerprints: set) -> StaleResultsError:
-        return StaleResultsError(
-            f"{relative_to_project(self.dir)} holds results made with other parameters ({len(paths)} cell(s), e.g. "
+    def _origin(self, fingerprints: set) -> str | None:
+        """Where cells of another fingerprint came from when they were not made by a run of this folder: the
+        profile (a sibling folder ``<study>/<profile>/``) whose run recorded that fingerprint, or None."""
+        study_dir = self.dir.parent.parent
+        for meta in sorted(study_dir.glob("*/run_meta.json")):
+            if meta.parent == self.dir.parent:
+                continue
+            try:
+                fp = json.loads(meta.read_text(encoding="utf-8")).get("results_fingerprint")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if fp in fingerprints:
+                return meta.parent.name
+        return None
+
+    def _stale(self, paths: list[Path], fingerprints: set, n_current: int = 0) -> StaleResultsError:
+        """The error for cells of other fingerprints: copied in from another folder (a profile whose run recorded
+        that fingerprint, or beside cells of this one: a run never mixes them) or made with other parameters."""
+        where = relative_to_project(self.dir)
+        origin = self._origin(fingerprints)
+        if origin is not None or n_current:
+            source = (f"the fingerprint of the cells of profile {origin!r} "
+                      f"({relative_to_project(self.dir.parent.parent / origin)})"
+                      if origin is not None else f"fingerprint {sorted(fingerprints)[0]}, beside {n_current} cell(s) "
+                      "of the current parameters (a run never mixes them)")
+            exc = StaleResultsError(
+                f"{where} holds {len(paths)} cell(s) that were not made by a run of this folder: e.g. {paths[0].name} "
+                f"carries {source}, not this run's {self.fingerprint}; they were copied in. Nothing was overwritten. "
+                f"Move {'that file' if len(paths) == 1 else 'those files'} out of {where} (the folder's other cells "
+                "are not concerned).")
+            exc.copied_in = True
+            return exc
+        exc = StaleResultsError(
+            f"{where} holds results made with other parameters ({len(paths)} cell(s), e.g. "
             f"{paths[0].name}: fingerprint {sorted(fingerprints)[0]}, now {self.fingerprint}). Nothing was "
             "overwritten. Rerun with the earlier parameters to resume, or move that folder away (the batch "
             "runner's --fresh does it, keeping a backup)."
         )
+        exc.copied_in = False
+        return exc
 
     def remove_temporary(self) -> int:
         """Delete the temporary files of writes that never finished (a killed run's); call it holding :meth:`lock`.
@@ -293,15 +466,17 @@ class ResultStore:
         self.corrupt = [] if not self.quarantine else None
         if not self.dir.exists():
             return []
-        stale, fps = [], set()
+        stale, fps, current = [], set(), 0
         for p in self.cell_files():
             rec = self._read(p)
             if rec is not None and rec["fingerprint"] != self.fingerprint:
                 stale.append(p)
                 fps.add(rec["fingerprint"])
+            elif rec is not None:
+                current += 1
         corrupt, self.corrupt = self.corrupt or [], None
         if stale:
-            raise self._stale(stale, fps)
+            raise self._stale(stale, fps, current)
         return corrupt
 
     def has(self, cell: dict) -> bool:
@@ -327,7 +502,11 @@ class ResultStore:
             rec = self._read(path)
             if rec is not None and rec["fingerprint"] != self.fingerprint:
                 raise self._stale([path], {rec["fingerprint"]})
-        atomic_write_json(path, {"cell": cell, "fingerprint": self.fingerprint, "result": result})
+        text = json.dumps({"cell": cell, "fingerprint": self.fingerprint, "result": result}, indent=2, sort_keys=True,
+                          default=_jsonable) + "\n"
+        self._entries()  # loaded (and any unlisted cells named) before this write changes the folder
+        atomic_write_text(path, text)  # the cell first: a crash between the two leaves it unlisted, never "changed"
+        self._set_entry(path.name, digest(text.encode("utf-8")))
 
     def records(self) -> list[dict]:
         """Every record of this store's fingerprint (others are left out)."""
@@ -350,22 +529,41 @@ class ResultStore:
 
     @contextmanager
     def lock(self, owner: str = "") -> Iterator[None]:
-        """Hold the study's lock (``<cells>/../.lock``) while the block runs; StudyBusyError at once when another
-        process holds it (the message names it: pid, host, start time, what it runs)."""
+        """Hold the study's lock while the block runs; StudyBusyError at once when another process holds it (the
+        message names it: pid, host, start time, what it runs, from ``<cells>/../.lock``).
+
+        The lock is ``flock`` on the study folder itself (``<cells>/..``), which cannot be removed while it holds
+        files, so removing ``.lock`` under a holder does not let a second runner in; ``.lock`` is locked too (and
+        checked to still be the file at its path) so that runners of older code, which lock only the file, are
+        kept out as well."""
         if fcntl is None:  # pragma: no cover - not on Linux/macOS
             yield
             return
-        path = self.dir.parent / ".lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(path, "a+")
+        folder = self.dir.parent
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / ".lock"
+        dir_fd = os.open(folder, os.O_RDONLY)
+        fh = None
         try:
             try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                fh.seek(0)
-                holder = fh.read().strip() or "another process"
-                raise StudyBusyError(f"{relative_to_project(self.dir.parent)} is being computed by {holder}; "
-                                     "wait for it to finish (results are never mixed), or stop it") from None
+                raise self._busy(path) from None
+            except OSError:  # a file system that cannot lock a folder (some network ones): the file's lock alone
+                pass
+            while True:  # the file at ``path`` locked, not one removed or replaced between open and flock
+                fh = open(path, "a+")
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise self._busy(path, fh) from None
+                try:
+                    same = os.fstat(fh.fileno()).st_ino == os.stat(path).st_ino
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    break
+                fh.close()
             fh.seek(0)
             fh.truncate()
             fh.write(f"pid {os.getpid()} on {platform.node()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
@@ -378,7 +576,22 @@ class ResultStore:
                 fh.truncate()
                 fcntl.flock(fh, fcntl.LOCK_UN)
         finally:
-            fh.close()
+            if fh is not None:
+                fh.close()
+            os.close(dir_fd)  # releases the folder's lock
+
+    def _busy(self, path: Path, fh=None) -> StudyBusyError:
+        try:
+            if fh is not None:
+                fh.seek(0)
+                holder = fh.read().strip()
+            else:
+                holder = path.read_text().strip()
+        except OSError:
+            holder = ""
+        return StudyBusyError(f"{relative_to_project(self.dir.parent)} is being computed by "
+                              f"{holder or 'another process'}; wait for it to finish (results are never mixed), or "
+                              "stop it")
 
 
 def git_state() -> dict:

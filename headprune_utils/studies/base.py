@@ -16,7 +16,11 @@ A study is one object (a subclass of :class:`Study`, one instance in the registr
 - ``context(cfg, device, paths)``: what a worker builds once (data, models, caches), lazily;
 - ``run(ctx, cells, inputs)``: computes ``cells`` (one batch: a group, or one cell), yielding
   ``(cell, result)`` as each finishes. ``inputs`` maps the key of every required cell to its stored result.
-  It never writes results: the driver stores them (:mod:`headprune_utils.run.execution`).
+  It never writes results: the driver stores them (:mod:`headprune_utils.run.execution`);
+- ``metric_ranges`` and ``check_record(cell, result)``: what a stored result of the study must satisfy (its
+  scores within their metric's range, its masks agreeing with its counts), checked on every read of a cell (the
+  store is given ``check=study.check_record``), so a hand-edited or damaged cell is named instead of entering
+  the tables.
 
 Cross-study reuse (a fine-tuned model needed by several studies) goes through fingerprinted library caches
 (``glue_workbench``), never through ``requires``: a study's cells require only cells of the same study.
@@ -24,6 +28,7 @@ Studies never import each other; what two studies share lives in a library modul
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -31,9 +36,73 @@ from typing import Any, ClassVar
 
 from headprune_utils.analysis.claims import Claim
 from headprune_utils.store.paths import StudyPaths
-from headprune_utils.store.results import cell_key
+from headprune_utils.store.results import cell_key, range_problem
 
 Scalar = str | int | float | bool | None
+
+# Ranges of the numbers results hold, ``(low, high)``, for ``Study.metric_ranges``.
+UNIT = (0.0, 1.0)                    # accuracy, F1, a probability
+CORRELATION = (-1.0, 1.0)            # Matthews, Pearson, Spearman, and a score that may be any of them
+NON_NEGATIVE = (0.0, math.inf)       # a loss, a duration
+PERCENT = (0.0, 100.0)               # BLEU, chrF
+# The GLUE metrics (``tasks.metrics``) and the fields every GLUE study's cell carries: ``score`` is the task's
+# main metric, ``chance`` that metric of the majority class.
+GLUE_METRIC_RANGES = {"accuracy": UNIT, "f1": UNIT, "matthews": CORRELATION, "pearson": CORRELATION,
+                      "spearman": CORRELATION, "score": CORRELATION, "chance": CORRELATION}
+
+
+def mask_problem(mask, name: str = "mask") -> str | None:
+    """Why ``mask`` is not a head mask as results store it (layers of ``0`` pruned / ``1`` kept, joined by
+    ``/``, every layer as long), or None."""
+    if not isinstance(mask, str) or not mask or set(mask) - set("01/"):
+        return f"{name} = {str(mask)[:40]!r} is not a head mask ('0'/'1' per head, layers joined by '/')"
+    if len({len(row) for row in mask.split("/")}) != 1:
+        return f"{name} = {mask[:40]!r}...: its layers have different numbers of heads"
+    return None
+
+
+def mask_count_problem(result: Mapping, mask: str = "mask", pruned: str | None = "n_heads_pruned",
+                       total: str | None = "n_heads_total", kept: str | None = "n_kept") -> str | None:
+    """Why the head mask ``result[mask]`` contradicts the counts stored beside it (heads pruned = its ``0`` s,
+    heads in all = its length, heads kept = its ``1`` s; each only when the result has that field), or None
+    (also when it has no mask)."""
+    if mask not in result:
+        return None
+    m = result[mask]
+    if (why := mask_problem(m, mask)):
+        return why
+    counts = {pruned: m.count("0"), total: m.count("0") + m.count("1"), kept: m.count("1")}
+    for field_name, n in counts.items():
+        if field_name is not None and field_name in result and result[field_name] != n:
+            return (f"{mask} keeps {m.count('1')} of {m.count('0') + m.count('1')} heads, but {field_name} = "
+                    f"{result[field_name]!r} (it should be {n}): the mask and its counts disagree")
+    return None
+
+
+def layers_touched_problem(result: Mapping, mask: str = "mask") -> str | None:
+    """Why ``n_layers_touched`` / ``first_pruned_layer`` contradict the mask (the layers with a pruned head, the
+    first of them; None when none is pruned), or None."""
+    if not isinstance(result.get(mask), str):
+        return None
+    touched = [i for i, row in enumerate(result[mask].split("/")) if "0" in row]
+    expected = {"n_layers_touched": len(touched), "first_pruned_layer": touched[0] if touched else None}
+    for name, n in expected.items():
+        if name in result and result[name] != n:
+            return (f"{mask} prunes heads in layers {touched}, but {name} = {result[name]!r} (it should be {n!r}): "
+                    "the mask and its counts disagree")
+    return None
+
+
+def metric_score_problem(result: Mapping) -> str | None:
+    """Why ``result["score"]`` is not the value of the metric ``result["metric"]`` names (when both exist)."""
+    if "metric" not in result or "score" not in result:
+        return None
+    name = result["metric"]
+    if name not in result:
+        return f"metric = {name!r} but the result has no {name!r}"
+    if result[name] != result["score"]:
+        return f"score = {result['score']!r} but {name} = {result[name]!r}: the score is its metric's value"
+    return None
 
 
 @dataclass(frozen=True)
@@ -82,6 +151,11 @@ class Study(ABC):
     # all come from one training of it (``execution.check_one_model``). () (the default): the study's cells are
     # not split by model; the whole study is one slice.
     model_axes: ClassVar[tuple[str, ...]] = ()
+    # The range of every number a cell's result holds that has one, ``{field: (low, high)}`` (``UNIT``,
+    # ``CORRELATION``, ...): a stored value outside it is an error naming the cell file. A field's list of numbers
+    # and the same field inside a dict of the result are checked too. Every study declares its own (a subclass
+    # extends this one).
+    metric_ranges: ClassVar[Mapping[str, tuple[float, float]]] = {"seconds": NON_NEGATIVE}
 
     @abstractmethod
     def plan(self, cfg) -> list[Cell]:
@@ -115,6 +189,17 @@ class Study(ABC):
         are part of :meth:`fingerprint`). Default: none; the GLUE task splits of a GLUE study
         (``glue_workbench.GlueStudy``)."""
         return {}
+
+    def check_record(self, cell: Mapping[str, Scalar], result: Mapping[str, Any]) -> str | None:
+        """Why a stored result of ``cell`` cannot be a result of this study, or None: a number outside its
+        ``metric_ranges``, then :meth:`consistency_problem`. Given to the store (``ResultStore(check=...)``), which
+        runs it on every read, after its own checks (file name, plain finite values)."""
+        return range_problem(dict(result), dict(self.metric_ranges)) or self.consistency_problem(cell, result)
+
+    def consistency_problem(self, cell: Mapping[str, Scalar], result: Mapping[str, Any]) -> str | None:
+        """Why the fields of a result contradict each other (e.g. a mask and its counts), or None (the default:
+        nothing to compare)."""
+        return None
 
     def n_cells(self, cfg) -> int:
         return len(self.plan(cfg))

@@ -46,7 +46,8 @@ from headprune_utils.tasks.metrics import main_score
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.model.pruning import prune_heads
 from headprune_utils.store.results import fingerprint
-from headprune_utils.studies.base import Cell, Cost
+from headprune_utils.studies.base import (GLUE_METRIC_RANGES, NON_NEGATIVE, Cell, Cost, Study,
+                                            mask_count_problem, metric_score_problem)
 from headprune_utils.studies.compensation_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     MEASURE_NAMES, MEASUREMENTS, MEASURES, claim_verdicts, heatmap_data, layer_confounded, locality_measurements,
     per_head, pooled, scale_text, shift_measurements, spread_measurements, spread_tests,
@@ -229,6 +230,16 @@ class Compensation(glue_workbench.GlueStudy):
     notebook = "03_compensation.ipynb"
     Config = CompensationConfig
     claims = CLAIMS  # declared in compensation_claims
+    # a stored result: the GLUE metrics in their ranges, ``score`` the value of its ``metric``, the mask agreeing
+    # with its heads pruned, and per head the relative weight change and the attention maps' Jensen-Shannon
+    # divergence (nats) not negative (checked on every read of a cell)
+    metric_ranges = {**Study.metric_ranges, **GLUE_METRIC_RANGES, "attention_change": NON_NEGATIVE,
+                     "weight_change": NON_NEGATIVE, "weight_change_query": NON_NEGATIVE,
+                     "weight_change_key": NON_NEGATIVE, "weight_change_value": NON_NEGATIVE,
+                     "weight_change_output": NON_NEGATIVE}
+
+    def consistency_problem(self, cell, result):
+        return metric_score_problem(result) or mask_count_problem(result)
 
     def plan(self, cfg: CompensationConfig) -> list[Cell]:
         return plan_cells(cfg)

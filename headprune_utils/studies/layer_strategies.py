@@ -37,7 +37,9 @@ from headprune_utils.store.results import fingerprint
 from headprune_utils.studies.strategy_sweep import (
     ALL_STRATEGIES, KNOWN_STRATEGIES, REGIMES, Context, Regime, sweep_batch, run_cell, run_cells,
 )
-from headprune_utils.studies.base import Cell, Cost
+from headprune_utils.studies.base import (GLUE_METRIC_RANGES, Cell, Cost, Study, layers_touched_problem,
+                                            mask_count_problem,
+                                            metric_score_problem)
 from headprune_utils.studies.layer_strategies_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     CONTRASTS, MICHEL_PRUNABLE, REGIME_NAMES, Contrast, convergence_evidence, contrasts, example_masks,
     identical_masks, measurements, michel_prunable, scale, summarise,
@@ -159,6 +161,12 @@ class LayerStrategies(glue_workbench.GlueStudy):
     notebook = "02_layer_strategies.ipynb"
     Config = LayerStrategiesConfig
     claims = CLAIMS  # declared in layer_strategies_claims
+    # a stored result: the GLUE metrics in their ranges, ``score`` the value of its ``metric``, the mask agreeing
+    # with its counts, the layers it touches and the first of them (checked on every read of a cell)
+    metric_ranges = {**Study.metric_ranges, **GLUE_METRIC_RANGES}
+
+    def consistency_problem(self, cell, result):
+        return metric_score_problem(result) or mask_count_problem(result) or layers_touched_problem(result)
 
     def plan(self, cfg: LayerStrategiesConfig) -> list[Cell]:
         return plan_cells(cfg)

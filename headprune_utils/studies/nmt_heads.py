@@ -72,7 +72,7 @@ from headprune_utils.studies.translation_heads import ablation_nll, encoder_role
 from headprune_utils.model.translation_model import (
     build_translation_model, load_translation_model, save_translation_model,
 )
-from headprune_utils.studies.base import Cell, Cost, Study
+from headprune_utils.studies.base import NON_NEGATIVE, PERCENT, UNIT, Cell, Cost, Study, mask_problem
 from headprune_utils.studies.nmt_heads_config import TYPES, NMTHeadsConfig, data_source
 from headprune_utils.studies.nmt_heads_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     VOITA_ALL_TYPES, VOITA_BASELINE_BLEU, VOITA_FRACTION, TYPE_CONTRASTS, ROLE_NAMES, full_models, training_curves,
@@ -560,6 +560,36 @@ class NMTHeads(Study):
     Config = NMTHeadsConfig
     claims = CLAIMS  # data, with their rules and gates (nmt_heads_claims); decided by verdicts
     model_axes = ("model_seed",)  # one trained translation model per model seed (a cell's ``seed`` draws its mask)
+    # a stored result: BLEU and chrF in [0, 100] (also each random mask's), the losses (NLL, nats per token) not
+    # negative, the gates' open probabilities in [0, 1], the masks agreeing with the counts of heads pruned, kept
+    # and in all (checked on every read of a cell)
+    metric_ranges = {**Study.metric_ranges,
+                     **dict.fromkeys(("bleu", "bleu_l0", "bleu_random", "bleu_random_mean", "test_bleu", "chrf",
+                                      "chrf_l0", "chrf_random"), PERCENT),
+                     **dict.fromkeys(("nll", "nll_l0", "nll_random", "best_dev_loss", "dev_nll_full",
+                                      "train_loss_last", "eval_seconds", "eval_seconds_l0", "seconds_train",
+                                      "train_seconds"), NON_NEGATIVE),
+                     "open_prob": UNIT}
+
+    def consistency_problem(self, cell, result):
+        masks = result.get("masks")
+        if not isinstance(masks, dict):
+            return None
+        for t, m in masks.items():
+            if (why := mask_problem(m, f"masks[{t!r}]")):
+                return why
+        zeros = {t: m.count("0") for t, m in masks.items()}
+        ones = {t: m.count("1") for t, m in masks.items()}
+        heads = masks[cell["type"]] if cell.get("type") in masks else "".join(masks.values())
+        expected = {"n_heads_pruned": sum(zeros.values()), "n_kept": sum(ones.values()),
+                    "pruned_by_type": zeros, "kept_by_type": ones,
+                    "n_heads_total": heads.count("0") + heads.count("1")}
+        for name, value in expected.items():
+            if name in result and result[name] != value:
+                return (f"the masks prune {sum(zeros.values())} and keep {sum(ones.values())} heads "
+                        f"({', '.join(f'{t}: {ones[t]} of {ones[t] + zeros[t]} kept' for t in masks)}), but {name} = "
+                        f"{result[name]!r} (it should be {value!r}): the masks and their counts disagree")
+        return None
 
     def plan(self, cfg: NMTHeadsConfig) -> list[Cell]:
         return plan_cells(cfg)

@@ -39,7 +39,8 @@ from headprune_utils.tasks.metrics import main_score
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.analysis.pruning_curves import REGIMES
 from headprune_utils.store.results import fingerprint
-from headprune_utils.studies.base import Cell, Cost
+from headprune_utils.studies.base import (GLUE_METRIC_RANGES, Cell, Cost, Study, mask_count_problem,
+                                            metric_score_problem)
 from headprune_utils.studies.random_pruning_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     MEASURES, REGIME_NAMES, claim_verdicts, findings, mask_spread, paired_drop, per_model, prunable_fraction,
     regime_difference, summarise,
@@ -172,6 +173,12 @@ class RandomPruning(glue_workbench.GlueStudy):
     notebook = "01_random_pruning.ipynb"
     Config = RandomPruningConfig
     claims = CLAIMS  # declared in random_pruning_claims
+    # a stored result: the GLUE metrics in their ranges, ``score`` the value of its ``metric``, the mask agreeing
+    # with its counts (checked on every read of a cell)
+    metric_ranges = {**Study.metric_ranges, **GLUE_METRIC_RANGES}
+
+    def consistency_problem(self, cell, result):
+        return metric_score_problem(result) or mask_count_problem(result)
 
     def plan(self, cfg: RandomPruningConfig) -> list[Cell]:
         return plan_cells(cfg)

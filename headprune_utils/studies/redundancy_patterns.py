@@ -41,7 +41,7 @@ from headprune_utils.model import models
 from headprune_utils.studies.config import ParameterError
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import fingerprint, pack_floats
-from headprune_utils.studies.base import Cell, Cost
+from headprune_utils.studies.base import NON_NEGATIVE, Cell, Cost, Study
 from headprune_utils.studies.redundancy_patterns_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     CONTROL, CONTROL_SEED, MEASUREMENTS, NO_RANDOM_INIT, PRETRAINED_TASK, Matrices, claim_verdicts, control_failures,
     group_labels, metric_agreement, mlm_losses, negative_control, sameness, scale_text, summary_stats, when, where,
@@ -407,6 +407,9 @@ class RedundancyPatterns(glue_workbench.GlueStudy):
     notebook = "04_redundancy_patterns.ipynb"
     Config = RedundancyPatternsConfig
     claims = CLAIMS  # declared in redundancy_patterns_claims
+    # a stored result: the probes' losses (cross-entropy) not negative (checked on every read of a cell)
+    metric_ranges = {**Study.metric_ranges, "loss_first": NON_NEGATIVE, "loss_last": NON_NEGATIVE,
+                     "head_loss_first": NON_NEGATIVE, "head_loss_last": NON_NEGATIVE}
     # not split by model: a cell's ``model`` axis names the encoder it probes (the pre-trained one, a fine-tuned or
     # MLM-trained one, the random control), its cells record no hash of trained weights, and the study is one slice
     model_axes = ()

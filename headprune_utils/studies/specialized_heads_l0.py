@@ -47,7 +47,8 @@ from headprune_utils.train.hard_concrete import HardConcreteGates, l0_train
 from headprune_utils.tasks.metrics import main_score
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import cell_key, fingerprint
-from headprune_utils.studies.base import Cell, Cost
+from headprune_utils.studies.base import (CORRELATION, GLUE_METRIC_RANGES, NON_NEGATIVE, Cell, Cost, Study,
+                                            mask_count_problem)
 from headprune_utils.studies.specialized_heads_l0_analysis import ( # the analysis: pure functions over the table
     CONFIDENCES, MEASURES, PRETRAINED_TASK, RARE_SHARES, ROLE_NAMES, SCORES, VOITA_FRACTION, agreement_summary,
     curve_contrasts, full_scores, head_score_table, l0_curve, pretrained_role_heads, rare_criterion_counts,
@@ -453,6 +454,24 @@ class SpecializedHeadsL0(glue_workbench.GlueStudy):
     notebook = "06_specialized_heads_l0.ipynb"
     Config = SpecializedHeadsL0Config
     claims = CLAIMS  # data, with their rules and gates (specialized_heads_l0_claims); decided by verdicts
+    # a stored result: every GLUE score in its metric's range (also each random mask's and inside metrics_full /
+    # metrics_l0), the L0 mask, the importance mask and every random mask keeping ``n_kept`` heads (checked on
+    # every read of a cell)
+    metric_ranges = {**Study.metric_ranges, **GLUE_METRIC_RANGES, "score_full": CORRELATION,
+                     "score_l0": CORRELATION, "score_importance": CORRELATION, "score_random": CORRELATION,
+                     "score_random_mean": CORRELATION, "seconds_train": NON_NEGATIVE}
+
+    def consistency_problem(self, cell, result):
+        why = mask_count_problem(result) or mask_count_problem(result, "importance_mask", None, "n_heads_total")
+        for i, m in enumerate(result.get("random_masks", [])):
+            kept = {"n_kept": result["n_kept"]} if "n_kept" in result else {}
+            why = why or mask_count_problem({**kept, f"random_masks[{i}]": m}, f"random_masks[{i}]", None, None)
+        for scores, score in (("metrics_full", "score_full"), ("metrics_l0", "score_l0")):
+            if not why and scores in result and score in result and "metric" in result \
+                    and result[scores].get(result["metric"]) != result[score]:
+                why = (f"{score} = {result[score]!r} but {scores}[{result['metric']!r}] = "
+                       f"{result[scores].get(result['metric'])!r}: the score is its metric's value")
+        return why
 
     def plan(self, cfg: SpecializedHeadsL0Config) -> list[Cell]:
         return plan_cells(cfg)

@@ -42,7 +42,9 @@ from headprune_utils.studies.config import ParameterError
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import fingerprint
 from headprune_utils.studies.strategy_sweep import REGIMES, Regime, sweep_batch, run_cell, run_cells
-from headprune_utils.studies.base import Cell, Cost
+from headprune_utils.studies.base import (GLUE_METRIC_RANGES, Cell, Cost, Study, layers_touched_problem,
+                                            mask_count_problem,
+                                            metric_score_problem)
 from headprune_utils.studies.zero_shot_pruning_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     CONTRASTS, METHODS, REGIME_NAMES, claim_verdicts, contrasts, example_masks, mask_overlap, paired, summarise,
     zero_shot_masks,
@@ -202,6 +204,12 @@ class ZeroShotPruning(glue_workbench.GlueStudy):
     notebook = "05_zero_shot_pruning.ipynb"
     Config = ZeroShotPruningConfig
     claims = CLAIMS  # declared as data in zero_shot_pruning_claims
+    # a stored result: the GLUE metrics in their ranges, ``score`` the value of its ``metric``, the mask agreeing
+    # with its counts, the layers it touches and the first of them (checked on every read of a cell)
+    metric_ranges = {**Study.metric_ranges, **GLUE_METRIC_RANGES}
+
+    def consistency_problem(self, cell, result):
+        return metric_score_problem(result) or mask_count_problem(result) or layers_touched_problem(result)
 
     def plan(self, cfg: ZeroShotPruningConfig) -> list[Cell]:
         return plan_cells(cfg)
