@@ -161,7 +161,8 @@ def execute_study(name: str, profile: str, overrides: dict, progress: bool = Tru
             if kept:
                 running.replace(failed)
             raise StudyFailed(
-                f"study {name!r}: the notebook's kernel died{_death(kernels)} in cell {_dying_cell(failed)} of "
+                f"study {name!r}: the notebook's kernel died{_death(kernels)} in cell "
+                f"{_dying_cell(failed) if kept else '?'} of "
                 f"{relative(src)}\n"
                 + (f"the executed notebook up to that cell: {relative(failed)}; " if kept else "")
                 + f"its partial outputs: {relative(paths.staging)}; the earlier outputs in {relative(paths.dir)} "
@@ -169,8 +170,7 @@ def execute_study(name: str, profile: str, overrides: dict, progress: bool = Tru
         except OSError as exc:  # this process's own writes (the executed notebook): the disk, a file-size limit
             cause = resource_cause(exc) or f"{type(exc).__name__}: {exc}"
             shutil.rmtree(paths.staging, ignore_errors=True)
-            if running.exists():
-                running.unlink()
+            running.unlink(missing_ok=True)
             raise StudyFailed(f"study {name!r} stopped: {cause}\nits partial outputs and executed notebook were "
                               f"removed; the earlier outputs in {relative(paths.dir)} are untouched") from None
         finally:
@@ -286,8 +286,12 @@ def run_lock_path(name: str, profile: str) -> Path:
 
 
 def _command() -> str:
-    args = " ".join(sys.argv[1:]) if sys.argv else ""
-    return f"headprune {args}".strip() if sys.argv and "headprune_utils" in sys.argv[0] + args else (args or "python")
+    """This process's command as a user typed it (``headprune --profile ...``), for a refused runner to read."""
+    if not sys.argv:
+        return "python"
+    first = Path(sys.argv[0])
+    prog = "headprune" if "headprune" in first.name or "headprune_utils" in first.parts else first.name
+    return " ".join([prog, *sys.argv[1:]])
 
 
 @contextlib.contextmanager
@@ -307,7 +311,8 @@ def run_lock(name: str, profile: str) -> Iterator[None]:
         if held is not None:
             held[1] += 1
         else:
-            _RUN_LOCKS[path] = [_acquire(path, f"study {name}, profile {profile}"), 1]
+            made = not path.parent.exists()  # the study's first run: its folder is removed again if left empty
+            _RUN_LOCKS[path] = [_acquire(path, f"study {name}, profile {profile}"), 1, made]
     try:
         yield
     finally:
@@ -322,6 +327,9 @@ def run_lock(name: str, profile: str) -> Iterator[None]:
                         path.unlink()
                 fcntl.flock(fh, fcntl.LOCK_UN)
                 fh.close()
+                if held[2]:
+                    with contextlib.suppress(OSError):
+                        path.parent.rmdir()
 
 
 def _acquire(path: Path, what: str):
@@ -512,8 +520,9 @@ _VOLATILE = ("start_time", "end_time", "duration")  # papermill's clock readings
 def normalise(nb) -> None:
     """Make an executed notebook a function of its inputs and results, so that rendering unchanged results leaves
     its file unchanged: the cells the run adds (papermill's parameters, the findings) get ids from their tag
-    instead of random ones, and the clock readings (papermill's start, end and duration of the notebook and each
-    cell, the kernel's execution timestamps) are dropped."""
+    instead of random ones, the clock readings (papermill's start, end and duration of the notebook and each
+    cell, the kernel's execution timestamps) are dropped, and consecutive pieces of one stream (a cell's printed
+    text, which the kernel sends in pieces cut by timing) are joined, as Jupyter shows them."""
     pm_meta = nb.metadata.get("papermill", {})
     for key in _VOLATILE:
         pm_meta.pop(key, None)
@@ -523,11 +532,28 @@ def normalise(nb) -> None:
         meta.pop("execution", None)
         for key in _VOLATILE:
             meta.get("papermill", {}).pop(key, None)
+        if cell.get("outputs"):
+            cell["outputs"] = _joined_streams(cell["outputs"])
         tag = next((t for t in meta.get("tags", []) if t in _INJECTED_TAGS), None)
         if tag is not None or ("id" in cell and cell["id"] in seen):
             cell["id"] = tag if tag is not None and tag not in seen else f"cell-{i}"
         if "id" in cell:
             seen.add(cell["id"])
+
+
+def _joined_streams(outputs: list) -> list:
+    out: list = []
+    for o in outputs:
+        if (o.get("output_type") == "stream" and out and out[-1].get("output_type") == "stream"
+                and out[-1].get("name") == o.get("name")):
+            out[-1]["text"] = "".join(_text(t) for t in (out[-1]["text"], o["text"]))
+        else:
+            out.append(o)
+    return out
+
+
+def _text(text) -> str:
+    return "".join(text) if isinstance(text, list) else text
 
 
 def finalise(running: Path, final: Path, name: str, profile: str) -> None:

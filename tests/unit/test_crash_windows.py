@@ -292,9 +292,12 @@ def test_a_file_size_limit_is_named_in_one_line_and_leaves_no_staging(runner, no
 def test_rendering_unchanged_results_twice_writes_the_same_bytes(runner, notebook_study):
     """Papermill's injected cell and the findings cell get ids from their tags, and no clock reading stays in the
     executed notebook: re-rendering leaves git clean."""
-    notebook_study(WRITE_RUN, "print(sum(range(10)))")
+    # printed text reaches the notebook in pieces cut by timing: here surely two
+    notebook_study(WRITE_RUN, "import time\nprint(sum(range(10)), flush=True)\ntime.sleep(0.5)\nprint('b')")
     notebooks.execute_study("fake", "t", {}, progress=False)
     first = runner.notebook.read_bytes()
+    assert nbformat.read(runner.notebook, as_version=4).cells[-1].outputs == [
+        {"output_type": "stream", "name": "stdout", "text": "45\nb\n"}], "one piece, as Jupyter shows it"
     notebooks.execute_study("fake", "t", {}, progress=False)
     assert runner.notebook.read_bytes() == first
     nb = nbformat.read(runner.notebook, as_version=4)
