@@ -122,14 +122,15 @@ def execute_study(name: str, profile: str, overrides: dict, progress: bool = Tru
         watcher = CellProgress(paths.cells, study.n_cells(cfg), desc=f"{name} cells")
     with run_lock(name, profile):
         paths.dir.mkdir(parents=True, exist_ok=True)
-        with study_lock(paths, "swapping in a run's outputs"):
-            done = recover_swap(paths)
+        if (paths.dir / JOURNAL).exists():  # an earlier run's swap, interrupted: completed first
+            with study_lock(paths, "completing an interrupted swap"):
+                done = recover_swap(paths)
             if done:
                 print(done, flush=True)
-            # the notebook writes its figures, tables, metrics and metadata into the staging folder; they
-            # replace the earlier ones only when the whole notebook succeeded (a failed run leaves the earlier
-            # outputs untouched)
-            shutil.rmtree(paths.staging, ignore_errors=True)
+        # the notebook writes its figures, tables, metrics and metadata into the staging folder (the runner's,
+        # under its run lock); they replace the earlier ones only when the whole notebook succeeded (a failed run
+        # leaves the earlier outputs untouched)
+        shutil.rmtree(paths.staging, ignore_errors=True)
         manager, kernels = recording_kernel_manager()
         cwd = os.getcwd()
         os.chdir(root)  # relative paths, run from the project root: nothing machine-specific in the notebook

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from headprune_utils.run import profiles
 from headprune_utils.run.execution import CellsFailed, make_executor, run_study
 from headprune_utils.run.notebooks import (JOURNAL, recover_swap, relative, resource_cause, run_lock,
                                            study_lock)
@@ -37,8 +38,11 @@ def run_profile(plan: dict[str, dict], profile: str, *, jobs: int = 1, fresh: bo
     (refused before any work, naming it)."""
     total = time.perf_counter()
     with contextlib.ExitStack() as held:
-        try:  # every study's run lock first: another run of one of them stops this one before any work
-            for name in plan:
+        # every study's run lock first: another run of one of them stops this one before any work; moving the
+        # profile's shared model caches aside changes what every study of the profile reads: all of them
+        locked = list(profiles.STUDIES) if fresh_caches else list(plan)
+        try:
+            for name in locked:
                 held.enter_context(run_lock(name, profile))
         except StudyBusyError as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -92,8 +96,7 @@ def _run_held(plan: dict[str, dict], profile: str, total: float, *, jobs: int, f
         return 1
     print(f"all {len(plan)} studies done in {time.perf_counter() - total:.0f} s")
     print(verdict_summary(plan, profile))
-    write_overviews(profile)
-    return 0
+    return 0 if write_overviews(profile) else 1
 
 
 def move_aside(paths: StudyPaths) -> Path | None:
@@ -185,11 +188,17 @@ def verdict_summary(plan: dict[str, dict], profile: str) -> str:
     return "\n".join(lines)
 
 
-def write_overviews(profile: str) -> None:
+def write_overviews(profile: str) -> bool:
     """The views over every study of ``profile``: the cross-study summary, the README's generated findings table
     (quick and standard) and the HTML report. A README or report that cannot be written is a warning: they only
-    show the results, which are written."""
-    print(f"cross-study summary: {relative(write_summary(profile))}")
+    show the results, which are written. A view that cannot be written (a read-only or full disk) is one line
+    naming it and the cause; returns False then (the run's exit status says so)."""
+    ok = True
+    try:
+        print(f"cross-study summary: {relative(write_summary(profile))}")
+    except OSError as exc:
+        print(f"error: the cross-study summary was not written: {resource_cause(exc) or exc}", file=sys.stderr)
+        ok = False
     if profile in ("quick", "standard"):
         try:
             if update_readme():
@@ -200,3 +209,8 @@ def write_overviews(profile: str) -> None:
         build_report([profile])  # prints where the report is
     except ValueError as exc:  # the report is a view of the results, which are written: warn, do not fail the run
         print(f"warning: the report was not built: {exc}", file=sys.stderr)
+    except OSError as exc:
+        print(f"error: the report was not written (the studies' outputs are): {resource_cause(exc) or exc}",
+              file=sys.stderr)
+        ok = False
+    return ok

@@ -123,10 +123,42 @@ def test_a_slice_while_a_kernel_computes_the_study_is_refused_in_one_line(runner
     assert f"pid {kernel.pid}" in one_line_error(capsys.readouterr().err)
 
 
+def test_fresh_caches_while_another_study_of_the_profile_runs_is_refused(runner, holder, tmp_path, monkeypatch,
+                                                                        capsys):
+    """--fresh-caches moves the fine-tuned models every study of the profile reads, also one not in --only."""
+    other = type("OtherFake", (FakeStudy,), {"name": "other"})()
+    monkeypatch.setattr(profiles, "STUDIES", {"fake": FakeStudy(), "other": other})
+    (tmp_path / "params" / "t.yaml").write_text("fake: {}\nother: {}\n")
+    cache = StudyPaths("fake", "t").finetuned_cache
+    cache.mkdir(parents=True)
+    first = holder("run", "--profile", "t", "--only", "fake")
+    assert cli.main(["--profile", "t", "--only", "other", "--fresh-caches", "--no-progress"]) == 2
+    assert f"pid {first.pid}" in one_line_error(capsys.readouterr().err)
+    assert cache.is_dir(), "the caches stayed where the running study reads them"
+
+
 def test_the_runner_leaves_no_lock_file_behind(runner, capsys):
     assert cli.main(["--profile", "t", "--no-progress"]) == 0
     assert runner.rendered == ["fake"]
     assert not list(runner.dir.parent.glob(".*lock*")), "a run lock is removed by its holder"
+
+
+def test_a_report_folder_that_cannot_be_written_is_one_line_and_exit_1(runner, monkeypatch, capsys):
+    """K5-05: a read-only report folder ended a finished run in a traceback."""
+    monkeypatch.undo()  # the real write_overviews, with the fake study still in place
+    monkeypatch.setattr(profiles, "STUDIES", {"fake": FakeStudy()})
+    monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: runner.dir.parents[2] / "params")
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(runner.dir.parents[1]))
+    monkeypatch.setattr(schedule, "execute_study", lambda *a, **k: 0.0)
+    monkeypatch.setattr("headprune_utils.run.pipeline.write_summary", lambda profile: runner.dir / "s.md")
+
+    def read_only(profiles_):
+        raise OSError(30, os.strerror(30), str(runner.dir.parents[1] / "report" / "t"))
+
+    monkeypatch.setattr("headprune_utils.run.pipeline.build_report", read_only)
+    assert cli.main(["--profile", "t", "--no-progress"]) == 1
+    line = one_line_error(capsys.readouterr().err)
+    assert "report was not written" in line and "Read-only file system" in line and "report/t" in line, line
 
 
 def snapshot(folder: Path) -> dict:
