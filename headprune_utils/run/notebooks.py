@@ -420,6 +420,8 @@ def _complete(paths: StudyPaths, journal: dict) -> None:
         _step("notebook")
     paths.notebook.with_suffix(".failed.ipynb").unlink(missing_ok=True)
     shutil.rmtree(trash, ignore_errors=True)
+    for stale in paths.dir.glob(".replaced-*"):  # an unjournalled swap's, killed: every output is new now
+        shutil.rmtree(stale, ignore_errors=True)
     _step("remove the replaced outputs")
     shutil.rmtree(paths.staging, ignore_errors=True)
     _step("remove the staging folder")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -126,13 +127,14 @@ def test_a_run_killed_at_any_step_of_the_swap_is_named_by_check_and_completed_by
 
 
 def test_a_half_swap_whose_staged_outputs_are_gone_is_rolled_back(runner, monkeypatch, capsys):
-    monkeypatch.setattr(notebooks, "_SWAP_STEP", lambda at: (_ for _ in ()).throw(Fault()) if at == "swap in tables"
-                        else None)
+    def fault(at):
+        if at == "swap in tables":
+            raise Fault(at)
+
+    monkeypatch.setattr(notebooks, "_SWAP_STEP", fault)
     with pytest.raises(Fault):
         notebooks.swap_in(runner, stage_new_run(runner))
     monkeypatch.setattr(notebooks, "_SWAP_STEP", None)
-    import shutil
-
     shutil.rmtree(runner.staging)  # e.g. a user cleaning up what looked like a leftover
     assert cli.main(["--profile", "t", "--cells-only", "--no-progress"]) == 0
     assert "rolled back" in capsys.readouterr().out
@@ -145,6 +147,9 @@ def test_an_unjournalled_half_swap_is_named_by_check(runner, capsys):
     (runner.dir / "tables").rename(runner.dir / ".replaced-4242" / "tables")
     assert cli.main(["--profile", "t", "--check"]) == 2
     assert ".replaced-4242" in capsys.readouterr().err
+    notebooks.swap_in(runner, stage_new_run(runner))  # the next render replaces every output and clears it
+    assert state(runner) == NEW
+    assert cli.main(["--profile", "t", "--check"]) == 0
 
 
 CHILD_SWAP = """
