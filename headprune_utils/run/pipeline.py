@@ -1,65 +1,113 @@
 """One run of a profile's studies, end to end, after the checks passed.
 
-In order: with ``--fresh`` the studies' earlier results and with ``--fresh-caches`` the profile's shared model
-caches are moved aside (kept as a backup, never deleted); with ``--executor ray`` or ``--cells-only`` every
-planned cell is computed first through the executor (this process is the driver and the only writer of
-results); then the notebooks run (:mod:`headprune_utils.run.schedule`), which find their cells stored or compute
+First the run lock of every study of the plan (another run of one of them refuses this one, naming it), and a
+swap of outputs an earlier run left half done is completed. Then, in order: with ``--fresh`` the studies' earlier
+results and with ``--fresh-caches`` the profile's shared model caches are moved aside (kept as a backup, never
+deleted); with ``--executor ray`` or ``--cells-only`` every planned cell not yet stored is computed first through
+the executor (this process is the driver and the only writer of results; a study with nothing to compute is left
+untouched); then the notebooks run (:mod:`headprune_utils.run.schedule`), which find their cells stored or compute
 them; finally the verdict counts, the cross-study summary, the README's findings table (quick and standard) and
 the HTML report.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
+from headprune_utils.run import profiles
 from headprune_utils.run.execution import CellsFailed, make_executor, run_study
-from headprune_utils.run.notebooks import relative
-from headprune_utils.run.profiles import selector, study_config
+from headprune_utils.run.notebooks import (JOURNAL, recover_swap, relative, resource_cause, run_lock,
+                                           study_lock)
+from headprune_utils.run.profiles import planned, selector, study_config
 from headprune_utils.run.report import build_report
 from headprune_utils.run.schedule import longest_first, run_notebooks
 from headprune_utils.run.summary import update_readme, write_summary
 from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.results import StaleResultsError, StudyBusyError
 
 
 def run_profile(plan: dict[str, dict], profile: str, *, jobs: int = 1, fresh: bool = False,
                 fresh_caches: bool = False, executor: str = "local", address: str | None = None,
                 cells_only: bool = False, where: dict[str, set[str]] | None = None, progress: bool = True) -> int:
     """Run the studies of ``plan`` (validated and checked); returns the exit status: 0 when all succeeded, 1 when
-    a cell or a notebook failed."""
+    a cell or a notebook failed, or a write failed for want of room, 2 when another run holds one of the studies
+    (refused before any work, naming it)."""
     total = time.perf_counter()
+    with contextlib.ExitStack() as held:
+        # every study's run lock first: another run of one of them stops this one before any work; moving the
+        # profile's shared model caches aside changes what every study of the profile reads: all of them
+        locked = list(profiles.STUDIES) if fresh_caches else list(plan)
+        try:
+            for name in locked:
+                held.enter_context(run_lock(name, profile))
+        except StudyBusyError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        try:
+            return _run_held(plan, profile, total, jobs=jobs, fresh=fresh, fresh_caches=fresh_caches,
+                             executor=executor, address=address, cells_only=cells_only, where=where,
+                             progress=progress)
+        except StudyBusyError as exc:  # the study lock, held by a process outside the runner (a notebook's kernel)
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except OSError as exc:
+            cause = resource_cause(exc)
+            if cause is None:
+                raise
+            print(f"error: the run stopped: {cause}", file=sys.stderr)
+            return 1
+
+
+def _run_held(plan: dict[str, dict], profile: str, total: float, *, jobs: int, fresh: bool, fresh_caches: bool,
+              executor: str, address: str | None, cells_only: bool, where: dict[str, set[str]] | None,
+              progress: bool) -> int:
     if jobs > 1:
         plan = longest_first(plan, profile)  # before --fresh moves the last run's records aside
+    for name in plan:  # a swap an earlier run left half done is completed (or undone) first
+        paths = StudyPaths(name, profile, staged=False)
+        if (paths.dir / JOURNAL).exists():
+            with study_lock(paths, "completing an interrupted swap"):
+                done = recover_swap(paths)
+            if done:
+                print(done, flush=True)
     if fresh:
         for name in plan:
-            backup = move_aside(StudyPaths(name, profile))
+            backup = move_aside(StudyPaths(name, profile, staged=False))
             if backup:
                 print(f"moved earlier results to {relative(backup)}")
     if fresh_caches:
         move_caches_aside(profile)
     if executor != "local" or cells_only:
-        if not compute_cells(plan, profile, executor, address, where):
+        ok, computed = compute_cells(plan, profile, executor, address, where)
+        if not ok:
             return 1
         if cells_only:
-            print(f"cells of {len(plan)} studies done in {time.perf_counter() - total:.0f} s")
+            if not computed:
+                print(f"nothing to compute: every selected cell of the {len(plan)} studies is stored; no file was "
+                      "written")
+            else:
+                print(f"cells of {len(plan)} studies done in {time.perf_counter() - total:.0f} s")
             return 0
     if not run_notebooks(plan, profile, jobs, progress):
         return 1
     print(f"all {len(plan)} studies done in {time.perf_counter() - total:.0f} s")
     print(verdict_summary(plan, profile))
-    write_overviews(profile)
-    return 0
+    return 0 if write_overviews(profile) else 1
 
 
 def move_aside(paths: StudyPaths) -> Path | None:
-    """Rename the study's folder to ``<profile>.bak-<time>`` (``--fresh``); returns the backup, or None when there
-    was nothing to move."""
+    """Rename the study's folder to ``<profile>.bak-<time>`` (``--fresh``) holding the study lock (never while a
+    kernel computes into it: StudyBusyError naming it); returns the backup, or None when there was nothing to
+    move."""
     if not paths.dir.exists():
         return None
     backup = paths.dir.with_name(f"{paths.dir.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
-    paths.dir.rename(backup)
+    with study_lock(paths, "--fresh: moving the folder aside"):
+        paths.dir.rename(backup)
     return backup
 
 
@@ -75,23 +123,52 @@ def move_caches_aside(profile: str) -> None:
 
 
 def compute_cells(plan: dict[str, dict], profile: str, executor: str, address: str | None,
-                  where: dict[str, set[str]] | None = None) -> bool:
+                  where: dict[str, set[str]] | None = None) -> tuple[bool, int]:
     """Every planned cell of the studies in ``plan`` (only those matching ``where``: :func:`selector`) through
-    ``executor`` (one instance for all); True when all succeeded. A failed study is reported and the next one
-    still runs (its cells are independent)."""
-    ex = make_executor(executor, address)
-    ok = True
+    ``executor`` (one instance for all); returns whether all succeeded and how many studies had cells to compute.
+    A failed study is reported and the next one still runs (its cells are independent). A study whose selected
+    cells are all stored is left alone: nothing is computed and nothing written (not even its run record)."""
+    ex = None
+    ok, computed = True, 0
     for name, overrides in plan.items():
+        select = selector(where or {})
+        todo = cells_to_compute(name, overrides, profile, select)
+        if todo == 0:
+            print(f"cells of {name} ({profile}): every selected cell is stored; nothing computed, nothing written",
+                  flush=True)
+            continue
+        computed += 1
+        ex = ex or make_executor(executor, address)
         study, cfg = study_config(name, {**overrides, "progress": False}, profile)
         t0 = time.perf_counter()
         print(f"cells of {name} ({profile}) on {executor}", flush=True)
         try:
-            table = run_study(study, cfg, profile, executor=ex, progress=True, select=selector(where or {}))
+            table = run_study(study, cfg, profile, executor=ex, progress=True, select=select)
             print(f"cells of {name}: {len(table)} stored in {time.perf_counter() - t0:.0f} s", flush=True)
         except CellsFailed as exc:
             ok = False
             print(f"error: {exc}", file=sys.stderr, flush=True)
-    return ok
+    return ok, computed
+
+
+def cells_to_compute(name: str, overrides: dict, profile: str, select=None) -> int | None:
+    """How many of the study's planned cells (those ``select`` accepts, and the cells they require) are not stored
+    yet, reading only the cell files; None when that cannot be told without the run (stored cells of other
+    parameters, which the run itself refuses naming them)."""
+    try:
+        p = planned(name, overrides, profile)
+        p.store.corrupt = []  # a corrupt cell counts as not stored (the run moves it aside and recomputes it)
+        by_key = {c.key: c for c in p.cells}
+        stack = [c.key for c in p.cells if select is None or select(dict(c.axes))]
+        keep: set[str] = set()
+        while stack:
+            k = stack.pop()
+            if k not in keep:
+                keep.add(k)
+                stack.extend(by_key[k].requires)
+        return sum(not p.store.has(dict(by_key[k].axes)) for k in keep)
+    except StaleResultsError:
+        return None
 
 
 def verdict_summary(plan: dict[str, dict], profile: str) -> str:
@@ -111,11 +188,17 @@ def verdict_summary(plan: dict[str, dict], profile: str) -> str:
     return "\n".join(lines)
 
 
-def write_overviews(profile: str) -> None:
+def write_overviews(profile: str) -> bool:
     """The views over every study of ``profile``: the cross-study summary, the README's generated findings table
     (quick and standard) and the HTML report. A README or report that cannot be written is a warning: they only
-    show the results, which are written."""
-    print(f"cross-study summary: {relative(write_summary(profile))}")
+    show the results, which are written. A view that cannot be written (a read-only or full disk) is one line
+    naming it and the cause; returns False then (the run's exit status says so)."""
+    ok = True
+    try:
+        print(f"cross-study summary: {relative(write_summary(profile))}")
+    except OSError as exc:
+        print(f"error: the cross-study summary was not written: {resource_cause(exc) or exc}", file=sys.stderr)
+        ok = False
     if profile in ("quick", "standard"):
         try:
             if update_readme():
@@ -126,3 +209,8 @@ def write_overviews(profile: str) -> None:
         build_report([profile])  # prints where the report is
     except ValueError as exc:  # the report is a view of the results, which are written: warn, do not fail the run
         print(f"warning: the report was not built: {exc}", file=sys.stderr)
+    except OSError as exc:
+        print(f"error: the report was not written (the studies' outputs are): {resource_cause(exc) or exc}",
+              file=sys.stderr)
+        ok = False
+    return ok

@@ -1,8 +1,8 @@
 """The checks before any heavy work, so that a run that cannot finish stops at once instead of hours in.
 
-Outputs that cannot be written, stored cells of other parameters (which a run would refuse to mix with new
-ones; the message names the parameters that changed) and, for ``--check``, task data that is missing or
-unreadable. Nothing is trained, loaded or moved.
+Outputs that cannot be written, a study folder left half swapped (a run killed while swapping its outputs in),
+stored cells of other parameters (which a run would refuse to mix with new ones; the message names the parameters
+that changed) and, for ``--check``, task data that is missing or unreadable. Nothing is trained, loaded or moved.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from headprune_utils.model import models
 from headprune_utils.run.execution import changed_parameters
-from headprune_utils.run.notebooks import relative
+from headprune_utils.run.notebooks import half_swap, relative
 from headprune_utils.run.profiles import study_config
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import CorruptCellError, ResultStore, StaleResultsError
@@ -27,18 +27,26 @@ def writable(path: Path) -> bool:
 
 
 def preflight(plan: dict[str, dict], profile: str, read_data: bool = False, stale: bool = True,
-              notes: list[str] | None = None) -> list[str]:
+              notes: list[str] | None = None, strict: bool | None = None) -> list[str]:
     """Problems found without heavy work: outputs that cannot be written, stored cells of other parameters
     (naming the parameters that changed), and with ``read_data`` task data that is missing or unreadable. Corrupt
     cell files are not problems: a run moves them to ``quarantine/`` and recomputes them (as the README says);
-    they are named in ``notes`` when given."""
+    they are named in ``notes`` when given. A study folder an interrupted swap left half of one run and half of
+    another is a problem for ``--check`` (``strict``, by default ``read_data``: the outputs are not valid as
+    they are) and a note for a run (which completes the swap first)."""
     problems = []
+    strict = read_data if strict is None else strict
     for name, overrides in plan.items():
         study, cfg = study_config(name, overrides, profile)
         paths = StudyPaths(name, profile, staged=False)
         if not writable(paths.dir) or (paths.dir.exists() and not writable(paths.dir.parent)):
             problems.append(f"{name}: the outputs folder {relative(paths.dir)} cannot be written (permissions)")
             continue
+        half = half_swap(paths)
+        if half and strict:
+            problems.append(f"{name}: {half}")
+        elif half and notes is not None:
+            notes.append(f"{name}: {half}")
         if not hasattr(study, "fingerprint"):  # not a study of the protocol (a bare notebook): nothing to check
             continue
         device = models.resolve_device(getattr(cfg, "device", "cpu"))
