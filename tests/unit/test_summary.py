@@ -32,11 +32,11 @@ def test_summary_from_verdict_tables(tmp_path, monkeypatch):
         t / "semantics_dependence.csv", index=False)
     rows = summary.claim_rows("quick").set_index("claim_id")
     assert list(rows.index) == ["a.x", "b.y", "c.z"], "one row per claim; studies without tables are left out"
-    assert rows.loc["c.z", "decided"].startswith("all (A, B): **supported**"), "an empty setting reads nothing"
+    assert rows.loc["c.z", "decided"].startswith("pooled (A, B): **supported**"), "an empty setting reads nothing"
     assert rows.loc["a.x", "verdicts"] == "1 supported, 1 not testable"  # the sensitivity row is not counted
     assert "SST-2, s: **supported** (+0.1 [+0, +0.2])" in rows.loc["a.x", "decided"]
     assert rows.loc["a.x", "flips"].startswith("SST-2: uniform: supported") and rows.loc["b.y", "flips"] == "no"
-    assert rows.loc["b.y", "decided"] == "none"
+    assert rows.loc["b.y", "decided"] == "none (SST-2, s: inconclusive, +0.1 [+0, +0.2])", "the nearest row"
     path = summary.write_summary("quick")
     text = path.read_text()
     assert path == tmp_path / "SUMMARY.md" and "nan" not in text.lower()
@@ -80,7 +80,7 @@ def test_an_existence_claim_reads_as_a_share_of_units_never_as_a_signed_effect(t
            "n_units": 6, "effect": 5 / 6, "ci_low": 0.36, "ci_high": 0.996}
     pd.DataFrame([row], columns=list(claims.COLUMNS)).to_csv(t / "verdicts.csv", index=False)
     decided = summary.claim_rows("quick").set_index("claim_id").loc["v.roles", "decided"]
-    assert decided == "all (A, B), s: **supported** (share 5 of 6 units = 0.833 [0.36, 0.996])"
+    assert decided == "pooled (A, B), s: **supported** (share 5 of 6 units = 0.833 [0.36, 0.996])"
     assert "share 5 of 6 units" in summary.study_findings_markdown("nmt_heads", "quick")
 
 
