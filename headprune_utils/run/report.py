@@ -204,7 +204,14 @@ def study_body(nb, name: str, profile: str, verdicts: pd.DataFrame | None) -> tu
         body = body.replace(key, mathml)
     # a missing value in a displayed table reads as a dash with its meaning on hover, never "NaN"
     body = _NAN_CELL.sub('<td class="na" title="no value: see the reason column or the text">–</td>', body)
-    return stable_styler_ids(body, name), failures
+    return _stable_cell_ids(stable_styler_ids(body, name)), failures
+
+
+def _stable_cell_ids(body: str) -> str:
+    """nbconvert names each cell's block by the notebook's cell id (``id="cell-id=<id>"``), new whenever the notebook
+    is written afresh: numbered in page order instead (nothing links to them)."""
+    count = iter(range(1, 1_000_000))
+    return re.sub(r'id="cell-id=[^"]*"', lambda _: f'id="cell-{next(count)}"', body)
 
 
 # pandas' Styler names its table and cells "T_<5 random hex digits>" afresh at every execution
@@ -214,7 +221,7 @@ _STYLER_ID = re.compile(r"\bT_([0-9a-f]{5})(?=[_\"'\s.:,{>#\[])")
 def stable_styler_ids(body: str, prefix: str = "t") -> str:
     """``body`` with every pandas Styler id (``T_<uuid>``, new at every execution of the notebook) replaced by
     ``T_<prefix>_<n>``, numbered in order of first appearance, so a page rendered again from unchanged results is
-    byte-identical."""
+    byte-identical (:func:`render_study` numbers nbconvert's cell ids the same way)."""
     seen: dict[str, str] = {}
     safe = re.sub(r"[^A-Za-z0-9]", "_", prefix)
 
