@@ -531,3 +531,23 @@ def test_dendrogram_heatmap_names_every_head_and_draws_the_tree_in_one_colour():
     assert fig.axes[2].get_ylabel() == "distance (lower = more redundant)"
     assert layout_problems(fig) == []
     plt.close(fig)
+
+
+def test_a_mask_grid_of_many_strategies_is_wrapped_into_blocks():
+    """Study 7's masks (21 type x strategy rows, two budgets) were a column 3.6 times as tall as wide: more than
+    MAX_MASK_ROWS strategies of few budgets are wrapped into blocks side by side."""
+    names = [f"{t}: {s}" for t in ("enc", "dec", "cross") for s in ("random", "top", "bottom", "middle", "top_bottom",
+                                                                      "consecutive", "spread")]
+    rows = pd.DataFrame([{"strategy": st, "budget": b, "layer": l, "head": h, "kept": int((l + h + k) % 2)}
+                         for k, st in enumerate(names) for b in (0.33, 0.67) for l in range(3) for h in range(4)])
+    fig = figures.masks.mask_grid(rows)
+    try:
+        visible = [ax for ax in fig.axes if ax.get_visible()]
+        assert len(visible) == 21 * 2
+        w, h = fig.get_size_inches()
+        assert h < w, (w, h)
+        assert max(ax.get_subplotspec().rowspan.start for ax in visible) + 1 <= figures.masks.MAX_MASK_ROWS
+        assert sorted(ax.get_ylabel() for ax in visible if ax.get_ylabel()) == sorted(names)
+        assert layout_problems(fig) == []
+    finally:
+        plt.close(fig)
