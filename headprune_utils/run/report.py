@@ -319,7 +319,9 @@ code{background:#f3f3f3;padding:0 3px;border-radius:3px;font-size:92%}
 .v-supported{color:#11703b;font-weight:600}.v-contradicted{color:#a3271d;font-weight:600}
 .v-not-supported{color:#a35d00;font-weight:600}.v-inconclusive{color:#555}.v-not-testable{color:#777}
 table.claims,table.reasons{display:table;width:100%;table-layout:auto}
-table.claims td,table.claims th,table.reasons td,table.reasons th{overflow-wrap:anywhere}
+table.claims td,table.reasons td{overflow-wrap:break-word} table.claims code{overflow-wrap:anywhere}
+table.reasons td:nth-child(2),table.reasons td:nth-child(3),table.reasons td:nth-child(5),
+table.reasons td:nth-child(6),table.reasons td:nth-child(7),table.reasons th{white-space:nowrap}
 table.claims td:nth-child(2){min-width:12em} figure{margin:1.2em 0} figcaption{font-size:13px;color:#444}
 .scale{color:#444;font-style:italic} .units{color:#444;font-size:13px}
 details{margin:.4em 0} summary{cursor:pointer}
