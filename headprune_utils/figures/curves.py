@@ -57,7 +57,8 @@ def fit_titles(fig: plt.Figure, axes, sep: str = " — ") -> None:
 
 def score_vs_fraction(summary: pd.DataFrame, raw: pd.DataFrame | None = None) -> plt.Figure:
     """One panel per task (and a row of panels per ablation semantics when ``summary`` has an ``ablation``
-    column): mean score vs share of heads pruned, a line per regime, CI band over seeds.
+    column): mean score vs share of heads pruned, a line per regime, CI band over seeds. A task's panels share
+    their y axis (the rows are compared).
 
     summary: columns task, regime, fraction, mean, ci_low, ci_high, metric (``pruning_curves.summarise``).
     raw: optional per-seed rows (task, regime, fraction, score) drawn as points.
@@ -65,7 +66,9 @@ def score_vs_fraction(summary: pd.DataFrame, raw: pd.DataFrame | None = None) ->
     tasks = list(dict.fromkeys(summary["task"]))
     sems = list(dict.fromkeys(summary["ablation"])) if "ablation" in summary else [None]
     sns.set_theme(style="whitegrid", context="notebook")
-    fig, axes = plt.subplots(len(sems), len(tasks), figsize=(5.2 * len(tasks), 4.2 * len(sems)), squeeze=False)
+    # the rows (ablation semantics) are compared task by task: a column shares its y axis
+    fig, axes = plt.subplots(len(sems), len(tasks), figsize=(5.2 * len(tasks), 4.2 * len(sems)), squeeze=False,
+                             sharey="col")
     palette = dict(zip(REGIME_LABELS, sns.color_palette("colorblind", len(REGIME_LABELS))))
     for i, sem in enumerate(sems):
         for ax, task in zip(axes[i], tasks):
@@ -121,6 +124,7 @@ def score_by_strategy(summary: pd.DataFrame, strategies: list[str]) -> plt.Figur
     sns.set_theme(style="whitegrid", context="notebook")
     fig, axes = plt.subplots(len(rows), len(tasks), figsize=(5.6 * len(tasks), 4.0 * len(rows)), squeeze=False)
     palette = dict(zip(strategies, sns.color_palette("tab10", len(strategies))))
+    not_run: dict[int, list] = {}
     for i, (regime, sem) in enumerate(rows):
         for j, task in enumerate(tasks):
             ax = axes[i][j]
@@ -128,7 +132,7 @@ def score_by_strategy(summary: pd.DataFrame, strategies: list[str]) -> plt.Figur
                         & ((summary["ablation"] == sem) if sem else True)]
             ax.set_title(f"{task} — {REGIME_LABELS[regime]}" + (f" — {sem} ablation" if sem else ""), fontsize="medium")
             if s.empty:  # this task was not run in this regime x semantics (e.g. mask-then-fine-tune on 2 tasks only)
-                mark_not_run(ax)
+                not_run.setdefault(i, []).append((ax, task))
                 continue
             full = s[s["strategy"] == "none"]
             budgets = sorted(s.loc[s["strategy"] != "none", "budget"].unique())
@@ -150,9 +154,20 @@ def score_by_strategy(summary: pd.DataFrame, strategies: list[str]) -> plt.Figur
                 ax.set_xlim(mid - MIN_BUDGET_SPAN / 2, mid + MIN_BUDGET_SPAN / 2)
             ax.set_xlabel("heads pruned (%)")
             ax.set_ylabel(s["metric"].iloc[0])
+    # a row's tasks that were not run: their panels left out, one note in the first one's place (a panel of its
+    # own saying only "not run" was a quarter of the row)
+    for i, blanks in not_run.items():
+        for ax, _ in blanks[1:]:
+            ax.set_visible(False)
+        regime, sem = rows[i]
+        mark_not_run(blanks[0][0], "not run in this profile:\n" + ", ".join(t for _, t in blanks) + "\n("
+                     + REGIME_LABELS[regime] + (f", {sem} ablation" if sem else "") + ")")
+        blanks[0][0].set_title("")
     handles, labels = figure_legend_entries(fig, first=strategies)
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small")
     fit_titles(fig, axes)  # "task — regime — semantics" is wider than a panel: broken into lines that fit
+    # the legend above the panels, across the figure, in the panels' own type size (at the far right it was tiny)
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(labels), 6),
+               fontsize="medium", frameon=False)
     return fig
 
 

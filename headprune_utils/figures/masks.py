@@ -1,26 +1,46 @@
 """Masks drawn as layer x head pictures (1 = kept, 0 = pruned), a row per strategy, a column per budget."""
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from headprune_utils.figures.layout import mark_not_run
 
 
+# a grid of more strategies than this (and few budgets) is wrapped into blocks side by side: study 7's 21
+# type x strategy rows of two budgets made a figure 3.6 times as tall as wide
+MAX_MASK_ROWS = 8
+MAX_MASK_COLUMNS = 8
+
+
 def mask_grid(rows: pd.DataFrame) -> plt.Figure:
     """Layer x head picture of each strategy's mask (a row per strategy, a column per budget); dark = pruned.
+    More than :data:`MAX_MASK_ROWS` strategies of few budgets are wrapped into blocks of rows side by side (each
+    block its own budget columns), so the figure is not a narrow column.
 
     rows: columns strategy, budget, layer, head, kept (``strategy_sweep.example_masks``).
     """
     strategies = list(dict.fromkeys(rows["strategy"]))
     budgets = sorted(rows["budget"].unique())
     n_layers, n_heads = int(rows["layer"].max()) + 1, int(rows["head"].max()) + 1
+    blocks = 1
+    while (len(strategies) / blocks > MAX_MASK_ROWS and (blocks + 1) * len(budgets) <= MAX_MASK_COLUMNS):
+        blocks += 1
+    per_block = math.ceil(len(strategies) / blocks)
     scale = 0.16
-    fig, axes = plt.subplots(len(strategies), len(budgets), squeeze=False,
-                             figsize=(max(2.2, scale * n_heads + 0.8) * len(budgets), (scale * n_layers + 0.5) * len(strategies)))
-    for i, st in enumerate(strategies):
+    fig, axes = plt.subplots(per_block, len(budgets) * blocks, squeeze=False,
+                             figsize=(max(2.2, scale * n_heads + 0.8) * len(budgets) * blocks
+                                      + (blocks - 1) * 1.2, (scale * n_layers + 0.5) * per_block))
+    for k in range(per_block * blocks):
+        for j in range(len(budgets)):
+            if k >= len(strategies):
+                axes[k % per_block][(k // per_block) * len(budgets) + j].set_visible(False)
+    for k, st in enumerate(strategies):
+        i, first = k % per_block, (k // per_block) * len(budgets)
         for j, b in enumerate(budgets):
-            ax = axes[i][j]
+            ax = axes[i][first + j]
             g = rows[(rows["strategy"] == st) & (rows["budget"] == b)]
             if g.empty:  # a budget only some strategies have (the standard profile's iterative_importance curve)
                 mark_not_run(ax, "not run")

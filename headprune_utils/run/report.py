@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import html
 import logging
+import math
 import os
 import re
 import time
@@ -34,18 +35,20 @@ from latex2mathml.converter import convert
 
 from headprune_utils.analysis import claims
 from headprune_utils.run.summary import (
+    UNITS_NOTE,
     claim_rows,
     fmt_estimate,
     inject_findings,
+    row_label,
     study_findings_markdown,
-    where_label,
+    verdict_row,
 )
 from headprune_utils.store.paths import StudyPaths, outputs_root, report_dir
 from headprune_utils.store.results import atomic_write_text
 from headprune_utils.studies import STUDIES
 
 __all__ = ["build_report", "render_study", "convert_math", "claim_figure", "profiles_with_outputs", "PLUMBING_TAGS",
-           "HEADLINE_FIGURES"]
+           "HEADLINE_FIGURES", "headline_findings", "stable_styler_ids", "reasons_table"]
 
 # cells left out of the report whole (their code and their outputs)
 PLUMBING_TAGS = frozenset({"plumbing", "parameters", "injected-parameters"})
@@ -92,9 +95,26 @@ def convert_math(text: str, store: dict[str, str], failures: list[str]) -> str:
     return "".join(parts)
 
 
-def _prepare(nb, store: dict[str, str], failures: list[str]):
+_SCALE_PARAGRAPH = re.compile(r"^\*\*Scale\.\*\*.*?(?=\n\s*\n|\Z)", re.S | re.M)
+
+
+def _scale_paragraph(text: str, profile: str, scale: str) -> str:
+    """The notebook's "**Scale.**" paragraph (written for the notebook's default, quick) as this page's profile
+    reads it: for another profile, a paragraph on that profile's scale (its verdict table's ``scale``)."""
+    if profile == "quick" or not _SCALE_PARAGRAPH.search(text):
+        return text
+    words = _PROFILE_WORDS.get(profile, "a run of every study")
+    para = (f"**Scale.** This page is the `{profile}` profile's run ({words}): {scale or 'see its verdict table'}. "
+            "It is a small-scale test of the claims, not a reproduction of the papers' tables. The notebook's default, "
+            "`quick`, is a CPU demonstration of minutes on small subsets; `paper` runs the papers' models on a GPU.")
+    return _SCALE_PARAGRAPH.sub(lambda _: para, text, count=1)
+
+
+def _prepare(nb, store: dict[str, str], failures: list[str], profile: str = "quick",
+             verdicts: pd.DataFrame | None = None):
     """The notebook as the report shows it: plumbing cells, stderr and the notebook's own findings cell out (the
-    page shows them boxed at its top), math converted."""
+    page shows them boxed at its top), the scale paragraph for ``profile``, the printed verdict table as a table
+    (:func:`reasons_table`, from ``verdicts``), math converted."""
     inject_findings(nb, "")
     title = ""
     if nb.cells and nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# "):
@@ -103,6 +123,11 @@ def _prepare(nb, store: dict[str, str], failures: list[str]):
         title = title[2:].strip()
         nb.cells[0].source = rest.lstrip("\n")
     nb.metadata["report_title"] = title
+    scale = ""
+    if verdicts is not None and "scale" in verdicts.columns and len(verdicts):
+        scale = str(verdicts["scale"].iloc[0])
+    if nb.cells and nb.cells[0].cell_type == "markdown":
+        nb.cells[0].source = _scale_paragraph(nb.cells[0].source, profile, scale)
     kept = []
     for cell in nb.cells:
         tags = set(cell.get("metadata", {}).get("tags", []))
@@ -113,6 +138,8 @@ def _prepare(nb, store: dict[str, str], failures: list[str]):
         elif cell.cell_type == "code":
             outs = [o for o in cell.get("outputs", []) if not (o.get("output_type") == "stream"
                                                              and o.get("name") == "stderr")]
+            if verdicts is not None:
+                outs = [x for o in outs for x in _verdict_dump_as_table(o, verdicts)]
             for o in outs:
                 data = o.get("data", {})
                 if "text/markdown" in data:
@@ -146,13 +173,21 @@ _NAN_CELL = re.compile(r"<td>\s*(?:NaN|nan|None|&lt;NA&gt;|NaT)\s*</td>")
 def render_study(name: str, profile: str) -> tuple[str, list[str]]:
     """The study's page body (HTML) from its executed notebook, and the formulas that did not convert."""
     import nbformat
-    from nbconvert import HTMLExporter
 
     paths = StudyPaths(name, profile, staged=False)
     nb = nbformat.read(paths.notebook, as_version=4)
+    f = paths.tables / "verdicts.csv"
+    verdicts = pd.read_csv(f, keep_default_na=False, na_values=[""]) if f.exists() else None
+    return study_body(nb, name, profile, verdicts)
+
+
+def study_body(nb, name: str, profile: str, verdicts: pd.DataFrame | None) -> tuple[str, list[str]]:
+    """:func:`render_study` of a notebook node ``nb`` (changed in place) and its verdict table ``verdicts``."""
+    from nbconvert import HTMLExporter
+
     store: dict[str, str] = {}
     failures: list[str] = []
-    nb = _prepare(nb, store, failures)
+    nb = _prepare(nb, store, failures, profile, verdicts)
     findings = study_findings_markdown(name, profile)
     exporter = HTMLExporter(template_name="basic", exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True)
@@ -169,7 +204,101 @@ def render_study(name: str, profile: str) -> tuple[str, list[str]]:
         body = body.replace(key, mathml)
     # a missing value in a displayed table reads as a dash with its meaning on hover, never "NaN"
     body = _NAN_CELL.sub('<td class="na" title="no value: see the reason column or the text">–</td>', body)
-    return body, failures
+    return _stable_cell_ids(stable_styler_ids(body, name)), failures
+
+
+def _stable_cell_ids(body: str) -> str:
+    """nbconvert names each cell's block by the notebook's cell id (``id="cell-id=<id>"``), new whenever the notebook
+    is written afresh: numbered in page order instead (nothing links to them)."""
+    count = iter(range(1, 1_000_000))
+    return re.sub(r'id="cell-id=[^"]*"', lambda _: f'id="cell-{next(count)}"', body)
+
+
+# pandas' Styler names its table and cells "T_<5 random hex digits>" afresh at every execution
+_STYLER_ID = re.compile(r"\bT_([0-9a-f]{5})(?=[_\"'\s.:,{>#\[])")
+
+
+def stable_styler_ids(body: str, prefix: str = "t") -> str:
+    """``body`` with every pandas Styler id (``T_<uuid>``, new at every execution of the notebook) replaced by
+    ``T_<prefix>_<n>``, numbered in order of first appearance, so a page rendered again from unchanged results is
+    byte-identical (:func:`render_study` numbers nbconvert's cell ids the same way)."""
+    seen: dict[str, str] = {}
+    safe = re.sub(r"[^A-Za-z0-9]", "_", prefix)
+
+    def sub(m: re.Match) -> str:
+        return seen.setdefault(m.group(1), f"T_{safe}_{len(seen) + 1}")
+
+    return _STYLER_ID.sub(sub, body)
+
+
+def _verdict_dump_as_table(output, verdicts: pd.DataFrame) -> list:
+    """A printed verdict table (``print(claims.render(verdict))``: a monospace block per claim) as an HTML table
+    (:func:`reasons_table` of ``verdicts``, the table that was printed), the rest of the printed text kept around
+    it. Replaced only when the printed rows are the table's rows (count and verdict words, in order); any other
+    output unchanged, as a one-element list."""
+    import nbformat
+
+    if output.get("output_type") != "stream" or output.get("name") != "stdout" or verdicts.empty:
+        return [output]
+    ids = tuple(f"{c} (" for c in dict.fromkeys(verdicts["claim_id"].astype(str)))
+    lines = output.get("text", "").split("\n")
+    start = next((i for i, line in enumerate(lines) if line.startswith(ids)), None)
+    if start is None:
+        return [output]
+    end = start
+    while end < len(lines) and (lines[end].startswith(ids) or lines[end].startswith("  ")):
+        end += 1
+    printed = [re.match(r"  .*?: ([A-Z ]+): effect ", line) for line in lines[start:end] if line.startswith("  ")]
+    words = [m.group(1).lower() if m else None for m in printed]
+    grouped = [str(w) for _, g in verdicts.groupby(["claim_id", "claim"], sort=False) for w in g["verdict"]]
+    if words != grouped:  # claims.render prints the rows claim by claim
+        return [output]
+    out = []
+    before, after = "\n".join(lines[:start]).strip("\n"), "\n".join(lines[end:]).strip("\n")
+    if before:
+        out.append(nbformat.v4.new_output("stream", name="stdout", text=before + "\n"))
+    out.append(nbformat.v4.new_output("display_data", data={"text/html": reasons_table(verdicts)}))
+    if after:
+        out.append(nbformat.v4.new_output("stream", name="stdout", text=after + "\n"))
+    return out
+
+
+def _num(x, fmt: str = ".3g") -> str:
+    return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) or pd.isna(x) else format(float(x), fmt)
+
+
+def reasons_table(verdicts: pd.DataFrame) -> str:
+    """Every row of a verdict table as HTML: a block per claim (its verdict counts of the primary analysis in the
+    summary line), a row per task x setting x semantics: where, semantics (and whether it is the primary analysis),
+    verdict, effect [interval] with its unit, units, Holm-adjusted p, margin, and the reason in words (the test on
+    hover)."""
+    out = ['<div class="verdict-rows">']
+    for (cid, _), g in verdicts.groupby(["claim_id", "claim"], sort=False):
+        prim = g[g["analysis"] == "primary"] if "analysis" in g.columns else g
+        counts = prim["verdict"].value_counts()
+        words = ", ".join(f"{int(counts[w])} {w}" for w in claims.VERDICTS if w in counts)
+        first = g.iloc[0]
+        out.append(f'<details open><summary><code>{html.escape(str(cid))}</code> ({html.escape(str(first["paper"]))}):'
+                   f" {html.escape(str(first['claim']))} <b>Primary: {_verdict_words(words)}</b></summary>")
+        out.append('<table class="reasons"><thead><tr><th>where</th><th>semantics</th><th>verdict</th>'
+                   "<th>effect [interval], unit</th><th>units</th><th>Holm p</th><th>margin</th><th>reason</th>"
+                   "</tr></thead><tbody>")
+        for r in g.to_dict("records"):
+            sem = str(r.get("semantics", "") or "")
+            sem = (sem or "none") + (" (sensitivity)" if r.get("analysis") == "sensitivity" else "")
+            word = str(r["verdict"])
+            est = fmt_estimate(r, unit=True) if not pd.isna(r.get("effect")) else "–"
+            n = r.get("n_units")
+            n = "–" if n is None or pd.isna(n) else str(int(n))
+            out.append(
+                f"<tr><td>{html.escape(row_label(r))}</td><td>{html.escape(sem)}</td>"
+                f'<td class="v-{word.replace(" ", "-")}">{html.escape(word)}</td><td>{html.escape(est)}</td>'
+                f"<td>{n}</td><td>{_num(r.get('p_adjusted'))}</td><td>{_num(r.get('margin'))}</td>"
+                f'<td title="{html.escape(str(r.get("test", "") or ""))}">{html.escape(str(r.get("reason", "") or ""))}'
+                "</td></tr>")
+        out.append("</tbody></table></details>")
+    out.append("</div>")
+    return "".join(out)
 
 
 _CSS = """
@@ -189,8 +318,14 @@ code{background:#f3f3f3;padding:0 3px;border-radius:3px;font-size:92%}
 .findings{background:#f4f8fb;border-left:4px solid #4a86a8;padding:.3em 1.2em;margin:1em 0}
 .v-supported{color:#11703b;font-weight:600}.v-contradicted{color:#a3271d;font-weight:600}
 .v-not-supported{color:#a35d00;font-weight:600}.v-inconclusive{color:#555}.v-not-testable{color:#777}
-table.claims td:nth-child(2){min-width:22em} figure{margin:1.2em 0} figcaption{font-size:13px;color:#444}
-.scale{color:#444;font-style:italic}
+table.claims,table.reasons{display:table;width:100%;table-layout:auto}
+table.claims td,table.reasons td{overflow-wrap:break-word} table.claims code{overflow-wrap:anywhere}
+table.reasons td:nth-child(2),table.reasons td:nth-child(3),table.reasons td:nth-child(5),
+table.reasons td:nth-child(6),table.reasons td:nth-child(7),table.reasons th{white-space:nowrap}
+table.claims td:nth-child(2){min-width:12em} figure{margin:1.2em 0} figcaption{font-size:13px;color:#444}
+.scale{color:#444;font-style:italic} .units{color:#444;font-size:13px}
+details{margin:.4em 0} summary{cursor:pointer}
+.headline li{margin:.35em 0} .headline .study-scale{color:#555;font-size:13px}
 """
 
 
@@ -219,17 +354,17 @@ def _verdict_words(text: str) -> str:
 
 
 def _headline_number(g: pd.DataFrame) -> str:
-    """A claim's number as the index shows it: its pooled row (task "all") if it has one, else its first decided
-    row, else its first row with an effect; effect [interval], where, verdict."""
-    rows = g[g["effect"].notna()] if "effect" in g.columns else g.iloc[0:0]
-    if rows.empty:
-        return "no number (see the reasons)"
-    pooled = rows[rows["task"].astype(str).str.startswith("all")]
-    decided = rows[rows["verdict"].isin(("supported", "not supported", "contradicted"))]
-    r = (pooled if len(pooled) else decided if len(decided) else rows).iloc[0]
-    where = where_label(r["task"], r["setting"])
-    return (f"{html.escape(fmt_estimate(r.to_dict()))} "
-            f"<small>({html.escape(where)}: {html.escape(str(r['verdict']))})</small>")
+    """A claim's number as the index shows it: the row that carries its verdict (:func:`summary.verdict_row`: a
+    decided row first, a pooled one before a task's), effect [interval] unit, where (a pool named by the tasks in
+    it), verdict."""
+    r = verdict_row(g)
+    if r is None:
+        return "no row"
+    where = html.escape(row_label(r))
+    if pd.isna(r.get("effect")):
+        return f"no number <small>({where}: {html.escape(str(r['verdict']))}; see the reasons)</small>"
+    return (f"{html.escape(fmt_estimate(r, unit=True))} "
+            f"<small>({where}: {html.escape(str(r['verdict']))})</small>")
 
 
 def _index_page(profile: str, studies: list[str], here: Path) -> tuple[str, int]:
@@ -251,8 +386,14 @@ def _index_page(profile: str, studies: list[str], here: Path) -> tuple[str, int]
         out.append('<p class="scale"><b>Scale:</b> the quick profile is a one-hour demonstration on a CPU: small '
                    "training sets, three seeds, an unconverged translation model. Most claims are not testable at "
                    "this scale; no number here is a reproduction of a paper's table.</p>")
+    else:
+        out.append(f'<p class="scale"><b>Scale:</b> the {html.escape(profile)} profile is '
+                   f"{html.escape(_PROFILE_WORDS.get(profile, 'a run of every study'))}; each study's scale is "
+                   "listed below the table. No number here is a reproduction of a paper's table.</p>")
+    out.append(f'<p class="units">{html.escape(UNITS_NOTE)} The number shown is the row that carries the claim\'s '
+               "verdict (a decided row first, a pooled row before a task's); every row is on the study's page.</p>")
     out.append('<table class="claims"><thead><tr><th>study</th><th>claim</th><th>paper</th><th>semantics</th>'
-               "<th>our number [95% CI]</th><th>verdicts (primary)</th><th>flips with the semantics</th>"
+               "<th>our number [95% CI] unit</th><th>verdicts (primary)</th><th>flips with the semantics</th>"
                "<th>figure</th></tr></thead><tbody>")
     prim_cache: dict[str, pd.DataFrame] = {}
     for r in t.itertuples():
@@ -295,8 +436,53 @@ _PROFILE_WORDS = {
 }
 
 
-def _home_page(built: dict[str, int]) -> str:
+def _read_verdicts(name: str, profile: str) -> pd.DataFrame:
+    f = StudyPaths(name, profile, staged=False).tables / "verdicts.csv"
+    return pd.read_csv(f, keep_default_na=False, na_values=[""]) if f.exists() else pd.DataFrame()
+
+
+def headline_findings(profile: str, per_study: int = 3) -> list[str]:
+    """The headline findings of ``profile``, one HTML item per study with a verdict table (in study order): its
+    scale, how many claims have a decided row, and up to ``per_study`` claims with the row that carries each one's
+    verdict (:func:`summary.verdict_row`: decided claims first), effect [interval] and unit; all from the committed
+    verdict tables."""
     items = []
+    for i, name in enumerate(STUDIES, 1):
+        v = _read_verdicts(name, profile)
+        if v.empty:
+            continue
+        prim = v[v["analysis"] == "primary"] if "analysis" in v.columns else v
+        picked = []
+        for cid, g in prim.groupby("claim_id", sort=False):
+            r = verdict_row(g)
+            if r is not None:
+                picked.append((0 if r["verdict"] in claims.DECIDED else 1 if r["verdict"] == "inconclusive" else 2,
+                               cid, r))
+        n_claims = len(picked)
+        n_decided = sum(1 for t, *_ in picked if t == 0)
+        shown = sorted(picked, key=lambda x: x[0])[:per_study]
+        parts = []
+        for tier, cid, r in shown:
+            if tier == 2:
+                continue
+            number = fmt_estimate(r, unit=True) if not pd.isna(r.get("effect")) else "no number"
+            parts.append(f'<code>{html.escape(str(cid))}</code> <span class="v-{r["verdict"].replace(" ", "-")}">'
+                         f'{html.escape(r["verdict"])}</span> on {html.escape(row_label(r))}: {html.escape(number)}')
+        untestable = sum(1 for t, *_ in picked if t == 2)
+        lead = (f"{n_decided} of {n_claims} claims decided" if n_decided else
+                f"none of {n_claims} claims decided")
+        text = lead + (": " if parts else ".") + "; ".join(parts) + ("." if parts else "")
+        if untestable:
+            text += f" {untestable} not testable at this scale (reasons on the page)."
+        scale = str(prim["scale"].iloc[0]) if "scale" in prim.columns and len(prim) else ""
+        items.append(f'<li><a href="{profile}/{name}.html"><b>Study {i}, {html.escape(name.replace("_", " "))}</b></a>: '
+                     f"{text}<br><span class=\"study-scale\">Scale ({html.escape(profile)}): {html.escape(scale)}"
+                     "</span></li>")
+    return items
+
+
+def _home_page(built: dict[str, int]) -> str:
+    items, findings = [], []
     for profile, n in built.items():
         t = claim_rows(profile)
         counts = pd.Series([w for v in t["verdicts"] for w in claims.VERDICTS if w in v]).value_counts()
@@ -304,11 +490,20 @@ def _home_page(built: dict[str, int]) -> str:
         items.append(f'<li><a href="{profile}/index.html"><b>{html.escape(profile)}</b></a> — '
                      f"{html.escape(_PROFILE_WORDS.get(profile, 'a run of every study'))}: {n} claims in "
                      f"{t['study'].nunique()} studies; claims with at least one row of each verdict: {words}.</li>")
+        found = headline_findings(profile)
+        if found:
+            findings.append(f'<h2>What the {html.escape(profile)} run found</h2>'
+                            f'<p class="scale">{html.escape(_PROFILE_WORDS.get(profile, "a run of every study"))}. '
+                            "A small-scale test of the papers' claims, not their set-up: no number is a "
+                            "reproduction of a paper's table.</p>"
+                            f'<ul class="headline">{"".join(found)}</ul>')
     body = ("<h1>headprune: attention-head pruning, reproduced and tested</h1>"
             "<p>Seven studies of three papers (Budhraja et al. 2020, Voita et al. 2019, Bian et al. 2021; and "
             "Michel et al. 2019 where they rely on it). Each profile is one batch run of every study; its page "
             "has the cross-study findings table, and each study's page begins with what that study found.</p>"
             "<ul>" + "".join(items) + "</ul>"
+            + (f'<p class="units">{html.escape(UNITS_NOTE)}</p>' if findings else "")
+            + "".join(findings) +
             "<p>Rebuild with <code>make report</code>; rerun the studies with <code>make run</code>.</p>")
     return _page("headprune report", '<a href="index.html">headprune report</a>', body)
 

@@ -24,7 +24,8 @@ from headprune_utils.store.results import atomic_write_text
 from headprune_utils.studies import STUDIES
 
 __all__ = ["verdict_words", "claim_rows", "quick_verdicts", "fmt_number", "fmt_estimate", "where_label", "summary_markdown", "write_summary", "summary_path", "study_findings_markdown",
-           "inject_findings", "FINDINGS_TAG", "readme_findings", "update_readme"]
+           "inject_findings", "FINDINGS_TAG", "readme_findings", "update_readme", "effect_unit", "pool_label",
+           "row_label", "verdict_row", "UNITS_NOTE"]
 
 DECIDED = claims.DECIDED
 # the cell tag of the "What this study found" summary at the top of an executed notebook
@@ -39,10 +40,19 @@ def fmt_number(x) -> str:
     return "n/a" if x is None or pd.isna(x) else f"{x:+.3g}"
 
 
-def fmt_estimate(row) -> str:
+def fmt_estimate(row, unit: bool = False) -> str:
     """A verdict row's estimate and interval as text: ``"+1.2 [+0.4, +2]"`` for an effect; for an existence claim
     (``claims.Presence``, test label ``presence ...``) the share of units with the role, unsigned, with its count:
-    ``"share 0 of 2 units = 0 [0, 0.842]"`` (a share is not an effect with a sign)."""
+    ``"share 0 of 2 units = 0 [0, 0.842]"`` (a share is not an effect with a sign). ``unit``: followed by the
+    effect's unit (:func:`effect_unit`), ``"+0.0268 [+0.0233, +0.0304] accuracy"``."""
+    text = _fmt_estimate(row)
+    if unit and not text.startswith("share "):
+        u = effect_unit(row)
+        text = f"{text} {u}" if u else text
+    return text
+
+
+def _fmt_estimate(row) -> str:
     get = row.get if isinstance(row, dict) else (lambda k, d=None: getattr(row, k, d))
     test, n = str(get("test", "") or ""), get("n_units")
     if test.startswith("presence") and n is not None and not pd.isna(n) and not pd.isna(get("effect")):
@@ -69,6 +79,103 @@ def where_label(task, setting) -> str:
     return ", ".join(str(x) for x in (task, setting) if isinstance(x, str) and x.strip())
 
 
+# how a reader is told what the units mean (the report's findings page and the summary pages)
+UNITS_NOTE = ("Units: a GLUE task's own metric (MCC, accuracy, Pearson r) on its 0-1 scale (+0.027 accuracy = "
+              "+2.7 points); \"share of headroom\": a pooled row's effect, each task's effect divided by its "
+              "(full - chance) before pooling; BLEU in BLEU points (0-100); other measures as named.")
+
+# a GLUE task's verdict metric (tasks.data.TaskSpec.verdict_metric) as a reader knows it
+_METRIC_WORDS = {"matthews": "MCC", "accuracy": "accuracy", "pearson": "Pearson r", "spearman": "Spearman r",
+                 "f1": "F1"}
+# the unit of a verdict row's effect, from the measure its test label names (claims._label: "... tests on <measure>;
+# alpha=..."): the first pattern that matches; None: the task's own metric
+_EFFECT_UNITS = (
+    (re.compile(r"/ \(full - chance\)$"), "share of headroom"),
+    (re.compile(r"BLEU"), "BLEU"),
+    (re.compile(r"^(mean )?score\("), None),
+    (re.compile(r"^share kept"), "share of heads"),
+    (re.compile(r"P\(random mask keeps one\)"), "probability"),
+    (re.compile(r"AUC - 0\.5"), "AUC - 0.5"),
+    (re.compile(r"^Spearman"), "Spearman rho"),
+    (re.compile(r"Mantel r"), "Mantel r"),
+    (re.compile(r"^silhouette"), "silhouette"),
+    (re.compile(r"Gini"), "Gini"),
+    (re.compile(r"^excess sd"), "sd of importance"),
+    (re.compile(r"log\("), "log ratio"),
+    (re.compile(r"^slope"), "distance per unit of dropout"),
+)
+_MEASURE = re.compile(r" tests on (.+?); alpha=")
+
+
+def _task_metric(task: str) -> str | None:
+    from headprune_utils.tasks.data import TASKS
+
+    spec = TASKS.get(str(task).strip())
+    return None if spec is None else _METRIC_WORDS.get(spec.verdict_metric, spec.verdict_metric)
+
+
+def effect_unit(row) -> str:
+    """The unit of a verdict row's effect, in words: ``"accuracy"``, ``"MCC"``, ``"Pearson r"`` (a GLUE task's
+    metric, 0-1 scale), ``"share of headroom"`` (a pooled row: effects divided by (full - chance) per task),
+    ``"BLEU"``, or the measure's own (``"Spearman rho"``, ``"Mantel r"``, ...), read from the measure its ``test``
+    label names; ``"share of units"`` for an existence claim; ``""`` where the label names no measure. A score
+    difference on a task that is not a GLUE task reads ``"task metric"``."""
+    get = row.get if isinstance(row, dict) else (lambda k, d=None: getattr(row, k, d))
+    test = str(get("test", "") or "")
+    if test.startswith("presence"):
+        return "share of units"
+    m = _MEASURE.search(test)
+    if not m:
+        return ""
+    measure = m.group(1).strip()
+    for pattern, unit in _EFFECT_UNITS:
+        if pattern.search(measure):
+            return unit if unit is not None else (_task_metric(get("task", "")) or "task metric")
+    return f"units of {measure}"
+
+
+_POOL = re.compile(r"^all \((.+)\)$")
+_NOT_POOLED = re.compile(r"fewer than 2 tasks testable for pooling \(testable: ([^)]*)\)")
+
+
+def pool_label(task, verdict="", reason="") -> str:
+    """A row's task as a reader should read it: a pooled row (``"all (t1, t2)"``) names the tasks actually in the
+    pool, ``"pooled: t1, t2"``; a pool that could not be formed (too few testable tasks) says so,
+    ``"no pool (of t1, t2; testable: t2)"``, never listing a left-out task as pooled. Other tasks as they are."""
+    text = str(task) if isinstance(task, str) else ""
+    m = _POOL.match(text.strip())
+    if not m:
+        return text
+    why = _NOT_POOLED.search(str(reason or "")) if verdict == "not testable" else None
+    if why:
+        return f"no pool (of {m.group(1)}; testable: {why.group(1)})"
+    return f"pooled ({m.group(1)})"
+
+
+def row_label(row) -> str:
+    """``"task, setting"`` of a verdict row with its pool named as :func:`pool_label` does."""
+    get = row.get if isinstance(row, dict) else (lambda k, d=None: getattr(row, k, d))
+    return where_label(pool_label(get("task"), get("verdict", ""), get("reason", "")), get("setting"))
+
+
+_TIER = {"supported": 0, "not supported": 0, "contradicted": 0, "inconclusive": 1, "not testable": 2}
+
+
+def verdict_row(g: pd.DataFrame):
+    """The row of a claim's primary rows ``g`` that carries its verdict (the one a one-line summary shows): a
+    decided row (supported, not supported, contradicted) before an inconclusive one before a not testable one;
+    within a tier a pooled row first, then a row with an effect, then the table's order. ``None`` when ``g`` is
+    empty."""
+    if g.empty:
+        return None
+    def key(item):
+        pos, r = item
+        pooled = bool(_POOL.match(str(r["task"])))
+        has = "effect" in r and not pd.isna(r["effect"])
+        return (_TIER.get(str(r["verdict"]), 3), not has, not pooled, pos)
+    return min(enumerate(g.to_dict("records")), key=key)[1]
+
+
 def claim_rows(profile: str) -> pd.DataFrame:
     """One row per claim of every study with a verdict table under ``profile`` (columns: study, claim_id, paper,
     claim, semantics, verdicts, decided, flips, scale, notebook)."""
@@ -86,8 +193,12 @@ def claim_rows(profile: str) -> pd.DataFrame:
             counts = g["verdict"].value_counts()
             verdicts = ", ".join(f"{int(counts[w])} {w}" for w in claims.VERDICTS if w in counts)
             decided = "; ".join(
-                f"{where_label(r.task, r.setting)}: **{r.verdict}** ({fmt_estimate(r)})"
+                f"{row_label(r)}: **{r.verdict}** ({fmt_estimate(r, unit=True)})"
                 for r in g.itertuples() if r.verdict in DECIDED)
+            shown = verdict_row(g)
+            if not decided and shown is not None:
+                number = f", {fmt_estimate(shown, unit=True)}" if not pd.isna(shown.get("effect")) else ""
+                decided = f"none ({row_label(shown)}: {shown['verdict']}{number})"
             d = dep[dep["claim_id"] == cid]
             flips = "; ".join(f"{r.task}: {r.note}" for r in d.itertuples() if r.depends in ("flips", "yes"))
             sem = str(g["semantics"].iloc[0]) if str(g["semantics"].iloc[0]) not in ("", "nan") else "none (no head masked)"
@@ -151,7 +262,7 @@ def study_findings_markdown(name: str, profile: str, verdicts: pd.DataFrame | No
     lines = ["## What this study found", "",
              f"*Profile `{profile}`" + (f": {scale}" if scale else "") + ".* From this run's verdict table (the "
              "last section, with every row's test and reason). Each claim is tested under its own paper's ablation "
-             "semantics; the unit of replication is an independently trained model.", ""]
+             "semantics; the unit of replication is an independently trained model. " + UNITS_NOTE, ""]
     for cid, g in v.groupby("claim_id", sort=False):
         counts = g["verdict"].value_counts()
         words = ", ".join(f"{int(counts[w])} {w}" for w in claims.VERDICTS if w in counts)
@@ -161,7 +272,11 @@ def study_findings_markdown(name: str, profile: str, verdicts: pd.DataFrame | No
                      f"Verdicts: **{words}**.")
         for r in g.itertuples():
             if r.verdict in DECIDED:
-                lines.append(f"  - {where_label(r.task, r.setting)}: **{r.verdict}**, {fmt_estimate(r)}")
+                lines.append(f"  - {row_label(r)}: **{r.verdict}**, {fmt_estimate(r, unit=True)}")
+        shown = verdict_row(g)
+        if not any(g["verdict"].isin(DECIDED)) and shown is not None and shown["verdict"] == "inconclusive" \
+                and not pd.isna(shown.get("effect")):
+            lines.append(f"  - nearest to a verdict: {row_label(shown)}, {fmt_estimate(shown, unit=True)}")
         why = _reasons(g, ("not testable",))
         if why:
             lines.append(f"  - not testable because: {why}")
@@ -211,8 +326,9 @@ def summary_markdown(profile: str) -> str:
             f"Every claim the studies test, from their `tables/verdicts.csv` (profile `{profile}`; built by "
             "`python -m headprune_utils.run.summary`). Verdicts of the primary analysis (each claim under its own paper's "
             "ablation semantics), counted per word; the decided rows spelled out as task, setting: verdict (effect "
-            "[interval]); whether a verdict flips under another semantics. The unit of replication is an "
-            "independently trained model; the rules are in `headprune_utils/analysis/claims.py`."
+            "[interval] unit; a claim with no decided row: the row nearest to a verdict); whether a verdict flips "
+            "under another semantics. The unit of replication is an independently trained model; the rules are in "
+            "`headprune_utils/analysis/claims.py`. " + UNITS_NOTE
             + ("" if profile == "quick" else " The last column: the quick (demonstration) run's primary verdicts of "
                "the same claim, for comparison (\"same\": the same counts)."), ""]
     if t.empty:

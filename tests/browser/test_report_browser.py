@@ -196,3 +196,76 @@ def test_formulas_render_as_mathml(site):
     html = (root / PROFILE / "random_pruning.html").read_text(encoding="utf-8")
     assert "<math" in html and "HPMATHX" not in html
     assert "$g_h" not in html
+
+
+WIDTHS = (1280, 1920)
+# tables the reader scans whole: no column may be clipped (scrolled out of view) at these widths
+_WIDTH_CHECK = """
+const main = document.querySelector('main') || document.body;
+const right = main.getBoundingClientRect().right + 1;
+const out = [];
+if (document.documentElement.scrollWidth > window.innerWidth + 1)
+  out.push('the page scrolls sideways: ' + document.documentElement.scrollWidth + ' > ' + window.innerWidth);
+for (const t of document.querySelectorAll('table.claims, table.reasons')) {
+  if (t.scrollWidth > t.clientWidth + 1 || t.getBoundingClientRect().right > right)
+    out.push('a clipped column in table.' + t.className + ': ' + t.scrollWidth + ' > ' + t.clientWidth);
+}
+for (const i of document.images) {
+  const b = i.getBoundingClientRect();
+  if (b.right > right || b.width > main.clientWidth + 1)
+    out.push('a figure wider than the page: ' + (i.getAttribute('src') || '').slice(-60) + ' ' + Math.round(b.width));
+}
+return out;
+"""
+
+
+def width_problems(driver, pages: list[Path]) -> list[str]:
+    """Every page of ``pages`` at each of :data:`WIDTHS`: no sideways scroll, no clipped column in a findings or
+    reasons table, no figure wider than the text column."""
+    problems = []
+    for width in WIDTHS:
+        driver.set_window_size(width, 1000)
+        for page in pages:
+            driver.get(page.as_uri())
+            problems += [f"{page.parent.name}/{page.name} at {width} px: {p}"
+                         for p in driver.execute_script(_WIDTH_CHECK)]
+    return problems
+
+
+@pytest.fixture(scope="module")
+def both_profiles(tmp_path_factory):
+    have = [p for p in ("standard", "quick") if StudyPaths("random_pruning", p, staged=False).notebook.exists()]
+    if not have:
+        pytest.skip("no committed outputs in this checkout")
+    root = tmp_path_factory.mktemp("report-widths")
+    build_report(have, quiet=True, root=root)
+    return root
+
+
+def test_pages_fit_1280_and_1920_px(both_profiles):
+    """The findings table's figure column was clipped at 1400 px (the table scrolled inside the page); every page
+    at 1280 and 1920 px shows its findings and reasons tables whole and its figures within the text column."""
+    driver = _browser_or_skip()
+    try:
+        problems = width_problems(driver, sorted(both_profiles.rglob("*.html")))
+    finally:
+        driver.quit()
+    assert not problems, "\n".join(problems[:40])
+
+
+def test_the_width_check_finds_a_clipped_column(tmp_path):
+    """The check can fail: a findings table wider than the page, and a figure drawn wider than its column."""
+    cells = "".join(f"<td>{'x' * 40}&nbsp;{'y' * 40}</td>" for _ in range(6))
+    (tmp_path / "index.html").write_text(
+        '<!DOCTYPE html><html><head><title>t</title><style>main{max-width:1100px;margin:auto}'
+        "table{display:block;overflow-x:auto;max-width:100%}td{white-space:nowrap}</style></head><body><main>"
+        f'<table class="claims"><tr>{cells}</tr></table><img src="x.png" style="width:2400px;height:10px">'
+        "</main></body></html>")
+    driver = _browser_or_skip()
+    try:
+        problems = width_problems(driver, [tmp_path / "index.html"])
+    finally:
+        driver.quit()
+    text = "\n".join(problems)
+    assert "a clipped column in table.claims" in text and "a figure wider than the page" in text
+    assert text.count("at 1280 px") >= 2 and text.count("at 1920 px") >= 2

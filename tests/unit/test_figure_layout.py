@@ -151,7 +151,8 @@ def strategy_summary(tasks, strategies, budgets=(0.25, 0.5, 0.75), finetune_budg
     score and its interval; the full model as strategy "none" at budget 0; mask-then-fine-tune only at
     ``finetune_budgets`` and under ``finetune_ablations`` (as in the quick profile)."""
     rows = []
-    for task, metric, chance in (("SST-2", "accuracy", 0.49), ("STS-B", "pearson", 0.0)):
+    for task, metric, chance in (("CoLA", "matthews", 0.0), ("MRPC", "accuracy", 0.68), ("SST-2", "accuracy", 0.49),
+                                  ("STS-B", "pearson", 0.0)):
         if task not in tasks:
             continue
         for ablation in ("uniform", "zero"):
@@ -311,9 +312,96 @@ def test_score_by_strategy_with_a_regime_run_on_some_tasks_only():
     s = s[~((s["task"] == "STS-B") & (s["regime"] == "mask_then_finetune"))]
     fig = figures.curves.score_by_strategy(s, ["random", "top"])
     blank = [ax for ax in fig.axes if ax.texts]
-    assert len(blank) == 1 and blank[0].texts[0].get_text() == "not run in this profile"
+    assert len(blank) == 1 and blank[0].texts[0].get_text().startswith("not run in this profile:\nSTS-B")
     assert layout_problems(fig) == [], "a panel marked 'not run' is not an empty panel"
     plt.close(fig)
+
+
+def test_score_by_strategy_says_not_run_once_per_row_and_puts_the_legend_above():
+    """Study 2 (standard): mask-then-fine-tune ran on two of four tasks; the row says once which tasks were not
+    run (one note, the other blank panels hidden), and the legend sits above the panels, not at the far right."""
+    tasks = ["CoLA", "MRPC", "SST-2", "STS-B"]
+    s = strategy_summary(tasks, ["random", "top"])
+    s = s[~(s["task"].isin(["MRPC", "STS-B"]) & (s["regime"] == "mask_then_finetune"))]
+    fig = figures.curves.score_by_strategy(s, ["random", "top"])
+    try:
+        notes = [t.get_text() for ax in fig.axes if ax.get_visible() for t in ax.texts]
+        assert len(notes) == 1 and "MRPC, STS-B" in notes[0]
+        assert sum(not ax.get_visible() for ax in fig.axes) == 1
+        fig.canvas.draw()
+        legend = fig.legends[0].get_window_extent()
+        top = max(ax.get_window_extent().y1 for ax in fig.axes if ax.get_visible())
+        assert legend.y0 >= top - 1, "the legend is above the panels"
+        assert fig.legends[0].get_texts()[0].get_fontsize() >= 10
+    finally:
+        plt.close(fig)
+
+
+def test_score_vs_fraction_shares_a_tasks_y_axis_across_the_ablation_rows():
+    """Study 1: the rows (ablation semantics) are compared task by task, so a task's column has one y range."""
+    rows = [{"task": task, "ablation": sem, "regime": "finetune_then_mask", "fraction": f,
+             "mean": base - drop * f, "ci_low": base - drop * f - 0.02, "ci_high": base - drop * f + 0.02,
+             "metric": "accuracy", "chance": 0.5}
+            for task, base in (("SST-2", 0.85), ("MRPC", 0.8)) for sem, drop in (("zero", 0.1), ("mean", 0.6))
+            for f in (0.0, 0.5, 0.9)]
+    fig = figures.curves.score_vs_fraction(pd.DataFrame(rows))
+    try:
+        grid = np.array(fig.axes).reshape(2, 2)
+        for col in range(2):
+            assert grid[0][col].get_ylim() == grid[1][col].get_ylim()
+        assert layout_problems(fig) == []
+    finally:
+        plt.close(fig)
+
+
+def _many_contrasts(n_tasks=4, budgets=(0.25, 0.5, 0.75, 0.85, "all"), sems=("zero", "uniform")):
+    names = ["zero-shot vs full model", "zero-shot vs random", "random vs full model"]
+    return pd.DataFrame([{"contrast": c, "task": f"T{t}", "regime": "finetune_then_mask", "ablation": sem,
+                          "budget": b, "mean_diff": -0.1 * t, "ci_low": -0.1 * t - 0.05, "ci_high": -0.1 * t + 0.05}
+                         for sem in sems for c in names for t in range(n_tasks) for b in budgets])
+
+
+def test_a_forest_too_tall_for_a_page_is_split_by_contrast():
+    """Study 5's contrasts (a panel of 80 rows per semantics: 8,583 px) are split into a panel per contrast, a
+    column per contrast sharing its x range; the figure is no taller than it is wide x 1.5."""
+    contr = _many_contrasts()
+    fig = figures.contrasts.contrast_forest(contr)
+    try:
+        visible = [ax for ax in fig.axes if ax.get_visible()]
+        assert len(visible) == 3 * 2, "a panel per contrast and semantics"
+        assert max(len(ax.get_yticks()) for ax in visible) <= figures.contrasts.MAX_ROWS
+        w, h = fig.get_size_inches()
+        assert h <= 1.5 * w, (w, h)
+        grid = np.array(fig.axes).reshape(2, -1)
+        assert grid[0][0].get_xlim() == grid[1][0].get_xlim(), "a column (one contrast) shares its x range"
+        assert "zero-shot vs full model" in grid[0][0].get_title()
+        assert layout_problems(fig) == []
+    finally:
+        plt.close(fig)
+
+
+def test_a_tall_forest_panel_has_its_x_axis_at_top_and_bottom():
+    """Study 7's strategy forest (72 rows) had its x axis only at the bottom, 2,579 px below the first row: a panel
+    of more than TALL_ROWS rows labels its x axis at the top as well."""
+    contr = _many_contrasts(n_tasks=6, budgets=(0.2, 0.4, 0.6, 0.8, "all"), sems=("zero",))
+    contr = contr[contr["contrast"] == "zero-shot vs random"]  # one contrast: cannot be split
+    assert len(contr) > figures.contrasts.TALL_ROWS
+    fig = figures.contrasts.contrast_forest(contr)
+    try:
+        ax = next(ax for ax in fig.axes if ax.get_visible())
+        fig.canvas.draw()
+        top = [t for t in ax.xaxis.get_major_ticks() if t.label2.get_visible() and t.label2.get_text()]
+        bottom = [t for t in ax.xaxis.get_major_ticks() if t.label1.get_visible() and t.label1.get_text()]
+        assert top and bottom
+    finally:
+        plt.close(fig)
+    short = figures.contrasts.contrast_forest(contr.iloc[:5])
+    try:
+        short.canvas.draw()
+        ax = next(ax for ax in short.axes if ax.get_visible())
+        assert not any(t.label2.get_visible() for t in ax.xaxis.get_major_ticks()), "a short panel: bottom only"
+    finally:
+        plt.close(short)
 
 
 def test_mask_grid_with_budgets_only_some_strategies_have():
@@ -443,3 +531,23 @@ def test_dendrogram_heatmap_names_every_head_and_draws_the_tree_in_one_colour():
     assert fig.axes[2].get_ylabel() == "distance (lower = more redundant)"
     assert layout_problems(fig) == []
     plt.close(fig)
+
+
+def test_a_mask_grid_of_many_strategies_is_wrapped_into_blocks():
+    """Study 7's masks (21 type x strategy rows, two budgets) were a column 3.6 times as tall as wide: more than
+    MAX_MASK_ROWS strategies of few budgets are wrapped into blocks side by side."""
+    names = [f"{t}: {s}" for t in ("enc", "dec", "cross") for s in ("random", "top", "bottom", "middle", "top_bottom",
+                                                                      "consecutive", "spread")]
+    rows = pd.DataFrame([{"strategy": st, "budget": b, "layer": l, "head": h, "kept": int((l + h + k) % 2)}
+                         for k, st in enumerate(names) for b in (0.33, 0.67) for l in range(3) for h in range(4)])
+    fig = figures.masks.mask_grid(rows)
+    try:
+        visible = [ax for ax in fig.axes if ax.get_visible()]
+        assert len(visible) == 21 * 2
+        w, h = fig.get_size_inches()
+        assert h < w, (w, h)
+        assert max(ax.get_subplotspec().rowspan.start for ax in visible) + 1 <= figures.masks.MAX_MASK_ROWS
+        assert sorted(ax.get_ylabel() for ax in visible if ax.get_ylabel()) == sorted(names)
+        assert layout_problems(fig) == []
+    finally:
+        plt.close(fig)

@@ -159,3 +159,127 @@ def test_the_home_page_lists_every_profile_present_whichever_run_built_it(tmp_pa
     report.build_report(["standard"], quiet=True, root=tmp_path)
     assert (tmp_path / "index.html").read_text(encoding="utf-8") == home, "the same profiles: the same home page"
     assert (tmp_path / "index.html").stat().st_mtime_ns == before, "an unchanged home page is not rewritten"
+
+
+# ------------------------------------------------------------------------- issue: the user's path, second pass
+def _styled_output(frame: pd.DataFrame) -> dict:
+    return nbformat.v4.new_output("display_data", data={"text/html": frame.style.hide(axis="index").to_html()})
+
+
+def _notebook(outputs, first="# A study\n\nThe claim.\n\n**Scale.** The `quick` profile (the default) is tiny.\n\nDesign."):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(first), nbformat.v4.new_code_cell("x")])
+    nb.cells[1].outputs = outputs
+    return nb
+
+
+def test_a_page_rendered_again_from_unchanged_results_is_byte_identical():
+    """pandas' Styler draws a new random table id ("T_<5 hex digits>") at every execution: two executions of the
+    same notebook gave pages that differ in every styled cell's id. The page numbers them in order instead."""
+    frame = pd.DataFrame({"a": [1.5, 2.0], "b": ["x", "y"]})
+    one, two = _styled_output(frame), _styled_output(frame)
+    assert one["data"]["text/html"] != two["data"]["text/html"], "pandas draws a new id each time"
+    body1, _ = report.study_body(_notebook([one]), "zero_shot_pruning", "nowhere-profile", None)
+    body2, _ = report.study_body(_notebook([two]), "zero_shot_pruning", "nowhere-profile", None)
+    assert body1 == body2
+    assert "T_zero_shot_pruning_1" in body1
+    assert report.stable_styler_ids("#T_ab12f_row0_col0, #T_ab12f th {} <table id=\"T_ab12f\">", "s") \
+        == "#T_s_1_row0_col0, #T_s_1 th {} <table id=\"T_s_1\">"
+
+
+def test_the_printed_verdict_table_becomes_a_table_of_reasons():
+    """``print(claims.render(verdict))`` (a monospace dump) is shown as a table, a row per verdict row with its
+    reason; what else the cell printed stays."""
+    from headprune_utils.analysis import claims as claims_model
+
+    f = StudyPaths("random_pruning", "quick", staged=False).tables / "verdicts.csv"
+    if not f.exists():
+        pytest.skip("no committed quick outputs in this checkout")
+    v = pd.read_csv(f, keep_default_na=False, na_values=[""])
+    text = claims_model.render(v) + "\nrows whose verdict changes under half or double the margin: none\n"
+    nb = _notebook([nbformat.v4.new_output("stream", name="stdout", text=text)])
+    body, _ = report.study_body(nb, "random_pruning", "quick", v)
+    assert '<table class="reasons">' in body
+    assert body.count("<tr><td>") == len(v)
+    assert "rows whose verdict changes under half or double the margin: none" in body
+    assert ": NOT TESTABLE: effect" not in body and ": INCONCLUSIVE: effect" not in body
+    # a printed table that is not this table (another row count) is left as printed
+    nb = _notebook([nbformat.v4.new_output("stream", name="stdout", text=text)])
+    body, _ = report.study_body(nb, "random_pruning", "quick", v.iloc[:-1])
+    assert '<table class="reasons">' not in body
+
+
+def test_a_standard_page_describes_the_standard_scale():
+    """The notebooks' "Scale." paragraph describes quick (their default): a standard page says what the standard run
+    is, from its verdict table's scale; a quick page keeps the notebook's words."""
+    v = pd.DataFrame([{"claim_id": "x.one", "scale": "minilm, 5500 examples x 3 epochs", "verdict": "supported"}])
+    body, _ = report.study_body(_notebook([]), "random_pruning", "standard", v)
+    assert "This page is the <code>standard</code> profile" in body and "minilm, 5500 examples x 3 epochs" in body
+    assert "is tiny" not in body and "Design." in body
+    body, _ = report.study_body(_notebook([]), "random_pruning", "quick", v)
+    assert "The <code>quick</code> profile (the default) is tiny." in body
+
+
+@pytest.fixture(scope="module")
+def both_site(tmp_path_factory):
+    have = [p for p in ("standard", "quick") if StudyPaths("random_pruning", p, staged=False).notebook.exists()]
+    if len(have) < 2:
+        pytest.skip("needs the committed quick and standard outputs")
+    root = tmp_path_factory.mktemp("both")
+    report.build_report(["standard", "quick"], quiet=True, root=root)
+    return root
+
+
+def _primary(name, profile):
+    v = pd.read_csv(StudyPaths(name, profile, staged=False).tables / "verdicts.csv", keep_default_na=False,
+                    na_values=[""])
+    return v[v["analysis"] == "primary"]
+
+
+def test_the_home_page_states_the_headline_findings_with_numbers_units_and_scale(both_site):
+    """The home page says what each study found (standard first): decided claims with the row that carries each
+    verdict, its effect with interval and unit, and the study's scale, all from the committed verdict tables."""
+    import html as h
+
+    home = (both_site / "index.html").read_text(encoding="utf-8")
+    assert home.index("What the standard run found") < home.index("What the quick run found")
+    standard = home[home.index("What the standard run found"):home.index("What the quick run found")]
+    for i, name in enumerate(STUDIES, 1):
+        assert f"Study {i}, {name.replace('_', ' ')}" in standard
+        prim = _primary(name, "standard")
+        assert h.escape(f"Scale (standard): {prim['scale'].iloc[0]}") in standard
+        decided = [summary.verdict_row(g) for _, g in prim.groupby("claim_id", sort=False)]
+        decided = [r for r in decided if r["verdict"] in ("supported", "not supported", "contradicted")]
+        for r in decided[:1]:
+            assert h.escape(summary.fmt_estimate(r, unit=True)) in standard, (name, r["claim_id"])
+    assert h.escape("share of headroom") in standard and "BLEU" in standard
+
+
+def test_the_index_shows_the_row_that_carries_each_verdict_with_its_unit(both_site):
+    """A claim whose pooled row is not testable while a task's row is decided shows the task's row (study 2's
+    location claims in the standard run); every number has its unit; a failed pool is not named as a pool."""
+    import html as h
+    import re
+
+    for profile in ("standard", "quick"):
+        index = (both_site / profile / "index.html").read_text(encoding="utf-8")
+        for name in STUDIES:
+            prim = _primary(name, profile)
+            for cid, g in prim.groupby("claim_id", sort=False):
+                row = re.search(rf'<tr class="claim" id="row-{name}-{re.escape(cid)}">(.*?)</tr>', index).group(1)
+                r = summary.verdict_row(g)
+                shown = f"({h.escape(summary.row_label(r))}: {h.escape(r['verdict'])}"
+                assert shown in row, (profile, cid, shown)
+                if not pd.isna(r["effect"]):
+                    assert h.escape(summary.fmt_estimate(r, unit=True)) in row
+                if (g["verdict"].isin(["supported", "not supported", "contradicted"])).any():
+                    assert r["verdict"] in ("supported", "not supported", "contradicted")
+        assert "Units:" in index
+    index = (both_site / "standard" / "index.html").read_text(encoding="utf-8")
+    row = re.search(r'id="row-layer_strategies-budhraja.location_no_preference">(.*?)</tr>', index).group(1)
+    assert "contradicted)" in row and "no pool" not in row
+
+
+def test_summary_pages_give_units_and_name_pools_by_their_tasks(both_site):
+    text = summary.summary_markdown("standard")
+    assert "share of headroom" in text and " accuracy" in text and "Units:" in text
+    assert "all (CoLA, SST-2)" not in text, "a pool is named by the tasks in it"

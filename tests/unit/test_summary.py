@@ -32,11 +32,11 @@ def test_summary_from_verdict_tables(tmp_path, monkeypatch):
         t / "semantics_dependence.csv", index=False)
     rows = summary.claim_rows("quick").set_index("claim_id")
     assert list(rows.index) == ["a.x", "b.y", "c.z"], "one row per claim; studies without tables are left out"
-    assert rows.loc["c.z", "decided"].startswith("all (A, B): **supported**"), "an empty setting reads nothing"
+    assert rows.loc["c.z", "decided"].startswith("pooled (A, B): **supported**"), "an empty setting reads nothing"
     assert rows.loc["a.x", "verdicts"] == "1 supported, 1 not testable"  # the sensitivity row is not counted
     assert "SST-2, s: **supported** (+0.1 [+0, +0.2])" in rows.loc["a.x", "decided"]
     assert rows.loc["a.x", "flips"].startswith("SST-2: uniform: supported") and rows.loc["b.y", "flips"] == "no"
-    assert rows.loc["b.y", "decided"] == "none"
+    assert rows.loc["b.y", "decided"] == "none (SST-2, s: inconclusive, +0.1 [+0, +0.2])", "the nearest row"
     path = summary.write_summary("quick")
     text = path.read_text()
     assert path == tmp_path / "SUMMARY.md" and "nan" not in text.lower()
@@ -80,7 +80,7 @@ def test_an_existence_claim_reads_as_a_share_of_units_never_as_a_signed_effect(t
            "n_units": 6, "effect": 5 / 6, "ci_low": 0.36, "ci_high": 0.996}
     pd.DataFrame([row], columns=list(claims.COLUMNS)).to_csv(t / "verdicts.csv", index=False)
     decided = summary.claim_rows("quick").set_index("claim_id").loc["v.roles", "decided"]
-    assert decided == "all (A, B), s: **supported** (share 5 of 6 units = 0.833 [0.36, 0.996])"
+    assert decided == "pooled (A, B), s: **supported** (share 5 of 6 units = 0.833 [0.36, 0.996])"
     assert "share 5 of 6 units" in summary.study_findings_markdown("nmt_heads", "quick")
 
 
@@ -131,3 +131,63 @@ def test_committed_summary_headers_equal_their_verdict_tables():
         assert _header_counts(page.read_text()) == want, profile
         checked += 1
     assert checked >= 1, f"no committed summary page under {outputs_root()}"
+
+
+def test_every_committed_effect_has_a_named_unit():
+    """Every row of every committed verdict table reads with a unit a reader knows (a GLUE metric, share of
+    headroom, BLEU, or the measure's own), never an unnamed number."""
+    import glob
+
+    from headprune_utils.store.paths import outputs_root
+    files = glob.glob(str(outputs_root() / "*" / "*" / "tables" / "verdicts.csv"))
+    if not files:
+        import pytest
+        pytest.skip("no committed verdict tables in this checkout")
+    for f in files:
+        v = pd.read_csv(f, keep_default_na=False, na_values=[""])
+        for r in v.to_dict("records"):
+            unit = summary.effect_unit(r)
+            assert unit and not unit.startswith("units of"), (f, r["claim_id"], r["test"], unit)
+            if str(r["task"]).startswith("all (") and "/ (full - chance)" in str(r["test"]):
+                assert unit == "share of headroom"
+
+
+def test_effect_units_by_measure():
+    t = "non-inferiority (greater); one-sided t tests on {}; alpha=0.05; margin: 0.02"
+    assert summary.effect_unit({"test": t.format("score(random) - score(full)"), "task": "SST-2"}) == "accuracy"
+    assert summary.effect_unit({"test": t.format("score(random) - score(full)"), "task": "CoLA"}) == "MCC"
+    assert summary.effect_unit({"test": t.format("score(random) - score(full)"), "task": "STS-B"}) == "Pearson r"
+    assert summary.effect_unit({"test": t.format("score(random) - score(full) / (full - chance)"),
+                                "task": "all (CoLA, SST-2)"}) == "share of headroom"
+    assert summary.effect_unit({"test": t.format("BLEU(pruned) - BLEU(full)"), "task": "multi30k en-de"}) == "BLEU"
+    assert summary.effect_unit({"test": "t"}) == "", "a label that names no measure: no unit"
+    row = {"test": t.format("score(random) - score(full)"), "task": "SST-2", "effect": 0.0268, "ci_low": 0.01,
+           "ci_high": 0.04}
+    assert summary.fmt_estimate(row, unit=True) == "+0.0268 [+0.01, +0.04] accuracy"
+    assert summary.fmt_estimate(row) == "+0.0268 [+0.01, +0.04]"
+
+
+def test_a_pool_is_named_by_the_tasks_in_it():
+    """A pooled row that could not be formed lists every task measured (claims._pooled_row); the label says no pool
+    was formed and which task was testable, never that the left-out task was pooled."""
+    why = "fewer than 2 tasks testable for pooling (testable: SST-2)"
+    assert summary.pool_label("all (CoLA, SST-2)", "not testable", why) == "no pool (of CoLA, SST-2; testable: SST-2)"
+    assert summary.pool_label("all (CoLA, SST-2)", "inconclusive", "effect ...") == "pooled (CoLA, SST-2)"
+    assert summary.pool_label("SST-2", "not testable", why) == "SST-2"
+    assert summary.row_label({"task": "all (CoLA, SST-2)", "setting": "50%", "verdict": "not testable",
+                              "reason": why}) == "no pool (of CoLA, SST-2; testable: SST-2), 50%"
+
+
+def test_the_row_shown_is_the_one_that_carries_the_verdict():
+    """The pooled row is not testable while a task's row is decided: the task's row is shown (it carries the
+    verdict); among decided rows a pool comes first; with nothing decided, an inconclusive row before a not
+    testable one."""
+    def rows(*spec):
+        return pd.DataFrame([{"task": t, "verdict": v, "effect": e} for t, v, e in spec])
+    g = rows(("CoLA", "not testable", -0.1), ("SST-2", "contradicted", -0.05), ("all (CoLA, SST-2)", "not testable", None))
+    assert summary.verdict_row(g)["task"] == "SST-2"
+    g = rows(("CoLA", "supported", 0.1), ("all (CoLA, SST-2)", "supported", 0.2))
+    assert summary.verdict_row(g)["task"].startswith("all")
+    g = rows(("CoLA", "not testable", 0.3), ("SST-2", "inconclusive", 0.1), ("all (CoLA, SST-2)", "not testable", None))
+    assert summary.verdict_row(g)["task"] == "SST-2"
+    assert summary.verdict_row(g.iloc[0:0]) is None
