@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headprune_utils.model import models
+from headprune_utils.model.architecture import family_of
 from headprune_utils.tasks import data
 
 # Rows per split as published by GLUE (used only when the local TSV is absent). dev = dev_matched for MNLI.
@@ -46,7 +47,7 @@ class Shape:
         """The shape of ``model`` ("minilm", a folder, a hub id: its config; offline planning of a known hub
         model: ``models.KNOWN_CONFIGS``)."""
         c = models.load_config(model)
-        return cls(int(c.num_hidden_layers), int(c.num_attention_heads), int(c.hidden_size), int(c.intermediate_size))
+        return cls(*family_of(c).cost_shape(c))
 
 
 @functools.lru_cache(maxsize=16)

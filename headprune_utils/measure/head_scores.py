@@ -338,7 +338,8 @@ def relevance(
     count = 0
     was_training = model.training
     model.eval()
-    handles = [s.out_proj.register_forward_pre_hook(make(s.layer)) for s in attention_sites(model) if kept[s.layer]]
+    handles = [site.out_proj.register_forward_pre_hook(make(site.layer)) for site in attention_sites(model)
+               if kept[site.layer]]
     try:
         with torch.enable_grad():
             for batch in batches:

@@ -68,9 +68,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Hashable, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -78,8 +76,10 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from headprune_utils.model.architecture import base_model, bert_layout_problem, head_shape, kept_heads
-from headprune_utils.model.gates import ABLATIONS, Ablation, ablate_heads, head_gates
+from headprune_utils.model.architecture import attention_sites, family_of, head_shape, kept_heads, layout_problem
+from headprune_utils.model.families.base import PostNormLayer
+from headprune_utils.model.ablations import HeadAblation, as_ablation
+from headprune_utils.model.gates import Ablation, head_gates
 from headprune_utils.tasks.batching import Encoded, collate, eval_batches, iterate
 from headprune_utils.tasks.metrics import compute_metrics
 from headprune_utils.train.training import NonFiniteError, check_finite_weights, model_device, predict
@@ -146,14 +146,15 @@ def check_masks(model: nn.Module, masks: Mapping[Hashable, torch.Tensor]) -> dic
     return out
 
 
-def _check_ablation(model: nn.Module, ablation: str, means: torch.Tensor | None) -> None:
-    if ablation not in ABLATIONS:
-        raise ValueError(f"unknown ablation {ablation!r}; choose one of {ABLATIONS}")
-    if ablation == "mean":
+def _check_ablation(model: nn.Module, ablation, means: torch.Tensor | None) -> HeadAblation:
+    """The ablation object for ``ablation`` (a name or an object), its needs checked."""
+    ablation = as_ablation(ablation)
+    if ablation.needs_means:
         if means is None:
-            raise ValueError('ablation="mean" needs means= (compute them with gates.head_means(model, batches))')
+            raise ValueError(f'ablation="{ablation.name}" needs means= (compute them with gates.head_means(model, batches))')
         if tuple(means.shape[:2]) != head_shape(model):
             raise ValueError(f"means must be [n_layers, n_heads, head_dim], got {list(means.shape)}")
+    return ablation
 
 
 # ----------------------------------------------------------------------------- the prefix tree
@@ -239,15 +240,9 @@ class _Inject(nn.Module):
         return self.hidden
 
 
-@contextmanager
-def _layers_swapped(model: nn.Module, stub: nn.Module) -> Iterator[None]:
-    encoder = base_model(model).encoder
-    original = encoder.layer
-    encoder.layer = nn.ModuleList([stub])
-    try:
-        yield
-    finally:
-        encoder.layer = original
+def _layers_swapped(model: nn.Module, stub: nn.Module):
+    """Within the block the model's layer list is ``[stub]`` (its family adapter swaps it; restored after)."""
+    return family_of(model).layers_swapped(model, stub)
 
 
 def _inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -294,8 +289,9 @@ def _attention_function(model: nn.Module, self_attention: nn.Module):
 
 
 def _supported(model: nn.Module) -> bool:
-    """Whether the layers look like BERT's (:func:`architecture.bert_layout_problem`)."""
-    return bert_layout_problem(model) is None
+    """Whether the family gives the layers by their parts and the model is laid out so
+    (:func:`architecture.layout_problem`)."""
+    return layout_problem(model) is None
 
 
 # ----------------------------------------------------------------------------- one layer, many rows
@@ -355,20 +351,19 @@ class _LayerStep:
     are cached per position tuple for the lifetime of the sweep.
     """
 
-    def __init__(self, layer: nn.Module, n_present: int, head_dim: int, attn_fn, ablation: str,
+    def __init__(self, layer: PostNormLayer, n_present: int, head_dim: int, attn_fn, ablation: HeadAblation,
                  means_l: torch.Tensor | None):
         self.layer = layer
-        self.sa = layer.attention.self
-        self.so = layer.attention.output
+        self.sa = layer.attention
         self.n = n_present
         self.d = head_dim
-        self.scaling = getattr(self.sa, "scaling", head_dim**-0.5)
+        self.scaling = layer.scaling if layer.scaling is not None else head_dim**-0.5
         self.attn_fn = attn_fn
         self.ablation = ablation
         self.means_l = means_l  # [n_present, head_dim] in the model's dtype, or None
         # the feed-forward is per token: the layer's optional chunking (``chunk_size_feed_forward``) only
         # bounds memory and gives the same numbers, so the rows go through in one piece
-        self._ffn = layer.feed_forward_chunk
+        self._ffn = layer.ffn
         self._in: dict[tuple, tuple] = {}
         self._out: dict[tuple, tuple] = {}
         self._index: dict[tuple, torch.Tensor] = {}
@@ -376,7 +371,7 @@ class _LayerStep:
     def _cols(self, pos: tuple[int, ...]) -> torch.Tensor:
         idx = self._index.get(pos)
         if idx is None:
-            dev = self.so.dense.weight.device
+            dev = self.layer.out.weight.device
             idx = (torch.tensor(pos, dtype=torch.long, device=dev)[:, None] * self.d
                    + torch.arange(self.d, device=dev)).reshape(-1)
             self._index[pos] = idx
@@ -387,7 +382,7 @@ class _LayerStep:
         ``(Wq [n d, H], bq, Wkv [2 n d, H], bkv)`` (the query runs on token 0 only)."""
         w = self._in.get((pos, cls_only))
         if w is None:
-            mods = (self.sa.query, self.sa.key, self.sa.value)
+            mods = (self.layer.query, self.layer.key, self.layer.value)
             idx = None if len(pos) == self.n else self._cols(pos)
             ws = [m.weight if idx is None else m.weight.index_select(0, idx) for m in mods]
             bs = [m.bias if m.bias is None or idx is None else m.bias.index_select(0, idx) for m in mods]
@@ -404,7 +399,7 @@ class _LayerStep:
     def _out_weights(self, pos: tuple[int, ...]):
         w = self._out.get(pos)
         if w is None:
-            dense = self.so.dense
+            dense = self.layer.out
             w = (dense.weight if len(pos) == self.n else dense.weight.index_select(1, self._cols(pos)), dense.bias)
             self._out[pos] = w
         return w
@@ -437,20 +432,20 @@ class _LayerStep:
         xq = x.index_select(0, bt.cls) if cls_only else x
         r = xq.shape[0]
         dtype, dev = x.dtype, x.device
-        if self.ablation == "zero" and slice_heads:
+        if self.ablation.equals_removal and slice_heads:
             keep = tuple(p for p in pos if row[p] > 0)
             if not keep:  # the output projection of nothing: its bias (what a zero gate on every head gives)
-                bias = self.so.dense.bias
-                proj = bias.expand(r, -1) if bias is not None else xq.new_zeros(r, self.so.dense.out_features)
+                bias = self.layer.out.bias
+                proj = bias.expand(r, -1) if bias is not None else xq.new_zeros(r, self.layer.out.out_features)
             else:
                 c = ctx if keep == pos else ctx[:, [pos.index(p) for p in keep]]
                 g = [row[p] for p in keep]
                 if any(x_ != 1.0 for x_ in g):
-                    c = ablate_heads(c.unsqueeze(1), torch.tensor(g, dtype=dtype, device=dev), "zero")  # [R, 1, k, d]
+                    c = self.ablation.apply(c.unsqueeze(1), torch.tensor(g, dtype=dtype, device=dev))  # [R, 1, k, d]
                 w, bias = self._out_weights(keep)
                 proj = F.linear(c.reshape(r, -1), w, bias)
         elif self.n == 0:
-            proj = self.so.dense(xq.new_zeros(r, 0))
+            proj = self.layer.out(xq.new_zeros(r, 0))
         else:
             # every present head, with head_gates' formula (gates.ablate_heads); the packed rows are its
             # [rows, 1, heads, head_dim] layout: one sentence per row (cls_only) or one token per row
@@ -462,29 +457,28 @@ class _LayerStep:
                 if ctx is not None:
                     full[:, list(pos)] = ctx
             g = torch.tensor(row, dtype=dtype, device=dev)
-            out = ablate_heads(full.unsqueeze(1), g, self.ablation, values=v, key_mask=bt.key_mask, means=self.means_l,
-                               rows=None if cls_only else bt.row_sentence)
-            proj = self.so.dense(out.reshape(r, n * d))
-        att = self.so.LayerNorm(self.so.dropout(proj) + xq)
+            out = self.ablation.apply(full.unsqueeze(1), g, values=v, key_mask=bt.key_mask, means=self.means_l,
+                                      rows=None if cls_only else bt.row_sentence)
+            proj = self.layer.out(out.reshape(r, n * d))
+        att = self.layer.norm(self.layer.dropout(proj) + xq)
         return self._ffn(att)
 
 
 class _Sweeper:
-    def __init__(self, model: nn.Module, ablation: str, means: torch.Tensor | None, options: SweepOptions):
-        base = base_model(model)
+    def __init__(self, model: nn.Module, ablation: HeadAblation | str, means: torch.Tensor | None,
+                 options: SweepOptions):
         self.model = model
-        self.ablation = ablation
+        self.ablation = ablation = as_ablation(ablation)
         self.options = options
         self.kept = kept_heads(model)
-        cfg = model.config
-        head_dim = cfg.hidden_size // cfg.num_attention_heads
+        head_dims = [site.head_dim for site in attention_sites(model)]
         dtype = next(model.parameters()).dtype
         device = model_device(model)
         self.steps = []
-        for l, layer in enumerate(base.encoder.layer):
+        for l, layer in enumerate(family_of(model).post_norm_layers(model)):
             ids = self.kept[l]
-            m_l = means[l, ids].to(device=device, dtype=dtype) if ablation == "mean" and ids else None
-            self.steps.append(_LayerStep(layer, len(ids), head_dim, _attention_function(model, layer.attention.self),
+            m_l = means[l, ids].to(device=device, dtype=dtype) if ablation.needs_means and ids else None
+            self.steps.append(_LayerStep(layer, len(ids), head_dims[l], _attention_function(model, layer.attention),
                                          ablation, m_l))
         self.unpad = options.unpad  # may be switched off by the check
 
@@ -492,7 +486,8 @@ class _Sweeper:
         """Present-head positions whose context some row needs."""
         if n == 0:
             return ()
-        if self.ablation == "uniform" or (self.ablation == "zero" and not self.options.slice_heads):
+        abl = self.ablation
+        if abl.needs_values or abl.reads_context or (abl.equals_removal and not self.options.slice_heads):
             return tuple(range(n))  # every present head enters the gate formula (uniform: its values too)
         return tuple(i for i in range(n) if any(r[i] > 0 for r in rows))
 
@@ -611,7 +606,7 @@ def logits_masks(
     """
     options = options or SweepOptions()
     masks = check_masks(model, masks)
-    _check_ablation(model, ablation, means)
+    ablation = _check_ablation(model, ablation, means)
     was_training = model.training
     model.eval()
     try:
@@ -699,7 +694,7 @@ def plain_predict_masks(
 ) -> dict[Hashable, np.ndarray]:
     """The plain approach: ``training.predict`` under ``head_gates(model, mask, ...)``, once per mask."""
     masks = check_masks(model, masks)
-    _check_ablation(model, ablation, means)
+    ablation = _check_ablation(model, ablation, means)
     out = {}
     for k, m in tqdm(masks.items(), disable=not progress, desc="plain masks", leave=False):
         with head_gates(model, m, ablation=ablation, means=means):
@@ -719,7 +714,7 @@ def plain_logits_masks(
 ) -> dict[Hashable, torch.Tensor]:
     """Logits ``{key: [len(enc), n_labels]}`` the plain way (one gated forward per mask and batch)."""
     masks = check_masks(model, masks)
-    _check_ablation(model, ablation, means)
+    ablation = _check_ablation(model, ablation, means)
     was_training = model.training
     model.eval()
     device = model_device(model)

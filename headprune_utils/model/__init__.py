@@ -1,8 +1,11 @@
 """Layer 2, models and heads: where the heads live, how they are gated, masked and pruned.
 
-    architecture       where the heads live (BERT-family encoders; Marian/BART attention types); EmptyAttention
+    families/          one adapter per model family (bert, distilbert, bart for Marian/BART) and their registry:
+                       the only modules that name a family's attributes
+    architecture       where the heads live, asked of the family adapter (grids, sites, kept heads)
+    ablations          ablation semantics as objects (zero, uniform, mean): needs, removal-equivalence, apply
     attention          per-head attention maps (any attention backend, pruned models)
-    gates              the head-gate context manager (zero / uniform / mean ablation), head means
+    gates              the head-gate context manager (any ablation object or its name), head means
     pruning            physical removal of heads from the weights
     masks              pure mask functions (random masks, budgets)
     strategies         layer-location and importance pruning strategies: (shape, budget, seed) -> mask

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from headprune_utils.model.architecture import (
-    base_model, attention_kinds, attention_sites, head_shape, kept_heads, key_mask_source,
+    attention_kinds, attention_sites, grid_forward, head_shape, kept_heads, key_mask_source,
     key_padding_mask_from_call,
 )
 
@@ -93,7 +93,7 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str |
     sites = attention_sites(model, kind)
     if kind == "enc":
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch}
-        forward = base_model(model).encoder
+        forward = grid_forward(model, kind)
     else:
         inputs = {k: v for k, v in batch.items() if k != "labels"}
         forward = model

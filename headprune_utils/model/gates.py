@@ -6,7 +6,9 @@ the concatenation of the per-head contexts ``[batch, seq, n_heads * head_dim]``:
 
     context_h  <-  g * context_h + (1 - g) * ablated_h
 
-(:func:`ablate_heads`, the one implementation of this formula; ``mask_sweep`` uses it too).
+(each semantics is an object of ``ablations`` that applies this formula itself; :func:`ablate_heads` and
+``mask_sweep`` call it). ``ablation=`` takes a name below or a ``HeadAblation`` object (a new semantics is one
+class: see ``ablations``).
 
 Ablation semantics (``ablation=``):
 
@@ -49,14 +51,17 @@ from typing import Iterable, Iterator, Literal
 import torch
 from torch import nn
 
+from headprune_utils.model.ablations import ABLATIONS, HeadAblation, UniformAblation, as_ablation
 from headprune_utils.model.architecture import (
     attention_kinds, attention_sites, grid_name, head_shape, head_shapes, kept_heads, key_mask_source,
     key_padding_mask_from_call, kind_dict, kind_value, query_side,
 )
 
-Ablation = Literal["zero", "uniform", "mean"]
-ABLATIONS: tuple[str, ...] = ("zero", "uniform", "mean")
-UNIFORM_KINDS: tuple[str, ...] = ("enc",)  # encoder-decoder types that support ablation="uniform"
+__all__ = ["ABLATIONS", "ABLATION_VERSION", "UNIFORM_KINDS", "Ablation", "HeadAblation", "ablate_heads", "as_ablation",
+           "capture_head_contexts", "check_gates", "head_gates", "head_means"]
+
+Ablation = Literal["zero", "uniform", "mean"]  # the names public functions take (or a HeadAblation object)
+UNIFORM_KINDS: tuple[str, ...] = UniformAblation.kinds  # encoder-decoder types that support ablation="uniform"
 # Bump when what a semantics computes changes (:func:`ablate_heads`): every study's fingerprint holds it, so
 # results made under the old meaning of an ablation are then stale.
 ABLATION_VERSION = 1
@@ -65,14 +70,15 @@ ABLATION_VERSION = 1
 def ablate_heads(
     context: torch.Tensor,
     gates: torch.Tensor,
-    ablation: Ablation,
+    ablation: Ablation | HeadAblation,
     *,
     values: torch.Tensor | None = None,
     key_mask: torch.Tensor | None = None,
     means: torch.Tensor | None = None,
     rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """What gated heads output: ``context * g + (1 - g) * ablated`` (``"zero"``: ``context * g``). Pure.
+    """What gated heads output: ``context * g + (1 - g) * ablated`` (``"zero"``: ``context * g``), as the
+    ablation object (``ablations``) computes it. Pure.
 
     The one place of the ablation arithmetic: :func:`head_gates`' hooks and ``mask_sweep``'s layer step call it.
 
@@ -86,22 +92,7 @@ def ablate_heads(
         (``mask_sweep``): the sentence (index into ``values``' batch) of each row.
     Returns ``context``'s shape and dtype. Differentiable in ``gates``.
     """
-    g = gates.view(*([1] * (context.dim() - 2)), -1, 1)  # [1, 1, heads, 1]
-    if ablation == "zero":
-        return context * g
-    if ablation == "uniform":
-        if key_mask is None:
-            ablated = values.mean(dim=1, keepdim=True)  # [batch, 1, heads, head_dim]
-        else:
-            w = key_mask.to(values.dtype).view(values.shape[0], values.shape[1], 1, 1)
-            ablated = (values * w).sum(dim=1, keepdim=True) / w.sum(dim=1, keepdim=True).clamp_min(1.0)
-        if rows is not None:
-            ablated = ablated.index_select(0, rows)
-    elif ablation == "mean":
-        ablated = means  # [heads, head_dim], broadcast over batch and seq
-    else:
-        raise ValueError(f"unknown ablation {ablation!r}; choose one of {ABLATIONS}")
-    return context * g + (1 - g) * ablated
+    return as_ablation(ablation).apply(context, gates, values=values, key_mask=key_mask, means=means, rows=rows)
 
 
 def _as_grid(gates, shape: tuple[int, int], name: str, allow_out_of_range: bool = False) -> torch.Tensor:
@@ -133,10 +124,10 @@ def check_gates(model: nn.Module, gates, allow_out_of_range: bool = False):
                               for k, g in by_kind.items()})
 
 
-def _check_means(model: nn.Module, grids: dict, means) -> dict:
+def _check_means(model: nn.Module, grids: dict, means, name: str = "mean") -> dict:
     """``means`` by grid key (``None`` for one-grid encoders), each ``[n_layers, n_heads, head_dim]``."""
     if means is None:
-        raise ValueError('ablation="mean" needs means= (compute them with head_means(model, batches))')
+        raise ValueError(f'ablation="{name}" needs means= (compute them with head_means(model, batches))')
     by_kind = kind_dict(model, means, "means", hint=", like its gates", extra_kinds_ok=True)
     missing = sorted(set(grids) - set(by_kind))
     if missing:
@@ -153,7 +144,7 @@ def _check_means(model: nn.Module, grids: dict, means) -> dict:
 def head_gates(
     model: nn.Module,
     gates,
-    ablation: Ablation = "zero",
+    ablation: Ablation | HeadAblation = "zero",
     means=None,
     allow_out_of_range: bool = False,
 ) -> Iterator:
@@ -168,19 +159,17 @@ def head_gates(
     encoder-decoders), required for ``"mean"``.
     Yields ``gates`` as checked (the same tensor objects, so callers can keep a handle on ``requires_grad`` ones).
     """
-    if ablation not in ABLATIONS:
-        raise ValueError(f"unknown ablation {ablation!r}; choose one of {ABLATIONS}")
+    abl = as_ablation(ablation)
     gates = check_gates(model, gates, allow_out_of_range)
     grids = kind_dict(model, gates, "gates")
-    if ablation == "uniform":
-        unsupported = [k for k in grids if k is not None and k not in UNIFORM_KINDS]
-        if unsupported:
-            raise ValueError(
-                f'ablation="uniform" is implemented for the attention type(s) {UNIFORM_KINDS} only, not {unsupported} '
-                '(decoder self-attention is causal and, like encoder-decoder attention, reads values from a KV cache '
-                'during generation); gate those types with "zero" or "mean" in a separate head_gates block'
-            )
-    means_by = _check_means(model, grids, means) if ablation == "mean" else {}
+    unsupported = [k for k in grids if not abl.supports(k)]
+    if unsupported:
+        raise ValueError(
+            f'ablation="{abl.name}" is implemented for the attention type(s) {abl.kinds} only, not {unsupported} '
+            '(decoder self-attention is causal and, like encoder-decoder attention, reads values from a KV cache '
+            'during generation); gate those types with "zero" or "mean" in a separate head_gates block'
+        )
+    means_by = _check_means(model, grids, means, abl.name) if abl.needs_means else {}
 
     handles: list[torch.utils.hooks.RemovableHandle] = []
     state: dict = {}  # per-forward captures: key padding mask per kind, value projections per (kind, layer)
@@ -207,21 +196,21 @@ def head_gates(
             b, s, _ = ctx.shape
             ctx4 = ctx.view(b, s, len(ids), head_dim)
             g = g_all[layer].to(device=ctx.device, dtype=ctx.dtype).index_select(0, index.to(ctx.device))
-            if ablation == "uniform":
-                out = ablate_heads(ctx4, g, ablation, values=state.pop(("value",) + key).view(b, s, len(ids), head_dim),
-                                   key_mask=state.get(("key_mask", kind)))
-            elif ablation == "mean":
-                m = means_by[kind][layer].to(device=ctx.device, dtype=ctx.dtype).index_select(0, index.to(ctx.device))
-                out = ablate_heads(ctx4, g, ablation, means=m)
-            else:
-                out = ablate_heads(ctx4, g, ablation)
+            needs = {}
+            if abl.needs_values:
+                needs["values"] = state.pop(("value",) + key).view(b, s, len(ids), head_dim)
+                needs["key_mask"] = state.get(("key_mask", kind))
+            if abl.needs_means:
+                needs["means"] = means_by[kind][layer].to(device=ctx.device, dtype=ctx.dtype).index_select(
+                    0, index.to(ctx.device))
+            out = abl.apply(ctx4, g, **needs)
             return (out.reshape(b, s, -1),) + tuple(args[1:])
 
         return hook
 
     try:
         for kind in grids:
-            if ablation == "uniform":
+            if abl.needs_values:
                 # the key padding mask of the attention being gated (an encoder-decoder's encoder runs on its own
                 # inside generate())
                 handles.append(key_mask_source(model, kind).register_forward_pre_hook(make_mask_hook(kind),
@@ -231,7 +220,7 @@ def head_gates(
                 ids = kept[site.layer]
                 if not ids:
                     continue
-                if ablation == "uniform":
+                if abl.needs_values:
                     handles.append(site.value.register_forward_hook(make_value_hook((kind, site.layer))))
                 hook = make_gate_hook(kind, site.layer, site.head_dim, ids)
                 handles.append(site.out_proj.register_forward_pre_hook(hook))

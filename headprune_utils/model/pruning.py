@@ -16,47 +16,16 @@ same heads gated to zero (``head_gates(..., ablation="zero")``; a test checks it
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import nn
 
 from headprune_utils.model.architecture import (  # EmptyAttention: re-exported (users import it from here)
-    AttentionSite, EmptyAttention, attention_kinds, attention_sites, grid_name, head_shapes, kept_heads, kind_dict, kind_value,
-    set_kept_heads,
+    EmptyAttention, attention_kinds, attention_sites, family_of, grid_name, head_shapes, kept_heads, kind_dict,
+    kind_value, set_kept_heads,
 )
+from headprune_utils.model.families.base import slice_linear
 
-
-def _slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
-    """A new Linear keeping ``index`` along ``dim`` of the weight (0: outputs, 1: inputs)."""
-    index = index.to(linear.weight.device)
-    w = linear.weight.index_select(dim, index).detach().clone()
-    if dim == 0:
-        b = linear.bias.index_select(0, index).detach().clone() if linear.bias is not None else None
-    else:
-        b = linear.bias.detach().clone() if linear.bias is not None else None
-    with warnings.catch_warnings():  # a 0-input layer (all heads pruned) warns on init; it is overwritten anyway
-        warnings.simplefilter("ignore", UserWarning)
-        new = nn.Linear(w.shape[1], w.shape[0], bias=b is not None, device=w.device, dtype=w.dtype)
-    with torch.no_grad():
-        new.weight.copy_(w)
-        if b is not None:
-            new.bias.copy_(b)
-    new.weight.requires_grad_(linear.weight.requires_grad)
-    if new.bias is not None and linear.bias is not None:
-        new.bias.requires_grad_(linear.bias.requires_grad)
-    return new
-
-
-def _set_out_proj(site: AttentionSite, new: nn.Linear) -> None:
-    module = site.module
-    if site.out_proj_inside:
-        if isinstance(module, EmptyAttention) or not hasattr(module, "out_lin"):  # Marian, BART: out_proj
-            module.out_proj = new
-        else:  # DistilBERT
-            module.out_lin = new
-    else:
-        site.parent.output.dense = new
+__all__ = ["EmptyAttention", "count_attention_params", "prune_heads"]
 
 
 def _check_mask(mask, shape: tuple[int, int], name: str) -> torch.Tensor:
@@ -102,6 +71,7 @@ def _kept_after(kind, mask: torch.Tensor, kept_before: list[list[int]]) -> list[
 
 def _prune_grid(model: nn.Module, kind, kept_before: list[list[int]], kept_after: list[list[int]]) -> None:
     """Slice one grid of heads (one attention type) from ``kept_before`` down to ``kept_after`` (original ids)."""
+    family = family_of(model)
     for site in attention_sites(model, kind):
         present = kept_before[site.layer]
         keep_pos = [present.index(h) for h in kept_after[site.layer]]
@@ -109,32 +79,12 @@ def _prune_grid(model: nn.Module, kind, kept_before: list[list[int]], kept_after
             continue
         d = site.head_dim
         index = torch.tensor([i * d + j for i in keep_pos for j in range(d)], dtype=torch.long)
-        new_out = _slice_linear(site.out_proj, index, dim=1)
+        new_out = slice_linear(site.out_proj, index, dim=1)
         if not keep_pos:
-            cache_idx = getattr(site.module, "layer_idx", site.layer) if kind == "dec" else None
-            empty = EmptyAttention(new_out if site.out_proj_inside else None, cache_layer_idx=cache_idx)
-            setattr(site.parent, site.attr, empty)
-            if not site.out_proj_inside:
-                site.parent.output.dense = new_out
+            family.empty_site(site, new_out, family.cache_layer_idx(site))
             continue
-        module = site.module
-        if hasattr(module, "q_proj"):  # Marian, BART: they reshape by head_dim, num_heads is informative
-            module.q_proj = _slice_linear(module.q_proj, index, 0)
-            module.k_proj = _slice_linear(module.k_proj, index, 0)
-            module.v_proj = _slice_linear(module.v_proj, index, 0)
-            module.num_heads = len(keep_pos)
-        elif site.out_proj_inside:  # DistilBERT
-            module.q_lin = _slice_linear(module.q_lin, index, 0)
-            module.k_lin = _slice_linear(module.k_lin, index, 0)
-            module.v_lin = _slice_linear(module.v_lin, index, 0)
-            module.n_heads = len(keep_pos)
-        else:
-            module.query = _slice_linear(module.query, index, 0)
-            module.key = _slice_linear(module.key, index, 0)
-            module.value = _slice_linear(module.value, index, 0)
-            module.num_attention_heads = len(keep_pos)
-            module.all_head_size = len(keep_pos) * d
-        _set_out_proj(site, new_out)
+        family.prune_site(site, index, len(keep_pos))
+        family.set_out_proj(site, new_out)
 
 
 def count_attention_params(model: nn.Module) -> int:

@@ -36,9 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from headprune_utils.model.architecture import base_model, bert_layout_problem, kept_heads
-from headprune_utils.model.gates import ABLATIONS, ablate_heads, check_gates
-from headprune_utils.model.pruning import EmptyAttention
+from headprune_utils.model.architecture import attention_sites, family_of, kept_heads, layout_problem
+from headprune_utils.model.ablations import HeadAblation, as_ablation
+from headprune_utils.model.gates import check_gates
 
 __all__ = ["unsupported_reason", "lean_loss"]
 
@@ -54,27 +54,26 @@ def _hooked(model: nn.Module) -> str | None:
 
 def unsupported_reason(model: nn.Module) -> str | None:
     """None when :func:`lean_loss` computes ``model``'s loss exactly; else why not, in words."""
-    problem = bert_layout_problem(model)
+    problem = layout_problem(model)
     if problem is not None:
         return problem
     cfg = model.config
-    if getattr(cfg, "position_embedding_type", "absolute") not in (None, "absolute"):
-        return f"position_embedding_type={cfg.position_embedding_type!r} (only absolute position embeddings)"
+    family = family_of(model)
+    positions = family.position_embedding(cfg)
+    if positions not in (None, "absolute"):
+        return f"position_embedding_type={positions!r} (only absolute position embeddings)"
     if getattr(cfg, "_attn_implementation", None) not in (*_ATTN, None):
         return f"attention implementation {cfg._attn_implementation!r} (only {_ATTN})"
     if getattr(cfg, "problem_type", None) not in (None, "regression", "single_label_classification"):
         return f"problem_type={cfg.problem_type!r}"
-    base = base_model(model)
-    if base is model or getattr(base, "pooler", None) is None or not hasattr(base, "embeddings"):
-        return "not a pooled sequence classifier (a base model with a pooler under a classification head)"
-    if not (isinstance(getattr(model, "classifier", None), nn.Linear)
-            and isinstance(getattr(model, "dropout", None), nn.Dropout)):
-        return "the classification head is not BERT's (dropout, then one linear classifier)"
-    if len(base.encoder.layer) == 0:
+    if family.classifier_parts(model) is None:
+        return ("not a pooled sequence classifier with BERT's head (a base model with a pooler under dropout, then "
+                "one linear classifier)")
+    layers = family.post_norm_layers(model)
+    if len(layers) == 0:
         return "an encoder without layers"
-    for i, layer in enumerate(base.encoder.layer):
-        sa = layer.attention.self
-        if not isinstance(sa, EmptyAttention) and not isinstance(getattr(sa, "dropout", None), nn.Dropout):
+    for i, lp in enumerate(layers):
+        if lp.query is not None and not isinstance(lp.attention_dropout, nn.Dropout):
             return f"layer {i}'s self-attention has no attention dropout module"
     hooked = _hooked(model)
     if hooked is not None:
@@ -83,19 +82,17 @@ def unsupported_reason(model: nn.Module) -> str | None:
     return None
 
 
-def _layer_gates(model: nn.Module, gates, ablation: str, means) -> list[tuple[torch.Tensor, torch.Tensor | None] | None]:
+def _layer_gates(model: nn.Module, gates, ablation: HeadAblation, means) -> list[tuple[torch.Tensor, torch.Tensor | None] | None]:
     """Per layer: ``(gates of the present heads, their means or None)``, or None where no gate is given."""
-    n_layers = len(base_model(model).encoder.layer)
+    n_layers = len(kept_heads(model))
     if gates is None:
         return [None] * n_layers
-    if ablation not in ABLATIONS:
-        raise ValueError(f"unknown ablation {ablation!r}; choose one of {ABLATIONS}")
     grid = check_gates(model, gates)
     if not isinstance(grid, torch.Tensor):
         raise ValueError("gates must be one [n_layers, n_heads] tensor for an encoder classifier")
-    if ablation == "mean":
+    if ablation.needs_means:
         if means is None:
-            raise ValueError('ablation="mean" needs means ([n_layers, n_heads, head_dim], gates.head_means)')
+            raise ValueError(f'ablation="{ablation.name}" needs means ([n_layers, n_heads, head_dim], gates.head_means)')
         means = torch.as_tensor(means)
         if tuple(means.shape[:2]) != tuple(grid.shape):
             raise ValueError(f"means must have shape [n_layers, n_heads, head_dim] with [n_layers, n_heads] = "
@@ -104,7 +101,7 @@ def _layer_gates(model: nn.Module, gates, ablation: str, means) -> list[tuple[to
     for layer, ids in enumerate(kept_heads(model)):
         idx = torch.tensor(ids, dtype=torch.long)
         g = grid[layer].detach().index_select(0, idx)
-        m = means[layer].index_select(0, idx) if ablation == "mean" else None
+        m = means[layer].index_select(0, idx) if ablation.needs_means else None
         out.append((g, m))
     return out
 
@@ -123,14 +120,15 @@ def _loss(model: nn.Module, logits: torch.Tensor, labels: torch.Tensor) -> torch
     raise ValueError(f"lean_loss: problem type {problem!r} is not supported")
 
 
-def lean_loss(model: nn.Module, batch: dict[str, torch.Tensor], gates=None, ablation: str = "zero",
+def lean_loss(model: nn.Module, batch: dict[str, torch.Tensor], gates=None, ablation: str | HeadAblation = "zero",
               means=None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(loss, logits [B, n_labels])`` of ``model`` on ``batch`` (``batching.collate``'s dict: input_ids,
     attention_mask, optional token_type_ids, labels), as ``model(**batch)`` computes them with ``gates``
     applied as ``head_gates(model, gates, ablation, means)`` would, without the work on padding and on the
     last layer's tokens other than the first. Dropout follows ``model.training``. The caller checks
     :func:`unsupported_reason` first (``training.finetune`` does)."""
-    base = base_model(model)
+    family = family_of(model)
+    parts = family.classifier_parts(model)
     ids, key_mask = batch["input_ids"], batch["attention_mask"]
     b, s = ids.shape
     dev = ids.device
@@ -145,46 +143,47 @@ def lean_loss(model: nn.Module, batch: dict[str, torch.Tensor], gates=None, abla
     positions = (real % s)[None]
     tt = batch.get("token_type_ids")
     tt = tt.reshape(-1).index_select(0, real)[None] if tt is not None else torch.zeros_like(positions)
-    x = base.embeddings(input_ids=ids.reshape(-1).index_select(0, real)[None], token_type_ids=tt,
+    x = parts.embeddings(input_ids=ids.reshape(-1).index_select(0, real)[None], token_type_ids=tt,
                         position_ids=positions)[0]  # [T, hidden]
     attn_mask = key_mask.bool()[:, None, None, :]  # [B, 1, 1, S] keys
+    ablation = as_ablation(ablation)
     per_layer = _layer_gates(model, gates, ablation, means)
-    layers = base.encoder.layer
-    for i, layer in enumerate(layers):
+    layers = family.post_norm_layers(model)
+    head_dims = [site.head_dim for site in attention_sites(model)]
+    for i, lp in enumerate(layers):
         last = i == len(layers) - 1
-        sa, so = layer.attention.self, layer.attention.output
         xq = x.index_select(0, cls) if last else x
         r = xq.shape[0]
-        n = 0 if isinstance(sa, EmptyAttention) else sa.query.out_features // sa.attention_head_size
+        d = head_dims[i]
+        n = 0 if lp.query is None else lp.query.out_features // d
         if n == 0:  # no head left: the output projection of nothing is its bias
-            proj = so.dense(xq.new_zeros(r, so.dense.in_features))
+            proj = lp.out(xq.new_zeros(r, lp.out.in_features))
         else:
-            d = sa.attention_head_size
 
             def padded(t):  # [T, n d] -> [B, n, S, d]
                 out = t.new_zeros(b * s, n * d).index_copy(0, real, t)
                 return out.view(b, s, n, d).transpose(1, 2)
 
-            k, v = padded(sa.key(x)), padded(sa.value(x))
+            k, v = padded(lp.key(x)), padded(lp.value(x))
             if last:
-                q = sa.query(xq).view(b, 1, n, d).transpose(1, 2)  # [B, n, 1, d]
+                q = lp.query(xq).view(b, 1, n, d).transpose(1, 2)  # [B, n, 1, d]
             else:
-                q = padded(sa.query(x))
-            p = sa.dropout.p if sa.training else 0.0
+                q = padded(lp.query(x))
+            p = lp.attention_dropout.p if lp.attention.training else 0.0
             ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p,
-                                                 scale=getattr(sa, "scaling", d ** -0.5))  # [B, n, Sq, d]
+                                                 scale=lp.scaling if lp.scaling is not None else d ** -0.5)
             ctx = ctx.transpose(1, 2)  # [B, Sq, n, d]
             ctx = ctx.reshape(b, n, d)[:, None] if last else ctx.reshape(b * s, n, d).index_select(0, real)[:, None]
             gm = per_layer[i]
             if gm is not None:
                 g, m = gm
-                ctx = ablate_heads(ctx, g.to(device=ctx.device, dtype=ctx.dtype), ablation,
-                                   values=v.transpose(1, 2), key_mask=key_mask,
-                                   means=None if m is None else m.to(device=ctx.device, dtype=ctx.dtype),
-                                   rows=None if last else row_sentence)
-            proj = so.dense(ctx.reshape(r, n * d))
-        att = so.LayerNorm(so.dropout(proj) + xq)
-        x = layer.feed_forward_chunk(att)
-    pooled = base.pooler(x[:, None, :])  # [B, hidden]: the pooler reads token 0
-    logits = model.classifier(model.dropout(pooled))
+                ctx = ablation.apply(ctx, g.to(device=ctx.device, dtype=ctx.dtype),
+                                     values=v.transpose(1, 2), key_mask=key_mask,
+                                     means=None if m is None else m.to(device=ctx.device, dtype=ctx.dtype),
+                                     rows=None if last else row_sentence)
+            proj = lp.out(ctx.reshape(r, n * d))
+        att = lp.norm(lp.dropout(proj) + xq)
+        x = lp.ffn(att)
+    pooled = parts.pooler(x[:, None, :])  # [B, hidden]: the pooler reads token 0
+    logits = parts.classifier(parts.dropout(pooled))
     return _loss(model, logits, batch["labels"]), logits

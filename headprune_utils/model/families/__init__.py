@@ -1,0 +1,17 @@
+"""One adapter per model family: where its heads live and what they are (``base.Family``).
+
+    base        the Family protocol, AttentionSite, EmptyAttention, the shared slicing helper
+    registry    the adapters, ``family_of(model_or_config)``, ``register(family)``
+    bert        BERT-type encoders (BERT, RoBERTa, ELECTRA, XLM-R, CamemBERT, MiniLM)
+    distilbert  DistilBERT
+    bart        Marian and BART encoder-decoders (three grids)
+
+Only these modules name a family's attributes (a test scans the package for it).
+"""
+__all__ = ["FAMILIES", "SEQ2SEQ_KINDS", "AttentionSite", "EmptyAttention", "Family", "UnsupportedArchitectureError",
+           "family_of", "find_family", "register", "supported"]
+
+from headprune_utils.model.families.base import (
+    SEQ2SEQ_KINDS, AttentionSite, EmptyAttention, Family, UnsupportedArchitectureError,
+)
+from headprune_utils.model.families.registry import FAMILIES, family_of, find_family, register, supported

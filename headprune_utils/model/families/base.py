@@ -1,0 +1,235 @@
+"""What every family adapter declares, and the pieces they share.
+
+A :class:`Family` says where a model's heads live and what they are: its grids of heads (one for an encoder, three
+for an encoder-decoder: ``"enc"``, ``"dec"``, ``"cross"``), per grid the layers' :class:`AttentionSite` s (the
+query/key/value and output projections), the head layout read from the config (layers, query heads, key/value
+heads, head dim), which grids are causal, how positions enter, and how one layer's heads are sliced out of the
+weights. The rest of the package asks the adapter (through ``architecture``) and names no family attribute.
+"""
+from __future__ import annotations
+
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Literal
+
+import torch
+from torch import nn
+
+SEQ2SEQ_KINDS: tuple[str, ...] = ("enc", "dec", "cross")
+
+
+class UnsupportedArchitectureError(ValueError):
+    pass
+
+
+@dataclass
+class AttentionSite:
+    """One layer's attention block of one grid, as the gates and the pruner need it.
+
+    ``out_proj``'s input is the concatenation of the present heads' contexts,
+    ``[batch, seq, n_present * head_dim]``, in the order of ``kept_heads(model)[layer]``.
+    ``query/key/value`` are ``None`` once every head of the layer is pruned.
+    """
+
+    layer: int
+    parent: nn.Module  # holds the module at ``attr`` (swapped out when the layer loses all heads)
+    attr: str
+    query: nn.Linear | None
+    key: nn.Linear | None
+    value: nn.Linear | None
+    out_proj: nn.Linear
+    head_dim: int
+    out_proj_inside: bool  # the attention module applies the output projection itself (DistilBERT, Marian, BART)
+    kind: str | None = None  # encoder-decoders: "enc" | "dec" | "cross"; None for one-grid encoders
+
+    @property
+    def module(self) -> nn.Module:
+        return getattr(self.parent, self.attr)
+
+    @property
+    def layer_key(self):
+        """This site's key in per-layer dicts: ``layer`` (one-grid encoders), ``(kind, layer)`` (encoder-decoders)."""
+        return self.layer if self.kind is None else (self.kind, self.layer)
+
+
+class EmptyAttention(nn.Module):
+    """Stands in for an attention module whose heads are all pruned.
+
+    Returns a ``[batch, seq, 0]`` context (or, when the output projection lives inside the attention
+    module as in DistilBERT, Marian and BART, that projection applied to it: its bias), and no attention
+    weights. ``cache_layer_idx``: for a decoder self-attention, the layer whose KV cache gets a
+    ``[batch, 1, seq, 1]`` zero placeholder per call, so that the cache still counts the positions seen.
+    """
+
+    def __init__(self, out_proj: nn.Linear | None = None, cache_layer_idx: int | None = None):
+        super().__init__()
+        self.out_proj = out_proj
+        # the head counts the families' modules carry, all zero (code reading them sees an empty layer)
+        self.num_attention_heads = 0
+        self.n_heads = 0
+        self.num_heads = 0
+        self.cache_layer_idx = cache_layer_idx
+
+    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        if self.cache_layer_idx is not None and cache is not None:
+            self_cache = getattr(cache, "self_attention_cache", cache)
+            placeholder = hidden_states.new_zeros(hidden_states.shape[0], 1, hidden_states.shape[1], 1)
+            self_cache.update(placeholder, placeholder, self.cache_layer_idx)
+        ctx = hidden_states.new_zeros(*hidden_states.shape[:-1], 0)
+        if self.out_proj is not None:
+            ctx = self.out_proj(ctx)
+        return ctx, None
+
+
+def slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
+    """A new Linear keeping ``index`` along ``dim`` of the weight (0: outputs, 1: inputs)."""
+    index = index.to(linear.weight.device)
+    w = linear.weight.index_select(dim, index).detach().clone()
+    if dim == 0:
+        b = linear.bias.index_select(0, index).detach().clone() if linear.bias is not None else None
+    else:
+        b = linear.bias.detach().clone() if linear.bias is not None else None
+    with warnings.catch_warnings():  # a 0-input layer (all heads pruned) warns on init; it is overwritten anyway
+        warnings.simplefilter("ignore", UserWarning)
+        new = nn.Linear(w.shape[1], w.shape[0], bias=b is not None, device=w.device, dtype=w.dtype)
+    with torch.no_grad():
+        new.weight.copy_(w)
+        if b is not None:
+            new.bias.copy_(b)
+    new.weight.requires_grad_(linear.weight.requires_grad)
+    if new.bias is not None and linear.bias is not None:
+        new.bias.requires_grad_(linear.bias.requires_grad)
+    return new
+
+
+def base_model(model: nn.Module) -> nn.Module:
+    base = getattr(model, "base_model", model)
+    return base if base is not None else model
+
+
+@dataclass
+class PostNormLayer:
+    """One post-LayerNorm encoder layer by its parts, for code that computes such layers itself (``mask_sweep``,
+    ``lean_loss``): ``norm(dropout(out(attention)) + x)``, then ``ffn``. ``attention`` is the self-attention
+    module (an :class:`EmptyAttention` once its heads are gone; its modelling module supplies the attention
+    function), ``attention_dropout`` its dropout on the probabilities."""
+
+    attention: nn.Module
+    query: nn.Linear | None
+    key: nn.Linear | None
+    value: nn.Linear | None
+    out: nn.Linear
+    dropout: nn.Module
+    norm: nn.Module
+    ffn: object  # callable: [.., hidden] -> [.., hidden]
+    attention_dropout: nn.Module | None
+    scaling: float | None  # the attention module's score scale (None: head_dim ** -0.5)
+
+
+@dataclass
+class ClassifierParts:
+    """A pooled sequence classifier's pieces around its layers (for ``lean_loss``)."""
+
+    embeddings: nn.Module
+    pooler: nn.Module
+    dropout: nn.Module
+    classifier: nn.Module
+
+
+class Family:
+    """One model family's adapter. Subclasses set the class attributes and implement the methods."""
+
+    name: str = ""
+    model_types: tuple[str, ...] = ()  # ``config.model_type`` values it covers
+    # what its heads are (documentation for users, and the registry's error message)
+    projections: Literal["separate", "fused"] = "separate"
+    linear: Literal["Linear", "Conv1D"] = "Linear"
+    positions: str = "absolute"
+    causal_kinds: tuple[str | None, ...] = ()  # grids whose queries see only earlier keys
+
+    # ---------------------------------------------------------------- which models
+    def matches_config(self, cfg) -> bool:
+        return getattr(cfg, "model_type", None) in self.model_types
+
+    def matches_model(self, model: nn.Module) -> bool:
+        """Whether ``model`` is laid out as this family's models (for a model whose ``model_type`` no adapter
+        names)."""
+        return False
+
+    # ---------------------------------------------------------------- the grids
+    def kinds(self, cfg) -> tuple[str | None, ...]:
+        return (None,)
+
+    def head_shape(self, cfg, kind: str | None) -> tuple[int, int]:
+        """``(n_layers, n_query_heads)`` of the original model's grid ``kind``."""
+        raise NotImplementedError
+
+    def kv_heads(self, cfg, kind: str | None) -> int:
+        """Key/value heads per layer of grid ``kind`` (as many as query heads unless grouped)."""
+        return self.head_shape(cfg, kind)[1]
+
+    def sites(self, model: nn.Module, kind: str | None) -> list[AttentionSite]:
+        raise NotImplementedError
+
+    def key_mask_source(self, model: nn.Module, kind: str | None) -> nn.Module:
+        """The module whose call carries grid ``kind``'s ``[batch, seq]`` key padding mask."""
+        return base_model(model)
+
+    def encoder(self, model: nn.Module, kind: str | None) -> nn.Module:
+        """What to call to run grid ``kind`` alone on ``input_ids``/``attention_mask`` (the model itself for
+        one grid)."""
+        return model
+
+    # ---------------------------------------------------------------- pruning
+    def prune_site(self, site: AttentionSite, index: torch.Tensor, n_keep: int) -> None:
+        """Keep the head-dim columns ``index`` of ``site`` (``n_keep`` heads, at least one): slice the query,
+        key and value rows and the output projection's columns, and set the module's head counts."""
+        raise NotImplementedError
+
+    def empty_site(self, site: AttentionSite, new_out: nn.Linear, cache_layer_idx: int | None) -> None:
+        """Replace ``site``'s attention module by an :class:`EmptyAttention` (every head gone); ``new_out`` is the
+        output projection with no input column."""
+        empty = EmptyAttention(new_out if site.out_proj_inside else None, cache_layer_idx=cache_layer_idx)
+        setattr(site.parent, site.attr, empty)
+        if not site.out_proj_inside:
+            self.set_out_proj(site, new_out)
+
+    def set_out_proj(self, site: AttentionSite, new: nn.Linear) -> None:
+        raise NotImplementedError
+
+    def cache_layer_idx(self, site: AttentionSite) -> int | None:
+        """The KV-cache layer of a causal self-attention site (None: the site writes no cache)."""
+        return None
+
+    # ---------------------------------------------------------------- costs
+    def cost_shape(self, cfg) -> tuple[int, int, int, int]:
+        """``(n_layers, n_heads, d_model, d_ffn)`` for the FLOP estimate of one stack."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- layer-by-layer computation
+    def layout_problem(self, model: nn.Module) -> str | None:
+        """None when ``model``'s layers can be computed from :meth:`post_norm_layers` (``mask_sweep``,
+        ``lean_loss``); else why not, in words."""
+        return f"the {self.name} family has no layer-by-layer decomposition here"
+
+    def post_norm_layers(self, model: nn.Module) -> list[PostNormLayer]:
+        raise NotImplementedError(self.layout_problem(model))
+
+    @contextmanager
+    def layers_swapped(self, model: nn.Module, stub: nn.Module) -> Iterator[None]:
+        """Within the block the model's layer list is ``[stub]`` (restored after)."""
+        raise NotImplementedError(self.layout_problem(model))
+        yield  # pragma: no cover
+
+    def classifier_parts(self, model: nn.Module) -> ClassifierParts | None:
+        """The pieces of a pooled sequence classifier (None when ``model`` is not one)."""
+        return None
+
+    def position_embedding(self, cfg) -> str:
+        """How positions enter, as the config says (e.g. ``"absolute"``)."""
+        return self.positions
+
+    def describe(self) -> str:
+        return f"{self.name} ({', '.join(self.model_types)})"

@@ -1,0 +1,49 @@
+"""The family adapters, and which one a model or config belongs to."""
+from __future__ import annotations
+
+from torch import nn
+
+import headprune_utils.model.families.bart as bart
+import headprune_utils.model.families.bert as bert
+import headprune_utils.model.families.distilbert as distilbert
+from headprune_utils.model.families.base import Family, UnsupportedArchitectureError
+
+FAMILIES: list[Family] = [bert.FAMILY, distilbert.FAMILY, bart.FAMILY]
+
+
+def register(family: Family) -> Family:
+    """Add an adapter (checked before the built-in ones, so it may also take over a ``model_type``)."""
+    if not isinstance(family, Family):
+        raise TypeError(f"register() takes a Family, got {type(family).__name__}")
+    FAMILIES.insert(0, family)
+    return family
+
+
+def supported() -> str:
+    """The supported families in words (for error messages)."""
+    return "; ".join(f.describe() for f in FAMILIES)
+
+
+def find_family(config_or_model) -> Family | None:
+    """The adapter of a model or config: by ``config.model_type``, else (a model) by its layout; None if none."""
+    cfg = getattr(config_or_model, "config", config_or_model)
+    for family in FAMILIES:
+        if family.matches_config(cfg):
+            return family
+    if isinstance(config_or_model, nn.Module):
+        for family in FAMILIES:
+            if family.matches_model(config_or_model):
+                return family
+    return None
+
+
+def family_of(config_or_model) -> Family:
+    """:func:`find_family`, or :class:`UnsupportedArchitectureError` naming the supported families."""
+    family = find_family(config_or_model)
+    if family is None:
+        cfg = getattr(config_or_model, "config", config_or_model)
+        what = type(config_or_model).__name__
+        raise UnsupportedArchitectureError(
+            f"{what} ({getattr(cfg, 'model_type', '?')}): headprune supports the model families {supported()}. "
+            "A new family is one adapter (headprune_utils.model.families), added with families.register().")
+    return family

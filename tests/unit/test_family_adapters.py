@@ -1,0 +1,138 @@
+"""The family adapters (``model/families``): the only modules that name a family's attributes; the registry finds
+each tiny model's adapter and names the supported families for anything else."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import headprune_utils
+from conftest import tiny_model
+from headprune_utils.model import architecture, families
+from headprune_utils.model.families import registry
+from headprune_utils.model.families.base import Family
+
+PKG = Path(headprune_utils.__file__).parent
+ADAPTERS = PKG / "model" / "families"
+
+# Attribute names that belong to one family's modules or config: read only inside the adapters.
+FAMILY_ATTRS = {
+    "q_lin", "k_lin", "v_lin", "out_lin", "q_proj", "k_proj", "v_proj", "o_proj", "self_attn", "encoder_attn",
+    "c_attn", "c_proj", "Wqkv", "Wo", "num_attention_heads", "encoder_attention_heads", "decoder_attention_heads",
+    "num_key_value_heads", "attention_head_size", "all_head_size", "num_hidden_layers", "intermediate_size",
+    "feed_forward_chunk", "LayerNorm", "position_embedding_type", "dense", "encoder_ffn_dim",
+}
+# Paths through a family's module tree (``parent.attr``).
+FAMILY_PATHS = {("attention", "self"), ("attention", "output"), ("encoder", "layer"), ("encoder", "layers"),
+                ("decoder", "layers"), ("transformer", "layer"), ("transformer", "h"), ("model", "layers")}
+
+
+def family_names(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) for every family attribute the code names: ``x.q_lin``, ``getattr(x, "q_lin")``,
+    ``encoder.layer``; ``site.out_proj`` (the AttentionSite field) is the generic name and allowed."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            if node.attr in FAMILY_ATTRS:
+                found.append((node.lineno, f".{node.attr}"))
+            if node.attr == "out_proj" and not (isinstance(node.value, ast.Name) and node.value.id == "site"):
+                found.append((node.lineno, ".out_proj (only site.out_proj outside the adapters)"))
+            parent = node.value
+            name = parent.attr if isinstance(parent, ast.Attribute) else getattr(parent, "id", None)
+            if (name, node.attr) in FAMILY_PATHS:
+                found.append((node.lineno, f"{name}.{node.attr}"))
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr", "hasattr", "setattr"):
+            for arg in node.args[1:2]:
+                if isinstance(arg, ast.Constant) and arg.value in FAMILY_ATTRS | {"out_proj", "self", "layer"}:
+                    found.append((node.lineno, f"{node.func.id}(..., {arg.value!r})"))
+    return found
+
+
+def test_no_module_outside_the_adapters_names_a_family_attribute():
+    offenders = []
+    for path in sorted(PKG.rglob("*.py")):
+        if ADAPTERS in path.parents:
+            continue
+        for line, what in family_names(ast.parse(path.read_text(encoding="utf-8"))):
+            offenders.append(f"{path.relative_to(PKG.parent)}:{line}: {what}")
+    assert not offenders, "family attributes named outside model/families:\n" + "\n".join(offenders)
+
+
+def test_the_scan_finds_what_it_looks_for():
+    code = ("a = model.bert.encoder.layer[0].attention.self.query\n"
+            "b = getattr(m, 'q_lin', None)\n"
+            "c = module.out_proj\n"
+            "d = cfg.num_attention_heads\n"
+            "e = site.out_proj\n")
+    found = [what for _, what in family_names(ast.parse(code))]
+    assert "encoder.layer" in found and "attention.self" in found
+    assert "getattr(..., 'q_lin')" in found and ".num_attention_heads" in found
+    assert sum("out_proj" in w for w in found) == 1  # module.out_proj, not site.out_proj
+    # the adapters do name them
+    assert family_names(ast.parse((ADAPTERS / "bert.py").read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("kind, family", [("bert", "bert"), ("roberta", "bert"), ("electra", "bert"),
+                                          ("distilbert", "distilbert")])
+def test_each_tiny_model_finds_its_adapter(kind, family):
+    model = tiny_model(kind)
+    assert architecture.family_of(model).name == family
+    assert architecture.family_of(model.config).name == family
+    assert architecture.head_shape(model) == (3, 4)
+
+
+def test_a_bert_laid_out_model_of_another_model_type_is_taken_by_its_layout():
+    model = tiny_model("bert")
+    model.config.model_type = "my-bert"
+    assert architecture.family_of(model).name == "bert"
+    with pytest.raises(architecture.UnsupportedArchitectureError):
+        architecture.family_of(model.config)  # a config alone says nothing of the layout
+
+
+def test_unsupported_architecture_names_the_supported_families():
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    cfg = GPTNeoXConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=20, max_position_embeddings=32)
+    model = GPTNeoXForCausalLM(cfg)
+    for call in (lambda: architecture.attention_sites(model), lambda: architecture.head_shape(cfg)):
+        with pytest.raises(architecture.UnsupportedArchitectureError) as err:
+            call()
+        msg = str(err.value)
+        assert "gpt_neox" in msg
+        for family in registry.FAMILIES:
+            assert family.name in msg
+        assert "bert" in msg and "distilbert" in msg and "marian" in msg
+
+
+def test_a_registered_adapter_is_asked_first_and_can_be_removed():
+    class Toy(Family):
+        name = "toy"
+        model_types = ("bert",)
+
+        def head_shape(self, cfg, kind):
+            return (1, 1)
+
+    toy = families.register(Toy())
+    try:
+        assert architecture.head_shape(tiny_model("bert")) == (1, 1)
+    finally:
+        registry.FAMILIES.remove(toy)
+    assert architecture.head_shape(tiny_model("bert")) == (3, 4)
+    with pytest.raises(TypeError):
+        families.register(nn.Linear(1, 1))
+
+
+def test_adapters_declare_what_their_heads_are():
+    for family in registry.FAMILIES:
+        assert family.name and family.model_types
+        assert family.projections in ("separate", "fused") and family.linear in ("Linear", "Conv1D")
+        assert family.positions
+    bart = architecture.family_of(type("C", (), {"model_type": "marian"})())
+    assert bart.causal_kinds == ("dec",)
+    model = tiny_model("bert")
+    assert architecture.family_of(model).kv_heads(model.config, None) == 4
+    assert torch.equal(architecture.present_mask(model), torch.ones(3, 4))
