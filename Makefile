@@ -19,7 +19,7 @@ export HEADPRUNE_DATA_DIR
 export TRANSFORMERS_VERBOSITY ?= error
 export HF_HUB_DISABLE_PROGRESS_BARS ?= 1
 
-.PHONY: env run render test test-fast bench lab summary report clean-env
+.PHONY: env run render test test-paper test-fast bench lab summary report clean-env
 
 env: $(STAMP)
 
@@ -49,6 +49,11 @@ report: env
 
 test: env
 	$(PY) -m pytest -q -ra
+
+# every study notebook under the paper profile's parameters (a random bert-base-shaped model, a handful of examples;
+# offline): the profile's plumbing checked before GPU hours are spent on it (tens of minutes on 2 cores)
+test-paper: env
+	HEADPRUNE_PAPER_TEST=1 $(PY) -m pytest -q -ra tests/smoke/test_paper_profile.py
 
 test-fast: env
 	$(PY) -m pytest -q -ra -m "not smoke and not model and not data and not browser"

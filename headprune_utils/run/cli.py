@@ -34,6 +34,7 @@ from headprune_utils.run.pipeline import run_profile
 from headprune_utils.run.preflight import preflight
 from headprune_utils.run.profiles import (missing_cells, parse_where, print_plan, print_slices, validate_profile,
                                           where_problems)
+from headprune_utils.store.results import CorruptCellError
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies.config import PROFILES
 
@@ -163,7 +164,11 @@ def blocked(plan: dict[str, dict], args: argparse.Namespace) -> bool:
         if any("other parameters" in p for p in problems):
             print("(--fresh moves the earlier results aside, keeping them)", file=sys.stderr)
         return True
-    gaps = missing_cells(plan, args.profile) if args.from_cells else {}
+    try:
+        gaps = missing_cells(plan, args.profile) if args.from_cells else {}
+    except CorruptCellError as exc:  # an edited, swapped or out-of-range cell: a render never certifies it
+        print(f"error: --from-cells: {exc} (stopped before any work)", file=sys.stderr)
+        return True
     if gaps:
         print("error: --from-cells: cells are missing, so these studies would compute (stopped before any work):\n"
               + "\n".join(f"  {name}: {n} of {total} planned cells not stored (e.g. {example})"

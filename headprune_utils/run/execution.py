@@ -752,13 +752,14 @@ def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = 
     study = get_study(study) if isinstance(study, str) else study
     paths = (paths or StudyPaths(study.name, profile)).ensure()
     device = models.resolve_device(cfg.device)
-    store = ResultStore(paths.cells, study.fingerprint(cfg, device))
+    store = ResultStore(paths.cells, study.fingerprint(cfg, device), check=getattr(study, "check_record", None))
     with store.lock(owner=f"study {study.name}, profile {profile}"):
         store.remove_temporary()  # a killed run's unfinished writes (never under a cell's name)
         try:
             store.check_compatible()
         except StaleResultsError as exc:
-            raise StaleResultsError(f"study {study.name!r}, profile {profile!r}: {exc}{changed_parameters(paths, cfg, study)}") from None
+            why = "" if getattr(exc, "copied_in", False) else changed_parameters(paths, cfg, study)
+            raise StaleResultsError(f"study {study.name!r}, profile {profile!r}: {exc}{why}") from None
         return _run_locked(study, cfg, profile, paths, device, store, executor, address, progress, select)
 
 

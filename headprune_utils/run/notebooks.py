@@ -38,6 +38,7 @@ from nbclient.exceptions import DeadKernelError
 from papermill.exceptions import PapermillExecutionError
 from tqdm import tqdm
 
+from headprune_utils.run import execution
 from headprune_utils.run.summary import FINDINGS_TAG, inject_findings, study_findings_markdown
 from headprune_utils.store.paths import RUN_OUTPUTS, STAGED_ENV, StudyPaths, notebooks_dir, project_root
 from headprune_utils.store.results import ResultStore, StudyBusyError, atomic_write_json, atomic_write_text
@@ -62,10 +63,13 @@ def relative(path: Path) -> str:
 
 
 class CellProgress:
-    """A terminal progress bar over the result cells a study has written (polled in a thread)."""
+    """A terminal progress bar over the result cells a study has written (polled in a thread), with what the kernel
+    runs now (loading, a model's training with epoch and step, the cell and the time left from the plan's costs:
+    ``status_file``, written by the kernel's cells bar) in place of tqdm's count-based estimate."""
 
-    def __init__(self, cells_dir: Path, total: int, desc: str, interval: float = 2.0):
+    def __init__(self, cells_dir: Path, total: int, desc: str, interval: float = 2.0, status_file: Path | None = None):
         self.cells_dir, self.total, self.desc, self.interval = cells_dir, total, desc, interval
+        self.status_file = status_file
         self._stop = threading.Event()
 
     def _count(self) -> int:
@@ -73,10 +77,13 @@ class CellProgress:
 
     def _poll(self) -> None:
         while not self._stop.wait(self.interval):
+            if self.status_file is not None:
+                self.bar.set_postfix_str(execution.read_status(self.status_file) or "", refresh=False)
             self.bar.update(min(self._count(), self.total) - self.bar.n)
 
     def __enter__(self):
-        self.bar = tqdm(total=self.total, initial=min(self._count(), self.total), desc=self.desc, unit="cell")
+        self.bar = tqdm(total=self.total, initial=min(self._count(), self.total), desc=self.desc, unit="cell",
+                        bar_format="{desc}: {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
         return self
@@ -119,7 +126,8 @@ def execute_study(name: str, profile: str, overrides: dict, progress: bool = Tru
     watcher = contextlib.nullcontext()
     if progress:
         cfg = validate(study.Config, overrides, where=name)
-        watcher = CellProgress(paths.cells, study.n_cells(cfg), desc=f"{name} cells")
+        watcher = CellProgress(paths.cells, study.n_cells(cfg), desc=f"{name} cells",
+                               status_file=paths.staging / execution.STATUS_FILE)
     with run_lock(name, profile):
         paths.dir.mkdir(parents=True, exist_ok=True)
         if (paths.dir / JOURNAL).exists():  # an earlier run's swap, interrupted: completed first

@@ -52,13 +52,15 @@ def preflight(plan: dict[str, dict], profile: str, read_data: bool = False, stal
         device = models.resolve_device(getattr(cfg, "device", "cpu"))
         try:
             if stale and paths.cells.exists():  # read only: a check moves nothing (no quarantine)
-                corrupt = ResultStore(paths.cells, study.fingerprint(cfg, device), quarantine=False).check_compatible()
+                corrupt = ResultStore(paths.cells, study.fingerprint(cfg, device), quarantine=False,
+                                      check=getattr(study, "check_record", None)).check_compatible()
                 if corrupt and notes is not None:
                     notes.append(f"{name}: {len(corrupt)} corrupt cell file(s) (e.g. {relative(corrupt[0][0])}: "
                                  f"{corrupt[0][1]}): the run moves them to {relative(paths.dir / 'quarantine')}/ and "
                                  "recomputes them")
         except StaleResultsError as exc:
-            problems.append(f"{name}: {exc}{changed_parameters(paths, cfg, study)}")
+            why = "" if getattr(exc, "copied_in", False) else changed_parameters(paths, cfg, study)
+            problems.append(f"{name}: {exc}{why}")
         except (data.DataFormatError, CorruptCellError) as exc:
             problems.append(f"{name}: {exc}")
         if read_data:

@@ -161,7 +161,7 @@ def planned(name: str, overrides: dict, profile: str) -> Planned:
         cells = study.plan(cfg)
         fingerprint = study.fingerprint(cfg, models.resolve_device(cfg.device))
     return Planned(study, cfg, cells, ResultStore(StudyPaths(name, profile, staged=False).cells, fingerprint,
-                                                  quarantine=False))
+                                                  quarantine=False, check=getattr(study, "check_record", None)))
 
 
 def print_plan(plan: dict[str, dict], profile: str, gpu_tflops: float, cpu_gflops: float | None = None,

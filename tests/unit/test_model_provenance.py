@@ -12,6 +12,7 @@ from headprune_utils.model import models
 from headprune_utils.studies.config import validate
 from headprune_utils.run.execution import MixedModelsError, check_one_model, run_study
 from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.results import ResultStore
 from headprune_utils.studies import random_pruning as study
 
 
@@ -49,6 +50,6 @@ def test_cells_carry_the_weights_hash_and_a_mix_is_refused(tiny_model_dir, tiny_
     f = sorted(paths.cells.glob("*finetune_then_mask*.json"))[0]
     rec = json.loads(f.read_text())
     rec["result"]["full_model_sha"] = "0" * 16
-    f.write_text(json.dumps(rec))
+    ResultStore(paths.cells, rec["fingerprint"]).put(rec["cell"], rec["result"])  # stored as a run would (not a hand edit)
     with pytest.raises(MixedModelsError, match="SST-2 seed 0"):
         run_study(study.STUDY, cfg, "t", paths)
