@@ -36,7 +36,7 @@ def runner(tmp_path, monkeypatch):
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
     rendered = []
     monkeypatch.setattr(schedule, "execute_study", lambda name, *a, **k: rendered.append(name) or 0.0)
-    monkeypatch.setattr("headprune_utils.run.pipeline.write_overviews", lambda profile: None)
+    monkeypatch.setattr("headprune_utils.run.pipeline.write_overviews", lambda profile: True)
     paths = StudyPaths("fake", "t", staged=False)
     run_study(FakeStudy(), FakeConfig(), "t", paths)
     (paths.cells / "name=a3.json").unlink()
