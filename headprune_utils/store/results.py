@@ -601,7 +601,7 @@ def git_state() -> dict:
         head = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
             return {"revision": "unknown", "modified": []}
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!outputs"],
+        status = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!outputs"],
                                 cwd=root, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return {"revision": "unknown", "modified": []}
