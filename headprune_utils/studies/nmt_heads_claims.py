@@ -60,7 +60,7 @@ CLAIMS: tuple[Claim, ...] = (
           regime=f"{TRAINED}, then random heads zeroed (no retraining)", gates=(PLATEAU,), figure="bleu_vs_fraction",
           measure="random_pruned - full", unit=UNIT,
           note=f"{SMALL}; {MODELS}; the paper fine-tunes pruned models (the retraining claim below)"),
-    Claim("budhraja.retraining_recovers", "ours (exploratory)",
+    Claim("ours.nmt_retraining_recovers", "ours (exploratory)",
           "Training with the mask fixed recovers BLEU lost by pruning.",
           claims.Superiority("greater", margin=margins.TASK_SCORE),
           metric="per model: recovery = BLEU drop without retraining - drop after retrain_steps (against the unpruned "

@@ -126,7 +126,7 @@ _N1 = "n = 1 pre-trained model (every model of the study comes from it)"
 
 CLAIMS: tuple[claims.Claim, ...] = (
     claims.Claim(
-        "bian.what_token", "ours (exploratory)",
+        "ours.what_token", "ours (exploratory)",
         "Token-based distances between heads' attention maps agree with each other: the same heads are redundant.",
         rule=_SAME,
         metric="per fine-tuned model (task x seed), on its task's inputs: mean Mantel r between its matrices of every "
@@ -135,18 +135,18 @@ CLAIMS: tuple[claims.Claim, ...] = (
         measure="what_token",
         note=f"needs at least two token-based distances among the metrics. {_FT}"),
     claims.Claim(
-        "bian.what_sentence", "ours (exploratory)",
+        "ours.what_sentence", "ours (exploratory)",
         "Sentence-based distances between heads' attention maps agree with each other.",
         rule=_SAME,
-        metric="as bian.what_token, for every two sentence-based distances",
+        metric="as ours.what_token, for every two sentence-based distances",
         regime="fine-tuned (the full models of studies 1-3)", semantics="", figure="matrices_by_distance",
         measure="what_sentence",
         note=f"needs at least two sentence-based distances among the metrics. {_FT}"),
     claims.Claim(
-        "bian.what_token_sentence", "ours (exploratory)",
+        "ours.what_token_sentence", "ours (exploratory)",
         "Token-based and sentence-based distances agree.",
         rule=_SAME,
-        metric="as bian.what_token, for every pair of a token-based and a sentence-based distance",
+        metric="as ours.what_token, for every pair of a token-based and a sentence-based distance",
         regime="fine-tuned (the full models of studies 1-3)", semantics="", figure="matrices_by_distance",
         measure="what_token_sentence",
         note=f"needs at least one distance of each kind among the metrics. {_FT}"),

@@ -174,7 +174,7 @@ CLAIMS: tuple[Claim, ...] = (
           regime=GATED, gates=(TRAINED,), figure="l0_curve", measure="L0 - random",
           note="the paper compares with the same architectures trained from scratch; random masks at the same "
                f"count are our test of 'heads that matter'; {ENCODERS}"),
-    Claim("exploratory.l0_vs_importance", "ours (exploratory)",
+    Claim("ours.l0_vs_importance", "ours (exploratory)",
           "L0 gates and gradient importance choose equally good heads at the same head count.",
           claims.Equivalence(margins.TASK_SCORE),
           metric="per model: score(L0 mask) - score(least-important heads at its head count, gradient importance), "

@@ -123,7 +123,7 @@ def test_layout_and_no_nan(alike, unrelated):
         assert set(v["claim_id"]) == {c.id for c in study.STUDY.claims}
         assert "nan" not in claims.render(v).lower()
     papers = {c.id: c.paper for c in study.STUDY.claims}
-    assert papers["bian.what_token"] == "ours (exploratory)" and papers["bian.when"].startswith("Bian")
+    assert papers["ours.what_token"] == "ours (exploratory)" and papers["bian.when"].startswith("Bian")
 
 
 def against(row) -> bool:
@@ -181,13 +181,13 @@ def test_who_tasks_pairs_models_of_two_tasks(alike, unrelated, cfg):
 
 
 def test_what_on_the_fine_tuned_models(alike, unrelated):
-    assert one(alike, "bian.what_token", "all (A, B)")["verdict"] == "supported"
-    assert one(alike, "bian.what_token", "A")["n_units"] == 3
+    assert one(alike, "ours.what_token", "all (A, B)")["verdict"] == "supported"
+    assert one(alike, "ours.what_token", "A")["n_units"] == 3
     # independent noise per metric: the distances do not agree
-    assert one(unrelated, "bian.what_token_sentence", "all (A, B)")["verdict"] == "contradicted"
-    assert against(one(unrelated, "bian.what_token_sentence", "A"))
+    assert one(unrelated, "ours.what_token_sentence", "all (A, B)")["verdict"] == "contradicted"
+    assert against(one(unrelated, "ours.what_token_sentence", "A"))
     # one sentence-based distance only: the pair claim is not testable (no pair)
-    row = one(alike, "bian.what_sentence")
+    row = one(alike, "ours.what_sentence")
     assert row["verdict"] == "not testable" and "no pair" in row["reason"]
 
 
@@ -378,7 +378,7 @@ def test_nothing_to_measure_is_an_absent_measurement(cfg):
     reasons = {"bian.who_tasks": "fine-tuned models of 0 task(s)", "bian.who_random": "needs a random-token probe",
                "bian.why": "fewer than two dropout ratios were run", SURVIVE: "no fine-tuned model",
                "bian.when": "no fine-tuned model", CLUSTERS: "no fine-tuned model",
-               "bian.what_token": "no fine-tuned model's cells"}
+               "ours.what_token": "no fine-tuned model's cells"}
     for cid, why in reasons.items():
         r = one(v, cid)
         assert r["verdict"] == "not testable" and r["reason"].startswith(why), (cid, r["reason"])

@@ -135,7 +135,7 @@ def test_every_claim_has_a_rule_and_a_row():
     assert (v.loc[~about_pretrained, "unit"] == "model (task x seed)").all()
     assert (v.loc[about_pretrained, "unit"] == "pre-trained model").all() and about_pretrained.sum() == 3
     claim = {c.id: c for c in study.CLAIMS}
-    assert claim["exploratory.l0_vs_importance"].paper == "ours (exploratory)"
+    assert claim["ours.l0_vs_importance"].paper == "ours (exploratory)"
     for voita, survives, role in study.ROLE_CLAIMS:
         assert claim[survives].paper == "ours (exploratory)" and "Fine-tuning keeps" in claim[survives].text
         assert isinstance(claim[survives].rule, claims.Presence)
@@ -167,11 +167,11 @@ def test_l0_beats_random_both_ways_per_task_and_pooled():
 
 def test_l0_vs_importance_is_an_equivalence_with_a_headroom_margin():
     v = run(cells(imp_gap=0.0), roles_of(None))
-    row = verdict(v, "exploratory.l0_vs_importance")
+    row = verdict(v, "ours.l0_vs_importance")
     assert row["verdict"] == "supported" and row["margin"] == pytest.approx(0.1 * (0.9 + 0.003 - 0.5))
     assert "0.1 x (full - chance)" in row["test"]
     v2 = run(cells(imp_gap=-0.3, l0_loss=0.0), roles_of(None))  # importance far better: outside the margin
-    assert verdict(v2, "exploratory.l0_vs_importance")["verdict"] == "contradicted"
+    assert verdict(v2, "ours.l0_vs_importance")["verdict"] == "contradicted"
 
 
 def test_most_prunable_is_non_inferiority_at_half_the_heads():
