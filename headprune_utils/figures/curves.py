@@ -93,6 +93,46 @@ def score_vs_fraction(summary: pd.DataFrame, raw: pd.DataFrame | None = None) ->
     return fig
 
 
+def held_out_curves(curves: pd.DataFrame) -> plt.Figure:
+    """Were the fine-tunings trained to the plateau? One panel per task: the held-out score after every epoch, a
+    thin line per fine-tuned model (seed), coloured by model (the full model, each share pruned then fine-tuned), a
+    dot on the epoch kept; a run that stopped at the epoch cap still improving is dashed (not at the plateau: the
+    rows it stands behind are not testable).
+
+    curves: columns task, seed, model, epoch, score, selected, reached (``convergence.curves``, e.g.
+    ``random_pruning.held_out_curves``).
+    """
+    sns.set_theme(style="whitegrid", context="notebook")
+    tasks = list(dict.fromkeys(curves["task"])) or ["(no held-out curve stored)"]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4.2), squeeze=False)
+    models = list(dict.fromkeys(curves["model"]))
+    palette = dict(zip(models, sns.color_palette("viridis_r", len(models))))
+    for ax, task in zip(axes[0], tasks):
+        t = curves[curves["task"] == task]
+        if t.empty:
+            mark_not_run(ax, "no held-out curve stored (no validation split)")
+            continue
+        for (model, seed), g in t.groupby(["model", "seed"], sort=False):
+            g = g.sort_values("epoch")
+            reached = bool(g["reached"].iloc[0])
+            ax.plot(g["epoch"], g["score"], color=palette[model], linewidth=1.1, alpha=0.8,
+                    linestyle="-" if reached else "--")
+            kept = g[g["selected"]]
+            ax.scatter(kept["epoch"], kept["score"], color=palette[model], s=22, zorder=3)
+        n_open = int((t.drop_duplicates(["model", "seed"])["reached"] == False).sum())  # noqa: E712
+        ax.set_title(f"{task} — {n_open} of {t.groupby(['model', 'seed']).ngroups} runs still improving at the cap"
+                     if n_open else f"{task} — every run at its plateau", fontsize="medium")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("held-out score")
+        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+    handles = [plt.Line2D([], [], color=palette[m], label=m) for m in models]
+    handles += [plt.Line2D([], [], color="grey", linestyle="--", label="stopped at the cap, still improving"),
+                plt.Line2D([], [], color="grey", marker="o", linestyle="", label="epoch kept")]
+    axes[0][0].legend(handles=handles, loc="lower right", fontsize="small")
+    fit_titles(fig, axes)
+    return fig
+
+
 def figure_legend_entries(fig: plt.Figure, first: list[str] = ()) -> tuple[list, list[str]]:
     """Every labelled artist of every panel, each label once: a figure-level legend that names every line, also one
     a panel lacks (the first panel, mask-then-fine-tune, has no iterative curve). The labels in ``first`` come

@@ -64,7 +64,8 @@ def table(rows: list[dict]) -> pd.DataFrame:
 
 
 def curves(cells: pd.DataFrame, model: Callable[[pd.Series], str]) -> pd.DataFrame:
-    """The held-out curves of ``cells`` (fine-tuned models; cells without a curve are left out) as one row per model
+    """The held-out curves of ``cells`` (fine-tuned models; cells without a held-out curve, i.e. no history or no
+    validation split, are left out) as one row per model
     and epoch (:data:`CURVE_COLUMNS`): ``model(row)`` names the model (e.g. "full", "random 50%"), ``score`` is the
     epoch's held-out score (``val_score``), ``selected`` marks the epoch kept, ``reached`` whether the model reached
     the plateau (:func:`~headprune_utils.analysis.preconditions.reached_plateau`). What a figure of convergence
@@ -72,7 +73,7 @@ def curves(cells: pd.DataFrame, model: Callable[[pd.Series], str]) -> pd.DataFra
     rows = []
     for _, r in cells.iterrows():
         h = _curve(r.get("history"))
-        if not h:
+        if not any(rec.get("val_score") is not None for rec in h):
             continue
         reached = preconditions.reached_plateau(h)
         name = model(r)

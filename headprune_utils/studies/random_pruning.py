@@ -42,8 +42,8 @@ from headprune_utils.store.results import fingerprint
 from headprune_utils.studies.base import (GLUE_METRIC_RANGES, Cell, Cost, Study, mask_count_problem,
                                             metric_score_problem)
 from headprune_utils.studies.random_pruning_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
-    MEASURES, REGIME_NAMES, claim_verdicts, findings, mask_spread, paired_drop, per_model, prunable_fraction,
-    regime_difference, summarise,
+    MEASURES, REGIME_NAMES, claim_verdicts, findings, held_out_curves, mask_spread, paired_drop, per_model,
+    prunable_fraction, regime_difference, summarise,
 )
 from headprune_utils.studies.random_pruning_claims import CLAIMS
 
@@ -52,7 +52,7 @@ __all__ = [
     "cell_mask", "mask_seed", "run_cell",
     # the analysis (random_pruning_analysis), re-exported so the notebook needs one module
     "REGIME_NAMES", "MEASURES", "CLAIMS", "per_model", "mask_spread", "summarise", "paired_drop", "prunable_fraction",
-    "regime_difference", "claim_verdicts", "verdicts", "findings",
+    "regime_difference", "held_out_curves", "claim_verdicts", "verdicts", "findings",
 ]
 
 NAME = "random_pruning"

@@ -34,7 +34,7 @@ from headprune_utils.analysis.pruning_curves import ( # noqa: F401 (re-exported:
 
 __all__ = ["REGIME_NAMES", "per_model", "mask_spread", "summarise", "paired_drop", "prunable_fraction", "regime_difference",
            "MEASURES", "prunable_measurements", "retraining_measurements",
-           "convergence_evidence", "claim_verdicts", "findings"]
+           "convergence_evidence", "held_out_curves", "claim_verdicts", "findings"]
 
 REGIME_NAMES = {
     "mask_then_finetune": "mask, then fine-tune",
@@ -174,6 +174,19 @@ def convergence_evidence(cells: pd.DataFrame, sub: pd.DataFrame) -> pd.DataFrame
         for setting in (_setting(f, "mask_then_finetune"), _both_regimes_setting(f)):
             rows += convergence.masked_rows(g, setting, lambda r: f"random {100 * r['fraction']:g}% mask")
     return convergence.table(rows)
+
+
+def held_out_curves(table: pd.DataFrame) -> pd.DataFrame:
+    """The held-out curve of every fine-tuning of the run (:func:`.convergence.curves`): the full model of each (task,
+    seed) once (no head masked: the same model under every semantics) and each model fine-tuned with a random mask
+    fixed, named by its share and semantics; one row per model and epoch with the kept epoch and whether the model
+    reached the plateau (the convergence gate's rule). Empty when no cell stored a curve."""
+    mt = table[table["regime"] == "mask_then_finetune"]
+    full = mt[mt["fraction"] == 0].sort_values("ablation").drop_duplicates(["task", "seed"])
+    cells = pd.concat([full, mt[mt["fraction"] > 0].sort_values(["fraction", "ablation"], kind="stable")],
+                      ignore_index=True)
+    return convergence.curves(cells, lambda r: "full model" if r["fraction"] == 0
+                              else f"{100 * r['fraction']:g}% pruned ({r['ablation']})")
 
 
 # ---------------------------------------------------------------------------------------------- verdicts

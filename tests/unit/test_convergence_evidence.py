@@ -59,5 +59,24 @@ def test_curves_one_row_per_epoch_with_the_kept_epoch_and_the_plateau():
     assert list(zip(kept["seed"], kept["model"], kept["epoch"], kept["reached"])) == [
         (0, "full", 2, True), (1, "full", 3, False), (0, "masked", 3, False)]
     assert c.loc[(c["seed"] == 0) & (c["model"] == "full"), "score"].tolist() == [0.80, 0.84, 0.83, 0.82]
+    assert convergence.curves(t[t["task"] == "CoLA"], lambda r: "full").empty  # no validation split: no curve
+    torn = t[t["seed"] == 1].head(1).assign(history=[[{"epoch": 1, "val_score": 0.7}, {"epoch": 2}]])
     with pytest.raises(ValueError, match="without a held-out score"):
-        convergence.curves(t[t["task"] == "CoLA"], lambda r: "full")
+        convergence.curves(torn, lambda r: "full")
+
+
+def test_the_curves_figure_dashes_the_runs_still_improving_and_marks_the_kept_epoch():
+    import matplotlib
+    matplotlib.use("Agg")
+    from headprune_utils import figures
+
+    t = cells()
+    c = convergence.curves(t[t["task"] == "SST-2"], lambda r: "full model" if r["fraction"] == 0 else "50% pruned")
+    fig = figures.curves.held_out_curves(c)
+    ax = fig.axes[0]
+    styles = sorted(line.get_linestyle() for line in ax.get_lines() if line.get_label().startswith("_"))
+    assert styles == ["-", "--", "--"]  # seed 1's full model and the masked model stopped at the cap
+    assert sum(len(col.get_offsets()) for col in ax.collections) == 3  # one kept epoch per run
+    assert ax.get_title().startswith("SST-2") and "2 of 3 runs still improving" in ax.get_title().replace("\n", " ")
+    empty = figures.curves.held_out_curves(convergence.curves(t[t["task"] == "CoLA"], lambda r: "full"))
+    assert "no held-out curve" in " ".join(x.get_text() for x in empty.axes[0].texts)
