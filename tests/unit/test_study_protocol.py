@@ -15,7 +15,7 @@ STUDY_DIR = PACKAGE_DIR / "studies"
 
 # modules of studies/ that every study may use: the protocol, parameters, ablation semantics and shared engines
 SHARED = {"base", "config", "semantics", "glue_workbench", "strategy_sweep", "role_survival", "translation_heads",
-          "study_outputs"}
+          "study_outputs", "convergence"}
 
 
 def studies_imports(tree: ast.AST) -> list[str]:
