@@ -41,7 +41,7 @@ from headprune_utils.studies import glue_workbench
 from headprune_utils.measure import importance
 from headprune_utils.train import training
 from headprune_utils.studies.config import ParameterError
-from headprune_utils.model.gates import head_gates
+from headprune_utils.model.gates import as_ablation, head_gates
 from headprune_utils.tasks.metrics import main_score
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.model.pruning import prune_heads
@@ -137,7 +137,7 @@ def cell_cost(cfg: CompensationConfig, task: str, budget: float, ablation: str) 
     forwards over ``importance_size`` training examples) and the attention maps before and after fine-tuning (2
     forwards over ``probe_size`` dev examples), with the same heads kept."""
     kept = 1.0 - budget
-    share = kept if ablation == "zero" else 1.0  # gated heads are computed, then replaced
+    share = kept if as_ablation(ablation).equals_removal else 1.0  # gated heads are computed, then replaced
     n_imp = cfg.importance_size if cfg.train_size is None else (
         cfg.train_size if cfg.importance_size is None else min(cfg.train_size, cfg.importance_size))
     n_probe = cfg.probe_size if cfg.dev_size is None else min(cfg.dev_size, cfg.probe_size)
@@ -187,7 +187,7 @@ def run_cell(ctx: glue_workbench.GlueContext, cell: dict) -> dict:
         after, history, _ = ctx.full_model(task, seed)  # no head masked: the same model under every semantics
         gates = None
         # what a gate of 0 means under "mean" (the importance is a derivative at the gates): the model's own means
-        means = ctx.full_means(task, seed) if ablation == "mean" else None
+        means = ctx.full_means(task, seed) if as_ablation(ablation).needs_means else None
     else:
         after, history, gates, means = ctx.finetune_masked(
             task, seed, mask, f"{task} s{seed} {cell['strategy']} {cell['budget']:g} {ablation}", ablation)
@@ -197,7 +197,7 @@ def run_cell(ctx: glue_workbench.GlueContext, cell: dict) -> dict:
     before_means = None
     if gates is None and bool((mask < 1).any()):
         prune_heads(before, mask)
-    elif gates is not None and ablation == "mean":
+    elif gates is not None and as_ablation(ablation).needs_means:
         before_means = ctx.means(before, tr)
     change = head_weights.relative_change(before, after)
     imp = importance.head_importance(after, glue_workbench.batches(tr, ctx.device, cfg.importance_size),

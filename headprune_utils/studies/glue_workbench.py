@@ -17,7 +17,7 @@ import torch
 from headprune_utils.measure import costs
 from headprune_utils.model import masks, models
 from headprune_utils.model.architecture import head_shape
-from headprune_utils.model.gates import ABLATION_VERSION, Ablation, head_means
+from headprune_utils.model.gates import ABLATION_VERSION, Ablation, as_ablation, head_means
 from headprune_utils.model.precision import training_key
 from headprune_utils.model.pruning import prune_heads
 from headprune_utils.store import paths
@@ -372,11 +372,11 @@ class GlueContext:
         model = self.fresh_model(task, seed)
         gates, means = None, None
         if bool((mask < 1).any()):
-            if ablation == "zero":
+            if as_ablation(ablation).equals_removal:
                 prune_heads(model, mask)  # same outputs as zero gates, and faster
             else:
                 gates = mask.to(self.device)
-                if ablation == "mean":
+                if as_ablation(ablation).needs_means:
                     means = self.means(model, tr)
         if val is not None:  # each model's epoch chosen on the held-out validation split
             history = training.finetune(model, tr, task, train_config(cfg), seed, dev=val, gates=gates,
@@ -519,7 +519,7 @@ def scale_note(text: str, paper: bool) -> str:
 def finetune_cost(cfg: GlueStudyConfig, task: str, kept_share: float = 1.0, ablation: str = "zero") -> float:
     """Estimated FLOPs of fine-tuning on the task's training subset for ``cfg.epochs`` epochs and scoring the dev
     subset, with ``kept_share`` of the heads (pruned heads cost nothing only when removed: ``ablation="zero"``)."""
-    share = kept_share if ablation == "zero" else 1.0
+    share = kept_share if as_ablation(ablation).equals_removal else 1.0
     shape = costs.Shape.of(cfg.model)
     n_tr, len_tr = costs.split_tokens(task, "train", cfg.train_size, cfg.data_dir)
     val = cfg.epochs * eval_cost(cfg, task, share, split="train", size=cfg.validation_size) if cfg.validation_size else 0.0

@@ -33,6 +33,7 @@ import torch
 
 from headprune_utils.studies import glue_workbench
 from headprune_utils.model import masks
+from headprune_utils.model.ablations import as_ablation
 from headprune_utils.train import training
 from headprune_utils.studies.config import ParameterError
 from headprune_utils.tasks.metrics import main_score
@@ -159,7 +160,7 @@ def run_cell(ctx: glue_workbench.GlueContext, cell: dict) -> dict:
             metrics, history = ctx.masked_scores(task, seed, mask, f"{task} s{seed} f{fraction:g} {ablation}", ablation)
     else:
         model, _, _ = ctx.full_model(task, seed)
-        means = ctx.full_means(task, seed) if ablation == "mean" else None
+        means = ctx.full_means(task, seed) if as_ablation(ablation).needs_means else None
         metrics = training.evaluate(model, dv, task, EVAL_BATCH, gates=mask.to(ctx.device), ablation=ablation, means=means)
         history = []
     metrics = {**metrics, "score": main_score(task, metrics), "chance": glue_workbench.chance_score(task, tr, dv)}

@@ -42,7 +42,7 @@ from headprune_utils.model import masks, models, strategies
 from headprune_utils.train import training
 from headprune_utils.model.attention import attention_maps
 from headprune_utils.studies.config import ParameterError
-from headprune_utils.model.gates import Ablation
+from headprune_utils.model.gates import Ablation, as_ablation
 from headprune_utils.train.hard_concrete import HardConcreteGates, l0_train
 from headprune_utils.tasks.metrics import main_score
 from headprune_utils.store.paths import StudyPaths
@@ -343,7 +343,7 @@ def run_scores_cell(ctx: Context, cell: dict) -> dict:
     model = ctx.full_model(task, seed)[0]
     spec, tr, dv, *_ = ctx.task_data(task)
     t0 = time.perf_counter()
-    means = ctx.full_means(task, seed) if cfg.ablation == "mean" else None
+    means = ctx.full_means(task, seed) if as_ablation(cfg.ablation).needs_means else None
     batches = glue_workbench.batches(tr, ctx.device, cfg.score_size)
     special = ctx.tokenizer.all_special_ids
     attn = head_scores.attention_scores(model, batches, special)  # one forward per batch for the three
@@ -406,7 +406,7 @@ def run_l0_cell(ctx: Context, cell: dict, importance_scores: torch.Tensor, score
     spec, tr, dv, *_ = ctx.task_data(task)
     base = ctx.full_model(task, seed)[0]
     model = copy.deepcopy(base) if cfg.l0_train_model else base  # the cached model's weights are never changed
-    means = ctx.full_means(task, seed) if cfg.ablation == "mean" else None
+    means = ctx.full_means(task, seed) if as_ablation(cfg.ablation).needs_means else None
     n_layers, n_heads = ctx.shape
     t0 = time.perf_counter()
     if batches is None:

@@ -30,6 +30,7 @@ import torch
 from headprune_utils.studies import glue_workbench
 from headprune_utils.measure import importance, mask_sweep
 from headprune_utils.model import masks, strategies
+from headprune_utils.model.ablations import as_ablation
 from headprune_utils.analysis import stats
 from headprune_utils.train import training
 from headprune_utils.tasks.metrics import main_score
@@ -138,7 +139,7 @@ def run_cells(ctx: Context, cells: list[dict], shared: bool = True) -> list[dict
         task, seed = cells[idx[0]]["task"], cells[idx[0]]["seed"]
         model = ctx.full_model(task, seed)[0]
         dv = ctx.task_data(task)[2]
-        means = ctx.full_means(task, seed) if ablation == "mean" else None
+        means = ctx.full_means(task, seed) if as_ablation(ablation).needs_means else None
         cell_masks = {i: ctx.cell_mask(cells[i]) for i in idx}
         t0 = time.perf_counter()
         if shared and len(idx) > 1:

@@ -103,3 +103,15 @@ def test_no_semantics_is_compared_by_name_in_the_model_layers():
                     if any(c in ABLATIONS for c in consts):
                         offenders.append(f"{path.relative_to(PKG.parent)}:{node.lineno}")
     assert not offenders, "ablation semantics compared by name (ask the object instead): " + ", ".join(offenders)
+
+
+def test_no_study_compares_an_ablation_by_name():
+    # the studies pass the semantics of their parameters on; what a semantics needs or equals comes from its object
+    offenders = []
+    for path in sorted((PKG / "studies").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare) and "ablation" in ast.unparse(node):
+                consts = [c.value for c in [node.left, *node.comparators] if isinstance(c, ast.Constant)]
+                if any(c in ABLATIONS for c in consts):
+                    offenders.append(f"{path.relative_to(PKG.parent)}:{node.lineno}")
+    assert not offenders, "ablation semantics compared by name (ask the object instead): " + ", ".join(offenders)
