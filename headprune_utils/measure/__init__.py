@@ -7,6 +7,7 @@
     clustering   clusters of heads in a distance matrix
     specialized  Voita et al.'s positional, syntactic and rare-word heads; a CoNLL-U reader
     costs        FLOPs of forward and backward passes (for plans and executors)
+    language_model  causal-LM loss and perplexity on text, gated or not
 
 May import: train, model, tasks, store, analysis.
 """

@@ -11,7 +11,8 @@
     strategies         layer-location and importance pruning strategies: (shape, budget, seed) -> mask
     head_weights       each head's own parameters and their relative change
     precision          float / bf16 / half evaluation settings
-    models             loading encoders (embedded MiniLM, local folders, hub ids), device choice
+    models             loading encoders and causal LMs (embedded MiniLM, local folders, hub ids), a tiny
+                       Llama-shaped model for offline work, device choice
     translation_model  the Transformer encoder-decoder (Marian classes, from scratch)
 
 May import: tasks, store.

@@ -1,4 +1,4 @@
-"""Loading encoders with a task head, and choosing the device.
+"""Loading encoders with a task head and causal language models, and choosing the device.
 
 ``name`` is one of:
 
@@ -172,6 +172,51 @@ def load_classifier(
     attention_sites(model)  # fail now on an architecture the gates cannot reach
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     return model.to(dev).eval()
+
+
+def load_causal_lm(
+    name: str,
+    device: str | torch.device = "auto",
+    attn_implementation: str = "sdpa",
+    dtype: torch.dtype | None = None,
+) -> nn.Module:
+    """A causal language model (``AutoModelForCausalLM``: Llama, Mistral, Qwen2, GPT-2, ...) by hub id or local
+    folder, in eval mode on ``device``. Its family must have a head adapter (checked at once, before any work:
+    ``UnsupportedArchitectureError`` lists the families there are)."""
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {"attn_implementation": attn_implementation}
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    model = _from_pretrained(AutoModelForCausalLM, name, **kwargs)
+    attention_sites(model)  # fail now on an architecture the gates cannot reach
+    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    return model.to(dev).eval()
+
+
+# A small Llama-family shape with grouped-query attention (8 query heads on 2 key/value heads), for offline
+# demonstrations and tests: minutes of CPU training make it a real (if weak) language model.
+TINY_LLAMA = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=8,
+                  num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True)
+
+
+def tiny_causal_lm(vocab_size: int, seed: int = 0, pad_token_id: int | None = None, bos_token_id: int | None = None,
+                   eos_token_id: int | None = None, attn_implementation: str = "sdpa", **config) -> nn.Module:
+    """A freshly initialised (seeded) small Llama model (:data:`TINY_LLAMA`, overridden by ``config``) with
+    ``vocab_size`` tokens, in train mode on the CPU: the offline stand-in for a hub causal LM (train it with
+    ``train.language_model.train_lm``)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
+        raise ValueError(f"vocab_size must be an integer of at least 2, got {vocab_size!r}")
+    unknown = sorted(set(config) - set(LlamaConfig().to_dict()))
+    if unknown:
+        raise ValueError(f"tiny_causal_lm: {unknown} are not LlamaConfig fields")
+    cfg = LlamaConfig(vocab_size=vocab_size, pad_token_id=pad_token_id, bos_token_id=bos_token_id,
+                      eos_token_id=eos_token_id, **{**TINY_LLAMA, **config})
+    cfg._attn_implementation = attn_implementation
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg)
 
 
 def weights_sha(model: torch.nn.Module) -> str:

@@ -6,6 +6,7 @@
     mlm            continued masked-LM training (the dropout study)
     hard_concrete  Louizos et al.'s L0 gates per head
     phases         what a long computation is doing now (epoch, step), for progress displays
+    language_model a few steps of causal-LM training (the offline stand-in model)
 
 May import: model, tasks, store, analysis.
 """

@@ -1,0 +1,57 @@
+"""Causal language-model loss and perplexity, with or without head gates.
+
+``lm_loss`` is the mean next-token cross-entropy over every real target token of the batches (token-weighted, so
+a batch's weight is its number of predicted tokens, not 1): position ``t`` predicts token ``t + 1`` where both are
+real (``attention_mask``), as Hugging Face's causal-LM loss with ``-100`` labels on padding, summed over batches
+before dividing. ``perplexity`` is ``exp`` of it. Gates go through :func:`~headprune_utils.model.gates.head_gates`
+(any ablation object or its name), so a gated model and a pruned one are measured by the same code.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from typing import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from headprune_utils.model.gates import head_gates
+
+__all__ = ["lm_loss", "perplexity"]
+
+
+@torch.no_grad()
+def lm_loss(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], gates=None, ablation="zero",
+            means=None) -> float:
+    """Mean next-token cross-entropy (nats per token) of ``model`` over ``batches`` (dicts with ``input_ids`` and
+    ``attention_mask``, e.g. ``tasks.text.lm_batches``), under ``gates`` when given. Non-finite: an error."""
+    total, count = 0.0, 0
+    was_training = model.training
+    model.eval()
+    ctx = head_gates(model, gates, ablation=ablation, means=means) if gates is not None else nullcontext()
+    try:
+        with ctx:
+            for batch in batches:
+                ids, mask = batch["input_ids"], batch["attention_mask"]
+                logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+                real = (mask[:, :-1] * mask[:, 1:]).bool()  # the position and its next token both real
+                if not bool(real.any()):
+                    continue
+                ce = F.cross_entropy(logits[:, :-1][real].double(), ids[:, 1:][real], reduction="sum")
+                total += float(ce)
+                count += int(real.sum())
+    finally:
+        model.train(was_training)
+    if count == 0:
+        raise ValueError("lm_loss got no target token (every batch empty or one token long)")
+    loss = total / count
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"the language-model loss is not finite ({loss}); the model's outputs overflowed")
+    return loss
+
+
+def perplexity(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], gates=None, ablation="zero",
+               means=None) -> float:
+    """``exp(lm_loss(...))``: the model's perplexity on the batches' real tokens."""
+    return math.exp(lm_loss(model, batches, gates=gates, ablation=ablation, means=means))
