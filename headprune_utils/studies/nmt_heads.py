@@ -16,9 +16,14 @@ Cells (keyed, resumable; :func:`plan_cells`; ``model_seed`` = the trained model)
 - ``{"kind": "prune", "type", "fraction", "seed"}``: a random ``fraction`` of the heads of ``type`` (``enc``,
   ``dec``, ``cross``, or ``all``: uniformly over the union of the three grids) zeroed on the trained model, no
   retraining; BLEU/chrF (greedy) and NLL on the test subset. Masks of one seed are nested across fractions.
-- ``{"kind": "retrain", "type", "fraction", "seed"}``: the same mask, the heads removed physically, then
-  ``retrain_steps`` more training steps with the mask fixed (Budhraja et al. fine-tune pruned models); the
-  reference cell (``type = "none"``) continues the UNPRUNED model for the same steps with the same data order.
+- ``{"kind": "retrain", "type", "fraction", "seed"}``: the same mask (mask seeds ``retrain_seeds``, default
+  ``seeds``), the heads removed physically, then trained with the mask fixed (Budhraja et al. fine-tune pruned
+  models): ``retrain_steps`` more steps (fixed regime), or, with ``retrain_patience``, until the dev loss has not
+  improved for that many evaluations (one every ``retrain_eval_every`` steps, at most ``retrain_max_steps``; the best
+  weights kept; the dev-loss curve and whether it reached the plateau stored; resumable); the reference cell
+  (``type = "none"``) continues the UNPRUNED model the same way with the same data order.
+- ``{"kind": "retrain_strategy", "type", "strategy", "budget", "seed"}``: a strategy cell's mask (at the
+  ``retrain_strategy_budgets``), retrained as a ``retrain`` cell (Budhraja et al.'s claim 2 in their regime).
 - ``{"kind": "strategy", "type", "strategy", "budget", "seed"}``: a layer-location strategy of
   ``strategies.py`` on one type's grid, at ``budget`` (share of that type's heads), evaluation only; ``random``
   is the reference of the paired contrasts (``paired_contrasts.contrast_table``).
@@ -50,6 +55,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from headprune_utils.analysis import preconditions
 from headprune_utils.measure import costs, specialized
 from headprune_utils.studies import glue_workbench
 from headprune_utils.model import masks, models, strategies
@@ -61,7 +67,7 @@ from headprune_utils.train.hard_concrete import HardConcreteGateDict, l0_train
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.model.pruning import prune_heads
 from headprune_utils.model.precision import training_key
-from headprune_utils.store.results import atomic_write_json, fingerprint
+from headprune_utils.store.results import atomic_write_json, cell_key, fingerprint
 from headprune_utils.tasks.subword import train_tokenizer
 from headprune_utils.train.training import set_seed
 from headprune_utils.train.translation import (
@@ -80,7 +86,7 @@ from headprune_utils.studies.nmt_heads_analysis import ( # the analysis: pure fu
     strategy_summary, strategy_contrasts, strategy_mask_rows, role_source, roles, role_counts, role_map,
     encoder_scores, importance_table, score_agreement, l0_curve, l0_by_type, l0_contrasts, type_prunability,
     l0_survival_source, survival, survival_tests, survival_map, survival_by_role, roles_at_budget,
-    rare_criterion_counts, MEASURES, SEMANTICS, scale, verdicts,
+    rare_criterion_counts, MEASURES, SEMANTICS, scale, verdicts, RETRAINED, retraining_convergence, retraining_curves,
 )
 from headprune_utils.studies.nmt_heads_claims import CLAIMS  # the claims: data
 
@@ -92,7 +98,11 @@ EVAL_VERSION = 1  # bump when decoding or scoring changes (the cached evaluation
 REGIMES: tuple[str, ...] = ("prune", "prune_then_train")
 ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_share", "tolerance", "n_permutations")
 CELL_AXES = ("types", "fractions", "seeds", "model_seeds", "strategy_types", "strategies", "strategy_budgets",
-             "l0_settings", "lambdas", "retrain_types", "retrain_fractions")
+             "l0_settings", "lambdas", "retrain_types", "retrain_fractions", "retrain_seeds",
+             "retrain_strategy_budgets")
+# The plateau regime's parameters: in the fingerprint only when it is on (retrain_patience set), so that the cells of
+# the fixed regime keep theirs, and cells retrained a fixed number of steps are never read as plateau retrainings
+PLATEAU_RETRAINING = ("retrain_patience", "retrain_eval_every", "retrain_max_steps")
 NOT_RESULTS = ("progress", "device", "data_dir", "allow_hub")
 # For the planned cost only: pairs of the dev and test splits (used when dev_size / test_size is None) and the
 # mean subword tokens of a sentence (one side: ~1.3 pieces per word, plus </s>) of each corpus.
@@ -120,8 +130,10 @@ def model_folder(paths: StudyPaths, cfg: NMTHeadsConfig, model_seed: int, device
 
 def study_fingerprint(cfg: NMTHeadsConfig, device: torch.device) -> str:
     d = as_dict(cfg)
-    for k in (*NOT_RESULTS, *CELL_AXES, *ANALYSIS_ONLY):
+    for k in (*NOT_RESULTS, *CELL_AXES, *ANALYSIS_ONLY, *(() if cfg.plateau_retraining() else PLATEAU_RETRAINING)):
         d.pop(k, None)
+    if cfg.plateau_retraining():
+        d.pop("retrain_steps", None)  # unused in that regime
     d.update(device_type=torch.device(device).type, data_source=data_source(cfg), results_version=RESULTS_VERSION,
              training_version=NMT_TRAINING_VERSION, eval_version=EVAL_VERSION, **training_key(device))
     return fingerprint(d)
@@ -162,12 +174,18 @@ def plan_cells(cfg: NMTHeadsConfig) -> list[Cell]:
         cells += [Cell({"kind": "l0", "setting": st, "lam": float(lam), "model_seed": ms}, requires=need,
                        group=(ms, "l0"), cost=Cost(c["l0"]))
                   for st in cfg.l0_settings for lam in sorted(cfg.lambdas)]
-        if cfg.retrain_types and cfg.retrain_fractions:
+        retrained = cfg.mask_seeds_retrained()
+        if (cfg.retrain_types and cfg.retrain_fractions) or cfg.retrain_strategy_budgets:
             cells.append(Cell({"kind": "retrain", "type": "none", "fraction": 0.0, "seed": -1, "model_seed": ms},
                               requires=need, cost=Cost(retrain_cost(cfg, "none", 0.0))))
+        if cfg.retrain_types and cfg.retrain_fractions:
             cells += [Cell({"kind": "retrain", "type": t, "fraction": float(f), "seed": int(s), "model_seed": ms},
                            requires=need, cost=Cost(retrain_cost(cfg, t, float(f))))
-                      for t in cfg.retrain_types for f in sorted(cfg.retrain_fractions) for s in cfg.seeds]
+                      for t in cfg.retrain_types for f in sorted(cfg.retrain_fractions) for s in retrained]
+        cells += [Cell({"kind": "retrain_strategy", "type": t, "strategy": st, "budget": float(b), "seed": int(s),
+                        "model_seed": ms}, requires=need, cost=Cost(retrain_cost(cfg, t, float(b))))
+                  for t in cfg.strategy_types for b in sorted(cfg.retrain_strategy_budgets) for st in cfg.strategies
+                  for s in retrained]
     return cells
 
 
@@ -207,10 +225,17 @@ def eval_cost(cfg: NMTHeadsConfig, kept_share: float = 1.0) -> float:
 
 
 def retrain_cost(cfg: NMTHeadsConfig, kind: str, fraction: float) -> float:
-    """``retrain_steps`` training steps (a forward and a backward: three forwards) of the physically pruned model,
-    then its scores; pruning ``fraction`` of one type's heads saves about a third of that share."""
+    """The training steps (a forward and a backward: three forwards each) of the physically pruned model, then its
+    scores; pruning ``fraction`` of one type's heads saves about a third of that share. Fixed regime:
+    ``retrain_steps`` steps. Plateau regime: planned at the cap ``retrain_max_steps`` (the most it may take; the
+    plateau usually comes sooner) with a dev-loss forward every ``retrain_eval_every`` steps."""
     kept = 1.0 - (fraction if kind == "all" else fraction / 3.0)
-    return (3.0 * forward_cost(cfg, cfg.retrain_steps * _pairs_per_step(cfg), kept) + eval_cost(cfg, kept))
+    if not cfg.plateau_retraining():
+        return 3.0 * forward_cost(cfg, cfg.retrain_steps * _pairs_per_step(cfg), kept) + eval_cost(cfg, kept)
+    steps = int(cfg.retrain_max_steps)
+    dev = forward_cost(cfg, _split_pairs(cfg, "dev", cfg.dev_size), kept)
+    return (3.0 * forward_cost(cfg, steps * _pairs_per_step(cfg), kept) + (steps // cfg.retrain_eval_every) * dev
+            + eval_cost(cfg, kept))
 
 
 def plan_costs(cfg: NMTHeadsConfig) -> dict[str, float]:
@@ -245,7 +270,7 @@ def cell_masks(cfg: NMTHeadsConfig, cell: dict) -> dict[str, torch.Tensor]:
     t = cell["type"]
     if t == "none":
         return out
-    if cell["kind"] == "strategy":
+    if cell["kind"] in ("strategy", "retrain_strategy"):
         n_layers, n_heads = shapes[t]
         n = masks.n_pruned_for_fraction(cell["budget"], n_layers, n_heads)
         out[t] = strategies.strategy_mask(cell["strategy"], n_layers, n_heads, n, cell["seed"])
@@ -437,26 +462,56 @@ def run_mask_cell(ctx: Context, cell: dict) -> dict:
             "seconds": time.perf_counter() - t0}
 
 
+def retrain_checkpoint(ctx: Context, cell: dict) -> Path:
+    """Where a plateau retraining keeps its resumable state: beside the model's cache folder, one file per cell."""
+    folder = ctx.folder(cell["model_seed"])
+    return folder.with_name(f"{folder.name}.retrain-{cell_key(cell)}.checkpoint.pt")
+
+
+def retrain_plateau(history: list[dict], patience: int) -> bool:
+    """Whether a retraining's dev-loss curve (``history``: one record per evaluation, ``dev_loss``) reached the
+    plateau (``preconditions.plateau``): its best evaluation is followed by at least ``patience`` evaluations without
+    a better one (the rule that stopped it; a retraining stopped at the cap before that is still improving)."""
+    return preconditions.plateau(history, patience) is None
+
+
 def run_retrain_cell(ctx: Context, cell: dict) -> dict:
-    """Remove the cell's heads physically, train ``retrain_steps`` more steps (mask fixed), evaluate.
+    """Remove the cell's heads physically, train with the mask fixed, evaluate.
+
+    Fixed regime: ``retrain_steps`` steps, the last weights. Plateau regime (``retrain_patience``): the full models'
+    trainer with the dev pairs (those that chose the full model's weights; never the test set), a dev-loss
+    evaluation every ``retrain_eval_every`` steps, stopped after ``retrain_patience`` evaluations without a better
+    one or at ``retrain_max_steps``, the best weights kept; resumable from a checkpoint beside the model's cache
+    folder (removed once the cell's scores exist). The cell stores the dev-loss curve (``retrain_curve``: step, dev
+    loss), where and why it stopped, and whether it reached the plateau.
 
     The data order and dropout noise depend on the model seed only, so every retrain cell of a model (and its
     unpruned reference) sees the same batches: the differences are the masks'."""
     cfg = ctx.cfg
     t0 = time.perf_counter()
     base, tok, _, _ = ctx.model(cell["model_seed"])
-    train_enc = ctx.encoded(cell["model_seed"])[0]
+    train_enc, dev_enc, _ = ctx.encoded(cell["model_seed"])
     ms = cell_masks(cfg, cell)
     model = copy.deepcopy(base)
     if any(bool((m < 1).any()) for m in ms.values()):
         prune_heads(model, ms)
-    res = train_translation(model, train_enc, None, cfg.retrain_config(), seed=10_000 + cell["model_seed"],
-                            progress=False)
+    plateau = cfg.plateau_retraining()
+    checkpoint = retrain_checkpoint(ctx, cell) if plateau else None
+    res = train_translation(model, train_enc, dev_enc if plateau else None, cfg.retrain_config(),
+                            seed=10_000 + cell["model_seed"], progress=False, checkpoint=checkpoint)
     m = ctx.score(model, tok, ms, physically_pruned=True)
     del model
-    return {**_metrics(m), **_grid_row(cfg, ms, cell["type"]), "masks": masks_to_strings(ms),
-            "train_loss_last": res.history[-1]["train_loss"] if res.history else math.nan, "retrain_steps": res.steps,
-            "seconds": time.perf_counter() - t0}
+    out = {**_metrics(m), **_grid_row(cfg, ms, cell["type"]), "masks": masks_to_strings(ms),
+           "train_loss_last": res.history[-1]["train_loss"] if res.history else math.nan, "retrain_steps": res.steps}
+    if plateau:
+        curve = [{"step": int(h["step"]), "dev_loss": float(h["dev_loss"]), "train_loss": float(h["train_loss"])}
+                 for h in res.history]
+        out.update(retrain_regime="plateau", retrain_curve=curve, retrain_stopped=res.stopped,
+                   retrain_best_step=int(res.best_step), retrain_best_dev_loss=float(res.best_dev_loss),
+                   retrain_patience=int(cfg.retrain_patience), retrain_max_steps=int(cfg.retrain_max_steps),
+                   reached_plateau=retrain_plateau(curve, int(cfg.retrain_patience)))
+        checkpoint.unlink(missing_ok=True)
+    return {**out, "seconds": time.perf_counter() - t0}
 
 
 def run_roles_cell(ctx: Context, cell: dict) -> dict:
@@ -547,7 +602,7 @@ def run_cell(ctx: Context, cell: dict) -> dict:
         return run_mask_cell(ctx, cell)
     if kind == "l0":
         return run_l0_cell(ctx, cell, ctx.l0_batches(cell["model_seed"]))
-    if kind == "retrain":
+    if kind in ("retrain", "retrain_strategy"):
         return run_retrain_cell(ctx, cell)
     raise ValueError(f"unknown cell kind {kind!r}")
 
@@ -568,7 +623,7 @@ class NMTHeads(Study):
                                       "chrf_l0", "chrf_random"), PERCENT),
                      **dict.fromkeys(("nll", "nll_l0", "nll_random", "best_dev_loss", "dev_nll_full",
                                       "train_loss_last", "eval_seconds", "eval_seconds_l0", "seconds_train",
-                                      "train_seconds"), NON_NEGATIVE),
+                                      "train_seconds", "retrain_best_dev_loss"), NON_NEGATIVE),
                      "open_prob": UNIT}
 
     def consistency_problem(self, cell, result):
@@ -631,5 +686,5 @@ __all__ = [
     "role_counts", "role_map", "encoder_scores", "importance_table", "score_agreement", "l0_curve",
     "l0_by_type", "l0_contrasts", "type_prunability", "l0_survival_source", "survival", "survival_tests",
     "survival_map", "survival_by_role", "roles_at_budget", "rare_criterion_counts", "CLAIMS", "MEASURES", "SEMANTICS",
-    "scale", "verdicts",
+    "scale", "verdicts", "RETRAINED", "retraining_convergence", "retraining_curves", "retrain_cost", "retrain_plateau",
 ]

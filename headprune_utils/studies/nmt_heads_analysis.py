@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from scipy import stats as sps
 
-from headprune_utils.analysis import pruning_curves
+from headprune_utils.analysis import preconditions, pruning_curves
 from headprune_utils.analysis.claims import Claim, Measurement, adjust, empty_table, evaluate, validate
 from headprune_utils.analysis.paired_contrasts import (
     LOCATION_CONTRASTS,
@@ -40,6 +40,7 @@ __all__ = [
     "role_counts", "role_map", "encoder_scores", "importance_table", "score_agreement", "l0_curve", "l0_by_type",
     "l0_contrasts", "type_prunability", "l0_survival_source", "survival", "survival_tests", "survival_map",
     "survival_by_role", "roles_at_budget", "rare_criterion_counts", "MEASURES", "SEMANTICS", "scale", "verdicts",
+    "RETRAINED", "NOT_RETRAINED_SENSITIVITY", "RETRAINING_COLUMNS", "retraining_convergence", "retraining_curves",
 ]
 
 ROLE_NAMES = role_survival.ROLE_NAMES
@@ -162,6 +163,91 @@ def retrain_table(table: pd.DataFrame) -> pd.DataFrame:
                      "retrain_steps": int(r.retrain_steps)})
     out = pd.DataFrame(rows)
     return out.assign(recovery=out["drop_without_retraining"] - out["drop_with_retraining"])
+
+
+# ---------------------------------------------------------------------------------------------- retraining to the plateau
+# The part of a setting that marks a measurement on models retrained with the mask fixed (Budhraja et al.'s regime):
+# the gate of their claims (nmt_heads_claims.RETRAINED_CONVERGED) applies to those rows alone
+RETRAINED = "retrained with the mask fixed"
+# claims decided after retraining; their rows without retraining stay as a sensitivity analysis
+NOT_RETRAINED_SENSITIVITY = ("budhraja.random_prunable", "budhraja.location_no_better")
+RETRAINING_COLUMNS = ["unit", "model", "setting", "evaluations", "steps", "best_evaluation", "best_step", "cap",
+                      "stopped", "reached"]
+
+
+def _random_setting(t: str, f: float, retrained: bool = False) -> str:
+    return f"{t}, {100 * f:.0f}% pruned" + (f"; {RETRAINED}" if retrained else "")
+
+
+def _strategy_setting(strategy: str, retrained: bool = False) -> str:
+    return strategy + (f"; {RETRAINED}" if retrained else "")
+
+
+def _int_or_none(x):
+    return None if x is None or pd.isna(x) else int(x)
+
+
+def _convergence_record(unit: int, model: str, setting: str, curve, patience: int, steps, cap) -> dict:
+    """One model behind a row: its dev-loss curve's length, the step of its best evaluation, where it stopped, and
+    whether it reached the plateau (``preconditions.plateau``: ``patience`` evaluations after the best without a
+    better one). No curve: ``evaluations`` 0, not reached (nothing to judge)."""
+    curve = [h for h in (curve if isinstance(curve, list) else []) if h.get("dev_loss") is not None]
+    at = int(np.argmin([float(h["dev_loss"]) for h in curve])) if curve else None
+    best = _int_or_none(curve[at].get("step")) if curve else None
+    reached = bool(curve) and preconditions.plateau(curve, patience) is None
+    stopped = "at the plateau" if reached else ("still improving" if curve else "no dev-loss curve")
+    return {"unit": int(unit), "model": model, "setting": setting, "evaluations": len(curve),
+            "steps": _int_or_none(steps), "best_evaluation": None if at is None else at + 1, "best_step": best,
+            "cap": _int_or_none(cap), "stopped": stopped,
+            "reached": reached}
+
+
+def retraining_convergence(table: pd.DataFrame, patience: int, fractions=(0.5,)) -> pd.DataFrame:
+    """The evidence of the convergence gate of the retrained rows (:data:`RETRAINING_COLUMNS`), one row per model
+    behind them: every full model (``setting`` "": behind every row of its model seed; judged by its training's
+    ``patience``) and every model retrained with a mask fixed (``retrain`` cells at ``fractions``: behind the
+    random-pruning row of its type and fraction; ``retrain_strategy`` cells: behind the row of their strategy, the
+    random ones behind every strategy's row, being its reference), judged by the patience its retraining ran with. A
+    retraining of the fixed regime (no dev-loss curve) has ``evaluations`` 0: whether it reached the plateau cannot
+    be judged."""
+    rows = [_convergence_record(r["model_seed"], "full model", "", r.get("history"), patience, r.get("steps"), None)
+            for r in _kind(table, "model").to_dict("records")]
+    re = _kind(table, "retrain")
+    re = re[(re["type"] != "none") & re["fraction"].isin(list(fractions))] if len(re) else re
+    for r in re.to_dict("records"):
+        rows.append(_convergence_record(
+            r["model_seed"], f"retrained {_random_setting(r['type'], r['fraction'])} mask {int(r['seed'])}",
+            _random_setting(r["type"], r["fraction"], True), r.get("retrain_curve"),
+            _int_or_none(r.get("retrain_patience")) or 1, r.get("retrain_steps"), r.get("retrain_max_steps")))
+    rs = _kind(table, "retrain_strategy")
+    names = [st for st in dict.fromkeys(rs["strategy"]) if st != "random"] if len(rs) else []
+    for r in rs.to_dict("records"):
+        name = f"retrained {r['strategy']} mask {int(r['seed'])} ({r['type']}, {100 * r['budget']:.0f}% pruned)"
+        for st in (names if r["strategy"] == "random" else [r["strategy"]]):
+            rows.append(_convergence_record(r["model_seed"], name, _strategy_setting(st, True), r.get("retrain_curve"),
+                                            _int_or_none(r.get("retrain_patience")) or 1, r.get("retrain_steps"),
+                                            r.get("retrain_max_steps")))
+    return pd.DataFrame(rows, columns=RETRAINING_COLUMNS)
+
+
+def retraining_curves(table: pd.DataFrame) -> pd.DataFrame:
+    """The dev-loss curve of every retraining to the plateau, one row per evaluation: ``model_seed, kind, type,
+    strategy, share, seed, step, dev_loss, best`` (the evaluation whose weights were kept) and ``reached``."""
+    rows = []
+    for kind in ("retrain", "retrain_strategy"):
+        for r in _kind(table, kind).to_dict("records"):
+            curve = r.get("retrain_curve")
+            if not isinstance(curve, list) or not curve:
+                continue
+            for h in curve:
+                rows.append({"model_seed": int(r["model_seed"]), "kind": kind, "type": r["type"],
+                             "strategy": r["strategy"] if kind == "retrain_strategy" else "random",
+                             "share": float(r["budget"] if kind == "retrain_strategy" else r["fraction"]),
+                             "seed": int(r["seed"]), "step": int(h["step"]), "dev_loss": float(h["dev_loss"]),
+                             "best": int(h["step"]) == int(r["retrain_best_step"]),
+                             "reached": bool(r.get("reached_plateau"))})
+    cols = ["model_seed", "kind", "type", "strategy", "share", "seed", "step", "dev_loss", "best", "reached"]
+    return pd.DataFrame(rows, columns=cols)
 
 
 TYPE_CONTRASTS = (
@@ -549,14 +635,27 @@ def _not_measured(claim: Claim, run: Run) -> list[Group]:
 
 
 def _random_pruned(claim: Claim, run: Run) -> list[Group]:
-    prune = _kind(run.table, "prune")
-    if prune.empty:
+    """Claim 1 in the paper's regime (primary): BLEU of each model retrained with its random mask fixed (``retrain``
+    cells at the claim's fractions) - BLEU of the full model; and without retraining (``prune`` cells: the
+    sensitivity analysis). Every type pruned without retraining has its retrained row, ``not testable`` where no
+    cell retrains it."""
+    prune, re = _kind(run.table, "prune"), _kind(run.table, "retrain")
+    p = prune[prune["fraction"].isin(list(run.fractions))] if len(prune) else prune
+    r = re[(re["type"] != "none") & re["fraction"].isin(list(run.fractions))] if len(re) else re
+    if p.empty and r.empty:
         return _not_measured(claim, run)
-    p = prune[prune["fraction"].isin(list(run.fractions))]
-    d = p.assign(setting=[f"{t}, {100 * f:.0f}% pruned" for t, f in zip(p["type"], p["fraction"])],
-                 diff=p["bleu"].astype(float) - p["model_seed"].map(run.full))
-    return [(per_setting(claim, run, _mean_by(d, ["setting", "model_seed"]), list(dict.fromkeys(d["setting"])),
-                         "BLEU(pruned) - BLEU(full)"), {})]
+    keys = list(dict.fromkeys([*zip(p["type"], p["fraction"])] if len(p) else []))
+    keys += [k for k in dict.fromkeys(zip(r["type"], r["fraction"]) if len(r) else []) if k not in keys]
+    out = []
+    for t, retrained in ((r, True), (p, False)):
+        d = (t.assign(setting=[_random_setting(a, f, retrained) for a, f in zip(t["type"], t["fraction"])],
+                      diff=t["bleu"].astype(float) - t["model_seed"].map(run.full)) if len(t)
+             else pd.DataFrame(columns=["setting", "model_seed", "diff"]))
+        empty = "no cell of this run retrains such a mask" if retrained else "no cell of this run prunes such a mask"
+        effect = "BLEU(pruned, retrained) - BLEU(full)" if retrained else "BLEU(pruned) - BLEU(full)"
+        out.append((per_setting(claim, run, _mean_by(d, ["setting", "model_seed"]),
+                                [_random_setting(a, f, retrained) for a, f in keys], effect, empty=empty), {}))
+    return out
 
 
 def _recovery(claim: Claim, run: Run) -> list[Group]:
@@ -565,21 +664,42 @@ def _recovery(claim: Claim, run: Run) -> list[Group]:
         return _not_measured(claim, run)
     d = re.assign(setting=[f"{t}, {100 * f:.0f}% pruned" for t, f in zip(re["type"], re["fraction"])],
                   diff=re["recovery"])
-    return [(per_setting(claim, run, _mean_by(d, ["setting", "model_seed"]), list(dict.fromkeys(d["setting"])),
-                         "recovery (BLEU)"), {})]
+    # a retrained mask without its pruned-only cell or its unpruned reference has no recovery to measure
+    return [(per_setting(claim, run, _mean_by(d.dropna(subset=["diff"]), ["setting", "model_seed"]),
+                         list(dict.fromkeys(d["setting"])), "recovery (BLEU)",
+                         empty="no pruned-only cell or unpruned reference to measure the recovery against"), {})]
+
+
+def _strategy_diffs(t: pd.DataFrame, retrained: bool) -> pd.DataFrame:
+    """(setting, model_seed, diff): BLEU(strategy) - BLEU(random), paired by type, budget, model and mask seed."""
+    if t.empty:
+        return pd.DataFrame(columns=["setting", "model_seed", "diff"])
+    ref = t[t["strategy"] == "random"].set_index(["type", "budget", "model_seed", "seed"])["bleu"]
+    other = t[t["strategy"] != "random"]
+    key = zip(other["type"], other["budget"], other["model_seed"], other["seed"])  # seed: (model, mask) pair
+    return other.assign(setting=[_strategy_setting(s, retrained) for s in other["strategy"]],
+                        diff=other["bleu"].to_numpy(dtype=float) - np.array([ref.get(k, np.nan) for k in key],
+                                                                            dtype=float)).dropna(subset=["diff"])
 
 
 def _strategies(claim: Claim, run: Run) -> list[Group]:
-    rows = strategy_rows(run.table)
-    if rows.empty:
+    """Claim 2 in the paper's regime (primary): each strategy's mask retrained (``retrain_strategy`` cells) against
+    the random mask retrained at the same type, budget and mask seed; and without retraining (``strategy`` cells:
+    the sensitivity analysis). Every strategy has its retrained row, ``not testable`` where no cell retrains it."""
+    s, rs = _kind(run.table, "strategy"), _kind(run.table, "retrain_strategy")
+    if s.empty and rs.empty:
         return _not_measured(claim, run)
-    ref = rows[rows["strategy"] == "random"].set_index(["task", "budget", "model_seed", "seed"])["score"]
-    other = rows[rows["strategy"] != "random"]
-    key = zip(other["task"], other["budget"], other["model_seed"], other["seed"])  # seed: (model, mask) pair
-    d = other.assign(setting=other["strategy"],
-                     diff=other["score"].to_numpy() - np.array([ref.get(k, np.nan) for k in key])).dropna(subset=["diff"])
-    return [(per_setting(claim, run, _mean_by(d, ["setting", "model_seed"]), list(dict.fromkeys(other["strategy"])),
-                         "BLEU(strategy) - BLEU(random)", empty="no random mask to pair with"), {})]
+    names = [x for x in dict.fromkeys([*(s["strategy"] if len(s) else []), *(rs["strategy"] if len(rs) else [])])
+             if x != "random"]
+    out = []
+    for t, retrained in ((rs, True), (s, False)):
+        empty = ("no cell of this run retrains the masks of this strategy and of random" if retrained
+                 else "no random mask to pair with")
+        effect = ("BLEU(strategy, retrained) - BLEU(random, retrained)" if retrained
+                  else "BLEU(strategy) - BLEU(random)")
+        out.append((per_setting(claim, run, _mean_by(_strategy_diffs(t, retrained), ["setting", "model_seed"]),
+                                [_strategy_setting(n, retrained) for n in names], effect, empty=empty), {}))
+    return out
 
 
 def _types_random(claim: Claim, run: Run) -> list[Group]:
@@ -730,9 +850,15 @@ def verdicts(table: pd.DataFrame, role_tab: pd.DataFrame, surv: pd.DataFrame, bu
     task = f"{corpus} {', '.join(directions)}".strip()
     full = {int(r.model_seed): float(r.bleu) for r in _kind(table, "model").itertuples()}
     run = Run(table, role_tab, surv, budget, agreement, by_type, task, full, semantics, tuple(fractions))
-    trained = {"histories": _histories(table), "patience": patience or 3}
+    trained = {"histories": _histories(table), "patience": patience or 3,
+               "retraining": retraining_convergence(table, patience or 3, fractions)}
     parts = [evaluate_group(claim, ms, {**trained, **evidence}, scale_)
              for claim in claims_ for ms, evidence in MEASURES[claim.measure](claim, run)]
-    out = adjust(pd.concat(parts, ignore_index=True))
+    out = pd.concat(parts, ignore_index=True)
+    # the claims decided after retraining: their rows without it are a sensitivity analysis (a Holm family of its own)
+    without = out["claim_id"].isin(NOT_RETRAINED_SENSITIVITY) & ~out["setting"].astype(str).str.contains(
+        RETRAINED, regex=False)
+    out.loc[without, "analysis"] = "sensitivity"
+    out = adjust(out)
     validate(out)
     return out

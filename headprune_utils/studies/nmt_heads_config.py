@@ -69,7 +69,16 @@ class NMTHeadsConfig:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # mask seeds (random pruning, strategies)
     retrain_types: list[str] = field(default_factory=lambda: ["all"])  # prune_then_train cells: these types ...
     retrain_fractions: list[float] = field(default_factory=lambda: [0.5])  # ... at these fractions ([]: no such cells)
-    retrain_steps: int = 30                     # training steps after pruning (and for the unpruned reference)
+    retrain_seeds: list[int] | None = None      # mask seeds of the retraining cells (None: seeds)
+    retrain_strategy_budgets: list[float] = field(default_factory=list)  # strategies retrained with the mask fixed,
+                                                # per strategy_types x strategies x retrain_seeds at these budgets ([]: none)
+    retrain_steps: int = 30                     # fixed regime: training steps after pruning (and for the unpruned reference)
+    # plateau regime (retrain_patience set): each pruned model trains with its mask fixed until its dev loss (the dev
+    # pairs that chose the full model's weights; never the test set) has not improved for retrain_patience
+    # evaluations, one every retrain_eval_every steps, at most retrain_max_steps steps; the best weights are kept
+    retrain_patience: int | None = None         # None: the fixed regime (retrain_steps steps, no dev evaluation)
+    retrain_eval_every: int = 250               # steps between dev-loss evaluations of a retraining (plateau regime)
+    retrain_max_steps: int | None = None        # the cap of a retraining (plateau regime; required there)
     retrain_lr: float = 3e-4                    # peak learning rate of that continued training
     retrain_warmup: int = 10
     # location strategies (strategies.py) per attention type, evaluation only
@@ -147,6 +156,7 @@ class NMTHeadsConfig:
                 raise ParameterError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.patience is not None and self.patience < 1:
             raise ParameterError(f"patience must be >= 1 or None, got {self.patience}")
+        self._check_retraining()
         if self.train_max_seconds is not None and not self.train_max_seconds > 0:
             raise ParameterError(f"train_max_seconds must be > 0 or None, got {self.train_max_seconds}")
         for name in ("seeds", "model_seeds"):
@@ -172,6 +182,11 @@ class NMTHeadsConfig:
         shapes = self.shapes()
         self._check_fractions("fractions", self.fractions, self.types, shapes, empty_ok=False)
         self._check_fractions("retrain_fractions", self.retrain_fractions, self.retrain_types, shapes, empty_ok=True)
+        self._check_fractions("retrain_strategy_budgets", self.retrain_strategy_budgets, self.strategy_types, shapes,
+                              empty_ok=True)
+        if self.retrain_strategy_budgets and not self.strategy_types:
+            raise ParameterError("retrain_strategy_budgets needs strategy_types (the grids whose strategies are "
+                                 "retrained); set strategy_types or retrain_strategy_budgets: []")
         self._check_fractions("strategy_budgets", self.strategy_budgets, self.strategy_types, shapes,
                               empty_ok=not self.strategy_types)
         if len(set(self.lambdas)) != len(self.lambdas) or any(not l >= 0 for l in self.lambdas) or (
@@ -188,6 +203,39 @@ class NMTHeadsConfig:
             raise ParameterError("tolerance and syntactic_margin must be >= 0")
         check_device(self.device)
         self._check_data()
+
+    def plateau_retraining(self) -> bool:
+        """Whether pruned models are retrained to their dev-loss plateau (``retrain_patience`` set) rather than a
+        fixed ``retrain_steps``."""
+        return self.retrain_patience is not None
+
+    def mask_seeds_retrained(self) -> list[int]:
+        """The mask seeds of the retraining cells: ``retrain_seeds``, else ``seeds``."""
+        return list(self.seeds if self.retrain_seeds is None else self.retrain_seeds)
+
+    def _check_retraining(self) -> None:
+        if self.retrain_seeds is not None:
+            v = self.retrain_seeds
+            if not v or len(set(v)) != len(v) or any(x < 0 for x in v):
+                raise ParameterError(f"retrain_seeds must be None or a non-empty list of distinct seeds >= 0, got {v}")
+        if self.retrain_patience is None:
+            return
+        if isinstance(self.retrain_patience, bool) or self.retrain_patience < 1:
+            raise ParameterError(f"retrain_patience must be >= 1 (evaluations without a better dev loss) or None "
+                                 f"(the fixed regime), got {self.retrain_patience}")
+        if self.retrain_eval_every < 1:
+            raise ParameterError(f"retrain_eval_every must be >= 1 (steps between dev-loss evaluations), got "
+                                 f"{self.retrain_eval_every}")
+        if self.retrain_max_steps is None:
+            raise ParameterError("retrain_max_steps must be set with retrain_patience: the cap of a retraining that "
+                                 "never reaches its dev-loss plateau")
+        need = (self.retrain_patience + 1) * self.retrain_eval_every
+        if self.retrain_max_steps < need:
+            raise ParameterError(f"retrain_max_steps={self.retrain_max_steps} cannot show a plateau: it needs at least "
+                                 f"(retrain_patience + 1) x retrain_eval_every = {need} steps")
+        if self.train_max_seconds is not None:
+            raise ParameterError("retrain_patience needs deterministic training (resumable retrainings): set "
+                                 "train_max_seconds: null")
 
     @staticmethod
     def _check_types(name: str, values: list[str], allowed: tuple[str, ...], empty_ok: bool) -> None:
@@ -262,6 +310,14 @@ class NMTHeadsConfig:
                               eval_every=self.eval_every, patience=self.patience, max_seconds=self.train_max_seconds)
 
     def retrain_config(self) -> NMTTrainConfig:
+        """The training of a pruned model (mask fixed): the full models' trainer with the retraining's learning rate
+        and warm-up; ``retrain_steps`` steps (fixed regime), or until ``retrain_patience`` dev-loss evaluations
+        without improvement, at most ``retrain_max_steps`` (plateau regime)."""
+        if self.plateau_retraining():
+            return NMTTrainConfig(max_steps=int(self.retrain_max_steps), batch_size=self.batch_size,
+                                  max_tokens=self.max_tokens, lr=self.retrain_lr, warmup_steps=self.retrain_warmup,
+                                  label_smoothing=self.label_smoothing, eval_every=self.retrain_eval_every,
+                                  patience=self.retrain_patience)
         return NMTTrainConfig(max_steps=self.retrain_steps, batch_size=self.batch_size, max_tokens=self.max_tokens,
                               lr=self.retrain_lr, warmup_steps=self.retrain_warmup,
                               label_smoothing=self.label_smoothing, eval_every=self.retrain_steps)

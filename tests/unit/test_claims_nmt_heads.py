@@ -14,6 +14,7 @@ import pytest
 from headprune_utils.analysis import claims
 from headprune_utils.store.paths import notebooks_dir
 from headprune_utils.studies import nmt_heads as study
+from headprune_utils.studies import nmt_heads_analysis as analysis
 from headprune_utils.studies import nmt_heads_claims as declared
 
 PLATEAU = [{"dev_loss": x} for x in (5.0, 4.0, 3.5, 3.6, 3.55, 3.52)]
@@ -74,10 +75,18 @@ def test_two_models_test_the_claims_both_ways():
     assert r["margin"] == pytest.approx(0.1 * 30.5) and r["verdict"] == "supported"
     r = row(v, "budhraja.random_prunable", "cross, 50% pruned")
     assert r["verdict"] == "contradicted" and r["p_test"] == "contradicted: effect < -3.05 (one-sided t)"
-    # Holm over the study: every test of every tested row in one family
+    # without retraining, Budhraja et al.'s claim 1 is a sensitivity analysis (its own Holm family); the primary
+    # family holds every other tested row's tests
+    assert r["analysis"] == "sensitivity" and row(v, "voita.type_prunability_random", "enc - cross")["analysis"] == "primary"
     ft = claims.family_tests(v)
-    assert ft["family"].nunique() == 1 and len(ft) == 7  # 2 non-inferiority rows x 2 tests, 1 superiority row x 3
-    assert np.allclose(ft["p_adjusted"], claims.stats.holm(ft["p"].to_numpy()))
+    assert ft.groupby("family").size().to_dict() == {"nmt_heads|primary|": 3,  # 1 superiority row x 3 tests
+                                                     "nmt_heads|sensitivity|zero": 4}  # 2 non-inferiority rows x 2
+    for _, f in ft.groupby("family"):
+        assert np.allclose(f["p_adjusted"], claims.stats.holm(f["p"].to_numpy()))
+    # the retrained rows exist for every type pruned, not testable where no cell retrains it
+    r = row(v, "budhraja.random_prunable", "enc, 50% pruned; retrained with the mask fixed")
+    assert r["verdict"] == "not testable" and r["analysis"] == "primary"
+    assert r["reason"] == "no cell of this run retrains such a mask (enc, 50% pruned; retrained with the mask fixed)"
     v2 = run(cells(enc_drop=6.0, cross_drop=1.0))
     assert row(v2, "voita.type_prunability_random", "enc - cross")["verdict"] == "contradicted"
     # the same drop for both types: no difference as large as the margin, so the claim is not supported
@@ -147,3 +156,126 @@ def test_the_plateau_gate_reads_the_patience_it_is_given():
     why = declared.PLATEAU.check(m, {"histories": histories, "patience": 4})
     assert "model 0: the dev loss has not reached a plateau" in why and "model 1" in why
     assert "plateau" in declared.PLATEAU.text() and "patience" in declared.PLATEAU.text()
+
+
+# ---------------------------------------------------------------------------------------------- retrained to the plateau
+def curve(losses, every=250):
+    return [{"step": every * (i + 1), "dev_loss": x, "train_loss": x + 0.5} for i, x in enumerate(losses)]
+
+
+CONVERGED = curve([3.0, 2.6, 2.5, 2.55, 2.52])  # best at evaluation 3, then 2 without a better one
+STALLED = curve([3.0, 2.8, 2.7, 2.6, 2.5])  # still improving at the cap
+
+
+def retrained(table, drops=None, curves=None, patience=2, cap=1250, fixed_steps=None):
+    """``table`` plus retrain cells of enc and cross at 50%, mask seed 0, per model: BLEU = full - drop, the dev-loss
+    curve ``curves[(type, model_seed)]`` (default CONVERGED); ``fixed_steps``: cells of the fixed regime instead
+    (no curve)."""
+    drops = drops or {"enc": 0.5, "cross": 5.0}
+    rows = []
+    for r in table[table["kind"] == "model"].to_dict("records"):
+        ms = r["model_seed"]
+        for t, drop in drops.items():
+            c = (curves or {}).get((t, ms), CONVERGED)
+            cell = {"kind": "retrain", "type": t, "fraction": 0.5, "seed": 0, "model_seed": ms,
+                    # the models differ a little (a t statistic over 2 models needs some spread)
+                    "bleu": r["bleu"] - drop - 0.02 * ms, "chrf": 0.0, "nll": 2.2, "n_heads_pruned": 24,
+                    "n_heads_total": 48, "seconds": 1.0}
+            if fixed_steps:
+                cell.update(retrain_steps=fixed_steps)
+            else:
+                cell.update(retrain_steps=c[-1]["step"], retrain_curve=c, retrain_patience=patience,
+                            retrain_max_steps=cap, retrain_regime="plateau")
+            rows.append(cell)
+    return pd.concat([table, pd.DataFrame(rows)], ignore_index=True)
+
+
+R = "; retrained with the mask fixed"
+
+
+def test_retrained_rows_are_primary_and_testable_when_every_model_reached_the_plateau():
+    v = run(retrained(cells()))
+    r = row(v, "budhraja.random_prunable", "enc, 50% pruned" + R)
+    assert r["analysis"] == "primary" and r["verdict"] == "supported" and r["n_units"] == 2
+    assert r["effect"] == pytest.approx(-0.51)  # BLEU(retrained) - BLEU(full), mean over the two models
+    r = row(v, "budhraja.random_prunable", "cross, 50% pruned" + R)
+    assert r["verdict"] == "contradicted" and r["analysis"] == "primary"
+    assert "retrained with the mask fixed" in declared.RETRAINED_CONVERGED.text() and \
+        declared.RETRAINED_CONVERGED in declared.CLAIM["budhraja.random_prunable"].gates
+    # the rows without retraining stay, as the sensitivity analysis, decided as before
+    assert row(v, "budhraja.random_prunable", "enc, 50% pruned")["analysis"] == "sensitivity"
+    assert "sensitivity" in declared.CLAIM["budhraja.random_prunable"].regime
+
+
+def test_a_model_stopped_at_the_cap_still_improving_blocks_only_its_rows_and_is_named():
+    v = run(retrained(cells(), curves={("cross", 1): STALLED}))
+    r = row(v, "budhraja.random_prunable", "cross, 50% pruned" + R)
+    assert r["verdict"] == "not testable" and np.isnan(r["p"])
+    assert r["reason"] == ("not trained to the plateau: 1 of 4 models behind this row were still improving when "
+                           "training stopped: retrained cross, 50% pruned mask 0 of model 1 (stopped at the cap of 1250 "
+                           "steps, best dev loss at step 1250)")
+    assert row(v, "budhraja.random_prunable", "enc, 50% pruned" + R)["verdict"] == "supported"
+    assert row(v, "budhraja.random_prunable", "cross, 50% pruned")["verdict"] == "contradicted"  # no retraining: ungated
+    # the same curve judged with a patience it satisfies is a plateau (the patience it ran with is the rule)
+    v1 = run(retrained(cells(), curves={("cross", 1): curve([3.0, 2.5, 2.6])}, patience=1))
+    assert row(v1, "budhraja.random_prunable", "cross, 50% pruned" + R)["verdict"] == "contradicted"
+    v2 = run(retrained(cells(), curves={("cross", 1): curve([3.0, 2.5, 2.6])}, patience=2))
+    assert row(v2, "budhraja.random_prunable", "cross, 50% pruned" + R)["verdict"] == "not testable"
+
+
+def test_retraining_without_a_dev_loss_curve_is_not_testable():
+    """A fixed number of retraining steps (the committed standard cells: 500) stores no curve: nothing to judge."""
+    v = run(retrained(cells(), fixed_steps=500))
+    for t in ("enc", "cross"):
+        r = row(v, "budhraja.random_prunable", f"{t}, 50% pruned" + R)
+        assert r["verdict"] == "not testable" and r["n_units"] == 2
+        assert r["reason"] == ("2 of 4 models behind this row have no dev-loss curve (retrained a fixed 500 steps): "
+                               "whether they were trained to the plateau cannot be judged")
+    # ours.nmt_retraining_recovers is not gated by it
+    assert "cannot be judged" not in " ".join(v[v["claim_id"] == "ours.nmt_retraining_recovers"]["reason"])
+
+
+def strategy_cells(table, curves=None, drops=None):
+    """Retrained strategy masks (enc, budget 0.5, mask seeds 0 and 1): random, top (drop ``drops['top']`` more than
+    random) and bottom."""
+    drops = drops or {"random": 2.0, "top": 2.1, "bottom": 8.0}
+    rows = []
+    for r in table[table["kind"] == "model"].to_dict("records"):
+        ms = r["model_seed"]
+        for st, drop in drops.items():
+            for s in (0, 1):
+                c = (curves or {}).get((st, ms), CONVERGED)
+                rows.append({"kind": "retrain_strategy", "type": "enc", "strategy": st, "budget": 0.5, "seed": s,
+                             "model_seed": ms, "bleu": r["bleu"] - drop - 0.03 * ms * (st != "random") - 0.01 * s,
+                             "chrf": 0.0, "nll": 2.2, "n_heads_pruned": 24, "n_heads_total": 48, "seconds": 1.0,
+                             "retrain_steps": c[-1]["step"], "retrain_curve": c, "retrain_patience": 2,
+                             "retrain_max_steps": 1250, "retrain_regime": "plateau"})
+    return pd.concat([table, pd.DataFrame(rows)], ignore_index=True)
+
+
+def test_claim_2_is_decided_on_retrained_masks_and_a_stalled_random_reference_blocks_every_strategy():
+    v = run(strategy_cells(cells()))
+    top, bottom = (row(v, "budhraja.location_no_better", f"{s}{R}") for s in ("top", "bottom"))
+    assert top["analysis"] == bottom["analysis"] == "primary"
+    assert top["effect"] == pytest.approx(-0.115) and bottom["effect"] == pytest.approx(-6.015)
+    assert bottom["verdict"] == "contradicted" and top["verdict"] != "not testable"
+    # the random masks are every strategy's reference: one of them still improving blocks both rows
+    v = run(strategy_cells(cells(), curves={("random", 0): STALLED}))
+    for s in ("top", "bottom"):
+        r = row(v, "budhraja.location_no_better", f"{s}{R}")
+        assert r["verdict"] == "not testable" and "retrained random mask 0 (enc, 50% pruned) of model 0" in r["reason"]
+    # a stalled top mask blocks the top row only
+    v = run(strategy_cells(cells(), curves={("top", 1): STALLED}))
+    assert row(v, "budhraja.location_no_better", f"top{R}")["verdict"] == "not testable"
+    assert row(v, "budhraja.location_no_better", f"bottom{R}")["verdict"] == "contradicted"
+    # no strategy retrained in a run: the rows say so
+    v = run(cells())
+    assert set(v[v["claim_id"] == "budhraja.location_no_better"]["reason"]) == {"no cell of this run measures it"}
+
+
+def test_the_gate_reads_only_the_retrained_rows_and_needs_a_retrained_model():
+    m = claims.Measurement("toy", [1.0, 2.0], [0, 1], setting="enc, 50% pruned")
+    empty = pd.DataFrame(columns=analysis.RETRAINING_COLUMNS)
+    assert declared.RETRAINED_CONVERGED.check(m, {"retraining": empty}) is None  # not a retrained row
+    m = claims.Measurement("toy", [1.0, 2.0], [0, 1], setting="enc, 50% pruned" + R)
+    assert "no model retrained with the mask fixed" in declared.RETRAINED_CONVERGED.check(m, {"retraining": empty})

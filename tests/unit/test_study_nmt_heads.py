@@ -327,3 +327,126 @@ def test_a_data_root_without_multi30k_is_a_data_gap_of_the_smoke_run(tmp_path, m
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(ParameterError, match="multi30k.*HEADPRUNE_DATA_DIR"):
         validate_profile("smoke", ["nmt_heads"])
+
+
+# ---------------------------------------------------------------------------------------------- retraining to the plateau
+PLATEAU_RETRAINING = dict(retrain_patience=1, retrain_eval_every=2, retrain_max_steps=6, retrain_seeds=[0],
+                          retrain_strategy_budgets=[0.5])
+
+
+def test_the_plateau_regime_is_checked_before_any_training(root):
+    for kw, field in (({"retrain_patience": 2}, "retrain_max_steps"),  # no cap
+                      ({"retrain_patience": 0, "retrain_max_steps": 100}, "retrain_patience"),
+                      ({"retrain_patience": 2, "retrain_eval_every": 0, "retrain_max_steps": 100}, "retrain_eval_every"),
+                      ({"retrain_patience": 3, "retrain_eval_every": 10, "retrain_max_steps": 39}, "retrain_max_steps"),
+                      ({"retrain_seeds": []}, "retrain_seeds"), ({"retrain_seeds": [0, 0]}, "retrain_seeds"),
+                      ({"retrain_strategy_budgets": [0.01]}, "retrain_strategy_budgets"),
+                      ({"retrain_strategy_budgets": [0.5], "strategy_types": []}, "retrain_strategy_budgets")):
+        with pytest.raises(ParameterError, match=field):
+            config(root, **kw)
+    with pytest.raises(ParameterError, match="retrain_patience.*train_max_seconds"):
+        config(root, retrain_patience=1, retrain_max_steps=10, retrain_eval_every=2, train_max_seconds=60.0)
+    cfg = config(root, retrain_patience=3, retrain_eval_every=10, retrain_max_steps=40)  # (3 + 1) x 10: the least
+    rc = cfg.retrain_config()
+    assert (rc.max_steps, rc.eval_every, rc.patience, rc.lr, rc.warmup_steps) == (40, 10, 3, cfg.retrain_lr,
+                                                                               cfg.retrain_warmup)
+    fixed = config(root).retrain_config()
+    assert (fixed.max_steps, fixed.patience) == (TINY["retrain_steps"], None)
+
+
+def test_the_fingerprint_tells_the_plateau_regime_from_fixed_steps(root):
+    """The plateau regime's fields are in the fingerprint when it is on, so cells retrained a fixed number of steps
+    are never read as plateau retrainings; off, they are left out, so the committed fixed-regime cells keep theirs."""
+    cpu = torch.device("cpu")
+    fixed = study.study_fingerprint(config(root), cpu)
+    assert study.study_fingerprint(config(root, retrain_eval_every=7, retrain_max_steps=99), cpu) == fixed
+    assert study.study_fingerprint(config(root, retrain_seeds=[1], retrain_strategy_budgets=[0.5]), cpu) == fixed
+    plateau = study.study_fingerprint(config(root, **PLATEAU_RETRAINING), cpu)
+    assert plateau != fixed
+    assert study.study_fingerprint(config(root, **{**PLATEAU_RETRAINING, "retrain_patience": 2}), cpu) != plateau
+    assert study.study_fingerprint(config(root, **{**PLATEAU_RETRAINING, "retrain_max_steps": 8}), cpu) != plateau
+    assert study.study_fingerprint(config(root, **{**PLATEAU_RETRAINING, "retrain_eval_every": 3}), cpu) != plateau
+
+
+def test_the_committed_standard_cells_keep_their_fingerprint():
+    """The standard profile's meaning is unchanged by the plateau regime's fields: its committed cells (retrained a
+    fixed 500 steps) still match the parameters' fingerprint."""
+    import json as json_
+
+    from headprune_utils.store.paths import project_root
+    from headprune_utils.studies.config import load_profile
+
+    cells = project_root() / "outputs" / "nmt_heads" / "standard" / "cells"
+    stored = {json_.loads(p.read_text())["fingerprint"] for p in cells.glob("*.json")}
+    if not stored:
+        pytest.skip("no committed standard cells of study 7")
+    cfg = validate(study.NMTHeadsConfig, {**load_profile("standard")["nmt_heads"], "device": "cpu"})
+    assert not cfg.plateau_retraining()
+    assert stored == {study.study_fingerprint(cfg, torch.device("cpu"))}
+
+
+def test_plan_cells_of_the_plateau_regime(root):
+    cfg = config(root, model_seeds=[0], **PLATEAU_RETRAINING)
+    cells = [dict(c.axes) for c in study.plan_cells(cfg)]
+    retrain = [c for c in cells if c["kind"] == "retrain"]
+    assert retrain == [{"kind": "retrain", "type": "none", "fraction": 0.0, "seed": -1, "model_seed": 0},
+                       {"kind": "retrain", "type": "all", "fraction": 0.5, "seed": 0, "model_seed": 0}]
+    rs = [c for c in cells if c["kind"] == "retrain_strategy"]
+    assert len(rs) == 2 * 3 and {c["seed"] for c in rs} == {0} and {c["budget"] for c in rs} == {0.5}
+    m = study.cell_masks(cfg, rs[1])
+    s = study.cell_masks(cfg, {**rs[1], "kind": "strategy"})
+    assert all(torch.equal(m[k], s[k]) for k in m), "a retrained strategy mask is the strategy cell's mask"
+    # planned at the cap, with a dev-loss forward per evaluation: more than the fixed regime's steps
+    assert study.retrain_cost(cfg, "all", 0.5) > study.retrain_cost(config(root), "all", 0.5)
+
+
+@pytest.fixture(scope="module")
+def plateau_run(root, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out_plateau")
+    cfg = config(root, **PLATEAU_RETRAINING, types=["enc"], strategy_types=["enc"], l0_settings=[])
+    paths = StudyPaths(study.NAME, "unit", root=out)
+    return cfg, paths, run_study(study.STUDY, cfg, "unit", paths)
+
+
+def test_plateau_retraining_stores_its_dev_loss_curve_and_whether_it_reached_the_plateau(plateau_run, monkeypatch):
+    cfg, paths, table = plateau_run
+    re = table[table["kind"].isin(["retrain", "retrain_strategy"])]
+    assert len(re) == 2 + 3  # the reference, all at 50%, and three strategies on enc
+    for r in re.to_dict("records"):
+        curve = r["retrain_curve"]
+        steps = [h["step"] for h in curve]
+        assert steps == list(range(2, int(r["retrain_steps"]) + 1, 2)) and r["retrain_steps"] <= 6
+        losses = [h["dev_loss"] for h in curve]
+        best = int(np.argmin(losses))
+        assert r["retrain_best_step"] == steps[best] and r["retrain_best_dev_loss"] == pytest.approx(losses[best])
+        # the rule that stopped it: one evaluation after the best without a better one, or the cap
+        assert r["reached_plateau"] == (len(losses) - 1 - best >= 1)
+        assert r["retrain_stopped"] == ("patience" if r["reached_plateau"] else "max_steps")
+        assert r["retrain_regime"] == "plateau" and r["retrain_patience"] == 1 and r["retrain_max_steps"] == 6
+    assert not list(paths.nmt_cache.glob("*checkpoint*")), "a retraining's checkpoint is removed once its cell exists"
+    conv = study.retraining_convergence(table, 3)
+    assert set(conv["setting"]) == {"", "all, 50% pruned; retrained with the mask fixed", "top; retrained with the "
+                                    "mask fixed", "bottom; retrained with the mask fixed"}
+    assert (conv["evaluations"] > 0).all()
+    curves = study.retraining_curves(table)
+    assert len(curves) == sum(len(c) for c in re["retrain_curve"]) and curves.groupby(
+        ["kind", "type", "strategy", "seed"])["best"].sum().eq(1).all()
+
+
+def test_a_plateau_retraining_evaluates_on_the_dev_pairs_never_the_test_set(plateau_run, monkeypatch):
+    """The dev loss that stops a retraining is measured on the dev pairs that chose the full model's weights."""
+    cfg, paths, _ = plateau_run
+    ctx = study.Context(cfg, torch.device("cpu"), paths)
+    seen = []
+    real = study.train_translation
+
+    def spy(model, train, dev, tcfg, **kw):
+        seen.append((dev, tcfg))
+        return real(model, train, dev, tcfg, **kw)
+
+    monkeypatch.setattr(study, "train_translation", spy)
+    study.run_cell(ctx, {"kind": "retrain", "type": "all", "fraction": 0.5, "seed": 0, "model_seed": 0})
+    (dev, tcfg), = seen
+    _, dev_enc, test_enc = ctx.encoded(0)
+    assert dev is dev_enc and dev.src_ids != test_enc.src_ids
+    assert (tcfg.patience, tcfg.eval_every, tcfg.max_steps) == (1, 2, 6)
