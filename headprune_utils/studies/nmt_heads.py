@@ -23,7 +23,8 @@ Cells (keyed, resumable; :func:`plan_cells`; ``model_seed`` = the trained model)
   weights kept; the dev-loss curve and whether it reached the plateau stored; resumable); the reference cell
   (``type = "none"``) continues the UNPRUNED model the same way with the same data order.
 - ``{"kind": "retrain_strategy", "type", "strategy", "budget", "seed"}``: a strategy cell's mask (at the
-  ``retrain_strategy_budgets``), retrained as a ``retrain`` cell (Budhraja et al.'s claim 2 in their regime).
+  ``retrain_strategy_budgets``, on ``retrain_strategy_types``, default ``strategy_types``), retrained as a
+  ``retrain`` cell (Budhraja et al.'s claim 2 in their regime).
 - ``{"kind": "strategy", "type", "strategy", "budget", "seed"}``: a layer-location strategy of
   ``strategies.py`` on one type's grid, at ``budget`` (share of that type's heads), evaluation only; ``random``
   is the reference of the paired contrasts (``paired_contrasts.contrast_table``).
@@ -99,7 +100,7 @@ REGIMES: tuple[str, ...] = ("prune", "prune_then_train")
 ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_share", "tolerance", "n_permutations")
 CELL_AXES = ("types", "fractions", "seeds", "model_seeds", "strategy_types", "strategies", "strategy_budgets",
              "l0_settings", "lambdas", "retrain_types", "retrain_fractions", "retrain_seeds",
-             "retrain_strategy_budgets")
+             "retrain_strategy_budgets", "retrain_strategy_types")
 # The plateau regime's parameters: in the fingerprint only when it is on (retrain_patience set), so that the cells of
 # the fixed regime keep theirs, and cells retrained a fixed number of steps are never read as plateau retrainings
 PLATEAU_RETRAINING = ("retrain_patience", "retrain_eval_every", "retrain_max_steps")
@@ -184,7 +185,8 @@ def plan_cells(cfg: NMTHeadsConfig) -> list[Cell]:
                       for t in cfg.retrain_types for f in sorted(cfg.retrain_fractions) for s in retrained]
         cells += [Cell({"kind": "retrain_strategy", "type": t, "strategy": st, "budget": float(b), "seed": int(s),
                         "model_seed": ms}, requires=need, cost=Cost(retrain_cost(cfg, t, float(b))))
-                  for t in cfg.strategy_types for b in sorted(cfg.retrain_strategy_budgets) for st in cfg.strategies
+                  for t in cfg.strategy_types_retrained() for b in sorted(cfg.retrain_strategy_budgets)
+                  for st in cfg.strategies
                   for s in retrained]
     return cells
 

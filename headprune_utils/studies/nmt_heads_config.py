@@ -71,7 +71,8 @@ class NMTHeadsConfig:
     retrain_fractions: list[float] = field(default_factory=lambda: [0.5])  # ... at these fractions ([]: no such cells)
     retrain_seeds: list[int] | None = None      # mask seeds of the retraining cells (None: seeds)
     retrain_strategy_budgets: list[float] = field(default_factory=list)  # strategies retrained with the mask fixed,
-                                                # per strategy_types x strategies x retrain_seeds at these budgets ([]: none)
+                                                # per retrain_strategy_types x strategies x retrain_seeds at these budgets ([]: none)
+    retrain_strategy_types: list[str] | None = None  # the types whose strategy masks are retrained (None: strategy_types)
     retrain_steps: int = 30                     # fixed regime: training steps after pruning (and for the unpruned reference)
     # plateau regime (retrain_patience set): each pruned model trains with its mask fixed until its dev loss (the dev
     # pairs that chose the full model's weights; never the test set) has not improved for retrain_patience
@@ -182,9 +183,11 @@ class NMTHeadsConfig:
         shapes = self.shapes()
         self._check_fractions("fractions", self.fractions, self.types, shapes, empty_ok=False)
         self._check_fractions("retrain_fractions", self.retrain_fractions, self.retrain_types, shapes, empty_ok=True)
-        self._check_fractions("retrain_strategy_budgets", self.retrain_strategy_budgets, self.strategy_types, shapes,
-                              empty_ok=True)
-        if self.retrain_strategy_budgets and not self.strategy_types:
+        if self.retrain_strategy_types is not None:
+            self._check_types("retrain_strategy_types", self.retrain_strategy_types, SEQ2SEQ_KINDS, empty_ok=False)
+        self._check_fractions("retrain_strategy_budgets", self.retrain_strategy_budgets,
+                              self.strategy_types_retrained(), shapes, empty_ok=True)
+        if self.retrain_strategy_budgets and not self.strategy_types_retrained():
             raise ParameterError("retrain_strategy_budgets needs strategy_types (the grids whose strategies are "
                                  "retrained); set strategy_types or retrain_strategy_budgets: []")
         self._check_fractions("strategy_budgets", self.strategy_budgets, self.strategy_types, shapes,
@@ -212,6 +215,10 @@ class NMTHeadsConfig:
     def mask_seeds_retrained(self) -> list[int]:
         """The mask seeds of the retraining cells: ``retrain_seeds``, else ``seeds``."""
         return list(self.seeds if self.retrain_seeds is None else self.retrain_seeds)
+
+    def strategy_types_retrained(self) -> list[str]:
+        """The types whose strategy masks are retrained: ``retrain_strategy_types``, else ``strategy_types``."""
+        return list(self.strategy_types if self.retrain_strategy_types is None else self.retrain_strategy_types)
 
     def _check_retraining(self) -> None:
         if self.retrain_seeds is not None:

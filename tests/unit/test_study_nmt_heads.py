@@ -341,7 +341,9 @@ def test_the_plateau_regime_is_checked_before_any_training(root):
                       ({"retrain_patience": 3, "retrain_eval_every": 10, "retrain_max_steps": 39}, "retrain_max_steps"),
                       ({"retrain_seeds": []}, "retrain_seeds"), ({"retrain_seeds": [0, 0]}, "retrain_seeds"),
                       ({"retrain_strategy_budgets": [0.01]}, "retrain_strategy_budgets"),
-                      ({"retrain_strategy_budgets": [0.5], "strategy_types": []}, "retrain_strategy_budgets")):
+                      ({"retrain_strategy_budgets": [0.5], "strategy_types": []}, "retrain_strategy_budgets"),
+                      ({"retrain_strategy_types": ["all"]}, "retrain_strategy_types"),
+                      ({"retrain_strategy_types": []}, "retrain_strategy_types")):
         with pytest.raises(ParameterError, match=field):
             config(root, **kw)
     with pytest.raises(ParameterError, match="retrain_patience.*train_max_seconds"):
@@ -360,7 +362,8 @@ def test_the_fingerprint_tells_the_plateau_regime_from_fixed_steps(root):
     cpu = torch.device("cpu")
     fixed = study.study_fingerprint(config(root), cpu)
     assert study.study_fingerprint(config(root, retrain_eval_every=7, retrain_max_steps=99), cpu) == fixed
-    assert study.study_fingerprint(config(root, retrain_seeds=[1], retrain_strategy_budgets=[0.5]), cpu) == fixed
+    assert study.study_fingerprint(config(root, retrain_seeds=[1], retrain_strategy_budgets=[0.5],
+                                          retrain_strategy_types=["dec"]), cpu) == fixed
     plateau = study.study_fingerprint(config(root, **PLATEAU_RETRAINING), cpu)
     assert plateau != fixed
     assert study.study_fingerprint(config(root, **{**PLATEAU_RETRAINING, "retrain_patience": 2}), cpu) != plateau
@@ -393,6 +396,9 @@ def test_plan_cells_of_the_plateau_regime(root):
                        {"kind": "retrain", "type": "all", "fraction": 0.5, "seed": 0, "model_seed": 0}]
     rs = [c for c in cells if c["kind"] == "retrain_strategy"]
     assert len(rs) == 2 * 3 and {c["seed"] for c in rs} == {0} and {c["budget"] for c in rs} == {0.5}
+    only_dec = [dict(c.axes) for c in study.plan_cells(config(root, model_seeds=[0], retrain_strategy_types=["dec"],
+                                                              **PLATEAU_RETRAINING)) if c["kind"] == "retrain_strategy"]
+    assert {c["type"] for c in rs} == {"enc", "dec"} and {c["type"] for c in only_dec} == {"dec"} and len(only_dec) == 3
     m = study.cell_masks(cfg, rs[1])
     s = study.cell_masks(cfg, {**rs[1], "kind": "strategy"})
     assert all(torch.equal(m[k], s[k]) for k in m), "a retrained strategy mask is the strategy cell's mask"
