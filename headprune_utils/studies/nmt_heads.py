@@ -41,7 +41,8 @@ Groups (work best done in one process): the evaluation-only cells (``prune``, ``
 whose decodings share a cache (below); the L0 cells of a model seed, which share the gates' training batches.
 
 Evaluations of a mask are cached beside the model (``<model folder>/evals/``), so a mask that two cells share
-(e.g. the random strategy and the random-pruning cell of the same type, fraction and seed) is decoded once.
+(e.g. the random strategy and the random-pruning cell of the same type, fraction and seed) is decoded once; so are
+retrainings (``<model folder>/retrains/``, :func:`retrain_key`): strategies whose masks coincide are retrained once.
 Ablation semantics: ``"zero"`` (a pruned head outputs nothing), as both papers' Transformer code.
 """
 from __future__ import annotations
@@ -477,8 +478,35 @@ def retrain_plateau(history: list[dict], patience: int) -> bool:
     return preconditions.plateau(history, patience) is None
 
 
+def retrain_key(cfg: NMTHeadsConfig, model_seed: int, ms: dict[str, torch.Tensor]) -> str:
+    """What a retraining's result depends on besides the trained model (whose folder holds the cache): the masks,
+    the retraining's settings and data order, and the scoring settings. Two cells with the same key (strategies
+    whose masks coincide: at one layer of three, ``top_bottom`` is ``top`` and ``spread`` is ``bottom``) are the same
+    deterministic retraining, done once."""
+    return fingerprint({"masks": masks_to_strings(ms), "retrain": cfg.retrain_config().as_dict(),
+                        "plateau": cfg.plateau_retraining(), "seed": 10_000 + int(model_seed),
+                        "dev_size": cfg.dev_size, "test_size": cfg.test_size, "subset_seed": cfg.subset_seed,
+                        "num_beams": cfg.num_beams, "eval_batch_size": cfg.eval_batch_size,
+                        "max_length": cfg.max_length, "eval_version": EVAL_VERSION})
+
+
 def run_retrain_cell(ctx: Context, cell: dict) -> dict:
-    """Remove the cell's heads physically, train with the mask fixed, evaluate.
+    """A retraining of the cell's mask (:func:`retrain`), cached beside the model (``<model folder>/retrains/``, by
+    :func:`retrain_key`): cells whose masks coincide share one retraining."""
+    t0 = time.perf_counter()
+    ms = cell_masks(ctx.cfg, cell)
+    path = ctx.folder(cell["model_seed"]) / "retrains" / f"{retrain_key(ctx.cfg, cell['model_seed'], ms)}.json"
+    if path.is_file():
+        out = {**json.loads(path.read_text()), "retrain_cached": True}
+    else:
+        out = retrain(ctx, cell, ms)
+        atomic_write_json(path, out)
+        out = {**out, "retrain_cached": False}
+    return {**out, **_grid_row(ctx.cfg, ms, cell["type"]), "seconds": time.perf_counter() - t0}
+
+
+def retrain(ctx: Context, cell: dict, ms: dict[str, torch.Tensor]) -> dict:
+    """Remove the heads of ``ms`` physically, train with the mask fixed, evaluate.
 
     Fixed regime: ``retrain_steps`` steps, the last weights. Plateau regime (``retrain_patience``): the full models'
     trainer with the dev pairs (those that chose the full model's weights; never the test set), a dev-loss
@@ -490,10 +518,8 @@ def run_retrain_cell(ctx: Context, cell: dict) -> dict:
     The data order and dropout noise depend on the model seed only, so every retrain cell of a model (and its
     unpruned reference) sees the same batches: the differences are the masks'."""
     cfg = ctx.cfg
-    t0 = time.perf_counter()
     base, tok, _, _ = ctx.model(cell["model_seed"])
     train_enc, dev_enc, _ = ctx.encoded(cell["model_seed"])
-    ms = cell_masks(cfg, cell)
     model = copy.deepcopy(base)
     if any(bool((m < 1).any()) for m in ms.values()):
         prune_heads(model, ms)
@@ -503,7 +529,7 @@ def run_retrain_cell(ctx: Context, cell: dict) -> dict:
                             seed=10_000 + cell["model_seed"], progress=False, checkpoint=checkpoint)
     m = ctx.score(model, tok, ms, physically_pruned=True)
     del model
-    out = {**_metrics(m), **_grid_row(cfg, ms, cell["type"]), "masks": masks_to_strings(ms),
+    out = {**_metrics(m), "masks": masks_to_strings(ms),
            "train_loss_last": res.history[-1]["train_loss"] if res.history else math.nan, "retrain_steps": res.steps}
     if plateau:
         curve = [{"step": int(h["step"]), "dev_loss": float(h["dev_loss"]), "train_loss": float(h["train_loss"])}
@@ -513,7 +539,7 @@ def run_retrain_cell(ctx: Context, cell: dict) -> dict:
                    retrain_patience=int(cfg.retrain_patience), retrain_max_steps=int(cfg.retrain_max_steps),
                    reached_plateau=retrain_plateau(curve, int(cfg.retrain_patience)))
         checkpoint.unlink(missing_ok=True)
-    return {**out, "seconds": time.perf_counter() - t0}
+    return out
 
 
 def run_roles_cell(ctx: Context, cell: dict) -> dict:
@@ -689,4 +715,5 @@ __all__ = [
     "l0_by_type", "l0_contrasts", "type_prunability", "l0_survival_source", "survival", "survival_tests",
     "survival_map", "survival_by_role", "roles_at_budget", "rare_criterion_counts", "CLAIMS", "MEASURES", "SEMANTICS",
     "scale", "verdicts", "RETRAINED", "retraining_convergence", "retraining_curves", "retrain_cost", "retrain_plateau",
+    "retrain_key", "retrain",
 ]

@@ -409,7 +409,8 @@ def test_plan_cells_of_the_plateau_regime(root):
 @pytest.fixture(scope="module")
 def plateau_run(root, tmp_path_factory):
     out = tmp_path_factory.mktemp("out_plateau")
-    cfg = config(root, **PLATEAU_RETRAINING, types=["enc"], strategy_types=["enc"], l0_settings=[])
+    cfg = config(root, **PLATEAU_RETRAINING, types=["enc"], strategy_types=["enc"], l0_settings=[],
+                 strategies=["random", "top", "bottom", "top_bottom"])  # top_bottom at one layer of two: top's mask
     paths = StudyPaths(study.NAME, "unit", root=out)
     return cfg, paths, run_study(study.STUDY, cfg, "unit", paths)
 
@@ -417,7 +418,7 @@ def plateau_run(root, tmp_path_factory):
 def test_plateau_retraining_stores_its_dev_loss_curve_and_whether_it_reached_the_plateau(plateau_run, monkeypatch):
     cfg, paths, table = plateau_run
     re = table[table["kind"].isin(["retrain", "retrain_strategy"])]
-    assert len(re) == 2 + 3  # the reference, all at 50%, and three strategies on enc
+    assert len(re) == 2 + 4  # the reference, all at 50%, and four strategies on enc
     for r in re.to_dict("records"):
         curve = r["retrain_curve"]
         steps = [h["step"] for h in curve]
@@ -432,7 +433,14 @@ def test_plateau_retraining_stores_its_dev_loss_curve_and_whether_it_reached_the
     assert not list(paths.nmt_cache.glob("*checkpoint*")), "a retraining's checkpoint is removed once its cell exists"
     conv = study.retraining_convergence(table, 3)
     assert set(conv["setting"]) == {"", "all, 50% pruned; retrained with the mask fixed", "top; retrained with the "
-                                    "mask fixed", "bottom; retrained with the mask fixed"}
+                                    "mask fixed", "bottom; retrained with the mask fixed",
+                                    "top_bottom; retrained with the mask fixed"}
+    # a mask two strategies share is retrained once: the second cell reads the first's retraining
+    rs = re[re["kind"] == "retrain_strategy"].set_index("strategy")
+    assert rs.loc["top_bottom", "masks"] == rs.loc["top", "masks"] and rs.loc["top_bottom", "retrain_cached"]
+    assert not rs.loc["top", "retrain_cached"] and rs.loc["top_bottom", "bleu"] == rs.loc["top", "bleu"]
+    assert rs.loc["top_bottom", "retrain_curve"] == rs.loc["top", "retrain_curve"]
+    assert len(list(study.Context(cfg, torch.device("cpu"), paths).folder(0).glob("retrains/*.json"))) == 2 + 3
     assert (conv["evaluations"] > 0).all()
     curves = study.retraining_curves(table)
     assert len(curves) == sum(len(c) for c in re["retrain_curve"]) and curves.groupby(
@@ -451,7 +459,8 @@ def test_a_plateau_retraining_evaluates_on_the_dev_pairs_never_the_test_set(plat
         return real(model, train, dev, tcfg, **kw)
 
     monkeypatch.setattr(study, "train_translation", spy)
-    study.run_cell(ctx, {"kind": "retrain", "type": "all", "fraction": 0.5, "seed": 0, "model_seed": 0})
+    cell = {"kind": "retrain", "type": "all", "fraction": 0.5, "seed": 0, "model_seed": 0}
+    study.retrain(ctx, cell, study.cell_masks(cfg, cell))  # the cell's retraining itself (run_cell reads the cache)
     (dev, tcfg), = seen
     _, dev_enc, test_enc = ctx.encoded(0)
     assert dev is dev_enc and dev.src_ids != test_enc.src_ids
