@@ -184,11 +184,17 @@ def plan_cells(cfg: NMTHeadsConfig) -> list[Cell]:
             cells += [Cell({"kind": "retrain", "type": t, "fraction": float(f), "seed": int(s), "model_seed": ms},
                            requires=need, cost=Cost(retrain_cost(cfg, t, float(f))))
                       for t in cfg.retrain_types for f in sorted(cfg.retrain_fractions) for s in retrained]
-        cells += [Cell({"kind": "retrain_strategy", "type": t, "strategy": st, "budget": float(b), "seed": int(s),
-                        "model_seed": ms}, requires=need, cost=Cost(retrain_cost(cfg, t, float(b))))
-                  for t in cfg.strategy_types_retrained() for b in sorted(cfg.retrain_strategy_budgets)
-                  for st in cfg.strategies
-                  for s in retrained]
+        seen: set[str] = set()  # a mask retrained already costs a cache read (run_retrain_cell)
+        for t in cfg.strategy_types_retrained():
+            for b in sorted(cfg.retrain_strategy_budgets):
+                for st in cfg.strategies:
+                    for s in retrained:
+                        axes = {"kind": "retrain_strategy", "type": t, "strategy": st, "budget": float(b),
+                                "seed": int(s), "model_seed": ms}
+                        mask = json.dumps(masks_to_strings(cell_masks(cfg, axes)), sort_keys=True)
+                        cells.append(Cell(axes, requires=need, cost=Cost(1.0 if mask in seen else
+                                                                         retrain_cost(cfg, t, float(b)))))
+                        seen.add(mask)
     return cells
 
 

@@ -402,6 +402,11 @@ def test_plan_cells_of_the_plateau_regime(root):
     m = study.cell_masks(cfg, rs[1])
     s = study.cell_masks(cfg, {**rs[1], "kind": "strategy"})
     assert all(torch.equal(m[k], s[k]) for k in m), "a retrained strategy mask is the strategy cell's mask"
+    # a strategy whose mask another strategy's cell retrains already is planned as a cache read
+    both = {c["strategy"]: c for c in study.plan_cells(config(root, model_seeds=[0], **{
+        **PLATEAU_RETRAINING, "strategies": ["random", "top", "top_bottom"]})) if c["kind"] == "retrain_strategy"
+        and c["type"] == "enc"}
+    assert both["top_bottom"].cost.flops == 1.0 < both["top"].cost.flops == both["random"].cost.flops
     # planned at the cap, with a dev-loss forward per evaluation: more than the fixed regime's steps
     assert study.retrain_cost(cfg, "all", 0.5) > study.retrain_cost(config(root), "all", 0.5)
 
