@@ -27,7 +27,10 @@ module; :func:`verdicts` decides the study's ``claims`` with it) compares each k
 unpruned run of ANOTHER seed and the same semantics, against seed-to-seed noise: is the extra change spread
 equally over the kept heads (within the Gini's declared margin, :mod:`headprune_utils.analysis.margins`), and is it larger
 near the pruned heads? Every table is per semantics, and the claims
-are decided under each (:func:`headprune_utils.studies.semantics.verdicts_by_semantics`).
+are decided under each (:func:`headprune_utils.studies.semantics.verdicts_by_semantics`). Every claim is about models
+fine-tuned with their heads masked: a row is testable only when every fine-tuning behind it (the masked models and the
+unpruned ones they are compared with) reached the plateau of its held-out score (the convergence gate, read from the
+``history`` each cell stores; no validation split, no curve: not testable).
 """
 from __future__ import annotations
 
@@ -49,11 +52,12 @@ from headprune_utils.store.results import fingerprint
 from headprune_utils.studies.base import (GLUE_METRIC_RANGES, NON_NEGATIVE, Cell, Cost, Study,
                                             mask_count_problem, metric_score_problem)
 from headprune_utils.studies.compensation_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
-    MEASURE_NAMES, MEASUREMENTS, MEASURES, claim_verdicts, heatmap_data, layer_confounded, locality_measurements,
-    per_head, pooled, scale_text, shift_measurements, spread_measurements, spread_tests,
+    MEASURE_NAMES, MEASUREMENTS, MEASURES, claim_verdicts, convergence_evidence, heatmap_data, layer_confounded,
+    locality_measurements, next_seeds, per_head, pooled, scale_text, shift_measurements, spread_measurements,
+    spread_tests,
 )
 from headprune_utils.studies.compensation_claims import (
-    BEYOND_LAYER, CLAIMS, DISPERSION_MARGINS, NO_MARGIN, DispersionMargin,
+    BEYOND_LAYER, CLAIMS, CONVERGED, DISPERSION_MARGINS, NO_MARGIN, DispersionMargin,
 )
 
 __all__ = [
@@ -61,9 +65,10 @@ __all__ = [
     "cell_mask", "run_cell", "verdicts",
     # the analysis (compensation_analysis) and the claims (compensation_claims), re-exported so the notebook needs
     # one module
-    "MEASURES", "MEASURE_NAMES", "MEASUREMENTS", "per_head", "spread_tests", "pooled", "spread_measurements",
-    "shift_measurements", "locality_measurements", "layer_confounded", "claim_verdicts", "heatmap_data",
-    "scale_text", "CLAIMS", "BEYOND_LAYER", "DispersionMargin", "DISPERSION_MARGINS", "NO_MARGIN",
+    "MEASURES", "MEASURE_NAMES", "MEASUREMENTS", "next_seeds", "per_head", "spread_tests", "pooled",
+    "spread_measurements", "shift_measurements", "locality_measurements", "layer_confounded", "convergence_evidence",
+    "claim_verdicts", "heatmap_data", "scale_text", "CLAIMS", "CONVERGED", "BEYOND_LAYER", "DispersionMargin",
+    "DISPERSION_MARGINS", "NO_MARGIN",
 ]
 
 NAME = "compensation"
@@ -217,10 +222,11 @@ def run_cell(ctx: glue_workbench.GlueContext, cell: dict) -> dict:
     }
 
 
-def verdicts(tests, cfg: CompensationConfig):
+def verdicts(tests, table, cfg: CompensationConfig):
     """The study's verdict table (``claims.COLUMNS``): its declared claims decided on the per-run table ``tests``
-    (:func:`.compensation_analysis.spread_tests`; :func:`.compensation_analysis.claim_verdicts`)."""
-    return claim_verdicts(tests, cfg, Compensation.claims)
+    (:func:`.compensation_analysis.spread_tests`), gated on the held-out curves of the fine-tunings behind each row
+    stored in the cells' ``table`` (:func:`.compensation_analysis.claim_verdicts`)."""
+    return claim_verdicts(tests, table, cfg, Compensation.claims)
 
 
 class Compensation(glue_workbench.GlueStudy):

@@ -26,7 +26,9 @@ then pooled over tasks; every claim is decided under each semantics measured
 (:func:`headprune_utils.studies.semantics.verdicts_by_semantics`): Budhraja et al.'s ``uniform`` is the primary analysis
 (Holm over the study's primary rows), the others are sensitivity analyses (each semantics its own Holm family).
 What cannot be measured (no run of a semantics; a rho undefined in every run) is an absent measurement
-(:meth:`claims.Measurement.absent`: ``not testable`` with the reason).
+(:meth:`claims.Measurement.absent`: ``not testable`` with the reason). Every claim is about models masked, then
+fine-tuned: the convergence gate reads :func:`convergence_evidence` (evidence ``convergence``: the fine-tuned models,
+masked and unpruned, each measurement is computed from, with their stored held-out curves).
 """
 from __future__ import annotations
 
@@ -36,13 +38,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from headprune_utils.analysis import claims, stats
+from headprune_utils.analysis import claims, preconditions, stats
 from headprune_utils.model import masks
-from headprune_utils.studies import glue_workbench, semantics
+from headprune_utils.studies import convergence, glue_workbench, semantics
 
-__all__ = ["MEASURES", "MEASURE_NAMES", "MEASUREMENTS", "per_head", "spread_tests", "pooled", "spread_measurements",
-           "shift_measurements", "locality_measurements", "layer_confounded", "claim_verdicts", "heatmap_data",
-           "scale_text"]
+__all__ = ["MEASURES", "MEASURE_NAMES", "MEASUREMENTS", "next_seeds", "per_head", "spread_tests", "pooled",
+           "spread_measurements", "shift_measurements", "locality_measurements", "layer_confounded",
+           "convergence_evidence", "claim_verdicts", "heatmap_data", "scale_text"]
 
 MEASURES: tuple[str, ...] = ("weight_change", "importance", "attention_change")
 RUN_KEYS: list[str] = ["task", "ablation", "seed", "strategy", "budget"]  # one pruned run
@@ -60,6 +62,13 @@ def _normalise_rows(x: np.ndarray, keep: np.ndarray) -> np.ndarray:
         return np.where(norm > 0, y / norm, np.nan)
 
 
+def next_seeds(table: pd.DataFrame) -> dict:
+    """The pairing of the noise baseline: seed -> the seed whose unpruned run every run of it is compared with (the
+    next seed of ``table``, the last one's the first)."""
+    seeds = sorted(table["seed"].unique())
+    return {s: seeds[(i + 1) % len(seeds)] for i, s in enumerate(seeds)}
+
+
 def per_head(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (task, ablation, seed, strategy, budget, measure, kept head): the head's change in the pruned
     run (``pruned``), in the unpruned run of the same seed (``full``) and of the next seed (``other``), both of
@@ -68,8 +77,7 @@ def per_head(table: pd.DataFrame) -> pd.DataFrame:
     pruned heads are."""
     if "ablation" not in table.columns:
         raise ValueError("the cells' table has no 'ablation' column (each cell's semantics)")
-    seeds = sorted(table["seed"].unique())
-    nxt = {s: seeds[(i + 1) % len(seeds)] for i, s in enumerate(seeds)}
+    nxt = next_seeds(table)
     full = {(r.task, r.ablation, r.seed): r for r in table[table["strategy"] == "none"].itertuples()}
     rows = []
     for r in table[table["strategy"] != "none"].itertuples():
@@ -310,6 +318,86 @@ def layer_confounded(tests: pd.DataFrame) -> dict[tuple[str, str], str]:
             for task, setting, lc, raw, _, why in _locality_groups(tests) if lc.empty and not raw.empty}
 
 
+def _settings(tests: pd.DataFrame) -> dict[tuple[str, str], tuple[str, float, bool, list]]:
+    """``{(task, setting): (strategy, budget, locality, seeds)}`` of every measurement setting the per-run rows
+    ``tests`` (one semantics) give: the pruned runs' strategy and budget, whether it is a locality setting, and the
+    seeds of the runs of its group (task x strategy x budget x measure: the runs a layer-only model is fitted on)."""
+    out = {}
+    for (strategy, budget, measure, task), g in tests.groupby(["strategy", "budget", "measure", "task"]):
+        seeds = sorted(g["seed"].unique())
+        out[(task, _setting(strategy, budget, measure))] = (strategy, budget, False, seeds)
+        for name in _LOCALITY.values():
+            out[(task, _setting(strategy, budget, measure, name))] = (strategy, budget, True, seeds)
+    return out
+
+
+def _full_models(cells: pd.DataFrame) -> dict:
+    """``{(task, seed): cell}``: the unpruned reference of each (task, seed), from any semantics (no head masked:
+    the same fine-tuned model under each), the first one that stored a held-out curve."""
+    out = {}
+    for (task, seed), g in cells[cells["strategy"] == "none"].groupby(["task", "seed"], sort=True):
+        stored = [r for _, r in g.iterrows() if isinstance(r["history"], (list, tuple)) and len(r["history"])]
+        out[(task, seed)] = stored[0] if stored else g.iloc[0]
+    return out
+
+
+def convergence_evidence(cells: pd.DataFrame, tests: pd.DataFrame, measurements: Sequence[claims.Measurement],
+                         sem: str) -> pd.DataFrame:
+    """The convergence gate's evidence (:mod:`.convergence`): per measurement of ``measurements`` (one claim under
+    the semantics ``sem``, built from ``tests``, its :func:`spread_tests` rows), one row per fine-tuned model its
+    values are computed from, with the held-out curve its cell stored (``cells``: the study's cells, every
+    semantics, with their ``history``). The value of a run (unit: its seed ``s``) compares the model fine-tuned with
+    the run's mask (``sem``, its strategy and budget) with the unpruned fine-tuning of the next seed
+    (:func:`next_seeds`), and, for the excess dispersion and the mean shift, with the unpruned fine-tuning of ``s``
+    (the noise baseline); a layer-controlled locality rho also reads every run of its task and setting (the
+    layer-only model: their masked models and the unpruned runs they are compared with). Each model stands once,
+    under its own seed when that is a unit of the measurement, else under the first unit that reads it; every row
+    carries the measurement's setting. Absent measurements have no models behind them."""
+    measurements = [m for m in measurements if not m.missing]
+    if not measurements:
+        return convergence.table([])
+    missing = [c for c in ("task", "ablation", "seed", "strategy", "budget", "history") if c not in cells.columns]
+    if missing:
+        raise ValueError(f"the cells' table has no {missing} column(s) (each fine-tuning's cell and held-out curve, "
+                         "'history'): the convergence gate cannot be checked")
+    nxt = next_seeds(cells)
+    full = _full_models(cells)
+    pruned = cells[(cells["strategy"] != "none") & (cells["ablation"] == sem)]
+    index = _settings(tests)
+    rows = []
+    for m in measurements:
+        if (m.task, m.setting) not in index:
+            raise ValueError(f"measurement of {m.task}, {m.setting!r} ({sem}) matches no run of the per-run table")
+        strategy, budget, locality, group = index[(m.task, m.setting)]
+        units = list(dict.fromkeys(m.units))
+        behind: dict[tuple[str, object], object] = {}  # (kind, seed) -> the unit it stands under
+        for u in units:
+            runs = group if locality and m.effect == _BEYOND else [u]
+            strays = [r for r in runs if r not in nxt]
+            if strays:
+                raise ValueError(f"the runs of seeds {strays} of {m.task} ({m.setting!r}, {sem}) have no cell in the "
+                                 "cells' table")
+            need = [(k, s) for r in runs for k, s in (("masked", r), ("full", nxt[r]))]
+            if not locality:
+                need.append(("full", u))
+            for k, s in need:
+                behind.setdefault((k, s), s if s in units else u)
+        for (kind, seed), unit in sorted(behind.items(), key=lambda kv: (kv[0][0] != "full", kv[0][1])):
+            if kind == "full":
+                cell, name = full.get((m.task, seed)), f"full model (seed {seed})"
+            else:
+                hit = pruned[(pruned["task"] == m.task) & (pruned["seed"] == seed) & (pruned["strategy"] == strategy)
+                             & (pruned["budget"] == budget)]
+                cell = hit.iloc[0] if len(hit) == 1 else None
+                name = f"{strategy} {100 * budget:g}% mask (seed {seed})"
+            if cell is None:
+                raise ValueError(f"no single cell of the {name} of {m.task} ({sem}) in the cells' table: the "
+                                 f"measurement {m.setting!r} was computed from it")
+            history = cell["history"] if isinstance(cell["history"], (list, tuple)) else None
+            rows.append(preconditions.convergence_row(m.task, unit, name, history, m.setting))
+    return convergence.table(rows)
+
+
 # a claim's ``measure`` -> its measurements (the spread_tests rows of one semantics, that semantics)
 MEASUREMENTS = {
     "excess_dispersion": spread_measurements,
@@ -318,12 +406,14 @@ MEASUREMENTS = {
 }
 
 
-def claim_verdicts(tests: pd.DataFrame, cfg, declared: Sequence[claims.Claim],
+def claim_verdicts(tests: pd.DataFrame, cells: pd.DataFrame, cfg, declared: Sequence[claims.Claim],
                    study: str = "compensation") -> pd.DataFrame:
-    """The study's verdict table (:data:`claims.COLUMNS`) from :func:`spread_tests`: every declared claim
+    """The study's verdict table (:data:`claims.COLUMNS`) from :func:`spread_tests` (``tests``) and the cells they
+    were computed from (``cells``, with each fine-tuning's ``history``): every declared claim
     (``declared``: the study's ``claims``, ``compensation_claims.CLAIMS``) measured by its ``measure``
     (:data:`MEASUREMENTS`) and decided by :func:`claims.evaluate` (its rule, margin and gates; evidence
-    ``layer_confounded``: :func:`layer_confounded`) under every semantics of the runs (their ``ablation``;
+    ``layer_confounded``: :func:`layer_confounded`; ``convergence``: :func:`convergence_evidence`, the fine-tuned
+    models behind each of the claim's measurements) under every semantics of the runs (their ``ablation``;
     :func:`semantics.verdicts_by_semantics`), one row per claim x task x setting, then the pooled rows; the rows
     under the claim's own semantics (``uniform``) are the primary analysis, Holm over the study's primary family,
     the others sensitivity rows, each semantics its own family. An absent measurement (nothing to measure: no run
@@ -339,10 +429,11 @@ def claim_verdicts(tests: pd.DataFrame, cfg, declared: Sequence[claims.Claim],
         tests = tests.assign(ablation=pd.Series(dtype=object))
 
     def decide(sub: pd.DataFrame, sem: str) -> pd.DataFrame:
-        evidence = {"layer_confounded": layer_confounded(sub) if len(sub) else {}}
+        confounded = layer_confounded(sub) if len(sub) else {}
         parts = []
         for claim in declared:
             ms = MEASUREMENTS[claim.measure](sub, sem) if len(sub) else _nothing(sem)
+            evidence = {"layer_confounded": confounded, "convergence": convergence_evidence(cells, sub, ms, sem)}
             present = [m for m in ms if not m.missing]
             groups = ([present] if present else []) + [[m] for m in ms if m.missing]
             parts += [claims.evaluate(claim, g, evidence=evidence, scale=scale, study=study) for g in groups]

@@ -6,6 +6,12 @@
 
 The unit is the pruned, fine-tuned model (task x seed): one value per model for each strategy x budget x measure.
 
+Convergence. Every claim here is about models fine-tuned with their heads masked (Budhraja et al.'s regime: mask,
+then fine-tune), each compared with unpruned fine-tunings: all three carry :data:`CONVERGED` (a row is testable
+when every fine-tuned model its values are computed from, masked and unpruned, reached the plateau of its held-out
+score; evidence ``convergence``: :func:`.compensation_analysis.convergence_evidence`, from the cells' stored
+curves). No claim of this study is about a model that was not fine-tuned, so none is left ungated.
+
 Margins. The spread claim's equivalence margin is the declared margin of the dispersion's metric
 (:class:`DispersionMargin`), never a noise estimate: the excess Gini (a difference of two Ginis, each in 0-1) gets
 ``margins.GINI``. The importance dispersion is a standard deviation of differences of per-layer L2-normalised scores:
@@ -20,7 +26,7 @@ from dataclasses import dataclass
 
 from headprune_utils.analysis import claims, margins, preconditions
 
-__all__ = ["CLAIMS", "DISPERSION_MARGINS", "NO_MARGIN", "DispersionMargin", "BEYOND_LAYER", "REGIME"]
+__all__ = ["CLAIMS", "CONVERGED", "DISPERSION_MARGINS", "NO_MARGIN", "DispersionMargin", "BEYOND_LAYER", "REGIME"]
 
 REGIME = "masked, then fine-tuned (the mask fixed during fine-tuning); each kept head compared with the same head " \
          "in an unpruned fine-tuning of the same semantics"
@@ -63,10 +69,13 @@ BEYOND_LAYER = preconditions.Check(
     "the middle strategy prunes the same layers in every run, so its locality is a pure layer effect)",
     _beyond_layer)
 
-_NO_ADAPTATION_GATE = ("the adapts-to-mask gate (mask-then-fine-tune beats fine-tune-then-mask at 50%) is not applied: "
-                       "these cells hold no fine-tune-then-mask score (study 1 holds it), and the claim is measured on "
-                       "how much each kept head changed during fine-tuning, which is defined whether or not the "
-                       "fine-tuning recovered the score")
+# every fine-tuned model behind a row reached the plateau of its held-out score: the models fine-tuned with the mask
+# fixed and the unpruned fine-tunings they are compared with (evidence: compensation_analysis.convergence_evidence)
+CONVERGED = preconditions.Converged()
+
+_CONVERGENCE = ("the convergence gate is ours: how much a kept head changed is measured at the end of fine-tuning, so "
+                "a fine-tuning stopped while its model still improves measures our step budget, not the compensation "
+                "after masking")
 _N = ("n = the pruned, fine-tuned models (task x seed) of a task; the noise baseline compares unpruned runs of two "
       "seeds, so the study needs at least 2 seeds")
 
@@ -80,11 +89,12 @@ CLAIMS: tuple[claims.Claim, ...] = (
                "model (task x seed), per strategy x budget x measure",
         regime=REGIME,
         semantics="uniform",
+        gates=(CONVERGED,),
         figure="extra_change_heatmaps_uniform",
         measure="excess_dispersion",
         note=f"'roughly equally' read as equivalence of the excess Gini within the Gini's margin (the paper gives no "
              f"threshold); no margin is declared for the importance sd, so those rows are not testable (their numbers "
-             f"shown). {_N}. {_NO_ADAPTATION_GATE}"),
+             f"shown). {_N}. {_CONVERGENCE}"),
     claims.Claim(
         "ours.kept_heads_change_more", "ours (exploratory)",
         "Kept heads change more during fine-tuning when other heads are pruned (there is extra change to "
@@ -95,10 +105,11 @@ CLAIMS: tuple[claims.Claim, ...] = (
                "attention-pattern change only (per-layer normalised importance has no level to shift)",
         regime=REGIME,
         semantics="uniform",
+        gates=(CONVERGED,),
         figure="extra_change_distributions_uniform",
         measure="mean_shift",
         note=f"the premise of 'compensation' (ours): the spread claim presumes extra change to spread. {_N}. "
-             f"{_NO_ADAPTATION_GATE}"),
+             f"{_CONVERGENCE}"),
     claims.Claim(
         "ours.compensation_local", "ours (exploratory)",
         "Heads near the pruned ones (same layer, adjacent layers) compensate more, beyond what their layer "
@@ -109,9 +120,9 @@ CLAIMS: tuple[claims.Claim, ...] = (
                "task and setting, per layer), per pruned model (task x seed)",
         regime=REGIME,
         semantics="uniform",
-        gates=(BEYOND_LAYER,),
+        gates=(BEYOND_LAYER, CONVERGED),
         figure="extra_change_heatmaps_uniform",
         measure="locality",
         note=f"where the counts do not vary beyond the layer, the raw (layer-confounded) rho is shown, not tested. "
-             f"{_N}"),
+             f"{_N}. {_CONVERGENCE}"),
 )

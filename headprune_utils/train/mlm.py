@@ -17,8 +17,6 @@ encoder frozen and dropout 0 — the same for every ``p`` and seed-matched — b
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 from torch import nn
@@ -126,7 +124,9 @@ def prepare_mlm(name: str, enc: batching.Encoded, tokenizer, seed: int, head_ste
     """Load ``name`` with an MLM head and train the head alone (encoder frozen, dropout 0) for ``head_steps``.
 
     The result depends on ``seed`` only (not on any dropout ratio): copy it for each ratio to compare.
-    Returns (model in eval mode, {"head_loss_first", "head_loss_last"}).
+    Returns (model in eval mode, {"head_loss_first", "head_loss_last"}): the mean loss of the first and last tenth
+    of the head's steps; ``{}`` when ``head_steps`` is 0 (the checkpoint's own head, no loss to report: a missing
+    number, not a NaN that a result check would take for a corrupt cell).
     """
     if head_steps < 0:
         raise ValueError(f"head_steps must be >= 0, got {head_steps}")
@@ -140,9 +140,10 @@ def prepare_mlm(name: str, enc: batching.Encoded, tokenizer, seed: int, head_ste
         losses = _steps(model, enc, tokenizer, head_steps, batch_size, seed, head_lr, False, 0.0, progress, "MLM head")
         for p in model.base_model.parameters():
             p.requires_grad_(True)
+    if not losses:
+        return model, {}
     k = max(1, len(losses) // 10)
-    return model, {"head_loss_first": float(np.mean(losses[:k])) if losses else math.nan,
-                   "head_loss_last": float(np.mean(losses[-k:])) if losses else math.nan}
+    return model, {"head_loss_first": float(np.mean(losses[:k])), "head_loss_last": float(np.mean(losses[-k:]))}
 
 
 def continue_mlm(model: nn.Module, enc: batching.Encoded, tokenizer, dropout: float, steps: int, seed: int,

@@ -87,8 +87,7 @@ def outputs(tmp_path_factory) -> Path:
 
 
 # Breaks found by this test and not yet fixed (in modules this test does not own): strict, so a fix must remove them.
-BROKEN = {"redundancy_patterns": "the analysis (study.why) finds no matrices for the MLM cell 'mlm-p0-s0' under the "
-                                 "paper parameters (mlm_head_steps 0): KeyError ('mlm-p0-s0', 'generic')"}
+BROKEN: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=BROKEN[n]))

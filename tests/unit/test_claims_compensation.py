@@ -1,6 +1,7 @@
-"""Study 3's claims (claims model) on hand-made per-run tables: each claim's verdict in both directions, the gates'
-both branches, per-task then pooled, absent measurements, the claims as data (rule, gate objects, a figure the
-notebook writes), and no NaN in the rendered text."""
+"""Study 3's claims (claims model) on hand-made per-run tables and the cells behind them: each claim's verdict in both
+directions, the gates' both branches (the convergence gate on hand-made held-out curves), per-task then pooled,
+absent measurements, the claims as data (rule, gate objects, a figure the notebook writes), and no NaN in the
+rendered text."""
 from __future__ import annotations
 
 import dataclasses
@@ -47,6 +48,37 @@ def runs(excess=(0.0, 0.0), noise_sd=0.05, shift=(0.2, 0.2), rho_lc=(0.5, 0.5), 
     return pd.DataFrame(rows)
 
 
+# held-out curves (one record per epoch, the kept one selected): best at epoch 2 of 4 reached the plateau (patience
+# 2), best at the last epoch of 3 stopped at the cap still improving, no selected epoch = no validation split
+CONVERGED = [{"epoch": 1, "val_score": 0.80}, {"epoch": 2, "val_score": 0.84, "selected": True},
+             {"epoch": 3, "val_score": 0.83}, {"epoch": 4, "val_score": 0.82}]
+STALLED = [{"epoch": 1, "val_score": 0.70}, {"epoch": 2, "val_score": 0.75},
+           {"epoch": 3, "val_score": 0.78, "selected": True}]
+NO_SPLIT = [{"epoch": 1, "train_loss": 0.5}, {"epoch": 2, "train_loss": 0.4}, {"epoch": 3, "train_loss": 0.3}]
+
+
+def cells_of(tests: pd.DataFrame, curves: dict | None = None, default=CONVERGED) -> pd.DataFrame:
+    """The cells behind the per-run rows ``tests``: per (task, semantics, seed) the unpruned reference (strategy
+    ``none``, budget 0) and per run the masked model, each with the held-out curve ``default`` unless ``curves``
+    gives another: keyed ``(task, seed)`` for the full model (every semantics' reference: one model), ``(task,
+    ablation, strategy, seed)`` for a masked model."""
+    curves = curves or {}
+    if tests.empty:
+        return pd.DataFrame(columns=["task", "ablation", "seed", "strategy", "budget", "history"])
+    runs_ = tests.drop_duplicates(["task", "ablation", "seed", "strategy", "budget"])
+    rows = [{"task": t, "ablation": a, "seed": s, "strategy": "none", "budget": 0.0,
+             "history": curves.get((t, s), default)}
+            for t, a, s in runs_[["task", "ablation", "seed"]].drop_duplicates().itertuples(index=False)]
+    rows += [{"task": r.task, "ablation": r.ablation, "seed": r.seed, "strategy": r.strategy, "budget": r.budget,
+              "history": curves.get((r.task, r.ablation, r.strategy, r.seed), default)} for r in runs_.itertuples()]
+    return pd.DataFrame(rows)
+
+
+def judge(tests: pd.DataFrame, cfg, curves: dict | None = None, default=CONVERGED) -> pd.DataFrame:
+    """The study's verdicts on ``tests`` and the cells behind them (:func:`cells_of`)."""
+    return study.verdicts(tests, cells_of(tests, curves, default), cfg)
+
+
 def rows_of(table, cid, task=None, setting_has=""):
     t = table[(table["claim_id"] == cid) & table["setting"].str.contains(setting_has, regex=False)]
     return t if task is None else t[t["task"] == task]
@@ -59,7 +91,7 @@ def verdict(table, cid, task, setting_has=""):
 
 
 def test_layout_scale_and_no_nan(cfg):
-    v = study.verdicts(runs(), cfg)
+    v = judge(runs(), cfg)
     assert tuple(v.columns) == claims.COLUMNS
     claims.validate(v)
     assert set(v["claim_id"]) == {c.id for c in study.STUDY.claims}
@@ -76,18 +108,18 @@ def test_layout_scale_and_no_nan(cfg):
 def test_spread_is_equivalence_within_the_declared_gini_margin(cfg):
     """The margin is the Gini's declared one (margins.GINI: a tenth of its range 0-1), never a noise estimate: the
     same whatever the seed-to-seed spread of the noise baseline."""
-    even = study.verdicts(runs(excess=(0.0, 0.0), noise_sd=0.05), cfg)
+    even = judge(runs(excess=(0.0, 0.0), noise_sd=0.05), cfg)
     r = verdict(even, "budhraja.compensation_spread", "A")
     assert r["verdict"] == "supported" and "Gini's range" in r["test"] and "seed-to-seed" not in r["test"]
     assert r["margin"] == pytest.approx(margins.SHARE * 1.0) == pytest.approx(0.1)
-    noisy = study.verdicts(runs(excess=(0.0, 0.0), noise_sd=0.5), cfg)
+    noisy = judge(runs(excess=(0.0, 0.0), noise_sd=0.5), cfg)
     assert verdict(noisy, "budhraja.compensation_spread", "A")["margin"] == r["margin"]  # noise does not move it
     assert verdict(even, "budhraja.compensation_spread", "all (A, B)")["verdict"] == "supported"
-    unequal = study.verdicts(runs(excess=(0.3, 0.3), noise_sd=0.05), cfg)
+    unequal = judge(runs(excess=(0.3, 0.3), noise_sd=0.05), cfg)
     assert verdict(unequal, "budhraja.compensation_spread", "A")["verdict"] == "contradicted"
     assert verdict(unequal, "budhraja.compensation_spread", "all (A, B)")["verdict"] == "contradicted"
     # within the margin but not shown to be: an excess of 0.08 with 4 units per task is no equivalence
-    near = study.verdicts(runs(excess=(0.08, 0.08), jitter=0.05), cfg)
+    near = judge(runs(excess=(0.08, 0.08), jitter=0.05), cfg)
     assert verdict(near, "budhraja.compensation_spread", "A")["verdict"] == "inconclusive"
 
 
@@ -95,7 +127,7 @@ def test_importance_spread_has_no_declared_margin(cfg):
     """The importance dispersion (an sd of differences of per-layer normalised scores) has no margin in
     headprune_utils.analysis.margins: its rows are not testable, saying so, with their numbers shown; the Gini rows and the
     other claims on importance are tested as usual."""
-    v = study.verdicts(runs(measures=("weight_change", "importance")), cfg)
+    v = judge(runs(measures=("weight_change", "importance")), cfg)
     claims.validate(v)
     imp = rows_of(v, "budhraja.compensation_spread", setting_has="gradient importance")
     assert len(imp) == 3 and (imp["verdict"] == "not testable").all()
@@ -114,7 +146,7 @@ def test_importance_spread_has_no_declared_margin(cfg):
 
 
 def test_spread_pools_only_when_tasks_agree(cfg):
-    v = study.verdicts(runs(excess=(0.0, 0.3), noise_sd=0.05), cfg)
+    v = judge(runs(excess=(0.0, 0.3), noise_sd=0.05), cfg)
     assert verdict(v, "budhraja.compensation_spread", "A")["verdict"] in ("supported", "inconclusive")  # Holm
     assert verdict(v, "budhraja.compensation_spread", "B")["verdict"] == "contradicted"
     pooled = verdict(v, "budhraja.compensation_spread", "all (A, B)")
@@ -122,7 +154,7 @@ def test_spread_pools_only_when_tasks_agree(cfg):
 
 
 def test_power_gate_one_seed_is_not_testable(cfg):
-    v = study.verdicts(runs(seeds=(0,)), cfg)
+    v = judge(runs(seeds=(0,)), cfg)
     r = verdict(v, "budhraja.compensation_spread", "A")
     assert r["verdict"] == "not testable" and "at least 2 units" in r["reason"]
     s = verdict(v, "ours.kept_heads_change_more", "A")
@@ -130,29 +162,29 @@ def test_power_gate_one_seed_is_not_testable(cfg):
 
 
 def test_mean_shift_both_directions(cfg):
-    more = study.verdicts(runs(shift=(0.3, 0.3)), cfg)
-    less = study.verdicts(runs(shift=(-0.3, -0.3)), cfg)
+    more = judge(runs(shift=(0.3, 0.3)), cfg)
+    less = judge(runs(shift=(-0.3, -0.3)), cfg)
     assert verdict(more, "ours.kept_heads_change_more", "all (A, B)")["verdict"] == "supported"
     assert verdict(less, "ours.kept_heads_change_more", "all (A, B)")["verdict"] == "contradicted"
     # no shift: smaller than the declared margin (ln 1.1, a change 10% larger) -> not supported
-    none = study.verdicts(runs(shift=(0.0, 0.0)), cfg)
+    none = judge(runs(shift=(0.0, 0.0)), cfg)
     r = verdict(none, "ours.kept_heads_change_more", "all (A, B)")
     assert r["verdict"] == "not supported" and r["margin"] == pytest.approx(math.log(1.1))
     assert verdict(none, "ours.kept_heads_change_more", "A")["margin"] == pytest.approx(math.log(1.1))
     # importance is per-layer normalised: no shift claim on it
-    v = study.verdicts(runs(measures=("weight_change", "importance")), cfg)
+    v = judge(runs(measures=("weight_change", "importance")), cfg)
     assert not rows_of(v, "ours.kept_heads_change_more", setting_has="gradient importance").shape[0]
 
 
 def test_locality_beyond_the_layer_both_directions(cfg):
-    local = study.verdicts(runs(rho_lc=(0.5, 0.5)), cfg)
+    local = judge(runs(rho_lc=(0.5, 0.5)), cfg)
     r = verdict(local, "ours.compensation_local", "all (A, B)", "adjacent")
     assert r["verdict"] == "supported" and "beyond a layer-only model" in r["test"]
-    flat = study.verdicts(runs(rho_lc=(0.0, 0.0), rho=0.5, jitter=0.02), cfg)
+    flat = judge(runs(rho_lc=(0.0, 0.0), rho=0.5, jitter=0.02), cfg)
     f = verdict(flat, "ours.compensation_local", "all (A, B)", "adjacent")
     assert f["verdict"] == "not supported" and f["margin"] == pytest.approx(0.1)  # margins.CORRELATION
     assert verdict(flat, "ours.compensation_local", "A", "adjacent")["verdict"] != "supported"
-    against = study.verdicts(runs(rho_lc=(-0.5, -0.5)), cfg)
+    against = judge(runs(rho_lc=(-0.5, -0.5)), cfg)
     assert verdict(against, "ours.compensation_local", "all (A, B)", "adjacent")["verdict"] == "contradicted"
 
 
@@ -161,7 +193,7 @@ def test_locality_gate_pure_layer_effect(cfg):
     without numbers where even the raw rho is undefined."""
     t = runs(rho_lc=None, strategy="middle")
     t.loc[:, "rho_pruned_in_layer"] = np.nan
-    v = study.verdicts(t, cfg)
+    v = judge(t, cfg)
     adj = verdict(v, "ours.compensation_local", "A", "adjacent")
     assert adj["verdict"] == "not testable" and "layer-only model explains it fully" in adj["reason"]
     assert adj["effect"] == pytest.approx(t.query("task == 'A'")["rho_pruned_adjacent"].mean())
@@ -181,7 +213,7 @@ def holm_holds(table) -> set:
 
 
 def test_holm_runs_over_the_whole_family(cfg):
-    v = study.verdicts(runs(), cfg)
+    v = judge(runs(), cfg)
     claims.validate(v)  # every decided row's p_adjusted is its deciding test's Holm-adjusted p, below alpha
     tested = v[v["tests"] != "[]"]
     assert len(tested) > 3
@@ -203,7 +235,7 @@ def two_semantics(**zero_kw) -> pd.DataFrame:
 def test_verdict_rows_carry_semantics_and_analysis_and_holm_per_family(cfg):
     """Each semantics decided on its own runs: uniform (Budhraja et al.'s) primary, zero sensitivity; Holm over
     the primary rows as one family and the zero rows as another."""
-    v = study.verdicts(two_semantics(excess=(0.3, 0.3)), cfg)
+    v = judge(two_semantics(excess=(0.3, 0.3)), cfg)
     claims.validate(v)
     assert set(v["semantics"]) == {"uniform", "zero"}
     assert (v["analysis"] == np.where(v["semantics"] == "uniform", "primary", "sensitivity")).all()
@@ -213,26 +245,26 @@ def test_verdict_rows_carry_semantics_and_analysis_and_holm_per_family(cfg):
         assert len(holm_holds(part)) == 1  # each semantics' rows: one family, Holm within it
     assert len(holm_holds(v)) == 2
     # the same runs under uniform alone give the same primary rows: the zero rows never enter them
-    alone = study.verdicts(runs(), cfg)
+    alone = judge(runs(), cfg)
     cols = ["claim_id", "task", "setting", "effect", "p", "p_adjusted", "verdict"]
     pd.testing.assert_frame_equal(v[v["semantics"] == "uniform"][cols].reset_index(drop=True),
                                   alone[cols].reset_index(drop=True))
 
 
 def test_semantics_dependence_reports_a_flip(cfg):
-    v = study.verdicts(two_semantics(excess=(0.3, 0.3)), cfg)
+    v = judge(two_semantics(excess=(0.3, 0.3)), cfg)
     dep = claims.semantics_dependence(v)
     r = dep[(dep["claim_id"] == "budhraja.compensation_spread") & (dep["task"] == "all (A, B)")].iloc[0]
     assert r["depends"] == "flips" and r["primary_semantics"] == "uniform"
     assert r["verdict_uniform"] == "supported" and r["verdict_zero"] == "contradicted"
-    same = claims.semantics_dependence(study.verdicts(two_semantics(), cfg))
+    same = claims.semantics_dependence(judge(two_semantics(), cfg))
     assert (same.loc[same["claim_id"] == "budhraja.compensation_spread", "depends"] == "no").all()
 
 
 def test_primary_semantics_not_run_is_not_testable(cfg):
     """Runs under zero only: each claim gets one primary (uniform) row saying nothing was measured under it, and
     its zero rows as the sensitivity analysis."""
-    v = study.verdicts(runs(ablation="zero"), cfg)
+    v = judge(runs(ablation="zero"), cfg)
     claims.validate(v)
     primary = v[v["analysis"] == "primary"]
     assert sorted(primary["claim_id"]) == sorted(c.id for c in study.STUDY.claims)
@@ -240,7 +272,7 @@ def test_primary_semantics_not_run_is_not_testable(cfg):
     assert primary["reason"].str.contains("under the uniform semantics").all()
     assert (v.loc[v["analysis"] == "sensitivity", "semantics"] == "zero").all()
     assert "nan" not in claims.render(v).lower()
-    empty = study.verdicts(pd.DataFrame(), cfg)
+    empty = judge(pd.DataFrame(), cfg)
     assert len(empty) == len(study.STUDY.claims) and (empty["verdict"] == "not testable").all()
 
 
@@ -264,7 +296,10 @@ def test_claims_are_declared_as_data(cfg):
         assert c.measure in study.MEASUREMENTS and "n = " in c.note and c.metric and c.regime, c.id
     by_id = {c.id: c for c in study.CLAIMS}
     assert isinstance(by_id["budhraja.compensation_spread"].margin, study.DispersionMargin)
-    assert by_id["ours.compensation_local"].gates == (study.BEYOND_LAYER,)
+    assert by_id["ours.compensation_local"].gates == (study.BEYOND_LAYER, study.CONVERGED)
+    # every claim is about models masked, then fine-tuned: each is gated on their convergence
+    for c in study.CLAIMS:
+        assert study.CONVERGED in c.gates and "reached the plateau of its held-out score" in c.precondition, c.id
     assert "varies beyond its layer" in by_id["ours.compensation_local"].precondition
 
 
@@ -292,12 +327,12 @@ def test_a_table_lacking_a_run_gives_absent_measurements(cfg):
         ("A", "middle 50%, weight change, pruned heads in the same layer"),
         ("B", "middle 50%, weight change, pruned heads in the same layer")}
     assert all(m.n_units == 0 and "raw rho is undefined" in m.missing for m in absent)
-    v = study.verdicts(t, cfg)
+    v = judge(t, cfg)
     same = rows_of(v, "ours.compensation_local", setting_has="same layer")
     assert sorted(same["task"]) == ["A", "B"]  # no pooled row of two absent measurements
     assert (same["verdict"] == "not testable").all() and (same["tests"] == "[]").all()
     assert (same["n_units"] == 0).all() and same["test"].str.startswith("superiority (greater)").all()
-    only_zero = study.verdicts(runs(ablation="zero"), cfg)
+    only_zero = judge(runs(ablation="zero"), cfg)
     r = verdict(only_zero[only_zero["analysis"] == "primary"], "budhraja.compensation_spread", "all")
     assert r["reason"] == "no pruned run measured under the uniform semantics in this run"
     assert r["test"].startswith("equivalence (TOST)") and r["n_units"] == 0 and r["tests"] == "[]"
@@ -308,8 +343,149 @@ def test_the_analysis_decides_the_claims_it_is_given(cfg):
     """The analysis takes the claims as data: a claim set without the locality claim gives no locality row, a claim
     whose measure it does not know is refused."""
     two = tuple(c for c in study.CLAIMS if c.id != "ours.compensation_local")
-    v = study.claim_verdicts(runs(), cfg, two)
+    t = runs()
+    v = study.claim_verdicts(t, cells_of(t), cfg, two)
     assert set(v["claim_id"]) == {c.id for c in two}
     odd = dataclasses.replace(study.CLAIMS[0], measure="no_such_measure")
     with pytest.raises(ValueError, match="no_such_measure"):
-        study.claim_verdicts(runs(), cfg, (odd,))
+        study.claim_verdicts(t, cells_of(t), cfg, (odd,))
+
+
+# ------------------------------------------------------------------------------------------- the convergence gate
+
+def both_strategies(**kw) -> pd.DataFrame:
+    """Random and middle runs under uniform and zero (the locality of middle runs left layer-confounded)."""
+    return pd.concat([runs(strategy=s, ablation=a, rho_lc=None if s == "middle" else (0.5, 0.5), **kw)
+                      for a in ("uniform", "zero") for s in ("random", "middle")], ignore_index=True)
+
+
+def gated(v: pd.DataFrame) -> pd.Series:
+    """Rows not testable because a model behind them did not reach the plateau."""
+    return v["reason"].str.contains("not trained to the plateau", regex=False)
+
+
+def test_converged_models_pass_the_gate(cfg):
+    """Every fine-tuning behind every row reached the plateau: no row is held back by the gate, and the rows are decided
+    as without it (the same verdicts on the same runs)."""
+    t = both_strategies()
+    v = judge(t, cfg)
+    claims.validate(v)
+    assert not gated(v).any() and not v["reason"].str.contains("held-out curve", regex=False).any()
+    u = v[v["semantics"] == "uniform"]
+    assert verdict(u, "budhraja.compensation_spread", "all (A, B)", "random")["verdict"] == "supported"
+    assert verdict(u, "ours.compensation_local", "all (A, B)", "random 50%, weight change, pruned heads in adj"
+                   )["verdict"] == "supported"
+
+
+def test_a_stalled_masked_model_blocks_only_its_rows(cfg):
+    """The uniform random-50% model of task A, seed 2, stopped at its epoch cap still improving: every row of task A
+    measured on the random uniform runs is not testable, naming it; A's middle rows, A's zero rows (other models)
+    and task B are decided as before; the random pooled rows lose task A."""
+    t = both_strategies()
+    base = judge(t, cfg)
+    v = judge(t, cfg, curves={("A", "uniform", "random", 2): STALLED})
+    claims.validate(v)
+    hit = (v["task"] == "A") & v["setting"].str.startswith("random") & (v["semantics"] == "uniform")
+    assert hit.sum() == 4  # spread, mean shift, locality (same layer, adjacent layers): one measure
+    assert (v.loc[hit, "verdict"] == "not testable").all()
+    assert v.loc[hit, "reason"].str.contains(
+        "not trained to the plateau: 1 of 8 fine-tuned models on A were still improving when training stopped "
+        "(fewer than 2 epochs after their best): random 50% mask (seed 2) of 2 (best epoch 3 of 3)", regex=False).all()
+    assert gated(v).sum() == hit.sum()
+    cols = ["claim_id", "task", "setting", "semantics", "effect", "verdict"]  # Holm: fewer tests, other adjusted p
+    same = ~hit & ~v["task"].str.startswith("all")
+    pd.testing.assert_frame_equal(v.loc[same, cols], base.loc[same, cols])
+    zero = v["semantics"] == "zero"  # its own Holm family: untouched, p for p
+    pd.testing.assert_frame_equal(v[zero], base[zero])
+    pooled = v[v["task"].str.startswith("all") & v["setting"].str.startswith("random") & (v["semantics"] == "uniform")]
+    assert (pooled["verdict"] == "not testable").all()
+    assert pooled["reason"].str.startswith("fewer than 2 tasks testable for pooling (testable: B)").all()
+
+
+def test_a_stalled_full_model_blocks_every_row_it_stands_behind(cfg):
+    """The full model of task A, seed 1 (the unpruned reference of seed 1 and the run seed 0 is compared with, under
+    every semantics: one model) stalled: every row of task A, both strategies and semantics, is not testable naming
+    it; task B is decided as before."""
+    t = both_strategies()
+    base = judge(t, cfg)
+    v = judge(t, cfg, curves={("A", 1): STALLED})
+    claims.validate(v)
+    a = (v["task"] == "A") & (v["n_units"] > 0)
+    assert a.sum() > 10 and (v.loc[a, "verdict"] == "not testable").all()
+    assert v.loc[a, "reason"].str.contains("full model (seed 1) of 1 (best epoch 3 of 3)", regex=False).all()
+    assert gated(v).sum() == a.sum()
+    b = v["task"] == "B"
+    pd.testing.assert_frame_equal(v.loc[b, ["claim_id", "setting", "semantics", "verdict"]],
+                                  base.loc[b, ["claim_id", "setting", "semantics", "verdict"]])
+
+
+def test_the_next_seeds_full_model_stands_behind_a_run_whose_seed_lacks_a_value(cfg):
+    """Seed 1 has no excess dispersion on task A (not a unit of the spread row), yet seed 0's value compares seed 0's
+    pruned run with seed 1's unpruned run: a stalled seed-1 full model still blocks that row, named under unit 0."""
+    t = runs(seeds=(0, 1, 2, 3))
+    t.loc[(t["task"] == "A") & (t["seed"] == 1), "excess_dispersion"] = np.nan
+    v = judge(t, cfg, curves={("A", 1): STALLED})
+    r = verdict(v, "budhraja.compensation_spread", "A")
+    assert r["n_units"] == 3 and r["verdict"] == "not testable"
+    assert "1 of 7 fine-tuned models on A" in r["reason"]
+    assert "full model (seed 1) of 0 (best epoch 3 of 3)" in r["reason"]
+
+
+def test_the_models_behind_each_measurement():
+    """Exactly the fine-tunings a value is computed from: the run's masked model, the unpruned run of its seed (the
+    noise baseline; not for locality) and of the next seed; a layer-controlled locality rho also reads every run of
+    its task and setting (the layer-only model). Each model once, under its own seed where that is a unit."""
+    t = runs(seeds=(0, 1, 2, 3), tasks=("A",))
+    cells = cells_of(t)
+    spread = claims.Measurement("A", [0.0, 0.0], [0, 2], "random 50%, weight change", "uniform")
+    raw = claims.Measurement("A", [0.0, 0.0], [0, 2], "random 50%, weight change, pruned heads in adjacent layers",
+                             "uniform", effect="Spearman rho (raw, layer-confounded)")
+    lc = claims.Measurement("A", [0.0], [0], "random 50%, weight change, pruned heads in the same layer", "uniform",
+                            effect="Spearman rho beyond a layer-only model")
+    absent = claims.Measurement.absent("A", "nothing", setting="middle 50%, weight change", semantics="uniform")
+
+    def behind(m):
+        ev = study.convergence_evidence(cells, t, [m], "uniform")
+        assert (ev["setting"] == m.setting).all() and ev["reached"].all()
+        return sorted(zip(ev["model"], ev["unit"]))
+
+    assert behind(spread) == [("full model (seed 0)", 0), ("full model (seed 1)", 0), ("full model (seed 2)", 2),
+                              ("full model (seed 3)", 2), ("random 50% mask (seed 0)", 0),
+                              ("random 50% mask (seed 2)", 2)]
+    assert behind(raw) == [("full model (seed 1)", 0), ("full model (seed 3)", 2), ("random 50% mask (seed 0)", 0),
+                           ("random 50% mask (seed 2)", 2)]
+    assert behind(lc) == [(f"full model (seed {s})", 0) for s in range(4)] + [
+        (f"random 50% mask (seed {s})", 0) for s in range(4)]
+    assert study.convergence_evidence(cells, t, [absent], "uniform").empty
+    # the full model is one model under every semantics: a zero measurement reads the same curve
+    zero = runs(seeds=(0, 1), tasks=("A",), ablation="zero")
+    zc = cells_of(zero, curves={("A", 0): STALLED})
+    ev = study.convergence_evidence(zc, zero, [claims.Measurement("A", [0.0], [0], "random 50%, weight change",
+                                                                   "zero")], "zero")
+    assert dict(zip(ev["model"], ev["reached"])) == {"full model (seed 0)": False, "full model (seed 1)": True,
+                                                     "random 50% mask (seed 0)": True}
+
+
+def test_no_held_out_curve_is_not_testable_saying_so(cfg):
+    """No validation split (the quick profile): the cells store no held-out curve, so whether the models reached the
+    plateau cannot be judged, and every measured row is not testable for that reason."""
+    v = judge(both_strategies(), cfg, default=NO_SPLIT)
+    claims.validate(v)
+    measured = v[(v["n_units"] > 0) & ~v["task"].str.startswith("all")]
+    assert len(measured) and (measured["verdict"] == "not testable").all()
+    assert measured["reason"].str.contains("of 8 fine-tuned models on", regex=False).all()
+    assert measured["reason"].str.contains("have no held-out curve (no validation split): whether they were trained "
+                                           "to the plateau cannot be judged", regex=False).all()
+    assert (v["verdict"] == "not testable").all() and "nan" not in claims.render(v).lower()
+
+
+def test_the_cells_behind_a_row_must_be_given(cfg):
+    """A row computed from a fine-tuning the cells' table lacks, or cells without their curves, is an error naming
+    it (before any verdict), not a row judged on fewer models."""
+    t = runs()
+    cells = cells_of(t)
+    lacking = cells[~((cells["task"] == "A") & (cells["strategy"] == "random") & (cells["seed"] == 3))]
+    with pytest.raises(ValueError, match=r"random 50% mask \(seed 3\) of A \(uniform\)"):
+        study.verdicts(t, lacking, cfg)
+    with pytest.raises(ValueError, match="history"):
+        study.verdicts(t, cells.drop(columns=["history"]), cfg)

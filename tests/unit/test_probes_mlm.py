@@ -77,6 +77,8 @@ def test_continued_mlm_training_is_seeded_and_dropout_matters(tiny_model_dir, ti
     text = probes.glue_text(tok, ["SST-2"], "train", 48, seed=0, data_dir=str(tiny_glue_root), allow_hub=False)
     base, head = mlm.prepare_mlm(str(tiny_model_dir), text, tok, seed=0, head_steps=3, batch_size=8)
     assert np.isfinite(head["head_loss_last"])
+    _, none = mlm.prepare_mlm(str(tiny_model_dir), text, tok, seed=0, head_steps=0, batch_size=8)
+    assert none == {}  # no head trained: no loss to report (a NaN there made the result check drop the cell)
     enc_before = copy.deepcopy(base.base_model.state_dict())
     # the head phase leaves the encoder untouched
     fresh = mlm.load_mlm(str(tiny_model_dir), torch.device("cpu"), seed=0)

@@ -53,10 +53,14 @@ def test_cells_measure_every_kept_head_and_only_those(tiny_model_dir, tiny_glue_
     assert set(pool["ablation"]) == {"uniform", "zero"} and len(pool) == 2 * 2 * 3
     grid = study.heatmap_data(heads)
     assert set(grid["ablation"]) == {"uniform", "zero"}
-    v = study.verdicts(tests, cfg)
+    v = study.verdicts(tests, table, cfg)
     assert tuple(v.columns) == claims.COLUMNS and set(v["claim_id"]) == {c.id for c in study.STUDY.claims}
     assert set(v["semantics"]) == {"uniform", "zero"}
     assert (v["analysis"] == np.where(v["semantics"] == "uniform", "primary", "sensitivity")).all()
+    # no validation split: the cells store no held-out curve, so no row can show its models reached the plateau
+    measured = v[(v["n_units"] > 0) & ~v["task"].str.startswith("all")]
+    assert len(measured) and measured["reason"].str.contains("have no held-out curve (no validation split)",
+                                                             regex=False).all()
     assert "nan" not in claims.render(v).lower()
 
 
@@ -75,7 +79,7 @@ def test_mean_ablation_runs_every_cell(tiny_model_dir, tiny_glue_root, tmp_path)
     for seed in (0, 1):
         assert ref.loc[("mean", seed), "weight_change"] == ref.loc[("zero", seed), "weight_change"]  # one model
         assert ref.loc[("mean", seed), "importance"] != ref.loc[("zero", seed), "importance"]  # gates mean another thing
-    v = study.verdicts(study.spread_tests(study.per_head(table), n_boot=100), cfg)
+    v = study.verdicts(study.spread_tests(study.per_head(table), n_boot=100), table, cfg)
     primary = v[v["analysis"] == "primary"]
     assert set(primary["semantics"]) == {"uniform"} and (primary["verdict"] == "not testable").all()
     assert primary["reason"].str.contains("no pruned run measured under the uniform semantics").all()
