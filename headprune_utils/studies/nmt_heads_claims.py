@@ -24,7 +24,7 @@ from headprune_utils.analysis.claims import Claim, Gate
 from headprune_utils.studies.role_survival import setting_role_found
 from headprune_utils.measure.specialized import RARE_SHARE
 
-__all__ = ["CLAIMS", "CLAIM", "PLATEAU", "RETRAINED_CONVERGED", "RetrainedConverged", "UNIT", "RARE_NOTE"]
+__all__ = ["CLAIMS", "CLAIM", "ENOUGH_MODELS", "MIN_MODELS", "PLATEAU", "RETRAINED_CONVERGED", "RetrainedConverged", "UNIT", "RARE_NOTE"]
 
 BUDHRAJA, VOITA = "Budhraja et al. 2020", "Voita et al. 2019"
 UNIT = "model (model seed)"
@@ -101,6 +101,20 @@ TRAINED = "trained from scratch (translation)"
 SMALL = ("the scale column gives the model and corpus (quick and standard: a small Transformer on Multi30k, not "
          "Transformer-base on WMT); BLEU of greedy translations of the test subset")
 MODELS = "independently trained models (model seeds) are the units: mask seeds of one model are not replicates"
+# Declared with the decision to train 5 translation models (before their data): a t-interval over 2 models rests on
+# one degree of freedom, so its width says nothing about model-to-model spread; no word is decided on fewer.
+MIN_MODELS = 5
+
+
+def _enough_models(m: claims.Measurement, evidence: Mapping) -> str | None:
+    if m.n_units == 0 or m.n_units >= MIN_MODELS:
+        return None  # nothing measured: the row's own reason says why
+    return (f"{m.n_units} independently trained model(s) behind the row; a decision needs at least {MIN_MODELS} "
+            "(with 2, the interval rests on one degree of freedom)")
+
+
+ENOUGH_MODELS = preconditions.Check(f"at least {MIN_MODELS} independently trained models (model seeds) behind the row",
+                                    _enough_models)
 RARE_NOTE = (
     f"rare-word head: its maximum attention falls on the sentence's least frequent token in more than half of the "
     f"queries (rare_share > {RARE_SHARE:g}), fixed from the paper's definition before the data: Voita et al. report "
@@ -123,7 +137,7 @@ CLAIMS: tuple[Claim, ...] = (
                  "retrained with the mask fixed to its dev-loss plateau, mean over mask seeds) - BLEU(full)",
           regime=f"{TRAINED}, random heads removed, then retrained with the mask fixed until the dev loss stops "
                  "improving (the paper's regime: the primary rows); without retraining (random heads zeroed): the "
-                 "sensitivity rows", gates=(PLATEAU, RETRAINED_CONVERGED), figure="bleu_vs_fraction",
+                 "sensitivity rows", gates=(PLATEAU, ENOUGH_MODELS, RETRAINED_CONVERGED), figure="bleu_vs_fraction",
           measure="random_pruned - full", unit=UNIT,
           note=f"the paper fine-tunes pruned models 25 epochs; here each to its dev-loss plateau (retrain_patience "
                f"evaluations without improvement), rows 'not testable' where a model behind them stopped at the cap "
@@ -134,7 +148,7 @@ CLAIMS: tuple[Claim, ...] = (
           claims.Superiority("greater", margin=margins.TASK_SCORE),
           metric="per model: recovery = BLEU drop without retraining - drop after retraining (against the unpruned "
                  "model continued the same way: retrain_steps, or to its own dev-loss plateau), mean over mask seeds",
-          regime=f"{TRAINED}, pruned, then trained further with the mask fixed", gates=(PLATEAU,),
+          regime=f"{TRAINED}, pruned, then trained further with the mask fixed", gates=(PLATEAU, ENOUGH_MODELS),
           figure="bleu_vs_fraction", measure="retraining_recovery", unit=UNIT,
           note=f"our own claim; retrain_steps steps (fixed regime) or to the dev-loss plateau (retrain_patience), not "
                f"the paper's 25 epochs; {SMALL}; {MODELS}"),
@@ -146,7 +160,7 @@ CLAIMS: tuple[Claim, ...] = (
                  "the mask fixed to its dev-loss plateau, paired by type, budget and mask seed, mean within the model",
           regime=f"{TRAINED}, heads removed by location, then retrained with the mask fixed until the dev loss stops "
                  "improving (the paper's regime: the primary rows); without retraining (heads zeroed): the "
-                 "sensitivity rows", gates=(PLATEAU, RETRAINED_CONVERGED),
+                 "sensitivity rows", gates=(PLATEAU, ENOUGH_MODELS, RETRAINED_CONVERGED),
           figure="strategy_contrasts", measure="strategy - random", unit=UNIT,
           note=f"the paper fine-tunes after pruning (25 epochs); here each pruned model to its dev-loss plateau, rows "
                f"'not testable' where a model behind them stopped at the cap still improving or has no dev-loss "
@@ -156,7 +170,7 @@ CLAIMS: tuple[Claim, ...] = (
           claims.Superiority("greater", margin=margins.TASK_SCORE),
           metric="per model and ordered pair of types (setting): BLEU with a share of type a pruned - with the same "
                  "share of type b pruned, paired by fraction and mask seed, mean within the model",
-          regime=f"{TRAINED}, then random heads zeroed (no retraining)", gates=(PLATEAU,), figure="bleu_vs_fraction",
+          regime=f"{TRAINED}, then random heads zeroed (no retraining)", gates=(PLATEAU, ENOUGH_MODELS), figure="bleu_vs_fraction",
           measure="type a - type b (random)", unit=UNIT,
           note=f"the paper reads it off L0 pruning (next claim); random pruning of each type is our test of it; "
                f"{SMALL}; {MODELS}"),
@@ -166,7 +180,7 @@ CLAIMS: tuple[Claim, ...] = (
           claims.Superiority("greater", margin=margins.SHARE_OF_HEADS),
           metric="per model and ordered pair of types (setting): share of type b's heads kept - share of type a's, "
                  "mean over the lambdas that prune some heads and keep some (gates on all three types)",
-          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU,), figure="l0_heads_kept",
+          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU, ENOUGH_MODELS), figure="l0_heads_kept",
           measure="kept b - kept a (L0)", unit=UNIT,
           note=f"the gates train on a frozen model for l0_steps steps; {SMALL}; {MODELS}"),
     Claim("voita.enc_most_prunable", f"{VOITA} (Sec. 6.2)",
@@ -174,7 +188,7 @@ CLAIMS: tuple[Claim, ...] = (
           claims.NonInferiority(margins.TASK_SCORE),
           metric="per model: BLEU(encoder L0 mask keeping the most heads among those keeping at most half) - "
                  "BLEU(full)",
-          regime=f"{TRAINED}, then L0-gated on the encoder (the model frozen)", gates=(PLATEAU,),
+          regime=f"{TRAINED}, then L0-gated on the encoder (the model frozen)", gates=(PLATEAU, ENOUGH_MODELS),
           figure="l0_heads_kept", measure="enc L0 at most half - full", unit=UNIT,
           note=f"at most half of this encoder's heads kept, not 10 of 48; {SMALL}; {MODELS}"),
     Claim("voita.l0_beats_random", f"{VOITA} (Sec. 6)",
@@ -182,7 +196,7 @@ CLAIMS: tuple[Claim, ...] = (
           claims.Superiority("greater", margin=margins.TASK_SCORE),
           metric="per model and L0 setting: BLEU(L0 masks) - BLEU(random masks with the same heads per type), mean "
                  "over the lambdas that prune something and keep something",
-          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU,), figure="l0_bleu",
+          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU, ENOUGH_MODELS), figure="l0_bleu",
           measure="L0 - random", unit=UNIT,
           note=f"the paper compares with the same architectures trained from scratch; random masks at the same "
                f"counts are our test of 'heads that matter'; {SMALL}; {MODELS}"),
@@ -192,7 +206,7 @@ CLAIMS: tuple[Claim, ...] = (
           metric="positional encoder heads per model (max attention on the previous, or on the next, token for >= "
                  "positional_threshold of the queries, dev source sentences); presence: the share of models with "
                  "one, exact binomial against 1/2",
-          regime=TRAINED, gates=(PLATEAU,), figure="role_map", measure="encoder_heads:positional", unit=UNIT,
+          regime=TRAINED, gates=(PLATEAU, ENOUGH_MODELS), figure="role_map", measure="encoder_heads:positional", unit=UNIT,
           note=f"the paper also finds these heads among the confident ones, our criterion asks no confidence; "
                f"{MODELS}"),
     Claim("voita.syntactic_heads", f"{VOITA} (Sec. 5)",
@@ -200,7 +214,7 @@ CLAIMS: tuple[Claim, ...] = (
           claims.Presence(),
           metric="syntactic encoder heads per model on UD English-EWT (nsubj, obj, amod, advmod, both directions); "
                  "presence: the share of models with one, exact binomial against 1/2",
-          regime=TRAINED, gates=(PLATEAU,), figure="role_map", measure="encoder_heads:syntactic", unit=UNIT,
+          regime=TRAINED, gates=(PLATEAU, ENOUGH_MODELS), figure="role_map", measure="encoder_heads:syntactic", unit=UNIT,
           note="needs an English source (UD English-EWT, out of domain for Multi30k captions), not the paper's "
                f"parses of its own data; {MODELS}"),
     Claim("voita.rare_word_head", f"{VOITA} (Sec. 5)",
@@ -209,21 +223,21 @@ CLAIMS: tuple[Claim, ...] = (
           metric="rare-word encoder heads IN THE FIRST LAYER per model (its maximum attention on the sentence's least "
                  "frequent token in more than half of the queries); presence: the share of models with one, exact "
                  "binomial against 1/2",
-          regime=TRAINED, gates=(PLATEAU,), figure="role_map", measure="encoder_heads:rare-word", unit=UNIT,
+          regime=TRAINED, gates=(PLATEAU, ENOUGH_MODELS), figure="role_map", measure="encoder_heads:rare-word", unit=UNIT,
           note=f"{RARE_NOTE}; {MODELS}"),
     Claim("voita.important_are_confident", f"{VOITA} (Sec. 4)",
           "The most important encoder heads are the most confident.",
           claims.Superiority("greater", margin=margins.CORRELATION),
           metric="per model: Spearman(ablation importance = dev NLL increase when the head alone is zeroed, "
                  "confidence) over its encoder heads",
-          regime=TRAINED, gates=(PLATEAU,), figure="encoder_scores", measure="importance_confidence_spearman",
+          regime=TRAINED, gates=(PLATEAU, ENOUGH_MODELS), figure="encoder_scores", measure="importance_confidence_spearman",
           unit=UNIT, note=f"importance here is the NLL increase when the head alone is zeroed, not LRP; {MODELS}"),
     Claim("voita.specialized_last_pruned", f"{VOITA} (Sec. 6.2)",
           "Specialized heads are the last to be pruned.",
           claims.Superiority("greater", margin=margins.AUC),
           metric="per model and L0 setting: AUC of the survival level, specialized vs the other encoder heads of the "
                  "same layer, mean over the layers with both, minus 0.5",
-          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU, preconditions.RoleFound("specialized")),
+          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU, ENOUGH_MODELS, preconditions.RoleFound("specialized")),
           figure="survival_by_role", measure="specialized_survival_auc", unit=UNIT,
           note=f"within layers (survival depends on the layer); {RARE_NOTE}; {MODELS}"),
     Claim("voita.functions_at_17_of_48", f"{VOITA} (Sec. 6.2)",
@@ -231,7 +245,7 @@ CLAIMS: tuple[Claim, ...] = (
           claims.Superiority("greater", margin=margins.SHARE_OF_HEADS),
           metric="per model, L0 setting and role (setting): 1 if the mask nearest 17/48 of the encoder heads keeps "
                  "one of the role's heads, minus the chance that a random mask of that size would",
-          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU, ROLE_FOUND), figure="survival_map",
+          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU, ENOUGH_MODELS, ROLE_FOUND), figure="survival_map",
           measure="roles_kept_at_17_of_48", unit=UNIT,
           note=f"17/48 of this encoder's heads, not 17 heads; presence beyond chance, since a mask of that size keeps "
                f"a role's head by chance alone; {MODELS}"),
