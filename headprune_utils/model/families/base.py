@@ -182,13 +182,89 @@ class Family:
         one grid)."""
         return model
 
+    def kv_of_query(self, cfg, kind: str | None) -> list[int]:
+        """The ORIGINAL key/value head each original query head reads (grouped-query attention: ``h // group``;
+        the identity elsewhere)."""
+        n_heads = self.head_shape(cfg, kind)[1]
+        group = n_heads // self.kv_heads(cfg, kind)
+        return [h // group for h in range(n_heads)]
+
+    def site_kv_index(self, site: AttentionSite, n_present: int) -> torch.Tensor:
+        """``[n_present]`` long: for each present query head of ``site`` (in ``kept_heads`` order), the index of the
+        key/value head it reads among the site's present key/value heads (rows of ``site.key`` / ``site.value``
+        in ``head_dim`` blocks)."""
+        return torch.arange(n_present)
+
+    def split_values(self, site: AttentionSite, output: torch.Tensor) -> torch.Tensor:
+        """The value vectors ``[batch, seq, n_kv_present, head_dim]`` from what ``site.value`` output."""
+        b, s, _ = output.shape
+        return output.view(b, s, -1, site.head_dim)
+
+    def queries_keys(self, site: AttentionSite, query_out: torch.Tensor, key_out: torch.Tensor,
+                     call_kwargs: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The queries ``[batch, n_present, seq, head_dim]`` and the keys ``[batch, n_kv_present, seq, head_dim]``
+        whose scaled dot products the softmax takes (positions applied, e.g. rotary), from what ``site.query`` and
+        ``site.key`` output during a forward; ``call_kwargs``: the keyword arguments the attention module was
+        called with (for what the module gets from outside, e.g. rotary angles)."""
+        b, s, _ = query_out.shape
+        d = site.head_dim
+        return (query_out.view(b, s, -1, d).transpose(1, 2), key_out.view(b, s, -1, d).transpose(1, 2))
+
+    def score_scale(self, site: AttentionSite) -> float:
+        """The factor of ``q . k`` in the attention scores."""
+        return site.head_dim ** -0.5
+
+    def is_causal(self, kind: str | None) -> bool:
+        return kind in self.causal_kinds
+
+    def visible_keys(self, model: nn.Module, site: AttentionSite, key_mask: torch.Tensor | None, batch: int,
+                     n_queries: int, n_keys: int, device=None) -> torch.Tensor:
+        """``[batch, n_queries, n_keys]`` bool: the keys each query may see in a full-sequence forward (queries and
+        keys at the same positions): not padding (``key_mask`` ``[batch, n_keys]``, 1 = real; None = all real),
+        and, where the family says so, causal (key <= query) and within a sliding window."""
+        device = key_mask.device if key_mask is not None and device is None else device
+        allowed = torch.ones(n_queries, n_keys, dtype=torch.bool, device=device)
+        if self.is_causal(site.kind):
+            i = torch.arange(n_queries, device=device)[:, None]
+            j = torch.arange(n_keys, device=device)[None, :]
+            allowed = allowed & (j <= i)
+            window = self.window(model, site)
+            if window is not None:
+                allowed = allowed & (i - j <= window)
+        allowed = allowed[None].expand(batch, n_queries, n_keys)
+        if key_mask is not None:
+            allowed = allowed & key_mask.to(device).bool()[:, None, :]
+        return allowed
+
+    def window(self, model: nn.Module, site: AttentionSite) -> int | None:
+        """The largest distance ``query - key`` a query of ``site`` may look back (None: no sliding window)."""
+        return None
+
     # ---------------------------------------------------------------- pruning
+    def prune_layer(self, site: AttentionSite, keep_pos: list[int]) -> None:
+        """Keep only the present heads at positions ``keep_pos`` (into ``kept_heads`` of the layer, fewer than
+        present; may be empty: the layer then becomes an :class:`EmptyAttention`). The default slices the
+        head-dim columns of the out projection (:meth:`slice_out_proj`) and the query/key/value rows
+        (:meth:`prune_site`)."""
+        d = site.head_dim
+        index = torch.tensor([i * d + j for i in keep_pos for j in range(d)], dtype=torch.long)
+        new_out = self.slice_out_proj(site, index)
+        if not keep_pos:
+            self.empty_site(site, new_out, self.cache_layer_idx(site))
+            return
+        self.prune_site(site, index, len(keep_pos))
+        self.set_out_proj(site, new_out)
+
+    def slice_out_proj(self, site: AttentionSite, index: torch.Tensor) -> nn.Module:
+        """A new out projection keeping input dims ``index`` (nn.Linear: columns of the weight)."""
+        return slice_linear(site.out_proj, index, dim=1)
+
     def prune_site(self, site: AttentionSite, index: torch.Tensor, n_keep: int) -> None:
         """Keep the head-dim columns ``index`` of ``site`` (``n_keep`` heads, at least one): slice the query,
         key and value rows and the output projection's columns, and set the module's head counts."""
         raise NotImplementedError
 
-    def empty_site(self, site: AttentionSite, new_out: nn.Linear, cache_layer_idx: int | None) -> None:
+    def empty_site(self, site: AttentionSite, new_out: nn.Module, cache_layer_idx: int | None) -> None:
         """Replace ``site``'s attention module by an :class:`EmptyAttention` (every head gone); ``new_out`` is the
         output projection with no input column."""
         empty = EmptyAttention(new_out if site.out_proj_inside else None, cache_layer_idx=cache_layer_idx)
