@@ -291,3 +291,18 @@ def test_head_importance_and_l0_gates_run_on_a_causal_lm():
     assert len(result.history) == 4 and all(torch.isfinite(torch.tensor(r["loss"])) for r in result.history)
     assert not torch.equal(gates.log_alpha.detach(), HardConcreteGates(2, 4).log_alpha)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # the model stays frozen
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+def test_a_cached_forward_after_an_empty_first_layer_counts_the_positions(name):
+    """A forward continuing a KV cache without ``position_ids`` takes the positions seen from the cache of layer 0:
+    an empty layer 0 must still count them (else the new token gets position 0 and another output)."""
+    fx = FIXTURES[name]
+    g = fx.grids[None]
+    pruned = prune_heads(_fresh(name), _mask({0: [], 1: [0, 3]}, (g.n_layers, g.n_heads)))
+    ids = fx.inputs(padded=False)["input_ids"]
+    with torch.no_grad():
+        full = pruned(input_ids=ids).logits
+        out = pruned(input_ids=ids[:, :-1], use_cache=True)
+        step = pruned(input_ids=ids[:, -1:], past_key_values=out.past_key_values, use_cache=True).logits
+    assert _diff(step[:, -1], full[:, -1]) <= 1e-9

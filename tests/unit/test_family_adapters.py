@@ -136,3 +136,19 @@ def test_adapters_declare_what_their_heads_are():
     model = tiny_model("bert")
     assert architecture.family_of(model).kv_heads(model.config, None) == 4
     assert torch.equal(architecture.present_mask(model), torch.ones(3, 4))
+
+
+@pytest.mark.parametrize("config_class, family, kv", [("GPT2Config", "gpt2", 4), ("LlamaConfig", "llama", 2),
+                                                      ("MistralConfig", "llama", 2), ("Qwen2Config", "llama", 2)])
+def test_causal_lm_configs_find_their_adapter(config_class, family, kv):
+    import transformers
+
+    sizes = (dict(n_layer=3, n_head=4, n_embd=16) if family == "gpt2" else
+             dict(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, hidden_size=16))
+    cfg = getattr(transformers, config_class)(vocab_size=50, **sizes)
+    adapter = architecture.family_of(cfg)
+    assert adapter.name == family and adapter.causal_kinds == (None,)
+    assert architecture.head_shape(cfg) == (3, 4) and architecture.kv_shape(cfg) == (3, kv)
+    assert architecture.kv_head_of(cfg) == [h * kv // 4 for h in range(4)]
+    assert adapter.projections == ("fused" if family == "gpt2" else "separate")
+    assert adapter.linear == ("Conv1D" if family == "gpt2" else "Linear")
