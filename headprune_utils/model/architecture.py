@@ -37,7 +37,7 @@ from headprune_utils.model.families.base import (  # re-exported: users import t
 __all__ = [
     "SEQ2SEQ_KINDS", "AttentionKind", "AttentionSite", "EmptyAttention", "UnsupportedArchitectureError",
     "attention_kinds", "attention_sites", "base_model", "family_of", "grid_name", "head_shape", "head_shapes",
-    "is_encoder_decoder", "kept_heads", "kv_head_of", "kv_shape", "key_mask_source", "key_padding_mask_from_call", "kind_dict", "kind_value",
+    "is_encoder_decoder", "kept_heads", "kept_kv_heads", "kv_head_of", "kv_shape", "key_mask_source", "key_padding_mask_from_call", "kind_dict", "kind_value",
     "layout_problem", "present_mask", "query_side", "set_kept_heads",
 ]
 
@@ -203,6 +203,13 @@ def kept_heads(model: nn.Module, kind: AttentionKind | None = None):
     if kept is None:
         kept = _all_heads(head_shape(model))
     return [list(k) for k in kept]
+
+
+def kept_kv_heads(model: nn.Module, kind: AttentionKind | None = None) -> list[list[int]]:
+    """Original ids of the key/value heads still present, per layer of grid ``kind``: those some kept query head
+    reads (:func:`kv_head_of`); the physical pruner keeps exactly these."""
+    kv = kv_head_of(model, kind)
+    return [sorted({kv[h] for h in ids}) for ids in kept_heads(model, kind)]
 
 
 def set_kept_heads(model: nn.Module, kept) -> None:

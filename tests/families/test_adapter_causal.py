@@ -306,3 +306,10 @@ def test_a_cached_forward_after_an_empty_first_layer_counts_the_positions(name):
         out = pruned(input_ids=ids[:, :-1], use_cache=True)
         step = pruned(input_ids=ids[:, -1:], past_key_values=out.past_key_values, use_cache=True).logits
     assert _diff(step[:, -1], full[:, -1]) <= 1e-9
+
+
+def test_kept_key_value_heads_follow_pruning():
+    g = FIXTURES["llama_gqa"].grids[None]
+    pruned = prune_heads(_fresh("llama_gqa"), _mask(KEEPS["kv-emptied"], (g.n_layers, g.n_heads)))
+    assert A.kept_kv_heads(pruned) == [[1], [0]]
+    assert [s.key.weight.shape[0] // g.head_dim for s in A.attention_sites(pruned)] == [1, 1]

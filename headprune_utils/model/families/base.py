@@ -109,6 +109,36 @@ def base_model(model: nn.Module) -> nn.Module:
     return base if base is not None else model
 
 
+@dataclass(frozen=True)
+class CostDims:
+    """What a FLOP estimate of one stack's layers needs, per layer: ``n_heads`` query heads and ``n_kv_heads``
+    key/value heads of ``head_dim`` (grouped-query attention: fewer key/value heads, so the key and value
+    projections cost ``n_kv_heads / n_heads`` of the query's), the residual width ``d_model``, and the feed-forward
+    block: ``ffn_matrices`` matrices of ``d_model x d_ffn`` (2 for ``W_out(act(W_in x))``, 3 for a gated MLP such as
+    Llama's ``down(act(gate(x)) * up(x))``)."""
+
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_model: int
+    d_ffn: int
+    ffn_matrices: int = 2
+
+    def attention_macs_per_token(self, kept_heads: int | None = None, kept_kv_heads: int | None = None,
+                                 seq_len: float = 0.0) -> float:
+        """Multiply-adds per token of one layer's attention with ``kept_heads`` query and ``kept_kv_heads``
+        key/value heads (default: all): the q and o projections of the query heads, the k and v projections of
+        the key/value heads, and ``2 * seq_len`` per query head and head dim for the scores and the context."""
+        hq = self.n_heads if kept_heads is None else kept_heads
+        hkv = self.n_kv_heads if kept_kv_heads is None else kept_kv_heads
+        d, hd = self.d_model, self.head_dim
+        return 2 * d * hq * hd + 2 * d * hkv * hd + 2 * seq_len * hq * hd
+
+    def ffn_macs_per_token(self) -> float:
+        return self.ffn_matrices * self.d_model * self.d_ffn
+
+
 @dataclass
 class PostNormLayer:
     """One post-LayerNorm encoder layer by its parts, for code that computes such layers itself (``mask_sweep``,
@@ -283,6 +313,12 @@ class Family:
     def cost_shape(self, cfg) -> tuple[int, int, int, int]:
         """``(n_layers, n_heads, d_model, d_ffn)`` for the FLOP estimate of one stack."""
         raise NotImplementedError
+
+    def cost_dims(self, cfg) -> CostDims:
+        """:class:`CostDims` of one stack (by default from :meth:`cost_shape`: as many key/value heads as query
+        heads, ``head_dim = d_model / n_heads``, a two-matrix feed-forward)."""
+        n_layers, n_heads, d_model, d_ffn = self.cost_shape(cfg)
+        return CostDims(n_layers, n_heads, n_heads, d_model // n_heads, d_model, d_ffn)
 
     # ---------------------------------------------------------------- layer-by-layer computation
     def layout_problem(self, model: nn.Module) -> str | None:

@@ -24,7 +24,9 @@ import importlib
 import torch
 from torch import nn
 
-from headprune_utils.model.families.base import AttentionSite, EmptyAttention, Family, base_model, slice_linear
+from headprune_utils.model.families.base import (
+    AttentionSite, CostDims, EmptyAttention, Family, base_model, slice_linear,
+)
 
 # the attention function and rotary of a family's modelling module (looked up where the module was defined)
 _LLAMA_MODELING = "transformers.models.llama.modeling_llama"
@@ -193,6 +195,10 @@ class LlamaFamily(Family):
 
     def cost_shape(self, cfg):
         return int(cfg.num_hidden_layers), int(cfg.num_attention_heads), int(cfg.hidden_size), int(cfg.intermediate_size)
+
+    def cost_dims(self, cfg):
+        n_layers, n_heads, d_model, d_ffn = self.cost_shape(cfg)
+        return CostDims(n_layers, n_heads, self.kv_heads(cfg, None), _head_dim(cfg), d_model, d_ffn, ffn_matrices=3)
 
 
 FAMILY = LlamaFamily()
