@@ -16,10 +16,10 @@ attention scales ``q . k`` by ``head_dim**-0.5`` and masks padded source keys); 
 ``input_ids``/``attention_mask`` (decoder inputs in the batch are ignored). Decoder self-attention (causal)
 and encoder-decoder attention maps are not implemented.
 
-Causal LMs (GPT-2; Llama, Mistral, Qwen2): the queries and keys are placed as the model places them (rotary
+Causal LMs (GPT-2; Llama, Mistral, Qwen2) and ModernBERT (rotary, local layers): the queries and keys are placed as the model places them (rotary
 positions applied with the angles the attention module was called with), each query head is paired with the
 key/value head it reads (grouped-query attention), the scores are scaled by the module's own scaling, and key ``j``
-is visible from query ``i`` by the family adapter's rule (not padding, ``j <= i``, within a sliding window):
+is visible from query ``i`` by the family adapter's rule (not padding, causal ``j <= i``, within a sliding window):
 invisible keys get probability exactly 0. Maps are of a full-sequence forward (no KV cache).
 """
 from __future__ import annotations
@@ -76,7 +76,7 @@ def capture_queries_keys(model: nn.Module, kind: str | None = None) -> Iterator[
         return hook
 
     _check_map_kind(model, kind)
-    causal = family_of(model).is_causal(kind)
+    causal = not family_of(model).plain_attention(model, kind)
     try:
         handles.append(key_mask_source(model, kind).register_forward_pre_hook(capture_mask, with_kwargs=True))
         for site in attention_sites(model, kind):
@@ -125,7 +125,7 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str |
     key_mask = store.get("key_mask")
     dtype = torch.promote_types(next(model.parameters()).dtype, torch.float32)
     family = family_of(model)
-    causal = family.is_causal(kind)
+    causal = not family.plain_attention(model, kind)  # placed by the adapter (rotary, groups, causal, windows)
     maps = []
     for site in sites:
         layer = site.layer
@@ -151,8 +151,8 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str |
 
 
 def _causal_probs(model, family, site, q, k, call, key_mask, n_present: int, dtype) -> torch.Tensor:
-    """``[batch, n_present, seq, seq]`` probabilities of one causal layer's present heads (see the module
-    docstring)."""
+    """``[batch, n_present, seq, seq]`` probabilities of the present heads of one layer that the adapter places
+    (causal, rotary, grouped or windowed attention; see the module docstring)."""
     b, s = q.shape[:2]
     q4, k4 = family.queries_keys(site, q, k, call)
     q4, k4 = q4.to(dtype), k4.to(dtype)

@@ -202,13 +202,14 @@ def head_gates(
         return hook
 
     def causal_uniform(site, raw_values: torch.Tensor, b: int, s: int, n_present: int, device) -> dict:
-        """Values per query head and the keys each query sees, for "uniform" in causal attention."""
+        """Values per query head and the keys each query sees, for "uniform" in causal (or windowed, or
+        grouped) attention: by the adapter's rule."""
         kind = site.kind
         cached = state.get(("cached", kind), 0)
         key_mask = state.get(("key_mask", kind))
         if cached or (key_mask is not None and key_mask.shape[1] != s):
             raise ValueError(
-                f'ablation="{abl.name}" in causal attention needs a full-sequence forward: the keys a query may see '
+                f'ablation="{abl.name}" in this attention needs a full-sequence forward: the keys a query may see '
                 f"are the whole visible prefix, but this forward (layer {site.layer}) computes {s} new position(s) "
                 f"after {cached or key_mask.shape[1] - s} cached one(s) (generate() or a KV cache). Gate with "
                 '"zero" or "mean" during cached generation, or recompute the full prefix (use_cache=False)')
@@ -219,7 +220,7 @@ def head_gates(
 
     def make_gate_hook(site, ids: list[int]):
         kind, layer, head_dim = site.kind, site.layer, site.head_dim
-        causal = family.is_causal(kind)
+        causal = not family.plain_attention(model, kind)  # the adapter says which keys a query sees
         g_all = grids[kind]
         index = torch.tensor(ids, dtype=torch.long)
         key = (kind, layer)

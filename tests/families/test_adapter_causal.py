@@ -81,7 +81,7 @@ def test_unsupported_architecture_lists_the_causal_families():
                         intermediate_size=20)
     with pytest.raises(A.UnsupportedArchitectureError) as err:
         A.head_shape(cfg)
-    for word in ("gpt2", "llama", "mistral", "qwen2"):
+    for word in ("gpt2", "llama", "mistral", "qwen2", "modernbert"):
         assert word in str(err.value)
 
 
@@ -313,3 +313,32 @@ def test_kept_key_value_heads_follow_pruning():
     pruned = prune_heads(_fresh("llama_gqa"), _mask(KEEPS["kv-emptied"], (g.n_layers, g.n_heads)))
     assert A.kept_kv_heads(pruned) == [[1], [0]]
     assert [s.key.weight.shape[0] // g.head_dim for s in A.attention_sites(pruned)] == [1, 1]
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+def test_head_parameters_follow_the_heads_through_pruning(name):
+    """Each head's own parameters (its query block, the key/value head it reads, its output columns), read by the
+    adapter, are the same before and after pruning other heads (uneven groups: the kv head is found by index)."""
+    g = FIXTURES[name].grids[None]
+    model = _model(name, "eager")
+    family = A.family_of(model)
+    sites = A.attention_sites(model)
+    d = g.head_dim
+    for h in range(g.n_heads):  # the unpruned layout, written out
+        got = family.head_parameters(sites[0], h)
+        if name == "gpt2":
+            w = sites[0].query.weight.detach()
+            want_key = torch.cat([w[:, g.n_heads * d + h * d:g.n_heads * d + (h + 1) * d].t().reshape(-1),
+                                  sites[0].query.bias.detach()[g.n_heads * d + h * d:g.n_heads * d + (h + 1) * d]])
+        else:
+            kv = g.kv_head_of(h)
+            want_key = sites[0].key.weight.detach()[kv * d:(kv + 1) * d].reshape(-1)
+            if sites[0].key.bias is not None:
+                want_key = torch.cat([want_key, sites[0].key.bias.detach()[kv * d:(kv + 1) * d]])
+        assert torch.equal(got["key"], want_key.double())
+    keep = {0: [0, 2, 3], 1: [1]}
+    pruned = prune_heads(_fresh(name), _mask(keep, (g.n_layers, g.n_heads)))
+    for site in A.attention_sites(pruned):
+        for pos, h in enumerate(keep[site.layer]):
+            before, after = family.head_parameters(sites[site.layer], h), family.head_parameters(site, pos)
+            assert all(torch.equal(before[p], after[p]) for p in ("query", "key", "value", "output"))

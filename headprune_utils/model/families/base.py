@@ -104,6 +104,14 @@ def slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
     return new
 
 
+def _rows_of(weight: torch.Tensor, bias: torch.Tensor | None, index: slice, dim: int) -> torch.Tensor:
+    """``weight``'s slice ``index`` along ``dim`` (flattened in ``[index, other]`` order) then ``bias[index]``, flat
+    float64 on the CPU."""
+    w = (weight[index] if dim == 0 else weight[:, index].t()).reshape(-1)
+    b = bias.detach()[index] if bias is not None else w.new_zeros(0)
+    return torch.cat([w, b]).to("cpu", torch.float64)
+
+
 def base_model(model: nn.Module) -> nn.Module:
     base = getattr(model, "base_model", model)
     return base if base is not None else model
@@ -247,6 +255,13 @@ class Family:
     def is_causal(self, kind: str | None) -> bool:
         return kind in self.causal_kinds
 
+    def plain_attention(self, model: nn.Module, kind: str | None) -> bool:
+        """Whether grid ``kind`` attends as BERT does: ``softmax(q . k / sqrt(head_dim))`` of the query and key
+        projections' outputs as they are, every real key visible, one key/value head per query head. Else the
+        attention maps and the ``"uniform"`` ablation ask the adapter (:meth:`queries_keys`, :meth:`score_scale`,
+        :meth:`visible_keys`, :meth:`site_kv_index`, :meth:`split_values`)."""
+        return not self.is_causal(kind)
+
     def visible_keys(self, model: nn.Module, site: AttentionSite, key_mask: torch.Tensor | None, batch: int,
                      n_queries: int, n_keys: int, device=None) -> torch.Tensor:
         """``[batch, n_queries, n_keys]`` bool: the keys each query may see in a full-sequence forward (queries and
@@ -254,21 +269,38 @@ class Family:
         and, where the family says so, causal (key <= query) and within a sliding window."""
         device = key_mask.device if key_mask is not None and device is None else device
         allowed = torch.ones(n_queries, n_keys, dtype=torch.bool, device=device)
-        if self.is_causal(site.kind):
-            i = torch.arange(n_queries, device=device)[:, None]
-            j = torch.arange(n_keys, device=device)[None, :]
+        i = torch.arange(n_queries, device=device)[:, None]
+        j = torch.arange(n_keys, device=device)[None, :]
+        causal = self.is_causal(site.kind)
+        if causal:
             allowed = allowed & (j <= i)
-            window = self.window(model, site)
-            if window is not None:
-                allowed = allowed & (i - j <= window)
+        window = self.window(model, site)
+        if window is not None:  # causal: looking back only; bidirectional: both ways
+            allowed = allowed & ((i - j <= window) if causal else ((i - j).abs() <= window))
         allowed = allowed[None].expand(batch, n_queries, n_keys)
         if key_mask is not None:
             allowed = allowed & key_mask.to(device).bool()[:, None, :]
         return allowed
 
     def window(self, model: nn.Module, site: AttentionSite) -> int | None:
-        """The largest distance ``query - key`` a query of ``site`` may look back (None: no sliding window)."""
+        """The largest distance ``|query - key|`` a query of ``site`` may see (causal: look back; None: no sliding
+        window)."""
         return None
+
+    def head_parameters(self, site: AttentionSite, pos: int) -> dict[str, torch.Tensor]:
+        """The parameters of the present head at position ``pos`` of ``site`` (``kept_heads`` order), flat float64
+        on the CPU, by part: ``"query"``, ``"key"``, ``"value"`` (weight rows then bias of its ``head_dim`` block;
+        grouped-query attention: of the key/value head it reads, shared with its group) and ``"output"`` (its
+        input columns of the out projection)."""
+        d = site.head_dim
+        rows = slice(pos * d, (pos + 1) * d)
+        kv = int(self.site_kv_index(site, site.query.weight.shape[0] // d)[pos])
+        out = {}
+        for part, lin, r in (("query", site.query, rows), ("key", site.key, slice(kv * d, (kv + 1) * d)),
+                             ("value", site.value, slice(kv * d, (kv + 1) * d))):
+            out[part] = _rows_of(lin.weight.detach(), lin.bias, r, 0)
+        out["output"] = site.out_proj.weight.detach()[:, rows].reshape(-1).to("cpu", torch.float64)
+        return out
 
     # ---------------------------------------------------------------- pruning
     def prune_layer(self, site: AttentionSite, keep_pos: list[int]) -> None:

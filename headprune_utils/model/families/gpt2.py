@@ -16,7 +16,7 @@ import warnings
 import torch
 from torch import nn
 
-from headprune_utils.model.families.base import AttentionSite, EmptyAttention, Family, base_model
+from headprune_utils.model.families.base import AttentionSite, EmptyAttention, Family, _rows_of, base_model
 
 
 def _blocks(model: nn.Module):
@@ -79,6 +79,14 @@ class GPT2Family(Family):
     def queries_keys(self, site, query_out, key_out, call_kwargs):
         return super().queries_keys(site, self._third(site, query_out, 0), self._third(site, key_out, 1),
                                     call_kwargs)
+
+    def head_parameters(self, site, pos):
+        d, w = site.head_dim, site.query.weight.detach()  # Conv1D: [hidden, 3 * width], columns q | k | v
+        width = w.shape[1] // 3
+        out = {part: _rows_of(w, site.query.bias, slice(i * width + pos * d, i * width + (pos + 1) * d), 1)
+               for i, part in enumerate(("query", "key", "value"))}
+        out["output"] = site.out_proj.weight.detach()[pos * d:(pos + 1) * d].reshape(-1).to("cpu", torch.float64)
+        return out
 
     def score_scale(self, site):
         return float(site.module.scaling)
