@@ -16,7 +16,9 @@ import warnings
 import torch
 from torch import nn
 
-from headprune_utils.model.families.base import AttentionSite, EmptyAttention, Family, _rows_of, base_model
+from headprune_utils.model.families.base import (
+    AttentionSite, EmptyAttention, Family, UnsupportedArchitectureError, _rows_of, base_model,
+)
 
 
 def _blocks(model: nn.Module):
@@ -56,7 +58,8 @@ class GPT2Family(Family):
     def sites(self, model, kind):
         cfg = model.config
         if getattr(cfg, "add_cross_attention", False):
-            raise NotImplementedError("GPT-2 with cross-attention layers (add_cross_attention) is not supported")
+            raise UnsupportedArchitectureError("GPT-2 with cross-attention layers (config.add_cross_attention) is not "
+                                               "supported: its heads would form a second grid")
         head_dim = cfg.n_embd // cfg.n_head
         sites = []
         for i, block in enumerate(_blocks(model)):
