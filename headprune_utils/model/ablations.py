@@ -34,17 +34,20 @@ class HeadAblation:
     def supports(self, kind: str | None) -> bool:
         return kind is None or self.kinds is None or kind in self.kinds
 
-    def ablated(self, context: torch.Tensor, *, values=None, key_mask=None, means=None, rows=None) -> torch.Tensor:
+    def ablated(self, context: torch.Tensor, *, values=None, key_mask=None, means=None, rows=None,
+                visible=None) -> torch.Tensor:
         """What the heads output at a gate of 0, broadcastable to ``context`` ``[batch, seq, heads, head_dim]``."""
         raise NotImplementedError
 
     def apply(self, context: torch.Tensor, gates: torch.Tensor, *, values: torch.Tensor | None = None,
               key_mask: torch.Tensor | None = None, means: torch.Tensor | None = None,
-              rows: torch.Tensor | None = None) -> torch.Tensor:
+              rows: torch.Tensor | None = None, visible: torch.Tensor | None = None) -> torch.Tensor:
         """``context * g + (1 - g) * ablated`` (see ``gates.ablate_heads`` for the arguments). Differentiable in
         ``gates``."""
         g = gates.view(*([1] * (context.dim() - 2)), -1, 1)  # [1, 1, heads, 1]
-        return context * g + (1 - g) * self.ablated(context, values=values, key_mask=key_mask, means=means, rows=rows)
+        extra = {} if visible is None else {"visible": visible}
+        return context * g + (1 - g) * self.ablated(context, values=values, key_mask=key_mask, means=means, rows=rows,
+                                                    **extra)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -73,13 +76,19 @@ class ZeroAblation(HeadAblation):
 class UniformAblation(HeadAblation):
     """ablated_h = the mean of the head's value vectors over the keys a query may see (the head attends
     uniformly): Budhraja et al.'s BERT code and Kovaleva et al.'s "disabled" heads. For a bidirectional encoder the
-    visible keys are the real (non-padding) tokens of the sentence."""
+    visible keys are the real (non-padding) tokens of the sentence; in causal attention (one-grid causal LMs) they
+    are what ``visible`` ``[batch, seq_q, seq_k]`` says (the family adapter's rule: padding, the causal prefix,
+    sliding windows), so each query gets its own mean (``values`` then one per query head)."""
 
     name = "uniform"
     needs_values = True
     kinds = ("enc",)  # decoder self-attention (causal, cached values) and cross attention are not implemented
 
-    def ablated(self, context, *, values=None, key_mask=None, rows=None, **_):
+    def ablated(self, context, *, values=None, key_mask=None, rows=None, visible=None, **_):
+        if visible is not None:
+            w = visible.to(values.dtype)
+            w = w / w.sum(dim=-1, keepdim=True).clamp_min(1.0)  # [batch, seq_q, seq_k]
+            return torch.einsum("bqk,bkhd->bqhd", w, values)
         if key_mask is None:
             out = values.mean(dim=1, keepdim=True)  # [batch, 1, heads, head_dim]
         else:

@@ -1,7 +1,10 @@
 """Where the attention heads live, asked of the model's family adapter (``families``).
 
 Supported families (one adapter each, ``families/``): BERT-type encoders (BERT, RoBERTa, ELECTRA, XLM-RoBERTa,
-CamemBERT, MiniLM) and DistilBERT (one grid of heads each), Marian and BART (encoder-decoders, three grids).
+CamemBERT, MiniLM) and DistilBERT (one grid of heads each), Marian and BART (encoder-decoders, three grids), and
+the causal LMs GPT-2 and the Llama family (Llama, Mistral, Qwen2; one grid of QUERY heads each; grouped-query
+attention's key/value heads are derived structure: :func:`kv_head_of`, :func:`kv_shape`), and ModernBERT (one grid;
+rotary, local and global layers).
 
 Encoder-decoders have one grid per attention type, named by :data:`SEQ2SEQ_KINDS`: ``"enc"`` (encoder
 self-attention), ``"dec"`` (decoder self-attention, causal) and ``"cross"`` (encoder-decoder attention). For these
@@ -35,7 +38,7 @@ from headprune_utils.model.families.base import (  # re-exported: users import t
 __all__ = [
     "SEQ2SEQ_KINDS", "AttentionKind", "AttentionSite", "EmptyAttention", "UnsupportedArchitectureError",
     "attention_kinds", "attention_sites", "base_model", "family_of", "grid_name", "head_shape", "head_shapes",
-    "is_encoder_decoder", "kept_heads", "key_mask_source", "key_padding_mask_from_call", "kind_dict", "kind_value",
+    "is_encoder_decoder", "kept_heads", "kept_kv_heads", "kv_head_of", "kv_shape", "key_mask_source", "key_padding_mask_from_call", "kind_dict", "kind_value",
     "layout_problem", "present_mask", "query_side", "set_kept_heads",
 ]
 
@@ -160,6 +163,24 @@ def head_shape(config_or_model, kind: AttentionKind | None = None):
     return shapes if kind is None else shapes[kind]
 
 
+def kv_shape(config_or_model, kind: AttentionKind | None = None) -> tuple[int, int]:
+    """``(n_layers, n_kv_heads)`` of grid ``kind`` of the original model: key/value heads per layer (as many as
+    query heads unless the family groups query heads on shared key/value heads, e.g. Llama, Mistral, Qwen2)."""
+    cfg = getattr(config_or_model, "config", config_or_model)
+    _check_kind(config_or_model, kind)
+    family = family_of(config_or_model)
+    return family.head_shape(cfg, kind)[0], family.kv_heads(cfg, kind)
+
+
+def kv_head_of(config_or_model, kind: AttentionKind | None = None) -> list[int]:
+    """For each ORIGINAL query head of grid ``kind``, the original key/value head it reads (grouped-query
+    attention: ``h // (n_heads / n_kv_heads)``; ``h`` itself where heads are not grouped). The same in every
+    layer; physical pruning keeps a key/value head as long as one kept query head reads it."""
+    cfg = getattr(config_or_model, "config", config_or_model)
+    _check_kind(config_or_model, kind)
+    return list(family_of(config_or_model).kv_of_query(cfg, kind))
+
+
 def head_shapes(config_or_model) -> dict:
     """``{kind: (n_layers, n_heads)}`` over :func:`attention_kinds` (``{None: (L, H)}`` for a one-grid encoder)."""
     return {k: head_shape(config_or_model, k) for k in attention_kinds(config_or_model)}
@@ -183,6 +204,13 @@ def kept_heads(model: nn.Module, kind: AttentionKind | None = None):
     if kept is None:
         kept = _all_heads(head_shape(model))
     return [list(k) for k in kept]
+
+
+def kept_kv_heads(model: nn.Module, kind: AttentionKind | None = None) -> list[list[int]]:
+    """Original ids of the key/value heads still present, per layer of grid ``kind``: those some kept query head
+    reads (:func:`kv_head_of`); the physical pruner keeps exactly these."""
+    kv = kv_head_of(model, kind)
+    return [sorted({kv[h] for h in ids}) for ids in kept_heads(model, kind)]
 
 
 def set_kept_heads(model: nn.Module, kept) -> None:

@@ -15,6 +15,12 @@ Encoder-decoders (Marian, BART): ``kind="enc"`` gives the ENCODER self-attention
 attention scales ``q . k`` by ``head_dim**-0.5`` and masks padded source keys); only the encoder runs, on
 ``input_ids``/``attention_mask`` (decoder inputs in the batch are ignored). Decoder self-attention (causal)
 and encoder-decoder attention maps are not implemented.
+
+Causal LMs (GPT-2; Llama, Mistral, Qwen2) and ModernBERT (rotary, local layers): the queries and keys are placed as the model places them (rotary
+positions applied with the angles the attention module was called with), each query head is paired with the
+key/value head it reads (grouped-query attention), the scores are scaled by the module's own scaling, and key ``j``
+is visible from query ``i`` by the family adapter's rule (not padding, causal ``j <= i``, within a sliding window):
+invisible keys get probability exactly 0. Maps are of a full-sequence forward (no KV cache).
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ import torch
 from torch import nn
 
 from headprune_utils.model.architecture import (
-    attention_kinds, attention_sites, grid_forward, head_shape, kept_heads, key_mask_source,
+    attention_kinds, attention_sites, family_of, grid_forward, head_shape, kept_heads, key_mask_source,
     key_padding_mask_from_call,
 )
 
@@ -57,6 +63,12 @@ def capture_queries_keys(model: nn.Module, kind: str | None = None) -> Iterator[
     def capture_mask(module, args, kwargs):
         store["key_mask"] = key_padding_mask_from_call(args, kwargs)
 
+    def make_call(layer: int):
+        def hook(module, args, kwargs):
+            store[("call", layer)] = {k: v for k, v in kwargs.items() if k == "position_embeddings"}
+
+        return hook
+
     def make(name: str, layer: int):
         def hook(module, args, output):
             store[(name, layer)] = output.detach()
@@ -64,11 +76,14 @@ def capture_queries_keys(model: nn.Module, kind: str | None = None) -> Iterator[
         return hook
 
     _check_map_kind(model, kind)
+    causal = not family_of(model).plain_attention(model, kind)
     try:
         handles.append(key_mask_source(model, kind).register_forward_pre_hook(capture_mask, with_kwargs=True))
         for site in attention_sites(model, kind):
             if site.query is None or site.key is None:
                 continue
+            if causal:  # what the attention module gets from outside (rotary angles)
+                handles.append(site.module.register_forward_pre_hook(make_call(site.layer), with_kwargs=True))
             handles.append(site.query.register_forward_hook(make("query", site.layer)))
             handles.append(site.key.register_forward_hook(make("key", site.layer)))
         yield store
@@ -109,13 +124,18 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str |
     b, s = ids.shape[:2]
     key_mask = store.get("key_mask")
     dtype = torch.promote_types(next(model.parameters()).dtype, torch.float32)
+    family = family_of(model)
+    causal = not family.plain_attention(model, kind)  # placed by the adapter (rotary, groups, causal, windows)
     maps = []
     for site in sites:
         layer = site.layer
         q, k = store.get(("query", layer)), store.get(("key", layer))
         device = q.device if q is not None else ids.device
         out = torch.full((b, n_heads, s, s), float("nan"), dtype=dtype, device=device)
-        if q is not None and kept[layer]:
+        if q is not None and kept[layer] and causal:
+            out[:, kept[layer]] = _causal_probs(model, family, site, q, k, store.get(("call", layer)), key_mask,
+                                                len(kept[layer]), dtype)
+        elif q is not None and kept[layer]:
             d = site.head_dim
             q4 = q.to(dtype).view(b, s, -1, d).transpose(1, 2)  # [b, H_present, s, d]
             k4 = k.to(dtype).view(b, s, -1, d).transpose(1, 2)
@@ -128,6 +148,19 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str |
     if len(maps) != n_layers:
         raise RuntimeError(f"expected {n_layers} layers, found {len(maps)}")
     return maps
+
+
+def _causal_probs(model, family, site, q, k, call, key_mask, n_present: int, dtype) -> torch.Tensor:
+    """``[batch, n_present, seq, seq]`` probabilities of the present heads of one layer that the adapter places
+    (causal, rotary, grouped or windowed attention; see the module docstring)."""
+    b, s = q.shape[:2]
+    q4, k4 = family.queries_keys(site, q, k, call)
+    q4, k4 = q4.to(dtype), k4.to(dtype)
+    k4 = k4.index_select(1, family.site_kv_index(site, n_present).to(k4.device))  # one key head per query head
+    scores = torch.matmul(q4, k4.transpose(-1, -2)) * family.score_scale(site)
+    visible = family.visible_keys(model, site, key_mask, b, s, s, device=scores.device)
+    scores = scores.masked_fill(~visible[:, None], torch.finfo(dtype).min)
+    return torch.softmax(scores, dim=-1)
 
 
 def smooth(p: torch.Tensor, eps: float, support: torch.Tensor | None = None) -> torch.Tensor:

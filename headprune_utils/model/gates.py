@@ -35,6 +35,14 @@ KV cache: at every decoding step the hook scales the new positions' contexts. Ab
   gating those types with ``"uniform"`` is an error. Nest two blocks to mix ablations, e.g. ``"uniform"`` on
   ``"enc"`` and ``"zero"`` on ``"dec"``.
 
+Causal LMs (GPT-2; Llama, Mistral, Qwen2) have one grid of QUERY heads, hooked on the output projection as above
+(grouped-query attention: the gates act per query head; heads sharing a key/value head are gated independently).
+``"zero"`` and ``"mean"`` work everywhere, also inside ``generate()``. ``"uniform"`` is uniform over the keys each
+query may SEE, by the family adapter's rule (padding, the causal prefix, Mistral/Qwen2 sliding windows), with each
+query head reading its own key/value head's values; it needs a full-sequence forward (the visible prefix is in the
+KV cache, out of the hooks' reach), so a forward that continues a non-empty KV cache (``generate()`` after its
+first step) raises ValueError instead of computing a wrong answer.
+
 Gates may require grad: the hooks are differentiable in ``g`` (gradient importance, L0 gates).
 Hooks are removed when the ``with`` block ends, also on error.
 
@@ -53,7 +61,7 @@ from torch import nn
 
 from headprune_utils.model.ablations import ABLATIONS, HeadAblation, UniformAblation, as_ablation
 from headprune_utils.model.architecture import (
-    attention_kinds, attention_sites, grid_name, head_shape, head_shapes, kept_heads, key_mask_source,
+    attention_kinds, attention_sites, family_of, grid_name, head_shape, head_shapes, kept_heads, key_mask_source,
     key_padding_mask_from_call, kind_dict, kind_value, query_side,
 )
 
@@ -76,6 +84,7 @@ def ablate_heads(
     key_mask: torch.Tensor | None = None,
     means: torch.Tensor | None = None,
     rows: torch.Tensor | None = None,
+    visible: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """What gated heads output: ``context * g + (1 - g) * ablated`` (``"zero"``: ``context * g``), as the
     ablation object (``ablations``) computes it. Pure.
@@ -90,9 +99,13 @@ def ablate_heads(
     means (``"mean"``): ``[heads, head_dim]`` the heads' mean contexts (from :func:`head_means`).
     rows: ``[batch']`` only when ``context`` is packed, ``[batch', 1, heads, head_dim]`` with one row per token
         (``mask_sweep``): the sentence (index into ``values``' batch) of each row.
+    visible (``"uniform"`` in causal attention): ``[batch, seq_q, seq_k]`` bool, the keys each query may see (the
+        adapter's rule: padding, causal prefix, sliding window); the ablated output of query ``i`` is then the
+        mean of the values of its visible keys (``values`` one per query head), instead of one mean per sentence.
     Returns ``context``'s shape and dtype. Differentiable in ``gates``.
     """
-    return as_ablation(ablation).apply(context, gates, values=values, key_mask=key_mask, means=means, rows=rows)
+    return as_ablation(ablation).apply(context, gates, values=values, key_mask=key_mask, means=means, rows=rows,
+                                       visible=visible)
 
 
 def _as_grid(gates, shape: tuple[int, int], name: str, allow_out_of_range: bool = False) -> torch.Tensor:
@@ -173,10 +186,12 @@ def head_gates(
 
     handles: list[torch.utils.hooks.RemovableHandle] = []
     state: dict = {}  # per-forward captures: key padding mask per kind, value projections per (kind, layer)
+    family = family_of(model)
 
     def make_mask_hook(kind):
         def capture_mask(module, args, kwargs):
             state[("key_mask", kind)] = key_padding_mask_from_call(args, kwargs)
+            state[("cached", kind)] = _cached_positions(kwargs)
 
         return capture_mask
 
@@ -186,7 +201,26 @@ def head_gates(
 
         return hook
 
-    def make_gate_hook(kind, layer: int, head_dim: int, ids: list[int]):
+    def causal_uniform(site, raw_values: torch.Tensor, b: int, s: int, n_present: int, device) -> dict:
+        """Values per query head and the keys each query sees, for "uniform" in causal (or windowed, or
+        grouped) attention: by the adapter's rule."""
+        kind = site.kind
+        cached = state.get(("cached", kind), 0)
+        key_mask = state.get(("key_mask", kind))
+        if cached or (key_mask is not None and key_mask.shape[1] != s):
+            raise ValueError(
+                f'ablation="{abl.name}" in this attention needs a full-sequence forward: the keys a query may see '
+                f"are the whole visible prefix, but this forward (layer {site.layer}) computes {s} new position(s) "
+                f"after {cached or key_mask.shape[1] - s} cached one(s) (generate() or a KV cache). Gate with "
+                '"zero" or "mean" during cached generation, or recompute the full prefix (use_cache=False)')
+        values = family.split_values(site, raw_values)  # [b, s_k, n_kv, d]
+        values = values.index_select(2, family.site_kv_index(site, n_present).to(values.device))
+        visible = family.visible_keys(model, site, key_mask, b, s, values.shape[1], device=device)
+        return {"values": values, "visible": visible}
+
+    def make_gate_hook(site, ids: list[int]):
+        kind, layer, head_dim = site.kind, site.layer, site.head_dim
+        causal = not family.plain_attention(model, kind)  # the adapter says which keys a query sees
         g_all = grids[kind]
         index = torch.tensor(ids, dtype=torch.long)
         key = (kind, layer)
@@ -197,7 +231,9 @@ def head_gates(
             ctx4 = ctx.view(b, s, len(ids), head_dim)
             g = g_all[layer].to(device=ctx.device, dtype=ctx.dtype).index_select(0, index.to(ctx.device))
             needs = {}
-            if abl.needs_values:
+            if abl.needs_values and causal:
+                needs.update(causal_uniform(site, state.pop(("value",) + key), b, s, len(ids), ctx.device))
+            elif abl.needs_values:
                 needs["values"] = state.pop(("value",) + key).view(b, s, len(ids), head_dim)
                 needs["key_mask"] = state.get(("key_mask", kind))
             if abl.needs_means:
@@ -222,13 +258,21 @@ def head_gates(
                     continue
                 if abl.needs_values:
                     handles.append(site.value.register_forward_hook(make_value_hook((kind, site.layer))))
-                hook = make_gate_hook(kind, site.layer, site.head_dim, ids)
+                hook = make_gate_hook(site, ids)
                 handles.append(site.out_proj.register_forward_pre_hook(hook))
         yield gates
     finally:
         for h in handles:
             h.remove()
         state.clear()
+
+
+def _cached_positions(kwargs: dict) -> int:
+    """How many positions the KV cache a base model was called with already holds (0: none, or no cache)."""
+    cache = kwargs.get("cache", kwargs.get("past_key_values"))
+    if cache is None or not hasattr(cache, "get_seq_length"):
+        return 0
+    return int(cache.get_seq_length())
 
 
 @contextmanager

@@ -7,6 +7,12 @@ same heads gated to zero (``head_gates(..., ablation="zero")``; a test checks it
 - A layer may lose ALL its heads: its attention then contributes only the output projection's bias
   (what a zero gate on every head gives); transformers' own old ``prune_heads`` crashed there.
 - Pruning twice works; heads are always named by their ORIGINAL ids (``architecture.kept_heads``).
+- Grouped-query attention (Llama, Mistral, Qwen2): a query head is its rows of the query projection and its
+  columns of the output projection; a key/value head goes when no kept query head reads it. The groups left may be
+  uneven; the adapter's pruned attention gathers each kept query head's key/value head by index (its KV cache holds
+  the kept key/value heads only). :func:`prune_kv_groups` removes whole key/value groups.
+- GPT-2: the fused ``c_attn`` is sliced in its q, k and v column blocks (the adapter slices its own Conv1D out
+  projection).
 - Encoder-decoders (Marian, BART) take the mask as a dict by attention type, like the gates
   (``{"enc": [L_enc, H], "dec": [L_dec, H], "cross": [L_dec, H]}``; a type left out keeps its heads). Their
   attention reshapes by ``head_dim`` (``view(..., -1, head_dim)``), so slicing q/k/v/out_proj is enough; the
@@ -21,11 +27,10 @@ from torch import nn
 
 from headprune_utils.model.architecture import (  # EmptyAttention: re-exported (users import it from here)
     EmptyAttention, attention_kinds, attention_sites, family_of, grid_name, head_shapes, kept_heads, kind_dict,
-    kind_value, set_kept_heads,
+    kind_value, kv_head_of, kv_shape, present_mask, set_kept_heads,
 )
-from headprune_utils.model.families.base import slice_linear
 
-__all__ = ["EmptyAttention", "count_attention_params", "prune_heads"]
+__all__ = ["EmptyAttention", "count_attention_params", "kv_mask_to_head_mask", "prune_heads", "prune_kv_groups"]
 
 
 def _check_mask(mask, shape: tuple[int, int], name: str) -> torch.Tensor:
@@ -77,22 +82,37 @@ def _prune_grid(model: nn.Module, kind, kept_before: list[list[int]], kept_after
         keep_pos = [present.index(h) for h in kept_after[site.layer]]
         if len(keep_pos) == len(present):
             continue
-        d = site.head_dim
-        index = torch.tensor([i * d + j for i in keep_pos for j in range(d)], dtype=torch.long)
-        new_out = slice_linear(site.out_proj, index, dim=1)
-        if not keep_pos:
-            family.empty_site(site, new_out, family.cache_layer_idx(site))
-            continue
-        family.prune_site(site, index, len(keep_pos))
-        family.set_out_proj(site, new_out)
+        family.prune_layer(site, keep_pos)
+
+
+def kv_mask_to_head_mask(model: nn.Module, kv_mask) -> torch.Tensor:
+    """The query-head mask ``[n_layers, n_heads]`` that removes whole key/value groups: 1 where the query head is
+    still present and its key/value head is kept by ``kv_mask`` ``[n_layers, n_kv_heads]`` (ORIGINAL key/value ids,
+    1 = keep the group, 0 = remove it with every query head reading it; see ``architecture.kv_head_of``).
+    One-grid models only."""
+    if attention_kinds(model) != (None,):
+        raise ValueError("kv_mask_to_head_mask: for one-grid models (causal LMs, encoders); an encoder-decoder's "
+                         "heads are not grouped")
+    kv_mask = _check_mask(kv_mask, kv_shape(model), "kv_mask")
+    kv = torch.tensor(kv_head_of(model), dtype=torch.long)
+    return (kv_mask.to(torch.float32)[:, kv] * present_mask(model)).to(torch.float32)
+
+
+def prune_kv_groups(model: nn.Module, kv_mask) -> nn.Module:
+    """Remove, in place, every key/value head whose ``kv_mask`` entry is 0 (``[n_layers, n_kv_heads]``, original
+    ids) together with the query heads that read it: :func:`prune_heads` with :func:`kv_mask_to_head_mask`.
+    Returns ``model``."""
+    return prune_heads(model, kv_mask_to_head_mask(model, kv_mask))
 
 
 def count_attention_params(model: nn.Module) -> int:
     """Parameters of the attention blocks' q/k/v and output projections (to report what pruning saved);
     for an encoder-decoder, of all three attention types."""
+    seen: set[int] = set()  # a fused projection (GPT-2's c_attn) is the query, key and value of its site
     total = 0
     for site in attention_sites(model):
         for lin in (site.query, site.key, site.value, site.out_proj):
-            if lin is not None:
+            if lin is not None and id(lin) not in seen:
+                seen.add(id(lin))
                 total += sum(p.numel() for p in lin.parameters())
     return total

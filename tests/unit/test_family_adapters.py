@@ -136,3 +136,37 @@ def test_adapters_declare_what_their_heads_are():
     model = tiny_model("bert")
     assert architecture.family_of(model).kv_heads(model.config, None) == 4
     assert torch.equal(architecture.present_mask(model), torch.ones(3, 4))
+
+
+@pytest.mark.parametrize("config_class, family, kv", [("GPT2Config", "gpt2", 4), ("LlamaConfig", "llama", 2),
+                                                      ("MistralConfig", "llama", 2), ("Qwen2Config", "llama", 2)])
+def test_causal_lm_configs_find_their_adapter(config_class, family, kv):
+    import transformers
+
+    sizes = (dict(n_layer=3, n_head=4, n_embd=16) if family == "gpt2" else
+             dict(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, hidden_size=16))
+    cfg = getattr(transformers, config_class)(vocab_size=50, **sizes)
+    adapter = architecture.family_of(cfg)
+    assert adapter.name == family and adapter.causal_kinds == (None,)
+    assert architecture.head_shape(cfg) == (3, 4) and architecture.kv_shape(cfg) == (3, kv)
+    assert architecture.kv_head_of(cfg) == [h * kv // 4 for h in range(4)]
+    assert adapter.projections == ("fused" if family == "gpt2" else "separate")
+    assert adapter.linear == ("Conv1D" if family == "gpt2" else "Linear")
+
+
+def test_cost_dims_count_grouped_key_value_heads_cheaper():
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(vocab_size=50, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
+                      hidden_size=64, head_dim=8, intermediate_size=100)
+    dims = architecture.family_of(cfg).cost_dims(cfg)
+    assert (dims.n_heads, dims.n_kv_heads, dims.head_dim, dims.ffn_matrices) == (8, 2, 8, 3)
+    # q and o: 2 * 64 * 8 * 8; k and v: 2 * 64 * 2 * 8; scores and context over 10 keys: 2 * 10 * 8 * 8
+    assert dims.attention_macs_per_token(seq_len=10) == 2 * 64 * 64 + 2 * 64 * 16 + 2 * 10 * 64
+    assert dims.attention_macs_per_token(kept_heads=4, kept_kv_heads=1) == 2 * 64 * 32 + 2 * 64 * 8
+    assert dims.ffn_macs_per_token() == 3 * 64 * 100
+    bert = tiny_model("bert")
+    b = architecture.family_of(bert).cost_dims(bert.config)
+    assert b.n_kv_heads == b.n_heads and b.ffn_matrices == 2
+    # BERT's per-token attention projections: 4 d^2, as measure/costs.py counts them
+    assert b.attention_macs_per_token() == 4 * b.d_model ** 2

@@ -5,6 +5,9 @@
     bert        BERT-type encoders (BERT, RoBERTa, ELECTRA, XLM-R, CamemBERT, MiniLM)
     distilbert  DistilBERT
     bart        Marian and BART encoder-decoders (three grids)
+    gpt2        GPT-2 causal LMs (fused Conv1D c_attn)
+    llama       Llama, Mistral, Qwen2 causal LMs (grouped-query attention, rotary, sliding windows)
+    modernbert  ModernBERT encoders (fused Wqkv, rotary, local and global layers)
 
 Only these modules name a family's attributes (a test scans the package for it).
 """

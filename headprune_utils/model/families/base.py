@@ -104,9 +104,47 @@ def slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
     return new
 
 
+def _rows_of(weight: torch.Tensor, bias: torch.Tensor | None, index: slice, dim: int) -> torch.Tensor:
+    """``weight``'s slice ``index`` along ``dim`` (flattened in ``[index, other]`` order) then ``bias[index]``, flat
+    float64 on the CPU."""
+    w = (weight[index] if dim == 0 else weight[:, index].t()).reshape(-1)
+    b = bias.detach()[index] if bias is not None else w.new_zeros(0)
+    return torch.cat([w, b]).to("cpu", torch.float64)
+
+
 def base_model(model: nn.Module) -> nn.Module:
     base = getattr(model, "base_model", model)
     return base if base is not None else model
+
+
+@dataclass(frozen=True)
+class CostDims:
+    """What a FLOP estimate of one stack's layers needs, per layer: ``n_heads`` query heads and ``n_kv_heads``
+    key/value heads of ``head_dim`` (grouped-query attention: fewer key/value heads, so the key and value
+    projections cost ``n_kv_heads / n_heads`` of the query's), the residual width ``d_model``, and the feed-forward
+    block: ``ffn_matrices`` matrices of ``d_model x d_ffn`` (2 for ``W_out(act(W_in x))``, 3 for a gated MLP such as
+    Llama's ``down(act(gate(x)) * up(x))``)."""
+
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_model: int
+    d_ffn: int
+    ffn_matrices: int = 2
+
+    def attention_macs_per_token(self, kept_heads: int | None = None, kept_kv_heads: int | None = None,
+                                 seq_len: float = 0.0) -> float:
+        """Multiply-adds per token of one layer's attention with ``kept_heads`` query and ``kept_kv_heads``
+        key/value heads (default: all): the q and o projections of the query heads, the k and v projections of
+        the key/value heads, and ``2 * seq_len`` per query head and head dim for the scores and the context."""
+        hq = self.n_heads if kept_heads is None else kept_heads
+        hkv = self.n_kv_heads if kept_kv_heads is None else kept_kv_heads
+        d, hd = self.d_model, self.head_dim
+        return 2 * d * hq * hd + 2 * d * hkv * hd + 2 * seq_len * hq * hd
+
+    def ffn_macs_per_token(self) -> float:
+        return self.ffn_matrices * self.d_model * self.d_ffn
 
 
 @dataclass
@@ -182,13 +220,113 @@ class Family:
         one grid)."""
         return model
 
+    def kv_of_query(self, cfg, kind: str | None) -> list[int]:
+        """The ORIGINAL key/value head each original query head reads (grouped-query attention: ``h // group``;
+        the identity elsewhere)."""
+        n_heads = self.head_shape(cfg, kind)[1]
+        group = n_heads // self.kv_heads(cfg, kind)
+        return [h // group for h in range(n_heads)]
+
+    def site_kv_index(self, site: AttentionSite, n_present: int) -> torch.Tensor:
+        """``[n_present]`` long: for each present query head of ``site`` (in ``kept_heads`` order), the index of the
+        key/value head it reads among the site's present key/value heads (rows of ``site.key`` / ``site.value``
+        in ``head_dim`` blocks)."""
+        return torch.arange(n_present)
+
+    def split_values(self, site: AttentionSite, output: torch.Tensor) -> torch.Tensor:
+        """The value vectors ``[batch, seq, n_kv_present, head_dim]`` from what ``site.value`` output."""
+        b, s, _ = output.shape
+        return output.view(b, s, -1, site.head_dim)
+
+    def queries_keys(self, site: AttentionSite, query_out: torch.Tensor, key_out: torch.Tensor,
+                     call_kwargs: dict | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The queries ``[batch, n_present, seq, head_dim]`` and the keys ``[batch, n_kv_present, seq, head_dim]``
+        whose scaled dot products the softmax takes (positions applied, e.g. rotary), from what ``site.query`` and
+        ``site.key`` output during a forward; ``call_kwargs``: the keyword arguments the attention module was
+        called with (for what the module gets from outside, e.g. rotary angles)."""
+        b, s, _ = query_out.shape
+        d = site.head_dim
+        return (query_out.view(b, s, -1, d).transpose(1, 2), key_out.view(b, s, -1, d).transpose(1, 2))
+
+    def score_scale(self, site: AttentionSite) -> float:
+        """The factor of ``q . k`` in the attention scores."""
+        return site.head_dim ** -0.5
+
+    def is_causal(self, kind: str | None) -> bool:
+        return kind in self.causal_kinds
+
+    def plain_attention(self, model: nn.Module, kind: str | None) -> bool:
+        """Whether grid ``kind`` attends as BERT does: ``softmax(q . k / sqrt(head_dim))`` of the query and key
+        projections' outputs as they are, every real key visible, one key/value head per query head. Else the
+        attention maps and the ``"uniform"`` ablation ask the adapter (:meth:`queries_keys`, :meth:`score_scale`,
+        :meth:`visible_keys`, :meth:`site_kv_index`, :meth:`split_values`)."""
+        return not self.is_causal(kind)
+
+    def visible_keys(self, model: nn.Module, site: AttentionSite, key_mask: torch.Tensor | None, batch: int,
+                     n_queries: int, n_keys: int, device=None) -> torch.Tensor:
+        """``[batch, n_queries, n_keys]`` bool: the keys each query may see in a full-sequence forward (queries and
+        keys at the same positions): not padding (``key_mask`` ``[batch, n_keys]``, 1 = real; None = all real),
+        and, where the family says so, causal (key <= query) and within a sliding window."""
+        device = key_mask.device if key_mask is not None and device is None else device
+        allowed = torch.ones(n_queries, n_keys, dtype=torch.bool, device=device)
+        i = torch.arange(n_queries, device=device)[:, None]
+        j = torch.arange(n_keys, device=device)[None, :]
+        causal = self.is_causal(site.kind)
+        if causal:
+            allowed = allowed & (j <= i)
+        window = self.window(model, site)
+        if window is not None:  # causal: looking back only; bidirectional: both ways
+            allowed = allowed & ((i - j <= window) if causal else ((i - j).abs() <= window))
+        allowed = allowed[None].expand(batch, n_queries, n_keys)
+        if key_mask is not None:
+            allowed = allowed & key_mask.to(device).bool()[:, None, :]
+        return allowed
+
+    def window(self, model: nn.Module, site: AttentionSite) -> int | None:
+        """The largest distance ``|query - key|`` a query of ``site`` may see (causal: look back; None: no sliding
+        window)."""
+        return None
+
+    def head_parameters(self, site: AttentionSite, pos: int) -> dict[str, torch.Tensor]:
+        """The parameters of the present head at position ``pos`` of ``site`` (``kept_heads`` order), flat float64
+        on the CPU, by part: ``"query"``, ``"key"``, ``"value"`` (weight rows then bias of its ``head_dim`` block;
+        grouped-query attention: of the key/value head it reads, shared with its group) and ``"output"`` (its
+        input columns of the out projection)."""
+        d = site.head_dim
+        rows = slice(pos * d, (pos + 1) * d)
+        kv = int(self.site_kv_index(site, site.query.weight.shape[0] // d)[pos])
+        out = {}
+        for part, lin, r in (("query", site.query, rows), ("key", site.key, slice(kv * d, (kv + 1) * d)),
+                             ("value", site.value, slice(kv * d, (kv + 1) * d))):
+            out[part] = _rows_of(lin.weight.detach(), lin.bias, r, 0)
+        out["output"] = site.out_proj.weight.detach()[:, rows].reshape(-1).to("cpu", torch.float64)
+        return out
+
     # ---------------------------------------------------------------- pruning
+    def prune_layer(self, site: AttentionSite, keep_pos: list[int]) -> None:
+        """Keep only the present heads at positions ``keep_pos`` (into ``kept_heads`` of the layer, fewer than
+        present; may be empty: the layer then becomes an :class:`EmptyAttention`). The default slices the
+        head-dim columns of the out projection (:meth:`slice_out_proj`) and the query/key/value rows
+        (:meth:`prune_site`)."""
+        d = site.head_dim
+        index = torch.tensor([i * d + j for i in keep_pos for j in range(d)], dtype=torch.long)
+        new_out = self.slice_out_proj(site, index)
+        if not keep_pos:
+            self.empty_site(site, new_out, self.cache_layer_idx(site))
+            return
+        self.prune_site(site, index, len(keep_pos))
+        self.set_out_proj(site, new_out)
+
+    def slice_out_proj(self, site: AttentionSite, index: torch.Tensor) -> nn.Module:
+        """A new out projection keeping input dims ``index`` (nn.Linear: columns of the weight)."""
+        return slice_linear(site.out_proj, index, dim=1)
+
     def prune_site(self, site: AttentionSite, index: torch.Tensor, n_keep: int) -> None:
         """Keep the head-dim columns ``index`` of ``site`` (``n_keep`` heads, at least one): slice the query,
         key and value rows and the output projection's columns, and set the module's head counts."""
         raise NotImplementedError
 
-    def empty_site(self, site: AttentionSite, new_out: nn.Linear, cache_layer_idx: int | None) -> None:
+    def empty_site(self, site: AttentionSite, new_out: nn.Module, cache_layer_idx: int | None) -> None:
         """Replace ``site``'s attention module by an :class:`EmptyAttention` (every head gone); ``new_out`` is the
         output projection with no input column."""
         empty = EmptyAttention(new_out if site.out_proj_inside else None, cache_layer_idx=cache_layer_idx)
@@ -207,6 +345,12 @@ class Family:
     def cost_shape(self, cfg) -> tuple[int, int, int, int]:
         """``(n_layers, n_heads, d_model, d_ffn)`` for the FLOP estimate of one stack."""
         raise NotImplementedError
+
+    def cost_dims(self, cfg) -> CostDims:
+        """:class:`CostDims` of one stack (by default from :meth:`cost_shape`: as many key/value heads as query
+        heads, ``head_dim = d_model / n_heads``, a two-matrix feed-forward)."""
+        n_layers, n_heads, d_model, d_ffn = self.cost_shape(cfg)
+        return CostDims(n_layers, n_heads, n_heads, d_model // n_heads, d_model, d_ffn)
 
     # ---------------------------------------------------------------- layer-by-layer computation
     def layout_problem(self, model: nn.Module) -> str | None:

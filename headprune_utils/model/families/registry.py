@@ -6,9 +6,12 @@ from torch import nn
 import headprune_utils.model.families.bart as bart
 import headprune_utils.model.families.bert as bert
 import headprune_utils.model.families.distilbert as distilbert
+import headprune_utils.model.families.gpt2 as gpt2
+import headprune_utils.model.families.llama as llama
+import headprune_utils.model.families.modernbert as modernbert
 from headprune_utils.model.families.base import Family, UnsupportedArchitectureError
 
-FAMILIES: list[Family] = [bert.FAMILY, distilbert.FAMILY, bart.FAMILY]
+FAMILIES: list[Family] = [bert.FAMILY, distilbert.FAMILY, bart.FAMILY, gpt2.FAMILY, llama.FAMILY, modernbert.FAMILY]
 
 
 def register(family: Family) -> Family:

@@ -1,0 +1,204 @@
+"""The Llama family: Llama, Mistral and Qwen2 causal LMs (grouped-query attention, rotary positions).
+
+Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_heads * head_dim`` rows),
+``k_proj`` / ``v_proj`` (``num_key_value_heads * head_dim`` rows each) and ``o_proj`` INSIDE the module. One grid,
+``[n_layers, n_query_heads]``; key/value heads are derived structure: query head ``h`` reads key/value head
+``h // (n_query_heads / n_kv_heads)``. Causal; rotary positions applied to q and k inside the module (the angles
+come in as ``position_embeddings``); Mistral's every layer and Qwen2's ``"sliding_attention"`` layers see only
+the last ``sliding_window`` keys (key ``j`` visible from query ``i`` when ``i - sliding_window < j <= i``).
+
+Physical pruning removes the query heads' rows of ``q_proj`` and columns of ``o_proj``, and the rows of a
+key/value head in ``k_proj`` / ``v_proj`` once no kept query head reads it. The groups left may be uneven (3 query
+heads on one key/value head, 1 on another), which Hugging Face's attention (``repeat_kv``: every key/value head
+repeated ``num_key_value_groups`` times) cannot express, so a pruned layer becomes a
+:class:`GroupedQueryAttention`: the same computation as the family's own module, calling the family's rotary and
+attention functions with the same mask, sliding window and scaling, but handing each kept query head the
+key/value head it reads by index (``kv_index``). Its KV cache holds the kept key/value heads only. A layer with no
+head left becomes an ``EmptyAttention`` (it adds ``o_proj``'s bias, and writes a placeholder into the cache so
+that the cache still counts the positions seen).
+"""
+from __future__ import annotations
+
+import importlib
+
+import torch
+from torch import nn
+
+from headprune_utils.model.families.base import (
+    AttentionSite, CostDims, EmptyAttention, Family, base_model, slice_linear,
+)
+
+# the attention function and rotary of a family's modelling module (looked up where the module was defined)
+_LLAMA_MODELING = "transformers.models.llama.modeling_llama"
+
+
+def _layers(model: nn.Module):
+    return getattr(base_model(model), "layers", None)
+
+
+def _head_dim(cfg) -> int:
+    return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+
+
+def _modeling(name: str):
+    module = importlib.import_module(name)
+    if not hasattr(module, "apply_rotary_pos_emb") or not hasattr(module, "eager_attention_forward"):
+        module = importlib.import_module(_LLAMA_MODELING)
+    return module
+
+
+class GroupedQueryAttention(nn.Module):
+    """A Llama-family self-attention after pruning: any number of query heads, each reading the key/value head
+    ``kv_index[h]`` (an index into the rows of ``k_proj`` / ``v_proj`` in ``head_dim`` blocks), groups even or not.
+
+    Computes what the family's own attention module computes (same rotary, cache update, attention function of
+    ``config._attn_implementation``, mask, sliding window, scaling and dropout), except that the keys and values
+    are gathered per query head before the attention function instead of repeated by a fixed group size; the
+    cache keeps the un-gathered key/value heads."""
+
+    def __init__(self, original: nn.Module, q_proj: nn.Linear, k_proj: nn.Linear, v_proj: nn.Linear,
+                 o_proj: nn.Linear, kv_index: torch.Tensor, head_dim: int):
+        super().__init__()
+        self.config = original.config
+        self.layer_idx = original.layer_idx
+        self.head_dim = head_dim
+        self.scaling = original.scaling
+        self.attention_dropout = original.attention_dropout
+        self.is_causal = True
+        self.layer_type = getattr(original, "layer_type", None)
+        # what the original passes to the attention function as sliding_window (the mask already holds it; flash
+        # attention reads it): Qwen2 per layer, Mistral from the config, Llama nothing
+        if isinstance(original, GroupedQueryAttention):
+            self._sliding = original._sliding
+        elif hasattr(original, "sliding_window"):
+            self._sliding = ("sliding_window", original.sliding_window)
+        elif getattr(self.config, "model_type", None) == "mistral":
+            self._sliding = ("sliding_window", getattr(self.config, "sliding_window", None))
+        else:
+            self._sliding = None
+        self.modeling_name = getattr(original, "modeling_name", type(original).__module__)
+        self.num_key_value_groups = 1  # the attention function gets one key/value head per query head
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
+        self.register_buffer("kv_index", kv_index.to(torch.long).to(q_proj.weight.device), persistent=False)
+        self.num_heads = len(kv_index)
+        self.num_key_value_heads = k_proj.out_features // head_dim
+
+    def forward(self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None, cache=None,
+                **kwargs):
+        if cache is None:
+            cache = kwargs.pop("past_key_values", None)
+        modeling = _modeling(self.modeling_name)
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        query_states, key_states = modeling.apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        if cache is not None:
+            key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
+        key_states = key_states.index_select(1, self.kv_index)
+        value_states = value_states.index_select(1, self.kv_index)
+
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
+                                                                    modeling.eager_attention_forward)
+        extra = dict([self._sliding]) if self._sliding is not None else {}
+        attn_output, attn_weights = attention_interface(
+            self, query_states, key_states, value_states, attention_mask,
+            dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling, **extra, **kwargs)
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        return self.o_proj(attn_output), attn_weights
+
+
+class LlamaFamily(Family):
+    name = "llama"
+    model_types = ("llama", "mistral", "qwen2")
+    projections = "separate"
+    linear = "Linear"
+    positions = "rotary"
+    causal_kinds = (None,)
+
+    def head_shape(self, cfg, kind):
+        return int(cfg.num_hidden_layers), int(cfg.num_attention_heads)
+
+    def kv_heads(self, cfg, kind):
+        return int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
+
+    def sites(self, model, kind):
+        cfg = model.config
+        sites = []
+        for i, layer in enumerate(_layers(model)):
+            a = layer.self_attn
+            empty = isinstance(a, EmptyAttention)
+            sites.append(AttentionSite(
+                layer=i, parent=layer, attr="self_attn",
+                query=None if empty else a.q_proj, key=None if empty else a.k_proj,
+                value=None if empty else a.v_proj, out_proj=a.out_proj if empty else a.o_proj,
+                head_dim=getattr(a, "head_dim", None) or _head_dim(cfg), out_proj_inside=True,
+            ))
+        return sites
+
+    def site_kv_index(self, site, n_present):
+        module = site.module
+        index = getattr(module, "kv_index", None)
+        if index is not None:
+            return index.detach().cpu()
+        return torch.arange(n_present) // int(module.num_key_value_groups)
+
+    def queries_keys(self, site, query_out, key_out, call_kwargs):
+        q, k = super().queries_keys(site, query_out, key_out, call_kwargs)
+        cos, sin = (call_kwargs or {}).get("position_embeddings", (None, None))
+        if cos is None:
+            raise ValueError(f"layer {site.layer}: the attention module was called without position_embeddings "
+                             "(rotary angles); cannot place the queries and keys")
+        modeling = _modeling(getattr(site.module, "modeling_name", type(site.module).__module__))
+        return modeling.apply_rotary_pos_emb(q, k, cos.to(q.dtype), sin.to(q.dtype))
+
+    def score_scale(self, site):
+        return float(getattr(site.module, "scaling", site.head_dim ** -0.5))
+
+    def window(self, model, site):
+        cfg = model.config
+        window = getattr(cfg, "sliding_window", None)
+        if window is None:
+            return None
+        types = getattr(cfg, "layer_types", None)
+        if types is not None and types[site.layer] != "sliding_attention":
+            return None
+        return int(window) - 1
+
+    def cache_layer_idx(self, site):
+        return getattr(site.module, "layer_idx", site.layer)
+
+    def prune_layer(self, site, keep_pos):
+        module = site.module
+        d = site.head_dim
+        n_present = module.q_proj.out_features // d
+        old_kv = self.site_kv_index(site, n_present).tolist()
+        q_index = torch.tensor([i * d + j for i in keep_pos for j in range(d)], dtype=torch.long)
+        new_out = slice_linear(module.o_proj, q_index, dim=1)
+        if not keep_pos:
+            self.empty_site(site, new_out, self.cache_layer_idx(site))
+            return
+        kv_kept = sorted({old_kv[p] for p in keep_pos})
+        kv_index = torch.tensor([kv_kept.index(old_kv[p]) for p in keep_pos], dtype=torch.long)
+        kv_rows = torch.tensor([i * d + j for i in kv_kept for j in range(d)], dtype=torch.long)
+        new = GroupedQueryAttention(
+            module, slice_linear(module.q_proj, q_index, 0), slice_linear(module.k_proj, kv_rows, 0),
+            slice_linear(module.v_proj, kv_rows, 0), new_out, kv_index, d)
+        new.train(module.training)
+        setattr(site.parent, site.attr, new)
+
+    def set_out_proj(self, site, new):
+        site.module.o_proj = new
+
+    def cost_shape(self, cfg):
+        return int(cfg.num_hidden_layers), int(cfg.num_attention_heads), int(cfg.hidden_size), int(cfg.intermediate_size)
+
+    def cost_dims(self, cfg):
+        n_layers, n_heads, d_model, d_ffn = self.cost_shape(cfg)
+        return CostDims(n_layers, n_heads, self.kv_heads(cfg, None), _head_dim(cfg), d_model, d_ffn, ffn_matrices=3)
+
+
+FAMILY = LlamaFamily()

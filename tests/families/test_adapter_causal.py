@@ -1,0 +1,344 @@
+"""The causal-LM adapters (GPT-2; Llama, Mistral, Qwen2 with grouped-query attention) against the independent
+reference of ``reference.py``: gates, physical pruning (uneven groups, an emptied key/value head, an empty layer),
+cached generation of pruned models, "uniform" over the visible keys, attention maps, head means, gradients of the
+language-model loss in the gates, and Hard Concrete L0 gates."""
+from __future__ import annotations
+
+import copy
+import functools
+
+import pytest
+import torch
+
+from headprune_utils.model import architecture as A
+from headprune_utils.model.attention import attention_maps
+from headprune_utils.model.families.llama import GroupedQueryAttention
+from headprune_utils.model.gates import capture_head_contexts, head_gates, head_means
+from headprune_utils.model.pruning import count_attention_params, kv_mask_to_head_mask, prune_heads, prune_kv_groups
+
+from . import reference as R
+from .fixtures import FIXTURES
+
+LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "qwen2")
+CAUSAL = ("gpt2",) + LLAMAS
+CASES = [(n, impl) for n in CAUSAL for impl in FIXTURES[n].attn_implementations]
+# pruning cases (kept query heads per layer; 4 query heads everywhere): uneven groups (3 heads on one kv head, 1
+# on the other), a key/value head left with no reader (GQA: heads 0 and 1 read kv head 0), an empty first or last layer
+KEEPS = {
+    "uneven": {0: [0, 1, 2], 1: [1, 2, 3]},
+    "kv-emptied": {0: [2, 3], 1: [0, 1]},
+    "first-empty": {0: [], 1: [0, 3]},
+    "last-empty": {0: [1, 2], 1: []},
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _model(name, impl):
+    return FIXTURES[name].build(impl)
+
+
+def _fresh(name, impl="eager"):
+    return copy.deepcopy(_model(name, impl))
+
+
+def _mask(keep: dict, shape) -> torch.Tensor:
+    m = torch.ones(shape, dtype=torch.float64)
+    for layer, heads in keep.items():
+        m[layer] = 0
+        m[layer, heads] = 1
+    return m
+
+
+def _gates(shape) -> torch.Tensor:
+    g = torch.ones(shape, dtype=torch.float64)
+    g[0, 1], g[1, 2], g[1, 3] = 0.3, 0.0, 0.0
+    return g
+
+
+def _diff(a, b) -> float:
+    return float((a - b).detach().abs().max())
+
+
+# ------------------------------------------------------------------ the grid and its key/value heads
+@pytest.mark.parametrize("name", CAUSAL)
+def test_adapter_declares_the_grid_and_key_value_groups(name):
+    fx, model = FIXTURES[name], _model(name, "eager")
+    g = fx.grids[None]
+    family = A.family_of(model)
+    assert family.name == ("gpt2" if name == "gpt2" else "llama")
+    assert family.causal_kinds == (None,) and family.is_causal(None)
+    assert A.head_shape(model) == (g.n_layers, g.n_heads)
+    assert A.kv_shape(model) == (g.n_layers, g.n_kv_heads)
+    assert A.kv_head_of(model) == [g.kv_head_of(h) for h in range(g.n_heads)]
+    assert [s.head_dim for s in A.attention_sites(model)] == [g.head_dim] * g.n_layers
+    assert A.kept_heads(model) == [list(range(g.n_heads))] * g.n_layers
+
+
+def test_unsupported_architecture_lists_the_causal_families():
+    from transformers import GPTNeoXConfig
+
+    cfg = GPTNeoXConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=20)
+    with pytest.raises(A.UnsupportedArchitectureError) as err:
+        A.head_shape(cfg)
+    for word in ("gpt2", "llama", "mistral", "qwen2", "modernbert"):
+        assert word in str(err.value)
+
+
+# ------------------------------------------------------------------ gates = reference
+@pytest.mark.parametrize("name,impl", CASES)
+def test_gates_equal_the_reference(name, impl):
+    fx, model, batch = FIXTURES[name], _model(name, impl), FIXTURES[name].inputs()
+    g = fx.grids[None]
+    with torch.no_grad():
+        plain = model(**batch).logits
+        with head_gates(model, torch.ones(g.n_layers, g.n_heads, dtype=torch.float64)):
+            assert torch.equal(model(**batch).logits, plain)  # gates of 1 = the unmodified model, exactly
+        means = R.head_means(model, batch)[None]
+        for how in ("zero", "mean", "uniform"):
+            gates = _gates((g.n_layers, g.n_heads))
+            ref = R.forward(model, batch, R.Ablation(how, gates, means if how == "mean" else None))
+            with head_gates(model, gates, ablation=how, means=means if how == "mean" else None):
+                ours = model(**batch).logits
+            assert _diff(ours, ref.logits) <= fx.atol, how
+            assert _diff(ours, plain) > 1e-3, how  # the ablation did something
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama_gqa"])
+def test_uniform_during_cached_generation_is_an_error(name):
+    fx, model = FIXTURES[name], _model(name, "eager")
+    g = fx.grids[None]
+    with head_gates(model, _gates((g.n_layers, g.n_heads)), ablation="uniform"):
+        with pytest.raises(ValueError, match="full-sequence forward"):
+            R.hf_greedy(model, fx.inputs(padded=False), 3)
+        # without a cache every step recomputes the prefix: the reference's greedy decoding
+        prompt = fx.inputs(padded=False)["input_ids"]
+        seq = prompt
+        with torch.no_grad():
+            for _ in range(3):
+                seq = torch.cat([seq, model(input_ids=seq, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)], 1)
+    want = R.greedy(model, {"input_ids": prompt}, 3, R.Ablation("uniform", _gates((g.n_layers, g.n_heads))))
+    assert torch.equal(seq, want)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "mistral"])
+def test_head_means_and_contexts(name):
+    fx, model, batch = FIXTURES[name], _model(name, "sdpa"), FIXTURES[name].inputs()
+    g = fx.grids[None]
+    ours = head_means(model, [batch])
+    assert ours.shape == (g.n_layers, g.n_heads, g.head_dim)
+    assert ours.dtype == torch.float32  # the package's means are float32 by definition
+    assert _diff(ours.double(), R.head_means(model, batch)[None]) <= max(fx.atol, 1e-6)
+    ref = R.forward(model, batch)
+    with torch.no_grad(), capture_head_contexts(model) as store:
+        model(**batch)
+    for layer in range(g.n_layers):
+        assert _diff(store[layer], ref.grids[None][layer].contexts) <= fx.atol
+
+
+# ------------------------------------------------------------------ physical pruning
+@pytest.mark.parametrize("case", list(KEEPS))
+@pytest.mark.parametrize("name", CAUSAL)
+def test_pruned_equals_gated_and_the_reference(name, case):
+    fx, batch, keep = FIXTURES[name], FIXTURES[name].inputs(), KEEPS[case]
+    g = fx.grids[None]
+    model = _model(name, "eager")
+    mask = _mask(keep, (g.n_layers, g.n_heads))
+    pruned = prune_heads(_fresh(name), mask)
+    assert A.kept_heads(pruned) == [keep[layer] for layer in range(g.n_layers)]
+    with torch.no_grad():
+        ours = pruned(**batch).logits
+        with head_gates(model, mask, ablation="zero"):
+            gated = model(**batch).logits
+    assert _diff(ours, gated) <= 1e-9  # both HF's own arithmetic: float64 throughout but for its float32 roundings
+    want = R.pruned_llama_forward(model, batch, keep) if name in LLAMAS else R.forward(model, batch,
+                                                                                       R.Ablation("zero", mask))
+    assert _diff(ours, want.logits) <= fx.atol
+    for site in A.attention_sites(pruned):  # the key/value heads left are those a kept query head reads
+        kv_kept = sorted({g.kv_head_of(h) for h in keep[site.layer]})
+        if not keep[site.layer]:
+            assert site.query is None and isinstance(site.module, A.EmptyAttention)
+            continue
+        assert site.query.weight.shape[-1 if name == "gpt2" else 0] == (3 if name == "gpt2" else 1) * len(
+            keep[site.layer]) * g.head_dim
+        if name in LLAMAS:
+            assert site.key.weight.shape[0] == site.value.weight.shape[0] == len(kv_kept) * g.head_dim
+    assert count_attention_params(pruned) < count_attention_params(model)
+
+
+@pytest.mark.parametrize("name", LLAMAS)
+def test_uneven_groups_need_the_gather(name):
+    """The check above fails when a pruned layer assumes even groups (HF's repeat_kv): kept query heads paired with
+    key/value heads by position // group instead of by the head each reads."""
+    fx, batch, keep = FIXTURES[name], FIXTURES[name].inputs(), {0: [0, 2, 3], 1: [1, 2, 3]}
+    g = fx.grids[None]
+    pruned = prune_heads(_fresh(name), _mask(keep, (g.n_layers, g.n_heads)))
+    want = R.pruned_llama_forward(_model(name, "eager"), batch, keep).logits
+    with torch.no_grad():
+        assert _diff(pruned(**batch).logits, want) <= fx.atol
+        for site in A.attention_sites(pruned):
+            attn = site.module
+            assert isinstance(attn, GroupedQueryAttention)
+            n_kv = attn.num_key_value_heads
+            # even groups over the kept heads, as repeat_kv would pair them
+            attn.kv_index = torch.arange(attn.num_heads) * n_kv // attn.num_heads
+        if name != "llama_mqa":  # one key/value head: every pairing is the same
+            assert _diff(pruned(**batch).logits, want) > 1e-3
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "gpt2"])
+def test_pruning_twice_is_pruning_the_union(name):
+    fx, batch = FIXTURES[name], FIXTURES[name].inputs()
+    g = fx.grids[None]
+    shape = (g.n_layers, g.n_heads)
+    twice = prune_heads(_fresh(name), _mask({0: [0, 1, 3], 1: [0, 2, 3]}, shape))
+    twice = prune_heads(twice, _mask({0: [0, 3], 1: [3]}, shape))
+    once = prune_heads(_fresh(name), _mask({0: [0, 3], 1: [3]}, shape))
+    assert A.kept_heads(twice) == A.kept_heads(once) == [[0, 3], [3]]
+    with torch.no_grad():
+        assert _diff(twice(**batch).logits, once(**batch).logits) <= 1e-12
+    twice = prune_heads(twice, _mask({0: [], 1: [3]}, shape))  # down to an empty layer
+    assert A.kept_heads(twice) == [[], [3]]
+    with pytest.raises(ValueError, match="already pruned"):
+        prune_heads(twice, _mask({0: [1], 1: [3]}, shape))
+
+
+@pytest.mark.parametrize("name", LLAMAS)
+def test_pruning_whole_key_value_groups(name):
+    fx, batch = FIXTURES[name], FIXTURES[name].inputs()
+    g = fx.grids[None]
+    kv_mask = torch.ones(g.n_layers, g.n_kv_heads)
+    kv_mask[0, 0] = 0
+    heads = kv_mask_to_head_mask(_model(name, "eager"), kv_mask)
+    want = torch.tensor([[float(kv_mask[l, g.kv_head_of(h)]) for h in range(g.n_heads)] for l in range(g.n_layers)])
+    assert torch.equal(heads, want)
+    pruned = prune_kv_groups(_fresh(name), kv_mask)
+    assert A.kept_heads(pruned)[0] == [h for h in range(g.n_heads) if g.kv_head_of(h) != 0]
+    keep = {0: A.kept_heads(pruned)[0]}
+    with torch.no_grad():
+        assert _diff(pruned(**batch).logits, R.pruned_llama_forward(_model(name, "eager"), batch, keep).logits) \
+            <= fx.atol
+    with pytest.raises(ValueError, match="kv_mask"):
+        kv_mask_to_head_mask(pruned, torch.ones(g.n_layers, g.n_heads + 1))
+
+
+@pytest.mark.parametrize("name,impl", CASES)
+def test_pruned_model_generates_as_the_gated_model_decodes(name, impl):
+    """``generate`` with the KV cache (layers of different head counts, uneven groups and an empty layer) = the
+    reference's greedy decoding of the unpruned model with those heads gated to zero, token for token."""
+    fx = FIXTURES[name]
+    g = fx.grids[None]
+    prompt = fx.inputs(padded=False)
+    for keep in ({0: [0, 1, 2], 1: []}, {0: [], 1: [0, 3]}):
+        mask = _mask(keep, (g.n_layers, g.n_heads))
+        pruned = prune_heads(_fresh(name, impl), mask)
+        ours = R.hf_greedy(pruned, prompt, 5)
+        assert torch.equal(ours, R.greedy(_model(name, impl), prompt, 5, R.Ablation("zero", mask)))
+
+
+# ------------------------------------------------------------------ attention maps
+@pytest.mark.parametrize("name,impl", CASES)
+def test_attention_maps_equal_the_reference(name, impl):
+    fx, model, batch = FIXTURES[name], _model(name, impl), FIXTURES[name].inputs()
+    ref = R.forward(model, batch)
+    maps = attention_maps(model, batch)
+    for layer, m in enumerate(maps):
+        probs = ref.grids[None][layer].probs
+        assert _diff(m, probs) <= fx.atol
+        assert bool((m[~ref.grids[None][layer].visible[:, None].expand_as(m)] == 0).all())  # invisible keys: 0
+    pruned = prune_heads(_fresh(name, impl), _mask({0: [1, 2, 3], 1: []}, (2, 4)))
+    pm = attention_maps(pruned, batch)
+    assert _diff(pm[0][:, 1:], ref.grids[None][0].probs[:, 1:]) <= fx.atol  # layer 0 precedes any change
+    assert bool(pm[0][:, 0].isnan().all()) and bool(pm[1].isnan().all())
+
+
+# ------------------------------------------------------------------ gradients and L0 gates
+@pytest.mark.parametrize("name", ["gpt2", "llama_gqa", "qwen2"])
+@pytest.mark.parametrize("how", ["zero", "uniform"])
+def test_gate_gradients_equal_the_reference(name, how):
+    """d loss / d gates through the package's gates = autograd of the reference's LM loss (itself checked against
+    finite differences in ``test_reference``), the loss HF's own (labels with padding -100)."""
+    fx, model, batch = FIXTURES[name], _model(name, "eager"), FIXTURES[name].inputs()
+    g = fx.grids[None]
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    gates = _gates((g.n_layers, g.n_heads)).requires_grad_(True)
+    with head_gates(model, gates, ablation=how):
+        loss = model(**batch, labels=labels).loss
+    (ours,) = torch.autograd.grad(loss, gates)
+    ref_gates = _gates((g.n_layers, g.n_heads)).requires_grad_(True)
+    ref_loss = R.lm_loss(R.forward(model, batch, R.Ablation(how, ref_gates)).logits, batch["input_ids"],
+                         batch["attention_mask"])
+    (want,) = torch.autograd.grad(ref_loss, ref_gates)
+    scale = float(want.abs().max())
+    assert scale > 1e-4  # the gates matter to the loss
+    assert abs(float(loss.detach()) - float(ref_loss.detach())) <= 1e-5  # HF's loss is computed in float32
+    assert _diff(ours, want) <= 2e-5 * scale  # relative: HF rounds through float32 in places
+
+
+def test_head_importance_and_l0_gates_run_on_a_causal_lm():
+    from headprune_utils.measure.importance import head_importance
+    from headprune_utils.train.hard_concrete import HardConcreteGates, l0_train
+
+    fx = FIXTURES["llama_gqa"]
+    model, batch = _fresh("llama_gqa"), fx.inputs()
+    batch = {**batch, "labels": batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)}
+    scores = head_importance(model, [batch], normalize_layers=False)
+    assert scores.shape == (2, 4) and bool(torch.isfinite(scores).all()) and float(scores.min()) > 0
+    before = [p.detach().clone() for p in model.parameters()]
+    gates = HardConcreteGates(2, 4)
+    torch.manual_seed(0)
+    result = l0_train(model, gates, [batch], lam=0.5, steps=4, lr=0.1)
+    assert len(result.history) == 4 and all(torch.isfinite(torch.tensor(r["loss"])) for r in result.history)
+    assert not torch.equal(gates.log_alpha.detach(), HardConcreteGates(2, 4).log_alpha)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # the model stays frozen
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+def test_a_cached_forward_after_an_empty_first_layer_counts_the_positions(name):
+    """A forward continuing a KV cache without ``position_ids`` takes the positions seen from the cache of layer 0:
+    an empty layer 0 must still count them (else the new token gets position 0 and another output)."""
+    fx = FIXTURES[name]
+    g = fx.grids[None]
+    pruned = prune_heads(_fresh(name), _mask({0: [], 1: [0, 3]}, (g.n_layers, g.n_heads)))
+    ids = fx.inputs(padded=False)["input_ids"]
+    with torch.no_grad():
+        full = pruned(input_ids=ids).logits
+        out = pruned(input_ids=ids[:, :-1], use_cache=True)
+        step = pruned(input_ids=ids[:, -1:], past_key_values=out.past_key_values, use_cache=True).logits
+    assert _diff(step[:, -1], full[:, -1]) <= 1e-9
+
+
+def test_kept_key_value_heads_follow_pruning():
+    g = FIXTURES["llama_gqa"].grids[None]
+    pruned = prune_heads(_fresh("llama_gqa"), _mask(KEEPS["kv-emptied"], (g.n_layers, g.n_heads)))
+    assert A.kept_kv_heads(pruned) == [[1], [0]]
+    assert [s.key.weight.shape[0] // g.head_dim for s in A.attention_sites(pruned)] == [1, 1]
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+def test_head_parameters_follow_the_heads_through_pruning(name):
+    """Each head's own parameters (its query block, the key/value head it reads, its output columns), read by the
+    adapter, are the same before and after pruning other heads (uneven groups: the kv head is found by index)."""
+    g = FIXTURES[name].grids[None]
+    model = _model(name, "eager")
+    family = A.family_of(model)
+    sites = A.attention_sites(model)
+    d = g.head_dim
+    for h in range(g.n_heads):  # the unpruned layout, written out
+        got = family.head_parameters(sites[0], h)
+        if name == "gpt2":
+            w = sites[0].query.weight.detach()
+            want_key = torch.cat([w[:, g.n_heads * d + h * d:g.n_heads * d + (h + 1) * d].t().reshape(-1),
+                                  sites[0].query.bias.detach()[g.n_heads * d + h * d:g.n_heads * d + (h + 1) * d]])
+        else:
+            kv = g.kv_head_of(h)
+            want_key = sites[0].key.weight.detach()[kv * d:(kv + 1) * d].reshape(-1)
+            if sites[0].key.bias is not None:
+                want_key = torch.cat([want_key, sites[0].key.bias.detach()[kv * d:(kv + 1) * d]])
+        assert torch.equal(got["key"], want_key.double())
+    keep = {0: [0, 2, 3], 1: [1]}
+    pruned = prune_heads(_fresh(name), _mask(keep, (g.n_layers, g.n_heads)))
+    for site in A.attention_sites(pruned):
+        for pos, h in enumerate(keep[site.layer]):
+            before, after = family.head_parameters(sites[site.layer], h), family.head_parameters(site, pos)
+            assert all(torch.equal(before[p], after[p]) for p in ("query", "key", "value", "output"))
