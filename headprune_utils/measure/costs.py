@@ -2,7 +2,10 @@
 
 The model: a Transformer layer's forward pass costs, per token, ``2 * (4 d^2 * a + 2 d f) + 4 s d * a``
 multiply-adds turned into FLOPs (``d`` hidden size, ``f`` FFN size, ``s`` the sequence length the token attends
-over, ``a`` the share of heads kept: pruned heads' projections are removed); a training step costs three
+over, ``a`` the share of heads kept: pruned heads' projections are removed). In general (the family adapter's
+``cost_dims``): ``2 * (2 d H h a + 2 d K h a + m d f) + 4 s H h a`` with ``H`` query heads and ``K`` key/value heads
+of ``h`` dimensions (grouped-query attention: ``K < H``) and ``m`` feed-forward matrices (3 for a gated MLP), which is
+the first formula when ``H h = d``, ``K = H`` and ``m = 2``; a training step costs three
 forward passes (forward, and backward at twice the forward). Embedding lookups, layer norms, softmax and the
 classifier are left out (a few per cent). Token counts come from the data: rows of the local split (or GLUE's
 published split sizes when the data is not here) times the split's mean length in word pieces, estimated as
@@ -37,6 +40,9 @@ class Shape:
     n_heads: int
     d_model: int
     d_ffn: int
+    n_kv_heads: int | None = None  # None: as many as query heads
+    head_dim: int | None = None  # None: d_model / n_heads
+    ffn_matrices: int = 2
 
     @classmethod
     def of(cls, model: str) -> "Shape":
@@ -47,7 +53,9 @@ class Shape:
         """The shape of ``model`` ("minilm", a folder, a hub id: its config; offline planning of a known hub
         model: ``models.KNOWN_CONFIGS``)."""
         c = models.load_config(model)
-        return cls(*family_of(c).cost_shape(c))
+        dims = family_of(c).cost_dims(c)
+        return cls(dims.n_layers, dims.n_heads, dims.d_model, dims.d_ffn, dims.n_kv_heads, dims.head_dim,
+                   dims.ffn_matrices)
 
 
 @functools.lru_cache(maxsize=16)
@@ -60,7 +68,13 @@ def layer_forward_flops(shape: Shape, tokens: float, seq_len: float, kept_share:
     """FLOPs of ONE layer's forward pass over ``tokens`` tokens in sequences of ``seq_len`` (a decoder layer
     with encoder-decoder attention over ``cross_len`` source tokens adds that block)."""
     d, f, a = shape.d_model, shape.d_ffn, kept_share
-    per_token = 2 * (4 * d * d * a + 2 * d * f) + 4 * seq_len * d * a
+    hd = shape.head_dim if shape.head_dim is not None else d // shape.n_heads
+    q_width = shape.n_heads * hd if shape.head_dim is not None else d  # query heads x head dim
+    kv_width = (shape.n_kv_heads if shape.n_kv_heads is not None else shape.n_heads) * hd \
+        if shape.head_dim is not None or shape.n_kv_heads is not None else d
+    # query and output projections, key and value projections (a key/value head goes with its last query head:
+    # counted at the share kept), the feed-forward block, then scores and weighted values
+    per_token = 2 * (2 * d * q_width * a + 2 * d * kv_width * a + shape.ffn_matrices * d * f) + 4 * seq_len * q_width * a
     if cross_len is not None:
         per_token += 2 * (4 * d * d * a) + 4 * cross_len * d * a
     return tokens * per_token

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from headprune_utils.model.architecture import attention_sites, head_shape, kept_heads
+from headprune_utils.model.architecture import attention_sites, family_of, head_shape, kept_heads
 
 PARTS: tuple[str, ...] = ("query", "key", "value", "output")
 
@@ -22,15 +22,13 @@ def head_parameters(model: nn.Module) -> dict[str, list[list[torch.Tensor | None
     n_layers, n_heads = head_shape(model)
     kept = kept_heads(model)
     out = {p: [[None] * n_heads for _ in range(n_layers)] for p in PARTS}
+    family = family_of(model)
     for site in attention_sites(model):
-        d = site.head_dim
         for pos, h in enumerate(kept[site.layer]):
-            rows = slice(pos * d, (pos + 1) * d)
-            for part, lin in (("query", site.query), ("key", site.key), ("value", site.value)):
-                w = lin.weight.detach()[rows].reshape(-1)
-                b = lin.bias.detach()[rows] if lin.bias is not None else w.new_zeros(0)
-                out[part][site.layer][h] = torch.cat([w, b]).to("cpu", torch.float64)
-            out["output"][site.layer][h] = site.out_proj.weight.detach()[:, rows].reshape(-1).to("cpu", torch.float64)
+            # the family's adapter knows where the head's rows are (fused projections; grouped-query attention:
+            # the key/value head it reads, shared with its group)
+            for part, flat in family.head_parameters(site, pos).items():
+                out[part][site.layer][h] = flat
     return out
 
 

@@ -342,3 +342,48 @@ def test_head_parameters_follow_the_heads_through_pruning(name):
         for pos, h in enumerate(keep[site.layer]):
             before, after = family.head_parameters(sites[site.layer], h), family.head_parameters(site, pos)
             assert all(torch.equal(before[p], after[p]) for p in ("query", "key", "value", "output"))
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "gpt2"])
+def test_head_weights_read_each_heads_own_rows(name):
+    """``head_weights.relative_change`` through the adapter: a change to one key/value head's rows moves exactly the
+    query heads of its group (GQA), a change to one head's block of GPT-2's fused ``c_attn`` moves that head only."""
+    from headprune_utils.model.head_weights import relative_change
+
+    fx = FIXTURES[name]
+    before = fx.build("eager")
+    after = copy.deepcopy(before)
+    g = fx.grids[None]
+    d = g.head_dim
+    with torch.no_grad():
+        if name == "gpt2":  # c_attn's output columns: q | k | v blocks of n_heads * head_dim
+            w = after.transformer.h[1].attn.c_attn.weight
+            w[:, 2 * g.n_heads * d + 3 * d: 2 * g.n_heads * d + 4 * d] += 1.0  # the value block of head 3
+            moved = {(1, 3)}
+        else:
+            after.model.layers[1].self_attn.v_proj.weight[d:2 * d] += 1.0  # key/value head 1
+            moved = {(1, h) for h in range(g.n_heads) if g.kv_head_of(h) == 1}
+    change = relative_change(before, after)
+    got = {(int(l), int(h)) for l, h in torch.nonzero(change["value"] > 0)}
+    assert got == moved
+    assert float(change["query"].abs().max()) == 0.0 and float(change["output"].abs().max()) == 0.0
+
+
+def test_flop_estimate_counts_grouped_key_value_heads_and_the_gated_mlp():
+    """``costs.layer_forward_flops`` from the adapter's dims, against the count written out for a Llama layer."""
+    from headprune_utils.measure import costs
+
+    fx = FIXTURES["llama_mqa"]
+    cfg = fx.build("eager").config
+    dims = A.family_of(cfg).cost_dims(cfg)
+    shape = costs.Shape(dims.n_layers, dims.n_heads, dims.d_model, dims.d_ffn, dims.n_kv_heads, dims.head_dim,
+                        dims.ffn_matrices)
+    d, f, h, hd, kv = cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.head_dim, cfg.num_key_value_heads
+    tokens, seq = 10.0, 7.0
+    by_hand = tokens * (2 * (d * h * hd + d * kv * hd * 2 + h * hd * d + 3 * d * f) + 2 * 2 * seq * h * hd)
+    assert costs.layer_forward_flops(shape, tokens, seq) == pytest.approx(by_hand, rel=1e-12)
+    # the BERT-shaped default (no kv heads, no head dim given) is the documented 2 (4 d^2 a + 2 d f) + 4 s d a
+    bert = costs.Shape(2, 4, 32, 64)
+    a = 0.5
+    assert costs.layer_forward_flops(bert, tokens, seq, a) == tokens * (2 * (4 * 32 * 32 * a + 2 * 32 * 64)
+                                                                       + 4 * seq * 32 * a)
