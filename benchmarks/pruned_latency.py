@@ -7,7 +7,11 @@ query/key/value rows and output-projection columns sliced), not masked. Models:
 
 - ``minilm``: the embedded all-MiniLM-L6-v2 (6 x 12 heads, hidden 384);
 - ``bert-base``: a bert-base-uncased-shaped BERT (12 x 12 heads, hidden 768) built from its config with random
-  weights (the speed does not depend on the weights; no download).
+  weights (the speed does not depend on the weights; no download);
+- ``llama-gqa``: a Llama-shaped causal LM body (``LlamaModel``: 8 layers x 16 query heads on 4 key/value heads,
+  head dim 64, hidden 1024, gated MLP 2816), random weights. Query heads are pruned; a key/value head goes when no
+  kept query head of its group reads it (random masks keep most groups alive, so the key/value projections shrink
+  less than the query and output ones: the FLOP ideal counts the key/value heads actually kept).
 
 For each model, share of heads pruned (0 / 25 / 50 / 75 %, random heads of seed 0, and at 50 % also whole top
 layers: ``--layers``), batch size (1, 32) and sequence length (32, 128): the median forward latency of
@@ -44,7 +48,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from headprune_utils.measure import costs  # noqa: E402
-from headprune_utils.model import masks, models
+from headprune_utils.model import architecture, masks, models  # noqa: E402
 from headprune_utils.model.pruning import prune_heads  # noqa: E402
 from headprune_utils.store.results import cpu_description, package_versions  # noqa: E402
 
@@ -54,11 +58,18 @@ BERT_BASE = dict(num_hidden_layers=12, num_attention_heads=12, hidden_size=768, 
                  vocab_size=30522)
 
 
+LLAMA_GQA = dict(num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4, hidden_size=1024,
+                 intermediate_size=2816, vocab_size=32000, max_position_embeddings=512)
+
+
 def build(name: str) -> torch.nn.Module:
-    from transformers import BertConfig, BertModel
+    from transformers import BertConfig, BertModel, LlamaConfig, LlamaModel
 
     if name == "minilm":
         return _minilm()
+    if name == "llama-gqa":
+        torch.manual_seed(0)
+        return LlamaModel(LlamaConfig(**LLAMA_GQA, attn_implementation="sdpa")).eval()
     torch.manual_seed(0)
     return BertModel(BertConfig(**BERT_BASE, attn_implementation="sdpa")).eval()
 
@@ -134,19 +145,23 @@ def time_train_step(model, batch: int, seq: int, warmup: int, repeats: int, voca
     return statistics.median(times)
 
 
-def ideal_speedup(shape: costs.Shape, mask: torch.Tensor, seq: int) -> float:
-    """Forward FLOPs unpruned / pruned: each layer's attention part scales with its kept heads."""
+def ideal_speedup(shape: costs.Shape, mask: torch.Tensor, seq: int, kv_of: list[int] | None = None) -> float:
+    """Forward FLOPs unpruned / pruned: each layer's attention part scales with its kept heads (``kv_of``: the
+    key/value head each query head reads; a key/value head counts while one kept query head reads it)."""
     full = pruned = 0.0
     for layer in range(shape.n_layers):
         kept = float(mask[layer].mean())
+        kv_share = None
+        if kv_of is not None:
+            kv_share = len({kv_of[h] for h in range(len(kv_of)) if mask[layer, h] > 0}) / len(set(kv_of))
         full += costs.layer_forward_flops(shape, seq, seq, 1.0)
-        pruned += costs.layer_forward_flops(shape, seq, seq, kept)
+        pruned += costs.layer_forward_flops(shape, seq, seq, kept, kv_share=kv_share)
     return full / pruned
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--models", nargs="+", default=["minilm", "bert-base"], choices=["minilm", "bert-base"])
+    p.add_argument("--models", nargs="+", default=["minilm", "bert-base"], choices=["minilm", "bert-base", "llama-gqa"])
     p.add_argument("--fractions", nargs="+", type=float, default=[0.0, 0.25, 0.5, 0.75])
     p.add_argument("--batches", nargs="+", type=int, default=[1, 32])
     p.add_argument("--lengths", nargs="+", type=int, default=[32, 128])
@@ -177,7 +192,10 @@ def main(argv=None) -> int:
     for name in args.models:
         base = build(name).to(args.device)
         cfg = base.config
-        shape = costs.Shape(cfg.num_hidden_layers, cfg.num_attention_heads, cfg.hidden_size, cfg.intermediate_size)
+        dims = architecture.family_of(cfg).cost_dims(cfg)
+        shape = costs.Shape(dims.n_layers, dims.n_heads, dims.d_model, dims.d_ffn, dims.n_kv_heads, dims.head_dim,
+                            dims.ffn_matrices)
+        kv_of = architecture.kv_head_of(cfg)
         variants = [(f, "random", masks.random_mask(shape.n_layers, shape.n_heads,
                                                     masks.n_pruned_for_fraction(f, shape.n_layers, shape.n_heads), 0))
                     for f in args.fractions]
@@ -195,7 +213,7 @@ def main(argv=None) -> int:
                     if f == 0:
                         reference[(b, s)] = sec
                     speed = reference[(b, s)] / sec
-                    ideal = ideal_speedup(shape, mask, s)
+                    ideal = ideal_speedup(shape, mask, s, kv_of)
                     row = dict(model=name, mode="forward", fraction=f, how=how, batch=b, seq=s, ms=1000 * sec, seq_per_s=b / sec,
                                speedup=speed, ideal=ideal, share_of_ideal=(speed - 1) / (ideal - 1) if ideal > 1 else None)
                     rows.append(row)
@@ -209,7 +227,7 @@ def main(argv=None) -> int:
                     if f == 0:
                         reference[("train", b, s)] = sec
                     speed = reference[("train", b, s)] / sec
-                    ideal = ideal_speedup(shape, mask, s)  # training FLOPs are 3x the forward's, pruned or not
+                    ideal = ideal_speedup(shape, mask, s, kv_of)  # training FLOPs are 3x the forward's, pruned or not
                     row = dict(model=name, mode="train", fraction=f, how=how, batch=b, seq=s, ms=1000 * sec,
                                seq_per_s=b / sec, speedup=speed, ideal=ideal,
                                share_of_ideal=(speed - 1) / (ideal - 1) if ideal > 1 else None)

@@ -64,17 +64,20 @@ def _shape_of(model: str, planning: bool) -> Shape:
 
 
 def layer_forward_flops(shape: Shape, tokens: float, seq_len: float, kept_share: float = 1.0,
-                        cross_len: float | None = None) -> float:
+                        cross_len: float | None = None, kv_share: float | None = None) -> float:
     """FLOPs of ONE layer's forward pass over ``tokens`` tokens in sequences of ``seq_len`` (a decoder layer
-    with encoder-decoder attention over ``cross_len`` source tokens adds that block)."""
+    with encoder-decoder attention over ``cross_len`` source tokens adds that block). ``kv_share``: the share of
+    key/value heads kept, when it differs from ``kept_share`` (grouped-query attention keeps a key/value head while
+    one query head of its group is kept); None: ``kept_share``."""
     d, f, a = shape.d_model, shape.d_ffn, kept_share
     hd = shape.head_dim if shape.head_dim is not None else d // shape.n_heads
     q_width = shape.n_heads * hd if shape.head_dim is not None else d  # query heads x head dim
     kv_width = (shape.n_kv_heads if shape.n_kv_heads is not None else shape.n_heads) * hd \
         if shape.head_dim is not None or shape.n_kv_heads is not None else d
-    # query and output projections, key and value projections (a key/value head goes with its last query head:
-    # counted at the share kept), the feed-forward block, then scores and weighted values
-    per_token = 2 * (2 * d * q_width * a + 2 * d * kv_width * a + shape.ffn_matrices * d * f) + 4 * seq_len * q_width * a
+    # query and output projections, key and value projections (by default at the share of query heads kept), the
+    # feed-forward block, then scores and weighted values
+    a_kv = a if kv_share is None else kv_share
+    per_token = 2 * (2 * d * q_width * a + 2 * d * kv_width * a_kv + shape.ffn_matrices * d * f) + 4 * seq_len * q_width * a
     if cross_len is not None:
         per_token += 2 * (4 * d * d * a) + 4 * cross_len * d * a
     return tokens * per_token
