@@ -268,6 +268,19 @@ def syntactic_scores(
     return pd.DataFrame(rows)
 
 
+SYNTACTIC_COLUMNS = ("layer", "head", "relation", "direction", "n", "accuracy", "baseline", "baseline_offset")
+
+
+def syntactic_records(syn: pd.DataFrame) -> list[dict]:
+    """The rows of :func:`syntactic_scores` as plain records for a result cell: a relation without instances among
+    the sentences (``n == 0``: too few sentences, e.g. a smoke or shrunk run) has no accuracy and no baseline, stored
+    as None (null), never NaN, which a result store takes for a corrupt number."""
+    out = []
+    for r in syn[list(SYNTACTIC_COLUMNS)].to_dict(orient="records"):
+        out.append({k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()})
+    return out
+
+
 def syntactic_heads(
     model: nn.Module,
     tokenizer,

@@ -325,8 +325,7 @@ def head_roles(ctx: Context, model, tasks: list[str]) -> dict:
         "rare_share": rare["share"].to_numpy().reshape(shape).tolist(),
         "rare_p": rare["p_value"].to_numpy().reshape(shape).tolist(),
         "rare_chance": float(rare["chance"].iloc[0]), "rare_n": int(rare["n"].iloc[0]),
-        "syntactic": syn[["layer", "head", "relation", "direction", "n", "accuracy", "baseline",
-                          "baseline_offset"]].to_dict(orient="records"),
+        "syntactic": specialized.syntactic_records(syn),
     }
 
 

@@ -97,8 +97,7 @@ def encoder_roles(model, tok, sources: list[str], train_sources: list[str], ud: 
                 per = torch.stack([m[b] for m in maps])
                 argmaxes.append(specialized.word_argmax(specialized.word_attention(per, wids, len(sent))).cpu())
         syn = specialized.syntactic_scores(argmaxes, list(ud), tuple(relations), syntactic_margin, complete)
-        syn_rows = syn[["layer", "head", "relation", "direction", "n", "accuracy", "baseline",
-                        "baseline_offset"]].to_dict(orient="records")
+        syn_rows = specialized.syntactic_records(syn)
     return {
         "prev": (prev / n_q).to(torch.float32).tolist(), "next": (nxt / n_q).to(torch.float32).tolist(),
         "rare_share": rare["share"].to_numpy().reshape(shape).tolist(),

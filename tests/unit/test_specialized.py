@@ -240,3 +240,23 @@ def test_rare_word_heads_streams_over_batches(monkeypatch):
     df = sp.rare_word_heads(None, [batch, batch], counts)
     assert df.n.tolist() == [14, 14] and df.share.tolist() == [1.0, 0.0]
     assert df.rare.tolist() == [True, False] and math.isclose(df.p_value[0], (2 / 7) ** 14)
+
+
+def test_syntactic_records_store_no_nan_for_a_relation_without_instances():
+    """Too few sentences for a relation: its rows have n = 0 and no accuracy; the records a result cell stores say
+    None (JSON null), never NaN, which the store rejects as a corrupt number (a shrunk paper-profile run lost its
+    roles cells that way, then failed later in the analysis)."""
+    import json
+
+    import pandas as pd
+
+    syn = pd.DataFrame([{"layer": 0, "head": 0, "relation": "nsubj", "direction": "dep->head", "n": 3,
+                         "accuracy": 0.5, "baseline": 0.25, "baseline_offset": 1, "syntactic": True},
+                        {"layer": 0, "head": 0, "relation": "obj", "direction": "dep->head", "n": 0,
+                         "accuracy": float("nan"), "baseline": float("nan"), "baseline_offset": 0, "syntactic": False}])
+    recs = sp.syntactic_records(syn)
+    assert recs[1]["accuracy"] is None and recs[1]["baseline"] is None and recs[0]["accuracy"] == 0.5
+    assert set(recs[0]) == set(sp.SYNTACTIC_COLUMNS)
+    json.dumps(recs, allow_nan=False)  # plain JSON
+    back = pd.DataFrame(recs)
+    assert back["accuracy"].dtype == float and back.loc[1, "accuracy"] != back.loc[1, "accuracy"]  # NaN again on read
