@@ -30,10 +30,12 @@ import os
 import sys
 
 from headprune_utils.model import models
+from headprune_utils.run.execution import ExecutorUnavailable, connect_ray
+from headprune_utils.run.options import Once, Parser
 from headprune_utils.run.pipeline import run_profile
 from headprune_utils.run.preflight import preflight
-from headprune_utils.run.profiles import (missing_cells, parse_where, print_plan, print_slices, validate_profile,
-                                          where_problems)
+from headprune_utils.run.profiles import (missing_cells, parse_where, print_plan, print_slices, unknown_profile,
+                                          validate_profile, where_problems)
 from headprune_utils.store.results import CorruptCellError
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies.config import PROFILES
@@ -54,8 +56,8 @@ def program_name(argv0: str | None = None) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=program_name(), description=__doc__.split("\n")[0])
-    parser.add_argument("--profile", default="quick", help=f"parameter profile: one of {PROFILES} or another params/*.yaml")
+    parser = Parser(prog=program_name(), description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", action=Once, default="quick", help=f"parameter profile: one of {PROFILES} or another params/*.yaml")
     parser.add_argument("--only", nargs="+", action="extend", metavar="STUDY", help=f"run only these studies: {', '.join(STUDIES)}")
     parser.add_argument("--fresh", action="store_true", help="move earlier results of these studies aside first (kept as a backup)")
     parser.add_argument("--fresh-caches", action="store_true",
@@ -68,13 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--plan-slices", action="store_true",
                         help="with --plan: per study, the slices (one trained model each) not yet complete, with "
                              "their stored / planned cells and the --where that computes each; run nothing")
-    parser.add_argument("--gpu-tflops", type=float, default=100.0, help="--plan: sustained GPU throughput for GPU-hours (default 100)")
-    parser.add_argument("--cpu-gflops", type=float, default=58.0, help="--plan: sustained CPU throughput for CPU-hours (default 58)")
-    parser.add_argument("--executor", choices=("local", "process", "ray"), default="local",
+    parser.add_argument("--gpu-tflops", action=Once, type=float, default=100.0, help="--plan: sustained GPU throughput for GPU-hours (default 100)")
+    parser.add_argument("--cpu-gflops", action=Once, type=float, default=58.0, help="--plan: sustained CPU throughput for CPU-hours (default 58)")
+    parser.add_argument("--executor", action=Once, choices=("local", "process", "ray"), default="local",
                         help="where cells run: in each notebook's kernel (local, default), or before the notebooks in "
                              "a pool of local worker processes (process: one per core, one torch thread each) or "
                              "as Ray tasks (ray)")
-    parser.add_argument("--address", default=None,
+    parser.add_argument("--address", action=Once, default=None,
                         help="--executor ray: a Ray cluster to join ('auto', 'ray://host:10001'); default: a local Ray instance")
     parser.add_argument("--cells-only", action="store_true", help="compute the cells and stop (no notebooks)")
     parser.add_argument("--where", nargs="+", action="extend", metavar="AXIS=VALUE",
@@ -86,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "missing, if a planned cell is not stored (e.g. the committed standard cells on a fresh "
                              "clone: minutes, no training)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument("--jobs", type=int, default=1,
+    parser.add_argument("--jobs", action=Once, type=int, default=1,
                         help="studies run side by side (default 1); each kernel then gets cores/jobs torch threads")
     return parser
 
@@ -129,6 +131,20 @@ def resolve_env_paths() -> None:
             print(f"note: {var}={value} is relative: using {os.environ[var]}", file=sys.stderr)
 
 
+def env_problems() -> list[str]:
+    """``HEADPRUNE_OUTPUT_DIR`` / ``HEADPRUNE_DATA_DIR`` that name something other than a folder (a file, say): one
+    line each naming the variable, before anything is read or written."""
+    out = []
+    for var in PATH_ENV:
+        value = os.environ.get(var)
+        if value and os.path.lexists(value) and not os.path.isdir(value):
+            what = "a link to nothing" if not os.path.exists(value) else "a file, not a folder"
+            out.append(f"{var}={value} is {what}: set it to a folder"
+                       + (" (created if it does not exist)" if var == "HEADPRUNE_OUTPUT_DIR" else
+                          " holding glue/... (the task data)"))
+    return out
+
+
 def refuse(message: object) -> int:
     print(f"error: {message}", file=sys.stderr)
     return 2
@@ -154,7 +170,9 @@ def blocked(plan: dict[str, dict], args: argparse.Namespace) -> bool:
     notes: list[str] = []
     try:
         problems = where_problems(plan, args.profile, parse_where(args.where))
-        problems += preflight(plan, args.profile, read_data=args.check, stale=not args.fresh, notes=notes)
+        writes = "cells" if args.cells_only else "render" if args.from_cells else "all"
+        problems += preflight(plan, args.profile, read_data=args.check, stale=not args.fresh, notes=notes,
+                              writes=writes)
     except Exception as exc:  # a data file that cannot even be hashed, say
         problems = [str(exc)]
     for note in notes:
@@ -194,6 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in QUIET_ENV.items():
         os.environ.setdefault(k, v)
     resolve_env_paths()
+    problems = env_problems()
+    if problems:
+        return refuse("\nerror: ".join(problems))
+    unknown = unknown_profile(args.profile)
+    if unknown:
+        return refuse(unknown)
     if args.plan:
         return show_plan(args)
     try:
@@ -202,12 +226,19 @@ def main(argv: list[str] | None = None) -> int:
         return refuse(exc)
     if blocked(plan, args):
         return 2
+    if args.executor == "ray":
+        if not ray_installed():
+            return refuse("--executor ray needs Ray: pip install -e '.[ray]'")
+        if args.address:  # a cluster: joined now, so that a wrong address stops the run before any work
+            try:
+                connect_ray(args.address)
+            except ExecutorUnavailable as exc:
+                return refuse(exc)
     if args.check:
         print(f"parameters of profile {args.profile!r} are valid for: {', '.join(plan)}; outputs writable, "
-              "no stored results of other parameters, task data readable")
+              "no stored results of other parameters, task data readable"
+              + (f"; the Ray cluster at {args.address} joined" if args.executor == "ray" and args.address else ""))
         return 0
-    if args.executor == "ray" and not ray_installed():
-        return refuse("--executor ray needs Ray: pip install -e '.[ray]'")
     return run_profile(plan, args.profile, jobs=args.jobs, fresh=args.fresh, fresh_caches=args.fresh_caches,
                        executor=args.executor, address=args.address, cells_only=args.cells_only,
                        where=parse_where(args.where), progress=not args.no_progress)

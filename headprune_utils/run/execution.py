@@ -29,10 +29,15 @@ model), which costs time but not correctness.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
 import json
 import multiprocessing
 import os
 import socket
+import sys
+import tempfile
 import time
 import traceback
 import weakref
@@ -50,14 +55,14 @@ import torch
 from tqdm import tqdm
 
 from headprune_utils.model import models
-from headprune_utils.run.profiles import TimeLeft, calibrated_gflops, duration_text
+from headprune_utils.run.profiles import TimeLeft, calibrated_gflops, duration_text, unknown_profile
 from headprune_utils.tasks.metrics import verdict_scores
-from headprune_utils.store.paths import StudyPaths, outputs_root
+from headprune_utils.store.paths import STAGED_ENV, StudyPaths, outputs_root
 from headprune_utils.store.results import (ResultStore, StaleResultsError, atomic_write_json, cell_key, portable,
                                            run_metadata)
 from headprune_utils.studies import NAMES, get_study
 from headprune_utils.studies.base import Cell, Study
-from headprune_utils.studies.config import as_dict, validate
+from headprune_utils.studies.config import ParameterError, as_dict, parameter_sources, validate
 from headprune_utils.train import phases
 
 EXECUTORS = ("local", "process", "ray")
@@ -334,7 +339,7 @@ class ProcessExecutor:
         self._reset()
         self._job = {"study": study_ref(study), "cfg": as_dict(cfg), "profile": profile, "device": str(device),
                      "faults": os.environ.get("HEADPRUNE_TEST_FAULTS"), "threads": self.threads,
-                     "env": _worker_env(paths), "where": "process-pool job"}
+                     "env": _worker_env(paths.root), "where": "process-pool job"}
 
     def submit(self, batch: Batch) -> int:
         self._next += 1
@@ -454,22 +459,93 @@ class ProcessExecutor:
 RAY_CONNECT_TIMEOUT = 10.0  # seconds to reach a Ray cluster's address before giving up with a clear message
 
 
+class ExecutorUnavailable(RuntimeError):
+    """The executor cannot start (Ray is not installed, or no Ray cluster can be joined at the address): raised
+    before any cell is computed, its message one line naming the option and the address."""
+
+
+def _address_text(address: str | None) -> str:
+    return f"--executor ray --address {address!r} (a notebook's ray_address)" if address else "--executor ray"
+
+
 def check_ray_address(address: str | None, timeout: float = RAY_CONNECT_TIMEOUT) -> None:
-    """Raise ``RuntimeError`` naming ``address`` when nothing answers there within ``timeout`` seconds (Ray itself
-    retries for minutes, saying little). ``None`` and ``"auto"`` (a local instance, or the one ``ray start`` left
-    address files for) are Ray's own to resolve."""
+    """Raise :class:`ExecutorUnavailable` naming ``address`` when nothing answers there within ``timeout`` seconds
+    (Ray itself retries for minutes, saying little). ``None`` and ``"auto"`` (a local instance, or the one ``ray
+    start`` left address files for) are Ray's own to resolve. Something answering is not yet a Ray cluster:
+    :func:`connect_ray` says so when Ray cannot join it."""
     if address in (None, "", "auto", "local"):
         return
     hostport = address.split("://", 1)[-1].rstrip("/")
     host, sep, port = hostport.rpartition(":")
     if not sep or not port.isdigit():
-        raise RuntimeError(f"--address {address!r}: expected host:port, ray://host:port or auto")
+        raise ExecutorUnavailable(f"--address {address!r}: expected host:port, ray://host:port or auto")
     try:
         socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=timeout).close()
     except OSError as exc:
-        raise RuntimeError(f"--address {address!r}: no Ray cluster answers at {host}:{port} within {timeout:g} s "
-                           f"({exc.__class__.__name__}: {exc}); start it with `ray start --head` there, or leave "
-                           "--address out to start a local instance") from None
+        raise ExecutorUnavailable(f"--address {address!r}: no Ray cluster answers at {host}:{port} within "
+                                  f"{timeout:g} s ({exc.__class__.__name__}: {exc}); start it with `ray start --head` "
+                                  "there, or leave --address out to start a local instance") from None
+
+
+def connect_ray(address: str | None = None, num_cpus: int | None = None, root: Path | None = None):
+    """Ray, joined to the cluster at ``address`` (None: a local instance started in this process) unless this
+    process already is; returns the ``ray`` module. Workers get the outputs root ``root`` (default: this run's)
+    and the data root and settings of this process (:func:`_worker_env`). Raises :class:`ExecutorUnavailable`, one
+    line naming the option and the address, when Ray is not installed or cannot start or join there (Ray's own
+    error, first line, in it): the batch runner calls it before any work when ``--address`` is given."""
+    try:
+        import ray
+    except ImportError:
+        raise ExecutorUnavailable("--executor ray needs Ray: pip install -e '.[ray]'") from None
+    if ray.is_initialized():
+        return ray
+    check_ray_address(address)
+    env = {var: value for var, value in _worker_env(root).items() if value}
+    kwargs = dict(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False,
+                  runtime_env={"env_vars": env})
+    if address is None and num_cpus is not None:
+        kwargs["num_cpus"] = num_cpus
+    try:
+        # joining a cluster, Ray's core prints a line a second while it retries: shown only on success (not when
+        # starting a local instance: its daemons, started now, would inherit the held stderr)
+        with _held_stderr() if address else contextlib.nullcontext(_Held()) as held:
+            ray.init(**kwargs)
+        if held.text:
+            sys.stderr.write(held.text)
+    except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, TimeoutError, RuntimeError, ValueError...
+        said = (str(exc).strip().splitlines() or [""])[0][:300]
+        what = (f"no Ray cluster could be joined at {address!r}" if address
+                else "a local Ray instance could not be started")
+        raise ExecutorUnavailable(f"{_address_text(address)}: {what} ({type(exc).__name__}: {said}); nothing was "
+                                  "computed" + ("; start the cluster with `ray start --head` there, or leave "
+                                                "--address out to start a local instance" if address else "")) from None
+    return ray
+
+
+class _Held:
+    text = ""
+
+
+@contextlib.contextmanager
+def _held_stderr():
+    """File descriptor 2 (this process's and its libraries' C code's stderr) into a temporary file, and Python's
+    ``sys.stderr`` into memory, while the block runs; what was written there is in ``.text`` afterwards (nothing is
+    shown)."""
+    held = _Held()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    python_side = io.StringIO()  # sys.stderr where it is not file descriptor 2 (a notebook's, a test's)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            with contextlib.redirect_stderr(python_side):
+                yield held
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            held.text = tmp.read().decode("utf-8", "replace") + python_side.getvalue()
 
 
 class RayExecutor:
@@ -494,19 +570,7 @@ class RayExecutor:
         self._max_in_flight = max_in_flight
 
     def start(self, *, study: Study, cfg, device, paths: StudyPaths, profile: str) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise RuntimeError("the Ray executor needs Ray: pip install -e '.[ray]'") from None
-        self.ray = ray
-        if not ray.is_initialized():
-            check_ray_address(self.address)
-            env = {var: value for var, value in _worker_env(paths).items() if value}
-            kwargs = dict(address=self.address, ignore_reinit_error=True, include_dashboard=False,
-                          log_to_driver=False, runtime_env={"env_vars": env})
-            if self.address is None and self.num_cpus is not None:
-                kwargs["num_cpus"] = self.num_cpus
-            ray.init(**kwargs)
+        self.ray = ray = connect_ray(self.address, self.num_cpus, paths.root)
         gpus = ray.cluster_resources().get("GPU", 0)
         self._gpu = gpus > 0
         cpus = int(ray.cluster_resources().get("CPU", 1))
@@ -541,11 +605,11 @@ class RayExecutor:
         pass  # the Ray instance stays up for the next study of the run; ray.shutdown() at exit
 
 
-def _worker_env(paths: StudyPaths) -> dict[str, str | None]:
-    """What a worker needs of this process's environment: this run's outputs root (``HEADPRUNE_OUTPUT_DIR``, so
-    that workers fill and reuse the driver's model caches), the data root and the settings that keep the libraries
-    offline and quiet; None for a variable unset here."""
-    return {"HEADPRUNE_OUTPUT_DIR": str(paths.root or outputs_root()),
+def _worker_env(root: Path | None = None) -> dict[str, str | None]:
+    """What a worker needs of this process's environment: this run's outputs root (``root``, default the outputs
+    root: ``HEADPRUNE_OUTPUT_DIR``, so that workers fill and reuse the driver's model caches), the data root and
+    the settings that keep the libraries offline and quiet; None for a variable unset here."""
+    return {"HEADPRUNE_OUTPUT_DIR": str(root or outputs_root()),
             **{var: os.environ.get(var) or None for var in _WORKER_ENV}}
 
 
@@ -743,13 +807,27 @@ def check_one_model(table: pd.DataFrame, study: str, axes: Iterable[str]) -> Non
 
 def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = None, *,
               executor: str | Executor = "local", address: str | None = None,
-              progress: bool | None = None, select: Callable[[dict], bool] | None = None) -> pd.DataFrame:
+              progress: bool | None = None, select: Callable[[dict], bool] | None = None,
+              sources: dict[str, str] | None = None) -> pd.DataFrame:
     """Compute every cell of ``study`` not yet stored (resuming), write the run's metadata; returns one row
     per planned cell stored (its axes and result). ``select(axes) -> bool``: compute only the cells it accepts
-    (and the cells they require), e.g. one slice of a long run; the others are left for later. Raises CellsFailed when cells failed (the others are stored),
+    (and the cells they require), e.g. one slice of a long run; the others are left for later. ``sources``: where
+    each parameter's value came from, recorded in run_meta.json (default: found out, :func:`parameter_origins`).
+    Raises CellsFailed when cells failed (the others are stored),
     StaleResultsError (naming the parameters that changed) when the stored cells were made with other parameters,
-    StudyBusyError when another process is computing the same study and profile."""
+    StudyBusyError when another process is computing the same study and profile. Before anything is written:
+    ParameterError when a registered study's run into the outputs root names a profile without a
+    ``params/<profile>.yaml`` (a notebook's ``-p profile myexp``), OutputsUnwritable when its folders cannot be
+    written, ExecutorUnavailable when the Ray cluster at ``address`` cannot be joined."""
     study = get_study(study) if isinstance(study, str) else study
+    if paths is None or paths.root is None:  # into the outputs root, as a notebook's run: a profile's folder
+        unknown = unknown_profile(profile, notebook=True) if study_ref(study) == study.name and \
+            not profile.startswith("custom-") else None
+        if unknown:  # a folder of no profile, which git does not ignore, computed with the notebook's defaults
+            raise ParameterError(unknown)
+    ray_address = executor.address if isinstance(executor, RayExecutor) else address if executor == "ray" else None
+    if ray_address:  # a cluster: joined before anything is written, so a wrong address leaves nothing behind
+        connect_ray(ray_address, root=paths.root if paths is not None else None)
     paths = (paths or StudyPaths(study.name, profile)).ensure()
     device = models.resolve_device(cfg.device)
     store = ResultStore(paths.cells, study.fingerprint(cfg, device), check=getattr(study, "check_record", None))
@@ -760,7 +838,75 @@ def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = 
         except StaleResultsError as exc:
             why = "" if getattr(exc, "copied_in", False) else changed_parameters(paths, cfg, study)
             raise StaleResultsError(f"study {study.name!r}, profile {profile!r}: {exc}{why}") from None
-        return _run_locked(study, cfg, profile, paths, device, store, executor, address, progress, select)
+        return _run_locked(study, cfg, profile, paths, device, store, executor, address, progress, select,
+                           sources)
+
+
+# Where a parameter's value came from, as run_meta.json's "param_sources" records it (explicit values win over a
+# profile file's or a -f file's section, which win over the notebook's parameters cell).
+SOURCE_PROFILE = "profile file params/{profile}.yaml"  # the batch runner's notebooks and cells: the profile's section
+SOURCE_EXPLICIT = "explicit (papermill -p / -y, a top-level key of a -f file)"
+SOURCE_SECTION = "the study's section of a papermill -f file"
+SOURCE_NOTEBOOK = "notebook default (its parameters cell)"
+SOURCE_DEFAULT = "default (the study's Config)"
+SOURCE_CALLER = "set by the calling code"
+SOURCE_RUNNER = "the batch runner (display only)"
+
+
+def _notebook_namespace() -> dict | None:
+    """The namespace of the study notebook this process runs as a kernel (its plumbing cells' variables present),
+    else None."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    ns = getattr(shell, "user_ns", None)
+    if isinstance(ns, dict) and isinstance(ns.get("_namespace"), dict) \
+            and isinstance(ns.get("_globals_before_parameters"), set):
+        return ns
+    return None
+
+
+def parameter_origins(study: Study, cfg, profile: str, overrides: dict | None = None,
+                      runner: tuple[str, ...] = ()) -> dict[str, str]:
+    """``{parameter: where its value came from}`` for every field of ``cfg`` (the ``SOURCE_*`` texts).
+
+    ``overrides``: the profile's section the batch runner's driver built ``cfg`` from (``runner``: the keys it set
+    itself). Otherwise, in a study notebook's kernel, what the notebook received (the injected cell, a ``-f``
+    file's section, the parameters cell: :func:`~headprune_utils.studies.config.parameter_sources`); in the batch
+    runner's kernels (staged outputs) the injected values are the profile file's. Elsewhere (a library call), a
+    value equal to the study's default is the default, any other the caller's. A value that differs from what the
+    notebook received was set by the notebook's own code."""
+    values = as_dict(cfg)
+    profile_file = SOURCE_PROFILE.format(profile=profile)
+    if overrides is not None:
+        return {k: SOURCE_RUNNER if k in runner else profile_file if k in overrides else SOURCE_DEFAULT
+                for k in values}
+    ns = _notebook_namespace()
+    if ns is not None:
+        try:
+            received, found, _ = parameter_sources(ns["_namespace"], ns["_globals_before_parameters"], study=study.name)
+        except Exception:  # noqa: BLE001 - the notebook already refused its parameters, or they are not its study's
+            received, found = None, {}
+        if received is not None:
+            staged = os.environ.get(STAGED_ENV) == "1"
+            out = {}
+            for k, v in values.items():
+                if k in received and received[k] != v:
+                    out[k] = SOURCE_CALLER
+                elif found.get(k) == "explicit":
+                    out[k] = (SOURCE_RUNNER if k in _RUNNER_SET else profile_file) if staged else SOURCE_EXPLICIT
+                elif found.get(k) == "section":
+                    out[k] = SOURCE_SECTION
+                elif k in received:
+                    out[k] = SOURCE_NOTEBOOK
+                else:  # not in the parameters cell: the study's own default
+                    out[k] = SOURCE_DEFAULT
+            return out
+    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+                for f in dataclasses.fields(cfg)}
+    return {k: SOURCE_DEFAULT if k in defaults and defaults[k] == v else SOURCE_CALLER for k, v in values.items()}
+
+
+_RUNNER_SET = ("progress",)  # what the batch runner injects into its notebooks besides the profile's section
 
 
 def changed_parameters(paths: StudyPaths, cfg, study: Study) -> str:
@@ -782,7 +928,7 @@ def changed_parameters(paths: StudyPaths, cfg, study: Study) -> str:
 
 
 def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, store: ResultStore, executor, address,
-                progress, select=None) -> pd.DataFrame:
+                progress, select=None, sources: dict[str, str] | None = None) -> pd.DataFrame:
     cells = study.plan(cfg)
     check_plan(cells)
     done = {c.key for c in cells if store.has(c.axes)}
@@ -830,6 +976,7 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
     params = {**as_dict(cfg), **study.run_params(cfg)}
     meta = run_metadata(study.name, profile, params, list(getattr(cfg, "seeds", [])), device, durations, store.fingerprint)
     meta["executor"] = ex.name
+    meta["param_sources"] = sources or parameter_origins(study, cfg, profile)
     meta["data_fingerprints"] = study.data_fingerprints(cfg)
     atomic_write_json(paths.meta, meta)
     if failed or skipped:

@@ -19,7 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from headprune_utils.run import profiles
-from headprune_utils.run.execution import CellsFailed, make_executor, run_study
+from headprune_utils.run.execution import (CellsFailed, ExecutorUnavailable, connect_ray, make_executor,
+                                           parameter_origins, run_study)
 from headprune_utils.run.notebooks import (JOURNAL, recover_swap, relative, resource_cause, run_lock,
                                            study_lock)
 from headprune_utils.run.profiles import planned, selector, study_config
@@ -35,7 +36,8 @@ def run_profile(plan: dict[str, dict], profile: str, *, jobs: int = 1, fresh: bo
                 cells_only: bool = False, where: dict[str, set[str]] | None = None, progress: bool = True) -> int:
     """Run the studies of ``plan`` (validated and checked); returns the exit status: 0 when all succeeded, 1 when
     a cell or a notebook failed, or a write failed for want of room, 2 when another run holds one of the studies
-    (refused before any work, naming it)."""
+    (refused before any work, naming it) or the executor cannot start (Ray: no cluster to join at ``address``;
+    before any cell is computed)."""
     total = time.perf_counter()
     with contextlib.ExitStack() as held:
         # every study's run lock first: another run of one of them stops this one before any work; moving the
@@ -54,6 +56,9 @@ def run_profile(plan: dict[str, dict], profile: str, *, jobs: int = 1, fresh: bo
         except StudyBusyError as exc:  # the study lock, held by a process outside the runner (a notebook's kernel)
             print(f"error: {exc}", file=sys.stderr)
             return 1
+        except ExecutorUnavailable as exc:  # Ray cannot start or join the cluster: before any cell was computed
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         except OSError as exc:
             cause = resource_cause(exc)
             if cause is None:
@@ -138,12 +143,15 @@ def compute_cells(plan: dict[str, dict], profile: str, executor: str, address: s
                   flush=True)
             continue
         computed += 1
+        if executor == "ray" and ex is None:  # Ray started (or the cluster joined) before anything is written
+            connect_ray(address)
         ex = ex or make_executor(executor, address)
         study, cfg = study_config(name, {**overrides, "progress": False}, profile)
         t0 = time.perf_counter()
         print(f"cells of {name} ({profile}) on {executor}", flush=True)
         try:
-            table = run_study(study, cfg, profile, executor=ex, progress=True, select=select)
+            table = run_study(study, cfg, profile, executor=ex, progress=True, select=select,
+                              sources=parameter_origins(study, cfg, profile, overrides, runner=("progress",)))
             print(f"cells of {name}: {len(table)} stored in {time.perf_counter() - t0:.0f} s", flush=True)
         except CellsFailed as exc:
             ok = False

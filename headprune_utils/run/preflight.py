@@ -1,6 +1,8 @@
 """The checks before any heavy work, so that a run that cannot finish stops at once instead of hours in.
 
-Outputs that cannot be written, a study folder left half swapped (a run killed while swapping its outputs in),
+Outputs that cannot be written (every folder the run writes: each study's folder and its parts, the folder beside
+it that holds the staging folder, run lock and backups, the shared model caches, the cross-study summary's and the
+report's folders; a file in the way, or permissions), a study folder left half swapped (a run killed while swapping its outputs in),
 stored cells of other parameters (which a run would refuse to mix with new ones; the message names the parameters
 that changed) and, for ``--check``, task data that is missing or unreadable. Nothing is trained, loaded or moved.
 """
@@ -13,35 +15,71 @@ from headprune_utils.model import models
 from headprune_utils.run.execution import changed_parameters
 from headprune_utils.run.notebooks import half_swap, relative
 from headprune_utils.run.profiles import study_config
-from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.paths import StudyPaths, folder_problem, outputs_root, report_dir
 from headprune_utils.store.results import CorruptCellError, ResultStore, StaleResultsError
 from headprune_utils.tasks import data
 
 
 def writable(path: Path) -> bool:
     """Whether ``path`` (or, where it does not exist yet, its nearest existing parent) can be written to."""
-    p = Path(path)
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return os.access(p, os.W_OK | os.X_OK)
+    return folder_problem(path) is None
+
+
+WRITES = ("all", "cells", "render")
+
+
+def written_folders(plan: dict[str, dict], profile: str, writes: str = "all") -> list[tuple[Path, str]]:
+    """``[(folder, what it holds)]``: every folder a run of ``plan`` writes. ``writes``: "all" (a run: cells,
+    notebooks, the cross-study summary and the report), "cells" (``--cells-only``: no summary, no report) or
+    "render" (``--from-cells``: no model is trained, so not the model caches)."""
+    if writes not in WRITES:
+        raise ValueError(f"writes must be one of {WRITES}, got {writes!r}")
+    out: list[tuple[Path, str]] = []
+    for name in plan:
+        paths = StudyPaths(name, profile, staged=False)
+        out.append((paths.dir.parent, f"{name}: its staging folder and run lock"))
+        out.append((paths.dir, f"{name}: its outputs"))
+        # the parts a run writes into or swaps (the new ones are made in the study's folder, checked above)
+        for part in (paths.cells, paths.cache, paths.figures, paths.tables, paths.dir / "quarantine"):
+            if part.exists() or part.is_symlink():
+                out.append((part, f"{name}: its {part.name}/"))
+    if writes != "render":
+        any_study = StudyPaths("any", profile, staged=False)
+        out.append((any_study.finetuned_cache, "the shared fine-tuned models"))
+        out.append((any_study.nmt_cache, "the shared translation models"))
+    if writes != "cells":
+        out.append((outputs_root(), "the cross-study summary"))
+        out.append((report_dir(), "the report"))
+        out.append((report_dir() / profile, "the report"))
+    return out
+
+
+def unwritable(plan: dict[str, dict], profile: str, writes: str = "all") -> list[str]:
+    """One problem per folder in the way (:func:`folder_problem`), with what the run would have written there: a
+    read-only report folder is found here, before any cell is computed, not after the whole run."""
+    found: dict[str, list[str]] = {}
+    for folder, what in written_folders(plan, profile, writes):
+        problem = folder_problem(folder)
+        if problem is not None and what not in found.setdefault(problem, []):
+            found[problem].append(what)
+    return [f"{problem} (needed for {'; '.join(whats[:2])}" + (f"; and {len(whats) - 2} more" if len(whats) > 2 else "")
+            + ")" for problem, whats in found.items()]
 
 
 def preflight(plan: dict[str, dict], profile: str, read_data: bool = False, stale: bool = True,
-              notes: list[str] | None = None, strict: bool | None = None) -> list[str]:
-    """Problems found without heavy work: outputs that cannot be written, stored cells of other parameters
+              notes: list[str] | None = None, strict: bool | None = None, writes: str = "all") -> list[str]:
+    """Problems found without heavy work: folders the run writes that cannot be written (:func:`unwritable`;
+    ``writes`` says which the run writes), stored cells of other parameters
     (naming the parameters that changed), and with ``read_data`` task data that is missing or unreadable. Corrupt
     cell files are not problems: a run moves them to ``quarantine/`` and recomputes them (as the README says);
     they are named in ``notes`` when given. A study folder an interrupted swap left half of one run and half of
     another is a problem for ``--check`` (``strict``, by default ``read_data``: the outputs are not valid as
     they are) and a note for a run (which completes the swap first)."""
-    problems = []
+    problems = unwritable(plan, profile, writes)
     strict = read_data if strict is None else strict
     for name, overrides in plan.items():
         study, cfg = study_config(name, overrides, profile)
         paths = StudyPaths(name, profile, staged=False)
-        if not writable(paths.dir) or (paths.dir.exists() and not writable(paths.dir.parent)):
-            problems.append(f"{name}: the outputs folder {relative(paths.dir)} cannot be written (permissions)")
-            continue
         half = half_swap(paths)
         if half and strict:
             problems.append(f"{name}: {half}")

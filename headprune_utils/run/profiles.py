@@ -17,11 +17,11 @@ from typing import Any, NamedTuple
 
 from headprune_utils.measure import costs
 from headprune_utils.model import models
-from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.paths import StudyPaths, profile_name_problem
 from headprune_utils.store.results import ResultStore
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies.base import Cell, Study
-from headprune_utils.studies.config import ParameterError, load_profile, profile_lines, validate
+from headprune_utils.studies.config import ParameterError, load_profile, profile_lines, profile_path, validate
 
 
 # What the cells of each study sustained, in GFLOP/s of one torch thread on the 2-core CPU: the planned FLOPs of the
@@ -108,6 +108,27 @@ def duration_text(seconds: float) -> str:
         return "under a minute"
     minutes = int(round(seconds / 60))
     return f"about {minutes} min" if minutes < 60 else f"about {minutes // 60} h {minutes % 60:02d} min"
+
+
+def unknown_profile(profile: str, notebook: bool = False) -> str | None:
+    """Why ``profile`` names no profile (there is no ``params/<profile>.yaml``), naming the profiles there are and
+    how to make one; None when it is one, and for a name that is not a plain profile name (the profile's loading
+    says why). ``notebook``: for a notebook's ``profile`` parameter, which says where its outputs go (its
+    parameters are the notebook's own)."""
+    if not isinstance(profile, str) or profile_name_problem(profile):
+        return None
+    path = profile_path(profile)
+    if path.exists():
+        return None
+    known = sorted(p.stem for p in path.parent.glob("*.yaml"))
+    how = (f"to make one, copy a profile and edit its sections (cp params/{'quick' if 'quick' in known else known[0]}"
+           f".yaml params/{profile}.yaml)" if known else f"to make one, write params/{profile}.yaml")
+    if notebook:
+        how += (", or run the notebook with a profile and your own parameters (-p profile quick -p NAME VALUE): "
+                "parameters other than the profile's go to outputs/<study>/custom-<hash>/, never into a profile's "
+                "folder; nothing was computed")
+    return (f"unknown profile {profile!r}: there is no params/{profile}.yaml (the profiles: "
+            f"{', '.join(known) or 'none'}); {how}")
 
 
 def validate_profile(profile: str, only: list[str] | None = None) -> dict[str, dict]:

@@ -11,7 +11,6 @@ missing number reads ``n/a``.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import re
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from headprune_utils.analysis import claims
+from headprune_utils.run.options import Once, Parser
 from headprune_utils.store.paths import StudyPaths, outputs_root
 from headprune_utils.store.results import atomic_write_text
 from headprune_utils.studies import STUDIES
@@ -404,8 +404,8 @@ def write_summary(profile: str = "quick") -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m headprune_utils.run.summary", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--profile", default="quick")
+    ap = Parser(prog="python -m headprune_utils.run.summary", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", action=Once, default="quick")
     ap.add_argument("--no-readme", action="store_true", help="leave the README's findings table as it is")
     args = ap.parse_args(argv)
     print(f"wrote {os.path.relpath(write_summary(args.profile))}")

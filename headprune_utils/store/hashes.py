@@ -30,7 +30,8 @@ def parse_manifest(text: str, where: str = MANIFEST_NAME) -> tuple[dict[str, str
     problems: list[str] = []
     lines = text.split("\n")
     if lines[-1] != "":
-        problems.append(f"{where}: the last line has no newline (the file was cut short)")
+        problems.append(f"{where}: the last line has no newline (line {len(lines)}, {lines[-1][:80]!r}: the file was "
+                        "cut short)")
     for i, line in enumerate(lines[:-1], 1):
         m = _LINE.fullmatch(line)
         if not m:

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from headprune_utils.store.hashes import MANIFEST_NAME, digest, format_manifest, manifest_path, read_manifest
-from headprune_utils.store.results import REQUIRED_KEYS, atomic_write_text, record_problem
+from headprune_utils.store.results import atomic_write_text, record_problem, shape_problem
 
 
 def _cell_files(cells_dir: Path) -> list[Path]:
@@ -74,9 +74,7 @@ def record(cells_dir: Path) -> tuple[int, list[str]]:
             continue
         try:
             rec = json.loads(data.decode("utf-8"))
-            if not isinstance(rec, dict) or any(k not in rec for k in REQUIRED_KEYS):
-                raise ValueError(f"not a result record (needs the keys {', '.join(REQUIRED_KEYS)})")
-            why = record_problem(rec, p)
+            why = shape_problem(rec) or record_problem(rec, p)
         except (ValueError, UnicodeDecodeError, TypeError, KeyError) as exc:
             why = str(exc)
         if why:

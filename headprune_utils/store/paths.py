@@ -159,7 +159,14 @@ class StudyPaths:
         return self.tables / f"{name}.csv"
 
     def ensure(self) -> "StudyPaths":
-        for d in (self.figures, self.tables, self.cells, self.cache):
+        """Create the folders of the run (raises :class:`OutputsUnwritable` naming the folder, before anything is
+        created, when one of them cannot be written)."""
+        folders = (self.figures, self.tables, self.cells, self.cache)
+        for d in folders:
+            problem = folder_problem(d)
+            if problem:
+                raise OutputsUnwritable(f"the outputs of {self.study} (profile {self.profile}): {problem}")
+        for d in folders:
             d.mkdir(parents=True, exist_ok=True)
         return self
 
@@ -188,3 +195,65 @@ def relative_to_project(path: Path) -> str:
         return str(Path(path).resolve().relative_to(project_root().resolve()))
     except ValueError:
         return Path(path).name
+
+
+OUTPUT_ENV = "HEADPRUNE_OUTPUT_DIR"
+
+
+def shown_path(path: Path) -> str:
+    """A path as a message shows it without a machine's own folders (a message may land in an executed notebook,
+    which is committed): relative to the project root; under an outputs root set by ``HEADPRUNE_OUTPUT_DIR``
+    elsewhere, as ``$HEADPRUNE_OUTPUT_DIR/<study>/<profile>/...``; else its last four parts (``.../<study>/<profile>/
+    cells/<file>``)."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(project_root().resolve()))
+    except ValueError:
+        pass
+    env = os.environ.get(OUTPUT_ENV)
+    if env:
+        try:
+            rest = path.resolve().relative_to(Path(env).resolve())
+            return f"${OUTPUT_ENV}" + (f"/{rest.as_posix()}" if rest.parts else "")
+        except ValueError:
+            pass
+    parts = path.parts[-4:]
+    return ".../" + "/".join(parts) if len(path.parts) > 4 else str(path)
+
+
+def _in_project(path: Path) -> str:
+    """``path`` relative to the project root when it is inside it, else as it is (for the terminal)."""
+    try:
+        return str(Path(path).absolute().relative_to(project_root().absolute()))
+    except ValueError:
+        return str(path)
+
+
+class OutputsUnwritable(RuntimeError):
+    """A folder a run writes cannot be written (a file in its way, or permissions); raised before anything is
+    written there, naming the folder (and ``HEADPRUNE_OUTPUT_DIR`` when it is the culprit)."""
+
+
+def _can_write(folder: Path) -> bool:
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why the folder ``path`` cannot be written, or None. Where it does not exist yet, its nearest existing parent
+    is asked (the run creates the rest): a part of it that is a file, not a folder (or a link to nothing), or a
+    folder without write permission. The message names that part; an outputs root set by ``HEADPRUNE_OUTPUT_DIR``
+    that is (or lies under) the culprit is named as the variable."""
+    p = Path(path).absolute()
+    while not (p.exists() or p.is_symlink()) and p != p.parent:
+        p = p.parent
+    root = outputs_root().absolute()
+    env = os.environ.get(OUTPUT_ENV)
+    var = f"{OUTPUT_ENV}={env}: " if env and (p == root or p in root.parents) else ""
+    if p.is_symlink() and not p.exists():
+        return f"{var}{_in_project(p)} is a link to nothing (a broken symbolic link): nothing can be written under it"
+    if not p.is_dir():
+        fix = f"; set {OUTPUT_ENV} to a folder (created if it does not exist)" if var else ""
+        return f"{var}{_in_project(p)} is a file, not a folder: the outputs cannot be written under it{fix}"
+    if not _can_write(p):
+        return f"{var}the folder {_in_project(p)} cannot be written (permissions)"
+    return None

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from headprune_utils.store.hashes import MANIFEST_NAME, digest, format_manifest, manifest_path, read_manifest
-from headprune_utils.store.paths import project_root, relative_to_project
+from headprune_utils.store.paths import project_root, relative_to_project, shown_path
 
 try:
     import fcntl
@@ -255,6 +255,30 @@ class UnlistedCellWarning(UserWarning):
 REQUIRED_KEYS = ("cell", "fingerprint", "result")
 
 
+def _kind(value) -> str:
+    """What a JSON value is, for a message: ``a list ([1, 2])``, ``a number (123)``."""
+    kind = {dict: "an object", list: "a list", str: "a text", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+    return f"{kind} ({json.dumps(value, default=str)[:40]})" if value is not None else kind
+
+
+def shape_problem(rec) -> str | None:
+    """Why ``rec`` (a cell file's JSON) is not a result record, naming the field: an object with ``cell`` (an object
+    of axes), ``fingerprint`` (a text) and ``result`` (an object); None when it is one."""
+    if not isinstance(rec, dict):
+        return f"not a result record: the file holds {_kind(rec)}, not an object with the fields {', '.join(REQUIRED_KEYS)}"
+    missing = [k for k in REQUIRED_KEYS if k not in rec]
+    if missing:
+        return (f"not a result record: the field{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))} "
+                f"{'are' if len(missing) > 1 else 'is'} missing (a record has {', '.join(REQUIRED_KEYS)})")
+    for key, want, ok in (("cell", "an object of axes ({axis: value})", isinstance(rec["cell"], dict)),
+                          ("fingerprint", "a text", isinstance(rec["fingerprint"], str)),
+                          ("result", "an object ({field: value})", isinstance(rec["result"], dict))):
+        if not ok:
+            return f"the field {key!r} is {_kind(rec[key])}, not {want}"
+    return None
+
+
 class ResultStore:
     """Finished cells of one study run, one JSON file each, every record carrying its fingerprint.
 
@@ -332,8 +356,8 @@ class ResultStore:
             else:
                 what = (f"its manifest is damaged ({why}); the cells whose lines are damaged are refused. Check the "
                         f"folder and record it anew (move {MANIFEST_NAME} away first)")
-            warnings.warn(f"{relative_to_project(self.dir)}: {what}: python -m headprune_utils.store.manifest "
-                          f"{relative_to_project(self.dir)}", UnlistedCellWarning, stacklevel=4)
+            warnings.warn(f"{shown_path(self.dir)}: {what}: python -m headprune_utils.store.manifest "
+                          f"{shown_path(self.dir)}", UnlistedCellWarning, stacklevel=4)
         return self._manifest
 
     def _set_entry(self, name: str, sha: str | None) -> None:
@@ -357,9 +381,20 @@ class ResultStore:
         actual = digest(data)
         if actual == recorded:
             return None
-        return (f"its content differs from its line in {relative_to_project(self.manifest_file)} (sha256 "
-                f"{actual[:12]}..., recorded {recorded[:12] or 'twice'}...): it was edited or replaced after it was "
-                "stored")
+        return (f"its content differs from its line in {shown_path(self.manifest_file)}{self._line_of(path.name)} "
+                f"(sha256 {actual[:12]}..., recorded {recorded[:12] or 'twice'}...): it was edited or replaced after "
+                "it was stored")
+
+    def _line_of(self, name: str) -> str:
+        """``", line N"`` (or ``", lines N and M"``) of the manifest that list ``name``; "" when unknown."""
+        try:
+            text = self.manifest_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return ""
+        found = [i for i, line in enumerate(text.split("\n"), 1) if line.endswith(f"  {name}")]
+        if not found:
+            return ""
+        return f", line {found[0]}" if len(found) == 1 else f", lines {' and '.join(map(str, found))}"
 
     # -- reading ------------------------------------------------------------------------------------------------
 
@@ -368,8 +403,8 @@ class ResultStore:
             self.corrupt.append((path, why))
             return
         if not self.quarantine:
-            raise CorruptCellError(f"corrupt result cell {relative_to_project(path)} ({why}); a run moves it to "
-                                   f"{relative_to_project(self.quarantine_dir)}/ and recomputes it")
+            raise CorruptCellError(f"corrupt result cell {shown_path(path)} ({why}); a run moves it to "
+                                   f"{shown_path(self.quarantine_dir)}/ and recomputes it")
         self.quarantine_dir.mkdir(parents=True, exist_ok=True)
         dest = self.quarantine_dir / f"{path.name}.{time.strftime('%Y%m%d-%H%M%S')}"
         try:
@@ -378,8 +413,8 @@ class ResultStore:
             return
         self._set_entry(path.name, None)
         self.quarantined.append(dest)
-        warnings.warn(f"corrupt result cell {relative_to_project(path)} ({why}): moved to "
-                      f"{relative_to_project(dest)}; it will be recomputed", CorruptCellWarning, stacklevel=3)
+        warnings.warn(f"corrupt result cell {shown_path(path)} ({why}): moved to "
+                      f"{shown_path(dest)}; it will be recomputed", CorruptCellWarning, stacklevel=3)
 
     def _read(self, path: Path) -> dict | None:
         """The record in ``path``, or None when absent; a corrupt file is quarantined (None)."""
@@ -396,9 +431,9 @@ class ResultStore:
         except ValueError as exc:
             self._quarantine(path, "empty file" if not text.strip() else f"not JSON: {exc}")
             return None
-        if not isinstance(rec, dict) or any(k not in rec for k in REQUIRED_KEYS) or not isinstance(rec["cell"], dict) \
-                or not isinstance(rec["result"], dict):
-            self._quarantine(path, f"not a result record (needs the keys {', '.join(REQUIRED_KEYS)})")
+        shape = shape_problem(rec)
+        if shape:
+            self._quarantine(path, shape)
             return None
         why = record_problem(rec, path, self.check if rec["fingerprint"] == self.fingerprint else None)
         changed = self._manifest_problem(path, data)
@@ -429,11 +464,11 @@ class ResultStore:
     def _stale(self, paths: list[Path], fingerprints: set, n_current: int = 0) -> StaleResultsError:
         """The error for cells of other fingerprints: copied in from another folder (a profile whose run recorded
         that fingerprint, or beside cells of this one: a run never mixes them) or made with other parameters."""
-        where = relative_to_project(self.dir)
+        where = shown_path(self.dir)
         origin = self._origin(fingerprints)
         if origin is not None or n_current:
             source = (f"the fingerprint of the cells of profile {origin!r} "
-                      f"({relative_to_project(self.dir.parent.parent / origin)})"
+                      f"({shown_path(self.dir.parent.parent / origin)})"
                       if origin is not None else f"fingerprint {sorted(fingerprints)[0]}, beside {n_current} cell(s) "
                       "of the current parameters (a run never mixes them)")
             exc = StaleResultsError(
@@ -491,7 +526,7 @@ class ResultStore:
     def get(self, cell: dict) -> dict:
         rec = self._read(self.path(cell))
         if rec is None:
-            raise KeyError(f"no stored result for cell {cell_key(cell)} in {relative_to_project(self.dir)}")
+            raise KeyError(f"no stored result for cell {cell_key(cell)} in {shown_path(self.dir)}")
         if rec["fingerprint"] != self.fingerprint:
             raise self._stale([self.path(cell)], {rec["fingerprint"]})
         return rec
@@ -589,7 +624,7 @@ class ResultStore:
                 holder = path.read_text().strip()
         except OSError:
             holder = ""
-        return StudyBusyError(f"{relative_to_project(self.dir.parent)} is being computed by "
+        return StudyBusyError(f"{shown_path(self.dir.parent)} is being computed by "
                               f"{holder or 'another process'}; wait for it to finish (results are never mixed), or "
                               "stop it")
 
