@@ -244,6 +244,12 @@ class CorruptCellError(RuntimeError):
     """A cell file cannot be read (raised only by a read-only store: a run quarantines it instead)."""
 
 
+class BadResultError(ValueError):
+    """A computed result that a read would reject (a non-finite number, a value outside its metric's range, fields
+    that contradict each other): refused before it is written, so a run stops at the cell that made it instead of
+    storing it, dropping it on the next read and going on without it."""
+
+
 class StudyBusyError(RuntimeError):
     """Another process is running the same study and profile (it holds the study's lock)."""
 
@@ -539,6 +545,11 @@ class ResultStore:
                 raise self._stale([path], {rec["fingerprint"]})
         text = json.dumps({"cell": cell, "fingerprint": self.fingerprint, "result": result}, indent=2, sort_keys=True,
                           default=_jsonable) + "\n"
+        # the record as every read will see it, checked as every read checks it (the study's check too)
+        why = record_problem(json.loads(text), path, self.check)
+        if why:
+            raise BadResultError(f"cell {cell_key(cell)}: the computed result is not stored: {why}. A number that "
+                                 "cannot be a result is an error of the computation (or of its inputs), not a result")
         self._entries()  # loaded (and any unlisted cells named) before this write changes the folder
         atomic_write_text(path, text)  # the cell first: a crash between the two leaves it unlisted, never "changed"
         self._set_entry(path.name, digest(text.encode("utf-8")))

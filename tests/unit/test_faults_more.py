@@ -478,6 +478,9 @@ def test_run_meta_of_a_notebook_says_explicit_section_or_notebook_default(tmp_pa
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "outputs"))
     monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(data_root))
     monkeypatch.delenv("HEADPRUNE_STAGED_OUTPUTS", raising=False)
+    # IPython's shell puts its own module in sys.modules["__main__"] (no __spec__): restored after, or the process
+    # executor's spawned workers of later tests fail to start
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
     smoke = yaml.safe_load((REPO / "params" / "smoke.yaml").read_text())
     c = Config()
     c.HistoryManager.hist_file = ":memory:"

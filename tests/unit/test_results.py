@@ -127,3 +127,19 @@ def test_a_copy_of_a_cell_under_another_name_is_not_a_second_record(tmp_path):
         store.path({"task": "SST-2", "seed": 1}).read_text())
     with pytest.warns(Warning, match="not the one its file name says"):
         assert len(store.records()) == 1
+
+
+def test_a_result_a_read_would_reject_is_refused_before_it_is_written(tmp_path):
+    """A NaN (or a value the study's check rejects) used to be written, then taken for a corrupt cell on the next
+    read, moved aside and left out of the tables: the run went on without the cell. Now the write refuses it."""
+    from headprune_utils.store.results import BadResultError
+
+    store = ResultStore(tmp_path / "cells", fingerprint({"lr": 1e-4}),
+                        check=lambda cell, r: "score = 2 is outside its range [0, 1]" if r.get("score", 0) > 1 else None)
+    with pytest.raises(BadResultError, match=r"cell seed=0__task=A: the computed result is not stored: head_loss = nan"):
+        store.put({"task": "A", "seed": 0}, {"score": 0.5, "head_loss": float("nan")})
+    with pytest.raises(BadResultError, match=r"cell seed=1__task=A: the computed result is not stored: score = 2"):
+        store.put({"task": "A", "seed": 1}, {"score": 2.0})
+    assert not list((tmp_path / "cells").glob("*.json")) if (tmp_path / "cells").exists() else True
+    store.put({"task": "A", "seed": 2}, {"score": 0.5})  # a good one is stored as before
+    assert store.get({"task": "A", "seed": 2})["result"]["score"] == 0.5
