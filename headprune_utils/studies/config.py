@@ -482,7 +482,8 @@ _DISPLAY_ONLY = ("progress",)
 def output_profile(study, cfg, profile: str) -> str:
     """The outputs folder name (``outputs/<study>/<name>/``) for a run of ``study`` with ``cfg`` under ``profile``:
     ``profile`` itself when ``params/<profile>.yaml`` exists and ``cfg`` IS that profile's configuration of the
-    study (the batch runner's case), or when no such profile file exists (a name the user chose for the run);
+    study (the batch runner's case), or when no such profile file exists (a name the caller chose; ``run_study``
+    refuses such a name for the project's own studies writing into the outputs root, before any work);
     otherwise ``custom-<hash of the parameters>``, so a notebook run with changed parameters never overwrites a
     profile's (committed) results. The choice is printed."""
     if not profile_path(profile).exists():
