@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from headprune_utils.model import architecture as A
+from headprune_utils.model.attention import attention_maps
 from headprune_utils.model.families.t5 import T5PrunedAttention
 from headprune_utils.model.gates import capture_head_contexts, head_gates, head_means
 from headprune_utils.model.pruning import count_attention_params, prune_heads
@@ -243,3 +244,36 @@ def test_gate_gradients_equal_the_reference_and_finite_differences():
                       - loss_of(R.forward(model, batch, {k: R.Ablation("zero", g) for k, g in minus.items()}).logits)
                       ) / (2 * eps)
             assert abs(float(ours[kind][layer, head]) - float(fd)) <= 1e-4, (kind, layer, head)
+
+
+# ------------------------------------------------------------------ attention maps
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_attention_maps_equal_the_reference(kind, impl):
+    model, batch = _model(impl), FX.inputs()
+    ref = R.forward(model, batch)
+    maps = attention_maps(model, batch, kind)
+    assert len(maps) == SHAPE[0]
+    for layer, got in enumerate(maps):
+        want = ref.grids[kind][layer].probs
+        assert got.shape == want.shape
+        assert _diff(got, want) <= FX.atol, layer
+        assert bool(((want == 0) == (got == 0)).all())  # keys a query may not see: exactly 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_attention_maps_of_a_pruned_model(kind):
+    """Each layer's kept heads keep their own maps (their own columns of the position bias); pruned heads are
+    NaN."""
+    keep, batch = KEEPS["different"], FX.inputs()
+    ref = R.forward(_model("eager"), batch, {kind: R.Ablation("zero", _mask(keep))})
+    pruned = prune_heads(_fresh(), {kind: _mask(keep)})
+    for layer, got in enumerate(attention_maps(pruned, batch, kind)):
+        gone = [h for h in range(SHAPE[1]) if h not in keep[layer]]
+        assert bool(torch.isnan(got[:, gone]).all())
+        assert _diff(got[:, keep[layer]], ref.grids[kind][layer].probs[:, keep[layer]]) <= FX.atol
+    ref = R.forward(_model("eager"), batch, {kind: R.Ablation("zero", _mask(KEEPS["first-empty"]))})
+    empty = prune_heads(_fresh(), {kind: _mask(KEEPS["first-empty"])})
+    got = attention_maps(empty, batch, kind)
+    assert bool(torch.isnan(got[0]).all())
+    assert _diff(got[1][:, [2, 3]], ref.grids[kind][1].probs[:, [2, 3]]) <= FX.atol

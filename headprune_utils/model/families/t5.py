@@ -188,6 +188,27 @@ class T5Family(Family):
     def score_scale(self, site):
         return float(getattr(site.module, "scaling", 1.0))
 
+    def queries_keys(self, site, query_out, key_out, call_kwargs):
+        # cross attention: the keys are the source positions, as many as there are, not the queries' count
+        d = site.head_dim
+        return (query_out.view(*query_out.shape[:2], -1, d).transpose(1, 2),
+                key_out.view(*key_out.shape[:2], -1, d).transpose(1, 2))
+
+    def call_extras(self, site, kwargs, output):
+        # the module returns its stack's full-width position bias (computed by the first layer, or passed on)
+        return {"position_bias": output[1]} if isinstance(output, tuple) and len(output) > 1 else {}
+
+    def score_bias(self, site, call):
+        bias = (call or {}).get("position_bias")
+        if bias is None:
+            raise ValueError(f"{site.kind} layer {site.layer}: the attention module returned no position bias")
+        module = site.module
+        heads = module.heads if isinstance(module, T5PrunedAttention) else torch.arange(bias.shape[1])
+        return bias.index_select(1, heads.to(bias.device))
+
+    def map_kinds(self, cfg):
+        return SEQ2SEQ_KINDS
+
     def cache_layer_idx(self, site):
         return getattr(site.module, "layer_idx", site.layer) if site.kind == "dec" else None
 
