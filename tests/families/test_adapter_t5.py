@@ -129,6 +129,20 @@ def test_uniform_on_the_encoder_generates_as_the_reference():
     assert torch.equal(ours, R.greedy(model, prompt, 4, {"enc": R.Ablation("uniform", _gates())}))
 
 
+@pytest.mark.parametrize("how", ["zero", "mean"])
+def test_gated_generation_equals_the_reference(how):
+    """Gates on every grid act at each cached decoding step (the decoder's KV cache, the cross attention's stored
+    source keys) as in the reference's decoding without a cache."""
+    model, prompt = _model("sdpa"), FX.inputs()
+    means = R.head_means(model, FX.inputs()) if how == "mean" else None
+    gates = {"enc": _gates(), "dec": _gates().flip(1), "cross": _gates().flip(0)}
+    with head_gates(model, gates, ablation=how, means=means):
+        ours = R.hf_greedy(model, prompt, 5)
+    want = R.greedy(model, prompt, 5, {k: R.Ablation(how, g, means[k] if means else None) for k, g in gates.items()})
+    assert torch.equal(ours, want)
+    assert not torch.equal(ours, R.hf_greedy(model, prompt, 5))  # the gates changed the output
+
+
 def test_head_means_and_contexts():
     model, batch = _model("sdpa"), FX.inputs()
     ours, want = head_means(model, [batch]), R.head_means(model, batch)
