@@ -14,7 +14,12 @@ out yourself, as :func:`head_js` does). Attention dropout is not applied (the fo
 Encoder-decoders (Marian, BART): ``kind="enc"`` gives the ENCODER self-attention maps (the same formula: their
 attention scales ``q . k`` by ``head_dim**-0.5`` and masks padded source keys); only the encoder runs, on
 ``input_ids``/``attention_mask`` (decoder inputs in the batch are ignored). Decoder self-attention (causal)
-and encoder-decoder attention maps are not implemented.
+and encoder-decoder attention maps are not implemented for them.
+
+T5: all three grids (the adapter's ``map_kinds``). Scores are unscaled plus each head's relative position bias
+(what the attention module returned as its stack's bias, the columns of the layer's own kept heads); ``"dec"``
+(causal, keys = the decoder positions) and ``"cross"`` (keys = the source tokens, padding excluded) run the whole
+model on the batch (with ``decoder_input_ids``), and give ``[batch, n_heads, target_len, key_len]`` maps.
 
 Causal LMs (GPT-2; Llama, Mistral, Qwen2) and ModernBERT (rotary, local layers): the queries and keys are placed as the model places them (rotary
 positions applied with the angles the attention module was called with), each query head is paired with the
@@ -32,7 +37,7 @@ from torch import nn
 
 from headprune_utils.model.architecture import (
     attention_kinds, attention_sites, family_of, grid_forward, head_shape, kept_heads, key_mask_source,
-    key_padding_mask_from_call,
+    key_padding_mask_from_call, query_side,
 )
 
 MAP_KINDS: tuple[str, ...] = ("enc",)  # encoder-decoder attention types whose maps are implemented
@@ -40,12 +45,15 @@ MAP_KINDS: tuple[str, ...] = ("enc",)  # encoder-decoder attention types whose m
 
 def _check_map_kind(model: nn.Module, kind: str | None) -> None:
     kinds = attention_kinds(model)
-    if kind in kinds and (kind is None or kind in MAP_KINDS):
+    map_kinds = family_of(model).map_kinds(model.config)
+    if kind in kinds and (kind is None or kind in map_kinds):
         return
     if None in kinds:
         raise ValueError(f"kind={kind!r} is for encoder-decoder models; this model has one grid of heads (kind=None)")
-    raise ValueError(f"attention maps of an encoder-decoder need kind= one of {MAP_KINDS} (encoder "
-                     f"self-attention); got {kind!r} (decoder and encoder-decoder maps are not implemented)")
+    if tuple(map_kinds) == MAP_KINDS:
+        raise ValueError(f"attention maps of an encoder-decoder need kind= one of {MAP_KINDS} (encoder "
+                         f"self-attention); got {kind!r} (decoder and encoder-decoder maps are not implemented)")
+    raise ValueError(f"attention maps of this model need kind= one of {tuple(map_kinds)}; got {kind!r}")
 
 
 @contextmanager
@@ -69,6 +77,14 @@ def capture_queries_keys(model: nn.Module, kind: str | None = None) -> Iterator[
 
         return hook
 
+    def make_extras(site):
+        def hook(module, args, kwargs, output):
+            extras = family.call_extras(site, kwargs, output)
+            if extras:
+                store.setdefault(("call", site.layer), {}).update(extras)
+
+        return hook
+
     def make(name: str, layer: int):
         def hook(module, args, output):
             store[(name, layer)] = output.detach()
@@ -76,14 +92,17 @@ def capture_queries_keys(model: nn.Module, kind: str | None = None) -> Iterator[
         return hook
 
     _check_map_kind(model, kind)
-    causal = not family_of(model).plain_attention(model, kind)
+    family = family_of(model)
+    causal = not family.plain_attention(model, kind)
     try:
-        handles.append(key_mask_source(model, kind).register_forward_pre_hook(capture_mask, with_kwargs=True))
+        if query_side(kind) == "source":  # decoder-side grids: attention_maps takes the masks from the batch
+            handles.append(key_mask_source(model, kind).register_forward_pre_hook(capture_mask, with_kwargs=True))
         for site in attention_sites(model, kind):
             if site.query is None or site.key is None:
                 continue
-            if causal:  # what the attention module gets from outside (rotary angles)
+            if causal:  # what the attention module gets from outside (rotary angles), or returns (T5's bias)
                 handles.append(site.module.register_forward_pre_hook(make_call(site.layer), with_kwargs=True))
+                handles.append(site.module.register_forward_hook(make_extras(site), with_kwargs=True))
             handles.append(site.query.register_forward_hook(make("query", site.layer)))
             handles.append(site.key.register_forward_hook(make("key", site.layer)))
         yield store
@@ -123,6 +142,13 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str |
     ids = inputs["input_ids"] if "input_ids" in inputs else inputs["inputs_embeds"]
     b, s = ids.shape[:2]
     key_mask = store.get("key_mask")
+    n_q = n_k = s
+    if query_side(kind) == "target":  # decoder self-attention or cross attention: queries are the decoder positions
+        key_mask = inputs.get("decoder_attention_mask" if kind == "dec" else "attention_mask")
+        captured = [(store[("query", x.layer)], store[("key", x.layer)]) for x in sites if ("query", x.layer) in store]
+        if not captured:
+            raise ValueError(f"attention maps of {kind!r}: no layer has a head left")
+        n_q, n_k = captured[0][0].shape[1], captured[0][1].shape[1]
     dtype = torch.promote_types(next(model.parameters()).dtype, torch.float32)
     family = family_of(model)
     causal = not family.plain_attention(model, kind)  # placed by the adapter (rotary, groups, causal, windows)
@@ -131,7 +157,7 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str |
         layer = site.layer
         q, k = store.get(("query", layer)), store.get(("key", layer))
         device = q.device if q is not None else ids.device
-        out = torch.full((b, n_heads, s, s), float("nan"), dtype=dtype, device=device)
+        out = torch.full((b, n_heads, n_q, n_k), float("nan"), dtype=dtype, device=device)
         if q is not None and kept[layer] and causal:
             out[:, kept[layer]] = _causal_probs(model, family, site, q, k, store.get(("call", layer)), key_mask,
                                                 len(kept[layer]), dtype)
@@ -153,12 +179,15 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str |
 def _causal_probs(model, family, site, q, k, call, key_mask, n_present: int, dtype) -> torch.Tensor:
     """``[batch, n_present, seq, seq]`` probabilities of the present heads of one layer that the adapter places
     (causal, rotary, grouped or windowed attention; see the module docstring)."""
-    b, s = q.shape[:2]
+    b, s, n_k = q.shape[0], q.shape[1], k.shape[1]
     q4, k4 = family.queries_keys(site, q, k, call)
     q4, k4 = q4.to(dtype), k4.to(dtype)
     k4 = k4.index_select(1, family.site_kv_index(site, n_present).to(k4.device))  # one key head per query head
     scores = torch.matmul(q4, k4.transpose(-1, -2)) * family.score_scale(site)
-    visible = family.visible_keys(model, site, key_mask, b, s, s, device=scores.device)
+    bias = family.score_bias(site, call)
+    if bias is not None:
+        scores = scores + bias.to(device=scores.device, dtype=dtype)
+    visible = family.visible_keys(model, site, key_mask, b, s, n_k, device=scores.device)
     scores = scores.masked_fill(~visible[:, None], torch.finfo(dtype).min)
     return torch.softmax(scores, dim=-1)
 

@@ -252,6 +252,23 @@ class Family:
         """The factor of ``q . k`` in the attention scores."""
         return site.head_dim ** -0.5
 
+    def score_bias(self, site: AttentionSite, call: dict | None) -> torch.Tensor | None:
+        """What the attention adds to the scaled scores of the present heads of ``site`` (in ``kept_heads`` order),
+        broadcastable to ``[batch, n_present, n_queries, n_keys]``, e.g. T5's relative position bias; None: nothing.
+        ``call``: what :meth:`call_extras` recorded of the module's call during the forward."""
+        return None
+
+    def call_extras(self, site: AttentionSite, kwargs: dict, output) -> dict:
+        """What the attention maps need of one call of ``site.module`` besides its query and key projections
+        (``kwargs``: its keyword arguments, ``output``: what it returned), merged into the ``call`` dict that
+        :meth:`queries_keys` and :meth:`score_bias` get. The default records nothing."""
+        return {}
+
+    def map_kinds(self, cfg) -> tuple[str | None, ...]:
+        """The grids whose attention maps ``attention.attention_maps`` computes (encoder-decoders: the encoder
+        self-attention unless the adapter places the decoder's and the cross attention's too)."""
+        return tuple(k for k in self.kinds(cfg) if k in (None, "enc"))
+
     def is_causal(self, kind: str | None) -> bool:
         return kind in self.causal_kinds
 

@@ -9,9 +9,11 @@ import headprune_utils.model.families.distilbert as distilbert
 import headprune_utils.model.families.gpt2 as gpt2
 import headprune_utils.model.families.llama as llama
 import headprune_utils.model.families.modernbert as modernbert
+import headprune_utils.model.families.t5 as t5
 from headprune_utils.model.families.base import Family, UnsupportedArchitectureError
 
-FAMILIES: list[Family] = [bert.FAMILY, distilbert.FAMILY, bart.FAMILY, gpt2.FAMILY, llama.FAMILY, modernbert.FAMILY]
+FAMILIES: list[Family] = [bert.FAMILY, distilbert.FAMILY, bart.FAMILY, gpt2.FAMILY, llama.FAMILY, modernbert.FAMILY,
+                           t5.FAMILY]
 
 
 def register(family: Family) -> Family:
