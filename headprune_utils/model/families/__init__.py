@@ -8,6 +8,7 @@
     gpt2        GPT-2 causal LMs (fused Conv1D c_attn)
     llama       Llama, Mistral, Qwen2 causal LMs (grouped-query attention, rotary, sliding windows)
     modernbert  ModernBERT encoders (fused Wqkv, rotary, local and global layers)
+    t5          T5 encoder-decoders (three grids, per-head relative position bias)
 
 Only these modules name a family's attributes (a test scans the package for it).
 """
