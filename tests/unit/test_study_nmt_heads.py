@@ -371,7 +371,7 @@ def test_the_fingerprint_tells_the_plateau_regime_from_fixed_steps(root):
     assert study.study_fingerprint(config(root, **{**PLATEAU_RETRAINING, "retrain_eval_every": 3}), cpu) != plateau
 
 
-def test_the_committed_standard_cells_keep_their_fingerprint():
+def test_the_committed_standard_cells_keep_their_fingerprint(data_root, monkeypatch):
     """The standard profile's meaning is unchanged by the plateau regime's fields: its committed cells (retrained a
     fixed 500 steps) still match the parameters' fingerprint."""
     import json as json_
@@ -383,6 +383,7 @@ def test_the_committed_standard_cells_keep_their_fingerprint():
     stored = {json_.loads(p.read_text())["fingerprint"] for p in cells.glob("*.json")}
     if not stored:
         pytest.skip("no committed standard cells of study 7")
+    monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(data_root))  # the profile's corpus is read from the real data
     cfg = validate(study.NMTHeadsConfig, {**load_profile("standard")["nmt_heads"], "device": "cpu"})
     assert not cfg.plateau_retraining()
     assert stored == {study.study_fingerprint(cfg, torch.device("cpu"))}

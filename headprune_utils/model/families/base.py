@@ -104,7 +104,7 @@ def slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
     return new
 
 
-def _rows_of(weight: torch.Tensor, bias: torch.Tensor | None, index: slice, dim: int) -> torch.Tensor:
+def rows_of(weight: torch.Tensor, bias: torch.Tensor | None, index: slice, dim: int) -> torch.Tensor:
     """``weight``'s slice ``index`` along ``dim`` (flattened in ``[index, other]`` order) then ``bias[index]``, flat
     float64 on the CPU."""
     w = (weight[index] if dim == 0 else weight[:, index].t()).reshape(-1)
@@ -315,7 +315,7 @@ class Family:
         out = {}
         for part, lin, r in (("query", site.query, rows), ("key", site.key, slice(kv * d, (kv + 1) * d)),
                              ("value", site.value, slice(kv * d, (kv + 1) * d))):
-            out[part] = _rows_of(lin.weight.detach(), lin.bias, r, 0)
+            out[part] = rows_of(lin.weight.detach(), lin.bias, r, 0)
         out["output"] = site.out_proj.weight.detach()[:, rows].reshape(-1).to("cpu", torch.float64)
         return out
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from headprune_utils.model.families.base import (
-    AttentionSite, EmptyAttention, Family, UnsupportedArchitectureError, _rows_of, base_model,
+    AttentionSite, EmptyAttention, Family, UnsupportedArchitectureError, rows_of, base_model,
 )
 
 
@@ -86,7 +86,7 @@ class GPT2Family(Family):
     def head_parameters(self, site, pos):
         d, w = site.head_dim, site.query.weight.detach()  # Conv1D: [hidden, 3 * width], columns q | k | v
         width = w.shape[1] // 3
-        out = {part: _rows_of(w, site.query.bias, slice(i * width + pos * d, i * width + (pos + 1) * d), 1)
+        out = {part: rows_of(w, site.query.bias, slice(i * width + pos * d, i * width + (pos + 1) * d), 1)
                for i, part in enumerate(("query", "key", "value"))}
         out["output"] = site.out_proj.weight.detach()[pos * d:(pos + 1) * d].reshape(-1).to("cpu", torch.float64)
         return out

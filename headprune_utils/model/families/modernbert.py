@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from headprune_utils.model.families.base import (
-    AttentionSite, EmptyAttention, Family, _rows_of, base_model, slice_linear,
+    AttentionSite, EmptyAttention, Family, rows_of, base_model, slice_linear,
 )
 
 
@@ -73,7 +73,7 @@ class ModernBertFamily(Family):
     def head_parameters(self, site, pos):
         d, w = site.head_dim, site.query.weight.detach()  # Linear: [3 * width, hidden], rows q | k | v
         width = w.shape[0] // 3
-        out = {part: _rows_of(w, site.query.bias, slice(i * width + pos * d, i * width + (pos + 1) * d), 0)
+        out = {part: rows_of(w, site.query.bias, slice(i * width + pos * d, i * width + (pos + 1) * d), 0)
                for i, part in enumerate(("query", "key", "value"))}
         out["output"] = site.out_proj.weight.detach()[:, pos * d:(pos + 1) * d].reshape(-1).to("cpu", torch.float64)
         return out
