@@ -24,10 +24,12 @@ FAMILY_ATTRS = {
     "c_attn", "c_proj", "Wqkv", "Wo", "num_attention_heads", "encoder_attention_heads", "decoder_attention_heads",
     "num_key_value_heads", "attention_head_size", "all_head_size", "num_hidden_layers", "intermediate_size",
     "feed_forward_chunk", "LayerNorm", "position_embedding_type", "dense", "encoder_ffn_dim",
+    "SelfAttention", "EncDecAttention", "relative_attention_bias", "has_relative_attention_bias", "d_kv",
 }
 # Paths through a family's module tree (``parent.attr``).
 FAMILY_PATHS = {("attention", "self"), ("attention", "output"), ("encoder", "layer"), ("encoder", "layers"),
-                ("decoder", "layers"), ("transformer", "layer"), ("transformer", "h"), ("model", "layers")}
+                ("decoder", "layers"), ("transformer", "layer"), ("transformer", "h"), ("model", "layers"),
+                ("encoder", "block"), ("decoder", "block")}
 
 
 def family_names(tree: ast.AST) -> list[tuple[int, str]]:
