@@ -113,6 +113,11 @@ def test_progress_line_and_verdict_summary(tmp_path, monkeypatch, data_root):
         (cdir / f"{cell_key(dict(c.axes))}.json").write_text("{}")
     line = schedule.progress_line(name, "smoke", overrides, 60.0)
     assert f"3/{len(cells)} cells stored" in line and "1 min 00 s elapsed" in line and "left" in line
+    # the estimate weighs cells by their planned cost: 60 s for cells 1-2's cost, times the cost still missing
+    cost = [float(c.cost.flops) for c in cells]
+    assert len(set(cost)) > 1, "the smoke plan's cells differ in cost"
+    want = 60.0 * sum(cost[3:]) / sum(cost[1:3])
+    assert f"about {int(want // 60)} min {int(want % 60):02d} s left" in line, (line, want)
     tables = StudyPaths(name, "smoke", staged=False).tables
     tables.mkdir(parents=True)
     pd.DataFrame({"analysis": ["primary", "primary", "sensitivity"],
