@@ -70,10 +70,8 @@ def layer_forward_flops(shape: Shape, tokens: float, seq_len: float, kept_share:
     key/value heads kept, when it differs from ``kept_share`` (grouped-query attention keeps a key/value head while
     one query head of its group is kept); None: ``kept_share``."""
     d, f, a = shape.d_model, shape.d_ffn, kept_share
-    hd = shape.head_dim if shape.head_dim is not None else d // shape.n_heads
-    q_width = shape.n_heads * hd if shape.head_dim is not None else d  # query heads x head dim
-    kv_width = (shape.n_kv_heads if shape.n_kv_heads is not None else shape.n_heads) * hd \
-        if shape.head_dim is not None or shape.n_kv_heads is not None else d
+    q_width = d if shape.head_dim is None else shape.n_heads * shape.head_dim  # query heads x head dim
+    kv_width = q_width if shape.n_kv_heads is None else shape.n_kv_heads * (shape.head_dim or d // shape.n_heads)
     # query and output projections, key and value projections (by default at the share of query heads kept), the
     # feed-forward block, then scores and weighted values
     a_kv = a if kv_share is None else kv_share
