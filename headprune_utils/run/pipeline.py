@@ -6,8 +6,7 @@ results and with ``--fresh-caches`` the profile's shared model caches are moved 
 deleted); with ``--executor ray`` or ``--cells-only`` every planned cell not yet stored is computed first through
 the executor (this process is the driver and the only writer of results; a study with nothing to compute is left
 untouched); then the notebooks run (:mod:`headprune_utils.run.schedule`), which find their cells stored or compute
-them; finally the verdict counts, the cross-study summary, the README's findings table (quick and standard) and
-the HTML report.
+them; finally the verdict counts, the cross-study summary and the HTML report (a run never writes the README).
 """
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from headprune_utils.run.notebooks import (JOURNAL, recover_swap, relative, reso
 from headprune_utils.run.profiles import planned, selector, study_config
 from headprune_utils.run.report import build_report
 from headprune_utils.run.schedule import longest_first, run_notebooks
-from headprune_utils.run.summary import update_readme, write_summary
+from headprune_utils.run.summary import write_summary
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import StaleResultsError, StudyBusyError
 
@@ -197,9 +196,9 @@ def verdict_summary(plan: dict[str, dict], profile: str) -> str:
 
 
 def write_overviews(profile: str) -> bool:
-    """The views over every study of ``profile``: the cross-study summary, the README's generated findings table
-    (quick and standard) and the HTML report. A README or report that cannot be written is a warning: they only
-    show the results, which are written. A view that cannot be written (a read-only or full disk) is one line
+    """The views over every study of ``profile``: the cross-study summary and the HTML report (the README is
+    never written by a run). A report that cannot be built from the results is a warning: it only shows the
+    results, which are written. A view that cannot be written (a read-only or full disk) is one line
     naming it and the cause; returns False then (the run's exit status says so)."""
     ok = True
     try:
@@ -207,12 +206,6 @@ def write_overviews(profile: str) -> bool:
     except OSError as exc:
         print(f"error: the cross-study summary was not written: {resource_cause(exc) or exc}", file=sys.stderr)
         ok = False
-    if profile in ("quick", "standard"):
-        try:
-            if update_readme():
-                print("README.md: the generated findings table is updated")
-        except (OSError, ValueError) as exc:  # an installed package without the checkout's README
-            print(f"README.md not updated: {exc}")
     try:
         build_report([profile])  # prints where the report is
     except ValueError as exc:  # the report is a view of the results, which are written: warn, do not fail the run

@@ -138,7 +138,7 @@ def test_the_summary_command_refuses_a_repeated_profile(capsys):
     from headprune_utils.run import summary
 
     with pytest.raises(SystemExit) as exc:
-        summary.main(["--profile", "quick", "--profile", "standard", "--no-readme"])
+        summary.main(["--profile", "quick", "--profile", "standard"])
     assert exc.value.code == 2
     assert "--profile: given twice" in capsys.readouterr().err
 
