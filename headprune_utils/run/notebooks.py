@@ -39,6 +39,7 @@ from papermill.exceptions import PapermillExecutionError
 from tqdm import tqdm
 
 from headprune_utils.run import execution
+from headprune_utils.run.stable import stable_styler_ids
 from headprune_utils.run.summary import FINDINGS_TAG, inject_findings, study_findings_markdown
 from headprune_utils.store.paths import RUN_OUTPUTS, STAGED_ENV, StudyPaths, notebooks_dir, project_root
 from headprune_utils.store.results import ResultStore, StudyBusyError, atomic_write_json, atomic_write_text
@@ -533,7 +534,8 @@ def normalise(nb) -> None:
     its file unchanged: the cells the run adds (papermill's parameters, the findings) get ids from their tag
     instead of random ones, the clock readings (papermill's start, end and duration of the notebook and each
     cell, the kernel's execution timestamps) are dropped, and consecutive pieces of one stream (a cell's printed
-    text, which the kernel sends in pieces cut by timing) are joined, as Jupyter shows them."""
+    text, which the kernel sends in pieces cut by timing) are joined, as Jupyter shows them, and the random ids of
+    pandas Styler tables in HTML outputs are numbered per cell (:func:`stable_styler_ids`)."""
     pm_meta = nb.metadata.get("papermill", {})
     for key in _VOLATILE:
         pm_meta.pop(key, None)
@@ -545,11 +547,21 @@ def normalise(nb) -> None:
             meta.get("papermill", {}).pop(key, None)
         if cell.get("outputs"):
             cell["outputs"] = _joined_streams(cell["outputs"])
+            _stable_html(cell["outputs"], f"nb{i}")
         tag = next((t for t in meta.get("tags", []) if t in _INJECTED_TAGS), None)
         if tag is not None or ("id" in cell and cell["id"] in seen):
             cell["id"] = tag if tag is not None and tag not in seen else f"cell-{i}"
         if "id" in cell:
             seen.add(cell["id"])
+
+
+def _stable_html(outputs: list, prefix: str) -> None:
+    """Number the Styler ids of a cell's HTML outputs, ``T_<prefix>_<output>_<n>`` (``prefix``: the cell's position,
+    not hex, so the report's own numbering leaves them alone)."""
+    for j, o in enumerate(outputs):
+        data = o.get("data") or {}
+        if "text/html" in data:
+            data["text/html"] = stable_styler_ids(_text(data["text/html"]), f"{prefix}_{j}")
 
 
 def _joined_streams(outputs: list) -> list:

@@ -34,6 +34,7 @@ import pandas as pd
 from latex2mathml.converter import convert
 
 from headprune_utils.analysis import claims
+from headprune_utils.run.stable import stable_styler_ids
 from headprune_utils.run.summary import (
     UNITS_NOTE,
     claim_rows,
@@ -212,23 +213,6 @@ def _stable_cell_ids(body: str) -> str:
     is written afresh: numbered in page order instead (nothing links to them)."""
     count = iter(range(1, 1_000_000))
     return re.sub(r'id="cell-id=[^"]*"', lambda _: f'id="cell-{next(count)}"', body)
-
-
-# pandas' Styler names its table and cells "T_<5 random hex digits>" afresh at every execution
-_STYLER_ID = re.compile(r"\bT_([0-9a-f]{5})(?=[_\"'\s.:,{>#\[])")
-
-
-def stable_styler_ids(body: str, prefix: str = "t") -> str:
-    """``body`` with every pandas Styler id (``T_<uuid>``, new at every execution of the notebook) replaced by
-    ``T_<prefix>_<n>``, numbered in order of first appearance, so a page rendered again from unchanged results is
-    byte-identical (:func:`render_study` numbers nbconvert's cell ids the same way)."""
-    seen: dict[str, str] = {}
-    safe = re.sub(r"[^A-Za-z0-9]", "_", prefix)
-
-    def sub(m: re.Match) -> str:
-        return seen.setdefault(m.group(1), f"T_{safe}_{len(seen) + 1}")
-
-    return _STYLER_ID.sub(sub, body)
 
 
 def _verdict_dump_as_table(output, verdicts: pd.DataFrame) -> list:
