@@ -535,7 +535,8 @@ def normalise(nb) -> None:
     instead of random ones, the clock readings (papermill's start, end and duration of the notebook and each
     cell, the kernel's execution timestamps) are dropped, and consecutive pieces of one stream (a cell's printed
     text, which the kernel sends in pieces cut by timing) are joined, as Jupyter shows them, and the random ids of
-    pandas Styler tables in HTML outputs are numbered per cell (:func:`stable_styler_ids`)."""
+    pandas Styler tables in HTML outputs are numbered per cell (:func:`stable_styler_ids`) and the memory
+    addresses of default reprs (``<... at 0x7f...>``) dropped from plain-text outputs."""
     pm_meta = nb.metadata.get("papermill", {})
     for key in _VOLATILE:
         pm_meta.pop(key, None)
@@ -547,7 +548,7 @@ def normalise(nb) -> None:
             meta.get("papermill", {}).pop(key, None)
         if cell.get("outputs"):
             cell["outputs"] = _joined_streams(cell["outputs"])
-            _stable_html(cell["outputs"], f"nb{i}")
+            _stable_outputs(cell["outputs"], f"nb{i}")
         tag = next((t for t in meta.get("tags", []) if t in _INJECTED_TAGS), None)
         if tag is not None or ("id" in cell and cell["id"] in seen):
             cell["id"] = tag if tag is not None and tag not in seen else f"cell-{i}"
@@ -555,13 +556,19 @@ def normalise(nb) -> None:
             seen.add(cell["id"])
 
 
-def _stable_html(outputs: list, prefix: str) -> None:
+_ADDRESS = re.compile(r"(<[\w.]+(?: object)?) at 0x[0-9a-fA-F]+>")
+
+
+def _stable_outputs(outputs: list, prefix: str) -> None:
     """Number the Styler ids of a cell's HTML outputs, ``T_<prefix>_<output>_<n>`` (``prefix``: the cell's position,
-    not hex, so the report's own numbering leaves them alone)."""
+    not hex, so the report's own numbering leaves them alone), and drop the address from default reprs in its
+    plain-text outputs (``<pandas.io.formats.style.Styler at 0x7f6e88064590>``: a new one at every execution)."""
     for j, o in enumerate(outputs):
         data = o.get("data") or {}
         if "text/html" in data:
             data["text/html"] = stable_styler_ids(_text(data["text/html"]), f"{prefix}_{j}")
+        if "text/plain" in data:
+            data["text/plain"] = _ADDRESS.sub(r"\1>", _text(data["text/plain"]))
 
 
 def _joined_streams(outputs: list) -> list:
