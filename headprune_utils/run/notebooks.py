@@ -187,7 +187,9 @@ def execute_study(name: str, profile: str, overrides: dict, progress: bool = Tru
             os.chdir(cwd)
         try:
             with study_lock(paths, "swapping in a run's outputs"):
-                swap_in(paths, running)
+                if not swap_in(paths, running):
+                    print(f"{name} ({profile}): every output reproduced byte for byte; nothing written (its "
+                          f"run_meta.json still records the run that made them)", flush=True)
         except OSError as exc:
             raise StudyFailed(
                 f"study {name!r}: swapping its new outputs in stopped: {resource_cause(exc) or exc}\n"
@@ -391,13 +393,46 @@ def _exists(p: Path) -> bool:
     return p.exists() or p.is_symlink()
 
 
-def swap_in(paths: StudyPaths, running: Path) -> None:
+def _same_tree(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` (files or folders) hold the same files with the same bytes."""
+    if a.is_file() or b.is_file():
+        return a.is_file() and b.is_file() and a.read_bytes() == b.read_bytes()
+    if not (a.is_dir() and b.is_dir()):
+        return False
+    files = {p.relative_to(a) for p in a.rglob("*") if p.is_file()}
+    if files != {p.relative_to(b) for p in b.rglob("*") if p.is_file()}:
+        return False
+    return all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
+
+
+def unchanged(paths: StudyPaths, running: Path) -> bool:
+    """Whether a successful run reproduced the study's outputs byte for byte: every output it staged but its
+    record (figures/, tables/, metrics.json) equals the one in place, and its executed notebook, finalised, equals
+    the notebook in place (the findings come from the tables, equal then). A render of unchanged results."""
+    items = [item for item in RUN_OUTPUTS if item != "run_meta.json" and _exists(paths.staging / item)]
+    if not (paths.notebook.is_file() and (paths.dir / "run_meta.json").is_file() and running.is_file()):
+        return False
+    if not all(_same_tree(paths.staging / item, paths.dir / item) for item in items):
+        return False
+    return _final_text(running, paths.notebook, paths.study, paths.profile).encode() == paths.notebook.read_bytes()
+
+
+def swap_in(paths: StudyPaths, running: Path) -> bool:
     """Swap a successful run's staged outputs and its executed notebook into the study's folder, journalled: the
     journal (``.swap-journal.json``: what is swapped, where the replaced items go) is written first, then each
     of figures/, tables/, metrics.json, run_meta.json the run wrote replaces the earlier one whole (no stale
     figure survives; cells stay), then the notebook is finalised into place, then the replaced items and the
     staging folder are removed and last the journal. Killed at any step, the next start completes the swap
-    (:func:`recover_swap`) and ``--check`` names it until then. Call holding the study lock."""
+    (:func:`recover_swap`) and ``--check`` names it until then. Call holding the study lock.
+
+    A run that reproduced every output byte for byte (:func:`unchanged`) changes nothing: the outputs in place
+    keep the record of the run that made them (their run_meta.json), its staging folder and executed notebook are
+    removed, and it returns False (True when it swapped). A render of unchanged results leaves git clean."""
+    if unchanged(paths, running):
+        shutil.rmtree(paths.staging, ignore_errors=True)
+        running.unlink()
+        paths.notebook.with_suffix(".failed.ipynb").unlink(missing_ok=True)
+        return False
     items = [item for item in RUN_OUTPUTS if _exists(paths.staging / item)]
     journal = {"items": items, "replaced": [item for item in items if _exists(paths.dir / item)],
                "trash": f".replaced-{os.getpid()}", "notebook": running.name, "pid": os.getpid(),
@@ -406,6 +441,7 @@ def swap_in(paths: StudyPaths, running: Path) -> None:
     atomic_write_json(paths.dir / JOURNAL, journal)
     _step("journal")
     _complete(paths, journal)
+    return True
 
 
 def _complete(paths: StudyPaths, journal: dict) -> None:
@@ -590,13 +626,18 @@ def finalise(running: Path, final: Path, name: str, profile: str) -> None:
     """Record the final name in papermill's metadata, put "What this study found" (from the verdict table just
     swapped in) after the notebook's title, make the notebook stable (:func:`normalise`) and write it into place
     atomically (the side file goes last: until then a rerun of this step finds it)."""
+    atomic_write_text(final, _final_text(running, final, name, profile))
+    running.unlink()
+
+
+def _final_text(running: Path, final: Path, name: str, profile: str) -> str:
+    """The text :func:`finalise` writes."""
     nb = nbformat.read(running, as_version=4)
     nb.metadata.setdefault("papermill", {})["output_path"] = relative(final)
     inject_findings(nb, study_findings_markdown(name, profile))
     normalise(nb)
     text = nbformat.writes(nb)
-    atomic_write_text(final, text if text.endswith("\n") else text + "\n")  # as nbformat.write writes it
-    running.unlink()
+    return text if text.endswith("\n") else text + "\n"  # as nbformat.write writes it
 
 
 def kernel_name() -> str:

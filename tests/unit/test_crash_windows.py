@@ -40,6 +40,7 @@ def a_notebook(marker: str) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
     nb.cells = [nbformat.v4.new_markdown_cell("# fake"), nbformat.v4.new_code_cell(f"print({marker!r})")]
+    nb.cells[0].id, nb.cells[1].id = "title", "code"  # as a notebook's own cells: the same at every run
     return nb
 
 
@@ -218,6 +219,33 @@ p.metrics.write_text(json.dumps({"run": "new"})); p.meta.write_text(json.dumps({
 """
 
 
+def test_a_run_that_reproduces_every_output_changes_nothing_and_keeps_the_record_of_the_run_that_made_them(
+        runner):
+    """A render of unchanged results leaves git clean: its run_meta.json (this run's clock, revision, machine) is not
+    swapped in over identical outputs; the first difference in any output swaps everything in, its record too."""
+    assert notebooks.swap_in(runner, stage_new_run(runner))
+    assert state(runner) == NEW
+    notebook = runner.notebook.read_bytes()
+    running = stage_new_run(runner)
+    (runner.staging / "run_meta.json").write_text(json.dumps({"run": "newer"}))  # its own record, same outputs
+    assert not notebooks.swap_in(runner, running)
+    assert state(runner) == NEW and runner.notebook.read_bytes() == notebook  # meta still "new"; nothing left
+    for change in ("tables", "figures", "metrics", "notebook"):
+        running = stage_new_run(runner)
+        (runner.staging / "run_meta.json").write_text(json.dumps({"run": change}))
+        if change == "tables":
+            (runner.staging / "tables" / "verdicts-like.csv").write_text("run\nnew\nand a row\n")
+        elif change == "figures":
+            (runner.staging / "figures" / "another.png").write_text("new")
+        elif change == "metrics":
+            (runner.staging / "metrics.json").write_text(json.dumps({"run": "new", "x": 1}))
+        else:
+            nbformat.write(a_notebook("new, printed otherwise"), running)
+        assert notebooks.swap_in(runner, running), change
+        assert json.loads((runner.dir / "run_meta.json").read_text())["run"] == change
+        assert not runner.staging.exists() and not running.exists()
+
+
 def test_a_kernel_killed_by_the_oom_killer_keeps_the_failed_notebook_and_names_the_cause(runner, notebook_study):
     notebook_study(WRITE_RUN, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
     with pytest.raises(notebooks.StudyFailed) as exc:
@@ -303,8 +331,10 @@ def test_rendering_unchanged_results_twice_writes_the_same_bytes(runner, noteboo
     first = runner.notebook.read_bytes()
     assert nbformat.read(runner.notebook, as_version=4).cells[-1].outputs == [
         {"output_type": "stream", "name": "stdout", "text": "45\nb\n"}], "one piece, as Jupyter shows it"
+    meta = runner.dir.joinpath("run_meta.json").read_bytes()
     notebooks.execute_study("fake", "t", {}, progress=False)
     assert runner.notebook.read_bytes() == first
+    assert runner.dir.joinpath("run_meta.json").read_bytes() == meta
     nb = nbformat.read(runner.notebook, as_version=4)
     assert "injected-parameters" in [c.id for c in nb.cells]
     assert "start_time" not in json.dumps(nb.metadata) and '"execution"' not in first.decode()
