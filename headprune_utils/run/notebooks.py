@@ -522,9 +522,12 @@ def half_swap(paths: StudyPaths) -> str | None:
     notebook_in = not (paths.dir / journal["notebook"]).exists()
     new = [i for i in journal["items"] if notebook_in or (_swapped_in(paths, journal, i)
                                                           and not _exists(paths.staging / i))]
-    old = [i for i in journal["items"] if i not in new]
+    aside = [i for i in journal["items"] if i not in new and not _exists(paths.dir / i)
+             and _exists(paths.dir / journal["trash"] / i)]  # the earlier one moved out, the new one not yet in
+    old = [i for i in journal["items"] if i not in new and i not in aside]
     state = (f"new: {', '.join(new + ([paths.notebook.name] if notebook_in else [])) or 'nothing yet'}; still the "
-             f"earlier run's: {', '.join(old + ([] if notebook_in else [paths.notebook.name])) or 'nothing'}")
+             f"earlier run's: {', '.join(old + ([] if notebook_in else [paths.notebook.name])) or 'nothing'}"
+             + (f"; set aside in {journal['trash']}/, not yet replaced: {', '.join(aside)}" if aside else ""))
     return (f"{where}: the swap of a run's outputs into the folder was interrupted (pid {journal.get('pid', '?')}, "
             f"{journal.get('started_at_utc', '?')}; {state}); the next run of this study completes it")
 

@@ -120,6 +120,10 @@ def test_a_run_killed_at_any_step_of_the_swap_is_named_by_check_and_completed_by
     assert cli.main(["--profile", "t", "--check"]) == 2, "--check may not call a half-swapped folder valid"
     err = capsys.readouterr().err
     assert "swap of a run's outputs into the folder was interrupted" in err and "out/fake/t" in err, err
+    if step.startswith("set aside "):  # the earlier item is out of the folder, the new one not yet in
+        item = step.removeprefix("set aside ")
+        assert f"not yet replaced: {item}" in err, err
+        assert f"still the earlier run's: {item}" not in err and f", {item}" not in err.split("still")[1], err
     # the next start (here one that has nothing to compute) completes the swap first
     assert cli.main(["--profile", "t", "--cells-only", "--no-progress"]) == 0
     assert "completed the interrupted swap" in capsys.readouterr().out
