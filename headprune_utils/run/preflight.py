@@ -95,7 +95,7 @@ def preflight(plan: dict[str, dict], profile: str, read_data: bool = False, stal
                 if corrupt and notes is not None:
                     notes.append(f"{name}: {len(corrupt)} corrupt cell file(s) (e.g. {relative(corrupt[0][0])}: "
                                  f"{corrupt[0][1]}): the run moves them to {relative(paths.dir / 'quarantine')}/ and "
-                                 "recomputes them")
+                                 "recomputes those that are cells of the plan (any other file is only moved)")
         except StaleResultsError as exc:
             why = "" if getattr(exc, "copied_in", False) else changed_parameters(paths, cfg, study)
             problems.append(f"{name}: {exc}{why}")
