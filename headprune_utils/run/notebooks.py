@@ -108,6 +108,26 @@ def _failed_cell_first_line(notebook: Path) -> str:
     return "?"
 
 
+def notebook_problem(name: str, notebook: str) -> str | None:
+    """What stops papermill from running study ``name``'s notebook (``notebook``: its file name in notebooks/) with a
+    profile's values, found before any work,
+    or None: the notebook unreadable, or no cell tagged ``parameters`` (papermill would inject the
+    values at the top, the notebook's defaults would then override them: the kernel refuses it only after it
+    started, a dozen lines of warnings in)."""
+    src = notebooks_dir() / notebook
+    if not src.is_file():  # papermill names it (and tests' fake studies have none)
+        return None
+    try:
+        nb = nbformat.read(src, as_version=4)
+    except Exception as exc:  # nbformat raises several kinds for a broken file
+        return f"{name}: its notebook {relative(src)} cannot be read ({type(exc).__name__}: {exc})"
+    if not any("parameters" in c.get("metadata", {}).get("tags", []) for c in nb.cells):
+        return (f"{name}: {relative(src)} has no cell tagged 'parameters', so a profile's values cannot reach it: "
+                "tag the cell that declares its parameters 'parameters' again (JupyterLab: the property inspector, "
+                f"Cell Tags) or restore the file (git checkout -- {relative(src)})")
+    return None
+
+
 def execute_study(name: str, profile: str, overrides: dict, progress: bool = True) -> float:
     """Run one study notebook with papermill; returns seconds. Raises StudyFailed naming the cell, or the cause
     when the kernel died or a write failed (disk full, file-size limit), and StudyBusyError when another runner

@@ -4,7 +4,8 @@ Outputs that cannot be written (every folder the run writes: each study's folder
 it that holds the staging folder, run lock and backups, the shared model caches, the cross-study summary's and the
 report's folders; a file in the way, or permissions), a study folder left half swapped (a run killed while swapping its outputs in),
 stored cells of other parameters (which a run would refuse to mix with new ones; the message names the parameters
-that changed) and, for ``--check``, task data that is missing or unreadable. Nothing is trained, loaded or moved.
+that changed), a study notebook that papermill cannot give the profile's values (missing, unreadable, no cell
+tagged ``parameters``) and, for ``--check``, task data that is missing or unreadable. Nothing is trained, loaded or moved.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from headprune_utils.model import models
 from headprune_utils.run.execution import changed_parameters
-from headprune_utils.run.notebooks import half_swap, relative
+from headprune_utils.run.notebooks import half_swap, notebook_problem, relative
 from headprune_utils.run.profiles import study_config
 from headprune_utils.store.paths import StudyPaths, folder_problem, outputs_root, report_dir
 from headprune_utils.store.results import CorruptCellError, ResultStore, StaleResultsError
@@ -80,6 +81,10 @@ def preflight(plan: dict[str, dict], profile: str, read_data: bool = False, stal
     for name, overrides in plan.items():
         study, cfg = study_config(name, overrides, profile)
         paths = StudyPaths(name, profile, staged=False)
+        if writes != "cells" and isinstance(getattr(study, "notebook", None), str):  # the notebook runs
+            problem = notebook_problem(name, study.notebook)
+            if problem:
+                problems.append(problem)
         half = half_swap(paths)
         if half and strict:
             problems.append(f"{name}: {half}")

@@ -160,3 +160,29 @@ def test_every_notebook_validates_through_notebook_config():
         assert "notebook_parameters(" not in sources, name
         fields = {f.name for f in dataclasses.fields(study.Config)}
         assert EXPLICIT[name][0] in fields and EXPLICIT[name][0] in SMOKE[name]
+
+
+def test_the_runner_refuses_a_notebook_without_its_parameters_tag_before_starting_a_kernel(tmp_path, monkeypatch):
+    """The kernel refuses such a notebook only once it runs (after papermill's "Passed unknown parameter" lines, a
+    staging folder and a .failed notebook left behind): the runner's checks name it first, and a --cells-only slice
+    (no notebook runs) is not stopped by it."""
+    from headprune_utils.run import notebooks as nbs
+    from headprune_utils.run.preflight import preflight
+
+    src = REPO / "notebooks" / STUDIES["random_pruning"].notebook
+    nb = nbformat.read(src, as_version=4)
+    for c in nb.cells:
+        c.metadata["tags"] = [t for t in c.metadata.get("tags", []) if t != "parameters"]
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    nbformat.write(nb, folder / src.name)
+    assert nbs.notebook_problem("random_pruning", src.name) is None  # the real one
+    monkeypatch.setattr(nbs, "notebooks_dir", lambda: folder)
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
+    problem = nbs.notebook_problem("random_pruning", src.name)
+    assert problem and "no cell tagged 'parameters'" in problem and src.name in problem
+    plan = {"random_pruning": dict(SMOKE["random_pruning"])}
+    assert any("no cell tagged 'parameters'" in p for p in preflight(plan, "smoke", stale=False))
+    assert not any("parameters" in p for p in preflight(plan, "smoke", stale=False, writes="cells"))
+    (folder / src.name).write_text("{ not json")
+    assert "cannot be read" in nbs.notebook_problem("random_pruning", src.name)
