@@ -1,11 +1,14 @@
-"""T5 encoder-decoders (``model_type`` "t5").
+"""T5 and mT5 (``model_type`` "t5", "mt5"; mT5's attention is T5's): encoder-decoders and encoder-only models.
 
-Three grids of heads, as for Marian and BART: ``"enc"`` (``encoder.block[i].layer[0].SelfAttention``), ``"dec"``
+An encoder-decoder has three grids of heads, as Marian and BART: ``"enc"`` (``encoder.block[i].layer[0].SelfAttention``), ``"dec"``
 (``decoder.block[i].layer[0].SelfAttention``, causal, with a KV cache in ``generate()``) and ``"cross"``
 (``decoder.block[i].layer[1].EncDecAttention``). Each attention module has separate ``q``/``k``/``v`` Linears and
 the output projection ``o`` inside it, all without bias, ``inner_dim = num_heads * d_kv`` (``d_kv`` need not be
 ``d_model / num_heads``) and as many key/value heads as query heads. The scores are ``q . k`` UNSCALED plus a
-per-head relative position bias.
+per-head relative position bias. An encoder-only model (``T5EncoderModel``, ``MT5EncoderModel``, the token
+classifiers built on them) has the ``"enc"`` grid alone: those models set ``is_encoder_decoder = False`` on their
+config when built, which is what :meth:`T5Family.kinds` reads. UMT5 (``"umt5"``) is not covered: every layer has
+its own bias table and its attention modules take other arguments and return no bias.
 
 Positions: the first layer of each stack (``has_relative_attention_bias``) looks up a bias table
 ``[num_buckets, num_heads]`` by the bucket of ``key - query`` and returns the bias ``[1, num_heads, q, k]``
@@ -147,14 +150,16 @@ class T5PrunedAttention(nn.Module):
 
 class T5Family(Family):
     name = "t5"
-    model_types = ("t5",)
+    model_types = ("t5", "mt5")
     projections = "separate"
     linear = "Linear"
     positions = "relative (per-head bias from each stack's first layer)"
     causal_kinds = ("dec",)
 
     def kinds(self, cfg):
-        return SEQ2SEQ_KINDS
+        # T5EncoderModel / MT5EncoderModel set is_encoder_decoder = False on the config they are built from (a
+        # config loaded alone keeps the default, True: the three grids of the full model)
+        return SEQ2SEQ_KINDS if getattr(cfg, "is_encoder_decoder", True) else ("enc",)
 
     def head_shape(self, cfg, kind):
         if kind == "enc":
@@ -164,7 +169,12 @@ class T5Family(Family):
 
     def sites(self, model, kind):
         base = base_model(model)
-        stack = base.encoder if kind == "enc" else base.decoder
+        if kind not in self.kinds(model.config):
+            raise ValueError(f"attention type {kind!r}: this {type(model).__name__} has {self.kinds(model.config)}")
+        stack = base.encoder if kind == "enc" else getattr(base, "decoder", None)
+        if stack is None:
+            raise ValueError(f"attention type {kind!r}: {type(model).__name__} has no decoder, though its config "
+                             "says is_encoder_decoder=True")
         sublayer, attr = (1, "EncDecAttention") if kind == "cross" else (0, "SelfAttention")
         sites = []
         for i, block in enumerate(stack.block):
@@ -207,7 +217,7 @@ class T5Family(Family):
         return bias.index_select(1, heads.to(bias.device))
 
     def map_kinds(self, cfg):
-        return SEQ2SEQ_KINDS
+        return self.kinds(cfg)
 
     def cache_layer_idx(self, site):
         return getattr(site.module, "layer_idx", site.layer) if site.kind == "dec" else None
