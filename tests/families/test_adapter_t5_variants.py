@@ -1,7 +1,8 @@
-"""The T5 adapter on mT5 (``model_type`` "mt5") and on encoder-only models (``T5EncoderModel``,
-``MT5EncoderModel``): the grids the model has, gates of 0 equal to removing the heads (their columns of the
-output projection zeroed, which has no bias), physical pruning equal to masking, the reference forward on mT5,
-and the cost dimensions. UMT5 (a bias table in every layer) is refused, naming its model type."""
+"""The T5 adapters on mT5 (``model_type`` "mt5"), on UMT5 (``"umt5"``: a bias table in every
+self-attention layer) and on encoder-only models (``T5EncoderModel``, ``MT5EncoderModel``):
+the grids the model has, gates of 0 equal to removing the heads (their columns of the output projection zeroed,
+which has no bias), physical pruning equal to masking, cached generation of pruned models, the reference forward
+on mT5, attention maps (UMT5: against the eager model's own probabilities) and the cost dimensions."""
 from __future__ import annotations
 
 import copy
@@ -16,7 +17,7 @@ from headprune_utils.model.attention import attention_maps
 from headprune_utils.model.families.base import CostDims
 from headprune_utils.model.families.t5 import T5PrunedAttention
 from headprune_utils.model.gates import head_gates
-from headprune_utils.model.pruning import prune_heads
+from headprune_utils.model.pruning import count_attention_params, prune_heads
 
 from . import reference as R
 from .fixtures import FIXTURES, SEED, _redraw
@@ -200,12 +201,111 @@ def test_encoder_only_cost_dims(name):
 
 
 # ------------------------------------------------------------------ UMT5
-@pytest.mark.parametrize("model_class", [tf.UMT5ForConditionalGeneration, tf.UMT5EncoderModel])
-def test_umt5_is_refused_by_name(model_class):
-    model = model_class._from_config(tf.UMT5Config(**SIZES))
-    for what in (model, model.config):
-        with pytest.raises(A.UnsupportedArchitectureError, match=r"\(umt5\)"):
-            A.head_shape(what)
-    with pytest.raises(A.UnsupportedArchitectureError, match=r"\(umt5\)"):
-        with head_gates(model, {"enc": torch.ones(SHAPE)}):
-            pass
+UMT5_KEEPS = {**KEEPS, "last-empty": {0: [0, 2], 1: []}}
+
+
+@functools.lru_cache(maxsize=None)
+def _umt5(impl="eager"):
+    torch.manual_seed(SEED)
+    model = tf.UMT5ForConditionalGeneration._from_config(tf.UMT5Config(**SIZES), attn_implementation=impl)
+    model = model.to(torch.float64).eval()
+    _redraw(model, SEED)
+    return model
+
+
+def test_umt5_has_its_own_adapter_with_three_grids():
+    model = _umt5()
+    family = A.family_of(model)
+    assert family.name == "umt5" and A.attention_kinds(model) == KINDS
+    assert A.head_shape(model) == {k: SHAPE for k in KINDS}
+    tables = [s.module.relative_attention_bias.weight for k in ("enc", "dec") for s in A.attention_sites(model, k)]
+    assert len(tables) == 4 and not torch.equal(tables[0], tables[1])  # a table in every self-attention layer
+    # UMT5EncoderModel builds its encoder from a copy of the config, so its own config still says
+    # is_encoder_decoder=True: its missing decoder is named rather than skipped
+    enc = tf.UMT5EncoderModel._from_config(tf.UMT5Config(**SIZES))
+    with pytest.raises(ValueError, match="UMT5EncoderModel has no decoder"):
+        A.attention_sites(enc)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_umt5_gates_of_zero_remove_the_heads(kind):
+    model, batch, mask = _umt5(), FX.inputs(), _mask(UMT5_KEEPS["different"])
+    with torch.no_grad():
+        plain = model(**batch).logits
+        with head_gates(model, {kind: mask}):
+            gated = model(**batch).logits
+        removed = _removed(model, kind, mask)(**batch).logits
+    assert _diff(gated, removed) <= 1e-9
+    assert _diff(gated, plain) > 1e-3
+
+
+@pytest.mark.parametrize("case", list(UMT5_KEEPS))
+@pytest.mark.parametrize("kind", KINDS)
+def test_umt5_pruned_equals_masked(kind, case):
+    """Each self-attention layer keeps its kept heads' columns of its own bias table (a layer that kept the first
+    columns, or the other layer's heads' columns, differs)."""
+    model, batch, keep = _umt5(), FX.inputs(), UMT5_KEEPS[case]
+    mask = _mask(keep)
+    pruned = prune_heads(copy.deepcopy(model), {kind: mask})
+    assert A.kept_heads(pruned, kind) == [keep[layer] for layer in range(SHAPE[0])]
+    with torch.no_grad(), head_gates(model, {kind: mask}):
+        gated = model(**batch).logits
+    with torch.no_grad():
+        assert _diff(pruned(**batch).logits, gated) <= 1e-9
+    originals = A.attention_sites(model, kind)
+    for site in A.attention_sites(pruned, kind):
+        n = len(keep[site.layer])
+        assert site.out_proj.in_features == n * SIZES["d_kv"] and (site.query is None) == (n == 0)
+        if n and kind != "cross":
+            table = originals[site.layer].module.relative_attention_bias.weight
+            assert torch.equal(site.module.relative_attention_bias.weight, table[:, keep[site.layer]])
+    assert count_attention_params(pruned) < count_attention_params(model)
+
+
+def test_umt5_pruning_twice_is_pruning_the_union():
+    batch = FX.inputs()
+    first = {k: _mask({0: [0, 1, 3], 1: [0, 2, 3]}) for k in KINDS}
+    union = {k: _mask({0: [3], 1: [0, 2]}) for k in KINDS}
+    twice = prune_heads(prune_heads(copy.deepcopy(_umt5()), first), union)
+    once = prune_heads(copy.deepcopy(_umt5()), union)
+    assert A.kept_heads(twice) == A.kept_heads(once) == {k: [[3], [0, 2]] for k in KINDS}
+    with torch.no_grad():
+        assert _diff(twice(**batch).logits, once(**batch).logits) <= 1e-12
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize("case", list(UMT5_KEEPS))
+def test_umt5_pruned_generates_as_the_masked_model(case, impl):
+    """All three grids pruned (a decoder layer left empty writes a placeholder into the KV cache, so the next
+    layers' biases still see the positions decoded)."""
+    model, prompt = _umt5("eager"), FX.inputs()
+    masks = {"enc": _mask(UMT5_KEEPS[case]), "dec": _mask(UMT5_KEEPS[case]), "cross": _mask(UMT5_KEEPS[case]).flip(1)}
+    pruned = prune_heads(copy.deepcopy(_umt5(impl)), masks)
+    with torch.no_grad():
+        ours = R.hf_greedy(pruned, prompt, 5)
+    with head_gates(model, masks):
+        want = R.hf_greedy(model, prompt, 5)
+    assert torch.equal(ours, want)
+
+
+def _hf_maps(model, batch, kind):
+    with torch.no_grad():
+        out = model(**batch, output_attentions=True)
+    return {"enc": out.encoder_attentions, "dec": out.decoder_attentions, "cross": out.cross_attentions}[kind]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_umt5_attention_maps_equal_the_models_own(kind):
+    """The maps the adapter places (own scores plus each layer's own bias) equal the eager model's probabilities,
+    before and after pruning (kept heads; pruned heads NaN)."""
+    batch, keep = FX.inputs(), UMT5_KEEPS["first-empty"]
+    for model in (_umt5(), prune_heads(copy.deepcopy(_umt5()), {kind: _mask(keep)})):
+        kept = A.kept_heads(model, kind)
+        hf = list(_hf_maps(model, batch, kind))  # the layers with heads (an empty layer records nothing)
+        assert len(hf) == sum(1 for ids in kept if ids)
+        for layer, got in enumerate(attention_maps(model, batch, kind)):
+            gone = [h for h in range(SHAPE[1]) if h not in kept[layer]]
+            assert bool(torch.isnan(got[:, gone]).all())
+            if kept[layer]:
+                want = hf.pop(0)
+                assert want.shape[1] == len(kept[layer]) and _diff(got[:, kept[layer]], want) <= 1e-12, layer
