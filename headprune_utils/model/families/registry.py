@@ -13,7 +13,7 @@ import headprune_utils.model.families.t5 as t5
 from headprune_utils.model.families.base import Family, UnsupportedArchitectureError
 
 FAMILIES: list[Family] = [bert.FAMILY, distilbert.FAMILY, bart.FAMILY, gpt2.FAMILY, llama.FAMILY, modernbert.FAMILY,
-                           t5.FAMILY]
+                           t5.FAMILY, t5.UMT5_FAMILY]
 
 
 def register(family: Family) -> Family:

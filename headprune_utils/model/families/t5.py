@@ -1,11 +1,21 @@
-"""T5 encoder-decoders (``model_type`` "t5").
+"""T5 and mT5 (``model_type`` "t5", "mt5"; mT5's attention is T5's), and UMT5 (``"umt5"``): encoder-decoders and
+encoder-only models.
 
-Three grids of heads, as for Marian and BART: ``"enc"`` (``encoder.block[i].layer[0].SelfAttention``), ``"dec"``
-(``decoder.block[i].layer[0].SelfAttention``, causal, with a KV cache in ``generate()``) and ``"cross"``
-(``decoder.block[i].layer[1].EncDecAttention``). Each attention module has separate ``q``/``k``/``v`` Linears and
-the output projection ``o`` inside it, all without bias, ``inner_dim = num_heads * d_kv`` (``d_kv`` need not be
-``d_model / num_heads``) and as many key/value heads as query heads. The scores are ``q . k`` UNSCALED plus a
-per-head relative position bias.
+An encoder-decoder has three grids of heads, as Marian and BART: ``"enc"``
+(``encoder.block[i].layer[0].SelfAttention``), ``"dec"`` (``decoder.block[i].layer[0].SelfAttention``, causal, with
+a KV cache in ``generate()``) and ``"cross"`` (``decoder.block[i].layer[1].EncDecAttention``). Each attention module
+has separate ``q``/``k``/``v`` Linears and the output projection ``o`` inside it, all without bias, ``inner_dim =
+num_heads * d_kv`` (``d_kv`` need not be ``d_model / num_heads``) and as many key/value heads as query heads. The
+scores are ``q . k`` UNSCALED plus a per-head relative position bias. An encoder-only model (``T5EncoderModel``,
+``MT5EncoderModel``, the token classifiers built on them) has the ``"enc"`` grid alone: those models set
+``is_encoder_decoder = False`` on their config when built, which is what :meth:`T5Family.kinds` reads.
+
+UMT5 (``"umt5"``, :class:`UMT5Family`) has the same grids and projections, but every self-attention layer owns its
+bias table ``[num_buckets, num_heads]`` and computes its bias itself (no bias passes between layers, the modules
+return none): pruning keeps the kept heads' columns of that table in the module itself, and a layer with no head
+left becomes an :class:`EmptyAttention`. ``UMT5EncoderModel`` builds its encoder from a COPY of its config, so its
+own config keeps ``is_encoder_decoder = True``: it reports three grids and :meth:`T5Family.sites` names the missing
+decoder (the config alone cannot tell; the model can).
 
 Positions: the first layer of each stack (``has_relative_attention_bias``) looks up a bias table
 ``[num_buckets, num_heads]`` by the bucket of ``key - query`` and returns the bias ``[1, num_heads, q, k]``
@@ -25,7 +35,9 @@ import importlib
 import torch
 from torch import nn
 
-from headprune_utils.model.families.base import SEQ2SEQ_KINDS, AttentionSite, CostDims, Family, base_model, slice_linear
+from headprune_utils.model.families.base import (
+    SEQ2SEQ_KINDS, AttentionSite, CostDims, EmptyAttention, Family, base_model, slice_linear,
+)
 
 
 def _cache_of(cache, is_cross: bool, layer_idx):
@@ -147,14 +159,16 @@ class T5PrunedAttention(nn.Module):
 
 class T5Family(Family):
     name = "t5"
-    model_types = ("t5",)
+    model_types = ("t5", "mt5")
     projections = "separate"
     linear = "Linear"
     positions = "relative (per-head bias from each stack's first layer)"
     causal_kinds = ("dec",)
 
     def kinds(self, cfg):
-        return SEQ2SEQ_KINDS
+        # T5EncoderModel / MT5EncoderModel set is_encoder_decoder = False on the config they are built from (a
+        # config loaded alone keeps the default, True: the three grids of the full model)
+        return SEQ2SEQ_KINDS if getattr(cfg, "is_encoder_decoder", True) else ("enc",)
 
     def head_shape(self, cfg, kind):
         if kind == "enc":
@@ -164,14 +178,21 @@ class T5Family(Family):
 
     def sites(self, model, kind):
         base = base_model(model)
-        stack = base.encoder if kind == "enc" else base.decoder
+        if kind not in self.kinds(model.config):
+            raise ValueError(f"attention type {kind!r}: this {type(model).__name__} has {self.kinds(model.config)}")
+        stack = base.encoder if kind == "enc" else getattr(base, "decoder", None)
+        if stack is None:
+            raise ValueError(f"attention type {kind!r}: {type(model).__name__} has no decoder, though its config "
+                             "says is_encoder_decoder=True")
         sublayer, attr = (1, "EncDecAttention") if kind == "cross" else (0, "SelfAttention")
         sites = []
         for i, block in enumerate(stack.block):
             parent = block.layer[sublayer]
             a = getattr(parent, attr)
+            empty = isinstance(a, EmptyAttention)  # UMT5: a layer with no head left
             sites.append(AttentionSite(
-                layer=i, parent=parent, attr=attr, query=a.q, key=a.k, value=a.v, out_proj=a.o,
+                layer=i, parent=parent, attr=attr, query=None if empty else a.q, key=None if empty else a.k,
+                value=None if empty else a.v, out_proj=a.out_proj if empty else a.o,
                 head_dim=int(model.config.d_kv), out_proj_inside=True, kind=kind,
             ))
         return sites
@@ -207,7 +228,7 @@ class T5Family(Family):
         return bias.index_select(1, heads.to(bias.device))
 
     def map_kinds(self, cfg):
-        return SEQ2SEQ_KINDS
+        return self.kinds(cfg)
 
     def cache_layer_idx(self, site):
         return getattr(site.module, "layer_idx", site.layer) if site.kind == "dec" else None
@@ -237,4 +258,52 @@ class T5Family(Family):
         return CostDims(n_layers, n_heads, n_heads, int(cfg.d_kv), d_model, d_ff, ffn_matrices=matrices)
 
 
+class UMT5Family(T5Family):
+    """UMT5: T5's grids and projections; each self-attention layer computes its own relative position bias from its
+    own table (cross attention: none), so a pruned layer keeps its kept heads' columns of its table."""
+
+    name = "umt5"
+    model_types = ("umt5",)
+    positions = "relative (per-head bias, a table in every self-attention layer)"
+
+    def call_extras(self, site, kwargs, output):
+        # the module returns no bias: recompute the one it added from its own table (a full-sequence forward)
+        module = site.module
+        if (isinstance(module, EmptyAttention) or kwargs.get("encoder_hidden_states") is not None
+                or not module.has_relative_attention_bias):
+            return {}
+        n = output[0].shape[1]
+        return {"position_bias": module.compute_bias(n, n, device=output[0].device)}
+
+    def score_bias(self, site, call):
+        if site.kind == "cross":
+            return None
+        bias = (call or {}).get("position_bias")
+        if bias is None:
+            raise ValueError(f"{site.kind} layer {site.layer}: no position bias was recorded for the attention call")
+        return bias
+
+    def prune_layer(self, site, keep_pos):
+        if not keep_pos:  # an EmptyAttention (writing a placeholder into a decoder's KV cache)
+            Family.prune_layer(self, site, keep_pos)
+            return
+        module = site.module
+        d = site.head_dim
+        index = torch.tensor([i * d + j for i in keep_pos for j in range(d)], dtype=torch.long)
+        module.q, module.k, module.v = (slice_linear(module.q, index, 0), slice_linear(module.k, index, 0),
+                                        slice_linear(module.v, index, 0))
+        module.o = slice_linear(module.o, index, 1)
+        if module.has_relative_attention_bias:
+            table = module.relative_attention_bias
+            weight = table.weight.index_select(1, torch.tensor(keep_pos, device=table.weight.device))
+            new = nn.Embedding(weight.shape[0], weight.shape[1], device=weight.device, dtype=weight.dtype)
+            with torch.no_grad():
+                new.weight.copy_(weight)
+            new.weight.requires_grad_(table.weight.requires_grad)
+            module.relative_attention_bias = new
+        module.n_heads = len(keep_pos)
+        module.inner_dim = module.n_heads * d
+
+
 FAMILY = T5Family()
+UMT5_FAMILY = UMT5Family()
