@@ -65,7 +65,9 @@ def attention_kinds(config_or_model) -> tuple[str | None, ...]:
     are keyed by these, so callers loop over the kinds instead of asking which family the model is."""
     family = registry.find_family(config_or_model)
     if family is not None:
-        return family.kinds(getattr(config_or_model, "config", config_or_model))
+        if isinstance(config_or_model, nn.Module):
+            return family.model_kinds(config_or_model)
+        return family.kinds(config_or_model)
     return SEQ2SEQ_KINDS if is_encoder_decoder(config_or_model) else (None,)
 
 
@@ -138,7 +140,7 @@ def attention_sites(model: nn.Module, kind: AttentionKind | None = None) -> list
     """
     _check_kind(model, kind)
     family = family_of(model)
-    kinds = family.kinds(model.config)
+    kinds = family.model_kinds(model)
     if kind is not None or kinds == (None,):
         return family.sites(model, kind)
     return [site for k in kinds for site in family.sites(model, k)]
@@ -153,7 +155,7 @@ def head_shape(config_or_model, kind: AttentionKind | None = None):
     cfg = getattr(config_or_model, "config", config_or_model)
     _check_kind(config_or_model, kind)
     family = family_of(config_or_model)
-    kinds = family.kinds(cfg)
+    kinds = attention_kinds(config_or_model)
     try:
         shapes = {k: family.head_shape(cfg, k) for k in kinds}
     except AttributeError as exc:

@@ -221,10 +221,15 @@ def test_umt5_has_its_own_adapter_with_three_grids():
     tables = [s.module.relative_attention_bias.weight for k in ("enc", "dec") for s in A.attention_sites(model, k)]
     assert len(tables) == 4 and not torch.equal(tables[0], tables[1])  # a table in every self-attention layer
     # UMT5EncoderModel builds its encoder from a copy of the config, so its own config still says
-    # is_encoder_decoder=True: its missing decoder is named rather than skipped
+    # is_encoder_decoder=True: the model (no decoder) has the encoder grid alone
     enc = tf.UMT5EncoderModel._from_config(tf.UMT5Config(**SIZES))
-    with pytest.raises(ValueError, match="UMT5EncoderModel has no decoder"):
-        A.attention_sites(enc)
+    assert enc.config.is_encoder_decoder, "UMT5EncoderModel's config now tells: this test no longer tests the model path"
+    assert A.attention_kinds(enc) == ("enc",) and A.head_shape(enc) == {"enc": SHAPE}
+    assert [s.kind for s in A.attention_sites(enc)] == ["enc", "enc"]
+    for kind in ("dec", "cross"):
+        with pytest.raises(ValueError, match="unknown attention type"):
+            A.attention_sites(enc, kind)
+    assert A.attention_kinds(enc.config) == KINDS  # the config alone: the full model's grids
 
 
 @pytest.mark.parametrize("kind", KINDS)

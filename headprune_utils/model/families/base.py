@@ -200,6 +200,11 @@ class Family:
     def kinds(self, cfg) -> tuple[str | None, ...]:
         return (None,)
 
+    def model_kinds(self, model: nn.Module) -> tuple[str | None, ...]:
+        """The grids of a loaded model: :meth:`kinds` of its config, unless the model says more than its config
+        (a family whose encoder-only classes keep an encoder-decoder config overrides this)."""
+        return self.kinds(model.config)
+
     def head_shape(self, cfg, kind: str | None) -> tuple[int, int]:
         """``(n_layers, n_query_heads)`` of the original model's grid ``kind``."""
         raise NotImplementedError

@@ -170,6 +170,13 @@ class T5Family(Family):
         # config loaded alone keeps the default, True: the three grids of the full model)
         return SEQ2SEQ_KINDS if getattr(cfg, "is_encoder_decoder", True) else ("enc",)
 
+    def model_kinds(self, model):
+        # UMT5EncoderModel builds its encoder from a copy of its config, so its own config still says
+        # is_encoder_decoder=True: the model itself, with no decoder, has the encoder grid only
+        if getattr(base_model(model), "decoder", None) is None:
+            return ("enc",)
+        return self.kinds(model.config)
+
     def head_shape(self, cfg, kind):
         if kind == "enc":
             return int(cfg.num_layers), int(cfg.num_heads)
@@ -178,8 +185,8 @@ class T5Family(Family):
 
     def sites(self, model, kind):
         base = base_model(model)
-        if kind not in self.kinds(model.config):
-            raise ValueError(f"attention type {kind!r}: this {type(model).__name__} has {self.kinds(model.config)}")
+        if kind not in self.model_kinds(model):
+            raise ValueError(f"attention type {kind!r}: this {type(model).__name__} has {self.model_kinds(model)}")
         stack = base.encoder if kind == "enc" else getattr(base, "decoder", None)
         if stack is None:
             raise ValueError(f"attention type {kind!r}: {type(model).__name__} has no decoder, though its config "
