@@ -162,7 +162,8 @@ def test_every_notebook_validates_through_notebook_config():
         assert EXPLICIT[name][0] in fields and EXPLICIT[name][0] in SMOKE[name]
 
 
-def test_the_runner_refuses_a_notebook_without_its_parameters_tag_before_starting_a_kernel(tmp_path, monkeypatch):
+def test_the_runner_refuses_a_notebook_without_its_parameters_tag_before_starting_a_kernel(tmp_path, monkeypatch,
+                                                                                          data_root):
     """The kernel refuses such a notebook only once it runs (after papermill's "Passed unknown parameter" lines, a
     staging folder and a .failed notebook left behind): the runner's checks name it first, and a --cells-only slice
     (no notebook runs) is not stopped by it."""
@@ -179,6 +180,7 @@ def test_the_runner_refuses_a_notebook_without_its_parameters_tag_before_startin
     assert nbs.notebook_problem("random_pruning", src.name) is None  # the real one
     monkeypatch.setattr(nbs, "notebooks_dir", lambda: folder)
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
+    monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(data_root))  # the profile's checks read the task data's place
     problem = nbs.notebook_problem("random_pruning", src.name)
     assert problem and "no cell tagged 'parameters'" in problem and src.name in problem
     plan = {"random_pruning": dict(SMOKE["random_pruning"])}
