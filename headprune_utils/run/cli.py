@@ -5,6 +5,7 @@
     python -m headprune_utils.run --profile quick --check      # validate parameters only
     python -m headprune_utils.run --profile paper --plan       # every cell, its requirements and cost; runs nothing
     python -m headprune_utils.run --profile standard --plan --plan-slices   # the slices of a long run still to compute
+    python -m headprune_utils.run --profile standard-next --from-cells --where task=SST-2   # an interim render
     python -m headprune_utils.run --profile paper --executor ray --address auto   # cells on a Ray cluster
 
 Every study's parameters (``params/<profile>.yaml`` over the notebook defaults) are validated before
@@ -80,13 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="--executor ray: a Ray cluster to join ('auto', 'ray://host:10001'); default: a local Ray instance")
     parser.add_argument("--cells-only", action="store_true", help="compute the cells and stop (no notebooks)")
     parser.add_argument("--where", nargs="+", action="extend", metavar="AXIS=VALUE",
-                        help="with --cells-only: only the cells whose axes match (e.g. task=SST-2 seed=0 "
+                        help="with --cells-only (or --from-cells: an interim render): only the cells whose axes match (e.g. task=SST-2 seed=0 "
                              "regime=mask_then_finetune; repeat an axis for several values), and what they require: "
                              "a slice of a long run, e.g. every cell of one fine-tuned model in one session")
     parser.add_argument("--from-cells", action="store_true",
                         help="render the notebooks from the stored cells only: stop before any work, naming what is "
                              "missing, if a planned cell is not stored (e.g. the committed standard cells on a fresh "
-                             "clone: minutes, no training)")
+                             "clone: minutes, no training); with --where, an interim render of that slice alone "
+                             "(e.g. task=SST-2 while the other tasks compute), labelled so on every page")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--jobs", action=Once, type=int, default=1,
                         help="studies run side by side (default 1); each kernel then gets cores/jobs torch threads")
@@ -102,8 +104,9 @@ def flags_error(args: argparse.Namespace) -> str | None:
     for flag in ("plan_summary", "plan_slices"):
         if getattr(args, flag) and not args.plan:
             return f"--{flag.replace('_', '-')} is for --plan"
-    if args.where and not args.cells_only:
-        return "--where is for --cells-only (a notebook analyses every cell of its study)"
+    if args.where and not (args.cells_only or args.from_cells):
+        return ("--where is for --cells-only (compute a slice) or --from-cells (an interim render of a complete "
+                "slice); a full run's notebook analyses every cell of its study")
     if args.from_cells and (args.cells_only or args.fresh or args.executor != "local"):
         return "--from-cells renders stored cells; it does not go with --cells-only, --fresh or --executor"
     try:
@@ -183,16 +186,19 @@ def blocked(plan: dict[str, dict], args: argparse.Namespace) -> bool:
             print("(--fresh moves the earlier results aside, keeping them)", file=sys.stderr)
         return True
     try:
-        gaps = missing_cells(plan, args.profile) if args.from_cells else {}
+        gaps = missing_cells(plan, args.profile, parse_where(args.where)) if args.from_cells else {}
     except CorruptCellError as exc:  # an edited, swapped or out-of-range cell: a render never certifies it
         print(f"error: --from-cells: {exc} (stopped before any work)", file=sys.stderr)
         return True
     if gaps:
+        where = " ".join(args.where or [])
         print("error: --from-cells: cells are missing, so these studies would compute (stopped before any work):\n"
-              + "\n".join(f"  {name}: {n} of {total} planned cells not stored (e.g. {example})"
-                          for name, (n, total, example) in gaps.items())
+              + "\n".join(f"  {name}: {n} of {total} {'selected' if where else 'planned'} cells not stored "
+                          f"(e.g. {example})" for name, (n, total, example) in gaps.items())
               + f"\ncompute them first (e.g. headprune --profile {args.profile} --cells-only --only "
-              f"{' '.join(gaps)}), or render only the complete studies with --only", file=sys.stderr)
+              f"{' '.join(gaps)}{' --where ' + where if where else ''}), or render only the complete studies with "
+              "--only" + ("" if where else ", or an interim render of a complete slice with --where"),
+              file=sys.stderr)
     return bool(gaps)
 
 
@@ -241,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     return run_profile(plan, args.profile, jobs=args.jobs, fresh=args.fresh, fresh_caches=args.fresh_caches,
                        executor=args.executor, address=args.address, cells_only=args.cells_only,
-                       where=parse_where(args.where), progress=not args.no_progress)
+                       where=parse_where(args.where), progress=not args.no_progress, from_cells=args.from_cells)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,8 @@ import torch
 from tqdm import tqdm
 
 from headprune_utils.model import models
-from headprune_utils.run.profiles import TimeLeft, calibrated_gflops, duration_text, unknown_profile
+from headprune_utils.run.profiles import (TimeLeft, calibrated_gflops, duration_text, selected_cells, selector,
+                                          unknown_profile)
 from headprune_utils.tasks.metrics import verdict_scores
 from headprune_utils.store.paths import STAGED_ENV, StudyPaths, outputs_root
 from headprune_utils.store.results import (ResultStore, StaleResultsError, atomic_write_json, cell_key, portable,
@@ -805,6 +806,39 @@ def check_one_model(table: pd.DataFrame, study: str, axes: Iterable[str]) -> Non
             f"affected.")
 
 
+# ``--from-cells --where``: an interim render. The batch runner sets this in its notebooks' kernels to the
+# selection as JSON (``{"task": ["SST-2"]}``); :func:`run_study` then computes nothing, analyses only the stored
+# cells the selection matches (and what they require), and records the selection in run_meta.json ("interim").
+SELECT_ENV = "HEADPRUNE_SELECT"
+
+
+class InterimIncomplete(RuntimeError):
+    """An interim render (:data:`SELECT_ENV`) whose selected cells are not all stored."""
+
+
+def interim_selection() -> dict[str, set[str]] | None:
+    """The selection of an interim render (:data:`SELECT_ENV`), or None. Raises ValueError naming the variable
+    when it is not a JSON object of axis -> list of values."""
+    raw = os.environ.get(SELECT_ENV)
+    if not raw:
+        return None
+    try:
+        where = json.loads(raw)
+        if not (isinstance(where, dict) and where and all(
+                isinstance(k, str) and isinstance(v, list) and v and all(isinstance(x, str) for x in v)
+                for k, v in where.items())):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{SELECT_ENV}={raw!r}: expected a JSON object of axis -> list of values, e.g. "
+                         '{"task": ["SST-2"]} (the batch runner sets it for --from-cells --where)') from None
+    return {k: set(v) for k, v in where.items()}
+
+
+def selection_text(where: dict[str, set[str]] | dict[str, list[str]]) -> str:
+    """``{"task": {"SST-2"}, "seed": {"0", "1"}}`` -> ``"seed = 0, 1; task = SST-2"``."""
+    return "; ".join(f"{k} = {', '.join(sorted(where[k]))}" for k in sorted(where))
+
+
 def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = None, *,
               executor: str | Executor = "local", address: str | None = None,
               progress: bool | None = None, select: Callable[[dict], bool] | None = None,
@@ -813,6 +847,8 @@ def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = 
     per planned cell stored (its axes and result). ``select(axes) -> bool``: compute only the cells it accepts
     (and the cells they require), e.g. one slice of a long run; the others are left for later. ``sources``: where
     each parameter's value came from, recorded in run_meta.json (default: found out, :func:`parameter_origins`).
+    In an interim render (:data:`SELECT_ENV` set, ``select`` not given) nothing is computed: the rows are the
+    stored cells the selection matches and what they require, and InterimIncomplete names the first not stored.
     Raises CellsFailed when cells failed (the others are stored),
     StaleResultsError (naming the parameters that changed) when the stored cells were made with other parameters,
     StudyBusyError when another process is computing the same study and profile. Before anything is written:
@@ -820,6 +856,9 @@ def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = 
     ``params/<profile>.yaml`` (a notebook's ``-p profile myexp``), OutputsUnwritable when its folders cannot be
     written, ExecutorUnavailable when the Ray cluster at ``address`` cannot be joined."""
     study = get_study(study) if isinstance(study, str) else study
+    interim = interim_selection() if select is None else None
+    if interim is not None:
+        select = selector(interim)
     if paths is None or paths.root is None:  # into the outputs root, as a notebook's run: a profile's folder
         unknown = unknown_profile(profile, notebook=True) if study_ref(study) == study.name and \
             not profile.startswith("custom-") else None
@@ -839,7 +878,7 @@ def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = 
             why = "" if getattr(exc, "copied_in", False) else changed_parameters(paths, cfg, study)
             raise StaleResultsError(f"study {study.name!r}, profile {profile!r}: {exc}{why}") from None
         return _run_locked(study, cfg, profile, paths, device, store, executor, address, progress, select,
-                           sources)
+                           sources, interim)
 
 
 # Where a parameter's value came from, as run_meta.json's "param_sources" records it (explicit values win over a
@@ -928,19 +967,26 @@ def changed_parameters(paths: StudyPaths, cfg, study: Study) -> str:
 
 
 def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, store: ResultStore, executor, address,
-                progress, select=None, sources: dict[str, str] | None = None) -> pd.DataFrame:
+                progress, select=None, sources: dict[str, str] | None = None,
+                interim: dict[str, set[str]] | None = None) -> pd.DataFrame:
     cells = study.plan(cfg)
     check_plan(cells)
+    planned_total = len(cells)
     done = {c.key for c in cells if store.has(c.axes)}
     by_key = {c.key: c for c in cells}
     if select is not None:  # the selected cells and, transitively, what they require
-        keep, stack = set(), [c.key for c in cells if select(dict(c.axes))]
-        while stack:
-            k = stack.pop()
-            if k not in keep:
-                keep.add(k)
-                stack.extend(by_key[k].requires)
-        cells = [c for c in cells if c.key in keep or c.key in done]
+        keep = {c.key for c in selected_cells(cells, select)}
+        if interim is not None:  # an interim render: the selection alone, every cell of it stored
+            missing = [c.key for c in cells if c.key in keep and c.key not in done]
+            if not keep or missing:
+                raise InterimIncomplete(
+                    f"{study.name} ({profile}): an interim render over {selection_text(interim)} needs every "
+                    f"selected cell stored; " + (f"{len(missing)} of {len(keep)} are not (e.g. {missing[0]}): "
+                                                 "compute them first (--cells-only --where ...)" if missing else
+                                                 "no planned cell matches the selection"))
+            cells = [c for c in cells if c.key in keep]
+        else:
+            cells = [c for c in cells if c.key in keep or c.key in done]
     todo = [c for c in cells if c.key not in done]
     ex = make_executor(executor, address)
     t0 = time.perf_counter()
@@ -978,6 +1024,9 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
     meta["executor"] = ex.name
     meta["param_sources"] = sources or parameter_origins(study, cfg, profile)
     meta["data_fingerprints"] = study.data_fingerprints(cfg)
+    if interim is not None:  # what the summary, the report and the notebook's findings say of an interim render
+        meta["interim"] = {"where": {k: sorted(v) for k, v in sorted(interim.items())}, "cells": len(stored),
+                           "planned": planned_total}
     atomic_write_json(paths.meta, meta)
     if failed or skipped:
         raise CellsFailed(study.name, failed, skipped)

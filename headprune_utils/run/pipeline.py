@@ -7,10 +7,15 @@ deleted); with ``--executor ray`` or ``--cells-only`` every planned cell not yet
 the executor (this process is the driver and the only writer of results; a study with nothing to compute is left
 untouched); then the notebooks run (:mod:`headprune_utils.run.schedule`), which find their cells stored or compute
 them; finally the verdict counts, the cross-study summary and the HTML report (a run never writes the README).
+``--from-cells --where`` is an interim render: the kernels get the selection (``execution.SELECT_ENV``) and analyse
+only its stored cells, computing nothing; each study's run_meta.json records it, and the findings, the summary
+and the report say so on every page.
 """
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -18,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from headprune_utils.run import profiles
-from headprune_utils.run.execution import (CellsFailed, ExecutorUnavailable, connect_ray, make_executor,
+from headprune_utils.run.execution import (SELECT_ENV, CellsFailed, ExecutorUnavailable, connect_ray, make_executor,
                                            parameter_origins, run_study)
 from headprune_utils.run.notebooks import (JOURNAL, recover_swap, relative, resource_cause, run_lock,
                                            study_lock)
@@ -32,11 +37,13 @@ from headprune_utils.store.results import StaleResultsError, StudyBusyError
 
 def run_profile(plan: dict[str, dict], profile: str, *, jobs: int = 1, fresh: bool = False,
                 fresh_caches: bool = False, executor: str = "local", address: str | None = None,
-                cells_only: bool = False, where: dict[str, set[str]] | None = None, progress: bool = True) -> int:
+                cells_only: bool = False, where: dict[str, set[str]] | None = None, progress: bool = True,
+                from_cells: bool = False) -> int:
     """Run the studies of ``plan`` (validated and checked); returns the exit status: 0 when all succeeded, 1 when
     a cell or a notebook failed, or a write failed for want of room, 2 when another run holds one of the studies
     (refused before any work, naming it) or the executor cannot start (Ray: no cluster to join at ``address``;
-    before any cell is computed)."""
+    before any cell is computed). ``from_cells`` with ``where``: an interim render of that selection (nothing
+    computed; the caller checked its cells are stored)."""
     total = time.perf_counter()
     with contextlib.ExitStack() as held:
         # every study's run lock first: another run of one of them stops this one before any work; moving the
@@ -49,9 +56,11 @@ def run_profile(plan: dict[str, dict], profile: str, *, jobs: int = 1, fresh: bo
             print(f"error: {exc}", file=sys.stderr)
             return 2
         try:
-            return _run_held(plan, profile, total, jobs=jobs, fresh=fresh, fresh_caches=fresh_caches,
-                             executor=executor, address=address, cells_only=cells_only, where=where,
-                             progress=progress)
+            interim = where if from_cells and where and not cells_only else None
+            with interim_kernels(interim):
+                return _run_held(plan, profile, total, jobs=jobs, fresh=fresh, fresh_caches=fresh_caches,
+                                 executor=executor, address=address, cells_only=cells_only, where=where,
+                                 progress=progress)
         except StudyBusyError as exc:  # the study lock, held by a process outside the runner (a notebook's kernel)
             print(f"error: {exc}", file=sys.stderr)
             return 1
@@ -64,6 +73,24 @@ def run_profile(plan: dict[str, dict], profile: str, *, jobs: int = 1, fresh: bo
                 raise
             print(f"error: the run stopped: {cause}", file=sys.stderr)
             return 1
+
+
+@contextlib.contextmanager
+def interim_kernels(where: dict[str, set[str]] | None):
+    """``execution.SELECT_ENV`` set to ``where`` (JSON) in this process's environment, which the notebooks' kernels
+    inherit, while the run lasts (nothing when ``where`` is None); the earlier value restored after."""
+    if not where:
+        yield
+        return
+    before = os.environ.get(SELECT_ENV)
+    os.environ[SELECT_ENV] = json.dumps({k: sorted(v) for k, v in sorted(where.items())})
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(SELECT_ENV, None)
+        else:
+            os.environ[SELECT_ENV] = before
 
 
 def _run_held(plan: dict[str, dict], profile: str, total: float, *, jobs: int, fresh: bool, fresh_caches: bool,

@@ -252,16 +252,32 @@ def stored_seconds(p: Planned) -> tuple[int, float, float]:
     return n_done, done_seconds, done_flops
 
 
-def missing_cells(plan: dict[str, dict], profile: str) -> dict[str, tuple[int, int, str]]:
+def missing_cells(plan: dict[str, dict], profile: str,
+                  where: dict[str, set[str]] | None = None) -> dict[str, tuple[int, int, str]]:
     """``{study: (missing, planned, an example key)}`` for the studies of ``plan`` whose planned cells are not all
-    stored (of the current parameters); complete studies are left out. Reads only the cell files."""
+    stored (of the current parameters); complete studies are left out. With ``where`` (an interim render), the
+    cells it selects and what they require, and ``planned`` counts those. Reads only the cell files."""
     gaps = {}
     for name, overrides in plan.items():
         p = planned(name, overrides, profile)
-        missing = [c for c in p.cells if not p.store.has(dict(c.axes))]
+        cells = selected_cells(p.cells, selector(where)) if where else p.cells
+        missing = [c for c in cells if not p.store.has(dict(c.axes))]
         if missing:
-            gaps[name] = (len(missing), len(p.cells), missing[0].key)
+            gaps[name] = (len(missing), len(cells), missing[0].key)
     return gaps
+
+
+def selected_cells(cells: list[Cell], select) -> list[Cell]:
+    """The cells ``select(axes)`` accepts (e.g. :func:`selector`'s) and, transitively, what they require, in plan
+    order."""
+    by_key = {c.key: c for c in cells}
+    keep, stack = set(), [c.key for c in cells if select(dict(c.axes))]
+    while stack:
+        k = stack.pop()
+        if k not in keep:
+            keep.add(k)
+            stack.extend(by_key[k].requires)
+    return [c for c in cells if c.key in keep]
 
 
 def model_slice(axes: Mapping[str, Any], model_axes: tuple[str, ...]) -> str:

@@ -40,6 +40,7 @@ from headprune_utils.run.summary import (
     claim_rows,
     fmt_estimate,
     inject_findings,
+    read_verdicts,
     row_label,
     study_findings_markdown,
     verdict_row,
@@ -177,9 +178,7 @@ def render_study(name: str, profile: str) -> tuple[str, list[str]]:
 
     paths = StudyPaths(name, profile, staged=False)
     nb = nbformat.read(paths.notebook, as_version=4)
-    f = paths.tables / "verdicts.csv"
-    verdicts = pd.read_csv(f, keep_default_na=False, na_values=[""]) if f.exists() else None
-    return study_body(nb, name, profile, verdicts)
+    return study_body(nb, name, profile, read_verdicts(name, profile))
 
 
 def study_body(nb, name: str, profile: str, verdicts: pd.DataFrame | None) -> tuple[str, list[str]]:
@@ -356,8 +355,7 @@ def _index_page(profile: str, studies: list[str], here: Path) -> tuple[str, int]
     out = [f"<h1>What the {html.escape(profile)} run found</h1>"]
     scales = {}
     for name in studies:
-        f = StudyPaths(name, profile, staged=False).tables / "verdicts.csv"
-        v = pd.read_csv(f, keep_default_na=False, na_values=[""]) if f.exists() else pd.DataFrame()
+        v = _read_verdicts(name, profile)
         if "scale" in v.columns and len(v):
             scales[name] = str(v["scale"].iloc[0])
     counts = pd.Series([w for v in t["verdicts"] for w in claims.VERDICTS if w in v]).value_counts() \
@@ -382,8 +380,7 @@ def _index_page(profile: str, studies: list[str], here: Path) -> tuple[str, int]
     prim_cache: dict[str, pd.DataFrame] = {}
     for r in t.itertuples():
         if r.study not in prim_cache:
-            v = pd.read_csv(StudyPaths(r.study, profile, staged=False).tables / "verdicts.csv",
-                            keep_default_na=False, na_values=[""])
+            v = _read_verdicts(r.study, profile)
             prim_cache[r.study] = v[v["analysis"] == "primary"] if "analysis" in v.columns else v
         g = prim_cache[r.study][prim_cache[r.study]["claim_id"] == r.claim_id]
         fig = claim_figure(r.study, r.claim_id)
@@ -416,13 +413,15 @@ _PROFILE_WORDS = {
     "quick": "the one-hour demonstration on a CPU (small training sets, three seeds): most claims are not testable "
              "at this scale, by rule",
     "standard": "the findings' run: models trained well enough to test the claims, five seeds, whole dev sets",
+    "standard-next": "the standard profile retrained to convergence (every fine-tuning to the plateau of its held-out "
+                     "score), computed slice by slice: it replaces standard when complete",
     "paper": "bert-base on GPUs, the papers' scale",
 }
 
 
 def _read_verdicts(name: str, profile: str) -> pd.DataFrame:
-    f = StudyPaths(name, profile, staged=False).tables / "verdicts.csv"
-    return pd.read_csv(f, keep_default_na=False, na_values=[""]) if f.exists() else pd.DataFrame()
+    v = read_verdicts(name, profile)
+    return pd.DataFrame() if v is None else v
 
 
 def headline_findings(profile: str, per_study: int = 3) -> list[str]:

@@ -11,6 +11,7 @@ missing number reads ``n/a``.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -23,7 +24,7 @@ from headprune_utils.store.paths import StudyPaths, outputs_root
 from headprune_utils.store.results import atomic_write_text
 from headprune_utils.studies import STUDIES
 
-__all__ = ["verdict_words", "claim_rows", "quick_verdicts", "fmt_number", "fmt_estimate", "where_label", "summary_markdown", "write_summary", "summary_path", "study_findings_markdown",
+__all__ = ["verdict_words", "claim_rows", "quick_verdicts", "fmt_number", "fmt_estimate", "where_label", "summary_markdown", "write_summary", "summary_path", "study_findings_markdown", "interim_note", "read_verdicts",
            "inject_findings", "FINDINGS_TAG", "effect_unit", "pool_label",
            "row_label", "verdict_row", "UNITS_NOTE"]
 
@@ -176,16 +177,46 @@ def verdict_row(g: pd.DataFrame):
     return min(enumerate(g.to_dict("records")), key=key)[1]
 
 
+def interim_note(name: str, profile: str) -> str:
+    """"" unless ``name``'s outputs under ``profile`` are an interim render (``--from-cells --where``: its
+    run_meta.json has "interim"); then what it covers, e.g. "interim render: only the cells with task = SST-2
+    (1,033 of 3,460 planned cells); the other cells of the profile are still being computed"."""
+    try:
+        meta = json.loads(StudyPaths(name, profile, staged=False).meta.read_text())
+        interim = meta.get("interim") if isinstance(meta, dict) else None
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(interim, dict):
+        return ""
+    where = interim.get("where") or {}
+    told = "; ".join(f"{k} = {', '.join(str(x) for x in v)}" for k, v in sorted(where.items()))
+    return (f"interim render: only the cells with {told} ({interim.get('cells', 0):,} of "
+            f"{interim.get('planned', 0):,} planned cells); the other cells of the profile are still being "
+            "computed, so its verdicts, pooled rows and Holm families cover these cells alone")
+
+
+def read_verdicts(name: str, profile: str) -> pd.DataFrame | None:
+    """``name``'s ``tables/verdicts.csv`` under ``profile`` (None when there is none), its ``scale`` saying so
+    when the outputs are an interim render (:func:`interim_note`): every page that quotes a scale quotes that."""
+    f = StudyPaths(name, profile, staged=False).tables / "verdicts.csv"
+    if not f.exists():
+        return None
+    v = pd.read_csv(f, keep_default_na=False, na_values=[""])
+    note = interim_note(name, profile)
+    if note and "scale" in v.columns:
+        v["scale"] = v["scale"].astype(str) + "; " + note
+    return v
+
+
 def claim_rows(profile: str) -> pd.DataFrame:
     """One row per claim of every study with a verdict table under ``profile`` (columns: study, claim_id, paper,
     claim, semantics, verdicts, decided, flips, scale, notebook)."""
     rows = []
     for name, study in STUDIES.items():
         paths = StudyPaths(name, profile, staged=False)
-        f = paths.tables / "verdicts.csv"
-        if not f.exists():
+        v = read_verdicts(name, profile)
+        if v is None:
             continue
-        v = pd.read_csv(f, keep_default_na=False, na_values=[""])
         dep_f = paths.tables / "semantics_dependence.csv"
         dep = pd.read_csv(dep_f) if dep_f.exists() else pd.DataFrame(columns=["claim_id", "depends", "note"])
         prim = v[v["analysis"] == "primary"] if "analysis" in v.columns else v
@@ -249,10 +280,9 @@ def study_findings_markdown(name: str, profile: str, verdicts: pd.DataFrame | No
     ``claim-<claim_id>`` per claim for the report's links; "" when the study has no verdict table."""
     paths = StudyPaths(name, profile, staged=False)
     if verdicts is None:
-        f = paths.tables / "verdicts.csv"
-        if not f.exists():
+        verdicts = read_verdicts(name, profile)
+        if verdicts is None:
             return ""
-        verdicts = pd.read_csv(f, keep_default_na=False, na_values=[""])
     if verdicts.empty:
         return ""
     dep_f = paths.tables / "semantics_dependence.csv"
@@ -263,6 +293,9 @@ def study_findings_markdown(name: str, profile: str, verdicts: pd.DataFrame | No
              f"*Profile `{profile}`" + (f": {scale}" if scale else "") + ".* From this run's verdict table (the "
              "last section, with every row's test and reason). Each claim is tested under its own paper's ablation "
              "semantics; the unit of replication is an independently trained model. " + UNITS_NOTE, ""]
+    note = interim_note(name, profile)
+    if note:
+        lines[2:2] = [f"**{note[:1].upper()}{note[1:]}.**", ""]
     for cid, g in v.groupby("claim_id", sort=False):
         counts = g["verdict"].value_counts()
         words = ", ".join(f"{int(counts[w])} {w}" for w in claims.VERDICTS if w in counts)
@@ -331,6 +364,10 @@ def summary_markdown(profile: str) -> str:
             "`headprune_utils/analysis/claims.py`. " + UNITS_NOTE
             + ("" if profile == "quick" else " The last column: the quick (demonstration) run's primary verdicts of "
                "the same claim, for comparison (\"same\": the same counts)."), ""]
+    interim = [f"- {name}: {interim_note(name, profile)}" for name in STUDIES if interim_note(name, profile)]
+    if interim:
+        head += ["**Interim renders.** These studies' pages show part of the profile (the rest is still being "
+                 "computed); their verdicts cover only the cells named:", "", *interim, ""]
     if t.empty:
         return "\n".join(head + ["No study has a verdict table for this profile yet."]) + "\n"
     scales = t.groupby("study")["scale"].first()

@@ -221,11 +221,51 @@ def test_a_slice_computes_the_selected_cells_and_what_they_require(tmp_path):
     assert match({"kind": "roles"}), "a cell without the axis is not filtered by it"
 
 
-def test_where_needs_cells_only(capsys):
-    from headprune_utils.run.cli import main
+def test_where_needs_cells_only_or_from_cells(capsys):
+    from headprune_utils.run.cli import build_parser, flags_error, main
 
     assert main(["--profile", "smoke", "--where", "seed=0"]) == 2
-    assert "--where is for --cells-only" in capsys.readouterr().err
+    assert "--where is for --cells-only (compute a slice) or --from-cells" in capsys.readouterr().err
+    assert flags_error(build_parser().parse_args(["--from-cells", "--where", "task=SST-2"])) is None
+
+
+def test_an_interim_render_computes_nothing_and_analyses_the_selection_alone(tmp_path, monkeypatch):
+    """``--from-cells --where`` (the kernels get SELECT_ENV): the rows are the selected stored cells and what they
+    require, no other stored cell; nothing is computed; run_meta.json records the selection and the counts."""
+    from headprune_utils.run.execution import SELECT_ENV
+
+    study = FakeStudy()
+    run_study(study, FakeConfig(), "t", paths(tmp_path))  # every cell stored
+    stored = sorted(p.name for p in paths(tmp_path).cells.glob("*.json"))
+    monkeypatch.setenv(SELECT_ENV, json.dumps({"name": ["a1"]}))
+    table = run_study(study, FakeConfig(), "t", paths(tmp_path))
+    assert sorted(table["name"]) == ["a1"], "the selection alone, not every stored cell"
+    meta = json.loads(paths(tmp_path).meta.read_text())
+    assert meta["interim"] == {"where": {"name": ["a1"]}, "cells": 1, "planned": 5}
+    monkeypatch.setenv(SELECT_ENV, json.dumps({"name": ["b"]}))
+    assert sorted(run_study(study, FakeConfig(), "t", paths(tmp_path))["name"]) == ["a1", "a2", "b"]
+    assert sorted(p.name for p in paths(tmp_path).cells.glob("*.json")) == stored
+    monkeypatch.delenv(SELECT_ENV)
+    assert len(run_study(study, FakeConfig(), "t", paths(tmp_path))) == 5
+    assert "interim" not in json.loads(paths(tmp_path).meta.read_text()), "a full render records no selection"
+
+
+def test_an_interim_render_of_cells_not_stored_is_refused_before_computing(tmp_path, monkeypatch):
+    from headprune_utils.run.execution import SELECT_ENV, InterimIncomplete
+
+    study = FakeStudy()
+    run_study(study, FakeConfig(), "t", paths(tmp_path), select=lambda axes: axes["name"] == "a0")
+    monkeypatch.setenv(SELECT_ENV, json.dumps({"name": ["b"]}))
+    with pytest.raises(InterimIncomplete, match=r"3 of 3 are not \(e\.g\. .*compute them first"):
+        run_study(study, FakeConfig(), "t", paths(tmp_path))
+    assert [p.name for p in paths(tmp_path).cells.glob("*.json")] == ["name=a0.json"], "nothing computed"
+    monkeypatch.setenv(SELECT_ENV, json.dumps({"name": ["zz"]}))
+    with pytest.raises(InterimIncomplete, match="no planned cell matches"):
+        run_study(study, FakeConfig(), "t", paths(tmp_path))
+    for bad in ("task=SST-2", "[]", '{"task": "SST-2"}', "{}"):
+        monkeypatch.setenv(SELECT_ENV, bad)
+        with pytest.raises(ValueError, match=SELECT_ENV):
+            run_study(study, FakeConfig(), "t", paths(tmp_path))
 
 
 def test_every_executor_has_the_one_interface():

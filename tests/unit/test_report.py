@@ -291,3 +291,31 @@ def test_summary_pages_give_units_and_name_pools_by_their_tasks(both_site):
     text = summary.summary_markdown("standard")
     assert "share of headroom" in text and " accuracy" in text and "Units:" in text
     assert "all (CoLA, SST-2)" not in text, "a pool is named by the tasks in it"
+
+
+def test_an_interim_render_says_so_on_every_page_that_quotes_it(tmp_path, monkeypatch):
+    """An interim render (``--from-cells --where``: run_meta.json's "interim") is labelled wherever its verdicts
+    are quoted: the findings the notebook and the study page open with, the scale the summary and report quote,
+    and the summary page's head; a full render of the same tables says nothing of the kind."""
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
+    paths = StudyPaths("random_pruning", "later", staged=False)
+    paths.tables.mkdir(parents=True)
+    _verdicts(tmp_path, "random_pruning").to_csv(paths.tables / "verdicts.csv", index=False)
+    paths.meta.write_text(json.dumps({"study": "random_pruning", "profile": "later"}))
+    assert summary.interim_note("random_pruning", "later") == ""
+    assert set(summary.read_verdicts("random_pruning", "later")["scale"]) == {"tiny"}
+    assert "nterim" not in summary.study_findings_markdown("random_pruning", "later")
+    assert "nterim" not in summary.summary_markdown("later")
+    paths.meta.write_text(json.dumps({"study": "random_pruning", "profile": "later", "interim": {
+        "where": {"task": ["SST-2"]}, "cells": 1033, "planned": 3460}}))
+    note = summary.interim_note("random_pruning", "later")
+    assert note.startswith("interim render: only the cells with task = SST-2 (1,033 of 3,460 planned cells)")
+    assert set(summary.read_verdicts("random_pruning", "later")["scale"]) == {f"tiny; {note}"}
+    findings = summary.study_findings_markdown("random_pruning", "later")
+    assert findings.split("\n")[2] == f"**I{note[1:]}.**", "the findings open with it, in bold"
+    page = summary.summary_markdown("later")
+    assert "**Interim renders.**" in page and f"- random_pruning: {note}" in page
+    assert f"- random_pruning: tiny; {note}" in page, "the scale it lists says so too"
+    assert all(f"tiny; {note}" == s for s in report._read_verdicts("random_pruning", "later")["scale"])
+    paths.meta.write_text("{not json")
+    assert summary.interim_note("random_pruning", "later") == "", "an unreadable record is no interim label"

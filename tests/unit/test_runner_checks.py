@@ -157,6 +157,23 @@ def test_from_cells_stops_before_any_work_when_a_cell_is_missing(fake_runner, tm
     assert cli.main(["--profile", "t", "--from-cells", "--cells-only"]) == 2  # not a compute flag
 
 
+def test_an_interim_render_checks_only_its_selection_and_names_what_it_lacks(fake_runner, tmp_path, capsys):
+    """--from-cells --where: the selected cells (and what they require) must be stored, the others need not be;
+    a gap in the selection is named with the --where that computes it."""
+    fake_runner("fake: {}\n")
+    run_study(FakeStudy(), FakeConfig(), "t", StudyPaths("fake", "t", root=tmp_path / "out"),
+              select=lambda axes: axes["name"] in ("a0", "a1"))
+    assert profiles.missing_cells({"fake": {}}, "t", {"name": {"a0"}}) == {}
+    assert cli.main(["--profile", "t", "--from-cells", "--where", "name=a0", "--check"]) == 0
+    gaps = profiles.missing_cells({"fake": {}}, "t", {"name": {"b"}})
+    assert gaps["fake"][:2] == (2, 3), "b and what it requires: a1 (stored), a2 and b (not)"
+    assert cli.main(["--profile", "t", "--from-cells", "--where", "name=b"]) == 2
+    err = capsys.readouterr().err
+    assert "fake: 2 of 3 selected cells not stored (e.g. name=a2)" in err and "--where name=b" in err
+    assert cli.main(["--profile", "t", "--from-cells", "--where", "name=zz"]) == 2
+    assert "no planned cell of fake (t) matches" in capsys.readouterr().err
+
+
 def test_plan_reports_stored_cells_and_a_projection_from_their_measured_seconds(fake_runner, tmp_path, capsys):
     fake_runner("fake: {}\n")
     assert cli.main(["--profile", "t", "--plan", "--plan-summary"]) == 0
