@@ -83,7 +83,7 @@ __all__ = [
     "NonInferiority", "Presence", "EmpiricalRank", "Claim", "Measurement", "Gate", "Measured", "RULES",
     "enough_units", "evaluate", "decide", "adjust", "render", "validate", "empty_table", "ANALYSES", "semantics_dependence",
     "HypothesisTest", "DECISION_TABLE", "decision_table_markdown", "row_tests", "family_tests", "DECIDED",
-    "retest", "margin_sensitivity",
+    "retest", "margin_sensitivity", "in_own_protocol",
 ]
 
 VERDICTS: tuple[str, ...] = ("supported", "not supported", "contradicted", "inconclusive", "not testable")
@@ -263,7 +263,11 @@ class Claim:
     where the claim masks no head), ``gates`` (:class:`Gate` objects: the preconditions, each rendering its own
     text, :attr:`precondition`), ``figure`` (the name of the study's figure that shows it, ``figures/<name>.png``),
     ``measure`` (the analysis's key of what to measure, e.g. a contrast's name), ``unit`` (the unit of
-    replication) and ``note`` (where our definition or protocol differs from the paper's, and why)."""
+    replication), ``note`` (where our definition or protocol differs from the paper's, and why) and ``decided_in``
+    (the protocol of the claim's own paper, e.g. ``"mask_then_finetune"``: its primary verdicts come from
+    measurements made in it, :attr:`Measurement.regime`; those made in another protocol are a sensitivity analysis,
+    reported beside them (:func:`in_own_protocol` keeps a primary row when the paper's protocol was not run); ""
+    where the claim names no protocol, every measurement then primary)."""
 
     id: str
     paper: str
@@ -277,6 +281,7 @@ class Claim:
     measure: str = ""
     unit: str = DEFAULT_UNIT
     note: str = ""
+    decided_in: str = ""
 
     def __post_init__(self):
         if not re.fullmatch(r"[a-z0-9_]+\.[a-z0-9_]+", self.id):
@@ -399,7 +404,9 @@ class Measurement:
     (margins, ``preconditions.AboveChance``, normalisation), ``chance``: the chance score (same units as ``full``).
     ``missing``: why nothing could be measured (:meth:`absent`; the row is then ``not testable`` with that reason).
     ``null``: for the :class:`EmpiricalRank` rule only, the statistic of each draw of the reference distribution
-    (e.g. each random mask), ``values`` holding the one observed statistic.
+    (e.g. each random mask), ``values`` holding the one observed statistic. ``regime``: the protocol the models
+    were measured in (e.g. ``"mask_then_finetune"``; "" when the claim's protocols do not differ): a measurement
+    outside its claim's :attr:`Claim.decided_in` gives a sensitivity row.
     """
 
     task: str
@@ -413,6 +420,7 @@ class Measurement:
     chance: float | None = None
     missing: str = ""
     null: Sequence[float] | None = None
+    regime: str = ""
 
     def unit_values(self) -> np.ndarray:
         """``[n_units]`` the mean value of each unit (order of first appearance); empty when nothing was measured."""
@@ -426,13 +434,13 @@ class Measurement:
 
     @classmethod
     def absent(cls, task: str, why: str, *, setting: str = "", semantics: str = "", unit: str = DEFAULT_UNIT,
-               effect: str = "") -> "Measurement":
+               effect: str = "", regime: str = "") -> "Measurement":
         """A measurement that could not be made (``why``: what is missing, e.g. "no paired cells of zero_shot and
         random under the zero semantics in this run"): its row is ``not testable`` with that reason (the
         :class:`Measured` gate, which :func:`evaluate` always applies first), 0 units, outside the Holm family."""
         if not str(why).strip():
             raise ValueError("an absent measurement needs the reason it is absent")
-        return cls(task, [], [], setting, semantics, effect, unit, missing=str(why))
+        return cls(task, [], [], setting, semantics, effect, unit, missing=str(why), regime=regime)
 
     @property
     def headroom(self) -> float | None:
@@ -620,11 +628,37 @@ def _row(claim, study: str, scale: str, task: str, m: Measurement, rule: Rule, x
     else:
         effect = low = high = nan
     return {"study": study, "claim_id": claim.id, "paper": claim.paper, "claim": claim.text, "task": task,
-            "setting": m.setting, "semantics": m.semantics, "analysis": "primary", "effect": effect, "ci_low": low,
+            "setting": m.setting, "semantics": m.semantics, "analysis": _analysis(claim, m), "effect": effect,
+            "ci_low": low,
             "ci_high": high, "n_units": (1 if x.size else 0) if rule.kind == "rank" else int(x.size), "unit": m.unit, "test": label, "p": nan, "p_adjusted": nan,
             "p_test": "", "margin": margin, "verdict": "inconclusive" if testable else "not testable",
             "reason": "" if testable else "; ".join(reasons), "scale": scale, "tests": _dump_tests(tests),
             "unit_values": json.dumps([float(v) for v in x])}
+
+
+def _analysis(claim: Claim, m: Measurement) -> str:
+    """``"sensitivity"`` for a measurement made outside the protocol its claim is decided in (:attr:`Claim.decided_in`),
+    else ``"primary"`` (:func:`adjust` then makes rows under another semantics sensitivity too)."""
+    decided_in = getattr(claim, "decided_in", "")
+    return "sensitivity" if decided_in and m.regime and m.regime != decided_in else "primary"
+
+
+def in_own_protocol(claim: Claim, measurements: Iterable[Measurement], semantics: str,
+                    protocol_names: Mapping[str, str] | None = None) -> list[Measurement]:
+    """``measurements`` of ``claim`` under ``semantics``, plus an absent measurement in the claim's own protocol
+    (:attr:`Claim.decided_in`) for each task measured, when the claim is decided in one, ``semantics`` is its own
+    and none of ``measurements`` was made in it: its primary rows are then ``not testable``, saying the paper's
+    protocol was not run, instead of the claim being decided on the other protocol's rows (which stay, as its
+    sensitivity analysis). ``protocol_names``: each protocol in words (the rows' setting)."""
+    ms = list(measurements)
+    if not claim.decided_in or semantics != claim.semantics or any(m.regime == claim.decided_in for m in ms) \
+            or all(m.missing for m in ms):  # nothing measured at all: its one absent row says why
+        return ms
+    name = (protocol_names or {}).get(claim.decided_in, claim.decided_in)
+    why = f"no cell of this run measures it in {claim.paper}'s protocol ({name}) under the {semantics} semantics"
+    tasks = dict.fromkeys(m.task for m in ms if not m.missing)
+    return [*ms, *(Measurement.absent(t, why, setting=name, semantics=semantics, unit=claim.unit,
+                                      regime=claim.decided_in) for t in tasks)]
 
 
 def evaluate(claim: Claim, measurements: Iterable[Measurement], *legacy, evidence: Mapping | None = None,
@@ -723,7 +757,8 @@ def _pooled_row(claim, rule: Rule, study: str, scale: str, rows: list[dict], inf
     note = f"smallest of the tasks' margins{' / (full - chance)' if normalise else ''}"
     label = _label(rule, what, (f"{margin:.3g} = {note}" if np.isfinite(margin) else f"n/a (no testable task to pool); {note}")
                    if _margin_note(rule, margin) else "")
-    pool_m = Measurement(pool_task, x, list(range(x.size)), base.setting, base.semantics, unit=unit)
+    pool_m = Measurement(pool_task, x, list(range(x.size)), base.setting, base.semantics, unit=unit,
+                         regime=base.regime)
     if len(ok) < 2:
         why = [f"fewer than 2 tasks testable for pooling (testable: {names or 'none'})"]
         if bad:
@@ -822,11 +857,12 @@ def adjust(table: pd.DataFrame, primary: Mapping[str, str] | None = None) -> pd.
     testable, tasks disagree) keep their verdict and reason. Returns a new table in :data:`COLUMNS` order.
 
     ``primary``: ``{claim_id: the semantics of the claim's own paper}`` (:attr:`Claim.semantics`). A row
-    measured under that semantics is the ``"primary"`` analysis, any other a ``"sensitivity"`` one (claims not
+    measured under that semantics is the ``"primary"`` analysis unless it already is a sensitivity one (measured
+    outside the claim's protocol, :attr:`Claim.decided_in`), any other a ``"sensitivity"`` one (claims not
     in ``primary`` keep the ``analysis`` they have, else ``"primary"``). Families: a study's primary rows are one
     family (the claims as the papers made them); each sensitivity semantics of a study is a family of its own
-    (a re-test of the same claims under another intervention, which must not dilute the primary tests). All the
-    tests of a row (e.g. both directions of a superiority claim) are members of its family."""
+    (a re-test of the same claims under another intervention or protocol, which must not dilute the primary
+    tests). All the tests of a row (e.g. both directions of a superiority claim) are members of its family."""
     out = table.reindex(columns=list(COLUMNS)).copy()
     out["tests"] = out["tests"].where(out["tests"].notna(), "[]").astype(str)
     out["unit_values"] = out["unit_values"].where(out["unit_values"].notna(), "[]").astype(str)
@@ -835,7 +871,8 @@ def adjust(table: pd.DataFrame, primary: Mapping[str, str] | None = None) -> pd.
     if primary:
         known = out["claim_id"].isin(list(primary))
         own = out["claim_id"].map(primary)
-        out.loc[known, "analysis"] = np.where(out.loc[known, "semantics"] == own[known], "primary", "sensitivity")
+        out.loc[known, "analysis"] = np.where((out.loc[known, "semantics"] == own[known])
+                                              & (out.loc[known, "analysis"] == "primary"), "primary", "sensitivity")
     out["p"] = out["p"].astype(float)
     out["p_adjusted"] = np.nan
     family = _families(out)

@@ -175,7 +175,7 @@ def measurements(table: pd.DataFrame, contrast: Contrast, semantics: str = "") -
                 task=task, values=kept["diff"].to_numpy(dtype=float),
                 units=[(task, int(s)) for s in kept["seed"]], setting=setting, semantics=semantics,
                 effect=_effect(contrast),
-                full=full, chance=chance))
+                full=full, chance=chance, regime=regime))
     return out, notes
 
 
@@ -215,6 +215,7 @@ def verdicts(table: pd.DataFrame, cfg, claim_list: Sequence[claims.Claim], alpha
             if not ms:
                 ms = [claims.Measurement.absent("all", _not_run(contrast, sub, sem), semantics=sem,
                                                 effect=_effect(contrast))]
+            ms = claims.in_own_protocol(claim, ms, sem, REGIME_NAMES)
             notes_of[(claim.id, sem)] = notes
             parts.append(claims.evaluate(claim, ms, evidence={"convergence": convergence_evidence(table, sub, contrast),
                                                                "identical_masks": notes},

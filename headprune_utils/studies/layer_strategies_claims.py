@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from headprune_utils.analysis import claims, margins, preconditions
 from headprune_utils.studies.layer_strategies_analysis import CONTRASTS
 
-__all__ = ["CLAIMS", "MASKS_DIFFER", "CONVERGED"]
+__all__ = ["CLAIMS", "MASKS_DIFFER", "CONVERGED", "BUDHRAJA", "MICHEL"]
 
 
 def _masks_differ(m: claims.Measurement, evidence: Mapping) -> str | None:
@@ -33,10 +33,19 @@ CONVERGED = preconditions.Converged()
 
 GATES = (MASKS_DIFFER, preconditions.AboveChance(), CONVERGED)
 BOTH_REGIMES = "fine-tuned, then masked; masked, then fine-tuned (each regime decided apart)"
+# Budhraja et al. mask the heads, THEN fine-tune with the mask fixed; Michel et al. mask a fine-tuned model (docs: the
+# papers): each paper's claims are decided in its own protocol, the other protocol's rows reported beside them
+BUDHRAJA = "mask_then_finetune"
+MICHEL = "finetune_then_mask"
+REGIME_TEXT = {BUDHRAJA: "masked, then fine-tuned with the mask fixed (Budhraja et al.'s protocol: the primary "
+                         "verdicts); fine-tuned, then masked (Michel et al.'s): a sensitivity analysis beside them",
+               MICHEL: "fine-tuned, then masked (Michel et al.'s protocol: the primary verdicts); masked, then "
+                       "fine-tuned: a sensitivity analysis beside them",
+               "": BOTH_REGIMES}
 
 
 def _claim(id_: str, paper: str, text: str, contrast: str, rule: claims.Rule, semantics: str, figure: str = "contrasts",
-           note: str = "") -> claims.Claim:
+           note: str = "", decided_in: str = "") -> claims.Claim:
     """A claim on the contrast named ``contrast``: its metric text from the contrast's two strategies."""
     c = next(c for c in CONTRASTS if c.name == contrast)
     return claims.Claim(
@@ -44,7 +53,8 @@ def _claim(id_: str, paper: str, text: str, contrast: str, rule: claims.Rule, se
         metric=f"score({c.a}) - score({c.b}) of the same fine-tuned model (task, seed) and budget, averaged over the "
                f"budgets within the model; per task and regime, then pooled over tasks on (full - chance)-normalised "
                f"effects (contrast {c.name!r})",
-        regime=BOTH_REGIMES, semantics=semantics, gates=GATES, figure=figure, measure=c.name, note=note)
+        regime=REGIME_TEXT[decided_in], semantics=semantics, gates=GATES, figure=figure, measure=c.name, note=note,
+        decided_in=decided_in)
 
 
 _BEATS = claims.Superiority("greater", margin=margins.TASK_SCORE)  # an effect shown below the margin: not supported
@@ -54,19 +64,19 @@ CLAIMS: tuple[claims.Claim, ...] = (
     _claim("budhraja.location_no_preference", "Budhraja et al. 2020",
            "There is no preference between pruning the top or the bottom layers.", "top vs bottom",
            claims.Equivalence(margins.TASK_SCORE), "uniform",
-           note="'no preference' read as equivalence within the task-score margin (TOST)"),
+           note="'no preference' read as equivalence within the task-score margin (TOST)", decided_in=BUDHRAJA),
     _claim("budhraja.avoid_middle", "Budhraja et al. 2020",
            "Pruning that avoids the middle layers (top + bottom) beats pruning the middle layers.",
-           "avoid the middle", _BEATS, "uniform"),
+           "avoid the middle", _BEATS, "uniform", decided_in=BUDHRAJA),
     _claim("budhraja.avoid_consecutive", "Budhraja et al. 2020",
            "Pruning layers spread apart beats pruning the same number of consecutive layers.",
-           "avoid consecutive layers", _BEATS, "uniform"),
+           "avoid consecutive layers", _BEATS, "uniform", decided_in=BUDHRAJA),
     _claim("budhraja.important_location_not_worse", "Budhraja et al. 2020",
            "Pruning the layers earlier studies call important (the middle) is no worse than random pruning "
            "(the paper's claim 2, made for the Transformer, tested on BERT).",
            "important-by-location vs random", _NOT_WORSE, "uniform",
            note="the paper's claim 2 was made for the Transformer (NMT); here tested on BERT, 'important' = the "
-                "middle layers probing studies point to"),
+                "middle layers probing studies point to", decided_in=BUDHRAJA),
     _claim("ours.most_important_not_worse", "ours (exploratory)",
            "Pruning the most important heads (gradient importance) is no worse than random pruning: our reading "
            "of Budhraja et al.'s weak link between importance and prunability.", "most important vs random",
@@ -76,5 +86,5 @@ CLAIMS: tuple[claims.Claim, ...] = (
            "least important vs random", _BEATS, "zero", figure="score_by_strategy",
            note="Michel et al. prune iteratively and read the score against the share pruned; here the importance "
                 "mask of each budget against a random mask of the same size, averaged over the budgets within each "
-                "model (their iterative curve, compared, not tested: tables/michel_prunable.csv)"),
+                "model (their iterative curve, compared, not tested: tables/michel_prunable.csv)", decided_in=MICHEL),
 )

@@ -138,7 +138,8 @@ def contrast_measurements(table: pd.DataFrame, a: str, b: str, semantics: str,
             for task, gt in g.groupby("task", sort=True):
                 out.append(claims.Measurement(task, gt["diff"].tolist(), [(task, int(s)) for s in gt["seed"]],
                                               _setting(budget, regime), semantics, f"score({a}) - score({b_name})",
-                                              unit, full=gt["full"].tolist(), chance=float(gt["chance"].iloc[0])))
+                                              unit, full=gt["full"].tolist(), chance=float(gt["chance"].iloc[0]),
+                                              regime=regime))
     return out
 
 
@@ -188,7 +189,7 @@ def rank_measurements(table: pd.DataFrame, a: str, b: str, semantics: str,
                                                      "random": float(np.mean(own))}
                 out.append(claims.Measurement(
                     task, [observed], [(task, a)], setting, semantics, f"mean score({a}) over the task's models",
-                    unit, full=f["full"].tolist(), chance=float(ga["chance"].iloc[0]), null=null))
+                    unit, full=f["full"].tolist(), chance=float(ga["chance"].iloc[0]), null=null, regime=regime))
     return out, draws
 
 
@@ -238,6 +239,7 @@ def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence[claims.Claim]) -
                 ms = [claims.Measurement.absent(
                     "all", f"no paired cells of {c.a} and {other} under the {sem} semantics in this run",
                     semantics=sem, unit=claim.unit)]
+            ms = claims.in_own_protocol(claim, ms, sem, REGIME_NAMES)
             parts.append(claims.evaluate(claim, ms, evidence=evidence, scale=text, study=STUDY_NAME))
         return pd.concat(parts, ignore_index=True)
 

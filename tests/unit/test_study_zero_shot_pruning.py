@@ -58,7 +58,9 @@ def test_study_runs_end_to_end(tiny_model_dir, tiny_glue_root, tmp_path):
     v = study.verdicts(table, cfg)
     assert tuple(v.columns) == claims.COLUMNS and set(v["claim_id"]) == {c.id for c in study.STUDY.claims}
     own = {c.id: c.semantics for c in study.STUDY.claims}
-    assert ((v["analysis"] == "primary") == (v["semantics"] == v["claim_id"].map(own))).all()
+    protocol = {c.id: study.REGIME_NAMES.get(c.decided_in, "") for c in study.STUDY.claims}
+    in_own = v["setting"].astype(str).combine(v["claim_id"].map(protocol), lambda s, p: not p or s.endswith(p))
+    assert ((v["analysis"] == "primary") == ((v["semantics"] == v["claim_id"].map(own)) & in_own)).all()
     assert "nan" not in claims.render(v).lower()
     beside = study.verdict_masks(v, table)
     assert beside["zero-shot heads kept per layer"].str.startswith("[").all()
