@@ -657,7 +657,8 @@ def in_own_protocol(claim: Claim, measurements: Iterable[Measurement], semantics
     name = (protocol_names or {}).get(claim.decided_in, claim.decided_in)
     why = f"no cell of this run measures it in {claim.paper}'s protocol ({name}) under the {semantics} semantics"
     tasks = dict.fromkeys(m.task for m in ms if not m.missing)
-    return [*ms, *(Measurement.absent(t, why, setting=name, semantics=semantics, unit=claim.unit,
+    effect = next((m.effect for m in ms if m.effect), "")  # what the other protocol measured: the row's unit
+    return [*ms, *(Measurement.absent(t, why, setting=name, semantics=semantics, unit=claim.unit, effect=effect,
                                       regime=claim.decided_in) for t in tasks)]
 
 
