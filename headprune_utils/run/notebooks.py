@@ -145,7 +145,7 @@ def execute_study(name: str, profile: str, overrides: dict, progress: bool = Tru
     # progress from the finished result cells
     parameters = {**overrides, "profile": profile, "progress": False}
     watcher = contextlib.nullcontext()
-    if progress:
+    if progress and not os.environ.get(execution.SELECT_ENV):  # an interim render computes nothing: no cell count
         cfg = validate(study.Config, overrides, where=name)
         watcher = CellProgress(paths.cells, study.n_cells(cfg), desc=f"{name} cells",
                                status_file=paths.staging / execution.STATUS_FILE)
