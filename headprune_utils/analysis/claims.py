@@ -646,20 +646,24 @@ def _analysis(claim: Claim, m: Measurement) -> str:
 def in_own_protocol(claim: Claim, measurements: Iterable[Measurement], semantics: str,
                     protocol_names: Mapping[str, str] | None = None) -> list[Measurement]:
     """``measurements`` of ``claim`` under ``semantics``, plus an absent measurement in the claim's own protocol
-    (:attr:`Claim.decided_in`) for each task measured, when the claim is decided in one, ``semantics`` is its own
-    and none of ``measurements`` was made in it: its primary rows are then ``not testable``, saying the paper's
-    protocol was not run, instead of the claim being decided on the other protocol's rows (which stay, as its
-    sensitivity analysis). ``protocol_names``: each protocol in words (the rows' setting)."""
+    (:attr:`Claim.decided_in`) for each task measured only in another one, when the claim is decided in one and
+    ``semantics`` is its own: that task's primary row is then ``not testable``, saying the paper's protocol was not
+    run on it, instead of the claim being decided there on the other protocol's rows (which stay, as its
+    sensitivity analysis). ``protocol_names``: each protocol in words (the rows' setting); a ``decided_in`` that
+    is none of them is a ValueError naming the claim."""
     ms = list(measurements)
-    if not claim.decided_in or semantics != claim.semantics or any(m.regime == claim.decided_in for m in ms) \
-            or all(m.missing for m in ms):  # nothing measured at all: its one absent row says why
-        return ms
+    if protocol_names is not None and claim.decided_in and claim.decided_in not in protocol_names:
+        raise ValueError(f"claim {claim.id}: decided_in={claim.decided_in!r} is none of this study's protocols "
+                         f"({', '.join(protocol_names)})")
+    if not claim.decided_in or semantics != claim.semantics or all(m.missing for m in ms):
+        return ms  # nothing measured at all: its one absent row says why
     name = (protocol_names or {}).get(claim.decided_in, claim.decided_in)
     why = f"no cell of this run measures it in {claim.paper}'s protocol ({name}) under the {semantics} semantics"
-    tasks = dict.fromkeys(m.task for m in ms if not m.missing)
+    own = {m.task for m in ms if m.regime == claim.decided_in}
+    tasks = [t for t in dict.fromkeys(m.task for m in ms if not m.missing) if t not in own]
     effect = next((m.effect for m in ms if m.effect), "")  # what the other protocol measured: the row's unit
-    return [*ms, *(Measurement.absent(t, why, setting=name, semantics=semantics, unit=claim.unit, effect=effect,
-                                      regime=claim.decided_in) for t in tasks)]
+    return [*ms, *(Measurement.absent(t, why + f" on {t}", setting=name, semantics=semantics, unit=claim.unit,
+                                      effect=effect, regime=claim.decided_in) for t in tasks)]
 
 
 def evaluate(claim: Claim, measurements: Iterable[Measurement], *legacy, evidence: Mapping | None = None,
@@ -1047,6 +1051,7 @@ def semantics_dependence(table: pd.DataFrame) -> pd.DataFrame:
     if table.empty or table["semantics"].astype(str).nunique() < 2:
         return pd.DataFrame(columns=cols)
     rows = []
+    own = table[table["analysis"] == "primary"].groupby("claim_id")["semantics"].first()  # each claim's own
     for (cid, task, setting), g in table.groupby(["claim_id", "task", "setting"], sort=False):
         if g["semantics"].nunique() < 2:
             continue
@@ -1070,7 +1075,9 @@ def semantics_dependence(table: pd.DataFrame) -> pd.DataFrame:
             depends = "no"
             note = f"{next(iter(testable.values()))} under {', '.join(testable)}" + (f" ({where})" if where else "")
         rows.append({"claim_id": cid, "task": task, "setting": setting,
-                     "primary_semantics": prim.iloc[0] if len(prim) else "", "depends": depends, "note": note,
+                     # a setting in another protocol has no primary row: the claim's own semantics still
+                     "primary_semantics": prim.iloc[0] if len(prim) else own.get(cid, ""), "depends": depends,
+                     "note": note,
                      **{f"verdict_{s}": v for s, v in verdict.items()}})
     return pd.DataFrame(rows).reindex(columns=cols + sorted({c for r in rows for c in r} - set(cols))) if rows \
         else pd.DataFrame(columns=cols)

@@ -808,8 +808,11 @@ def check_one_model(table: pd.DataFrame, study: str, axes: Iterable[str]) -> Non
 
 # ``--from-cells --where``: an interim render. The batch runner sets this in its notebooks' kernels to the
 # selection as JSON (``{"task": ["SST-2"]}``); :func:`run_study` then computes nothing, analyses only the stored
-# cells the selection matches (and what they require), and records the selection in run_meta.json ("interim").
+# cells the selection matches (and what they require), and records the selection beside the tables it makes
+# (``tables/interim.json``, :data:`INTERIM_FILE`: it goes with them, a later full render's tables have none) and in
+# run_meta.json ("interim"). A selection of every planned cell is a full render.
 SELECT_ENV = "HEADPRUNE_SELECT"
+INTERIM_FILE = "interim.json"
 
 
 class InterimIncomplete(RuntimeError):
@@ -984,6 +987,8 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
                     f"selected cell stored; " + (f"{len(missing)} of {len(keep)} are not (e.g. {missing[0]}): "
                                                  "compute them first (--cells-only --where ...)" if missing else
                                                  "no planned cell matches the selection"))
+            if len(keep) == len(cells):  # the selection is the whole plan: a full render, nothing to label
+                interim = None
             cells = [c for c in cells if c.key in keep]
         else:
             cells = [c for c in cells if c.key in keep or c.key in done]
@@ -1027,6 +1032,8 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
     if interim is not None:  # what the summary, the report and the notebook's findings say of an interim render
         meta["interim"] = {"where": {k: sorted(v) for k, v in sorted(interim.items())}, "cells": len(stored),
                            "planned": planned_total}
+        paths.tables.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(paths.tables / INTERIM_FILE, meta["interim"])
     atomic_write_json(paths.meta, meta)
     if failed or skipped:
         raise CellsFailed(study.name, failed, skipped)

@@ -30,7 +30,7 @@ from headprune_utils.run.notebooks import (JOURNAL, recover_swap, relative, reso
 from headprune_utils.run.profiles import planned, selector, study_config
 from headprune_utils.run.report import build_report
 from headprune_utils.run.schedule import longest_first, run_notebooks
-from headprune_utils.run.summary import write_summary
+from headprune_utils.run.summary import interim_note, write_summary
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import StaleResultsError, StudyBusyError
 
@@ -78,12 +78,13 @@ def run_profile(plan: dict[str, dict], profile: str, *, jobs: int = 1, fresh: bo
 @contextlib.contextmanager
 def interim_kernels(where: dict[str, set[str]] | None):
     """``execution.SELECT_ENV`` set to ``where`` (JSON) in this process's environment, which the notebooks' kernels
-    inherit, while the run lasts (nothing when ``where`` is None); the earlier value restored after."""
-    if not where:
-        yield
-        return
+    inherit, while the run lasts, and unset when ``where`` is None (a value left in the user's shell never turns a
+    run into an interim render); the earlier value restored after."""
     before = os.environ.get(SELECT_ENV)
-    os.environ[SELECT_ENV] = json.dumps({k: sorted(v) for k, v in sorted(where.items())})
+    if where:
+        os.environ[SELECT_ENV] = json.dumps({k: sorted(v) for k, v in sorted(where.items())})
+    else:
+        os.environ.pop(SELECT_ENV, None)
     try:
         yield
     finally:
@@ -175,8 +176,8 @@ def compute_cells(plan: dict[str, dict], profile: str, executor: str, address: s
         study, cfg = study_config(name, {**overrides, "progress": False}, profile)
         t0 = time.perf_counter()
         print(f"cells of {name} ({profile}) on {executor}", flush=True)
-        try:
-            table = run_study(study, cfg, profile, executor=ex, progress=True, select=select,
+        try:  # a selection always (every cell without --where): the runner's own run is never an interim render
+            table = run_study(study, cfg, profile, executor=ex, progress=True, select=select or (lambda axes: True),
                               sources=parameter_origins(study, cfg, profile, overrides, runner=("progress",)))
             print(f"cells of {name}: {len(table)} stored in {time.perf_counter() - t0:.0f} s", flush=True)
         except CellsFailed as exc:
@@ -218,7 +219,9 @@ def verdict_summary(plan: dict[str, dict], profile: str) -> str:
         if "analysis" in v.columns:
             v = v[v["analysis"] == "primary"]
         counts = ", ".join(f"{n} {w}" for w, n in v["verdict"].value_counts().items())
-        lines.append(f"  {name}: {counts or 'none'} -> {relative(paths.dir)}/")
+        interim = interim_note(name, profile)
+        lines.append(f"  {name}: {counts or 'none'} -> {relative(paths.dir)}/"
+                     + (f" ({interim.split(';')[0]})" if interim else ""))
     return "\n".join(lines)
 
 

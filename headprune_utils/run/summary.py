@@ -178,14 +178,16 @@ def verdict_row(g: pd.DataFrame):
 
 
 def interim_note(name: str, profile: str) -> str:
-    """"" unless ``name``'s outputs under ``profile`` are an interim render (``--from-cells --where``: its
-    run_meta.json has "interim"); then what it covers, e.g. "interim render: only the cells with task = SST-2
-    (1,033 of 3,460 planned cells); the other cells of the profile are still being computed"."""
+    """"" unless ``name``'s outputs under ``profile`` are an interim render (``--from-cells --where``: its tables
+    carry ``interim.json``, which the render wrote beside them); then what it covers, e.g. "interim render: only
+    the cells with task = SST-2 (1,033 of 3,460 planned cells); the other cells of the profile are still being
+    computed"."""
     try:
-        meta = json.loads(StudyPaths(name, profile, staged=False).meta.read_text())
-        interim = meta.get("interim") if isinstance(meta, dict) else None
-    except (OSError, ValueError):
+        interim = json.loads((StudyPaths(name, profile, staged=False).tables / "interim.json").read_text())
+    except FileNotFoundError:
         return ""
+    except (OSError, ValueError):  # there, but unreadable: still an interim render's tables
+        return "interim render (its record tables/interim.json cannot be read)"
     if not isinstance(interim, dict):
         return ""
     where = interim.get("where") or {}
@@ -289,11 +291,12 @@ def study_findings_markdown(name: str, profile: str, verdicts: pd.DataFrame | No
     dep = pd.read_csv(dep_f) if dep_f.exists() else pd.DataFrame(columns=["claim_id", "task", "depends", "note"])
     v = verdicts[verdicts["analysis"] == "primary"] if "analysis" in verdicts.columns else verdicts
     scale = str(v["scale"].iloc[0]) if "scale" in v.columns and len(v) else ""
+    note = interim_note(name, profile)
+    scale = scale.replace(f"; {note}", "") if note else scale  # said once, in bold, below
     lines = ["## What this study found", "",
              f"*Profile `{profile}`" + (f": {scale}" if scale else "") + ".* From this run's verdict table (the "
              "last section, with every row's test and reason). Each claim is tested under its own paper's ablation "
              "semantics; the unit of replication is an independently trained model. " + UNITS_NOTE, ""]
-    note = interim_note(name, profile)
     if note:
         lines[2:2] = [f"**{note[:1].upper()}{note[1:]}.**", ""]
     for cid, g in v.groupby("claim_id", sort=False):

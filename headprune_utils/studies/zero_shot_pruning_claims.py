@@ -127,7 +127,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
         "Reference (claim 1): random pruning keeps fine-tuned scores comparable to the full model's.",
         claims.NonInferiority(margins.TASK_SCORE),
         metric="score(random) - score(full model) per (task, seed) model, per regime x share pruned",
-        regime=_DECIDED.replace("Bian", "Budhraja"), semantics="uniform", gates=_GATES, figure="score_by_method",
+        regime=_DECIDED, semantics="uniform", gates=_GATES, figure="score_by_method",
         measure="random vs full model", decided_in=PRUNE_THEN_FINETUNE,
         note="a reference claim (Budhraja et al.'s BERT code masks uniform); each model's own random mask (seed s). "
              "In the paper's protocol (mask, then fine-tune, uniform) it is study 1's budhraja.random_prunable; this "

@@ -5,6 +5,7 @@ decided under each ablation semantics apart (primary = its paper's)."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import nbformat
 import numpy as np
@@ -101,7 +102,8 @@ def row(v, claim_id, task, regime=FTM, sem=None):
 def test_each_paper_s_claims_are_decided_in_its_own_protocol():
     """Budhraja et al. mask, then fine-tune; Michel et al. mask a fine-tuned model: each claim's primary rows are
     its paper's protocol under its paper's semantics, the other protocol's rows a sensitivity analysis in a Holm
-    family of their own; a run without the paper's protocol gives a primary row saying so (not testable)."""
+    family of their semantics (never the primary one); a task without the paper's protocol gives a primary row
+    saying so (not testable)."""
     assert {DECIDED_IN[c] for c in DECIDED_IN if c.startswith("budhraja.")} == {MTF}
     assert DECIDED_IN["michel.least_important_first"] == FTM and DECIDED_IN["ours.most_important_not_worse"] == ""
     v = verdicts(make_table(SUPPORTING))
@@ -123,6 +125,15 @@ def test_each_paper_s_claims_are_decided_in_its_own_protocol():
     assert "in Budhraja et al. 2020's protocol (mask, then fine-tune) under the uniform semantics" in r["reason"].iloc[0]
     m = v[(v["claim_id"] == "michel.least_important_first") & (v["analysis"] == "primary")]
     assert len(m) == 3 and set(m["verdict"]) == {"supported"}, "Michel et al.'s own protocol was run"
+    # the paper's protocol run on task A only (as standard's finetune_tasks): B's primary row says it was not
+    t = make_table(SUPPORTING)
+    v = verdicts(t[(t["task"] == "A") | (t["regime"] == FTM) | (t["strategy"] == "none")])
+    r = v[(v["claim_id"] == "budhraja.avoid_middle") & (v["analysis"] == "primary")]
+    assert list(r["task"]) == ["A", "B"] and list(r["verdict"]) == ["supported", "not testable"]
+    assert r["reason"].iloc[1].endswith("(mask, then fine-tune) under the uniform semantics on B")
+    typo = replace(next(c for c in study.STUDY.claims if c.id == "budhraja.avoid_middle"), decided_in="mask_first")
+    with pytest.raises(ValueError, match="claim budhraja.avoid_middle: decided_in='mask_first' is none of"):
+        claims.in_own_protocol(typo, [], "uniform", study.REGIME_NAMES)
 
 
 POOLED = "all (A, B)"

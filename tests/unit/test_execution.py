@@ -242,12 +242,60 @@ def test_an_interim_render_computes_nothing_and_analyses_the_selection_alone(tmp
     assert sorted(table["name"]) == ["a1"], "the selection alone, not every stored cell"
     meta = json.loads(paths(tmp_path).meta.read_text())
     assert meta["interim"] == {"where": {"name": ["a1"]}, "cells": 1, "planned": 5}
+    marker = paths(tmp_path).tables / "interim.json"
+    assert json.loads(marker.read_text()) == meta["interim"], "the label goes with the tables it describes"
     monkeypatch.setenv(SELECT_ENV, json.dumps({"name": ["b"]}))
     assert sorted(run_study(study, FakeConfig(), "t", paths(tmp_path))["name"]) == ["a1", "a2", "b"]
     assert sorted(p.name for p in paths(tmp_path).cells.glob("*.json")) == stored
     monkeypatch.delenv(SELECT_ENV)
     assert len(run_study(study, FakeConfig(), "t", paths(tmp_path))) == 5
     assert "interim" not in json.loads(paths(tmp_path).meta.read_text()), "a full render records no selection"
+
+
+def test_a_selection_of_every_planned_cell_is_a_full_render(tmp_path, monkeypatch):
+    from headprune_utils.run.execution import SELECT_ENV
+
+    study = FakeStudy()
+    run_study(study, FakeConfig(), "t", paths(tmp_path))
+    monkeypatch.setenv(SELECT_ENV, json.dumps({"name": ["a0", "a1", "a2", "a3", "b"]}))
+    assert len(run_study(study, FakeConfig(), "t", paths(tmp_path))) == 5
+    assert "interim" not in json.loads(paths(tmp_path).meta.read_text())
+    assert not (paths(tmp_path).tables / "interim.json").exists(), "nothing left out: nothing to label"
+
+
+def test_the_label_of_an_interim_render_survives_computing_more_cells(tmp_path, monkeypatch):
+    """The usual order: render a complete slice (interim), then compute the next slice with --cells-only (which
+    rewrites the run record): the interim tables keep their label, as the summary and report read it."""
+    from headprune_utils.run import summary
+    from headprune_utils.run.execution import SELECT_ENV
+
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
+    study, where = FakeStudy(), StudyPaths("fake", "t", staged=False)
+    run_study(study, FakeConfig(), "t", where, select=lambda axes: axes["name"] == "a0")
+    monkeypatch.setenv(SELECT_ENV, json.dumps({"name": ["a0"]}))
+    run_study(study, FakeConfig(), "t", where)
+    assert summary.interim_note("fake", "t").startswith("interim render: only the cells with name = a0 (1 of 5")
+    monkeypatch.delenv(SELECT_ENV)
+    run_study(study, FakeConfig(), "t", where, select=lambda axes: axes["name"] == "a1")  # the next slice
+    assert "interim" not in json.loads(where.meta.read_text())
+    assert summary.interim_note("fake", "t").startswith("interim render"), "the tables still are the interim ones"
+
+
+def test_a_selection_left_in_the_shell_never_makes_a_run_interim(monkeypatch):
+    """HEADPRUNE_SELECT is the runner's message to its kernels: a run without --where unsets it for its kernels
+    (restored after); the runner's own cell computation never reads it (test_runner_checks)."""
+    from headprune_utils.run import pipeline
+    from headprune_utils.run.execution import SELECT_ENV
+
+    monkeypatch.setenv(SELECT_ENV, '{"task": ["SST-2"]}')
+    with pipeline.interim_kernels(None):
+        assert SELECT_ENV not in os.environ
+    assert os.environ[SELECT_ENV] == '{"task": ["SST-2"]}'
+    with pytest.raises(RuntimeError):
+        with pipeline.interim_kernels({"seed": {"1", "0"}}):
+            assert json.loads(os.environ[SELECT_ENV]) == {"seed": ["0", "1"]}
+            raise RuntimeError("a failing run")
+    assert os.environ[SELECT_ENV] == '{"task": ["SST-2"]}', "restored after a failure too"
 
 
 def test_an_interim_render_of_cells_not_stored_is_refused_before_computing(tmp_path, monkeypatch):

@@ -306,8 +306,8 @@ def test_an_interim_render_says_so_on_every_page_that_quotes_it(tmp_path, monkey
     assert set(summary.read_verdicts("random_pruning", "later")["scale"]) == {"tiny"}
     assert "nterim" not in summary.study_findings_markdown("random_pruning", "later")
     assert "nterim" not in summary.summary_markdown("later")
-    paths.meta.write_text(json.dumps({"study": "random_pruning", "profile": "later", "interim": {
-        "where": {"task": ["SST-2"]}, "cells": 1033, "planned": 3460}}))
+    (paths.tables / "interim.json").write_text(json.dumps({"where": {"task": ["SST-2"]}, "cells": 1033,
+                                                           "planned": 3460}))  # the render writes it beside them
     note = summary.interim_note("random_pruning", "later")
     assert note.startswith("interim render: only the cells with task = SST-2 (1,033 of 3,460 planned cells)")
     assert set(summary.read_verdicts("random_pruning", "later")["scale"]) == {f"tiny; {note}"}
@@ -317,5 +317,11 @@ def test_an_interim_render_says_so_on_every_page_that_quotes_it(tmp_path, monkey
     assert "**Interim renders.**" in page and f"- random_pruning: {note}" in page
     assert f"- random_pruning: tiny; {note}" in page, "the scale it lists says so too"
     assert all(f"tiny; {note}" == s for s in report._read_verdicts("random_pruning", "later")["scale"])
-    paths.meta.write_text("{not json")
-    assert summary.interim_note("random_pruning", "later") == "", "an unreadable record is no interim label"
+    from headprune_utils.run.pipeline import verdict_summary
+    assert verdict_summary({"random_pruning": {}}, "later").endswith(
+        "(interim render: only the cells with task = SST-2 (1,033 of 3,460 planned cells))"), "and the console"
+    assert findings.count(note[1:]) == 1, "said once, in bold (not again in the scale line)"
+    (paths.tables / "interim.json").write_text("{not json")
+    assert summary.interim_note("random_pruning", "later").startswith("interim render"), "unreadable: still interim"
+    (paths.tables / "interim.json").unlink()
+    assert summary.interim_note("random_pruning", "later") == "", "a full render's tables have no record"

@@ -2,6 +2,7 @@
 written, unreadable task data; --check reports them all."""
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -155,6 +156,19 @@ def test_from_cells_stops_before_any_work_when_a_cell_is_missing(fake_runner, tm
     gaps = profiles.missing_cells({"fake": {}}, "t")
     assert gaps["fake"][0] == 1 and gaps["fake"][2] == victim.stem
     assert cli.main(["--profile", "t", "--from-cells", "--cells-only"]) == 2  # not a compute flag
+
+
+def test_cells_only_ignores_a_selection_left_in_the_shell(fake_runner, tmp_path, monkeypatch):
+    """HEADPRUNE_SELECT set by hand (or left over) does not turn --cells-only into an interim run: every cell is
+    computed and the run record is a full one."""
+    from headprune_utils.run.execution import SELECT_ENV
+
+    fake_runner("fake: {}\n")
+    monkeypatch.setenv(SELECT_ENV, '{"name": ["a0"]}')
+    assert cli.main(["--profile", "t", "--cells-only", "--no-progress"]) == 0
+    where = StudyPaths("fake", "t", root=tmp_path / "out")
+    assert len(list(where.cells.glob("*.json"))) == 5
+    assert "interim" not in json.loads(where.meta.read_text())
 
 
 def test_an_interim_render_checks_only_its_selection_and_names_what_it_lacks(fake_runner, tmp_path, capsys):
