@@ -8,8 +8,8 @@ the executor (this process is the driver and the only writer of results; a study
 untouched); then the notebooks run (:mod:`headprune_utils.run.schedule`), which find their cells stored or compute
 them; finally the verdict counts, the cross-study summary and the HTML report (a run never writes the README).
 ``--from-cells --where`` is an interim render: the kernels get the selection (``execution.SELECT_ENV``) and analyse
-only its stored cells, computing nothing; each study's run_meta.json records it, and the findings, the summary
-and the report say so on every page.
+only its stored cells, computing nothing; each study's tables carry it (``tables/interim.json``, and run_meta.json
+records it), and the findings, the summary and the report say so on every page.
 """
 from __future__ import annotations
 
