@@ -58,7 +58,7 @@ from headprune_utils.model import models
 from headprune_utils.run.profiles import (TimeLeft, calibrated_gflops, duration_text, selected_cells, selector,
                                           unknown_profile)
 from headprune_utils.tasks.metrics import verdict_scores
-from headprune_utils.store.paths import STAGED_ENV, StudyPaths, outputs_root
+from headprune_utils.store.paths import INTERIM_FILE, STAGED_ENV, StudyPaths, outputs_root
 from headprune_utils.store.results import (ResultStore, StaleResultsError, atomic_write_json, cell_key, portable,
                                            run_metadata)
 from headprune_utils.studies import NAMES, get_study
@@ -812,7 +812,6 @@ def check_one_model(table: pd.DataFrame, study: str, axes: Iterable[str]) -> Non
 # (``tables/interim.json``, :data:`INTERIM_FILE`: it goes with them, a later full render's tables have none) and in
 # run_meta.json ("interim"). A selection of every planned cell is a full render.
 SELECT_ENV = "HEADPRUNE_SELECT"
-INTERIM_FILE = "interim.json"
 
 
 class InterimIncomplete(RuntimeError):

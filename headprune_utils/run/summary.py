@@ -20,7 +20,7 @@ import pandas as pd
 
 from headprune_utils.analysis import claims
 from headprune_utils.run.options import Once, Parser
-from headprune_utils.store.paths import StudyPaths, outputs_root
+from headprune_utils.store.paths import INTERIM_FILE, StudyPaths, outputs_root
 from headprune_utils.store.results import atomic_write_text
 from headprune_utils.studies import STUDIES
 
@@ -183,7 +183,7 @@ def interim_note(name: str, profile: str) -> str:
     the cells with task = SST-2 (1,033 of 3,460 planned cells); the other cells of the profile are still being
     computed"."""
     try:
-        interim = json.loads((StudyPaths(name, profile, staged=False).tables / "interim.json").read_text())
+        interim = json.loads((StudyPaths(name, profile, staged=False).tables / INTERIM_FILE).read_text())
     except FileNotFoundError:
         return ""
     except (OSError, ValueError):  # there, but unreadable: still an interim render's tables

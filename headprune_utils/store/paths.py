@@ -28,6 +28,7 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # headprune_utils/ (this module is in headprune_utils/store/)
 STAGED_ENV = "HEADPRUNE_STAGED_OUTPUTS"
+INTERIM_FILE = "interim.json"  # beside an interim render's tables: the selection it covers (run.execution)
 # what a notebook run writes besides its cells: swapped in as a whole (StudyPaths.staging -> dir)
 RUN_OUTPUTS = ("figures", "tables", "metrics.json", "run_meta.json")
 
