@@ -14,6 +14,7 @@ the failed precondition with its numbers, the reason of a ``not testable`` row).
 """
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -173,6 +174,20 @@ def convergence_row(task: str, unit: Hashable, model: str, history: Sequence[Map
             "reached": reached_plateau(h, patience) if h else False}
 
 
+def unit_text(unit: Hashable) -> str:
+    """A unit of replication in words, for a reason that names a model: a GLUE model's ``(task, seed)`` is "SST-2
+    seed 0", a seed alone (an integer: a study of one task, a translation model) "seed 2", another tuple its parts
+    joined, anything else as it reads. Never in parentheses, which the findings bullets drop
+    (``summary._reason_head``)."""
+    if isinstance(unit, tuple) and len(unit) == 2 and isinstance(unit[0], str):
+        return f"{unit[0]} seed {unit[1]}"
+    if isinstance(unit, tuple):
+        return " ".join(str(u) for u in unit)
+    if isinstance(unit, numbers.Integral) and not isinstance(unit, bool):
+        return f"seed {unit}"
+    return str(unit)
+
+
 @dataclass(frozen=True)
 class Converged(Gate):
     """Every fine-tuned model behind the measurement reached the plateau of its held-out score (:func:`reached_plateau`,
@@ -207,7 +222,8 @@ class Converged(Gate):
         bad = rows[~rows["reached"].astype(bool)]
         if bad.empty:
             return None
-        named = "; ".join(f"{r['model']} of {r['unit']} (best epoch {int(r['best_epoch'])} of {int(r['epochs'])})"
+        named = "; ".join(f"{r['model']} of {unit_text(r['unit'])} (best epoch {int(r['best_epoch'])} of "
+                          f"{int(r['epochs'])})"
                           for r in bad.head(4).to_dict("records"))
         more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
         return (f"not trained to the plateau: {len(bad)} of {len(rows)} fine-tuned models on {m.task} were still "

@@ -604,9 +604,18 @@ def test_converged_gate_names_the_models_still_improving_and_needs_curves():
     m = lambda task, units, setting: claims.Measurement(task, [0.1] * len(units), units, setting=setting)  # noqa: E731
     assert gate.check(m("SST-2", [0, 1], "50%; mask, then fine-tune"), ev) is None
     why = gate.check(m("SST-2", [0, 1, 2], "50%; mask, then fine-tune"), ev)
-    assert "1 of 6" in why and "masked 50% of 2 (best epoch 10 of 10)" in why
+    assert "1 of 6" in why and "masked 50% of seed 2 (best epoch 10 of 10)" in why
     assert gate.check(m("SST-2", [0, 1, 2], "50%; fine-tune, then mask"), ev) is None, "`only`: another regime"
     assert "cannot be judged" in pc.Converged().check(m("CoLA", [0], "x"), ev)
     assert "cannot be judged" in pc.Converged().check(m("MRPC", [0], "x"), ev)
     assert pc.reached_plateau(flat) and not pc.reached_plateau(rising) and not pc.reached_plateau([])
     assert "plateau" in gate.text() and "mask, then fine-tune rows" in gate.text()
+
+
+@pytest.mark.parametrize("unit, text", [(("SST-2", 3), "SST-2 seed 3"), (2, "seed 2"), (("a", "b", 1), "a b 1"),
+                                        ("model-x", "model-x")])
+def test_a_unit_named_in_a_reason_reads_in_words_outside_parentheses(unit, text):
+    """A model still improving at the cap is named with its unit in words (the findings bullets drop what is in
+    parentheses: a unit printed as a tuple vanished there, leaving "mask of;")."""
+    assert preconditions.unit_text(unit) == text
+    assert "(" not in preconditions.unit_text(unit)

@@ -253,7 +253,7 @@ def test_gate_converged_both_branches_masked_models_on_their_contrasts_only():
             assert b["verdict"] == "not testable"
             assert b["reason"].startswith("not trained to the plateau: 1 of 15 fine-tuned models on B were still "
                                           "improving"), b["reason"]
-            assert "middle 50% mask of ('B', 3) (best epoch 3 of 3)" in b["reason"]
+            assert "middle 50% mask of B seed 3 (best epoch 3 of 3)" in b["reason"]
         else:
             assert b["verdict"] == "supported", (claim_id, b["reason"])
         assert row(v, claim_id, "B", FTM)["verdict"] == "supported"
@@ -264,7 +264,7 @@ def test_gate_converged_a_full_model_blocks_both_regimes():
     for claim_id in TEXT:
         for regime in (FTM, MTF):
             a = row(v, claim_id, "A", regime)
-            assert a["verdict"] == "not testable" and "full model of ('A', 0)" in a["reason"], (claim_id, regime)
+            assert a["verdict"] == "not testable" and "full model of A seed 0" in a["reason"], (claim_id, regime)
         assert row(v, claim_id, "B", FTM)["verdict"] == "supported"
 
 
@@ -396,7 +396,7 @@ def test_the_masked_models_of_a_semantics_come_from_its_own_cells():
     v = verdicts(t)
     assert row(v, "budhraja.avoid_middle", "A", MTF)["verdict"] == "supported"
     z = row(v, "budhraja.avoid_middle", "A", MTF, "zero")
-    assert z["verdict"] == "not testable" and "top_bottom 50% mask of ('A', 1)" in z["reason"]
+    assert z["verdict"] == "not testable" and "top_bottom 50% mask of A seed 1" in z["reason"]
     assert row(v, "budhraja.location_no_preference", "A", MTF, "zero")["verdict"] != "not testable"
 
 

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from headprune_utils.analysis import claims, margins, preconditions, stats
+from headprune_utils.run import summary
 from headprune_utils.store.paths import notebooks_dir
 from headprune_utils.studies import random_pruning as study
 from headprune_utils.studies import random_pruning_analysis as analysis
@@ -116,7 +117,9 @@ def test_a_masked_model_still_improving_makes_its_rows_not_testable_naming_it():
         assert r["verdict"] == "not testable" and pd.isna(r["p"]), r["reason"]
         assert r["reason"] == ("not trained to the plateau: 1 of 10 fine-tuned models on SST-2 were still improving "
                                "when training stopped (fewer than 2 epochs after their best): random 50% mask of "
-                               "('SST-2', 3) (best epoch 3 of 3)")
+                               "SST-2 seed 3 (best epoch 3 of 3)")
+        # the findings bullet drops parenthesised details; the model it names stays whole
+        assert summary._reason_head(r["reason"]).endswith("random 50% mask of SST-2 seed 3")
         assert one(v, claim, "SST-2", 0.75)["verdict"] == "supported"
 
 
@@ -127,7 +130,7 @@ def test_a_full_model_still_improving_blocks_both_regimes():
     for claim in (PRUNABLE, RETRAIN):
         for f in (0.5, 0.75):
             r = one(v, claim, "SST-2", f)
-            assert r["verdict"] == "not testable" and "full model of ('SST-2', 0) (best epoch 3 of 3)" in r["reason"]
+            assert r["verdict"] == "not testable" and "full model of SST-2 seed 0 (best epoch 3 of 3)" in r["reason"]
 
 
 def test_no_held_out_curve_is_not_testable_and_the_mask_then_fine_tune_claim_needs_no_other_regime():

@@ -142,7 +142,7 @@ def test_a_full_model_still_improving_blocks_both_regimes():
     for claim in (COMPARABLE, VS_IMPORTANCE, RANDOM):
         for regime in (MTF, FTM):
             r = one(v, claim, "SST-2", 0.5, regime)
-            assert r["verdict"] == "not testable" and "full model (seed 2) of ('SST-2', 2)" in r["reason"], r["reason"]
+            assert r["verdict"] == "not testable" and "full model (seed 2) of SST-2 seed 2" in r["reason"], r["reason"]
 
 
 def test_above_chance_gate_both_branches():

@@ -46,7 +46,7 @@ def test_masked_rows_carry_the_setting_and_name_and_the_gate_reads_them():
     gate = preconditions.Converged()
     from headprune_utils.analysis.claims import Measurement
     m = Measurement("SST-2", [0.0], [("SST-2", 0)], setting="50%; mask, then fine-tune")
-    assert "random 50% mask of ('SST-2', 0) (best epoch 3 of 3)" in gate.check(m, {"convergence": ev})
+    assert "random 50% mask of SST-2 seed 0 (best epoch 3 of 3)" in gate.check(m, {"convergence": ev})
     other = Measurement("SST-2", [0.0], [("SST-2", 0)], setting="50%; fine-tune, then mask")
     assert gate.check(other, {"convergence": ev}) is None  # only the full model stands behind it, and it reached
 
