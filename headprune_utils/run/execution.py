@@ -59,8 +59,8 @@ from headprune_utils.run.profiles import (TimeLeft, calibrated_gflops, duration_
                                           unknown_profile)
 from headprune_utils.tasks.metrics import verdict_scores
 from headprune_utils.store.paths import INTERIM_FILE, STAGED_ENV, StudyPaths, outputs_root
-from headprune_utils.store.results import (ResultStore, StaleResultsError, atomic_write_json, cell_key, portable,
-                                           run_metadata)
+from headprune_utils.store.results import (ResultStore, StaleResultsError, atomic_write_json, cell_key,
+                                           cpu_description, portable, run_metadata)
 from headprune_utils.studies import NAMES, get_study
 from headprune_utils.studies.base import Cell, Study
 from headprune_utils.studies.config import ParameterError, as_dict, parameter_sources, validate
@@ -243,7 +243,8 @@ def iter_batch(study: Study, cfg, device, paths: StudyPaths, batch: Batch, ctx=N
         for cell, result in study.run(ctx, batch.cells, batch.inputs):
             if cell.key in left:
                 left.remove(cell.key)
-            yield Outcome(cell.key, "done", result={**result, **study.provenance(ctx, cell)})
+            yield Outcome(cell.key, "done",
+                          result={**result, **study.provenance(ctx, cell), MACHINE_FIELD: machine_kind(device)})
             if left:  # resumed: the study computes the next cell now
                 phases.report(f"computing {axes_text(axes[left[0]])}")
     except Exception:
@@ -770,6 +771,23 @@ def read_status(path: Path) -> str | None:
 
 # ------------------------------------------------------------------------------------------------ the driver
 
+# Every cell computed from now on records the kind of machine that computed it (:func:`machine_kind`): numbers
+# differ across CPU kinds (other kernels, other rounding), so one model's slice is computed on one kind.
+MACHINE_FIELD = "machine"
+
+
+def machine_kind(device) -> str:
+    """What a cell's numbers depend on beyond its parameters: the CPU's model and the vector extensions that change
+    float results (``results.cpu_description``), or the GPU's name on CUDA. The number of torch threads is left
+    out: it changes a training's bytes, which the full model's hash already catches, not its kind."""
+    dev = str(device)
+    if dev.startswith("cuda") and torch.cuda.is_available():
+        return f"cuda: {torch.cuda.get_device_name(0)}"
+    cpu = cpu_description()
+    caps = " ".join(cpu["cpu_capability"])
+    return f"cpu: {cpu['cpu_model']}" + (f" [{caps}]" if caps else "")
+
+
 class MixedModelsError(RuntimeError):
     """Cells that say they used one trained model (the same task and seed) were made from different weights."""
 
@@ -781,9 +799,14 @@ def check_one_model(table: pd.DataFrame, study: str, axes: Iterable[str]) -> Non
     another number of torch threads (measured: the test suite's tiny model trained with 1 and 2 threads differs in
     its weights' bytes), so results of the two trainings must never be mixed in one analysis. ``axes``: the cell
     axes that select one model, the study's ``model_axes`` (a (task, seed) of the GLUE studies, a ``model_seed`` of
-    the translation study); none, or a table without them, checks nothing."""
+    the translation study); none, or a table without them, checks nothing. First, the cells of one model that
+    record their machine (:data:`MACHINE_FIELD`) must name one kind (:func:`_one_machine_kind`); a run on this
+    machine checks it before computing a slice that another kind began."""
     keys = list(axes)
-    if "full_model_sha" not in table.columns or not keys or not set(keys) <= set(table.columns):
+    if not keys or not set(keys) <= set(table.columns):
+        return
+    _one_machine_kind(table, study, keys)
+    if "full_model_sha" not in table.columns:
         return
     t = table[table["full_model_sha"].notna()]
     n = t.groupby(keys)["full_model_sha"].nunique()
@@ -792,18 +815,43 @@ def check_one_model(table: pd.DataFrame, study: str, axes: Iterable[str]) -> Non
         first = bad.index[0] if len(keys) > 1 else (bad.index[0],)
         which = t[(t[keys] == pd.Series(dict(zip(keys, first)))).all(axis=1)]
         shas = sorted(which["full_model_sha"].unique())
-        if keys == ["task", "seed"]:
-            name = f"{first[0]} seed {first[1]}"
-        elif keys == ["model_seed"]:
-            name = f"model seed {first[0]}"
-        else:
-            name = "model " + " ".join(f"{k}={v}" for k, v in zip(keys, first))
+        name = _model_name(keys, first)
         raise MixedModelsError(
             f"{study}: the cells of {name} were computed with {len(shas)} different trainings of that "
             f"model (weights {', '.join(shas)}): a resumed run retrained it (its cache was gone, and another machine "
             f"or another number of torch threads (OMP_NUM_THREADS, --jobs) trained it differently). Recompute those "
             f"cells (move them away, or --fresh) so that one training underlies them all; {len(bad)} model(s) "
             f"affected.")
+
+
+def _model_name(keys: list[str], values: tuple) -> str:
+    if keys == ["task", "seed"]:
+        return f"{values[0]} seed {values[1]}"
+    if keys == ["model_seed"]:
+        return f"model seed {values[0]}"
+    return "model " + " ".join(f"{k}={v}" for k, v in zip(keys, values))
+
+
+def _one_machine_kind(table: pd.DataFrame, study: str, keys: list[str]) -> None:
+    """:class:`MixedModelsError` when the cells of one model's slice that record their machine
+    (:data:`MACHINE_FIELD`) name more than one kind: a slice is finished on machines of the kind that began it.
+    Cells stored before the field existed record none and are not checked."""
+    if MACHINE_FIELD not in table.columns:
+        return
+    t = table[table[MACHINE_FIELD].notna()]
+    n = t.groupby(keys)[MACHINE_FIELD].nunique()
+    bad = n[n > 1]
+    if not len(bad):
+        return
+    first = bad.index[0] if len(keys) > 1 else (bad.index[0],)
+    which = t[(t[keys] == pd.Series(dict(zip(keys, first)))).all(axis=1)]
+    kinds = which.groupby(MACHINE_FIELD).size().sort_index()
+    raise MixedModelsError(
+        f"{study}: the cells of {_model_name(keys, first)} were computed on {len(kinds)} kinds of machine ("
+        + "; ".join(f"{n} cell(s) on {k}" for k, n in kinds.items())
+        + "): numbers differ across CPU kinds, so one model's cells come from one kind. Recompute the cells of the "
+        f"other kind on a machine of the first (or move them all away and recompute the slice); {len(bad)} model(s) "
+        "affected.")
 
 
 # ``--from-cells --where``: an interim render. The batch runner sets this in its notebooks' kernels to the
@@ -992,6 +1040,14 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
         else:
             cells = [c for c in cells if c.key in keep or c.key in done]
     todo = [c for c in cells if c.key not in done]
+    keys = [k for k in study.model_axes]
+    if todo and keys and executor == "local":  # this machine computes them: refused before any work if another
+        here = machine_kind(device)             # kind began their model's slice
+        slice_of = lambda c: tuple(dict(c.axes).get(k) for k in keys)  # noqa: E731
+        slices = {slice_of(c) for c in todo}
+        stored_slices = store.table([dict(c.axes) for c in cells if c.key in done and slice_of(c) in slices])
+        todo_table = pd.DataFrame([{**dict(c.axes), MACHINE_FIELD: here} for c in todo])
+        check_one_model(pd.concat([stored_slices, todo_table], ignore_index=True), study.name, study.model_axes)
     ex = make_executor(executor, address)
     t0 = time.perf_counter()
     failed: dict[str, str] = {}

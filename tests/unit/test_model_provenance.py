@@ -53,3 +53,42 @@ def test_cells_carry_the_weights_hash_and_a_mix_is_refused(tiny_model_dir, tiny_
     ResultStore(paths.cells, rec["fingerprint"]).put(rec["cell"], rec["result"])  # stored as a run would (not a hand edit)
     with pytest.raises(MixedModelsError, match="SST-2 seed 0"):
         run_study(study.STUDY, cfg, "t", paths)
+
+
+def test_one_machine_kind_per_model_by_hand():
+    """A slice is finished on machines of the kind that began it: cells of one model that record their machine
+    must name one kind; cells stored before the field existed record none and are not checked."""
+    glue = ("task", "seed")
+    ok = pd.DataFrame({"task": ["A", "A", "B", "B"], "seed": [0, 0, 0, 0],
+                       "machine": ["cpu: X [avx2]", None, "cpu: Y [avx2]", "cpu: Y [avx2]"]})
+    check_one_model(ok, "s", glue)  # two models, each of one kind (an older cell without a record among them)
+    bad = pd.DataFrame({"task": ["A", "A", "A"], "seed": [1, 1, 1],
+                        "machine": ["cpu: X [avx2]", "cpu: Y [amx_bf16]", "cpu: X [avx2]"],
+                        "full_model_sha": [None, None, None]})
+    with pytest.raises(MixedModelsError, match=r"A seed 1 were computed on 2 kinds of machine \(2 cell\(s\) on "
+                                               r"cpu: X \[avx2\]; 1 cell\(s\) on cpu: Y \[amx_bf16\]\)"):
+        check_one_model(bad, "s", glue)
+    check_one_model(bad, "s", ())  # a study not split by model: nothing to check
+
+
+def test_cells_record_their_machine_and_another_kind_is_refused_before_computing(tiny_model_dir, tiny_glue_root,
+                                                                                  tmp_path, monkeypatch):
+    """Every computed cell records this machine's kind (the CPU's model and its float-relevant extensions); a run
+    on a machine of another kind that would add cells to a model's slice begun elsewhere stops before any work,
+    naming the model and both kinds, and writes nothing."""
+    from headprune_utils.run import execution
+    from headprune_utils.store.results import cpu_description
+
+    cfg = validate(study.RandomPruningConfig, dict(
+        model=str(tiny_model_dir), tasks=["SST-2"], fractions=[0.0, 0.5], finetune_fractions=[0.5], seeds=[0],
+        train_size=None, dev_size=None, epochs=1, batch_size=8, lr=1e-3, device="cpu", data_dir=str(tiny_glue_root),
+        allow_hub=False, progress=False, ablations=["zero"], finetune_ablations=["zero"]))
+    paths = StudyPaths(study.NAME, "t", root=tmp_path)
+    table = run_study(study.STUDY, cfg, "t", paths, select=lambda a: a["regime"] == "finetune_then_mask")
+    here = table["machine"].unique()
+    assert len(here) == 1 and here[0].startswith("cpu: ") and cpu_description()["cpu_model"] in here[0]
+    before = sorted(p.name for p in paths.cells.glob("*.json"))
+    monkeypatch.setattr(execution, "machine_kind", lambda device: "cpu: Another CPU [avx512f]")
+    with pytest.raises(MixedModelsError, match=r"SST-2 seed 0 were computed on 2 kinds of machine.*Another CPU"):
+        run_study(study.STUDY, cfg, "t", paths)
+    assert sorted(p.name for p in paths.cells.glob("*.json")) == before, "nothing was computed"
