@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import io
 import json
 import multiprocessing
@@ -776,16 +777,21 @@ def read_status(path: Path) -> str | None:
 MACHINE_FIELD = "machine"
 
 
+@functools.lru_cache(maxsize=None)
+def _kind_of(device: str) -> str:
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.is_available():
+        return f"cuda: {torch.cuda.get_device_name(dev.index or 0)}"
+    cpu = cpu_description()
+    caps = " ".join(cpu["cpu_capability"])
+    return f"cpu: {cpu['cpu_model']}" + (f" [{caps}]" if caps else "")
+
+
 def machine_kind(device) -> str:
     """What a cell's numbers depend on beyond its parameters: the CPU's model and the vector extensions that change
     float results (``results.cpu_description``), or the GPU's name on CUDA. The number of torch threads is left
     out: it changes a training's bytes, which the full model's hash already catches, not its kind."""
-    dev = str(device)
-    if dev.startswith("cuda") and torch.cuda.is_available():
-        return f"cuda: {torch.cuda.get_device_name(0)}"
-    cpu = cpu_description()
-    caps = " ".join(cpu["cpu_capability"])
-    return f"cpu: {cpu['cpu_model']}" + (f" [{caps}]" if caps else "")
+    return _kind_of(str(device))
 
 
 class MixedModelsError(RuntimeError):
@@ -801,7 +807,9 @@ def check_one_model(table: pd.DataFrame, study: str, axes: Iterable[str]) -> Non
     axes that select one model, the study's ``model_axes`` (a (task, seed) of the GLUE studies, a ``model_seed`` of
     the translation study); none, or a table without them, checks nothing. First, the cells of one model that
     record their machine (:data:`MACHINE_FIELD`) must name one kind (:func:`_one_machine_kind`); a run on this
-    machine checks it before computing a slice that another kind began."""
+    machine (local or process executor) refuses before computing to add to a slice another kind began
+    (:func:`refuse_other_machine`). On a Ray cluster every node must be of one kind: its workers record their
+    own, checked after the cells are stored."""
     keys = list(axes)
     if not keys or not set(keys) <= set(table.columns):
         return
@@ -825,11 +833,43 @@ def check_one_model(table: pd.DataFrame, study: str, axes: Iterable[str]) -> Non
 
 
 def _model_name(keys: list[str], values: tuple) -> str:
+    """One model's slice in words ("SST-2 seed 0", "model seed 1"); integral floats (a column with a gap reads as
+    floats) as integers."""
+    values = tuple(int(v) if isinstance(v, float) and v.is_integer() else v for v in values)
     if keys == ["task", "seed"]:
         return f"{values[0]} seed {values[1]}"
     if keys == ["model_seed"]:
         return f"model seed {values[0]}"
     return "model " + " ".join(f"{k}={v}" for k, v in zip(keys, values))
+
+
+def refuse_other_machine(study: Study, store: ResultStore, cells: list, done: set[str], todo: list,
+                         here: str) -> None:
+    """:class:`MixedModelsError` before any work when this machine (of kind ``here``) would add ``todo`` cells to a
+    model's slice whose stored cells record another kind (:data:`MACHINE_FIELD`; cells without a record say
+    nothing). Reads only the stored cells of the slices ``todo`` touches."""
+    keys = list(study.model_axes)
+    if not keys:
+        return
+    slice_of = lambda c: tuple(dict(c.axes).get(k) for k in keys)  # noqa: E731
+    slices = {slice_of(c) for c in todo}
+    stored = store.table([dict(c.axes) for c in cells if c.key in done and slice_of(c) in slices])
+    if MACHINE_FIELD not in stored.columns or not set(keys) <= set(stored.columns):
+        return
+    other = stored[stored[MACHINE_FIELD].notna() & (stored[MACHINE_FIELD] != here)]
+    if other.empty:
+        return
+    first = tuple(other.iloc[0][keys])
+    which = other[(other[keys] == pd.Series(dict(zip(keys, first)))).all(axis=1)]
+    kinds = which.groupby(MACHINE_FIELD).size().sort_index()
+    n_models = other.groupby(keys).ngroups
+    raise MixedModelsError(
+        f"{study.name}: this machine ({here}) would add cells to the slice of {_model_name(keys, first)}, whose "
+        f"stored cells were computed on another kind ("
+        + "; ".join(f"{n} cell(s) on {k}" for k, n in kinds.items())
+        + "): numbers differ across CPU kinds, so a slice is finished on machines of the kind that began it. "
+        f"Resume it on such a machine (or move its cells away and recompute the slice here); {n_models} model(s) "
+        "affected. Nothing was computed.")
 
 
 def _one_machine_kind(table: pd.DataFrame, study: str, keys: list[str]) -> None:
@@ -1040,15 +1080,9 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
         else:
             cells = [c for c in cells if c.key in keep or c.key in done]
     todo = [c for c in cells if c.key not in done]
-    keys = [k for k in study.model_axes]
-    if todo and keys and executor == "local":  # this machine computes them: refused before any work if another
-        here = machine_kind(device)             # kind began their model's slice
-        slice_of = lambda c: tuple(dict(c.axes).get(k) for k in keys)  # noqa: E731
-        slices = {slice_of(c) for c in todo}
-        stored_slices = store.table([dict(c.axes) for c in cells if c.key in done and slice_of(c) in slices])
-        todo_table = pd.DataFrame([{**dict(c.axes), MACHINE_FIELD: here} for c in todo])
-        check_one_model(pd.concat([stored_slices, todo_table], ignore_index=True), study.name, study.model_axes)
     ex = make_executor(executor, address)
+    if todo and ex.name in ("local", "process"):  # this machine computes them: refused before any work if another
+        refuse_other_machine(study, store, cells, done, todo, machine_kind(device))  # kind began their slice
     t0 = time.perf_counter()
     failed: dict[str, str] = {}
     skipped: dict[str, str] = {}

@@ -384,12 +384,12 @@ def convergence_evidence(cells: pd.DataFrame, tests: pd.DataFrame, measurements:
                 behind.setdefault((k, s), s if s in units else u)
         for (kind, seed), unit in sorted(behind.items(), key=lambda kv: (kv[0][0] != "full", kv[0][1])):
             if kind == "full":
-                cell, name = full.get((m.task, seed)), f"full model (seed {seed})"
+                cell, name = full.get((m.task, seed)), f"full model seed {seed}"
             else:
                 hit = pruned[(pruned["task"] == m.task) & (pruned["seed"] == seed) & (pruned["strategy"] == strategy)
                              & (pruned["budget"] == budget)]
                 cell = hit.iloc[0] if len(hit) == 1 else None
-                name = f"{strategy} {100 * budget:g}% mask (seed {seed})"
+                name = f"{strategy} {100 * budget:g}% mask seed {seed}"
             if cell is None:
                 raise ValueError(f"no single cell of the {name} of {m.task} ({sem}) in the cells' table: the "
                                  f"measurement {m.setting!r} was computed from it")

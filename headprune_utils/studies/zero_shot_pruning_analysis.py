@@ -201,12 +201,12 @@ def convergence_evidence(cells: pd.DataFrame, sub: pd.DataFrame, a: str, b: str,
     unit is method ``a``'s one mask (``(task, a)``), every model behind it stands behind that unit."""
     unit = (lambda task, seed: (task, a)) if rank else convergence.task_seed
     full = cells[(cells["regime"] == "mask_then_finetune") & (cells["strategy"] == "none")]
-    rows = convergence.full_rows(full, unit, lambda task, seed: f"full model (seed {seed})")
+    rows = convergence.full_rows(full, unit, lambda task, seed: f"full model seed {seed}")
     masked = sub[(sub["regime"] == "mask_then_finetune") & sub["strategy"].isin({a, b} - {"none"})]
     for budget, g in masked.groupby("budget", sort=True):
         rows += convergence.masked_rows(
             g, _setting(budget, "mask_then_finetune"),
-            lambda r: f"{r['strategy']} {100 * float(r['budget']):g}% mask (seed {r['seed']})", unit)
+            lambda r: f"{r['strategy']} {100 * float(r['budget']):g}% mask seed {r['seed']}", unit)
     return convergence.table(rows)
 
 

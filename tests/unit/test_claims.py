@@ -619,3 +619,7 @@ def test_a_unit_named_in_a_reason_reads_in_words_outside_parentheses(unit, text)
     parentheses: a unit printed as a tuple vanished there, leaving "mask of;")."""
     assert preconditions.unit_text(unit) == text
     assert "(" not in preconditions.unit_text(unit)
+
+
+def test_a_unit_read_back_as_floats_is_named_with_integers():
+    assert preconditions.unit_text(("SST-2", 3.0)) == "SST-2 seed 3" and preconditions.unit_text(2.0) == "seed 2"

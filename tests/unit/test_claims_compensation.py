@@ -390,7 +390,7 @@ def test_a_stalled_masked_model_blocks_only_its_rows(cfg):
     assert (v.loc[hit, "verdict"] == "not testable").all()
     assert v.loc[hit, "reason"].str.contains(
         "not trained to the plateau: 1 of 8 fine-tuned models on A were still improving when training stopped "
-        "(fewer than 2 epochs after their best): random 50% mask (seed 2) of seed 2 (best epoch 3 of 3)", regex=False).all()
+        "(fewer than 2 epochs after their best): random 50% mask seed 2 of seed 2 (best epoch 3 of 3)", regex=False).all()
     assert gated(v).sum() == hit.sum()
     cols = ["claim_id", "task", "setting", "semantics", "effect", "verdict"]  # Holm: fewer tests, other adjusted p
     same = ~hit & ~v["task"].str.startswith("all")
@@ -412,7 +412,7 @@ def test_a_stalled_full_model_blocks_every_row_it_stands_behind(cfg):
     claims.validate(v)
     a = (v["task"] == "A") & (v["n_units"] > 0)
     assert a.sum() > 10 and (v.loc[a, "verdict"] == "not testable").all()
-    assert v.loc[a, "reason"].str.contains("full model (seed 1) of seed 1 (best epoch 3 of 3)", regex=False).all()
+    assert v.loc[a, "reason"].str.contains("full model seed 1 of seed 1 (best epoch 3 of 3)", regex=False).all()
     assert gated(v).sum() == a.sum()
     b = v["task"] == "B"
     pd.testing.assert_frame_equal(v.loc[b, ["claim_id", "setting", "semantics", "verdict"]],
@@ -428,7 +428,7 @@ def test_the_next_seeds_full_model_stands_behind_a_run_whose_seed_lacks_a_value(
     r = verdict(v, "budhraja.compensation_spread", "A")
     assert r["n_units"] == 3 and r["verdict"] == "not testable"
     assert "1 of 7 fine-tuned models on A" in r["reason"]
-    assert "full model (seed 1) of seed 0 (best epoch 3 of 3)" in r["reason"]
+    assert "full model seed 1 of seed 0 (best epoch 3 of 3)" in r["reason"]
 
 
 def test_the_models_behind_each_measurement():
@@ -449,21 +449,21 @@ def test_the_models_behind_each_measurement():
         assert (ev["setting"] == m.setting).all() and ev["reached"].all()
         return sorted(zip(ev["model"], ev["unit"]))
 
-    assert behind(spread) == [("full model (seed 0)", 0), ("full model (seed 1)", 0), ("full model (seed 2)", 2),
-                              ("full model (seed 3)", 2), ("random 50% mask (seed 0)", 0),
-                              ("random 50% mask (seed 2)", 2)]
-    assert behind(raw) == [("full model (seed 1)", 0), ("full model (seed 3)", 2), ("random 50% mask (seed 0)", 0),
-                           ("random 50% mask (seed 2)", 2)]
-    assert behind(lc) == [(f"full model (seed {s})", 0) for s in range(4)] + [
-        (f"random 50% mask (seed {s})", 0) for s in range(4)]
+    assert behind(spread) == [("full model seed 0", 0), ("full model seed 1", 0), ("full model seed 2", 2),
+                              ("full model seed 3", 2), ("random 50% mask seed 0", 0),
+                              ("random 50% mask seed 2", 2)]
+    assert behind(raw) == [("full model seed 1", 0), ("full model seed 3", 2), ("random 50% mask seed 0", 0),
+                           ("random 50% mask seed 2", 2)]
+    assert behind(lc) == [(f"full model seed {s}", 0) for s in range(4)] + [
+        (f"random 50% mask seed {s}", 0) for s in range(4)]
     assert study.convergence_evidence(cells, t, [absent], "uniform").empty
     # the full model is one model under every semantics: a zero measurement reads the same curve
     zero = runs(seeds=(0, 1), tasks=("A",), ablation="zero")
     zc = cells_of(zero, curves={("A", 0): STALLED})
     ev = study.convergence_evidence(zc, zero, [claims.Measurement("A", [0.0], [0], "random 50%, weight change",
                                                                    "zero")], "zero")
-    assert dict(zip(ev["model"], ev["reached"])) == {"full model (seed 0)": False, "full model (seed 1)": True,
-                                                     "random 50% mask (seed 0)": True}
+    assert dict(zip(ev["model"], ev["reached"])) == {"full model seed 0": False, "full model seed 1": True,
+                                                     "random 50% mask seed 0": True}
 
 
 def test_no_held_out_curve_is_not_testable_saying_so(cfg):
@@ -485,7 +485,7 @@ def test_the_cells_behind_a_row_must_be_given(cfg):
     t = runs()
     cells = cells_of(t)
     lacking = cells[~((cells["task"] == "A") & (cells["strategy"] == "random") & (cells["seed"] == 3))]
-    with pytest.raises(ValueError, match=r"random 50% mask \(seed 3\) of A \(uniform\)"):
+    with pytest.raises(ValueError, match=r"random 50% mask seed 3 of A \(uniform\)"):
         study.verdicts(t, lacking, cfg)
     with pytest.raises(ValueError, match="history"):
         study.verdicts(t, cells.drop(columns=["history"]), cfg)

@@ -131,7 +131,7 @@ def test_a_masked_model_still_improving_blocks_the_rows_it_stands_behind():
         r = one(v, claim, "SST-2", 0.5, MTF)
         assert r["verdict"] == "not testable" and pd.isna(r["p"]), r["reason"]
         assert "were still improving when training stopped" in r["reason"]
-        assert "random 50% mask (seed 1) of " in r["reason"] and "(best epoch 3 of 3)" in r["reason"]
+        assert "random 50% mask seed 1 of " in r["reason"] and "(best epoch 3 of 3)" in r["reason"]
         assert "still improving" not in one(v, claim, "SST-2", 0.5, FTM)["reason"]
     for claim in (COMPARABLE, VS_IMPORTANCE):
         assert one(v, claim, "SST-2", 0.5, MTF)["verdict"] == "supported"
@@ -142,7 +142,7 @@ def test_a_full_model_still_improving_blocks_both_regimes():
     for claim in (COMPARABLE, VS_IMPORTANCE, RANDOM):
         for regime in (MTF, FTM):
             r = one(v, claim, "SST-2", 0.5, regime)
-            assert r["verdict"] == "not testable" and "full model (seed 2) of SST-2 seed 2" in r["reason"], r["reason"]
+            assert r["verdict"] == "not testable" and "full model seed 2 of SST-2 seed 2" in r["reason"], r["reason"]
 
 
 def test_above_chance_gate_both_branches():
@@ -311,7 +311,7 @@ def test_the_convergence_evidence_of_a_rank_stands_behind_the_one_mask():
     sub = t[t["ablation"] == "zero"]
     rank = analysis.convergence_evidence(t, sub, "zero_shot", "random", rank=True)
     assert set(rank["unit"]) == {("SST-2", "zero_shot")} and len(rank) == 5 + 10
-    assert set(rank.loc[rank["setting"] == "", "model"]) == {f"full model (seed {s})" for s in range(5)}
+    assert set(rank.loc[rank["setting"] == "", "model"]) == {f"full model seed {s}" for s in range(5)}
     assert set(rank.loc[rank["setting"] != "", "setting"]) == {"50% of heads pruned; mask, then fine-tune"}
     pair = analysis.convergence_evidence(t, sub, "zero_shot", "none")
     assert set(pair["unit"]) == {("SST-2", s) for s in range(5)} and len(pair) == 5 + 5 and pair["reached"].all()

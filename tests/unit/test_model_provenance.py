@@ -69,13 +69,18 @@ def test_one_machine_kind_per_model_by_hand():
                                                r"cpu: X \[avx2\]; 1 cell\(s\) on cpu: Y \[amx_bf16\]\)"):
         check_one_model(bad, "s", glue)
     check_one_model(bad, "s", ())  # a study not split by model: nothing to check
+    # a seed column with a gap reads as floats: the model is still named "A seed 1"
+    with pytest.raises(MixedModelsError, match=r"the cells of A seed 1 were"):
+        check_one_model(bad.astype({"seed": float}), "s", glue)
 
 
+@pytest.mark.parametrize("executor", ["local", "local object", "process"])
 def test_cells_record_their_machine_and_another_kind_is_refused_before_computing(tiny_model_dir, tiny_glue_root,
-                                                                                  tmp_path, monkeypatch):
+                                                                                  tmp_path, monkeypatch, executor):
     """Every computed cell records this machine's kind (the CPU's model and its float-relevant extensions); a run
     on a machine of another kind that would add cells to a model's slice begun elsewhere stops before any work,
-    naming the model and both kinds, and writes nothing."""
+    naming the model and both kinds, and writes nothing: with the executor named or given as an object (the batch
+    runner's ``--cells-only`` passes one), and with worker processes on this machine."""
     from headprune_utils.run import execution
     from headprune_utils.store.results import cpu_description
 
@@ -89,6 +94,17 @@ def test_cells_record_their_machine_and_another_kind_is_refused_before_computing
     assert len(here) == 1 and here[0].startswith("cpu: ") and cpu_description()["cpu_model"] in here[0]
     before = sorted(p.name for p in paths.cells.glob("*.json"))
     monkeypatch.setattr(execution, "machine_kind", lambda device: "cpu: Another CPU [avx512f]")
-    with pytest.raises(MixedModelsError, match=r"SST-2 seed 0 were computed on 2 kinds of machine.*Another CPU"):
-        run_study(study.STUDY, cfg, "t", paths)
+    ex = execution.LocalExecutor() if executor == "local object" else executor
+    with pytest.raises(MixedModelsError, match=r"this machine \(cpu: Another CPU \[avx512f\]\) would add cells to "
+                                               r"the slice of SST-2 seed 0, whose stored cells were computed on "
+                                               r"another kind \(\d+ cell\(s\) on cpu: .*Nothing was computed"):
+        run_study(study.STUDY, cfg, "t", paths, executor=ex)
     assert sorted(p.name for p in paths.cells.glob("*.json")) == before, "nothing was computed"
+    # and the stored cells' own record, after the fact: cells of one slice from two kinds are refused
+    f = sorted(paths.cells.glob("*.json"))[0]
+    rec = json.loads(f.read_text())
+    rec["result"]["machine"] = "cpu: Another CPU [avx512f]"
+    store = ResultStore(paths.cells, rec["fingerprint"])
+    store.put(rec["cell"], rec["result"])
+    with pytest.raises(MixedModelsError, match=r"SST-2 seed 0 were computed on 2 kinds of machine"):
+        check_one_model(store.table(), "s", study.STUDY.model_axes)
