@@ -176,14 +176,15 @@ def convergence_row(task: str, unit: Hashable, model: str, history: Sequence[Map
 
 def unit_text(unit: Hashable) -> str:
     """A unit of replication in words, for a reason that names a model: a GLUE model's ``(task, seed)`` is "SST-2
-    seed 0", a seed alone (an integer: a study of one task, a translation model) "seed 2", another tuple its parts
+    seed 0" (a task and an integer), a seed alone (an integer: a study of one task, a translation model) "seed 2", another tuple its parts
     joined, anything else as it reads (integral floats as integers). Never in parentheses, which the findings bullets drop
     (``summary._reason_head``)."""
     if isinstance(unit, float) and unit.is_integer():
         unit = int(unit)
     if isinstance(unit, tuple):
         unit = tuple(int(u) if isinstance(u, float) and u.is_integer() else u for u in unit)
-    if isinstance(unit, tuple) and len(unit) == 2 and isinstance(unit[0], str):
+    if isinstance(unit, tuple) and len(unit) == 2 and isinstance(unit[0], str) \
+            and isinstance(unit[1], numbers.Integral) and not isinstance(unit[1], bool):
         return f"{unit[0]} seed {unit[1]}"
     if isinstance(unit, tuple):
         return " ".join(str(u) for u in unit)

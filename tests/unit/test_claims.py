@@ -613,6 +613,7 @@ def test_converged_gate_names_the_models_still_improving_and_needs_curves():
 
 
 @pytest.mark.parametrize("unit, text", [(("SST-2", 3), "SST-2 seed 3"), (2, "seed 2"), (("a", "b", 1), "a b 1"),
+                                        (("CoLA", "zero_shot"), "CoLA zero_shot"),
                                         ("model-x", "model-x")])
 def test_a_unit_named_in_a_reason_reads_in_words_outside_parentheses(unit, text):
     """A model still improving at the cap is named with its unit in words (the findings bullets drop what is in
