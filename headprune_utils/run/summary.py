@@ -8,6 +8,7 @@ semantics (``tables/semantics_dependence.csv``), the scale, and a link to the ex
 missing number reads ``n/a``.
 
     python -m headprune_utils.run.summary [--profile quick]
+    python -m headprune_utils.run.summary --profile standard-next --changes-from standard   # verdicts that moved
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from headprune_utils.studies import STUDIES
 
 __all__ = ["verdict_words", "claim_rows", "quick_verdicts", "fmt_number", "fmt_estimate", "where_label", "summary_markdown", "write_summary", "summary_path", "study_findings_markdown", "interim_note", "read_verdicts",
            "inject_findings", "FINDINGS_TAG", "effect_unit", "pool_label",
-           "row_label", "verdict_row", "UNITS_NOTE"]
+           "row_label", "verdict_row", "UNITS_NOTE", "verdict_changes",
+           "profile_verdicts", "changes_markdown"]
 
 DECIDED = claims.DECIDED
 # the cell tag of the "What this study found" summary at the top of an executed notebook
@@ -399,10 +401,75 @@ def write_summary(profile: str = "quick") -> Path:
     return path
 
 
+CHANGE_KEYS = ["study", "claim_id", "task", "setting", "semantics"]
+CHANGE_COLUMNS = [*CHANGE_KEYS, "verdict_old", "verdict_new", "effect_old", "effect_new", "reason_new"]
+
+
+def verdict_changes(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """The primary rows whose verdict differs between two verdict tables (two profiles, or one before and after a
+    re-render; each with a ``study`` column), matched by study, claim, task, setting and semantics
+    (:data:`CHANGE_COLUMNS`; ``reason_new``: why the new row is what it is). Only the (study, task) pairs both
+    tables measure are compared (an interim render's other tasks are not "gone"); within them a row on one side
+    only reads ``absent`` on the other. Sorted by study, claim, task and setting."""
+    def prim(v: pd.DataFrame) -> pd.DataFrame:
+        v = v[v["analysis"] == "primary"] if "analysis" in v.columns else v
+        v = v.assign(**{k: v[k].fillna("").astype(str) for k in CHANGE_KEYS})
+        dup = v.duplicated(CHANGE_KEYS, keep=False)
+        if dup.any():
+            raise ValueError(f"two primary rows of one claim, task, setting and semantics: "
+                             f"{v.loc[dup, CHANGE_KEYS].iloc[0].to_dict()}")
+        return v
+    a, b = prim(old), prim(new)
+    both = set(zip(a["study"], a["task"])) & set(zip(b["study"], b["task"]))
+    keep = lambda v: v[[(s, t) in both for s, t in zip(v["study"], v["task"])]]  # noqa: E731
+    m = keep(a).merge(keep(b), on=CHANGE_KEYS, how="outer", suffixes=("_old", "_new"))
+    for side in ("old", "new"):
+        m[f"verdict_{side}"] = m[f"verdict_{side}"].fillna("absent")
+    m = m[m["verdict_old"] != m["verdict_new"]]
+    if "reason_new" not in m.columns:
+        m["reason_new"] = ""
+    m["reason_new"] = m["reason_new"].fillna("")
+    return m[CHANGE_COLUMNS].sort_values(CHANGE_KEYS[:4], kind="stable").reset_index(drop=True)
+
+
+def profile_verdicts(profile: str) -> pd.DataFrame:
+    """Every study's verdict table under ``profile``, stacked (a ``study`` column)."""
+    tables = [v.assign(study=name) for name in STUDIES if (v := read_verdicts(name, profile)) is not None]
+    if not tables:
+        raise FileNotFoundError(f"profile {profile!r}: no study has a verdict table (tables/verdicts.csv) under "
+                                f"{os.path.relpath(outputs_root())}")
+    return pd.concat(tables, ignore_index=True)
+
+
+def changes_markdown(old_profile: str, new_profile: str) -> str:
+    """:func:`verdict_changes` from ``old_profile`` to ``new_profile`` as a Markdown table (effects at 4 digits)."""
+    ch = verdict_changes(profile_verdicts(old_profile), profile_verdicts(new_profile))
+    head = (f"Primary verdicts that differ from `{old_profile}` to `{new_profile}` (the (study, task) pairs both "
+            f"measure): {len(ch)}\n")
+    if ch.empty:
+        return head
+    def cell(x) -> str:
+        if pd.isna(x):
+            return ""
+        if isinstance(x, float):
+            return f"{x:+.4f}"
+        x = str(x).replace("|", "/")
+        return x if len(x) <= 300 else x[:300].rsplit(" ", 1)[0] + " …"
+
+    lines = ["| " + " | ".join(CHANGE_COLUMNS) + " |", "|" + "---|" * len(CHANGE_COLUMNS)]
+    lines += ["| " + " | ".join(cell(r[c]) for c in CHANGE_COLUMNS) + " |" for _, r in ch.iterrows()]
+    return head + "\n" + "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = Parser(prog="python -m headprune_utils.run.summary", description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", action=Once, default="quick")
+    ap.add_argument("--changes-from", action=Once, metavar="PROFILE",
+                    help="print the primary verdicts that differ from PROFILE's to --profile's (writes nothing)")
     args = ap.parse_args(argv)
+    if args.changes_from:
+        print(changes_markdown(args.changes_from, args.profile), end="")
+        return 0
     print(f"wrote {os.path.relpath(write_summary(args.profile))}")
     return 0
 
