@@ -37,7 +37,7 @@ from headprune_utils.run.pipeline import run_profile
 from headprune_utils.run.preflight import preflight
 from headprune_utils.run.profiles import (missing_cells, parse_where, print_plan, print_slices, unknown_profile,
                                           validate_profile, where_problems)
-from headprune_utils.store.results import CorruptCellError
+from headprune_utils.store.results import CorruptCellError, machine_kind
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies.config import PROFILES
 
@@ -159,7 +159,7 @@ def show_plan(args: argparse.Namespace) -> int:
         with models.planning():
             plan = validate_profile(args.profile, args.only)
         if args.plan_slices:
-            print_slices(plan, args.profile)
+            print_slices(plan, args.profile, here=machine_kind(models.resolve_device("auto")))
         else:
             print_plan(plan, args.profile, args.gpu_tflops, args.cpu_gflops, cells=not args.plan_summary)
     except Exception as exc:  # every validation failure (parameters, model, data) is a clear, early stop

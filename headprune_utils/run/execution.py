@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import io
 import json
 import multiprocessing
@@ -60,8 +59,8 @@ from headprune_utils.run.profiles import (TimeLeft, calibrated_gflops, duration_
                                           unknown_profile)
 from headprune_utils.tasks.metrics import verdict_scores
 from headprune_utils.store.paths import INTERIM_FILE, STAGED_ENV, StudyPaths, outputs_root
-from headprune_utils.store.results import (ResultStore, StaleResultsError, atomic_write_json, cell_key,
-                                           cpu_description, portable, run_metadata)
+from headprune_utils.store.results import (MACHINE_FIELD, ResultStore, StaleResultsError, atomic_write_json,
+                                           cell_key, machine_kind, portable, run_metadata)
 from headprune_utils.studies import NAMES, get_study
 from headprune_utils.studies.base import Cell, Study
 from headprune_utils.studies.config import ParameterError, as_dict, parameter_sources, validate
@@ -771,28 +770,6 @@ def read_status(path: Path) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------ the driver
-
-# Every cell computed from now on records the kind of machine that computed it (:func:`machine_kind`): numbers
-# differ across CPU kinds (other kernels, other rounding), so one model's slice is computed on one kind.
-MACHINE_FIELD = "machine"
-
-
-@functools.lru_cache(maxsize=None)
-def _kind_of(device: str) -> str:
-    dev = torch.device(device)
-    if dev.type == "cuda" and torch.cuda.is_available():
-        return f"cuda: {torch.cuda.get_device_name(dev.index or 0)}"
-    cpu = cpu_description()
-    caps = " ".join(cpu["cpu_capability"])
-    return f"cpu: {cpu['cpu_model']}" + (f" [{caps}]" if caps else "")
-
-
-def machine_kind(device) -> str:
-    """What a cell's numbers depend on beyond its parameters: the CPU's model and the vector extensions that change
-    float results (``results.cpu_description``), or the GPU's name on CUDA. The number of torch threads is left
-    out: it changes a training's bytes, which the full model's hash already catches, not its kind."""
-    return _kind_of(str(device))
-
 
 class MixedModelsError(RuntimeError):
     """Cells that say they used one trained model (the same task and seed) were made from different weights."""

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from headprune_utils.measure import costs
 from headprune_utils.model import models
 from headprune_utils.store.paths import StudyPaths, profile_name_problem
-from headprune_utils.store.results import ResultStore
+from headprune_utils.store.results import MACHINE_FIELD, ResultStore
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies.base import Cell, Study
 from headprune_utils.studies.config import ParameterError, load_profile, profile_lines, profile_path, validate
@@ -305,10 +305,32 @@ def slice_counts(plan: dict[str, dict], profile: str) -> list[tuple[str, str, in
     return out
 
 
-def print_slices(plan: dict[str, dict], profile: str) -> None:
+def begun_on(plan: dict[str, dict], profile: str) -> dict[tuple[str, str], list[str]]:
+    """``{(study, where): machine kinds}`` of the slices begun but not complete: the kinds their stored cells
+    record (``results.MACHINE_FIELD``, sorted; empty when none records one: cells stored before the field
+    existed). Where a slice may be resumed: on a machine of that kind (``execution.refuse_other_machine``). Reads
+    only the cell files of those slices."""
+    out = {}
+    for name, overrides in plan.items():
+        p = planned(name, overrides, profile)
+        by_slice: dict[str, list[dict]] = {}
+        for c in p.cells:
+            by_slice.setdefault(model_slice(dict(c.axes), p.study.model_axes), []).append(dict(c.axes))
+        for where, cells in by_slice.items():
+            stored = [a for a in cells if p.store.has(a)]
+            if stored and len(stored) < len(cells):
+                kinds = {p.store.get(a)["result"].get(MACHINE_FIELD) for a in stored}
+                out[(name, where)] = sorted(k for k in kinds if k)
+    return out
+
+
+def print_slices(plan: dict[str, dict], profile: str, here: str | None = None) -> None:
     """The incomplete slices of every study (:func:`slice_counts`), one line each with the command's ``--only``
-    and ``--where`` arguments, and the complete ones counted."""
+    and ``--where`` arguments, and the complete ones counted. A slice begun shows the machine kind its stored cells
+    record (:func:`begun_on`) and, when it is not ``here`` (this machine's kind), that it is to be resumed on a
+    machine of that kind."""
     rows = slice_counts(plan, profile)
+    begun = begun_on(plan, profile)
     for name in plan:
         mine = [r for r in rows if r[0] == name]
         done = [r for r in mine if r[2] == r[3]]
@@ -317,7 +339,13 @@ def print_slices(plan: dict[str, dict], profile: str) -> None:
         for _, where, stored, total in mine:
             if stored < total:
                 arg = f" --where {where}" if where else ""
-                print(f"  {stored:>5}/{total:<5} --only {name}{arg}")
+                note = ""
+                if (name, where) in begun:
+                    kinds = begun[(name, where)]
+                    note = ("   begun on a machine its cells do not record" if not kinds else
+                            f"   begun on {'; '.join(kinds)}" + ("" if here is None or kinds == [here] else
+                                                                  f"; this machine is {here}: resume on the kind that began it"))
+                print(f"  {stored:>5}/{total:<5} --only {name}{arg}{note}")
 
 
 def parse_where(items: list[str] | None) -> dict[str, set[str]]:

@@ -15,6 +15,7 @@ updates. A record that fails is named: a run moves it to ``quarantine/`` and rec
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import math
@@ -678,6 +679,30 @@ def cpu_description() -> dict:
         pass
     wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "asimd", "sve")
     return {"cpu_model": model, "cpu_count": os.cpu_count(), "cpu_capability": [f for f in wanted if f in flags]}
+
+
+# Every cell computed from now on records the kind of machine that computed it (:func:`machine_kind`): numbers
+# differ across CPU kinds (other kernels, other rounding), so one model's slice is computed on one kind.
+MACHINE_FIELD = "machine"
+
+
+@functools.lru_cache(maxsize=None)
+def _kind_of(device: str) -> str:
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.is_available():
+        return f"cuda: {torch.cuda.get_device_name(dev.index or 0)}"
+    cpu = cpu_description()
+    caps = " ".join(cpu["cpu_capability"])
+    return f"cpu: {cpu['cpu_model']}" + (f" [{caps}]" if caps else "")
+
+
+def machine_kind(device) -> str:
+    """What a cell's numbers depend on beyond its parameters: the CPU's model and the vector extensions that change
+    float results (:func:`cpu_description`), or the GPU's name on CUDA. The number of torch threads is left
+    out: it changes a training's bytes, which the full model's hash already catches, not its kind."""
+    return _kind_of(str(device))
 
 
 def device_description(device) -> dict:

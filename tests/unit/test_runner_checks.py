@@ -216,3 +216,24 @@ def test_plan_slices_counts_stored_cells_per_slice(fake_runner, tmp_path, capsys
     assert cli.main(["--profile", "t", "--plan", "--plan-slices"]) == 0
     out = capsys.readouterr().out
     assert "1 of 1 slices complete, 5 of 5 cells stored" in out and "--only" not in out
+
+
+def test_plan_slices_names_the_machine_kind_a_begun_slice_is_to_be_resumed_on(fake_runner, tmp_path, capsys,
+                                                                              monkeypatch):
+    """A slice begun shows the kind its stored cells record; on a machine of another kind, that it is to be resumed
+    there (the run itself would refuse: execution.refuse_other_machine)."""
+    from headprune_utils.store.results import machine_kind
+
+    fake_runner("fake: {}\n")
+    run_study(FakeStudy(), FakeConfig(), "t", StudyPaths("fake", "t", root=tmp_path / "out"),
+              select=lambda a: a["name"] == "a0")
+    here = machine_kind("cpu")
+    assert profiles.begun_on({"fake": {}}, "t") == {("fake", ""): [here]}
+    assert cli.main(["--profile", "t", "--plan", "--plan-slices"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "--only fake" in x)
+    assert line.endswith(f"begun on {here}"), line
+    monkeypatch.setattr(cli, "machine_kind", lambda device: "cpu: Another CPU [avx512f]")
+    assert cli.main(["--profile", "t", "--plan", "--plan-slices"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "--only fake" in x)
+    assert line.endswith(f"begun on {here}; this machine is cpu: Another CPU [avx512f]: resume on the kind "
+                         "that began it"), line
