@@ -340,11 +340,15 @@ def print_slices(plan: dict[str, dict], profile: str, here: str | None = None) -
             if stored < total:
                 arg = f" --where {where}" if where else ""
                 note = ""
-                if (name, where) in begun:
-                    kinds = begun[(name, where)]
-                    note = ("   begun on a machine its cells do not record" if not kinds else
-                            f"   begun on {'; '.join(kinds)}" + ("" if here is None or kinds == [here] else
-                                                                  f"; this machine is {here}: resume on the kind that began it"))
+                kinds = begun.get((name, where))
+                if kinds == []:
+                    note = "   begun on a machine its cells do not record"
+                elif kinds:
+                    note = f"   begun on {'; '.join(kinds)}"
+                    if here is not None and kinds != [here]:
+                        note += f"; this machine is {here}"
+                        if STUDIES[name].model_axes:  # the runner refuses another kind in a model's slice
+                            note += ": resume on the kind that began it"
                 print(f"  {stored:>5}/{total:<5} --only {name}{arg}{note}")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -413,14 +414,14 @@ def verdict_changes(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     only reads ``absent`` on the other. Sorted by study, claim, task and setting."""
     def prim(v: pd.DataFrame) -> pd.DataFrame:
         v = v[v["analysis"] == "primary"] if "analysis" in v.columns else v
-        v = v.assign(**{k: v[k].fillna("").astype(str) for k in CHANGE_KEYS})
+        v = v.assign(**{k: v[k].astype("string").fillna("").astype(str) for k in CHANGE_KEYS})
         dup = v.duplicated(CHANGE_KEYS, keep=False)
         if dup.any():
             raise ValueError(f"two primary rows of one claim, task, setting and semantics: "
                              f"{v.loc[dup, CHANGE_KEYS].iloc[0].to_dict()}")
         return v
     a, b = prim(old), prim(new)
-    both = set(zip(a["study"], a["task"])) & set(zip(b["study"], b["task"]))
+    both = compared_pairs(a, b)
     keep = lambda v: v[[(s, t) in both for s, t in zip(v["study"], v["task"])]]  # noqa: E731
     m = keep(a).merge(keep(b), on=CHANGE_KEYS, how="outer", suffixes=("_old", "_new"))
     for side in ("old", "new"):
@@ -430,6 +431,12 @@ def verdict_changes(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
         m["reason_new"] = ""
     m["reason_new"] = m["reason_new"].fillna("")
     return m[CHANGE_COLUMNS].sort_values(CHANGE_KEYS[:4], kind="stable").reset_index(drop=True)
+
+
+def compared_pairs(old: pd.DataFrame, new: pd.DataFrame) -> set[tuple[str, str]]:
+    """The (study, task) pairs both verdict tables measure (:func:`verdict_changes` compares those alone)."""
+    return set(zip(old["study"].astype(str), old["task"].astype(str))) & \
+        set(zip(new["study"].astype(str), new["task"].astype(str)))
 
 
 def profile_verdicts(profile: str) -> pd.DataFrame:
@@ -443,9 +450,20 @@ def profile_verdicts(profile: str) -> pd.DataFrame:
 
 def changes_markdown(old_profile: str, new_profile: str) -> str:
     """:func:`verdict_changes` from ``old_profile`` to ``new_profile`` as a Markdown table (effects at 4 digits)."""
-    ch = verdict_changes(profile_verdicts(old_profile), profile_verdicts(new_profile))
-    head = (f"Primary verdicts that differ from `{old_profile}` to `{new_profile}` (the (study, task) pairs both "
-            f"measure): {len(ch)}\n")
+    old, new = profile_verdicts(old_profile), profile_verdicts(new_profile)
+    ch = verdict_changes(old, new)
+    prim = lambda v: v[v["analysis"] == "primary"] if "analysis" in v.columns else v  # noqa: E731
+    po, pn = prim(old), prim(new)
+    both = compared_pairs(po, pn)
+    left = lambda v: sum((str(s_), str(t)) not in both for s_, t in zip(v["study"], v["task"]))  # noqa: E731
+    head = (f"Primary verdicts that differ from `{old_profile}` to `{new_profile}`: {len(ch)}, over the "
+            f"{len(both)} (study, task) pairs both measure; left out, measured by one side only: {left(po)} primary "
+            f"rows of `{old_profile}`, {left(pn)} of `{new_profile}` (pooled rows over other task sets among them)\n")
+    interim = [f"- `{p}` {name}: {note}" for p in (old_profile, new_profile) for name in STUDIES
+               if (note := interim_note(name, p))]
+    if interim:
+        head += ("\nAn interim render's Holm families cover its selected cells alone, so its verdicts are not those a "
+                 "full render would give:\n" + "\n".join(interim) + "\n")
     if ch.empty:
         return head
     def cell(x) -> str:
@@ -468,7 +486,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the primary verdicts that differ from PROFILE's to --profile's (writes nothing)")
     args = ap.parse_args(argv)
     if args.changes_from:
-        print(changes_markdown(args.changes_from, args.profile), end="")
+        try:
+            print(changes_markdown(args.changes_from, args.profile), end="")
+        except (FileNotFoundError, ValueError) as exc:  # a profile without verdict tables, a bad name, a duplicate
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         return 0
     print(f"wrote {os.path.relpath(write_summary(args.profile))}")
     return 0

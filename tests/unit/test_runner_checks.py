@@ -220,8 +220,9 @@ def test_plan_slices_counts_stored_cells_per_slice(fake_runner, tmp_path, capsys
 
 def test_plan_slices_names_the_machine_kind_a_begun_slice_is_to_be_resumed_on(fake_runner, tmp_path, capsys,
                                                                               monkeypatch):
-    """A slice begun shows the kind its stored cells record; on a machine of another kind, that it is to be resumed
-    there (the run itself would refuse: execution.refuse_other_machine)."""
+    """A slice begun shows the kind its stored cells record, and this machine's when it is another (a study split
+    into model slices adds that the slice is resumed on the kind that began it, as the run itself refuses
+    otherwise: execution.refuse_other_machine; this one is a single slice, whose runs the check leaves alone)."""
     from headprune_utils.store.results import machine_kind
 
     fake_runner("fake: {}\n")
@@ -235,5 +236,10 @@ def test_plan_slices_names_the_machine_kind_a_begun_slice_is_to_be_resumed_on(fa
     monkeypatch.setattr(cli, "machine_kind", lambda device: "cpu: Another CPU [avx512f]")
     assert cli.main(["--profile", "t", "--plan", "--plan-slices"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "--only fake" in x)
-    assert line.endswith(f"begun on {here}; this machine is cpu: Another CPU [avx512f]: resume on the kind "
-                         "that began it"), line
+    assert line.endswith(f"begun on {here}; this machine is cpu: Another CPU [avx512f]"), line
+    # a study split by model (its cells lack the seed axis here: one slice still), whose runs refuse another kind
+    monkeypatch.setattr(FakeStudy, "model_axes", ("seed",))
+    assert cli.main(["--profile", "t", "--plan", "--plan-slices"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "--only fake" in x)
+    assert line.endswith(f"begun on {here}; this machine is cpu: Another CPU [avx512f]: resume on the kind that "
+                         "began it"), line

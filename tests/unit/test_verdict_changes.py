@@ -63,3 +63,20 @@ def test_a_profile_without_verdict_tables_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
     with pytest.raises(FileNotFoundError, match="profile 'nosuch': no study has a verdict table"):
         summary.profile_verdicts("nosuch")
+
+
+def test_the_command_refuses_a_profile_without_tables_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
+    assert summary.main(["--profile", "nosuch", "--changes-from", "other"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: profile 'other': no study has a verdict table") and "Traceback" not in err
+
+
+def test_the_heading_counts_what_was_left_out_and_names_interim_renders(monkeypatch):
+    monkeypatch.setattr(summary, "profile_verdicts", lambda profile: {"old": OLD, "new": NEW}[profile])
+    monkeypatch.setattr(summary, "interim_note", lambda name, profile: "interim render: only SST-2"
+                        if (name, profile) == ("random_pruning", "new") else "")
+    md = summary.changes_markdown("old", "new")
+    assert "4, over the 2 (study, task) pairs both measure" in md
+    assert "left out, measured by one side only: 1 primary rows of `old`, 0 of `new`" in md  # CoLA
+    assert "- `new` random_pruning: interim render: only SST-2" in md
