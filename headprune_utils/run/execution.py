@@ -797,8 +797,7 @@ def check_one_model(table: pd.DataFrame, study: str, axes: Iterable[str]) -> Non
     n = t.groupby(keys)["full_model_sha"].nunique()
     bad = n[n > 1]
     if len(bad):
-        first = bad.index[0] if len(keys) > 1 else (bad.index[0],)
-        which = t[(t[keys] == pd.Series(dict(zip(keys, first)))).all(axis=1)]
+        first, which = _rows_of(t, keys, bad.index[0])
         shas = sorted(which["full_model_sha"].unique())
         name = _model_name(keys, first)
         raise MixedModelsError(
@@ -807,6 +806,13 @@ def check_one_model(table: pd.DataFrame, study: str, axes: Iterable[str]) -> Non
             f"or another number of torch threads (OMP_NUM_THREADS, --jobs) trained it differently). Recompute those "
             f"cells (move them away, or --fresh) so that one training underlies them all; {len(bad)} model(s) "
             f"affected.")
+
+
+def _rows_of(t: pd.DataFrame, keys: list[str], values) -> tuple[tuple, pd.DataFrame]:
+    """``(values as a tuple, the rows of t whose ``keys`` equal them)``: one model's cells (``values``: a group index
+    of ``t.groupby(keys)``, a scalar when there is one key)."""
+    values = tuple(values) if len(keys) > 1 else (values,)
+    return values, t[(t[keys] == pd.Series(dict(zip(keys, values)))).all(axis=1)]
 
 
 def _model_name(keys: list[str], values: tuple) -> str:
@@ -836,8 +842,7 @@ def refuse_other_machine(study: Study, store: ResultStore, cells: list, done: se
     other = stored[stored[MACHINE_FIELD].notna() & (stored[MACHINE_FIELD] != here)]
     if other.empty:
         return
-    first = tuple(other.iloc[0][keys])
-    which = other[(other[keys] == pd.Series(dict(zip(keys, first)))).all(axis=1)]
+    first, which = _rows_of(other, keys, other.iloc[0][keys].tolist() if len(keys) > 1 else other.iloc[0][keys[0]])
     kinds = which.groupby(MACHINE_FIELD).size().sort_index()
     n_models = other.groupby(keys).ngroups
     raise MixedModelsError(
@@ -860,8 +865,7 @@ def _one_machine_kind(table: pd.DataFrame, study: str, keys: list[str]) -> None:
     bad = n[n > 1]
     if not len(bad):
         return
-    first = bad.index[0] if len(keys) > 1 else (bad.index[0],)
-    which = t[(t[keys] == pd.Series(dict(zip(keys, first)))).all(axis=1)]
+    first, which = _rows_of(t, keys, bad.index[0])
     kinds = which.groupby(MACHINE_FIELD).size().sort_index()
     raise MixedModelsError(
         f"{study}: the cells of {_model_name(keys, first)} were computed on {len(kinds)} kinds of machine ("
