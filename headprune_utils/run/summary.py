@@ -200,6 +200,11 @@ def interim_note(name: str, profile: str) -> str:
             "computed, so its verdicts, pooled rows and Holm families cover these cells alone")
 
 
+def primary_rows(v: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a verdict table in its primary analysis (every row of a table that does not split them)."""
+    return v[v["analysis"] == "primary"] if "analysis" in v.columns else v
+
+
 def read_verdicts(name: str, profile: str) -> pd.DataFrame | None:
     """``name``'s ``tables/verdicts.csv`` under ``profile`` (None when there is none), its ``scale`` saying so
     when the outputs are an interim render (:func:`interim_note`): every page that quotes a scale quotes that."""
@@ -224,7 +229,7 @@ def claim_rows(profile: str) -> pd.DataFrame:
             continue
         dep_f = paths.tables / "semantics_dependence.csv"
         dep = pd.read_csv(dep_f) if dep_f.exists() else pd.DataFrame(columns=["claim_id", "depends", "note"])
-        prim = v[v["analysis"] == "primary"] if "analysis" in v.columns else v
+        prim = primary_rows(v)
         for cid, g in prim.groupby("claim_id", sort=False):
             counts = g["verdict"].value_counts()
             verdicts = ", ".join(f"{int(counts[w])} {w}" for w in claims.VERDICTS if w in counts)
@@ -292,7 +297,7 @@ def study_findings_markdown(name: str, profile: str, verdicts: pd.DataFrame | No
         return ""
     dep_f = paths.tables / "semantics_dependence.csv"
     dep = pd.read_csv(dep_f) if dep_f.exists() else pd.DataFrame(columns=["claim_id", "task", "depends", "note"])
-    v = verdicts[verdicts["analysis"] == "primary"] if "analysis" in verdicts.columns else verdicts
+    v = primary_rows(verdicts)
     scale = str(v["scale"].iloc[0]) if "scale" in v.columns and len(v) else ""
     note = interim_note(name, profile)
     scale = scale.replace(f"; {note}", "") if note else scale  # said once, in bold, below
@@ -413,7 +418,7 @@ def verdict_changes(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     tables measure are compared (an interim render's other tasks are not "gone"); within them a row on one side
     only reads ``absent`` on the other. Sorted by study, claim, task and setting."""
     def prim(v: pd.DataFrame) -> pd.DataFrame:
-        v = v[v["analysis"] == "primary"] if "analysis" in v.columns else v
+        v = primary_rows(v)
         v = v.assign(**{k: v[k].astype("string").fillna("").astype(str) for k in CHANGE_KEYS})
         dup = v.duplicated(CHANGE_KEYS, keep=False)
         if dup.any():
@@ -452,8 +457,7 @@ def changes_markdown(old_profile: str, new_profile: str) -> str:
     """:func:`verdict_changes` from ``old_profile`` to ``new_profile`` as a Markdown table (effects at 4 digits)."""
     old, new = profile_verdicts(old_profile), profile_verdicts(new_profile)
     ch = verdict_changes(old, new)
-    prim = lambda v: v[v["analysis"] == "primary"] if "analysis" in v.columns else v  # noqa: E731
-    po, pn = prim(old), prim(new)
+    po, pn = primary_rows(old), primary_rows(new)
     both = compared_pairs(po, pn)
     left = lambda v: sum((str(s_), str(t)) not in both for s_, t in zip(v["study"], v["task"]))  # noqa: E731
     head = (f"Primary verdicts that differ from `{old_profile}` to `{new_profile}`: {len(ch)}, over the "
