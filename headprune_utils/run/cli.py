@@ -11,7 +11,8 @@
 Every study's parameters (``params/<profile>.yaml`` over the notebook defaults) are validated before
 any notebook starts: an unknown key, a wrong type, an unknown task/model or an impossible budget stops
 the run at once. Studies resume: finished result cells are reused. ``--fresh`` first moves earlier
-results aside (``<profile>.bak-<time>``), never deleting them. A failing notebook stops the run with a
+results aside (``<profile>.bak-<time>``), never deleting them; with ``--where``, only the stored cells the
+selection matches (one slice computed again). A failing notebook stops the run with a
 non-zero exit naming the notebook and the cell; the executed notebook (with the traceback) is kept.
 
 ``--executor ray`` first computes every planned cell of the selected studies as Ray tasks (this process is the
@@ -60,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog=program_name(), description=__doc__.split("\n")[0])
     parser.add_argument("--profile", action=Once, default="quick", help=f"parameter profile: one of {PROFILES} or another params/*.yaml")
     parser.add_argument("--only", nargs="+", action="extend", metavar="STUDY", help=f"run only these studies: {', '.join(STUDIES)}")
-    parser.add_argument("--fresh", action="store_true", help="move earlier results of these studies aside first (kept as a backup)")
+    parser.add_argument("--fresh", action="store_true", help="move earlier results of these studies aside first (kept as a backup); with "
+                        "--where, only the stored cells the selection matches (e.g. one slice to compute again)")
     parser.add_argument("--fresh-caches", action="store_true",
                         help="move the profile's shared model caches aside first (outputs/_finetuned/<profile>, "
                              "outputs/_nmt/<profile>; kept as a backup): every model is trained again")
@@ -174,8 +176,8 @@ def blocked(plan: dict[str, dict], args: argparse.Namespace) -> bool:
     try:
         problems = where_problems(plan, args.profile, parse_where(args.where))
         writes = "cells" if args.cells_only else "render" if args.from_cells else "all"
-        problems += preflight(plan, args.profile, read_data=args.check, stale=not args.fresh, notes=notes,
-                              writes=writes)
+        problems += preflight(plan, args.profile, read_data=args.check, stale=not args.fresh or bool(args.where),
+                              notes=notes, writes=writes)
     except Exception as exc:  # a data file that cannot even be hashed, say
         problems = [str(exc)]
     for note in notes:
@@ -183,7 +185,8 @@ def blocked(plan: dict[str, dict], args: argparse.Namespace) -> bool:
     if problems:
         print("error: " + "\nerror: ".join(problems), file=sys.stderr)
         if any("other parameters" in p for p in problems):
-            print("(--fresh moves the earlier results aside, keeping them)", file=sys.stderr)
+            print("(--fresh" + (" without --where" if args.where else "") + " moves the earlier results aside, "
+                  "keeping them)", file=sys.stderr)
         return True
     try:
         gaps = missing_cells(plan, args.profile, parse_where(args.where)) if args.from_cells else {}

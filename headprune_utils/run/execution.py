@@ -55,8 +55,8 @@ import torch
 from tqdm import tqdm
 
 from headprune_utils.model import models
-from headprune_utils.run.profiles import (TimeLeft, calibrated_gflops, duration_text, selected_cells, selector,
-                                          unknown_profile)
+from headprune_utils.run.profiles import (TimeLeft, axis_text, calibrated_gflops, duration_text, selected_cells,
+                                          selector, unknown_profile)
 from headprune_utils.tasks.metrics import verdict_scores
 from headprune_utils.store.paths import INTERIM_FILE, STAGED_ENV, StudyPaths, outputs_root
 from headprune_utils.store.results import (MACHINE_FIELD, ResultStore, StaleResultsError, atomic_write_json,
@@ -826,6 +826,11 @@ def _model_name(keys: list[str], values: tuple) -> str:
     return "model " + " ".join(f"{k}={v}" for k, v in zip(keys, values))
 
 
+def _where_text(keys: list[str], values: tuple) -> str:
+    """One model's slice as ``--where`` writes it ("task=STS-B seed=1"; a seed read as 1.0 as 1)."""
+    return " ".join(f"{k}={axis_text(v)}" for k, v in zip(keys, values))
+
+
 def refuse_other_machine(study: Study, store: ResultStore, cells: list, done: set[str], todo: list,
                          here: str) -> None:
     """:class:`MixedModelsError` before any work when this machine (of kind ``here``) would add ``todo`` cells to a
@@ -850,8 +855,9 @@ def refuse_other_machine(study: Study, store: ResultStore, cells: list, done: se
         f"stored cells were computed on another kind ("
         + "; ".join(f"{n} cell(s) on {k}" for k, n in kinds.items())
         + "): numbers differ across CPU kinds, so a slice is finished on machines of the kind that began it. "
-        f"Resume it on such a machine (or move its cells away and recompute the slice here); {n_models} model(s) "
-        "affected. Nothing was computed.")
+        f"Resume it on such a machine, or compute the whole slice again here (--cells-only --fresh --where "
+        f"{_where_text(keys, first)} moves its stored cells aside, kept); {n_models} model(s) affected. Nothing was "
+        "computed.")
 
 
 def _one_machine_kind(table: pd.DataFrame, study: str, keys: list[str]) -> None:
@@ -871,8 +877,8 @@ def _one_machine_kind(table: pd.DataFrame, study: str, keys: list[str]) -> None:
         f"{study}: the cells of {_model_name(keys, first)} were computed on {len(kinds)} kinds of machine ("
         + "; ".join(f"{n} cell(s) on {k}" for k, n in kinds.items())
         + "): numbers differ across CPU kinds, so one model's cells come from one kind. Recompute the cells of the "
-        f"other kind on a machine of the first (or move them all away and recompute the slice); {len(bad)} model(s) "
-        "affected.")
+        f"other kind on a machine of the first, or compute the whole slice again on one kind (--cells-only --fresh "
+        f"--where {_where_text(keys, first)} moves its stored cells aside, kept); {len(bad)} model(s) affected.")
 
 
 # ``--from-cells --where``: an interim render. The batch runner sets this in its notebooks' kernels to the

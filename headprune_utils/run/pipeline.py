@@ -108,6 +108,9 @@ def _run_held(plan: dict[str, dict], profile: str, total: float, *, jobs: int, f
                 print(done, flush=True)
     if fresh:
         for name in plan:
+            if where:
+                move_selection_aside(name, plan[name], profile, where)
+                continue
             backup = move_aside(StudyPaths(name, profile, staged=False))
             if backup:
                 print(f"moved earlier results to {relative(backup)}")
@@ -140,6 +143,28 @@ def move_aside(paths: StudyPaths) -> Path | None:
     backup = paths.dir.with_name(f"{paths.dir.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
     with study_lock(paths, "--fresh: moving the folder aside"):
         paths.dir.rename(backup)
+    return backup
+
+
+def move_selection_aside(name: str, overrides: dict, profile: str, where: dict[str, set[str]]) -> Path | None:
+    """``--fresh --where``: move the study's stored cells that the selection matches (not the cells they require)
+    into ``<profile>.bak-<time>/cells/`` beside the study's folder, with the manifest lines they had, holding the
+    study lock; the rest of the study stays. So one slice is computed again (on a machine of another kind, say:
+    ``execution.refuse_other_machine``) without moving the other slices away. Returns the backup folder, or None
+    when no stored cell matched."""
+    paths = StudyPaths(name, profile, staged=False)
+    p = planned(name, overrides, profile)
+    select = selector(where)
+    chosen = [dict(c.axes) for c in p.cells if select(dict(c.axes))]
+    backup = paths.dir.with_name(f"{paths.dir.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}") / "cells"
+    told = " ".join(f"{k}={v}" for k in sorted(where) for v in sorted(where[k]))
+    with study_lock(paths, "--fresh --where: moving the selected cells aside"):
+        moved = p.store.move_out(chosen, backup)
+    if not moved:
+        print(f"{name}: no stored cell matches --where {told}; nothing moved")
+        return None
+    print(f"{name}: moved the {len(moved)} stored cells that --where {told} matches to {relative(backup)} "
+          "(the cells they require stay)")
     return backup
 
 

@@ -348,7 +348,7 @@ def print_slices(plan: dict[str, dict], profile: str, here: str | None = None) -
                     if here is not None and kinds != [here]:
                         note += f"; this machine is {here}"
                         if STUDIES[name].model_axes:  # the runner refuses another kind in a model's slice
-                            note += ": resume on the kind that began it"
+                            note += ": resume on the kind that began it, or add --fresh to compute it again here"
                 print(f"  {stored:>5}/{total:<5} --only {name}{arg}{note}")
 
 
@@ -376,7 +376,7 @@ def where_problems(plan: dict[str, dict], profile: str, where: dict[str, set[str
         values: dict[str, set[str]] = {}
         for c in cells:
             for k, v in dict(c.axes).items():
-                values.setdefault(k, set()).add(_axis_text(v))
+                values.setdefault(k, set()).add(axis_text(v))
         unknown = sorted(set(where) - set(values))
         if unknown:
             out.append(f"--where {', '.join(unknown)}: no planned cell of {name} ({profile}) has the axis "
@@ -395,9 +395,9 @@ def selector(where: dict[str, set[str]]):
     values (floats compared as ``%g``: ``fraction=0.5``); axes a cell does not have do not filter it."""
     if not where:
         return None
-    return lambda axes: all(_axis_text(axes[k]) in vals for k, vals in where.items() if k in axes)
+    return lambda axes: all(axis_text(axes[k]) in vals for k, vals in where.items() if k in axes)
 
 
-def _axis_text(value) -> str:
+def axis_text(value) -> str:
     """An axis value as ``--where`` writes it (floats as ``%g``: ``fraction=0.5``)."""
     return f"{value:g}" if isinstance(value, float) else str(value)

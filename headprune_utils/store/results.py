@@ -555,6 +555,37 @@ class ResultStore:
         atomic_write_text(path, text)  # the cell first: a crash between the two leaves it unlisted, never "changed"
         self._set_entry(path.name, digest(text.encode("utf-8")))
 
+    def move_out(self, cells: Iterable[dict], dest: Path) -> list[str]:
+        """Move the stored files of ``cells`` (those that exist) into the folder ``dest`` (created; a file already
+        there is never replaced: FileExistsError naming it, before anything moves) and drop their lines from this
+        folder's manifest; ``dest`` gets a manifest of the lines they had, so the moved cells stay verifiable there.
+        Returns the names moved. The caller holds the study's lock (:meth:`lock`): nothing computes into the folder
+        meanwhile."""
+        dest = Path(dest)
+        paths = [p for p in dict.fromkeys(self.path(c) for c in cells) if p.exists()]
+        if not paths:
+            return []
+        clash = [p.name for p in paths if (dest / p.name).exists()]
+        if clash:
+            raise FileExistsError(f"{shown_path(dest)} already holds {clash[0]}"
+                                  + (f" and {len(clash) - 1} other cell(s)" if len(clash) > 1 else "")
+                                  + ": nothing was moved")
+        entries = self._entries()
+        dest.mkdir(parents=True, exist_ok=True)
+        moved = {p.name: entries.get(p.name) for p in paths}
+        listed = {n: sha for n, sha in moved.items() if sha}
+        if listed:  # written first: a crash below leaves the moved cells verifiable, never unlisted
+            kept, _ = read_manifest(dest)
+            atomic_write_text(manifest_path(dest), format_manifest({**(kept or {}), **listed}))
+        for p in paths:
+            os.replace(p, dest / p.name)
+        remaining = {n: sha for n, sha in entries.items() if n not in moved}
+        if remaining != entries:  # a folder without a manifest does not get one
+            atomic_write_text(self.manifest_file, format_manifest(remaining))
+            self._manifest, self._manifest_stamp = remaining, self._stamp()
+        self.unlisted = [n for n in self.unlisted if n not in moved]
+        return list(moved)
+
     def records(self) -> list[dict]:
         """Every record of this store's fingerprint (others are left out)."""
         out = []

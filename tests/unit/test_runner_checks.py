@@ -242,4 +242,48 @@ def test_plan_slices_names_the_machine_kind_a_begun_slice_is_to_be_resumed_on(fa
     assert cli.main(["--profile", "t", "--plan", "--plan-slices"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "--only fake" in x)
     assert line.endswith(f"begun on {here}; this machine is cpu: Another CPU [avx512f]: resume on the kind that "
-                         "began it"), line
+                         "began it, or add --fresh to compute it again here"), line
+
+
+def test_fresh_with_where_moves_the_selected_cells_aside_and_computes_them_again(fake_runner, tmp_path, capsys):
+    """--cells-only --fresh --where: only the stored cells the selection matches move aside (to
+    ``<profile>.bak-<time>/cells/`` with the manifest lines they had, so they stay verifiable there) and are
+    computed again; the other cells, and the cells the selected ones require, stay where they were, byte for byte.
+    Before, --fresh moved the whole study away whatever --where said."""
+    from headprune_utils.store import manifest
+
+    fake_runner("fake: {}\n")
+    study_dir = StudyPaths("fake", "t", root=tmp_path / "out")
+    run_study(FakeStudy(), FakeConfig(), "t", study_dir)
+    before = {p.name: p.read_bytes() for p in study_dir.cells.glob("*.json")}
+    b_key = next(n for n in before if "b" in n.split("name=")[-1])
+    assert cli.main(["--profile", "t", "--cells-only", "--fresh", "--where", "name=b", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "fake: moved the 1 stored cells that --where name=b matches to " in out
+    assert "(the cells they require stay)" in out
+    backups = list(study_dir.dir.parent.glob("t.bak-*"))
+    assert len(backups) == 1 and sorted(p.name for p in (backups[0] / "cells").glob("*.json")) == [b_key]
+    assert (backups[0] / "cells" / b_key).read_bytes() == before[b_key], "moved as it was"
+    assert manifest.verify(backups[0] / "cells") == {"changed": [], "unlisted": [], "gone": [], "damaged": []}
+    after = {p.name: p.read_bytes() for p in study_dir.cells.glob("*.json")}
+    assert set(after) == set(before), "the selected cell was computed again"
+    assert all(after[n] == before[n] for n in before if n != b_key), "the others were not touched"
+    assert manifest.verify(study_dir.cells) == {"changed": [], "unlisted": [], "gone": [], "damaged": []}
+    # a selection with nothing stored moves nothing and makes no backup folder
+    for p in study_dir.cells.glob("*name=a3*.json"):
+        p.unlink()
+    assert manifest.record(study_dir.cells)[1] == []
+    assert cli.main(["--profile", "t", "--cells-only", "--fresh", "--where", "name=a3", "--no-progress"]) == 0
+    assert "fake: no stored cell matches --where name=a3; nothing moved" in capsys.readouterr().out
+    assert len(list(study_dir.dir.parent.glob("t.bak-*"))) == 1
+
+
+def test_fresh_with_where_still_refuses_stored_cells_of_other_parameters(fake_runner, tmp_path, capsys):
+    """Moving one slice aside cannot make a study of changed parameters consistent (the other slices stay): the
+    stale-results check still stops the run, and its advice names --fresh without --where."""
+    run_study(FakeStudy(), FakeConfig(), "t", StudyPaths("fake", "t", root=tmp_path / "out"))
+    fake_runner("fake: {scale: 2.0}\n")
+    assert cli.main(["--profile", "t", "--cells-only", "--fresh", "--where", "name=b", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "scale: 1.0 -> 2.0" in err and "(--fresh without --where moves the earlier results aside" in err
+    assert not list((tmp_path / "out" / "fake").glob("t.bak-*")), "nothing moved"

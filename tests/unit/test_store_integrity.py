@@ -358,3 +358,40 @@ def test_the_lock_is_released_for_the_next_run_in_the_same_process(tmp_path):
             assert (tmp_path / "study" / "prof" / ".lock").read_text().startswith("pid ")
         assert time.monotonic() - t0 < 5
     assert (tmp_path / "study" / "prof" / ".lock").read_text() == ""
+
+
+def test_moving_cells_out_keeps_both_folders_verifiable_and_never_replaces_a_file(tmp_path):
+    """``ResultStore.move_out`` (``--fresh --where``): the moved cells leave the folder and its manifest, and the
+    backup folder lists them with the lines they had (an edited cell stays 'changed' there: moving certifies
+    nothing); a file of the same name already in the backup stops it before anything moves; a folder without a
+    manifest does not get one."""
+    from headprune_utils.store import manifest
+
+    src = tmp_path / "cells"
+    store = ResultStore(src, "fp")
+    for i in range(4):
+        store.put({"name": f"a{i}"}, {"value": float(i)})
+    edited = src / "name=a2.json"
+    edited.write_text(edited.read_text().replace('"value": 2.0', '"value": 7.0'))
+    dest = tmp_path / "bak" / "cells"
+    assert store.move_out([{"name": "a1"}, {"name": "a2"}, {"name": "a9"}, {"name": "a1"}], dest) == [
+        "name=a1.json", "name=a2.json"]
+    assert sorted(p.name for p in src.glob("*.json")) == ["name=a0.json", "name=a3.json"]
+    assert manifest.verify(src) == {"changed": [], "unlisted": [], "gone": [], "damaged": []}
+    assert manifest.verify(dest) == {"changed": ["name=a2.json"], "unlisted": [], "gone": [], "damaged": []}
+    assert store.has({"name": "a0"}) and not store.has({"name": "a1"})
+    assert store.move_out([{"name": "a9"}], dest) == [], "nothing stored: nothing moved"
+    # a clash: nothing moves
+    store.put({"name": "a1"}, {"value": 1.0})
+    with pytest.raises(FileExistsError, match=r"already holds name=a1\.json: nothing was moved"):
+        store.move_out([{"name": "a0"}, {"name": "a1"}], dest)
+    assert sorted(p.name for p in src.glob("*.json")) == ["name=a0.json", "name=a1.json", "name=a3.json"]
+    # no manifest: none is made, on either side
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(src / "name=a0.json", bare / "name=a0.json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert ResultStore(bare, "fp").move_out([{"name": "a0"}], tmp_path / "bare-bak") == ["name=a0.json"]
+    assert not (bare / "MANIFEST.sha256").exists() and not (tmp_path / "bare-bak" / "MANIFEST.sha256").exists()
+    assert (tmp_path / "bare-bak" / "name=a0.json").exists()
