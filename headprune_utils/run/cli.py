@@ -161,7 +161,8 @@ def show_plan(args: argparse.Namespace) -> int:
         with models.planning():
             plan = validate_profile(args.profile, args.only)
         if args.plan_slices:
-            print_slices(plan, args.profile, here=machine_kind(models.resolve_device("auto")))
+            # each study judged by the device its parameters name (machine_kind looked up at the call: tests swap it)
+            print_slices(plan, args.profile, here=lambda device: machine_kind(device))
         else:
             print_plan(plan, args.profile, args.gpu_tflops, args.cpu_gflops, cells=not args.plan_summary)
     except Exception as exc:  # every validation failure (parameters, model, data) is a clear, early stop

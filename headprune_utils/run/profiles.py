@@ -11,7 +11,7 @@ run's slices, one trained model each (:func:`slice_counts`), with the ``--where`
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from itertools import takewhile
 from typing import Any, NamedTuple
 
@@ -324,14 +324,20 @@ def begun_on(plan: dict[str, dict], profile: str) -> dict[tuple[str, str], list[
     return out
 
 
-def print_slices(plan: dict[str, dict], profile: str, here: str | None = None) -> None:
+def print_slices(plan: dict[str, dict], profile: str, here: Callable[[Any], str] | None = None) -> None:
     """The incomplete slices of every study (:func:`slice_counts`), one line each with the command's ``--only``
     and ``--where`` arguments, and the complete ones counted. A slice begun shows the machine kind its stored cells
-    record (:func:`begun_on`) and, when it is not ``here`` (this machine's kind), that it is to be resumed on a
-    machine of that kind."""
+    record (:func:`begun_on`) and, when it is not this machine's kind for the study (``here(device)``, the device
+    the study's parameters name, as its runs judge it: a profile pinned to ``cpu`` on a GPU machine is judged by
+    the CPU), that it is to be resumed on a machine of that kind."""
     rows = slice_counts(plan, profile)
     begun = begun_on(plan, profile)
-    for name in plan:
+    for name, overrides in plan.items():
+        kind_here = None
+        if here is not None:
+            with models.planning():
+                _, cfg = study_config(name, overrides, profile)
+                kind_here = here(models.resolve_device(cfg.device))
         mine = [r for r in rows if r[0] == name]
         done = [r for r in mine if r[2] == r[3]]
         print(f"== {name} ({profile}): {len(done)} of {len(mine)} slices complete, "
@@ -345,8 +351,8 @@ def print_slices(plan: dict[str, dict], profile: str, here: str | None = None) -
                     note = "   begun on a machine its cells do not record"
                 elif kinds:
                     note = f"   begun on {'; '.join(kinds)}"
-                    if here is not None and kinds != [here]:
-                        note += f"; this machine is {here}"
+                    if kind_here is not None and kinds != [kind_here]:
+                        note += f"; this machine is {kind_here}"
                         if STUDIES[name].model_axes:  # the runner refuses another kind in a model's slice
                             note += ": resume on the kind that began it, or add --fresh to compute it again here"
                 print(f"  {stored:>5}/{total:<5} --only {name}{arg}{note}")

@@ -287,3 +287,22 @@ def test_fresh_with_where_still_refuses_stored_cells_of_other_parameters(fake_ru
     err = capsys.readouterr().err
     assert "scale: 1.0 -> 2.0" in err and "(--fresh without --where moves the earlier results aside" in err
     assert not list((tmp_path / "out" / "fake").glob("t.bak-*")), "nothing moved"
+
+
+def test_plan_slices_judges_this_machine_by_the_device_the_study_names(fake_runner, tmp_path, capsys, monkeypatch):
+    """The run's own check compares kinds on the device the study's parameters name, so --plan-slices does too: a
+    study pinned to ``cpu`` on a machine with a GPU is judged by the CPU (before, by the ``auto`` device)."""
+    from headprune_utils.store.results import machine_kind
+
+    fake_runner("fake: {device: cpu}\n")
+    run_study(FakeStudy(), FakeConfig(device="cpu"), "t", StudyPaths("fake", "t", root=tmp_path / "out"),
+              select=lambda a: a["name"] == "a0")
+    monkeypatch.setattr(FakeStudy, "model_axes", ("seed",))
+    seen = []
+    monkeypatch.setattr(cli, "machine_kind", lambda device: seen.append(str(device)) or machine_kind(device))
+    monkeypatch.setattr(cli.models, "resolve_device", lambda name: __import__("torch").device(
+        "cuda" if name == "auto" else name))
+    assert cli.main(["--profile", "t", "--plan", "--plan-slices"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "--only fake" in x)
+    assert seen == ["cpu"], seen
+    assert line.endswith(f"begun on {machine_kind('cpu')}"), line
