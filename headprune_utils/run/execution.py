@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import math
 import multiprocessing
 import os
 import socket
@@ -55,7 +56,7 @@ import torch
 from tqdm import tqdm
 
 from headprune_utils.model import models
-from headprune_utils.run.profiles import (TimeLeft, axis_text, calibrated_gflops, duration_text, selected_cells,
+from headprune_utils.run.profiles import (TimeLeft, calibrated_gflops, duration_text, model_slice, selected_cells,
                                           selector, unknown_profile)
 from headprune_utils.tasks.metrics import verdict_scores
 from headprune_utils.store.paths import INTERIM_FILE, STAGED_ENV, StudyPaths, outputs_root
@@ -775,7 +776,7 @@ class MixedModelsError(RuntimeError):
     """Cells that say they used one trained model (the same task and seed) were made from different weights."""
 
 
-def check_one_model(table: pd.DataFrame, study: str, axes: Iterable[str]) -> None:
+def check_one_model(table: pd.DataFrame, study: str, axes: Iterable[str], profile: str | None = None) -> None:
     """Raise :class:`MixedModelsError` when cells of one model carry different ``full_model_sha`` (the hash of the
     trained full model's weights a cell was computed with, ``Study.provenance``): a run resumed on another machine
     retrains a model whose cache was lost, and training need not give the same weights on another CPU or with
@@ -786,11 +787,11 @@ def check_one_model(table: pd.DataFrame, study: str, axes: Iterable[str]) -> Non
     record their machine (:data:`MACHINE_FIELD`) must name one kind (:func:`_one_machine_kind`); a run on this
     machine (local or process executor) refuses before computing to add to a slice another kind began
     (:func:`refuse_other_machine`). On a Ray cluster every node must be of one kind: its workers record their
-    own, checked after the cells are stored."""
+    own, checked after the cells are stored. ``profile`` (when known) goes into the command a message names."""
     keys = list(axes)
     if not keys or not set(keys) <= set(table.columns):
         return
-    _one_machine_kind(table, study, keys)
+    _one_machine_kind(table, study, keys, profile)
     if "full_model_sha" not in table.columns:
         return
     t = table[table["full_model_sha"].notna()]
@@ -826,13 +827,18 @@ def _model_name(keys: list[str], values: tuple) -> str:
     return "model " + " ".join(f"{k}={v}" for k, v in zip(keys, values))
 
 
-def _where_text(keys: list[str], values: tuple) -> str:
-    """One model's slice as ``--where`` writes it ("task=STS-B seed=1"; a seed read as 1.0 as 1)."""
-    return " ".join(f"{k}={axis_text(v)}" for k, v in zip(keys, values))
+def _again_command(study: str, profile: str | None, keys: list[str], values: tuple) -> str:
+    """The runner's command that computes one model's slice again on this machine, its stored cells moved aside
+    (``--fresh --where``): the slice as ``--plan-slices`` writes it (a seed read as 1.0 as 1; the pre-trained
+    encoder's cells, whose seed is empty, as ``task=pretrained``)."""
+    axes = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in zip(keys, values)
+            if not (v is None or isinstance(v, float) and math.isnan(v))}
+    return (f"python -m headprune_utils.run{f' --profile {profile}' if profile else ''} --only {study} --cells-only "
+            f"--fresh --where {model_slice(axes, tuple(keys))}")
 
 
 def refuse_other_machine(study: Study, store: ResultStore, cells: list, done: set[str], todo: list,
-                         here: str) -> None:
+                         here: str, profile: str | None = None) -> None:
     """:class:`MixedModelsError` before any work when this machine (of kind ``here``) would add ``todo`` cells to a
     model's slice whose stored cells record another kind (:data:`MACHINE_FIELD`; cells without a record say
     nothing). Reads only the stored cells of the slices ``todo`` touches."""
@@ -850,17 +856,17 @@ def refuse_other_machine(study: Study, store: ResultStore, cells: list, done: se
     first, which = _rows_of(other, keys, other.iloc[0][keys].tolist() if len(keys) > 1 else other.iloc[0][keys[0]])
     kinds = which.groupby(MACHINE_FIELD).size().sort_index()
     n_models = other.groupby(keys).ngroups
+    again = _again_command(study.name, profile, keys, first)
     raise MixedModelsError(
         f"{study.name}: this machine ({here}) would add cells to the slice of {_model_name(keys, first)}, whose "
         f"stored cells were computed on another kind ("
         + "; ".join(f"{n} cell(s) on {k}" for k, n in kinds.items())
         + "): numbers differ across CPU kinds, so a slice is finished on machines of the kind that began it. "
-        f"Resume it on such a machine, or compute the whole slice again here (--cells-only --fresh --where "
-        f"{_where_text(keys, first)} moves its stored cells aside, kept); {n_models} model(s) affected. Nothing was "
-        "computed.")
+        f"Resume it on such a machine, or compute the whole slice again here ({again} moves its stored cells aside, "
+        f"kept); {n_models} model(s) affected. Nothing was computed.")
 
 
-def _one_machine_kind(table: pd.DataFrame, study: str, keys: list[str]) -> None:
+def _one_machine_kind(table: pd.DataFrame, study: str, keys: list[str], profile: str | None = None) -> None:
     """:class:`MixedModelsError` when the cells of one model's slice that record their machine
     (:data:`MACHINE_FIELD`) name more than one kind: a slice is finished on machines of the kind that began it.
     Cells stored before the field existed record none and are not checked."""
@@ -877,8 +883,9 @@ def _one_machine_kind(table: pd.DataFrame, study: str, keys: list[str]) -> None:
         f"{study}: the cells of {_model_name(keys, first)} were computed on {len(kinds)} kinds of machine ("
         + "; ".join(f"{n} cell(s) on {k}" for k, n in kinds.items())
         + "): numbers differ across CPU kinds, so one model's cells come from one kind. Recompute the cells of the "
-        f"other kind on a machine of the first, or compute the whole slice again on one kind (--cells-only --fresh "
-        f"--where {_where_text(keys, first)} moves its stored cells aside, kept); {len(bad)} model(s) affected.")
+        f"other kind on a machine of the first, or compute the whole slice again on one kind ("
+        f"{_again_command(study, profile, keys, first)} moves its stored cells aside, kept); {len(bad)} model(s) "
+        "affected.")
 
 
 # ``--from-cells --where``: an interim render. The batch runner sets this in its notebooks' kernels to the
@@ -1069,7 +1076,7 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
     todo = [c for c in cells if c.key not in done]
     ex = make_executor(executor, address)
     if todo and ex.name in ("local", "process"):  # this machine computes them: refused before any work if another
-        refuse_other_machine(study, store, cells, done, todo, machine_kind(device))  # kind began their slice
+        refuse_other_machine(study, store, cells, done, todo, machine_kind(device), profile)  # kind began the slice
     t0 = time.perf_counter()
     failed: dict[str, str] = {}
     skipped: dict[str, str] = {}
@@ -1096,7 +1103,7 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
             ex.close()
     stored = [c for c in cells if store.has(c.axes)]
     table = store.table([dict(c.axes) for c in stored])
-    check_one_model(table, study.name, study.model_axes)
+    check_one_model(table, study.name, study.model_axes, profile)
     durations = {"this_run": time.perf_counter() - t0,
                  "cells_total": float(table["seconds"].sum()) if "seconds" in table else 0.0,
                  "cells_computed_now": len(todo) - len(failed) - len(skipped), "cells_reused": len(done)}

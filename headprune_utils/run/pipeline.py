@@ -31,6 +31,7 @@ from headprune_utils.run.profiles import planned, selector, study_config
 from headprune_utils.run.report import build_report
 from headprune_utils.run.schedule import longest_first, run_notebooks
 from headprune_utils.run.summary import interim_note, write_summary
+from headprune_utils.store.hashes import read_manifest
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import StaleResultsError, StudyBusyError
 
@@ -106,11 +107,16 @@ def _run_held(plan: dict[str, dict], profile: str, total: float, *, jobs: int, f
                 done = recover_swap(paths)
             if done:
                 print(done, flush=True)
-    if fresh:
+    if fresh and where:
+        if executor == "ray":  # Ray started (or the cluster joined) before a cell moves: a failure moves nothing
+            connect_ray(address)
+        try:
+            move_selections_aside(plan, profile, where)
+        except SelectionNotMovable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    elif fresh:
         for name in plan:
-            if where:
-                move_selection_aside(name, plan[name], profile, where)
-                continue
             backup = move_aside(StudyPaths(name, profile, staged=False))
             if backup:
                 print(f"moved earlier results to {relative(backup)}")
@@ -134,38 +140,81 @@ def _run_held(plan: dict[str, dict], profile: str, total: float, *, jobs: int, f
     return 0 if write_overviews(profile) else 1
 
 
+def backup_path(path: Path) -> Path:
+    """``<name>.bak-<time>`` beside ``path``, with ``-2``, ``-3``... when a run of the same second made that one
+    (a retry right after a quick failure): a backup never lands in another's folder."""
+    base = path.with_name(f"{path.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
+    backup, n = base, 1
+    while backup.exists() or backup.is_symlink():
+        n += 1
+        backup = base.with_name(f"{base.name}-{n}")
+    return backup
+
+
 def move_aside(paths: StudyPaths) -> Path | None:
     """Rename the study's folder to ``<profile>.bak-<time>`` (``--fresh``) holding the study lock (never while a
     kernel computes into it: StudyBusyError naming it); returns the backup, or None when there was nothing to
     move."""
     if not paths.dir.exists():
         return None
-    backup = paths.dir.with_name(f"{paths.dir.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
+    backup = backup_path(paths.dir)
     with study_lock(paths, "--fresh: moving the folder aside"):
         paths.dir.rename(backup)
     return backup
 
 
-def move_selection_aside(name: str, overrides: dict, profile: str, where: dict[str, set[str]]) -> Path | None:
-    """``--fresh --where``: move the study's stored cells that the selection matches (not the cells they require)
-    into ``<profile>.bak-<time>/cells/`` beside the study's folder, with the manifest lines they had, holding the
-    study lock; the rest of the study stays. So one slice is computed again (on a machine of another kind, say:
-    ``execution.refuse_other_machine``) without moving the other slices away. Returns the backup folder, or None
-    when no stored cell matched."""
-    paths = StudyPaths(name, profile, staged=False)
+class SelectionNotMovable(RuntimeError):
+    """``--fresh --where`` would leave the study inconsistent (a stored cell outside the selection requires one it
+    would move) or cannot move the cells faithfully (the cells' manifest is damaged): refused before anything
+    moves."""
+
+
+def selection_to_move(name: str, overrides: dict, profile: str, where: dict[str, set[str]]):
+    """``(planned study, [axes of its stored cells to move])`` for ``--fresh --where``: the stored cells that have
+    every selected axis and match it. A cell without one of the axes is not the user's choice (the pre-trained
+    encoder's cell, a translation model's cell under ``--where seed=1``) and stays, and so do the cells the
+    selected ones require. :class:`SelectionNotMovable` when a stored cell outside the selection requires one of
+    them (it would stay, computed from a cell computed again: select it too) or the cells' manifest is damaged."""
     p = planned(name, overrides, profile)
     select = selector(where)
-    chosen = [dict(c.axes) for c in p.cells if select(dict(c.axes))]
-    backup = paths.dir.with_name(f"{paths.dir.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}") / "cells"
+    chosen = [c for c in p.cells if set(where) <= set(dict(c.axes)) and select(dict(c.axes))
+              and p.store.path(dict(c.axes)).exists()]
+    keys = {c.key for c in chosen}
     told = " ".join(f"{k}={v}" for k in sorted(where) for v in sorted(where[k]))
-    with study_lock(paths, "--fresh --where: moving the selected cells aside"):
-        moved = p.store.move_out(chosen, backup)
-    if not moved:
-        print(f"{name}: no stored cell matches --where {told}; nothing moved")
-        return None
-    print(f"{name}: moved the {len(moved)} stored cells that --where {told} matches to {relative(backup)} "
-          "(the cells they require stay)")
-    return backup
+    for c in p.cells:
+        if c.key not in keys and keys.intersection(c.requires) and p.store.path(dict(c.axes)).exists():
+            needed = next(k for k in c.requires if k in keys)
+            raise SelectionNotMovable(
+                f"{name}: --fresh --where {told} would move {needed}, which the stored cell {c.key} requires and "
+                "which is outside the selection: it would stay, computed from a cell computed again. Select it too "
+                f"(its model's slice: --where {profiles.model_slice(dict(c.axes), p.study.model_axes)}); nothing "
+                "was moved")
+    _, damaged = read_manifest(p.store.dir)
+    if chosen and damaged:
+        raise SelectionNotMovable(f"{name}: the manifest of {relative(p.store.dir)} is damaged ({damaged[0]}): the "
+                                  "moved cells could not keep their lines. Check the folder and record it anew "
+                                  "(python -m headprune_utils.store.manifest); nothing was moved")
+    return p, [dict(c.axes) for c in chosen]
+
+
+def move_selections_aside(plan: dict[str, dict], profile: str, where: dict[str, set[str]]) -> None:
+    """``--fresh --where``: for every study of ``plan``, the stored cells :func:`selection_to_move` picks moved into
+    ``<profile>.bak-<time>/cells/`` beside the study's folder, with the manifest lines they had, holding the study
+    lock; the rest of the study stays. So one slice is computed again (on a machine of another kind, say:
+    ``execution.refuse_other_machine``) without moving the other slices away. Every study is checked before any
+    cell moves (:class:`SelectionNotMovable`)."""
+    told = " ".join(f"{k}={v}" for k in sorted(where) for v in sorted(where[k]))
+    moves = [(name, *selection_to_move(name, overrides, profile, where)) for name, overrides in plan.items()]
+    for name, p, cells in moves:
+        if not cells:
+            print(f"{name}: no stored cell matches --where {told}; nothing moved")
+            continue
+        paths = StudyPaths(name, profile, staged=False)
+        with study_lock(paths, "--fresh --where: moving the selected cells aside"):
+            backup = backup_path(paths.dir)
+            moved = p.store.move_out(cells, backup / "cells")
+        print(f"{name}: moved the {len(moved)} stored cell(s) that --where {told} selects to {relative(backup)}/cells "
+              "(the study's other cells stay)")
 
 
 def move_caches_aside(profile: str) -> None:

@@ -354,7 +354,8 @@ def print_slices(plan: dict[str, dict], profile: str, here: Callable[[Any], str]
                     if kind_here is not None and kinds != [kind_here]:
                         note += f"; this machine is {kind_here}"
                         if STUDIES[name].model_axes:  # the runner refuses another kind in a model's slice
-                            note += ": resume on the kind that began it, or add --fresh to compute it again here"
+                            note += (": resume on the kind that began it, or compute it again here (--cells-only "
+                                     "--fresh with this --where)")
                 print(f"  {stored:>5}/{total:<5} --only {name}{arg}{note}")
 
 

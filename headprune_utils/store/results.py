@@ -559,12 +559,17 @@ class ResultStore:
         """Move the stored files of ``cells`` (those that exist) into the folder ``dest`` (created; a file already
         there is never replaced: FileExistsError naming it, before anything moves) and drop their lines from this
         folder's manifest; ``dest`` gets a manifest of the lines they had, so the moved cells stay verifiable there.
-        Returns the names moved. The caller holds the study's lock (:meth:`lock`): nothing computes into the folder
+        Returns the names moved. A damaged manifest (a line listed twice or cut) stops it before anything moves
+        (CorruptCellError). The caller holds the study's lock (:meth:`lock`): nothing computes into the folder
         meanwhile."""
         dest = Path(dest)
         paths = [p for p in dict.fromkeys(self.path(c) for c in cells) if p.exists()]
         if not paths:
             return []
+        _, damaged = read_manifest(self.dir)
+        if damaged:  # a line listed twice, a cut line: the moved cells could not keep what their lines say
+            raise CorruptCellError(f"{shown_path(self.manifest_file)} is damaged ({damaged[0]}): moving cells would "
+                                   "lose what it says of them; check the folder and record it anew. Nothing was moved")
         clash = [p.name for p in paths if (dest / p.name).exists()]
         if clash:
             raise FileExistsError(f"{shown_path(dest)} already holds {clash[0]}"
@@ -577,7 +582,7 @@ class ResultStore:
         if listed:  # written first: a crash below leaves the moved cells verifiable, never unlisted
             kept, _ = read_manifest(dest)
             atomic_write_text(manifest_path(dest), format_manifest({**(kept or {}), **listed}))
-        for p in paths:
+        for p in paths:  # a crash in here leaves lines without files in this manifest: harmless (put replaces them)
             os.replace(p, dest / p.name)
         remaining = {n: sha for n, sha in entries.items() if n not in moved}
         if remaining != entries:  # a folder without a manifest does not get one

@@ -97,8 +97,9 @@ def test_cells_record_their_machine_and_another_kind_is_refused_before_computing
     ex = execution.LocalExecutor() if executor == "local object" else executor
     with pytest.raises(MixedModelsError, match=r"this machine \(cpu: Another CPU \[avx512f\]\) would add cells to "
                                                r"the slice of SST-2 seed 0, whose stored cells were computed on "
-                                               r"another kind \(\d+ cell\(s\) on cpu: .*\(--cells-only --fresh "
-                                               r"--where task=SST-2 seed=0 moves .*Nothing was computed"):
+                                               r"another kind \(\d+ cell\(s\) on cpu: .*\(python -m headprune_utils.run "
+                                               r"--profile t --only random_pruning --cells-only --fresh --where "
+                                               r"task=SST-2 seed=0 moves .*Nothing was computed"):
         run_study(study.STUDY, cfg, "t", paths, executor=ex)
     assert sorted(p.name for p in paths.cells.glob("*.json")) == before, "nothing was computed"
     if executor == "local":  # the way out the message names: the slice's cells moved aside, the slice recomputed

@@ -242,7 +242,7 @@ def test_plan_slices_names_the_machine_kind_a_begun_slice_is_to_be_resumed_on(fa
     assert cli.main(["--profile", "t", "--plan", "--plan-slices"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "--only fake" in x)
     assert line.endswith(f"begun on {here}; this machine is cpu: Another CPU [avx512f]: resume on the kind that "
-                         "began it, or add --fresh to compute it again here"), line
+                         "began it, or compute it again here (--cells-only --fresh with this --where)"), line
 
 
 def test_fresh_with_where_moves_the_selected_cells_aside_and_computes_them_again(fake_runner, tmp_path, capsys):
@@ -259,8 +259,8 @@ def test_fresh_with_where_moves_the_selected_cells_aside_and_computes_them_again
     b_key = next(n for n in before if "b" in n.split("name=")[-1])
     assert cli.main(["--profile", "t", "--cells-only", "--fresh", "--where", "name=b", "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "fake: moved the 1 stored cells that --where name=b matches to " in out
-    assert "(the cells they require stay)" in out
+    assert "fake: moved the 1 stored cell(s) that --where name=b selects to " in out
+    assert "(the study's other cells stay)" in out
     backups = list(study_dir.dir.parent.glob("t.bak-*"))
     assert len(backups) == 1 and sorted(p.name for p in (backups[0] / "cells").glob("*.json")) == [b_key]
     assert (backups[0] / "cells" / b_key).read_bytes() == before[b_key], "moved as it was"
@@ -306,3 +306,78 @@ def test_plan_slices_judges_this_machine_by_the_device_the_study_names(fake_runn
     line = next(x for x in capsys.readouterr().out.splitlines() if "--only fake" in x)
     assert seen == ["cpu"], seen
     assert line.endswith(f"begun on {machine_kind('cpu')}"), line
+
+
+class SeededStudy(FakeStudy):
+    """The fake study whose a-cells carry a seed and whose b-cell (requiring a1 and a2) does not, like the
+    pre-trained encoder's cell of study 6 or a translation model's cell beside its seeded prune cells."""
+
+    def plan(self, cfg):
+        from headprune_utils.studies.base import Cell
+
+        cells = FakeStudy.plan(self, cfg)
+        seeded = [Cell({**dict(c.axes), "seed": 0}, group=c.group, cost=c.cost) for c in cells[:-1]]
+        b = Cell({"name": "b"}, requires=(seeded[1].key, seeded[2].key), cost=cells[-1].cost)
+        return seeded + [b]
+
+
+def test_fresh_with_where_never_moves_a_cell_without_the_axis_nor_one_a_stored_cell_still_needs(
+        fake_runner, tmp_path, monkeypatch, capsys):
+    """A selector lets a cell without one of its axes through (to compute what a slice needs), but --fresh moves
+    only cells that have every selected axis: ``--where seed=0`` never picks the seedless b. And it refuses,
+    moving nothing, when a stored cell outside the selection requires one it would move (b requires a1 and a2);
+    a selection no stored cell requires moves just that."""
+    from headprune_utils.store import manifest
+
+    monkeypatch.setattr(profiles, "STUDIES", {"fake": SeededStudy()})
+    fake_runner("fake: {}\n")
+    paths = StudyPaths("fake", "t", root=tmp_path / "out")
+    run_study(SeededStudy(), FakeConfig(), "t", paths)
+    before = {p.name: p.read_bytes() for p in paths.cells.glob("*.json")}
+    assert len(before) == 5
+    assert cli.main(["--profile", "t", "--cells-only", "--fresh", "--where", "seed=0", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--fresh --where seed=0 would move name=a1__seed=0, which the stored cell name=b requires" in err, err
+    assert "nothing was moved" in err
+    assert {p.name: p.read_bytes() for p in paths.cells.glob("*.json")} == before
+    assert not list(paths.dir.parent.glob("t.bak-*"))
+    assert cli.main(["--profile", "t", "--cells-only", "--fresh", "--where", "seed=0", "name=a0", "name=a3",
+                     "--no-progress"]) == 0
+    backup = next(paths.dir.parent.glob("t.bak-*")) / "cells"
+    assert sorted(p.name for p in backup.glob("*.json")) == ["name=a0__seed=0.json", "name=a3__seed=0.json"]
+    assert {p.name: p.read_bytes() for p in paths.cells.glob("*.json") if "a0" not in p.name and "a3" not in p.name} \
+        == {n: b for n, b in before.items() if "a0" not in n and "a3" not in n}, "the others untouched"
+    assert manifest.verify(backup)["changed"] == [] and manifest.verify(paths.cells)["gone"] == []
+
+
+def test_fresh_with_where_refuses_a_damaged_manifest_and_never_reuses_a_backup_folder(fake_runner, tmp_path,
+                                                                                      capsys):
+    """A manifest listing a cell twice (or cut short) cannot be carried over faithfully: refused, nothing moved.
+    Two runs in the same second get two backup folders (``-2``), never one merged into the other."""
+    fake_runner("fake: {}\n")
+    paths = StudyPaths("fake", "t", root=tmp_path / "out")
+    run_study(FakeStudy(), FakeConfig(), "t", paths)
+    mf = paths.cells / "MANIFEST.sha256"
+    good = mf.read_text()
+    mf.write_text(good + good.splitlines(keepends=True)[0])
+    assert cli.main(["--profile", "t", "--cells-only", "--fresh", "--where", "name=a0", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "is damaged" in err and "nothing was moved" in err and (paths.cells / "name=a0.json").exists()
+    mf.write_text(good)
+    first = pipeline.backup_path(paths.dir)
+    first.mkdir()
+    second = pipeline.backup_path(paths.dir)
+    assert second != first and second.name == first.name + "-2"
+
+
+def test_the_machine_kind_messages_name_the_whole_command_and_the_slice_as_plan_slices_writes_it():
+    """The refusal names the runner's command with the profile and the study, so that following it moves just that
+    study's slice of that profile; a seed read back as a float is written as an integer, and the pre-trained
+    encoder's cells (no seed) as task=pretrained."""
+    from headprune_utils.run.execution import _again_command
+
+    assert _again_command("random_pruning", "standard-next", ["task", "seed"], ("STS-B", 1.0)) == (
+        "python -m headprune_utils.run --profile standard-next --only random_pruning --cells-only --fresh --where "
+        "task=STS-B seed=1")
+    assert _again_command("s", None, ["task", "seed"], ("pretrained", float("nan"))).endswith(
+        "--only s --cells-only --fresh --where task=pretrained")
