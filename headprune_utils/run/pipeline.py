@@ -19,12 +19,14 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pandas as pd
 
-from headprune_utils.run import profiles
-from headprune_utils.run.execution import (SELECT_ENV, CellsFailed, ExecutorUnavailable, connect_ray, make_executor,
-                                           parameter_origins, run_study)
+from headprune_utils.model import models
+from headprune_utils.run import execution, profiles
+from headprune_utils.run.execution import (SELECT_ENV, CellsFailed, ExecutorUnavailable, MixedModelsError, connect_ray,
+                                           make_executor, parameter_origins, run_study)
 from headprune_utils.run.notebooks import (JOURNAL, recover_swap, relative, resource_cause, run_lock,
                                            study_lock)
 from headprune_utils.run.profiles import planned, selector, study_config
@@ -33,7 +35,7 @@ from headprune_utils.run.schedule import longest_first, run_notebooks
 from headprune_utils.run.summary import interim_note, write_summary
 from headprune_utils.store.hashes import read_manifest
 from headprune_utils.store.paths import StudyPaths
-from headprune_utils.store.results import StaleResultsError, StudyBusyError
+from headprune_utils.store.results import MACHINE_FIELD, StaleResultsError, StudyBusyError
 
 
 def run_profile(plan: dict[str, dict], profile: str, *, jobs: int = 1, fresh: bool = False,
@@ -66,6 +68,9 @@ def run_profile(plan: dict[str, dict], profile: str, *, jobs: int = 1, fresh: bo
             print(f"error: {exc}", file=sys.stderr)
             return 1
         except ExecutorUnavailable as exc:  # Ray cannot start or join the cluster: before any cell was computed
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except MixedModelsError as exc:  # cells of one model from two kinds of machine or two trainings: refused
             print(f"error: {exc}", file=sys.stderr)
             return 2
         except OSError as exc:
@@ -110,8 +115,11 @@ def _run_held(plan: dict[str, dict], profile: str, total: float, *, jobs: int, f
     if fresh and where:
         if executor == "ray":  # Ray started (or the cluster joined) before a cell moves: a failure moves nothing
             connect_ray(address)
+        # this machine's kind, as the run's own check judges it (execution.refuse_other_machine), where this machine
+        # computes the cells (Ray's workers record their own)
+        here = None if executor == "ray" else (lambda device: execution.machine_kind(device))
         try:
-            move_selections_aside(plan, profile, where)
+            move_selections_aside(plan, profile, where, here=here)
         except SelectionNotMovable as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -169,12 +177,16 @@ class SelectionNotMovable(RuntimeError):
     moves."""
 
 
-def selection_to_move(name: str, overrides: dict, profile: str, where: dict[str, set[str]]):
+def selection_to_move(name: str, overrides: dict, profile: str, where: dict[str, set[str]],
+                      here: Callable[[Any], str] | None = None):
     """``(planned study, [axes of its stored cells to move])`` for ``--fresh --where``: the stored cells that have
     every selected axis and match it. A cell without one of the axes is not the user's choice (the pre-trained
     encoder's cell, a translation model's cell under ``--where seed=1``) and stays, and so do the cells the
     selected ones require. :class:`SelectionNotMovable` when a stored cell outside the selection requires one of
-    them (it would stay, computed from a cell computed again: select it too) or the cells' manifest is damaged."""
+    them (it would stay, computed from a cell computed again: select it too), when ``here(device)`` (this machine's
+    kind for the study's device; None: not checked, Ray's workers record their own) is not the kind another stored
+    cell of a touched model's slice records (the recomputed cells would mix two kinds in it:
+    ``execution.refuse_other_machine`` would stop the run after the move), or the cells' manifest is damaged."""
     p = planned(name, overrides, profile)
     select = selector(where)
     chosen = [c for c in p.cells if set(where) <= set(dict(c.axes)) and select(dict(c.axes))
@@ -184,11 +196,29 @@ def selection_to_move(name: str, overrides: dict, profile: str, where: dict[str,
     for c in p.cells:
         if c.key not in keys and keys.intersection(c.requires) and p.store.path(dict(c.axes)).exists():
             needed = next(k for k in c.requires if k in keys)
+            its = profiles.model_slice(dict(c.axes), p.study.model_axes)
+            its = f"its model's slice: --where {its}" if its else "--where " + " ".join(
+                f"{k}={profiles.axis_text(v)}" for k, v in dict(c.axes).items())
             raise SelectionNotMovable(
                 f"{name}: --fresh --where {told} would move {needed}, which the stored cell {c.key} requires and "
-                "which is outside the selection: it would stay, computed from a cell computed again. Select it too "
-                f"(its model's slice: --where {profiles.model_slice(dict(c.axes), p.study.model_axes)}); nothing "
-                "was moved")
+                f"which is outside the selection: it would stay, computed from a cell computed again. Select it too "
+                f"({its}); nothing was moved")
+    model_axes = tuple(p.study.model_axes)
+    if here is not None and model_axes and chosen:
+        kind = here(models.resolve_device(p.cfg.device))
+        touched = {profiles.model_slice(dict(c.axes), model_axes) for c in chosen}
+        for c in p.cells:
+            axes = dict(c.axes)
+            if c.key in keys or profiles.model_slice(axes, model_axes) not in touched or not p.store.has(axes):
+                continue
+            other = p.store.get(axes)["result"].get(MACHINE_FIELD)
+            if other and other != kind:
+                its = profiles.model_slice(axes, model_axes)
+                raise SelectionNotMovable(
+                    f"{name}: --fresh --where {told} would compute again part of the slice {its}, whose other stored "
+                    f"cells (e.g. {c.key}) were computed on another kind ({other}); this machine is {kind}, and one "
+                    f"slice's cells come from one kind. Select the whole slice (--where {its}) or run on a machine of "
+                    "that kind; nothing was moved")
     _, damaged = read_manifest(p.store.dir)
     if chosen and damaged:
         raise SelectionNotMovable(f"{name}: the manifest of {relative(p.store.dir)} is damaged ({damaged[0]}): the "
@@ -197,14 +227,15 @@ def selection_to_move(name: str, overrides: dict, profile: str, where: dict[str,
     return p, [dict(c.axes) for c in chosen]
 
 
-def move_selections_aside(plan: dict[str, dict], profile: str, where: dict[str, set[str]]) -> None:
+def move_selections_aside(plan: dict[str, dict], profile: str, where: dict[str, set[str]],
+                          here: Callable[[Any], str] | None = None) -> None:
     """``--fresh --where``: for every study of ``plan``, the stored cells :func:`selection_to_move` picks moved into
     ``<profile>.bak-<time>/cells/`` beside the study's folder, with the manifest lines they had, holding the study
     lock; the rest of the study stays. So one slice is computed again (on a machine of another kind, say:
     ``execution.refuse_other_machine``) without moving the other slices away. Every study is checked before any
-    cell moves (:class:`SelectionNotMovable`)."""
+    cell moves (:class:`SelectionNotMovable`; ``here``: this machine's kind, see :func:`selection_to_move`)."""
     told = " ".join(f"{k}={v}" for k in sorted(where) for v in sorted(where[k]))
-    moves = [(name, *selection_to_move(name, overrides, profile, where)) for name, overrides in plan.items()]
+    moves = [(name, *selection_to_move(name, overrides, profile, where, here)) for name, overrides in plan.items()]
     for name, p, cells in moves:
         if not cells:
             print(f"{name}: no stored cell matches --where {told}; nothing moved")

@@ -399,10 +399,20 @@ def where_problems(plan: dict[str, dict], profile: str, where: dict[str, set[str
 
 def selector(where: dict[str, set[str]]):
     """``select(axes)`` for ``run_study``: a cell matches when every ``where`` axis it has holds one of the given
-    values (floats compared as ``%g``: ``fraction=0.5``); axes a cell does not have do not filter it."""
+    values, numbers compared as numbers (``fraction=0.50`` and ``fraction=0.5`` select 0.5, ``fraction=0.0`` the
+    unpruned cells, ``seed=1.0`` seed 1); axes a cell does not have do not filter it."""
     if not where:
         return None
-    return lambda axes: all(axis_text(axes[k]) in vals for k, vals in where.items() if k in axes)
+    wanted = {k: {_as_number_text(v) for v in vals} for k, vals in where.items()}
+    return lambda axes: all(_as_number_text(axis_text(axes[k])) in vals for k, vals in wanted.items() if k in axes)
+
+
+def _as_number_text(text: str) -> str:
+    """``text`` as ``%g`` of its number when it is one ("0.50" -> "0.5", "0.0" -> "0", "1" -> "1"), else as it is."""
+    try:
+        return f"{float(text):g}"
+    except ValueError:
+        return text
 
 
 def axis_text(value) -> str:
