@@ -61,8 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog=program_name(), description=__doc__.split("\n")[0])
     parser.add_argument("--profile", action=Once, default="quick", help=f"parameter profile: one of {PROFILES} or another params/*.yaml")
     parser.add_argument("--only", nargs="+", action="extend", metavar="STUDY", help=f"run only these studies: {', '.join(STUDIES)}")
-    parser.add_argument("--fresh", action="store_true", help="move earlier results of these studies aside first (kept as a backup); with "
-                        "--where, only the stored cells the selection matches (e.g. one slice to compute again)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="move earlier results of these studies aside first (kept as a backup); with --where, "
+                             "only the stored cells the selection matches (e.g. one slice to compute again)")
     parser.add_argument("--fresh-caches", action="store_true",
                         help="move the profile's shared model caches aside first (outputs/_finetuned/<profile>, "
                              "outputs/_nmt/<profile>; kept as a backup): every model is trained again")

@@ -192,7 +192,7 @@ def selection_to_move(name: str, overrides: dict, profile: str, where: dict[str,
     chosen = [c for c in p.cells if set(where) <= set(dict(c.axes)) and select(dict(c.axes))
               and p.store.path(dict(c.axes)).exists()]
     keys = {c.key for c in chosen}
-    told = " ".join(f"{k}={v}" for k in sorted(where) for v in sorted(where[k]))
+    told = profiles.where_text(where)
     for c in p.cells:
         if c.key not in keys and keys.intersection(c.requires) and p.store.path(dict(c.axes)).exists():
             needed = next(k for k in c.requires if k in keys)
@@ -209,7 +209,8 @@ def selection_to_move(name: str, overrides: dict, profile: str, where: dict[str,
         touched = {profiles.model_slice(dict(c.axes), model_axes) for c in chosen}
         for c in p.cells:
             axes = dict(c.axes)
-            if c.key in keys or profiles.model_slice(axes, model_axes) not in touched or not p.store.has(axes):
+            if (c.key in keys or profiles.model_slice(axes, model_axes) not in touched
+                    or not p.store.path(axes).exists()):
                 continue
             other = p.store.get(axes)["result"].get(MACHINE_FIELD)
             if other and other != kind:
@@ -234,7 +235,7 @@ def move_selections_aside(plan: dict[str, dict], profile: str, where: dict[str, 
     lock; the rest of the study stays. So one slice is computed again (on a machine of another kind, say:
     ``execution.refuse_other_machine``) without moving the other slices away. Every study is checked before any
     cell moves (:class:`SelectionNotMovable`; ``here``: this machine's kind, see :func:`selection_to_move`)."""
-    told = " ".join(f"{k}={v}" for k in sorted(where) for v in sorted(where[k]))
+    told = profiles.where_text(where)
     moves = [(name, *selection_to_move(name, overrides, profile, where, here)) for name, overrides in plan.items()]
     for name, p, cells in moves:
         if not cells:

@@ -391,10 +391,16 @@ def where_problems(plan: dict[str, dict], profile: str, where: dict[str, set[str
             continue
         select = selector(where)
         if not any(select(dict(c.axes)) for c in cells):
-            told = " ".join(f"{k}={v}" for k in sorted(where) for v in sorted(where[k]))
+            told = where_text(where)
             takes = "; ".join(f"{k} takes {', '.join(sorted(values[k]))}" for k in sorted(where))
             out.append(f"--where {told}: no planned cell of {name} ({profile}) matches ({takes})")
     return out
+
+
+def where_text(where: dict[str, set[str]]) -> str:
+    """A parsed ``--where`` as the user writes it, sorted: ``{"seed": {"1", "0"}, "task": {"SST-2"}}`` -> ``"seed=0
+    seed=1 task=SST-2"``."""
+    return " ".join(f"{k}={v}" for k in sorted(where) for v in sorted(where[k]))
 
 
 def selector(where: dict[str, set[str]]):
