@@ -34,3 +34,38 @@ def test_committed_cells_satisfy_their_study_checks_and_their_manifests():
         for p in sorted(folder.glob("*.json"))[:40]:
             rec = json.loads(p.read_text())
             assert check(rec["cell"], rec["result"]) is None, p
+
+
+def test_committed_held_out_curves_follow_the_stopping_rule_their_profile_states():
+    """Every committed fine-tuning's held-out curve (a cell's ``history`` of ``val_score`` per epoch) is what the
+    profile's stated rule produces, checked from the stored numbers and the YAML alone (not the training code):
+    epochs numbered 1..L, the kept epoch (``selected``) the first best score, and, with ``patience`` P and the cap
+    ``epochs`` E, training stopped P epochs after the best (L = best + P) or at the cap (L = E). (On the committed
+    standard-next cells, 2026-12-04: 143 curves; 8 stopped at the cap with the best in epoch 9 or 10, which the
+    convergence gate reports as not having reached the plateau.)"""
+    import yaml
+
+    checked = 0
+    for folder in sorted(OUTPUTS.glob("*/*/cells")):
+        study, profile = folder.parent.parent.name, folder.parent.name
+        params = project_root() / "params" / f"{profile}.yaml"
+        if not params.exists():
+            continue
+        section = (yaml.safe_load(params.read_text()) or {}).get(study) or {}
+        cap, patience = section.get("epochs"), section.get("patience")
+        for p in sorted(folder.glob("*.json")):
+            history = json.loads(p.read_text())["result"].get("history")
+            if not (isinstance(history, list) and history and isinstance(history[0], dict)
+                    and "val_score" in history[0]):
+                continue
+            where = f"{folder.relative_to(project_root())}/{p.name}"
+            scores = [e["val_score"] for e in history]
+            best = scores.index(max(scores))  # the first best epoch (0-based): a later tie is no improvement
+            assert [e["epoch"] for e in history] == list(range(1, len(history) + 1)), where
+            assert [i for i, e in enumerate(history) if e.get("selected")] == [best], where
+            if cap is not None:
+                assert len(history) <= cap, where
+            if patience is not None:
+                assert len(history) in (best + 1 + patience, cap), (where, len(history), best + 1)
+            checked += 1
+    assert checked, "no committed held-out curve found"
