@@ -716,8 +716,16 @@ class Progress:
         """``"training SST-2 s0 full: fine-tuning, epoch 1/3, step 40/57; about 12 min left"``."""
         now = self.clock()
         left = self.time_left.seconds_left(now - self.last_cell)
+        over = self.time_left.overrun(now - self.last_cell)
         parts = [self.phase] if self.phase else []
-        parts.append(f"{duration_text(left)} left" if left is not None else "time left: after the first cell")
+        if left is None:
+            parts.append("time left: after the first cell")
+        elif over >= 60:  # the running cell outlasts its estimate: no count-down to "under a minute" that stays
+            after = len(self.time_left.left) > 1
+            parts.append(f"past its estimate by {duration_text(over).removeprefix('about ')}"
+                         + (f"; then {duration_text(left)} left" if after else ""))
+        else:
+            parts.append(f"{duration_text(left)} left")
         return "; ".join(parts)
 
     def on_phase(self, text: str) -> None:

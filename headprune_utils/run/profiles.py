@@ -101,6 +101,16 @@ class TimeLeft:
         floor = rate * (sum(self.left.values()) - max(self.left.values()))
         return max(left - max(running_for, 0.0), floor)
 
+    def overrun(self, running_for: float) -> float:
+        """Seconds by which the cell running for ``running_for`` seconds has outlasted the estimate of the largest
+        cell left (0 while it has not): :meth:`seconds_left` then stops counting down (only the cells after it are
+        left), and the progress says the cell runs past its estimate rather than "under a minute left" (a
+        fine-tuning to its plateau can take longer than its planned epochs)."""
+        rate = self.rate()
+        if rate is None or not self.left:
+            return 0.0
+        return max(0.0, running_for - rate * max(self.left.values()))
+
 
 def duration_text(seconds: float) -> str:
     """``"about 12 min"``, ``"about 1 h 05 min"``, ``"under a minute"``."""

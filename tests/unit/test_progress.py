@@ -75,6 +75,25 @@ def test_time_left_counts_the_running_cell_down_by_at_most_its_share():
     assert est.seconds_left(running_for=100.0) == pytest.approx(1.0)  # never below the cells after the running one
 
 
+def test_a_cell_that_outlasts_its_estimate_is_said_to_and_never_shown_as_under_a_minute_left():
+    """A fine-tuning to its plateau can outlast its planned cost: the count-down stops at the cells after it, and
+    the text says the running cell is past its estimate (by how much), then what the others need; the last cell
+    says only that (before, "under a minute left" for as long as it ran)."""
+    est = TimeLeft({"a": 60e9, "b": 600e9}, prior=1e-9, prior_weight=1.0)
+    assert est.overrun(100.0) == 0.0 and est.overrun(700.0) == pytest.approx(100.0)
+    clock = Clock()
+    cells = [Cell({"name": n}, cost=Cost(c)) for n, c in (("a", 6e13), ("b", 6e13))]
+    shown = Progress("fake", cells, show=False, clock=clock)
+    rate = shown.time_left.rate()
+    clock.t = rate * 6e13 + 20 * 60  # the first cell is 20 minutes past its estimate
+    assert shown.text() == f"past its estimate by 20 min; then {duration_text(rate * 6e13)} left", shown.text()
+    shown.on_cell(cells[0].key)
+    clock.t += shown.time_left.rate() * 6e13 + 15 * 60
+    assert shown.text() == "past its estimate by 15 min", shown.text()
+    clock.t -= 15 * 60 + 30
+    assert shown.text() == "under a minute left"
+
+
 def test_cells_without_a_cost_count_as_one_each_and_bad_numbers_are_refused():
     est = TimeLeft({"a": 0.0, "b": 0.0, "c": 0.0}, prior=1e-9)
     assert est.seconds_left() is None  # no cost, no prior: nothing to estimate from before the first cell
