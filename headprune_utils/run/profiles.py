@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 from headprune_utils.measure import costs
 from headprune_utils.model import models
-from headprune_utils.store.paths import StudyPaths, profile_name_problem
-from headprune_utils.store.results import MACHINE_FIELD, ResultStore
+from headprune_utils.store.paths import StudyPaths, profile_name_problem, shown_path
+from headprune_utils.store.results import MACHINE_FIELD, CorruptCellError, ResultStore
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies.base import Cell, Study
 from headprune_utils.studies.config import ParameterError, load_profile, profile_lines, profile_path, validate
@@ -266,7 +266,10 @@ def missing_cells(plan: dict[str, dict], profile: str,
                   where: dict[str, set[str]] | None = None) -> dict[str, tuple[int, int, str]]:
     """``{study: (missing, planned, an example key)}`` for the studies of ``plan`` whose planned cells are not all
     stored (of the current parameters); complete studies are left out. With ``where`` (an interim render), the
-    cells it selects and what they require, and ``planned`` counts those. Reads only the cell files."""
+    cells it selects and what they require, and ``planned`` counts those. Reads only the cell files.
+    ``CorruptCellError`` (naming one) for a stored cell the render would read that is corrupt, or that cannot be
+    verified (no line in its folder's manifest, a damaged line, no manifest): a render certifies what it reads, so
+    such cells are recorded first (``python -m headprune_utils.store.manifest``, after checking them)."""
     gaps = {}
     for name, overrides in plan.items():
         p = planned(name, overrides, profile)
@@ -274,6 +277,14 @@ def missing_cells(plan: dict[str, dict], profile: str,
         missing = [c for c in cells if not p.store.has(dict(c.axes))]
         if missing:
             gaps[name] = (len(missing), len(cells), missing[0].key)
+        unlisted = set(p.store.unlisted)
+        unverified = [c.key for c in cells if p.store.path(dict(c.axes)).name in unlisted]
+        if unverified:
+            raise CorruptCellError(
+                f"{name}: {len(unverified)} of the cells the render reads cannot be verified (no line in "
+                f"{shown_path(p.store.manifest_file)}, a damaged line, or no manifest), e.g. {unverified[0]}: a render "
+                "certifies what it reads. After checking them, record them: python -m headprune_utils.store.manifest "
+                f"{shown_path(p.store.dir)}")
     return gaps
 
 

@@ -211,7 +211,11 @@ def read_verdicts(name: str, profile: str) -> pd.DataFrame | None:
     f = StudyPaths(name, profile, staged=False).tables / "verdicts.csv"
     if not f.exists():
         return None
-    v = pd.read_csv(f, keep_default_na=False, na_values=[""])
+    try:
+        v = pd.read_csv(f, keep_default_na=False, na_values=[""])
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{os.path.relpath(f)} is not a readable verdict table ({exc}): render the study again "
+                         "(--from-cells)") from None
     note = interim_note(name, profile)
     if note and "scale" in v.columns:
         v["scale"] = v["scale"].astype(str) + "; " + note
@@ -427,7 +431,8 @@ def verdict_changes(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
         return v
     a, b = prim(old), prim(new)
     both = compared_pairs(a, b)
-    keep = lambda v: v[[(s, t) in both for s, t in zip(v["study"], v["task"])]]  # noqa: E731
+    # .loc: an empty table keeps its columns (v[[]] would select no column)
+    keep = lambda v: v.loc[[(s, t) in both for s, t in zip(v["study"], v["task"])]]  # noqa: E731
     m = keep(a).merge(keep(b), on=CHANGE_KEYS, how="outer", suffixes=("_old", "_new"))
     for side in ("old", "new"):
         m[f"verdict_{side}"] = m[f"verdict_{side}"].fillna("absent")
@@ -455,7 +460,15 @@ def profile_verdicts(profile: str) -> pd.DataFrame:
 
 def changes_markdown(old_profile: str, new_profile: str) -> str:
     """:func:`verdict_changes` from ``old_profile`` to ``new_profile`` as a Markdown table (effects at 4 digits)."""
-    old, new = profile_verdicts(old_profile), profile_verdicts(new_profile)
+    tables, missing = {}, []
+    for p in (old_profile, new_profile):
+        try:
+            tables[p] = profile_verdicts(p)
+        except FileNotFoundError as exc:
+            missing.append(str(exc))
+    if missing:  # both named when both are missing
+        raise FileNotFoundError("; ".join(missing))
+    old, new = tables[old_profile], tables[new_profile]
     ch = verdict_changes(old, new)
     po, pn = primary_rows(old), primary_rows(new)
     both = compared_pairs(po, pn)

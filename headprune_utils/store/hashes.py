@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 MANIFEST_NAME = "MANIFEST.sha256"
-_LINE = re.compile(r"([0-9a-f]{64})  ([^/\\\n]+\.json)")
+_LINE = re.compile(r"([0-9a-f]{64}) [ *]([^/\\\n]+\.json)")  # "  name" as written; " *name": sha256sum -b's line
 
 
 def digest(data: bytes) -> str:
@@ -25,7 +25,7 @@ def format_manifest(entries: dict[str, str]) -> str:
 
 def parse_manifest(text: str, where: str = MANIFEST_NAME) -> tuple[dict[str, str], list[str]]:
     """``({file name: sha256}, problems)``: the well-formed lines, and what is wrong with the others (a line that
-    is not ``<64 hex>  <name>.json``, a name listed twice, a last line without its newline: the file was cut)."""
+    is not ``<64 hex>  <name>.json`` (or ``<64 hex> *<name>.json``, as ``sha256sum -b`` writes), a name listed twice, a last line without its newline: the file was cut)."""
     entries: dict[str, str] = {}
     problems: list[str] = []
     lines = text.split("\n")

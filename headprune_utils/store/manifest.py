@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             n = len(_cell_files(folder))
             if any(found.values()):
                 rc = 1
-                parts = [f"{k} {len(v)} (e.g. {v[0]})" for k, v in found.items() if v]
+                parts = [f"{k} {len(v)} ({', '.join(v[:3])}{', ...' if len(v) > 3 else ''})"
+                         for k, v in found.items() if v]  # up to three named: both cells of a swap
                 print(f"{folder}: {n} cells; " + "; ".join(parts))
             else:
                 print(f"{folder}: {n} cells, all as recorded")

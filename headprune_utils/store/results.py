@@ -413,7 +413,11 @@ class ResultStore:
             raise CorruptCellError(f"corrupt result cell {shown_path(path)} ({why}); a run moves it to "
                                    f"{shown_path(self.quarantine_dir)}/ and recomputes it")
         self.quarantine_dir.mkdir(parents=True, exist_ok=True)
-        dest = self.quarantine_dir / f"{path.name}.{time.strftime('%Y%m%d-%H%M%S')}"
+        dest = base = self.quarantine_dir / f"{path.name}.{time.strftime('%Y%m%d-%H%M%S')}"
+        n = 1
+        while dest.exists():  # the same cell quarantined twice in one second: both copies kept
+            n += 1
+            dest = base.with_name(f"{base.name}-{n}")
         try:
             os.replace(path, dest)
         except FileNotFoundError:  # another reader moved it first
