@@ -11,12 +11,14 @@ run's slices, one trained model each (:func:`slice_counts`), with the ``--where`
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Mapping
 from itertools import takewhile
 from typing import Any, NamedTuple
 
 from headprune_utils.measure import costs
 from headprune_utils.model import models
+from headprune_utils.store.hashes import read_manifest
 from headprune_utils.store.paths import StudyPaths, profile_name_problem, shown_path
 from headprune_utils.store.results import MACHINE_FIELD, CorruptCellError, ResultStore
 from headprune_utils.studies import STUDIES
@@ -270,7 +272,7 @@ def missing_cells(plan: dict[str, dict], profile: str,
     ``CorruptCellError`` (naming one) for a stored cell the render would read that is corrupt, or that cannot be
     verified (no line in its folder's manifest, a damaged line, no manifest): a render certifies what it reads, so
     such cells are recorded first (``python -m headprune_utils.store.manifest``, after checking them)."""
-    gaps = {}
+    gaps, unverifiable = {}, []
     for name, overrides in plan.items():
         p = planned(name, overrides, profile)
         cells = selected_cells(p.cells, selector(where)) if where else p.cells
@@ -280,11 +282,14 @@ def missing_cells(plan: dict[str, dict], profile: str,
         unlisted = set(p.store.unlisted)
         unverified = [c.key for c in cells if p.store.path(dict(c.axes)).name in unlisted]
         if unverified:
-            raise CorruptCellError(
-                f"{name}: {len(unverified)} of the cells the render reads cannot be verified (no line in "
-                f"{shown_path(p.store.manifest_file)}, a damaged line, or no manifest), e.g. {unverified[0]}: a render "
-                "certifies what it reads. After checking them, record them: python -m headprune_utils.store.manifest "
-                f"{shown_path(p.store.dir)}")
+            _, damaged = read_manifest(p.store.dir)
+            what = (f"its manifest is damaged ({damaged[0]}): check the folder and record it anew (move "
+                    f"{p.store.manifest_file.name} away first)" if damaged else "after checking them, record them")
+            unverifiable.append(f"{name}: {len(unverified)} of the cells the render reads cannot be verified (no line "
+                                f"in {shown_path(p.store.manifest_file)}, or no manifest), e.g. {unverified[0]}; "
+                                f"{what}: python -m headprune_utils.store.manifest {shown_path(p.store.dir)}")
+    if unverifiable:  # a render certifies what it reads
+        raise CorruptCellError("\n".join(unverifiable))
     return gaps
 
 
@@ -430,16 +435,29 @@ def selector(where: dict[str, set[str]]):
     unpruned cells, ``seed=1.0`` seed 1); axes a cell does not have do not filter it."""
     if not where:
         return None
-    wanted = {k: {_as_number_text(v) for v in vals} for k, vals in where.items()}
-    return lambda axes: all(_as_number_text(axis_text(axes[k])) in vals for k, vals in wanted.items() if k in axes)
+    wanted = {k: ({_number_text(v) for v in vals} - {None}, set(vals)) for k, vals in where.items()}
+
+    def select(axes) -> bool:
+        for k, (values, texts) in wanted.items():
+            if k not in axes:
+                continue
+            v = axes[k]
+            number = isinstance(v, numbers.Real) and not isinstance(v, bool)
+            if (_number_text(v) not in values) if number else (axis_text(v) not in texts):
+                return False
+        return True
+    return select
 
 
-def _as_number_text(text: str) -> str:
-    """``text`` as ``%g`` of its number when it is one ("0.50" -> "0.5", "0.0" -> "0", "1" -> "1"), else as it is."""
+def _number_text(value) -> str | None:
+    """A number (or text that reads as one) to 15 significant digits, so that "0.50", "0.5" and 0.5 agree and 1000001
+    stays apart from 1000000; None when ``value`` is not a finite number. Only numeric axes are compared this way:
+    a text axis (a task, a strategy) is compared as written."""
     try:
-        return f"{float(text):g}"
-    except ValueError:
-        return text
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f"{x:.15g}" if math.isfinite(x) else None
 
 
 def axis_text(value) -> str:

@@ -25,7 +25,8 @@ def format_manifest(entries: dict[str, str]) -> str:
 
 def parse_manifest(text: str, where: str = MANIFEST_NAME) -> tuple[dict[str, str], list[str]]:
     """``({file name: sha256}, problems)``: the well-formed lines, and what is wrong with the others (a line that
-    is not ``<64 hex>  <name>.json`` (or ``<64 hex> *<name>.json``, as ``sha256sum -b`` writes), a name listed twice, a last line without its newline: the file was cut)."""
+    is not ``<64 hex>  <name>.json`` (or ``<64 hex> *<name>.json``, as ``sha256sum -b`` writes), a name listed
+    twice, a last line without its newline: the file was cut)."""
     entries: dict[str, str] = {}
     problems: list[str] = []
     lines = text.split("\n")

@@ -398,7 +398,7 @@ class ResultStore:
             text = self.manifest_file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             return ""
-        found = [i for i, line in enumerate(text.split("\n"), 1) if line.endswith(f"  {name}")]
+        found = [i for i, line in enumerate(text.split("\n"), 1) if re.search(rf" [ *]{re.escape(name)}$", line)]
         if not found:
             return ""
         return f", line {found[0]}" if len(found) == 1 else f", lines {' and '.join(map(str, found))}"

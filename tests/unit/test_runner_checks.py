@@ -381,3 +381,21 @@ def test_the_machine_kind_messages_name_the_whole_command_and_the_slice_as_plan_
         "task=STS-B seed=1")
     assert _again_command("s", None, ["task", "seed"], ("pretrained", float("nan"))).endswith(
         "--only s --cells-only --fresh --where task=pretrained")
+
+
+def test_where_compares_numeric_axes_as_numbers_to_15_digits_and_text_axes_as_written():
+    """``fraction=0.50`` selects 0.5 and ``seed=1.0`` seed 1, but numbers are not rounded to 6 digits (``%g``
+    would make 1000001 and 1000000 one seed, and ``--fresh --where`` would move both), and a text axis is compared
+    as written (a task named "1e3" is not 1000)."""
+    from headprune_utils.run.profiles import parse_where, selector
+
+    import numpy as np
+
+    sel = selector(parse_where(["fraction=0.50", "seed=1000001", "task=1e3"]))
+    assert sel({"fraction": 0.5, "seed": 1000001, "task": "1e3"})
+    assert sel({"fraction": 0.5, "seed": np.int64(1000001), "task": "1e3"}), "a numpy integer is a number"
+    assert not sel({"fraction": 0.5, "seed": 1000000, "task": "1e3"}), "1000001 is not 1000000"
+    assert not sel({"fraction": 0.5, "seed": 1000001, "task": "1000"}), "text compared as written"
+    assert not sel({"fraction": 0.1234567, "seed": 1000001, "task": "1e3"})
+    assert selector(parse_where(["seed=1.0"]))({"seed": 1}) and not selector(parse_where(["seed=1.5"]))({"seed": 1})
+    assert not selector(parse_where(["seed=nan"]))({"seed": float("nan")}), "nan equals nothing"
