@@ -41,7 +41,7 @@ def test_committed_held_out_curves_follow_the_stopping_rule_their_profile_states
     profile's stated rule produces, checked from the stored numbers and the YAML alone (not the training code):
     epochs numbered 1..L, the kept epoch (``selected``) the first best score, and, with ``patience`` P and the cap
     ``epochs`` E, training stopped P epochs after the best (L = best + P) or at the cap (L = E). (On the committed
-    standard-next cells, 2026-12-04: 143 curves; 8 stopped at the cap with the best in epoch 9 or 10, which the
+    standard-next cells, 2026-12-04: 152 curves; 10 stopped at the cap with the best in epoch 9 or 10, which the
     convergence gate reports as not having reached the plateau.)"""
     import yaml
 
