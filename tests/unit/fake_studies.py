@@ -68,3 +68,18 @@ class ThreadsStudy(FakeStudy):
     def run(self, ctx, cells, inputs):
         for cell, result in super().run(ctx, cells, inputs):
             yield cell, {**result, "threads": torch.get_num_threads()}
+
+
+def fake_profile(tmp_path, monkeypatch, studies: dict, text: str | None = None):
+    """The batch runner pointed at ``studies`` (name -> study) under profile ``t``: ``params/t.yaml`` in
+    ``tmp_path/params`` (``text``; default: every study with no overrides), outputs under ``tmp_path/out``.
+    Returns the params folder."""
+    from headprune_utils.run import profiles
+
+    params = tmp_path / "params"
+    params.mkdir()
+    (params / "t.yaml").write_text(text if text is not None else "".join(f"{n}: {{}}\n" for n in studies))
+    monkeypatch.setattr(profiles, "STUDIES", studies)
+    monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: params)
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
+    return params

@@ -18,11 +18,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from headprune_utils.run import cli, notebooks, profiles, schedule
+from headprune_utils.run import cli, notebooks, schedule
 from headprune_utils.run.execution import run_study
 from headprune_utils.store.paths import StudyPaths
 
-from fake_studies import FakeConfig, FakeStudy
+from fake_studies import FakeConfig, FakeStudy, fake_profile
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="signals, /dev/full, resource limits")
 
@@ -48,12 +48,7 @@ def a_notebook(marker: str) -> nbformat.NotebookNode:
 def runner(tmp_path, monkeypatch):
     """The runner on the fake study of profile ``t`` (params/t.yaml in a temporary folder, outputs in another):
     every cell stored, and a study folder holding an earlier run's outputs; no notebook may start."""
-    params = tmp_path / "params"
-    params.mkdir()
-    (params / "t.yaml").write_text("fake: {}\n")
-    monkeypatch.setattr(profiles, "STUDIES", {"fake": FakeStudy()})
-    monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: params)
-    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
+    params = fake_profile(tmp_path, monkeypatch, {"fake": FakeStudy()})
     monkeypatch.setattr(schedule, "execute_study", lambda *a, **k: pytest.fail("no notebook may start"))
     paths = StudyPaths("fake", "t", staged=True)
     run_study(FakeStudy(), FakeConfig(), "t", StudyPaths("fake", "t", staged=False))

@@ -25,7 +25,7 @@ from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import fingerprint
 from headprune_utils.studies.base import Cell, Cost, Study
 
-from fake_studies import FakeConfig, FakeStudy
+from fake_studies import FakeConfig, FakeStudy, fake_profile
 
 CLEAN = {"changed": [], "unlisted": [], "gone": [], "damaged": []}
 UNIT = Path(__file__).resolve().parent
@@ -79,12 +79,7 @@ class NotebookStarted(Exception):
 def runner(tmp_path, monkeypatch):
     """Both fake studies registered, profile ``t`` in a temporary params dir, outputs under tmp_path/out; no
     notebook may start (a started one raises NotebookStarted)."""
-    params = tmp_path / "params"
-    params.mkdir()
-    (params / "t.yaml").write_text("fake: {}\nsliced: {}\n")
-    monkeypatch.setattr(profiles, "STUDIES", {"fake": FakeStudy(), "sliced": SliceStudy()})
-    monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: params)
-    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
+    params = fake_profile(tmp_path, monkeypatch, {"fake": FakeStudy(), "sliced": SliceStudy()})
 
     def no_notebook(*a, **k):
         raise NotebookStarted("a notebook started")

@@ -23,7 +23,7 @@ from headprune_utils.run.execution import run_study
 from headprune_utils.store import manifest
 from headprune_utils.store.paths import StudyPaths
 
-from fake_studies import FakeConfig, FakeStudy
+from fake_studies import FakeConfig, FakeStudy, fake_profile
 
 CLEAN = {"changed": [], "unlisted": [], "gone": [], "damaged": []}
 REPO = Path(__file__).resolve().parents[2]
@@ -38,12 +38,7 @@ class NotebookStarted(Exception):
 def runner(tmp_path, monkeypatch):
     """The fake study registered, profile ``t`` in a temporary params dir, outputs under tmp_path/out; a notebook
     that starts raises NotebookStarted."""
-    params = tmp_path / "params"
-    params.mkdir()
-    (params / "t.yaml").write_text("fake: {}\n")
-    monkeypatch.setattr(profiles, "STUDIES", {"fake": FakeStudy()})
-    monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: params)
-    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
+    params = fake_profile(tmp_path, monkeypatch, {"fake": FakeStudy()})
 
     def no_notebook(*a, **k):
         raise NotebookStarted("a notebook started")

@@ -15,7 +15,7 @@ from headprune_utils.run import cli, profiles, schedule
 from headprune_utils.run.execution import run_study
 from headprune_utils.store.paths import StudyPaths
 
-from fake_studies import FakeConfig, FakeStudy
+from fake_studies import FakeConfig, FakeStudy, fake_profile
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="file locks")
 
@@ -28,12 +28,7 @@ class RunnerState:
 @pytest.fixture
 def runner(tmp_path, monkeypatch):
     """The runner on the fake study of profile ``t``, its cells stored (but ``a3``); no notebook really starts."""
-    params = tmp_path / "params"
-    params.mkdir()
-    (params / "t.yaml").write_text("fake: {}\n")
-    monkeypatch.setattr(profiles, "STUDIES", {"fake": FakeStudy()})
-    monkeypatch.setattr("headprune_utils.studies.config.params_dir", lambda: params)
-    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path / "out"))
+    params = fake_profile(tmp_path, monkeypatch, {"fake": FakeStudy()})
     rendered = []
     monkeypatch.setattr(schedule, "execute_study", lambda name, *a, **k: rendered.append(name) or 0.0)
     monkeypatch.setattr("headprune_utils.run.pipeline.write_overviews", lambda profile: True)
