@@ -3,7 +3,8 @@
 ``lm_loss`` is the mean next-token cross-entropy over every real target token of the batches (token-weighted, so
 a batch's weight is its number of predicted tokens, not 1): position ``t`` predicts token ``t + 1`` where both are
 real (``attention_mask``), as Hugging Face's causal-LM loss with ``-100`` labels on padding, summed over batches
-before dividing. ``perplexity`` is ``exp`` of it. Gates go through :func:`~headprune_utils.model.gates.head_gates`
+before dividing. A batch with ``labels`` (as ``tasks.text.lm_batches`` makes them) is scored on those: token
+``t + 1``'s label where it is not ``-100`` (e.g. a prompt left out of the score). ``perplexity`` is ``exp`` of it. Gates go through :func:`~headprune_utils.model.gates.head_gates`
 (any ablation object or its name), so a gated model and a pruned one are measured by the same code.
 """
 from __future__ import annotations
@@ -25,7 +26,8 @@ __all__ = ["lm_loss", "perplexity"]
 def lm_loss(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], gates=None, ablation="zero",
             means=None) -> float:
     """Mean next-token cross-entropy (nats per token) of ``model`` over ``batches`` (dicts with ``input_ids`` and
-    ``attention_mask``, e.g. ``tasks.text.lm_batches``), under ``gates`` when given. Non-finite: an error."""
+    ``attention_mask``, and optionally ``labels``: see the module), under ``gates`` when given. Non-finite: an
+    error."""
     total, count = 0.0, 0
     was_training = model.training
     model.eval()
@@ -35,10 +37,19 @@ def lm_loss(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], gates=
             for batch in batches:
                 ids, mask = batch["input_ids"], batch["attention_mask"]
                 logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-                real = (mask[:, :-1] * mask[:, 1:]).bool()  # the position and its next token both real
+                target = batch.get("labels")
+                if target is None:
+                    target = ids[:, 1:]
+                    real = (mask[:, :-1] * mask[:, 1:]).bool()  # the position and its next token both real
+                else:  # the labels say which tokens are targets (-100: not one), as Hugging Face's loss
+                    if target.shape != ids.shape:
+                        raise ValueError(f"labels must have the shape of input_ids {list(ids.shape)}, got "
+                                         f"{list(target.shape)}")
+                    target = target[:, 1:]
+                    real = mask[:, :-1].bool() & (target != -100)
                 if not bool(real.any()):
                     continue
-                ce = F.cross_entropy(logits[:, :-1][real].double(), ids[:, 1:][real], reduction="sum")
+                ce = F.cross_entropy(logits[:, :-1][real].double(), target[real], reduction="sum")
                 total += float(ce)
                 count += int(real.sum())
     finally:

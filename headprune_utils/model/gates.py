@@ -150,6 +150,11 @@ def _check_means(model: nn.Module, grids: dict, means, name: str = "mean") -> di
         if tuple(by_kind[k].shape[:2]) != shape:
             raise ValueError(f"{grid_name('means', k)} must be [n_layers, n_heads, head_dim] with "
                              f"[n_layers, n_heads] = {list(shape)}, got {list(by_kind[k].shape)}")
+        finite = torch.isfinite(torch.as_tensor(by_kind[k]))
+        if not bool(finite.all()):
+            bad = sorted({tuple(int(i) for i in x[:2]) for x in torch.nonzero(~finite)})[:5]
+            raise ValueError(f"{grid_name('means', k)} must be finite; NaN or inf at (layer, head) {bad} (every head's "
+                             "mean enters the output, kept heads' too: recompute them with head_means)")
     return by_kind
 
 

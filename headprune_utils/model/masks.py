@@ -25,6 +25,9 @@ def n_pruned_for_fraction(fraction: float, n_layers: int, n_heads: int) -> int:
 
 
 def check_budget(n_prune: int, n_layers: int, n_heads: int) -> None:
+    for name, n in (("n_layers", n_layers), ("n_heads", n_heads)):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise BudgetError(f"{name} must be a positive integer (a grid of heads), got {n!r}")
     total = n_layers * n_heads
     if isinstance(n_prune, bool) or not isinstance(n_prune, (int, np.integer)):
         raise BudgetError(f"the number of heads to prune must be an integer, got {n_prune!r}")

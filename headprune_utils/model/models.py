@@ -156,6 +156,8 @@ def load_classifier(
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
+    if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+        raise ValueError(f"num_labels must be a positive integer (1: regression), got {num_labels!r}")
     if seed is not None:
         torch.manual_seed(seed)
     verbosity = hf_logging.get_verbosity()
@@ -212,8 +214,20 @@ def tiny_causal_lm(vocab_size: int, seed: int = 0, pad_token_id: int | None = No
     unknown = sorted(set(config) - set(LlamaConfig().to_dict()))
     if unknown:
         raise ValueError(f"tiny_causal_lm: {unknown} are not LlamaConfig fields")
+    merged = {**TINY_LLAMA, **config}
+    for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
+        v = merged.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"tiny_causal_lm: {name} must be a positive integer, got {v!r}")
+    heads, kv = merged.get("num_attention_heads"), merged.get("num_key_value_heads")
+    if kv is not None and (isinstance(kv, bool) or not isinstance(kv, int) or kv < 1 or heads % kv):
+        raise ValueError(f"tiny_causal_lm: num_key_value_heads={kv!r} must be a positive divisor of "
+                         f"num_attention_heads={heads} (each key/value head serves a group of query heads)")
+    if merged.get("head_dim") is None and merged["hidden_size"] % heads:
+        raise ValueError(f"tiny_causal_lm: hidden_size={merged['hidden_size']} must be a multiple of "
+                         f"num_attention_heads={heads} (or give head_dim)")
     cfg = LlamaConfig(vocab_size=vocab_size, pad_token_id=pad_token_id, bos_token_id=bos_token_id,
-                      eos_token_id=eos_token_id, **{**TINY_LLAMA, **config})
+                      eos_token_id=eos_token_id, **merged)
     cfg._attn_implementation = attn_implementation
     torch.manual_seed(seed)
     return LlamaForCausalLM(cfg)

@@ -88,6 +88,32 @@ def test_lm_loss_is_the_token_weighted_mean_over_batches():
     assert model.training is False
 
 
+def test_lm_loss_honours_labels():
+    """Labels, when a batch has them, choose the target tokens as in Hugging Face's loss: padding labels (-100) give
+    the loss without labels; a prompt labelled -100 is left out; labels of another shape are refused."""
+    fx = FIXTURES["llama_gqa"]
+    model = fx.build("eager")
+    batch = fx.inputs()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    one = {"input_ids": ids, "attention_mask": mask}
+    padded = ids.masked_fill(mask == 0, -100)
+    assert LM.lm_loss(model, [{**one, "labels": padded}]) == pytest.approx(LM.lm_loss(model, [one]), rel=1e-12)
+    prompt = padded.clone()
+    prompt[:, :3] = -100  # the first three tokens are a prompt: positions 0-1 predict no target
+    with torch.no_grad():
+        hf = float(model(**one, labels=prompt).loss)
+        logits = model(**one).logits[:, :-1].double()
+    target = prompt[:, 1:]
+    keep = target != -100
+    want = float(F.cross_entropy(logits[keep], target[keep]))
+    assert LM.lm_loss(model, [{**one, "labels": prompt}]) == pytest.approx(want, rel=1e-12)
+    assert hf == pytest.approx(want, rel=1e-5)
+    with pytest.raises(ValueError, match="no target token"):
+        LM.lm_loss(model, [{**one, "labels": torch.full_like(ids, -100)}])
+    with pytest.raises(ValueError, match="labels must have the shape"):
+        LM.lm_loss(model, [{**one, "labels": ids[:, :-1]}])
+
+
 def test_lm_loss_errors():
     fx = FIXTURES["llama_gqa"]
     model = fx.build("eager")
