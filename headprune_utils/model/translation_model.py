@@ -17,6 +17,7 @@ trained them, in one folder (the cache a study reuses).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -48,6 +49,23 @@ class NMTModelConfig:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def check(self) -> None:
+        """A ValueError naming the first bad field: sizes that are not positive integers, ``d_model`` not divisible
+        by ``heads``, dropout outside [0, 1), a non-positive ``init_std``."""
+        for name in ("encoder_layers", "decoder_layers", "heads", "d_model", "ffn_dim", "max_positions"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"NMTModelConfig.{name} must be a positive integer, got {v!r}")
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by heads={self.heads}")
+        for name in ("dropout", "attention_dropout"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+                raise ValueError(f"NMTModelConfig.{name} must be in [0, 1), got {v!r}")
+        v = self.init_std
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
+            raise ValueError(f"NMTModelConfig.init_std must be None or a positive finite number, got {v!r}")
+
 
 def transformer_base(**overrides) -> NMTModelConfig:
     """Transformer-base of Vaswani et al., as Voita et al. and Budhraja et al. prune it (6 x 8 heads per type)."""
@@ -62,8 +80,7 @@ def build_translation_model(config: NMTModelConfig, tokenizer, seed: int = 0):
     """
     from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
-    if config.d_model % config.heads:
-        raise ValueError(f"d_model={config.d_model} is not divisible by heads={config.heads}")
+    config.check()
     for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
         if getattr(tokenizer, name) is None:
             raise ValueError(f"the tokenizer has no {name[:-3]}; train it with subword.train_tokenizer")

@@ -43,7 +43,7 @@ from headprune_utils.model import attention, head_weights, masks, strategies
 from headprune_utils.studies import glue_workbench
 from headprune_utils.measure import importance
 from headprune_utils.train import training
-from headprune_utils.studies.config import ParameterError
+from headprune_utils.studies.config import ParameterError, check_fields
 from headprune_utils.model.gates import as_ablation, head_gates
 from headprune_utils.tasks.metrics import main_score
 from headprune_utils.store.paths import StudyPaths
@@ -94,6 +94,7 @@ class CompensationConfig(glue_workbench.MaskingStudyConfig):
     n_resamples: int = 2000                     # analysis: resamples of each bootstrap and permutation test
 
     def check(self) -> None:
+        check_fields(self)
         unknown = [s for s in self.strategies if s not in strategies.STRATEGIES]
         if unknown or not self.strategies:
             raise ParameterError(f"strategies must be a non-empty list of {strategies.STRATEGIES}, got {self.strategies}")

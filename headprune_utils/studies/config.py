@@ -152,6 +152,22 @@ def _non_finite(value: Any):
     return None
 
 
+def check_fields(obj) -> None:
+    """The type and finiteness checks of :func:`validate`, on a config built directly (``Config(**kw).check()``):
+    a ParameterError naming the first field whose value is not of its declared type, or not finite."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        try:
+            _check(value, hints[f.name])
+        except TypeError:
+            raise ParameterError(f"{f.name} must be {_type_name(hints[f.name])}, got {value!r} "
+                                 f"({type(value).__name__})") from None
+        bad = _non_finite(value)
+        if bad is not None:
+            raise ParameterError(f"{f.name} must be finite, got {bad!r}")
+
+
 def _yaml_hint(value: Any, tp) -> str:
     """Why a number may have arrived as a string: YAML 1.1 reads ``1e-4`` (no dot in the mantissa) as text."""
     if isinstance(value, (list, tuple)):

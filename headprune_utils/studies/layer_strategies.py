@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from headprune_utils.studies import glue_workbench
-from headprune_utils.studies.config import ParameterError
+from headprune_utils.studies.config import ParameterError, check_fields
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import fingerprint
 from headprune_utils.studies.strategy_sweep import (
@@ -75,6 +75,7 @@ class LayerStrategiesConfig(glue_workbench.MaskingStudyConfig):
     shared_evaluation: bool = True              # evaluate a model's masks together, reusing shared work (False: one full forward per mask)
 
     def check(self) -> None:
+        check_fields(self)
         bad = [r for r in self.regimes if r not in REGIMES]
         if bad or not self.regimes:
             raise ParameterError(f"regimes must be a non-empty list of {REGIMES}, got {self.regimes}")

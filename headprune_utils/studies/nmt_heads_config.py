@@ -12,7 +12,7 @@ from typing import Literal
 
 from headprune_utils.model import masks, strategies
 from headprune_utils.model.architecture import SEQ2SEQ_KINDS
-from headprune_utils.studies.config import ParameterError
+from headprune_utils.studies.config import ParameterError, check_fields
 from headprune_utils.tasks.data import DataUnavailableError, hub_blocked, resolve_data_dir
 from headprune_utils.train.translation import NMTTrainConfig
 from headprune_utils.tasks.translation_data import CORPORA, corpus_fingerprint, local_available
@@ -123,6 +123,7 @@ class NMTHeadsConfig:
         return (self.direction or f"{spec.langs[0]}-{spec.langs[1]}").split("-")[0]
 
     def check(self) -> None:
+        check_fields(self)
         if self.corpus not in CORPORA:
             raise ParameterError(f"corpus: unknown parallel corpus {self.corpus!r}; choose one of {sorted(CORPORA)}")
         spec = CORPORA[self.corpus]

@@ -35,7 +35,7 @@ from headprune_utils.studies import glue_workbench
 from headprune_utils.model import masks
 from headprune_utils.model.ablations import as_ablation
 from headprune_utils.train import training
-from headprune_utils.studies.config import ParameterError
+from headprune_utils.studies.config import ParameterError, check_fields
 from headprune_utils.tasks.metrics import main_score
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.analysis.pruning_curves import REGIMES
@@ -77,6 +77,7 @@ class RandomPruningConfig(glue_workbench.MaskingStudyConfig):
     # the verdicts' margins are not a parameter: margins.TASK_SCORE, 0.1 x (full - chance) per task (headprune_utils.analysis.margins)
 
     def check(self) -> None:
+        check_fields(self)
         bad = [r for r in self.regimes if r not in REGIMES]
         if bad or not self.regimes:
             raise ParameterError(f"regimes must be a non-empty list of {REGIMES}, got {self.regimes}")

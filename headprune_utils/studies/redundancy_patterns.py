@@ -38,7 +38,7 @@ from headprune_utils.measure import clustering, costs, redundancy
 from headprune_utils.studies import glue_workbench
 from headprune_utils.train import mlm
 from headprune_utils.model import models
-from headprune_utils.studies.config import ParameterError
+from headprune_utils.studies.config import ParameterError, check_fields
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import fingerprint, pack_floats
 from headprune_utils.studies.base import NON_NEGATIVE, Cell, Cost, Study
@@ -92,6 +92,7 @@ class RedundancyPatternsConfig(glue_workbench.GlueStudyConfig):
     random_init_control: bool = True            # negative control: the same architecture, randomly initialised, on every probe
 
     def check(self) -> None:
+        check_fields(self)
         unknown = [m for m in self.metrics if m not in redundancy.METRICS]
         if unknown or not self.metrics or len(set(self.metrics)) != len(self.metrics):
             raise ParameterError(f"metrics must be distinct names from {list(redundancy.METRICS)}, got {self.metrics}")

@@ -41,7 +41,7 @@ from headprune_utils.studies import glue_workbench
 from headprune_utils.model import masks, models, strategies
 from headprune_utils.train import training
 from headprune_utils.model.attention import attention_maps
-from headprune_utils.studies.config import ParameterError
+from headprune_utils.studies.config import ParameterError, check_fields
 from headprune_utils.model.gates import Ablation, as_ablation
 from headprune_utils.train.hard_concrete import HardConcreteGates, l0_train
 from headprune_utils.tasks.metrics import main_score
@@ -111,6 +111,7 @@ class SpecializedHeadsL0Config(glue_workbench.GlueStudyConfig):
     n_permutations: int = 10000                 # analysis: permutations of the survival test
 
     def check(self) -> None:
+        check_fields(self)
         for name in ("score_size", "ablation_size", "ud_sentences", "l0_steps"):
             v = getattr(self, name)
             if v is not None and v < 1:

@@ -38,7 +38,7 @@ from headprune_utils.measure import clustering, costs, redundancy
 from headprune_utils.studies import glue_workbench, strategy_sweep
 from headprune_utils.model import masks, models
 from headprune_utils.tasks import probes
-from headprune_utils.studies.config import ParameterError
+from headprune_utils.studies.config import ParameterError, check_fields
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import fingerprint
 from headprune_utils.studies.strategy_sweep import REGIMES, Regime, sweep_batch, run_cell, run_cells
@@ -87,6 +87,7 @@ class ZeroShotPruningConfig(glue_workbench.MaskingStudyConfig):
     # the verdicts' margins are not a parameter: margins.TASK_SCORE, 0.1 x (full - chance), declared with the claims
 
     def check(self) -> None:
+        check_fields(self)
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods or len(set(self.methods)) != len(self.methods):
             raise ParameterError(f"methods must be distinct names from {METHODS}, got {self.methods}")

@@ -40,9 +40,16 @@ def train_tokenizer(
 
     if vocab_size <= len(_ORDER):
         raise ValueError(f"vocab_size must exceed the {len(_ORDER)} special tokens, got {vocab_size}")
+    if isinstance(texts, (str, bytes)):
+        raise TypeError("texts must be a list of sentences, got one string")
     texts = list(texts)
     if not texts:
         raise ValueError("train_tokenizer got no text")
+    bad = [i for i, x in enumerate(texts) if not isinstance(x, str)]
+    if bad:
+        raise TypeError(f"texts must be strings; entries {bad[:5]} are not")
+    if not any(x.strip() for x in texts):
+        raise ValueError(f"train_tokenizer got {len(texts)} text(s), all blank: nothing to learn a vocabulary from")
     if model == "bpe":
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,

@@ -15,6 +15,9 @@ __all__ = ["corpus_bleu", "corpus_chrf", "translation_scores"]
 
 
 def _check(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[list[str], list[str]]:
+    for name, v in (("hypotheses", hypotheses), ("references", references)):
+        if isinstance(v, (str, bytes)):
+            raise TypeError(f"{name} must be a list of sentences, got one string (one sentence: [sentence])")
     hyps, refs = list(hypotheses), list(references)
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")

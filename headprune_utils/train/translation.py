@@ -84,6 +84,10 @@ def encode_pairs(tokenizer, data, max_length: int = 128, drop_longer: bool = Fal
     is left out (for training: a truncated source no longer matches its truncated target); ``n_dropped``
     counts those pairs.
     """
+    if len(data.src) != len(data.tgt):
+        raise ValueError(f"encode_pairs: {len(data.src)} sources but {len(data.tgt)} targets")
+    if len(data.src) == 0:
+        return EncodedPairs([], [], tokenizer.pad_token_id, tokenizer.bos_token_id)
     kwargs = dict(truncation=not drop_longer, max_length=None if drop_longer else max_length, padding=False)
     src = tokenizer(list(data.src), **kwargs)["input_ids"]
     tgt = tokenizer(text_target=list(data.tgt), **kwargs)["input_ids"]
@@ -176,6 +180,30 @@ class NMTTrainConfig:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def check(self, has_dev: bool = True) -> None:
+        """A ValueError naming the first bad setting (before any training): counts that are not positive integers,
+        a learning rate that is not a positive finite number, early stopping (``patience``) without dev pairs."""
+        def whole(name, v, least):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
+                raise ValueError(f"NMTTrainConfig.{name} must be an integer >= {least}, got {v!r}")
+        for name in ("max_steps", "batch_size", "eval_every", "eval_batch_size"):
+            whole(name, getattr(self, name), 1)
+        whole("warmup_steps", self.warmup_steps, 0)
+        for name in ("max_tokens", "patience"):
+            if getattr(self, name) is not None:
+                whole(name, getattr(self, name), 1)
+        lr, clip = self.lr, self.max_grad_norm
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+            raise ValueError(f"NMTTrainConfig.lr must be a positive finite number, got {lr!r}")
+        if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not math.isfinite(clip) or clip < 0:
+            raise ValueError(f"NMTTrainConfig.max_grad_norm must be a finite number >= 0 (0: no clipping), got {clip!r}")
+        if not (isinstance(self.label_smoothing, (int, float)) and 0 <= self.label_smoothing < 1):
+            raise ValueError(f"NMTTrainConfig.label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        if self.max_seconds is not None and not (isinstance(self.max_seconds, (int, float)) and self.max_seconds > 0):
+            raise ValueError(f"NMTTrainConfig.max_seconds must be None or a positive number, got {self.max_seconds!r}")
+        if self.patience is not None and not has_dev:
+            raise ValueError("NMTTrainConfig.patience (early stopping on the dev loss) needs dev pairs; got dev=None")
 
 
 @dataclass
@@ -457,6 +485,7 @@ def train_translation(
     of another training (other config, seed, data size or model shape) is refused with a ValueError naming it.
     """
     check_precision(precision)
+    cfg.check(has_dev=dev is not None)
     if len(train) == 0:
         raise ValueError("train_translation got no training pairs")
     if cfg.max_seconds is not None and checkpoint is not None:
@@ -529,6 +558,14 @@ def translate(
     of ``generate``'s forward passes (see the module docstring).
     """
     check_precision(precision)
+    if isinstance(sources, (str, bytes)) or not isinstance(sources, (list, tuple)):
+        raise TypeError(f"sources must be a list of strings, got {type(sources).__name__} (one sentence: [sentence])")
+    bad = [i for i, x in enumerate(sources) if not isinstance(x, str)]
+    if bad:
+        raise TypeError(f"sources must be strings; entries {bad[:5]} are not (e.g. {sources[bad[0]]!r})")
+    for name, v in (("batch_size", batch_size), ("num_beams", num_beams), ("max_source_length", max_source_length)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
     if not sources:
         return []
     was_training = model.training
