@@ -74,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--plan-slices", action="store_true",
                         help="with --plan: per study, the slices (one trained model each) not yet complete, with "
                              "their stored / planned cells and the --where that computes each; run nothing")
-    parser.add_argument("--gpu-tflops", action=Once, type=float, default=100.0, help="--plan: sustained GPU throughput for GPU-hours (default 100)")
-    parser.add_argument("--cpu-gflops", action=Once, type=float, default=58.0, help="--plan: sustained CPU throughput for CPU-hours (default 58)")
+    parser.add_argument("--gpu-tflops", action=Once, type=float, default=None, help="--plan: sustained GPU throughput for GPU-hours (default 100)")
+    parser.add_argument("--cpu-gflops", action=Once, type=float, default=None, help="--plan: sustained CPU throughput for CPU-hours (default 58)")
     parser.add_argument("--executor", action=Once, choices=("local", "process", "ray"), default="local",
                         help="where cells run: in each notebook's kernel (local, default), or before the notebooks in "
                              "a pool of local worker processes (process: one per core, one torch thread each) or "
@@ -116,8 +116,13 @@ def flags_error(args: argparse.Namespace) -> str | None:
         parse_where(args.where)
     except ValueError as exc:
         return str(exc)
-    for flag in ("gpu_tflops", "cpu_gflops"):
+    for flag, default in (("gpu_tflops", 100.0), ("cpu_gflops", 58.0)):
         value = getattr(args, flag)
+        if value is None:
+            setattr(args, flag, default)
+            continue
+        if not args.plan:
+            return f"--{flag.replace('_', '-')} is for --plan (the throughput its GPU- and CPU-hours assume)"
         if not (value > 0 and value != float("inf")):
             return f"--{flag.replace('_', '-')} must be a positive number, got {value}"
     return None

@@ -36,6 +36,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -64,7 +65,7 @@ from headprune_utils.store.results import (MACHINE_FIELD, ResultStore, StaleResu
                                            cell_key, machine_kind, portable, run_metadata)
 from headprune_utils.studies import NAMES, get_study
 from headprune_utils.studies.base import Cell, Study
-from headprune_utils.studies.config import ParameterError, as_dict, parameter_sources, validate
+from headprune_utils.studies.config import ParameterError, as_dict, check_fields, parameter_sources, validate
 from headprune_utils.train import phases
 
 EXECUTORS = ("local", "process", "ray")
@@ -124,6 +125,11 @@ def check_plan(cells: list[Cell]) -> dict[str, Cell]:
     for c in cells:
         if c.key in by_key:
             raise PlanError(f"cell {c.key} is planned twice")
+        try:
+            hash(c.group)
+        except TypeError:
+            raise PlanError(f"cell {c.key}: its group {c.group!r} must be a label (a string, a number or a tuple of "
+                            "them), not a mutable collection") from None
         by_key[c.key] = c
     for c in cells:
         for r in c.requires:
@@ -242,8 +248,18 @@ def iter_batch(study: Study, cfg, device, paths: StudyPaths, batch: Batch, ctx=N
             ctx = study.context(cfg, device, paths)
         phases.report(f"computing {axes_text(axes[left[0]])}")
         for cell, result in study.run(ctx, batch.cells, batch.inputs):
-            if cell.key in left:
-                left.remove(cell.key)
+            problem = None
+            if cell.key not in axes:
+                problem = (f"study {study.name!r} returned a result for cell {cell.key}, which is not among the "
+                           f"{len(axes)} cell(s) it was given ({', '.join(list(axes)[:3])}"
+                           f"{', ...' if len(axes) > 3 else ''}); nothing of it is stored")
+            elif cell.key not in left:
+                problem = (f"study {study.name!r} returned cell {cell.key} a second time; the first result is kept, "
+                           "the second is not stored")
+            if problem is not None:  # a fault of the study's run(): reported by the cell, and the batch ends
+                yield Outcome(cell.key, "failed", error=problem)
+                raise PlanError(problem)
+            left.remove(cell.key)
             yield Outcome(cell.key, "done",
                           result={**result, **study.provenance(ctx, cell), MACHINE_FIELD: machine_kind(device)})
             if left:  # resumed: the study computes the next cell now
@@ -931,6 +947,31 @@ def selection_text(where: dict[str, set[str]] | dict[str, list[str]]) -> str:
     return "; ".join(f"{k} = {', '.join(sorted(where[k]))}" for k in sorted(where))
 
 
+STUDY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def check_arguments(study: Study, cfg, executor, address) -> None:
+    """What :func:`run_study` refuses before anything is written (ParameterError naming it): a study name that is
+    not a plain folder name (its results go to ``outputs/<name>/``), parameters that are not the study's
+    ``Config`` or fail its checks (types, finiteness, ``check()``), an ``address`` without the Ray executor."""
+    name = getattr(study, "name", None)
+    if not isinstance(name, str) or not STUDY_NAME.fullmatch(name) or ".." in name:
+        raise ParameterError(f"study name {name!r} must be a plain folder name (letters, digits, '_', '.', '-'): "
+                             "its results go to outputs/<name>/<profile>/")
+    config = getattr(study, "Config", None)
+    if isinstance(config, type) and not isinstance(cfg, config):
+        raise ParameterError(f"study {name!r} takes parameters of type {config.__name__}, got "
+                             f"{type(cfg).__name__}")
+    if dataclasses.is_dataclass(cfg):
+        check_fields(cfg)
+    check = getattr(cfg, "check", None)
+    if callable(check):
+        check()
+    if address is not None and not isinstance(executor, RayExecutor) and executor != "ray":
+        raise ParameterError(f"address {address!r} is a Ray cluster's; it goes with executor='ray', not "
+                             f"{getattr(executor, 'name', executor)!r}")
+
+
 def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = None, *,
               executor: str | Executor = "local", address: str | None = None,
               progress: bool | None = None, select: Callable[[dict], bool] | None = None,
@@ -948,6 +989,7 @@ def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = 
     ``params/<profile>.yaml`` (a notebook's ``-p profile myexp``), OutputsUnwritable when its folders cannot be
     written, ExecutorUnavailable when the Ray cluster at ``address`` cannot be joined."""
     study = get_study(study) if isinstance(study, str) else study
+    check_arguments(study, cfg, executor, address)
     interim = interim_selection() if select is None else None
     if interim is not None:
         select = selector(interim)
@@ -1094,10 +1136,14 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
         status_file = paths.staging / STATUS_FILE if paths.staged else None
         shown = Progress(study.name, todo, show, status_file)
 
+        counted: set[str] = set()
+
         def store_outcome(o: Outcome) -> None:
             if o.status == "done":
                 store.put(dict(by_key[o.key].axes), o.result)
-            shown.on_cell(o.key)
+            if o.key in by_key and o.key not in counted:  # a study's stray or repeated result moves no count
+                counted.add(o.key)
+                shown.on_cell(o.key)
 
         try:
             read = lambda k: store.get(dict(by_key[k].axes))["result"]  # noqa: E731

@@ -28,7 +28,13 @@ def get_study(name: str) -> Study:
     study outside the registry (instantiated without arguments)."""
     if ":" in name:
         module, cls = name.split(":", 1)
-        return getattr(importlib.import_module(module), cls)()
+        obj = getattr(importlib.import_module(module), cls)()
+        from headprune_utils.studies.base import Study
+
+        if not isinstance(obj, Study):
+            raise TypeError(f"{name!r} names {type(obj).__name__}, not a study (a subclass of "
+                            "headprune_utils.studies.base.Study)")
+        return obj
     if name not in NAMES:
         raise KeyError(f"unknown study {name!r}; known: {', '.join(NAMES)}")
     return importlib.import_module(f"{__name__}.{name}").STUDY
