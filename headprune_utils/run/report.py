@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -43,9 +44,11 @@ from headprune_utils.run.summary import (
     read_verdicts,
     row_label,
     study_findings_markdown,
+    study_notebook_problems,
     verdict_row,
+    verdict_words,
 )
-from headprune_utils.store.paths import StudyPaths, outputs_root, report_dir
+from headprune_utils.store.paths import StudyPaths, outputs_root, profile_name_problem, report_dir
 from headprune_utils.store.results import atomic_write_text
 from headprune_utils.studies import STUDIES
 
@@ -177,8 +180,16 @@ def render_study(name: str, profile: str) -> tuple[str, list[str]]:
     import nbformat
 
     paths = StudyPaths(name, profile, staged=False)
-    nb = nbformat.read(paths.notebook, as_version=4)
-    return study_body(nb, name, profile, read_verdicts(name, profile))
+    verdicts = read_verdicts(name, profile)  # first: a damaged table is named before the notebook is read
+    try:
+        nb = nbformat.read(paths.notebook, as_version=4)
+    except Exception as exc:  # nbformat's NotJSONError, a validation error, an unreadable file
+        raise ValueError(f"{_shown(paths.notebook)} is not a readable executed notebook ({type(exc).__name__}: "
+                         f"{str(exc)[:200]}): run the study again") from None
+    for fig in sorted(paths.figures.glob("*.png")) if paths.figures.is_dir() else []:
+        if fig.stat().st_size == 0:
+            raise ValueError(f"{_shown(fig)} is an empty file (a figure cut off): run the study again")
+    return study_body(nb, name, profile, verdicts)
 
 
 def study_body(nb, name: str, profile: str, verdicts: pd.DataFrame | None) -> tuple[str, list[str]]:
@@ -358,7 +369,7 @@ def _index_page(profile: str, studies: list[str], here: Path) -> tuple[str, int]
         v = _read_verdicts(name, profile)
         if "scale" in v.columns and len(v):
             scales[name] = str(v["scale"].iloc[0])
-    counts = pd.Series([w for v in t["verdicts"] for w in claims.VERDICTS if w in v]).value_counts() \
+    counts = pd.Series([w for v in t["verdicts"] for w in verdict_words(v)]).value_counts() \
         if len(t) else pd.Series(dtype=int)
     out.append(f"<p>{len(t)} claims in {t['study'].nunique() if len(t) else 0} studies, each tested under its own "
                "paper's ablation semantics (primary analysis); the unit of replication is an independently trained "
@@ -468,7 +479,7 @@ def _home_page(built: dict[str, int]) -> str:
     items, findings = [], []
     for profile, n in built.items():
         t = claim_rows(profile)
-        counts = pd.Series([w for v in t["verdicts"] for w in claims.VERDICTS if w in v]).value_counts()
+        counts = pd.Series([w for v in t["verdicts"] for w in verdict_words(v)]).value_counts()
         words = ", ".join(f"{w} {int(counts.get(w, 0))}" for w in claims.VERDICTS)
         items.append(f'<li><a href="{profile}/index.html"><b>{html.escape(profile)}</b></a> — '
                      f"{html.escape(_PROFILE_WORDS.get(profile, 'a run of every study'))}: {n} claims in "
@@ -492,10 +503,12 @@ def _home_page(built: dict[str, int]) -> str:
 
 
 def profiles_with_outputs() -> list[str]:
-    """The named profiles (``params/<name>.yaml``) for which at least one study has an executed notebook, standard
+    """The named profiles (``params/<name>.yaml``) for which at least one study has an executed notebook (or a verdict
+    table, so that one without its notebook is named by :func:`build_report`), standard
     and quick first; ``smoke`` (the tests' scale, not committed) and ``custom-*`` runs only when asked for."""
     found = {p.parent.name for name in STUDIES for p in (outputs_root() / name).glob(f"*/{name}.ipynb")}
-    found = {p for p in found if p != "smoke" and not p.startswith("custom-")}
+    found |= {p.parent.parent.name for name in STUDIES for p in (outputs_root() / name).glob("*/tables/verdicts.csv")}
+    found = {p for p in found if p != "smoke" and not p.startswith("custom-") and profile_name_problem(p) is None}
     order = ["standard", "quick", "paper", "smoke"]
     return sorted(found, key=lambda p: (order.index(p) if p in order else len(order), p))
 
@@ -522,7 +535,15 @@ def build_report(profiles: list[str] | None = None, quiet: bool = False, root: P
     """Write the site for ``profiles`` (default: :func:`profiles_with_outputs`) under ``root`` (default
     ``outputs/report/``); returns the home page. Raises ``ValueError`` if a formula does not convert."""
     t0 = time.perf_counter()
+    if not outputs_root().is_dir():
+        raise ValueError(f"the outputs root {_shown(outputs_root())} does not exist (HEADPRUNE_OUTPUT_DIR?)")
     profiles = profiles or profiles_with_outputs()
+    if not profiles:
+        raise ValueError(f"no profile has executed notebooks under {_shown(outputs_root())} (run `make run` first)")
+    for profile in profiles:
+        problems = study_notebook_problems(profile)
+        if problems:
+            raise ValueError("; ".join(problems))
     root = Path(root) if root is not None else report_dir()
     built: dict[str, int] = {}
     failures: list[str] = []
@@ -569,7 +590,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="append", help="a profile to build (repeatable; default: every profile "
                     "with executed notebooks)")
     args = ap.parse_args(argv)
-    build_report(args.profile)
+    try:
+        build_report(args.profile)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: cannot write {exc.filename or report_dir()}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -27,7 +27,7 @@ from headprune_utils.store.results import atomic_write_text
 from headprune_utils.studies import STUDIES
 
 __all__ = ["verdict_words", "claim_rows", "quick_verdicts", "fmt_number", "fmt_estimate", "where_label", "summary_markdown", "write_summary", "summary_path", "study_findings_markdown", "interim_note", "read_verdicts",
-           "inject_findings", "FINDINGS_TAG", "effect_unit", "pool_label",
+           "inject_findings", "FINDINGS_TAG", "study_notebook_problems", "effect_unit", "pool_label",
            "row_label", "verdict_row", "UNITS_NOTE", "verdict_changes",
            "profile_verdicts", "changes_markdown"]
 
@@ -205,17 +205,61 @@ def primary_rows(v: pd.DataFrame) -> pd.DataFrame:
     return v[v["analysis"] == "primary"] if "analysis" in v.columns else v
 
 
+VERDICT_COLUMNS = ("study", "claim_id", "verdict")
+NUMBER_COLUMNS = ("effect", "ci_low", "ci_high", "n_units", "p", "p_adjusted", "margin")
+
+
 def read_verdicts(name: str, profile: str) -> pd.DataFrame | None:
     """``name``'s ``tables/verdicts.csv`` under ``profile`` (None when there is none), its ``scale`` saying so
-    when the outputs are an interim render (:func:`interim_note`): every page that quotes a scale quotes that."""
-    f = StudyPaths(name, profile, staged=False).tables / "verdicts.csv"
+    when the outputs are an interim render (:func:`interim_note`): every page that quotes a scale quotes that.
+
+    A table that cannot be what a render wrote is a ValueError naming the file (never shown as a finding): unreadable,
+    cut off (no final newline), without rows or its key columns, rows of another study, a verdict outside
+    ``claims.VERDICTS``, an infinite number, a decided row without its effect, or a ``run_meta.json`` beside it that
+    names another profile."""
+    paths = StudyPaths(name, profile, staged=False)
+    f = paths.tables / "verdicts.csv"
     if not f.exists():
         return None
+    where = _shown(f)
+    again = f"render the study again (python -m headprune_utils.run --profile {profile} --only {name})"
+    raw = f.read_bytes()
     try:
         v = pd.read_csv(f, keep_default_na=False, na_values=[""])
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{os.path.relpath(f)} is not a readable verdict table ({exc}): render the study again "
-                         "(--from-cells)") from None
+        raise ValueError(f"{where} is not a readable verdict table ({exc}): {again}") from None
+    problem = None
+    if not raw.endswith(b"\n"):
+        problem = "it is cut off (no final newline)"
+    elif missing := [c for c in VERDICT_COLUMNS if c not in v.columns]:
+        problem = f"it lacks the column(s) {missing}"
+    elif v.empty:
+        problem = "it has no rows"
+    elif (other := sorted(set(v["study"].astype(str)) - {name})):
+        problem = f"it holds rows of another study ({', '.join(other[:3])})"
+    elif (words := sorted(set(v["verdict"].astype(str)) - set(claims.VERDICTS))):
+        problem = f"verdict(s) {words} are none of {list(claims.VERDICTS)}"
+    else:
+        for c in NUMBER_COLUMNS:
+            if c in v.columns:
+                x = pd.to_numeric(v[c], errors="coerce")
+                if ((x == float("inf")) | (x == float("-inf"))).any():
+                    problem = f"column {c} holds an infinite number"
+                    break
+        if problem is None and "effect" in v.columns:
+            decided = v["verdict"].isin(DECIDED) & pd.to_numeric(v["effect"], errors="coerce").isna()
+            if decided.any():
+                r = v[decided].iloc[0]
+                problem = f"a decided row has no effect ({r['claim_id']}, {r.get('task', '')}: {r['verdict']})"
+    if problem is None and paths.meta.exists():
+        try:
+            recorded = json.loads(paths.meta.read_text(encoding="utf-8")).get("profile")
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"{_shown(paths.meta)} is not readable ({exc}): {again}") from None
+        if recorded is not None and recorded != profile:
+            problem = f"its run_meta.json records profile {recorded!r}, not {profile!r} (outputs copied across profiles)"
+    if problem is not None:
+        raise ValueError(f"{where} is not a verdict table this profile's render wrote: {problem}; {again}")
     note = interim_note(name, profile)
     if note and "scale" in v.columns:
         v["scale"] = v["scale"].astype(str) + "; " + note
@@ -405,7 +449,42 @@ def summary_markdown(profile: str) -> str:
     return "\n".join(head + total + lines + scale) + "\n"
 
 
+def _shown(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive
+        return str(path)
+
+
+def study_notebook_problems(profile: str) -> list[str]:
+    """Studies of ``profile`` whose outputs are incomplete: a verdict table without the executed notebook it came
+    from, or an executed notebook without its verdict table."""
+    out = []
+    for name in STUDIES:
+        paths = StudyPaths(name, profile, staged=False)
+        table, nb = (paths.tables / "verdicts.csv").exists(), paths.notebook.exists()
+        if table and not nb:
+            out.append(f"{_shown(paths.tables / 'verdicts.csv')} has no executed notebook beside it "
+                       f"({_shown(paths.notebook)})")
+        elif nb and not table:
+            out.append(f"{_shown(paths.notebook)} has no verdict table ({_shown(paths.tables / 'verdicts.csv')})")
+    return out
+
+
 def write_summary(profile: str = "quick") -> Path:
+    """Write :func:`summary_markdown` of ``profile`` (atomically). ValueError, before anything is written, when no
+    study of ``profile`` has outputs or one study's are incomplete or damaged (:func:`read_verdicts`)."""
+    from headprune_utils.run.profiles import unknown_profile
+
+    unknown = unknown_profile(profile)
+    if unknown and not any(StudyPaths(n, profile, staged=False).notebook.exists() for n in STUDIES):
+        raise ValueError(unknown)
+    problems = study_notebook_problems(profile)
+    if problems:
+        raise ValueError("; ".join(problems))
+    if not any(StudyPaths(n, profile, staged=False).notebook.exists() for n in STUDIES):
+        raise ValueError(f"profile {profile!r}: no study has outputs under {_shown(outputs_root())}/*/{profile}/ "
+                         f"(run `make run PROFILE={profile}` first)")
     path = summary_path(profile)
     atomic_write_text(path, summary_markdown(profile))
     return path
@@ -509,7 +588,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         return 0
-    print(f"wrote {os.path.relpath(write_summary(args.profile))}")
+    try:
+        path = write_summary(args.profile)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: cannot write {exc.filename or summary_path(args.profile)}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 2
+    print(f"wrote {_shown(path)}")
     return 0
 
 

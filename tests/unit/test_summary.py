@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from headprune_utils.analysis import claims
 from headprune_utils.run import summary
@@ -37,6 +38,10 @@ def test_summary_from_verdict_tables(tmp_path, monkeypatch):
     assert "SST-2, s: **supported** (+0.1 [+0, +0.2])" in rows.loc["a.x", "decided"]
     assert rows.loc["a.x", "flips"].startswith("SST-2: uniform: supported") and rows.loc["b.y", "flips"] == "no"
     assert rows.loc["b.y", "decided"] == "none (SST-2, s: inconclusive, +0.1 [+0, +0.2])", "the nearest row"
+    with pytest.raises(ValueError, match="has no executed notebook"):  # it would link a missing notebook
+        summary.write_summary("quick")
+    assert not (tmp_path / "SUMMARY.md").exists()
+    StudyPaths("random_pruning", "quick", staged=False).notebook.write_text("{}")
     path = summary.write_summary("quick")
     text = path.read_text()
     assert path == tmp_path / "SUMMARY.md" and "nan" not in text.lower()
