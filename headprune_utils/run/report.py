@@ -44,7 +44,7 @@ from headprune_utils.run.summary import (
     read_verdicts,
     row_label,
     study_findings_markdown,
-    study_notebook_problems,
+    study_output_problems,
     verdict_row,
     verdict_words,
 )
@@ -541,7 +541,7 @@ def build_report(profiles: list[str] | None = None, quiet: bool = False, root: P
     if not profiles:
         raise ValueError(f"no profile has executed notebooks under {_shown(outputs_root())} (run `make run` first)")
     for profile in profiles:
-        problems = study_notebook_problems(profile)
+        problems = study_output_problems(profile)
         if problems:
             raise ValueError("; ".join(problems))
     root = Path(root) if root is not None else report_dir()

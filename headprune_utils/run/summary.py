@@ -27,7 +27,7 @@ from headprune_utils.store.results import atomic_write_text
 from headprune_utils.studies import STUDIES
 
 __all__ = ["verdict_words", "claim_rows", "quick_verdicts", "fmt_number", "fmt_estimate", "where_label", "summary_markdown", "write_summary", "summary_path", "study_findings_markdown", "interim_note", "read_verdicts",
-           "inject_findings", "FINDINGS_TAG", "study_notebook_problems", "effect_unit", "pool_label",
+           "inject_findings", "FINDINGS_TAG", "study_output_problems", "effect_unit", "pool_label",
            "row_label", "verdict_row", "UNITS_NOTE", "verdict_changes",
            "profile_verdicts", "changes_markdown"]
 
@@ -456,9 +456,17 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def study_notebook_problems(profile: str) -> list[str]:
-    """Studies of ``profile`` whose outputs are incomplete: a verdict table without the executed notebook it came
-    from, or an executed notebook without its verdict table."""
+def _strict_json(text: str):
+    """``json.loads`` that refuses NaN and infinities (Python's json reads them: they are not JSON)."""
+    def refuse(token):
+        raise ValueError(f"{token} is not a number JSON has")
+    return json.loads(text, parse_constant=refuse)
+
+
+def study_output_problems(profile: str) -> list[str]:
+    """Studies of ``profile`` whose outputs are incomplete or damaged: a verdict table without the executed notebook
+    it came from, or the reverse; a study without its ``run_meta.json`` (the record of the run), or with a
+    ``run_meta.json`` or ``metrics.json`` that is not JSON or holds NaN or an infinity."""
     out = []
     for name in STUDIES:
         paths = StudyPaths(name, profile, staged=False)
@@ -468,6 +476,18 @@ def study_notebook_problems(profile: str) -> list[str]:
                        f"({_shown(paths.notebook)})")
         elif nb and not table:
             out.append(f"{_shown(paths.notebook)} has no verdict table ({_shown(paths.tables / 'verdicts.csv')})")
+        if not (table or nb):
+            continue
+        if not paths.meta.exists():
+            out.append(f"{_shown(paths.meta)} is missing (the record of the run that made {name}'s outputs)")
+        for f in (paths.meta, paths.out / "metrics.json"):
+            if f.exists():
+                try:
+                    _strict_json(f.read_text(encoding="utf-8"))
+                except (ValueError, UnicodeDecodeError) as exc:
+                    out.append(f"{_shown(f)} is damaged ({exc})")
+    if out:
+        out[-1] += f" -- render the study again (python -m headprune_utils.run --profile {profile} --only STUDY)"
     return out
 
 
@@ -479,7 +499,7 @@ def write_summary(profile: str = "quick") -> Path:
     unknown = unknown_profile(profile)
     if unknown and not any(StudyPaths(n, profile, staged=False).notebook.exists() for n in STUDIES):
         raise ValueError(unknown)
-    problems = study_notebook_problems(profile)
+    problems = study_output_problems(profile)
     if problems:
         raise ValueError("; ".join(problems))
     if not any(StudyPaths(n, profile, staged=False).notebook.exists() for n in STUDIES):

@@ -42,6 +42,9 @@ def test_summary_from_verdict_tables(tmp_path, monkeypatch):
         summary.write_summary("quick")
     assert not (tmp_path / "SUMMARY.md").exists()
     StudyPaths("random_pruning", "quick", staged=False).notebook.write_text("{}")
+    with pytest.raises(ValueError, match="run_meta.json is missing"):  # the record of the run that made them
+        summary.write_summary("quick")
+    StudyPaths("random_pruning", "quick", staged=False).meta.write_text('{"profile": "quick"}')
     path = summary.write_summary("quick")
     text = path.read_text()
     assert path == tmp_path / "SUMMARY.md" and "nan" not in text.lower()
