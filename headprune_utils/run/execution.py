@@ -413,6 +413,11 @@ class ProcessExecutor:
 
     def _new_pool(self) -> None:
         self._end_pool(wait=False)
+        main = sys.modules.get("__main__")
+        if main is not None and not hasattr(main, "__spec__"):
+            # a __main__ made without one (an embedding shell, a notebook kernel's user module): spawn reads
+            # __main__.__spec__ to prepare each worker, and None is what a script's __main__ has
+            main.__spec__ = None
         self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
         self._finalizer = weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
 

@@ -482,3 +482,13 @@ def test_a_ray_address_nobody_answers_at_fails_at_once_naming_it(address):
     with pytest.raises(RuntimeError, match="expected host:port"):
         check_ray_address("nonsense")
     check_ray_address(None), check_ray_address("auto")  # Ray's own to resolve
+
+
+def test_the_process_pool_starts_under_a_main_module_without_spec(process_executor, tmp_path, monkeypatch):
+    """A ``__main__`` without ``__spec__`` (a notebook kernel's user module, an embedding shell, or one left so by
+    another test) does not stop the pool: spawn reads it to prepare each worker. The cells equal the local ones."""
+    import sys
+
+    monkeypatch.delattr(sys.modules["__main__"], "__spec__", raising=False)
+    table = within(120, lambda: run_study(FakeStudy(), FakeConfig(), "t", paths(tmp_path), executor=process_executor))
+    assert values(table) == {"a0": 1.0, "a1": 4.0, "a2": 9.0, "a3": 16.0, "b": 13.0}
