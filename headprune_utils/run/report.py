@@ -38,6 +38,7 @@ from headprune_utils.analysis import claims
 from headprune_utils.run.stable import stable_styler_ids
 from headprune_utils.run.summary import (
     UNITS_NOTE,
+    _shown,
     claim_rows,
     fmt_estimate,
     inject_findings,
@@ -576,13 +577,6 @@ def build_report(profiles: list[str] | None = None, quiet: bool = False, root: P
         print(f"report: {_shown(root / 'index.html')} ({', '.join(f'{p}: {n} claims' for p, n in built.items())}"
               f"; {time.perf_counter() - t0:.0f} s)")
     return root / "index.html"
-
-
-def _shown(path: Path) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:  # another drive
-        return str(path)
 
 
 def main(argv: list[str] | None = None) -> int:
