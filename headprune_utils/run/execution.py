@@ -60,7 +60,7 @@ from headprune_utils.model import models
 from headprune_utils.run.profiles import (TimeLeft, calibrated_gflops, duration_text, model_slice, selected_cells,
                                           selector, unknown_profile)
 from headprune_utils.tasks.metrics import verdict_scores
-from headprune_utils.store.paths import INTERIM_FILE, STAGED_ENV, StudyPaths, outputs_root
+from headprune_utils.store.paths import INTERIM_FILE, PLAIN_NAME, STAGED_ENV, StudyPaths, outputs_root
 from headprune_utils.store.results import (MACHINE_FIELD, ResultStore, StaleResultsError, atomic_write_json,
                                            cell_key, machine_kind, portable, run_metadata)
 from headprune_utils.studies import NAMES, get_study
@@ -952,16 +952,13 @@ def selection_text(where: dict[str, set[str]] | dict[str, list[str]]) -> str:
     return "; ".join(f"{k} = {', '.join(sorted(where[k]))}" for k in sorted(where))
 
 
-STUDY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-
-
 def check_arguments(study: Study, cfg, executor, address) -> None:
     """What :func:`run_study` refuses before anything is written (ParameterError naming it): a study name that is
     not a plain folder name (its results go to ``outputs/<name>/``), parameters that are not the study's
     ``Config`` or fail its checks (types, finiteness, ``check()``), an ``address`` without the Ray executor."""
     name = getattr(study, "name", None)
-    if not isinstance(name, str) or not STUDY_NAME.fullmatch(name) or ".." in name:
-        raise ParameterError(f"study name {name!r} must be a plain folder name (letters, digits, '_', '.', '-'): "
+    if not isinstance(name, str) or not PLAIN_NAME.fullmatch(name):
+        raise ParameterError(f"study name {name!r} must be a plain folder name (letters, digits, '_', '.', '-', starting with a letter or digit): "
                              "its results go to outputs/<name>/<profile>/")
     config = getattr(study, "Config", None)
     if isinstance(config, type) and not isinstance(cfg, config):

@@ -59,7 +59,8 @@ def params_dir() -> Path:
     return project_root() / "params"
 
 
-_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a folder name of one level: a profile's, a study's
+_PROFILE_NAME = PLAIN_NAME
 _RESERVED = (".staging", ".bak-", ".replaced-", ".failed", ".running")  # the runner's own folder and file names
 
 
