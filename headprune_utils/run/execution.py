@@ -36,7 +36,6 @@ import json
 import math
 import multiprocessing
 import os
-import re
 import socket
 import sys
 import tempfile
@@ -280,6 +279,14 @@ def run_batch(study: Study, cfg, device, paths: StudyPaths, batch: Batch, ctx=No
     return list(iter_batch(study, cfg, device, paths, batch, ctx))
 
 
+def _main_spec() -> None:
+    """Give a ``__main__`` made without ``__spec__`` (an embedding shell, a notebook kernel's user module) the value a
+    script's has (None): spawn reads it whenever the pool starts a worker, which happens on a submit."""
+    main = sys.modules.get("__main__")
+    if main is not None and not hasattr(main, "__spec__"):
+        main.__spec__ = None
+
+
 class LocalExecutor:
     """Batches run in this process, one at a time, each cell's outcome handed on (and stored) as it finishes.
 
@@ -413,11 +420,6 @@ class ProcessExecutor:
 
     def _new_pool(self) -> None:
         self._end_pool(wait=False)
-        main = sys.modules.get("__main__")
-        if main is not None and not hasattr(main, "__spec__"):
-            # a __main__ made without one (an embedding shell, a notebook kernel's user module): spawn reads
-            # __main__.__spec__ to prepare each worker, and None is what a script's __main__ has
-            main.__spec__ = None
         self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
         self._finalizer = weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
 
@@ -433,6 +435,7 @@ class ProcessExecutor:
             handle = self._queue[0]
             batch = self._batches[handle]
             try:
+                _main_spec()
                 fut = self._pool.submit(_remote_batch, self._job, [dict(c.axes) for c in batch.cells], batch.inputs)
             except BrokenProcessPool:  # a worker died since the last wait: its jobs are collected there
                 self._new_pool()
