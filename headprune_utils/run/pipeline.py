@@ -333,12 +333,15 @@ def verdict_summary(plan: dict[str, dict], profile: str) -> str:
 
 def write_overviews(profile: str) -> bool:
     """The views over every study of ``profile``: the cross-study summary and the HTML report (the README is
-    never written by a run). A report that cannot be built from the results is a warning: it only shows the
-    results, which are written. A view that cannot be written (a read-only or full disk) is one line
+    never written by a run). A summary or report that cannot be built from the results is a warning: they only
+    show the results, which are written. A view that cannot be written (a read-only or full disk) is one line
     naming it and the cause; returns False then (the run's exit status says so)."""
     ok = True
     try:
         print(f"cross-study summary: {relative(write_summary(profile))}")
+    except ValueError as exc:  # a view of the results, which are written (e.g. a study added outside the registry)
+        print(f"warning: the cross-study summary was not written (an earlier one, if any, is as it was): {exc}",
+              file=sys.stderr)
     except OSError as exc:
         print(f"error: the cross-study summary was not written: {resource_cause(exc) or exc}", file=sys.stderr)
         ok = False

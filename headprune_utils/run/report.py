@@ -38,7 +38,6 @@ from headprune_utils.analysis import claims
 from headprune_utils.run.stable import stable_styler_ids
 from headprune_utils.run.summary import (
     UNITS_NOTE,
-    _shown,
     claim_rows,
     fmt_estimate,
     inject_findings,
@@ -49,7 +48,7 @@ from headprune_utils.run.summary import (
     verdict_row,
     verdict_words,
 )
-from headprune_utils.store.paths import StudyPaths, outputs_root, profile_name_problem, report_dir
+from headprune_utils.store.paths import StudyPaths, outputs_root, profile_name_problem, report_dir, shown_path
 from headprune_utils.store.results import atomic_write_text
 from headprune_utils.studies import STUDIES
 
@@ -185,11 +184,11 @@ def render_study(name: str, profile: str) -> tuple[str, list[str]]:
     try:
         nb = nbformat.read(paths.notebook, as_version=4)
     except Exception as exc:  # nbformat's NotJSONError, a validation error, an unreadable file
-        raise ValueError(f"{_shown(paths.notebook)} is not a readable executed notebook ({type(exc).__name__}: "
+        raise ValueError(f"{shown_path(paths.notebook)} is not a readable executed notebook ({type(exc).__name__}: "
                          f"{str(exc)[:200]}): run the study again") from None
     for fig in sorted(paths.figures.glob("*.png")) if paths.figures.is_dir() else []:
         if fig.stat().st_size == 0:
-            raise ValueError(f"{_shown(fig)} is an empty file (a figure cut off): run the study again")
+            raise ValueError(f"{shown_path(fig)} is an empty file (a figure cut off): run the study again")
     return study_body(nb, name, profile, verdicts)
 
 
@@ -537,10 +536,10 @@ def build_report(profiles: list[str] | None = None, quiet: bool = False, root: P
     ``outputs/report/``); returns the home page. Raises ``ValueError`` if a formula does not convert."""
     t0 = time.perf_counter()
     if not outputs_root().is_dir():
-        raise ValueError(f"the outputs root {_shown(outputs_root())} does not exist (HEADPRUNE_OUTPUT_DIR?)")
+        raise ValueError(f"the outputs root {shown_path(outputs_root())} does not exist (HEADPRUNE_OUTPUT_DIR?)")
     profiles = profiles or profiles_with_outputs()
     if not profiles:
-        raise ValueError(f"no profile has executed notebooks under {_shown(outputs_root())} (run `make run` first)")
+        raise ValueError(f"no profile has executed notebooks under {shown_path(outputs_root())} (run `make run` first)")
     for profile in profiles:
         problems = study_output_problems(profile)
         if problems:
@@ -574,7 +573,7 @@ def build_report(profiles: list[str] | None = None, quiet: bool = False, root: P
     if failures:
         raise ValueError("formulas that did not convert to MathML:\n" + "\n".join(failures))
     if not quiet:
-        print(f"report: {_shown(root / 'index.html')} ({', '.join(f'{p}: {n} claims' for p, n in built.items())}"
+        print(f"report: {shown_path(root / 'index.html')} ({', '.join(f'{p}: {n} claims' for p, n in built.items())}"
               f"; {time.perf_counter() - t0:.0f} s)")
     return root / "index.html"
 

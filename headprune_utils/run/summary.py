@@ -22,7 +22,7 @@ import pandas as pd
 
 from headprune_utils.analysis import claims
 from headprune_utils.run.options import Once, Parser
-from headprune_utils.store.paths import INTERIM_FILE, StudyPaths, outputs_root
+from headprune_utils.store.paths import INTERIM_FILE, StudyPaths, outputs_root, shown_path
 from headprune_utils.store.results import atomic_write_text
 from headprune_utils.studies import STUDIES
 
@@ -221,7 +221,7 @@ def read_verdicts(name: str, profile: str) -> pd.DataFrame | None:
     f = paths.tables / "verdicts.csv"
     if not f.exists():
         return None
-    where = _shown(f)
+    where = shown_path(f)
     again = f"render the study again (python -m headprune_utils.run --profile {profile} --only {name})"
     raw = f.read_bytes()
     try:
@@ -255,7 +255,7 @@ def read_verdicts(name: str, profile: str) -> pd.DataFrame | None:
         try:
             recorded = json.loads(paths.meta.read_text(encoding="utf-8")).get("profile")
         except (ValueError, OSError) as exc:
-            raise ValueError(f"{_shown(paths.meta)} is not readable ({exc}): {again}") from None
+            raise ValueError(f"{shown_path(paths.meta)} is not readable ({exc}): {again}") from None
         if recorded is not None and recorded != profile:
             problem = f"its run_meta.json records profile {recorded!r}, not {profile!r} (outputs copied across profiles)"
     if problem is not None:
@@ -449,13 +449,6 @@ def summary_markdown(profile: str) -> str:
     return "\n".join(head + total + lines + scale) + "\n"
 
 
-def _shown(path: Path) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:  # another drive
-        return str(path)
-
-
 def _strict_json(text: str):
     """``json.loads`` that refuses NaN and infinities (Python's json reads them: they are not JSON)."""
     def refuse(token):
@@ -472,20 +465,20 @@ def study_output_problems(profile: str) -> list[str]:
         paths = StudyPaths(name, profile, staged=False)
         table, nb = (paths.tables / "verdicts.csv").exists(), paths.notebook.exists()
         if table and not nb:
-            out.append(f"{_shown(paths.tables / 'verdicts.csv')} has no executed notebook beside it "
-                       f"({_shown(paths.notebook)})")
+            out.append(f"{shown_path(paths.tables / 'verdicts.csv')} has no executed notebook beside it "
+                       f"({shown_path(paths.notebook)})")
         elif nb and not table:
-            out.append(f"{_shown(paths.notebook)} has no verdict table ({_shown(paths.tables / 'verdicts.csv')})")
+            out.append(f"{shown_path(paths.notebook)} has no verdict table ({shown_path(paths.tables / 'verdicts.csv')})")
         if not (table or nb):
             continue
         if not paths.meta.exists():
-            out.append(f"{_shown(paths.meta)} is missing (the record of the run that made {name}'s outputs)")
+            out.append(f"{shown_path(paths.meta)} is missing (the record of the run that made {name}'s outputs)")
         for f in (paths.meta, paths.out / "metrics.json"):
             if f.exists():
                 try:
                     _strict_json(f.read_text(encoding="utf-8"))
                 except (ValueError, UnicodeDecodeError) as exc:
-                    out.append(f"{_shown(f)} is damaged ({exc})")
+                    out.append(f"{shown_path(f)} is damaged ({exc})")
     if out:
         out[-1] += f" -- render the study again (python -m headprune_utils.run --profile {profile} --only STUDY)"
     return out
@@ -503,7 +496,7 @@ def write_summary(profile: str = "quick") -> Path:
     if problems:
         raise ValueError("; ".join(problems))
     if not any(StudyPaths(n, profile, staged=False).notebook.exists() for n in STUDIES):
-        raise ValueError(f"profile {profile!r}: no study has outputs under {_shown(outputs_root())}/*/{profile}/ "
+        raise ValueError(f"profile {profile!r}: no study has outputs under {shown_path(outputs_root())}/*/{profile}/ "
                          f"(run `make run PROFILE={profile}` first)")
     path = summary_path(profile)
     atomic_write_text(path, summary_markdown(profile))
@@ -617,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot write {exc.filename or summary_path(args.profile)}: {exc.strerror or exc}",
               file=sys.stderr)
         return 2
-    print(f"wrote {_shown(path)}")
+    print(f"wrote {shown_path(path)}")
     return 0
 
 

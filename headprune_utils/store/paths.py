@@ -259,3 +259,12 @@ def folder_problem(path: Path) -> str | None:
     if not _can_write(p):
         return f"{var}the folder {_in_project(p)} cannot be written (permissions)"
     return None
+
+
+def shown_path(path: Path) -> str:
+    """``path`` as messages print it: relative to the working directory (the absolute path where there is none,
+    e.g. another drive)."""
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive
+        return str(path)
