@@ -153,6 +153,29 @@ def test_writing_the_overviews_leaves_the_readme_alone(tmp_path, monkeypatch):
     assert readme.read_bytes() == before
 
 
+def test_a_summary_that_cannot_be_built_is_a_warning_after_the_results_are_written(monkeypatch, capsys):
+    """The summary is a view of results already written: when it cannot be built (another study's outputs damaged,
+    a study outside the registry) the run warns, names why, and leaves an earlier summary as it was; an unwritable
+    summary stays an error (the run's status says so)."""
+    from headprune_utils.run import pipeline
+
+    def damaged(profile):
+        raise ValueError("outputs/x/standard/tables/verdicts.csv is cut off")
+
+    monkeypatch.setattr(pipeline, "write_summary", damaged)
+    monkeypatch.setattr(pipeline, "build_report", lambda profiles: None)
+    assert pipeline.write_overviews("standard")
+    err = capsys.readouterr().err
+    assert "warning: the cross-study summary was not written" in err and "verdicts.csv is cut off" in err
+
+    def full(profile):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pipeline, "write_summary", full)
+    assert not pipeline.write_overviews("standard")
+    assert "error: the cross-study summary was not written" in capsys.readouterr().err
+
+
 def test_the_home_page_lists_every_profile_present_whichever_run_built_it(tmp_path):
     """A run of one profile rebuilt the home page from that profile alone (a quick run hid standard; a smoke run
     left only smoke): the home lists every named profile whose site is there, standard first (smoke and custom
