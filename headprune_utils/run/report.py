@@ -189,6 +189,11 @@ def render_study(name: str, profile: str) -> tuple[str, list[str]]:
     for fig in sorted(paths.figures.glob("*.png")) if paths.figures.is_dir() else []:
         if fig.stat().st_size == 0:
             raise ValueError(f"{shown_path(fig)} is an empty file (a figure cut off): run the study again")
+    for fig in sorted({c.figure for c in STUDIES[name].claims if c.figure}):
+        # a figure is written with its data (figures.save.save_figure): data without the picture is a figure lost
+        if paths.table(fig).exists() and not paths.figure(fig).exists():
+            raise ValueError(f"{shown_path(paths.figure(fig))} is missing (its data, {shown_path(paths.table(fig))}, "
+                             f"is there; the figure of a claim): run the study again")
     return study_body(nb, name, profile, verdicts)
 
 

@@ -623,7 +623,6 @@ def test_report_notebook_not_json_is_an_error(root, report):
     assert res.names(f"{STUDY}.ipynb")
 
 
-@pytest.mark.xfail(strict=True, reason="a missing figure is silently dropped from the findings page, nothing said")
 def test_report_missing_figure_is_reported(root, report):
     """The findings page links the figure that shows each claim: a missing figure is reported, not silently linked."""
     d = copy_study(root)
