@@ -58,13 +58,35 @@ def linkage(d: np.ndarray, method: str = "average") -> np.ndarray:
 
 def silhouette(d: np.ndarray, labels: np.ndarray) -> float:
     """Mean silhouette width of ``labels`` under the precomputed distances ``d`` (between -1 and 1)."""
-    from sklearn.metrics import silhouette_score
-
     labels = np.asarray(labels)
     k = len(np.unique(labels))
     if not 2 <= k <= len(labels) - 1:
         return float("nan")
-    return float(silhouette_score(check_distance(d), labels, metric="precomputed"))
+    return float(np.mean(silhouette_widths(check_distance(d), labels)))
+
+
+def silhouette_widths(d: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """``[N]`` silhouette width of each head under the precomputed distances ``d`` (a checked distance matrix), a
+    singleton's 0: scikit-learn's ``silhouette_samples(d, labels, metric="precomputed")`` done the same way (the same
+    sums in the same order, so the same bits; tested against it) without its input checks, which took most of the
+    time of the permutation nulls that call it tens of thousands of times. Needs 2 <= clusters <= N - 1."""
+    codes = np.unique(labels, return_inverse=True)[1].reshape(-1)
+    freqs = np.bincount(codes)
+    if not 2 <= len(freqs) <= len(codes) - 1:
+        raise ValueError(f"a silhouette needs between 2 and N - 1 = {len(codes) - 1} clusters, got {len(freqs)}")
+    dist = np.zeros((len(codes), len(freqs)), dtype=d.dtype)
+    for i in range(len(codes)):
+        dist[i] += np.bincount(codes, weights=d[i], minlength=len(freqs))
+    own = (np.arange(len(codes)), codes)
+    intra = dist[own]
+    dist[own] = np.inf
+    dist /= freqs
+    inter = dist.min(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        intra /= (freqs - 1).take(codes, mode="clip")
+        widths = inter - intra
+        widths /= np.maximum(intra, inter)
+    return np.nan_to_num(widths)
 
 
 @dataclass
@@ -100,20 +122,23 @@ def core_silhouette(d: np.ndarray, labels: np.ndarray, min_size: int = 1) -> flo
     Why: one head unlike every other, split off as its own cluster, makes the rest look well separated (their
     nearest other cluster is far away) and dominates the plain criterion; here the other clusters are judged
     against each other, and setting heads aside is not free (they count 0)."""
-    from sklearn.metrics import silhouette_samples
+    return _core_silhouette(check_distance(d), np.asarray(labels), min_size)
 
-    d = check_distance(d)
-    labels = np.asarray(labels)
+
+def _core_silhouette(d: np.ndarray, labels: np.ndarray, min_size: int) -> float:
+    """:func:`core_silhouette` of a matrix :func:`check_distance` has already checked."""
     sizes = np.bincount(labels)
     core = sizes[labels] >= min_size
     if len(np.unique(labels[core])) < 2:
         return float("nan")
     if min_size <= 1:
-        return silhouette(d, labels)
+        if not len(np.unique(labels)) <= len(labels) - 1:
+            return float("nan")
+        return float(np.mean(silhouette_widths(d, labels)))
     sub = labels[core]
     if len(np.unique(sub)) > len(sub) - 1:
         return float("nan")
-    return float(silhouette_samples(d[np.ix_(core, core)], sub, metric="precomputed").sum() / len(labels))
+    return float(silhouette_widths(d[np.ix_(core, core)], sub).sum() / len(labels))
 
 
 def cluster_heads(d: np.ndarray, k: int | None = None, k_range: tuple[int, int] = (2, 20),
@@ -131,7 +156,7 @@ def cluster_heads(d: np.ndarray, k: int | None = None, k_range: tuple[int, int] 
         if lo > hi:
             raise ValueError(f"k_range {k_range} leaves no k between 2 and N - 1 = {n - 1}")
         for kk in range(lo, hi + 1):
-            tried[kk] = core_silhouette(d, hierarchy.fcluster(z, kk, criterion="maxclust"), min_size)
+            tried[kk] = _core_silhouette(d, hierarchy.fcluster(z, kk, criterion="maxclust"), min_size)
         valid = {kk: s for kk, s in tried.items() if np.isfinite(s)}
         if valid:
             best = max(valid.values())
@@ -144,7 +169,7 @@ def cluster_heads(d: np.ndarray, k: int | None = None, k_range: tuple[int, int] 
     if order:
         z = hierarchy.optimal_leaf_ordering(z, squareform(d, checks=False))
     return Clusters(labels=labels, k=int(len(np.unique(labels))), order=np.asarray(hierarchy.leaves_list(z)), linkage=z,
-                    silhouette=core_silhouette(d, labels, min_size), silhouette_by_k=tried, min_size=min_size)
+                    silhouette=_core_silhouette(d, labels, min_size), silhouette_by_k=tried, min_size=min_size)
 
 
 def silhouette_null(d: np.ndarray, k_range: tuple[int, int], method: str = "average", n_perm: int = 99,
@@ -208,18 +233,18 @@ def mantel(a: np.ndarray, b: np.ndarray, n_perm: int = 999, method: str = "pears
         b = _rank_matrix(b)
     x = (x - x.mean()) / (x.std() or 1.0)
 
-    def corr(m: np.ndarray) -> np.ndarray:  # m: [..., N, N] -> r per leading index
-        y = m[..., iu[0], iu[1]]
-        y = (y - y.mean(-1, keepdims=True)) / np.where(y.std(-1, keepdims=True) > 0, y.std(-1, keepdims=True), 1.0)
+    def corr(y: np.ndarray) -> np.ndarray:  # y: [..., M] upper triangles -> r per leading index
+        sd = y.std(-1, keepdims=True)
+        y = (y - y.mean(-1, keepdims=True)) / np.where(sd > 0, sd, 1.0)
         return (y * x).mean(-1)
 
-    r = float(corr(b))
+    r = float(corr(b[iu]))
     rng = np.random.default_rng(seed)
     null = np.empty(n_perm)
     step = 200  # permutations per vectorised block
     for s in range(0, n_perm, step):
         perms = np.stack([rng.permutation(n) for _ in range(min(step, n_perm - s))])
-        null[s:s + len(perms)] = corr(b[perms[:, :, None], perms[:, None, :]])
+        null[s:s + len(perms)] = corr(b[perms[:, iu[0]], perms[:, iu[1]]])  # the permuted matrices' triangles
     hits = null >= r - 1e-12 if alternative == "greater" else np.abs(null) >= abs(r) - 1e-12
     return r, float((1 + hits.sum()) / (1 + n_perm))
 

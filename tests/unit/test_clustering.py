@@ -161,3 +161,38 @@ def test_zero_shot_mask_fills_up_when_ties_leave_fewer_clusters():
     d[0, 1] = d[1, 0] = 0.0
     mask = clustering.zero_shot_mask(d, 5, (2, 3))
     assert int(mask.sum()) == 5
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_silhouette_widths_are_scikit_learns_bit_for_bit(seed):
+    """The silhouette the permutation nulls call tens of thousands of times is scikit-learn's silhouette_samples
+    done the same way without its input checks: the same widths to the last bit (singletons 0, labels of any
+    values and order), so the nulls' p-values and the chosen k are what scikit-learn's gave."""
+    from sklearn.metrics import silhouette_samples, silhouette_score
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(4, 60))
+    x = rng.random((n, 3))
+    d = clustering.check_distance(np.sqrt(((x[:, None] - x[None]) ** 2).sum(-1)))
+    k = int(rng.integers(2, n))
+    labels = rng.choice(np.array([7, 3, 12, 1, 40, 5])[: min(k, 6)] if seed % 2 else np.arange(1, k + 1), n)
+    labels[: 2] = np.unique(labels)[:2] if len(np.unique(labels)) >= 2 else [1, 2]
+    if not 2 <= len(np.unique(labels)) <= n - 1:
+        labels = np.r_[np.ones(n - 1, int), 2]
+    mine = clustering.silhouette_widths(d, labels)
+    theirs = silhouette_samples(d, labels, metric="precomputed")
+    assert mine.tobytes() == theirs.tobytes()
+    assert clustering.silhouette(d, labels) == float(silhouette_score(d, labels, metric="precomputed"))
+    for size in (2, 3):  # the criterion with small clusters set aside, as it was computed with scikit-learn
+        core = np.bincount(labels)[labels] >= size
+        if len(np.unique(labels[core])) >= 2 and len(np.unique(labels[core])) <= core.sum() - 1:
+            want = float(silhouette_samples(d[np.ix_(core, core)], labels[core], metric="precomputed").sum() / n)
+            assert clustering.core_silhouette(d, labels, size) == want
+
+
+def test_silhouette_widths_need_two_to_n_minus_one_clusters():
+    d = blocks([3, 3])
+    with pytest.raises(ValueError, match="between 2 and N - 1"):
+        clustering.silhouette_widths(d, np.ones(6, int))
+    with pytest.raises(ValueError, match="between 2 and N - 1"):
+        clustering.silhouette_widths(d, np.arange(6))
