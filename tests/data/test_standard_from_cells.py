@@ -20,21 +20,26 @@ from headprune_utils.studies import NAMES
 pytestmark = pytest.mark.data
 
 
-def complete_studies(data_root, monkeypatch) -> dict[str, tuple[int, int, str] | None]:
-    monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(data_root))
-    plan = validate_profile("standard", list(NAMES))
-    gaps = missing_cells(plan, "standard")
+@pytest.fixture(scope="module")
+def complete_studies(data_root) -> dict[str, tuple[int, int, str] | None]:
+    """Per study: None when all its standard cells are committed, else (missing, total, ...); read once."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HEADPRUNE_DATA_DIR", str(data_root))
+        plan = validate_profile("standard", list(NAMES))
+        gaps = missing_cells(plan, "standard")
     return {name: gaps.get(name) for name in NAMES}
 
 
-def test_at_least_one_standard_study_is_complete(data_root, monkeypatch):
-    state = complete_studies(data_root, monkeypatch)
-    assert any(v is None for v in state.values()), f"no standard study has all its cells committed: {state}"
+def test_at_least_one_standard_study_is_complete(complete_studies):
+    assert any(v is None for v in complete_studies.values()), \
+        f"no standard study has all its cells committed: {complete_studies}"
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_complete_standard_study_renders_from_its_cells_alone(name, data_root, monkeypatch, tmp_path):
-    gap = complete_studies(data_root, monkeypatch)[name]
+def test_a_complete_standard_study_renders_from_its_cells_alone(name, complete_studies, data_root, monkeypatch,
+                                                                tmp_path):
+    monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(data_root))
+    gap = complete_studies[name]
     if gap is not None:
         pytest.skip(f"{name}: the standard run is in progress ({gap[0]} of {gap[1]} cells not committed yet)")
     committed = StudyPaths(name, "standard", root=outputs_root(), staged=False)  # the checkout's, fixed now
