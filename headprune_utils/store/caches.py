@@ -9,7 +9,9 @@ sibling (a file or a folder), which is renamed to ``path`` only when complete (a
 entry under the real name), then ``load(path)``. Entries are keyed by what they depend on (the caller puts a
 fingerprint in the name: see :mod:`headprune_utils.store.paths`), so an entry is never stale, only absent. An entry
 that exists but cannot be loaded (truncated, corrupt) is moved to ``quarantine/`` beside it with a warning
-naming it, and built again.
+naming it, and built again. Each entry records the name it was built under (:data:`KEY_FIELD`, written by the
+caller's ``build``, checked by its ``load`` with :func:`check_entry_key`): an entry found under another name (a
+cache file copied, swapped or restored to the wrong place) is quarantined and built again like a corrupt one.
 """
 from __future__ import annotations
 
@@ -52,6 +54,17 @@ def cached(path: str | os.PathLike, build: Callable[[Path], None], load: Callabl
             finally:
                 _remove(tmp)
         return load(path)
+
+
+KEY_FIELD = "cache_key"  # where an entry records the name it was built under (its key: the name holds the fingerprint)
+
+
+def check_entry_key(path: Path, recorded: str | None) -> None:
+    """Refuse an entry whose recorded key (``recorded``, the name it was built under) is not ``path``'s name: the
+    entry of another model or mask, copied or swapped into this place; :func:`cached` then quarantines it and
+    builds the right one. Entries written before keys were recorded (``None``) are read as they are."""
+    if recorded is not None and recorded != path.name:
+        raise ValueError(f"it holds the entry built as {recorded}, not {path.name} (copied or swapped into place?)")
 
 
 def _remove(p: Path) -> None:

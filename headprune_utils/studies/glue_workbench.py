@@ -21,7 +21,7 @@ from headprune_utils.model.gates import ABLATION_VERSION, Ablation, as_ablation,
 from headprune_utils.model.precision import training_key
 from headprune_utils.model.pruning import prune_heads
 from headprune_utils.store import paths
-from headprune_utils.store.caches import cached
+from headprune_utils.store.caches import KEY_FIELD, cached, check_entry_key
 from headprune_utils.store.results import atomic_write_json, fingerprint
 from headprune_utils.studies import semantics
 from headprune_utils.studies.base import Study
@@ -136,14 +136,23 @@ class GlueStudyConfig:
         if self.tasks == ["all"]:
             return
         avail = data.task_availability([data.get_task(t).name for t in self.tasks], self.data_dir)
-        gone = [f"{t} {s}" for t, v in avail.items() for s, ok in v.items() if not ok]
-        if gone and not self.allow_hub:
-            raise ParameterError(f"tasks: no local data for {', '.join(gone)} and allow_hub is false")
-        blocked = data.hub_blocked() if gone and not models.is_planning() else None
+        gone = [(t, s) for t, v in avail.items() for s, ok in v.items() if not ok]
+        if not gone:
+            return
+        looked = [data.local_split_path(t, s, self.data_dir) for t, s in gone]
+        what = ", ".join(f"{t} {s}" for t, s in gone) + (
+            " (looked for " + ", ".join(str(p) for p in looked[:3]) + (", ..." if len(looked) > 3 else "") + ")"
+            if looked[0] is not None else " (no local data folder: data_dir, HEADPRUNE_DATA_DIR and ../shared/data "
+            "beside the checkout are all unset or absent)")
+        if not self.allow_hub:
+            raise ParameterError(f"tasks: no local data for {what} and allow_hub is false")
+        blocked = data.hub_blocked() if not models.is_planning() else None
         if blocked:
-            raise ParameterError(f"tasks: no local data for {', '.join(gone)}, and the hub cannot be used: "
-                                 f"{blocked}. Set HEADPRUNE_DATA_DIR (or data_dir) to a "
-                                 "folder holding glue/<TASK>/, or go online")
+            root = data.resolve_data_dir(self.data_dir)
+            fix = (f"Put glue/<TASK>/ under {root}, or point HEADPRUNE_DATA_DIR (or data_dir) at a folder holding it"
+                   if root is not None else "Set HEADPRUNE_DATA_DIR (or data_dir) to a folder holding glue/<TASK>/")
+            raise ParameterError(f"tasks: no local data for {what}, and the hub cannot be used: {blocked}. "
+                                 f"{fix}, or go online")
 
     def head_shape(self) -> tuple[int, int]:
         """``(n_layers, n_heads)`` of the model (reads its config only)."""
@@ -407,10 +416,16 @@ class GlueContext:
             model, history, gates, means = self.finetune_masked(task, seed, mask, desc, ablation)
             metrics = training.evaluate(model, self.task_data(task)[2], task, EVAL_BATCH, gates=gates,
                                         ablation=ablation, means=means)
-            atomic_write_json(tmp, {"metrics": metrics, "history": history})
+            atomic_write_json(tmp, {"metrics": metrics, "history": history, KEY_FIELD: where.name})
+
+        def load(path: Path) -> dict:
+            saved = json.loads(path.read_text())
+            check_entry_key(path, saved.get(KEY_FIELD))
+            return saved
 
         phases.report(f"{desc}: the masked fine-tuning (cached, being trained by another study, or trained now)")
-        saved = cached(self.masked_scores_path(task, seed, mask, ablation), build, lambda p: json.loads(p.read_text()))
+        where = self.masked_scores_path(task, seed, mask, ablation)
+        saved = cached(where, build, load)
         return saved["metrics"], saved["history"]
 
     def means(self, model, enc) -> torch.Tensor:
@@ -438,12 +453,13 @@ class GlueContext:
             n_layers, n_heads = self.shape
             model, history, _, _ = self.finetune_masked(task, seed, torch.ones(n_layers, n_heads), f"{task} s{seed} full",
                                                         "zero")  # no head masked: every semantics is the same model
-            torch.save({"state_dict": model.state_dict(), "history": history}, tmp)
+            torch.save({"state_dict": model.state_dict(), "history": history, KEY_FIELD: where.name}, tmp)
             trained_now = True
 
         def load(path: Path):
             model = self.fresh_model(task, seed)
             saved = torch.load(path, map_location=self.device, weights_only=True)
+            check_entry_key(path, saved.get(KEY_FIELD))  # another (task, seed)'s model swapped in is never used
             model.load_state_dict(saved["state_dict"])
             model.eval()
             return model, saved.get("history", [])
@@ -451,7 +467,8 @@ class GlueContext:
         # the cached model, or (while another study side by side trains it) a wait for it, or its training now
         phases.report(f"{task} s{seed}: the fine-tuned full model (cached, being trained by another study, or "
                       "trained now)")
-        model, history = cached(self.checkpoint_path(task, seed), build, load)
+        where = self.checkpoint_path(task, seed)
+        model, history = cached(where, build, load)
         self.full_model_sha[(task, int(seed))] = models.weights_sha(model)
         self._last_full = ((task, seed), model, history)
         return model, history, trained_now

@@ -63,7 +63,7 @@ from headprune_utils.studies import glue_workbench
 from headprune_utils.model import masks, models, strategies
 from headprune_utils.model.architecture import SEQ2SEQ_KINDS, head_shape
 from headprune_utils.tasks.batching import train_batches
-from headprune_utils.store.caches import cached
+from headprune_utils.store.caches import KEY_FIELD, cached, check_entry_key
 from headprune_utils.studies.config import as_dict
 from headprune_utils.train.hard_concrete import HardConcreteGateDict, l0_train
 from headprune_utils.store.paths import StudyPaths
@@ -342,9 +342,16 @@ class Context:
 
         def build(tmp: Path) -> None:
             self._train(model_seed, tmp)
+            (tmp / f"{KEY_FIELD}.txt").write_text(where.name + "\n", encoding="utf-8")
             trained.append(True)
 
-        model, tok, meta = cached(self.folder(model_seed), build, lambda path: load_translation_model(path, self.device))
+        def load(path: Path):
+            key = path / f"{KEY_FIELD}.txt"
+            check_entry_key(path, key.read_text(encoding="utf-8").strip() if key.exists() else None)
+            return load_translation_model(path, self.device)
+
+        where = self.folder(model_seed)
+        model, tok, meta = cached(where, build, load)
         self.model_sha[model_seed] = models.weights_sha(model)
         self._models = {model_seed: (model, tok, meta)}  # one model in memory at a time
         self._encoded = {k: v for k, v in self._encoded.items() if k == model_seed}

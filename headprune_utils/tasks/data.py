@@ -35,6 +35,7 @@ __all__ = [
     "get_task",
     "TaskData",
     "resolve_data_dir",
+    "local_split_path",
     "load_task",
     "task_availability",
     "subset",
@@ -265,6 +266,13 @@ def _local_path(root: Path, spec: TaskSpec, split: str) -> Path:
     if not standard.is_file() and direct.is_file():
         return direct
     return standard
+
+
+def local_split_path(task: str, split: str, data_dir: str | os.PathLike | None = None) -> Path | None:
+    """Where the local TSV of ``task``'s ``split`` is looked for (it may not exist): under
+    :func:`resolve_data_dir`'s root; None when there is no local root."""
+    root = resolve_data_dir(data_dir)
+    return None if root is None else _local_path(root, get_task(task), split)
 
 
 def _parse_label(raw: str, spec: TaskSpec, fmt: _LocalFormat) -> float | int:

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from headprune_utils.store.caches import CorruptCacheWarning, cached
+from headprune_utils.store.caches import KEY_FIELD, CorruptCacheWarning, cached, check_entry_key
 
 
 def test_built_once_then_loaded(tmp_path):
@@ -61,3 +61,38 @@ def test_a_corrupt_entry_is_quarantined_named_and_rebuilt(tmp_path):
         assert cached(entry, build, lambda p: json.loads(p.read_text())) == {"v": 2}
     q = list((tmp_path / "quarantine").iterdir())
     assert len(q) == 1 and q[0].read_text() == '{"v": '
+
+
+def test_an_entry_swapped_into_another_name_is_quarantined_and_built_again(tmp_path):
+    """Entries record the name they were built under: two entries exchanged (a bad copy or restore) are each refused
+    by their load, quarantined with a warning naming them, and built again; an entry written before keys were
+    recorded is read as it is."""
+    builds = []
+
+    def entry(name):
+        where = tmp_path / name
+
+        def build(tmp):
+            builds.append(name)
+            tmp.write_text(json.dumps({"v": name, KEY_FIELD: where.name}))
+
+        def load(p):
+            saved = json.loads(p.read_text())
+            check_entry_key(p, saved.get(KEY_FIELD))
+            return saved["v"]
+
+        return where, build, load
+
+    (a, build_a, load_a), (b, build_b, load_b) = entry("seed=0.json"), entry("seed=1.json")
+    assert cached(a, build_a, load_a) == "seed=0.json" and cached(b, build_b, load_b) == "seed=1.json"
+    x, y = a.read_bytes(), b.read_bytes()
+    a.write_bytes(y)
+    b.write_bytes(x)
+    with pytest.warns(CorruptCacheWarning, match=r"seed=0\.json.*built as seed=1\.json"):
+        assert cached(a, build_a, load_a) == "seed=0.json"
+    with pytest.warns(CorruptCacheWarning, match=r"seed=1\.json.*built as seed=0\.json"):
+        assert cached(b, build_b, load_b) == "seed=1.json"
+    assert builds == ["seed=0.json", "seed=1.json", "seed=0.json", "seed=1.json"]
+    assert len(list((tmp_path / "quarantine").iterdir())) == 2
+    a.write_text(json.dumps({"v": "old"}))  # no key: written before keys were recorded
+    assert cached(a, build_a, load_a) == "old"

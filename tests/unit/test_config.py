@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from dataclasses import dataclass, field
 from typing import Literal
@@ -58,8 +59,11 @@ def test_study_checks_budget_task_and_model(tiny_glue_root):
         validate(RandomPruningConfig, {"ablation": "random"})
     with pytest.raises(ParameterError, match="(?s)model: .*bert-base-uncased.*(HF_HUB_OFFLINE|internet)"):
         validate(RandomPruningConfig, {**here, "model": "bert-base-uncased"})
-    with pytest.raises(ParameterError, match="(?s)tasks: no local data for STS-B train, STS-B dev.*offline mode"):
+    with pytest.raises(ParameterError, match="(?s)tasks: no local data for STS-B train, STS-B dev.*offline mode") as err:
         validate(RandomPruningConfig, {**here, "tasks": ["SST-2", "STS-B"]})
+    # the files looked for are named, and where to put them (the data folder in use)
+    assert "looked for " in str(err.value) and str(Path("glue") / "STS-B" / "train.tsv") in str(err.value)
+    assert "Put glue/<TASK>/ under " in str(err.value)
 
 
 def test_runner_rejects_bad_profiles_before_running(tmp_path, monkeypatch, capsys, tiny_glue_root):
