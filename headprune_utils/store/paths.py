@@ -240,6 +240,17 @@ def _can_write(folder: Path) -> bool:
     return os.access(folder, os.W_OK | os.X_OK)
 
 
+def _why_not_writable(folder: Path) -> str:
+    """Why a folder that :func:`_can_write` refuses cannot be written: a read-only file system (a disk remounted
+    read-only after errors, a read-only mount), else its permissions."""
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "it is on a read-only file system"
+    except (OSError, AttributeError):  # no statvfs (Windows)
+        pass
+    return "permissions"
+
+
 def folder_problem(path: Path) -> str | None:
     """Why the folder ``path`` cannot be written, or None. Where it does not exist yet, its nearest existing parent
     is asked (the run creates the rest): a part of it that is a file, not a folder (or a link to nothing), or a
@@ -257,7 +268,7 @@ def folder_problem(path: Path) -> str | None:
         fix = f"; set {OUTPUT_ENV} to a folder (created if it does not exist)" if var else ""
         return f"{var}{_in_project(p)} is a file, not a folder: the outputs cannot be written under it{fix}"
     if not _can_write(p):
-        return f"{var}the folder {_in_project(p)} cannot be written (permissions)"
+        return f"{var}the folder {_in_project(p)} cannot be written ({_why_not_writable(p)})"
     return None
 
 

@@ -652,6 +652,7 @@ def test_read_only_outputs_stop_with_the_folder_named(toy, tmp_path):
     assert proc.returncode == 3, proc.stdout
     assert str(toy.out) in proc.stdout and "cannot be written" in proc.stdout, \
         f"the folder is not named: {proc.stdout}"
+    assert "read-only file system" in proc.stdout, f"the cause is not said: {proc.stdout}"
     assert tree_digest(save / "toy" / TOY_PROFILE / "cells") == before
 
 
