@@ -836,7 +836,8 @@ def check_one_model(table: pd.DataFrame, study: str, axes: Iterable[str], profil
         raise MixedModelsError(
             f"{study}: the cells of {name} were computed with {len(shas)} different trainings of that "
             f"model (weights {', '.join(shas)}): a resumed run retrained it (its cache was gone, and another machine "
-            f"or another number of torch threads (OMP_NUM_THREADS, --jobs) trained it differently). Recompute those "
+            f"or another number of torch threads (OMP_NUM_THREADS, --jobs) trained it differently), or cells were "
+            f"copied in from another run of the same parameters. Recompute those "
             f"cells (move them away, or --fresh) so that one training underlies them all; {len(bad)} model(s) "
             f"affected.")
 
