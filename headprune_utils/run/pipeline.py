@@ -32,7 +32,7 @@ from headprune_utils.run.notebooks import (JOURNAL, recover_swap, relative, reso
 from headprune_utils.run.profiles import planned, selector, study_config
 from headprune_utils.run.report import build_report
 from headprune_utils.run.schedule import longest_first, run_notebooks
-from headprune_utils.run.summary import interim_note, write_summary
+from headprune_utils.run.summary import interim_note, read_verdicts, write_summary
 from headprune_utils.store.hashes import read_manifest
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import MACHINE_FIELD, StaleResultsError, StudyBusyError
@@ -145,7 +145,7 @@ def _run_held(plan: dict[str, dict], profile: str, total: float, *, jobs: int, f
         return 1
     print(f"all {len(plan)} studies done in {time.perf_counter() - total:.0f} s")
     print(verdict_summary(plan, profile))
-    return 0 if write_overviews(profile) else 1
+    return 0 if write_overviews(profile, list(plan)) else 1
 
 
 def backup_path(path: Path) -> Path:
@@ -331,12 +331,21 @@ def verdict_summary(plan: dict[str, dict], profile: str) -> str:
     return "\n".join(lines)
 
 
-def write_overviews(profile: str) -> bool:
+def write_overviews(profile: str, studies: list[str] = ()) -> bool:
     """The views over every study of ``profile``: the cross-study summary and the HTML report (the README is
-    never written by a run). A summary or report that cannot be built from the results is a warning: they only
-    show the results, which are written. A view that cannot be written (a read-only or full disk) is one line
-    naming it and the cause; returns False then (the run's exit status says so)."""
+    never written by a run). First, the verdict tables this run wrote (``studies``) are read as the views read
+    them (:func:`summary.read_verdicts`): one that cannot be a finding (a decided row without its effect, an
+    unknown word, ...) is an error of this run. Otherwise a summary or report that cannot be built from the results
+    (another study's outputs damaged, a study outside the registry) is a warning: they only show the results, which
+    are written. A view that cannot be written (a read-only or full disk) is one line naming it and the cause;
+    returns False on any error (the run's exit status says so)."""
     ok = True
+    for name in studies:
+        try:
+            read_verdicts(name, profile)
+        except ValueError as exc:
+            print(f"error: {name}: the verdict table this run wrote cannot be read as findings: {exc}", file=sys.stderr)
+            ok = False
     try:
         print(f"cross-study summary: {relative(write_summary(profile))}")
     except ValueError as exc:  # a view of the results, which are written (e.g. a study added outside the registry)

@@ -23,7 +23,11 @@ pytestmark = pytest.mark.data
 @pytest.fixture(scope="module")
 def complete_studies(data_root) -> dict[str, tuple[int, int, str] | None]:
     """Per study: None when all its standard cells are committed, else (missing, total, ...); read once."""
-    with pytest.MonkeyPatch.context() as mp:
+    from headprune_utils.tasks import data
+
+    with pytest.MonkeyPatch.context() as mp:  # as conftest's per-test fixture: no default folder, no hub probe
+        mp.setattr(data, "default_data_dir", lambda: None)
+        mp.setattr(data, "_HUB_REACHABLE", {"huggingface.co": False})
         mp.setenv("HEADPRUNE_DATA_DIR", str(data_root))
         plan = validate_profile("standard", list(NAMES))
         gaps = missing_cells(plan, "standard")

@@ -176,6 +176,34 @@ def test_a_summary_that_cannot_be_built_is_a_warning_after_the_results_are_writt
     assert "error: the cross-study summary was not written" in capsys.readouterr().err
 
 
+def test_a_verdict_table_this_run_wrote_that_cannot_be_a_finding_fails_the_run(tmp_path, monkeypatch, capsys):
+    """The views read verdict tables strictly (summary.read_verdicts); a table the run itself just wrote that they
+    refuse (here a decided row without its effect) is the run's error, not a warning about a view."""
+    from headprune_utils.run import pipeline
+
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
+    monkeypatch.setattr(pipeline, "write_summary", lambda profile: tmp_path / "SUMMARY.md")
+    monkeypatch.setattr(pipeline, "build_report", lambda profiles: None)
+    paths = StudyPaths("redundancy_patterns", "standard", staged=False)
+    (paths.tables).mkdir(parents=True)
+    committed = StudyPaths("redundancy_patterns", "standard", root=Path(__file__).resolve().parents[2] / "outputs",
+                           staged=False)
+    for f in (committed.notebook, committed.meta):
+        (paths.dir / f.name).write_bytes(f.read_bytes())
+    (paths.tables / "verdicts.csv").write_bytes((committed.tables / "verdicts.csv").read_bytes())
+    assert pipeline.write_overviews("standard", ["redundancy_patterns"]), "the committed table as it is: read, no error"
+    table = pd.read_csv(committed.tables / "verdicts.csv")
+    decided = table.index[table["verdict"].isin(["supported", "contradicted", "not supported"])]
+    assert len(decided), "the committed standard table has a decided row"
+    table.loc[decided[0], "effect"] = float("nan")
+    table.to_csv(paths.tables / "verdicts.csv", index=False)
+    capsys.readouterr()
+    assert not pipeline.write_overviews("standard", ["redundancy_patterns"])
+    err = capsys.readouterr().err
+    assert "error: redundancy_patterns: the verdict table this run wrote" in err and "effect" in err
+    assert pipeline.write_overviews("standard"), "a study this run did not write: the views' warning, not an error"
+
+
 def test_the_home_page_lists_every_profile_present_whichever_run_built_it(tmp_path):
     """A run of one profile rebuilt the home page from that profile alone (a quick run hid standard; a smoke run
     left only smoke): the home lists every named profile whose site is there, standard first (smoke and custom

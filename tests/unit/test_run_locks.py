@@ -31,7 +31,7 @@ def runner(tmp_path, monkeypatch):
     params = fake_profile(tmp_path, monkeypatch, {"fake": FakeStudy()})
     rendered = []
     monkeypatch.setattr(schedule, "execute_study", lambda name, *a, **k: rendered.append(name) or 0.0)
-    monkeypatch.setattr("headprune_utils.run.pipeline.write_overviews", lambda profile: True)
+    monkeypatch.setattr("headprune_utils.run.pipeline.write_overviews", lambda profile, studies=(): True)
     paths = StudyPaths("fake", "t", staged=False)
     run_study(FakeStudy(), FakeConfig(), "t", paths)
     (paths.cells / "name=a3.json").unlink()
