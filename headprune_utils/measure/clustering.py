@@ -58,11 +58,14 @@ def linkage(d: np.ndarray, method: str = "average") -> np.ndarray:
 
 def silhouette(d: np.ndarray, labels: np.ndarray) -> float:
     """Mean silhouette width of ``labels`` under the precomputed distances ``d`` (between -1 and 1)."""
-    labels = np.asarray(labels)
-    k = len(np.unique(labels))
-    if not 2 <= k <= len(labels) - 1:
+    return _silhouette(check_distance(d), np.asarray(labels))
+
+
+def _silhouette(d: np.ndarray, labels: np.ndarray) -> float:
+    """:func:`silhouette` of a matrix :func:`check_distance` has already checked."""
+    if not 2 <= len(np.unique(labels)) <= len(labels) - 1:
         return float("nan")
-    return float(np.mean(silhouette_widths(check_distance(d), labels)))
+    return float(np.mean(silhouette_widths(d, labels)))
 
 
 def silhouette_widths(d: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -132,9 +135,7 @@ def _core_silhouette(d: np.ndarray, labels: np.ndarray, min_size: int) -> float:
     if len(np.unique(labels[core])) < 2:
         return float("nan")
     if min_size <= 1:
-        if not len(np.unique(labels)) <= len(labels) - 1:
-            return float("nan")
-        return float(np.mean(silhouette_widths(d, labels)))
+        return _silhouette(d, labels)
     sub = labels[core]
     if len(np.unique(sub)) > len(sub) - 1:
         return float("nan")
