@@ -22,7 +22,7 @@ from headprune_utils.model.precision import training_key
 from headprune_utils.model.pruning import prune_heads
 from headprune_utils.store import paths
 from headprune_utils.store.caches import KEY_FIELD, cached, check_entry_key
-from headprune_utils.store.results import atomic_write_json, fingerprint
+from headprune_utils.store.results import atomic_write_json, fingerprint, machine_kind
 from headprune_utils.studies import semantics
 from headprune_utils.studies.base import Study
 from headprune_utils.studies.config import ParameterError, as_dict
@@ -369,12 +369,15 @@ class GlueContext:
     def checkpoint_path(self, task: str, seed: int) -> Path:
         return paths.finetuned_model(self.cache_dir, task, seed, training_fingerprint(self.cfg, self.device, task))
 
-    def finetune_masked(self, task: str, seed: int, mask: torch.Tensor, desc: str, ablation: Ablation):
+    def finetune_masked(self, task: str, seed: int, mask: torch.Tensor, desc: str, ablation: Ablation,
+                        checkpoint: Path | None = None):
         """A fresh model, pruned by ``mask`` under ``ablation`` (physically for "zero", else gated: the mask is
         fixed and the masked heads' value and output projections keep training), fine-tuned.
 
         Returns (model, history, gates, means): evaluate with the same ``gates``/``means`` (None when the
-        heads were removed physically).
+        heads were removed physically). ``checkpoint``: where the fine-tuning keeps its state after every epoch and
+        resumes from (``training.finetune``; on this machine kind only); the caller removes it once the result is
+        stored.
         """
         cfg = self.cfg
         spec, tr, dv, *_, val = self.task_data(task)
@@ -387,14 +390,15 @@ class GlueContext:
                 gates = mask.to(self.device)
                 if as_ablation(ablation).needs_means:
                     means = self.means(model, tr)
+        resume = {"checkpoint": checkpoint, "machine": machine_kind(self.device)}
         if val is not None:  # each model's epoch chosen on the held-out validation split
             history = training.finetune(model, tr, task, train_config(cfg), seed, dev=val, gates=gates,
                                         ablation=ablation, means=means, progress=cfg.progress, desc=desc,
-                                        keep_best=True, dev_name="val")
+                                        keep_best=True, dev_name="val", **resume)
         else:
             history = training.finetune(model, tr, task, train_config(cfg), seed,
                                         dev=dv if cfg.eval_every_epoch else None, gates=gates,
-                                        ablation=ablation, means=means, progress=cfg.progress, desc=desc)
+                                        ablation=ablation, means=means, progress=cfg.progress, desc=desc, **resume)
         return model, history, gates, means
 
     def masked_scores_path(self, task: str, seed: int, mask: torch.Tensor, ablation: Ablation) -> Path:
@@ -412,8 +416,9 @@ class GlueContext:
         fine-tune), cached on disk beside the fine-tuned full models: keyed by everything the numbers depend
         on (training parameters, task, seed, mask, ablation, dev subset), so studies that fine-tune the same
         mask share one run."""
-        def build(tmp: Path) -> None:
-            model, history, gates, means = self.finetune_masked(task, seed, mask, desc, ablation)
+        def build(tmp: Path) -> None:  # a fine-tuning cut short resumes from its last epoch (its checkpoint)
+            model, history, gates, means = self.finetune_masked(task, seed, mask, desc, ablation,
+                                                                checkpoint=training.checkpoint_beside(where))
             metrics = training.evaluate(model, self.task_data(task)[2], task, EVAL_BATCH, gates=gates,
                                         ablation=ablation, means=means)
             atomic_write_json(tmp, {"metrics": metrics, "history": history, KEY_FIELD: where.name})
@@ -426,6 +431,7 @@ class GlueContext:
         phases.report(f"{desc}: the masked fine-tuning (cached, being trained by another study, or trained now)")
         where = self.masked_scores_path(task, seed, mask, ablation)
         saved = cached(where, build, load)
+        training.remove_checkpoint(training.checkpoint_beside(where))  # the result is stored: no longer needed
         return saved["metrics"], saved["history"]
 
     def means(self, model, enc) -> torch.Tensor:
@@ -452,7 +458,8 @@ class GlueContext:
             nonlocal trained_now
             n_layers, n_heads = self.shape
             model, history, _, _ = self.finetune_masked(task, seed, torch.ones(n_layers, n_heads), f"{task} s{seed} full",
-                                                        "zero")  # no head masked: every semantics is the same model
+                                                        "zero",  # no head masked: every semantics is the same model
+                                                        checkpoint=training.checkpoint_beside(where))
             torch.save({"state_dict": model.state_dict(), "history": history, KEY_FIELD: where.name}, tmp)
             trained_now = True
 
@@ -469,6 +476,7 @@ class GlueContext:
                       "trained now)")
         where = self.checkpoint_path(task, seed)
         model, history = cached(where, build, load)
+        training.remove_checkpoint(training.checkpoint_beside(where))  # the model is stored: no longer needed
         self.full_model_sha[(task, int(seed))] = models.weights_sha(model)
         self._last_full = ((task, seed), model, history)
         return model, history, trained_now

@@ -12,15 +12,26 @@ any device. Weights and optimizer states stay float32; ``backward()`` runs outsi
 in float32 on every device by default (:func:`predict`, :func:`evaluate`, and the epoch choice inside
 :func:`finetune`), as the mask sweep computes them, so that a study's numbers never depend on which evaluation
 path produced them; ``precision="bf16"`` asks an evaluation for autocast explicitly.
+
+``checkpoint`` (a file path): :func:`finetune` writes its whole state after every epoch it will continue past
+(weights, optimizer and schedule states, random-number generators, the history and the best epoch's weights),
+atomically, and a later call of the same training resumes from it to the weights and history an uninterrupted run
+gives (tested bit for bit). A checkpoint of another training is refused (ValueError naming the file and what
+differs); one written on another kind of machine (``machine``: numbers differ across CPU kinds, and one model is
+trained on one kind) is set aside with a warning and the training starts from the beginning. The caller removes
+the checkpoint once the trained model is stored (:func:`remove_checkpoint`).
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
+import os
 import random
 import time
 import warnings
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -143,6 +154,110 @@ def _optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=cfg.lr, **({"fused": True} if fused else {"foreach": True}))
 
 
+# ---------------------------------------------------------------------------------------------- checkpoints
+CHECKPOINT_SUFFIX = ".training-checkpoint.pt"
+CHECKPOINT_EVERY = 60.0  # seconds of training between two checkpoints (finetune's checkpoint_every)
+# every key a fine-tuning checkpoint holds
+CHECKPOINT_KEYS = frozenset({"identity", "epochs_done", "step", "history", "best", "model", "optimizer", "scheduler",
+                             "rng"})
+
+
+def checkpoint_beside(entry: str | os.PathLike) -> Path:
+    """Where the training of a cache entry (a model file, a scores file) keeps its resumable state: beside it."""
+    entry = Path(entry)
+    return entry.with_name(entry.name + CHECKPOINT_SUFFIX)
+
+
+def remove_checkpoint(path: str | os.PathLike | None) -> None:
+    """Remove a training's checkpoint once what it trained is stored (no checkpoint: nothing to do)."""
+    if path is not None:
+        Path(path).unlink(missing_ok=True)
+
+
+def _encoded_digest(enc: Encoded | None) -> str | None:
+    """A content hash of a split's token ids, token types and labels (what a checkpoint was trained on)."""
+    if enc is None:
+        return None
+    h = hashlib.sha256()
+    for seqs in (enc.input_ids, enc.token_type_ids or []):
+        for ids in seqs:
+            h.update(np.asarray(ids, dtype=np.int64).tobytes())
+            h.update(b"|")
+        h.update(b"#")
+    h.update(np.ascontiguousarray(np.asarray(enc.labels)).tobytes())
+    h.update(str(enc.pad_id).encode())
+    return h.hexdigest()[:16]
+
+
+def _tensor_digest(t: torch.Tensor | None) -> str | None:
+    return None if t is None else hashlib.sha256(t.detach().float().cpu().contiguous().numpy().tobytes()).hexdigest()[:16]
+
+
+def training_identity(model: nn.Module, train: Encoded, dev: Encoded | None, task: str, cfg: TrainConfig, seed: int,
+                      gates: torch.Tensor | None, ablation: str, means: torch.Tensor | None, keep_best: bool,
+                      dev_name: str, precision: str, lean: bool) -> dict:
+    """What a fine-tuning checkpoint must match to be resumed: resuming another training's state (other config,
+    seed, data, mask, semantics, precision or model shape) would silently give weights no uninterrupted run gives."""
+    return {"task": task, "config": cfg.as_dict(), "seed": int(seed), "n_train": len(train),
+            "train": _encoded_digest(train), "dev": _encoded_digest(dev), "gates": _tensor_digest(gates),
+            "ablation": str(ablation), "means": _tensor_digest(means), "keep_best": bool(keep_best),
+            "dev_name": dev_name, "precision": precision, "lean": bool(lean),
+            "shapes": {k: list(v.shape) for k, v in model.state_dict().items()}}
+
+
+def _rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def _set_rng_state(rng: dict) -> None:
+    torch.set_rng_state(rng["torch"])
+    if rng.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    np.random.set_state(rng["numpy"])
+    random.setstate(rng["python"])
+
+
+def _save_checkpoint(path: Path, state: dict) -> None:
+    """Write ``state`` to ``path`` atomically (a temporary file beside it, then renamed over it): a process killed
+    while writing leaves the previous checkpoint whole; a failed write (disk full) leaves no half file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _load_checkpoint(path: Path, identity: dict, machine: str | None) -> dict | None:
+    """The checkpoint at ``path`` when it is this training's (None when there is none, or when it was written on
+    another kind of machine: then set aside with a warning); another training's is refused with a ValueError."""
+    if not path.exists():
+        return None
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # a truncated file cannot happen (atomic writes) but a foreign one can
+        raise ValueError(f"fine-tuning checkpoint {path}: unreadable ({exc}); remove it to train from the start") from None
+    missing = sorted(CHECKPOINT_KEYS - set(ck)) if isinstance(ck, dict) else ["everything"]
+    if missing:
+        raise ValueError(f"fine-tuning checkpoint {path} lacks {', '.join(missing)}: not a fine-tuning checkpoint; "
+                         "remove it to train from the start")
+    if machine is not None and ck.get("machine") != machine:
+        aside = path.with_name(path.name + ".other-machine")
+        os.replace(path, aside)
+        warnings.warn(f"fine-tuning checkpoint {path} was written on another kind of machine ({ck.get('machine')}; "
+                      f"this one: {machine}): one model is trained on one kind, so its training starts from the "
+                      f"beginning (the checkpoint was moved to {aside.name})", RuntimeWarning, stacklevel=3)
+        return None
+    if ck["identity"] != identity:
+        differ = sorted(k for k in set(identity) | set(ck["identity"]) if identity.get(k) != ck["identity"].get(k))
+        raise ValueError(f"fine-tuning checkpoint {path} belongs to another training ({', '.join(differ)} differ); "
+                         "remove it to train from the start")
+    return ck
+
+
 def linear_schedule(step: int, total: int, warmup: int) -> float:
     if step < warmup:
         return (step + 1) / max(1, warmup)
@@ -165,6 +280,9 @@ def finetune(
     dev_name: str = "dev",
     *,
     precision: str = "auto",
+    checkpoint: str | os.PathLike | None = None,
+    machine: str | None = None,
+    checkpoint_every: float | None = None,
 ) -> list[dict]:
     """Fine-tune ``model`` in place; returns one record per epoch (train loss, ``dev`` metrics, seconds).
 
@@ -181,6 +299,13 @@ def finetune(
     ``cfg.lean``: the training loss by :func:`lean_loss.lean_loss` (the same function without the work on padding
     and on the last layer's other tokens; the gates applied inside it), where :func:`lean_loss.unsupported_reason`
     allows, else the model's own forward with a ``RuntimeWarning`` saying why.
+    ``checkpoint``: a file to write the training's state to after every epoch that is not the last, and to resume
+    from when it exists (the module docstring); left in place at the end (:func:`remove_checkpoint` once the
+    model is stored). ``machine``: the kind of machine training now (``results.machine_kind``), recorded in the
+    checkpoint; a checkpoint of another kind is not resumed. ``checkpoint_every``: seconds of training since the
+    last checkpoint (or the start) before the next epoch's end writes one (a MiniLM checkpoint takes about half a
+    second to write: short trainings are not worth it); None: :data:`CHECKPOINT_EVERY`; 0: after every epoch. It
+    changes no number.
     """
     check_precision(precision)
     if keep_best and dev is None:
@@ -206,13 +331,29 @@ def finetune(
     lengths = train.lengths
     history = []
     best: tuple[float, int, dict] | None = None  # (score, epoch, weights) of the best epoch so far (keep_best)
-    bar = tqdm(total=total, desc=desc, disable=not progress, mininterval=10, leave=False)
-    step = 0
-    phases.report(phases.steps(f"{desc}: fine-tuning", 0, total, 1, cfg.epochs))
+    step, first_epoch = 0, 0
+    ck_path = Path(checkpoint) if checkpoint is not None else None
+    if ck_path is not None:
+        identity = training_identity(model, train, dev, task, cfg, seed, gates, ablation, means, keep_best, dev_name,
+                                     precision, lean)
+        ck = _load_checkpoint(ck_path, identity, machine)
+        if ck is not None:  # the state after epoch ck["epochs_done"], as an uninterrupted run had it
+            model.load_state_dict(ck["model"])
+            opt.load_state_dict(ck["optimizer"])
+            sched.load_state_dict(ck["scheduler"])
+            _set_rng_state(ck["rng"])
+            first_epoch, step, history, best = ck["epochs_done"], ck["step"], ck["history"], ck["best"]
+            if best is not None:
+                best = (best[0], best[1], {k: v.to(device) for k, v in best[2].items()})
+            phases.report(f"{desc}: resumed from its checkpoint after epoch {first_epoch}")
+    last_saved = time.perf_counter()
+    checkpoint_every = CHECKPOINT_EVERY if checkpoint_every is None else checkpoint_every
+    bar = tqdm(total=total, initial=step, desc=desc, disable=not progress, mininterval=10, leave=False)
+    phases.report(phases.steps(f"{desc}: fine-tuning", step, total, first_epoch + 1, cfg.epochs))
     try:
         # lean: the gates are applied inside lean_loss and passed to the evaluations (no hook may be open)
         with contextlib.nullcontext() if lean else gate_context(model, gates, ablation, means):
-            for epoch in range(cfg.epochs):
+            for epoch in range(first_epoch, cfg.epochs):
                 start = time.perf_counter()
                 model.train()
                 losses, n_tokens = [], 0
@@ -258,6 +399,14 @@ def finetune(
                 history.append(record)
                 if keep_best and cfg.patience is not None and epoch - best[1] >= cfg.patience:
                     break  # the plateau: `patience` epochs without a better held-out score
+                if ck_path is not None and epoch + 1 < cfg.epochs and \
+                        time.perf_counter() - last_saved >= checkpoint_every:
+                    last_saved = time.perf_counter()
+                    _save_checkpoint(ck_path, {
+                        "identity": identity, "machine": machine, "epochs_done": epoch + 1, "step": step,
+                        "history": history, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                        "scheduler": sched.state_dict(), "rng": _rng_state(),
+                        "best": None if best is None else (best[0], best[1], {k: v.cpu() for k, v in best[2].items()})})
             if keep_best and best is not None:
                 model.load_state_dict(best[2])
                 for r in history:
