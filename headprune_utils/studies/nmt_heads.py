@@ -69,7 +69,7 @@ from headprune_utils.train.hard_concrete import HardConcreteGateDict, l0_train
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.model.pruning import prune_heads
 from headprune_utils.model.precision import training_key
-from headprune_utils.store.results import atomic_write_json, cell_key, fingerprint
+from headprune_utils.store.results import atomic_write_json, cell_key, fingerprint, machine_kind
 from headprune_utils.tasks.subword import train_tokenizer
 from headprune_utils.train.training import set_seed
 from headprune_utils.train.translation import (
@@ -371,7 +371,7 @@ class Context:
         # folder (deterministic runs only), removed once the model is stored
         checkpoint = None if c.train_max_seconds is not None else self.checkpoint(model_seed)
         res = train_translation(model, tr, dv, c.train_config(), seed=model_seed, progress=c.progress,
-                                checkpoint=checkpoint)
+                                checkpoint=checkpoint, machine=machine_kind(self.device))
         scores = evaluate_translation(model, tok, test, batch_size=c.eval_batch_size, num_beams=c.num_beams,
                                       max_source_length=c.max_length)
         meta = {
@@ -539,7 +539,8 @@ def retrain(ctx: Context, cell: dict, ms: dict[str, torch.Tensor]) -> dict:
     plateau = cfg.plateau_retraining()
     checkpoint = retrain_checkpoint(ctx, cell) if plateau else None
     res = train_translation(model, train_enc, dev_enc if plateau else None, cfg.retrain_config(),
-                            seed=10_000 + cell["model_seed"], progress=False, checkpoint=checkpoint)
+                            seed=10_000 + cell["model_seed"], progress=False, checkpoint=checkpoint,
+                            machine=machine_kind(ctx.device))
     m = ctx.score(model, tok, ms, physically_pruned=True)
     del model
     out = {**_metrics(m), "masks": masks_to_strings(ms),

@@ -231,6 +231,21 @@ def _save_checkpoint(path: Path, state: dict) -> None:
         raise
 
 
+def set_aside_if_other_machine(path: Path, written_on: str | None, machine: str | None) -> bool:
+    """Whether the checkpoint at ``path``, written on the machine kind ``written_on``, must not be resumed on
+    ``machine`` (None: the kind is not checked): then it is moved aside (``<name>.other-machine``) with a warning,
+    and the training starts from the beginning. Numbers differ across machine kinds, and one model is trained on
+    one kind (a checkpoint of before kinds were recorded counts as another kind)."""
+    if machine is None or written_on == machine:
+        return False
+    aside = path.with_name(path.name + ".other-machine")
+    os.replace(path, aside)
+    warnings.warn(f"training checkpoint {path} was written on another kind of machine ({written_on or 'not recorded'}; "
+                  f"this one: {machine}): one model is trained on one kind, so its training starts from the "
+                  f"beginning (the checkpoint was moved to {aside.name})", RuntimeWarning, stacklevel=4)
+    return True
+
+
 def _load_checkpoint(path: Path, identity: dict, machine: str | None) -> dict | None:
     """The checkpoint at ``path`` when it is this training's (None when there is none, or when it was written on
     another kind of machine: then set aside with a warning); another training's is refused with a ValueError."""
@@ -244,12 +259,7 @@ def _load_checkpoint(path: Path, identity: dict, machine: str | None) -> dict | 
     if missing:
         raise ValueError(f"fine-tuning checkpoint {path} lacks {', '.join(missing)}: not a fine-tuning checkpoint; "
                          "remove it to train from the start")
-    if machine is not None and ck.get("machine") != machine:
-        aside = path.with_name(path.name + ".other-machine")
-        os.replace(path, aside)
-        warnings.warn(f"fine-tuning checkpoint {path} was written on another kind of machine ({ck.get('machine')}; "
-                      f"this one: {machine}): one model is trained on one kind, so its training starts from the "
-                      f"beginning (the checkpoint was moved to {aside.name})", RuntimeWarning, stacklevel=3)
+    if set_aside_if_other_machine(path, ck.get("machine"), machine):
         return None
     if ck["identity"] != identity:
         differ = sorted(k for k in set(identity) | set(ck["identity"]) if identity.get(k) != ck["identity"].get(k))

@@ -45,7 +45,8 @@ from headprune_utils.tasks.batching import eval_batches, train_batches
 from headprune_utils.model.gates import Ablation
 from headprune_utils.model.precision import autocast_context, check_precision
 from headprune_utils.train import phases
-from headprune_utils.train.training import NonFiniteError, check_finite_weights, gate_context, model_device, set_seed
+from headprune_utils.train.training import (NonFiniteError, check_finite_weights, gate_context, model_device,
+                                           set_aside_if_other_machine, set_seed)
 from headprune_utils.tasks.translation_metrics import translation_scores
 
 __all__ = ["EncodedPairs", "encode_pairs", "collate_pairs", "token_batches", "label_smoothed_loss",
@@ -336,14 +337,16 @@ class TranslationTrainingState:
             torch.cuda.set_rng_state_all(ck["rng_cuda"])
         return state
 
-    def save(self, path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler) -> None:
+    def save(self, path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler,
+             machine: str | None = None) -> None:
         """Write the checkpoint to ``path`` atomically (a temporary file beside it, then renamed over it): a process
-        killed while writing leaves the previous checkpoint whole, never a truncated one."""
+        killed while writing leaves the previous checkpoint whole, never a truncated one. ``machine``: the kind of
+        machine training (``results.machine_kind``), recorded beside the state."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
-            torch.save(self.to_checkpoint(model, optimizer, scheduler), tmp)
+            torch.save({**self.to_checkpoint(model, optimizer, scheduler), "machine": machine}, tmp)
             os.replace(tmp, path)
         except BaseException:
             tmp.unlink(missing_ok=True)  # a failed write (disk full) leaves no half file behind either
@@ -351,13 +354,17 @@ class TranslationTrainingState:
 
     @classmethod
     def load(cls, path: str | os.PathLike, identity: dict, model: nn.Module, optimizer: torch.optim.Optimizer,
-             scheduler) -> "TranslationTrainingState":
+             scheduler, machine: str | None = None) -> "TranslationTrainingState | None":
         """The state saved at ``path``, restored into ``model``, ``optimizer``, ``scheduler`` and torch's random
-        number generators (:meth:`from_checkpoint`); a file that is no checkpoint is refused with a ValueError."""
+        number generators (:meth:`from_checkpoint`); a file that is no checkpoint is refused with a ValueError.
+        None when it was written on another kind of machine than ``machine`` (set aside with a warning:
+        ``training.set_aside_if_other_machine``; None: the kind is not checked)."""
         try:
             ck = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as exc:  # a truncated file cannot happen (atomic writes) but a foreign one can
             raise ValueError(f"checkpoint {path}: unreadable ({exc}); remove it to train from the start") from None
+        if isinstance(ck, dict) and set_aside_if_other_machine(Path(path), ck.get("machine"), machine):
+            return None
         return cls.from_checkpoint(ck, identity, model, optimizer, scheduler, where=path)
 
 
@@ -474,6 +481,7 @@ def train_translation(
     *,
     precision: str = "auto",
     checkpoint: str | os.PathLike | None = None,
+    machine: str | None = None,
 ) -> NMTTrainResult:
     """Train ``model`` in place (see the module docstring); returns the evaluation history.
 
@@ -482,7 +490,9 @@ def train_translation(
     forward passes (see the module docstring); the dev evaluations are float32. ``checkpoint``: a file to write
     the training state to after every evaluation and to resume from when it exists (the module docstring); it
     is left in place at the end (the caller removes it once the trained model is safely stored). A checkpoint
-    of another training (other config, seed, data size or model shape) is refused with a ValueError naming it.
+    of another training (other config, seed, data size or model shape) is refused with a ValueError naming it;
+    one written on another kind of machine than ``machine`` is set aside with a warning and the training starts
+    from the beginning (one model is trained on one kind; None: the kind is not checked).
     """
     check_precision(precision)
     cfg.check(has_dev=dev is not None)
@@ -496,9 +506,10 @@ def train_translation(
     identity = training_identity(model, train, dev, cfg, seed, precision)
     ck_path = Path(checkpoint) if checkpoint is not None else None
     if ck_path is not None and ck_path.exists():
-        state = TranslationTrainingState.load(ck_path, identity, model, optim.optimizer, optim.scheduler)
+        state = TranslationTrainingState.load(ck_path, identity, model, optim.optimizer, optim.scheduler, machine)
     else:
-        state = TranslationTrainingState(identity)
+        state = None
+    state = state or TranslationTrainingState(identity)
     stopped = None
     bar = tqdm(total=cfg.max_steps, initial=state.step, desc="train NMT", disable=not progress, mininterval=10,
                leave=False)
@@ -524,7 +535,7 @@ def train_translation(
                 if stopped is not None:
                     break
                 if ck_path is not None:
-                    state.save(ck_path, model, optim.optimizer, optim.scheduler)
+                    state.save(ck_path, model, optim.optimizer, optim.scheduler, machine)
     finally:
         bar.close()
         model.eval()

@@ -234,6 +234,47 @@ def test_a_checkpoint_of_another_training_is_refused(tok, tmp_path):
                           NMTTrainConfig(**{**cfg.as_dict(), "max_seconds": 5.0}), seed=3, checkpoint=ck)
 
 
+def test_a_checkpoint_of_another_machine_kind_is_set_aside_and_training_starts_again(tok, tmp_path, monkeypatch):
+    """A translation model trained across sessions on machines of two kinds would mix their roundings in one
+    model: a checkpoint written on another kind is moved aside with a warning and the training starts again,
+    ending with the weights of an uninterrupted run on this kind."""
+    import warnings
+
+    import headprune_utils.train.translation as tr
+
+    drop = NMTModelConfig(**{**TINY.as_dict(), "dropout": 0.2})
+    enc = encode_pairs(tok, pairs())
+    cfg = NMTTrainConfig(max_steps=8, batch_size=2, lr=1e-3, warmup_steps=2, eval_every=2, patience=None)
+    ref_model = build_translation_model(drop, tok, seed=1)
+    ref = train_translation(ref_model, enc, enc, cfg, seed=3, progress=False)
+    ck = tmp_path / "train.ckpt"
+    real_loss, calls = tr.label_smoothed_loss, {"n": 0}
+
+    def dying_loss(*args, **kwargs):
+        calls["n"] += torch.is_grad_enabled()
+        if calls["n"] == 5:
+            raise Interrupt
+        return real_loss(*args, **kwargs)
+
+    monkeypatch.setattr(tr, "label_smoothed_loss", dying_loss)
+    with pytest.raises(Interrupt):
+        train_translation(build_translation_model(drop, tok, seed=1), enc, enc, cfg, seed=3, progress=False,
+                          checkpoint=ck, machine="cpu: kind A")
+    monkeypatch.setattr(tr, "label_smoothed_loss", real_loss)
+    assert torch.load(ck, weights_only=False)["machine"] == "cpu: kind A"
+    model = build_translation_model(drop, tok, seed=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = train_translation(model, enc, enc, cfg, seed=3, progress=False, checkpoint=ck, machine="cpu: kind B")
+    said = " ".join(str(w.message) for w in caught)
+    assert "another kind of machine (cpu: kind A; this one: cpu: kind B)" in said
+    assert (tmp_path / "train.ckpt.other-machine").exists()
+    assert [r["dev_loss"] for r in res.history] == [r["dev_loss"] for r in ref.history]
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), ref_model.parameters()))
+    # the same kind resumes: the checkpoint the second run left (kind B) is this one's
+    assert torch.load(ck, weights_only=False)["machine"] == "cpu: kind B"
+
+
 def _stepped(seed: int):
     """A small model and its optimizer and schedule after one step: states worth saving."""
     torch.manual_seed(seed)
@@ -258,9 +299,11 @@ def test_the_training_state_round_trips_through_its_checkpoint_file(tmp_path):
     ck = tmp_path / "sub" / "train.ckpt"
     state.save(ck, model, opt, sched)
     after_save = torch.rand(3)  # the random stream goes on from the saved state
-    # the on-disk layout: exactly the keys checkpoints have always had (an older run's file still resumes)
+    # the on-disk layout: the keys checkpoints have always had (an older run's file still resumes), and the kind of
+    # machine that wrote it (None here: not given)
     saved = torch.load(ck, weights_only=False)
-    assert set(saved) == CHECKPOINT_KEYS == {
+    assert saved["machine"] is None
+    assert set(saved) - {"machine"} == CHECKPOINT_KEYS == {
         "identity", "model", "optimizer", "scheduler", "step", "epoch", "batch_pos", "losses", "tokens", "bad_evals",
         "best_state", "history", "best_step", "best_dev_loss", "seconds", "rng_cpu", "rng_cuda"}
     assert saved["seconds"] >= 40.0
