@@ -13,18 +13,20 @@ in float32 on every device by default (:func:`predict`, :func:`evaluate`, and th
 :func:`finetune`), as the mask sweep computes them, so that a study's numbers never depend on which evaluation
 path produced them; ``precision="bf16"`` asks an evaluation for autocast explicitly.
 
-``checkpoint`` (a file path): :func:`finetune` writes its whole state after every epoch it will continue past
-(weights, optimizer and schedule states, random-number generators, the history and the best epoch's weights),
-atomically, and a later call of the same training resumes from it to the weights and history an uninterrupted run
-gives (tested bit for bit). A checkpoint of another training is refused (ValueError naming the file and what
-differs); one written on another kind of machine (``machine``: numbers differ across CPU kinds, and one model is
-trained on one kind) is set aside with a warning and the training starts from the beginning. The caller removes
-the checkpoint once the trained model is stored (:func:`remove_checkpoint`).
+``checkpoint`` (a path stem, :func:`checkpoint_beside`): :func:`finetune` writes its whole state after an epoch it
+will continue past (weights, optimizer and schedule states, random-number generators, the history and the best
+epoch's weights), atomically, to a file named by the training's identity, and a later call of the same training
+resumes from it to the weights and history an uninterrupted run gives (tested bit for bit). A checkpoint written
+under another runtime (another kind of machine, ``machine``; another torch thread count or torch version: numbers
+differ, and one model is trained under one) or that cannot be used (unreadable, incomplete, another training's) is
+set aside with a warning and the training starts from the beginning. The caller removes the checkpoint once the
+trained model is stored (:func:`remove_checkpoint`).
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import math
 import os
 import random
@@ -155,23 +157,43 @@ def _optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
-CHECKPOINT_SUFFIX = ".training-checkpoint.pt"
+CHECKPOINT_STEM = ".training-checkpoint"  # <entry><stem>-<hash of the training's identity>.pt
 CHECKPOINT_EVERY = 60.0  # seconds of training between two checkpoints (finetune's checkpoint_every)
 # every key a fine-tuning checkpoint holds
-CHECKPOINT_KEYS = frozenset({"identity", "epochs_done", "step", "history", "best", "model", "optimizer", "scheduler",
-                             "rng"})
+CHECKPOINT_KEYS = frozenset({"identity", "runtime", "epochs_done", "step", "history", "best", "model", "optimizer",
+                             "scheduler", "rng"})
 
 
 def checkpoint_beside(entry: str | os.PathLike) -> Path:
-    """Where the training of a cache entry (a model file, a scores file) keeps its resumable state: beside it."""
+    """Where the training of a cache entry (a model file, a scores file) keeps its resumable state: beside it, in
+    ``<entry>.training-checkpoint-<hash>.pt`` (the hash of the training's identity: two trainings that build one
+    entry, e.g. studies whose dev subsets differ, never resume each other's state)."""
     entry = Path(entry)
-    return entry.with_name(entry.name + CHECKPOINT_SUFFIX)
+    return entry.with_name(entry.name + CHECKPOINT_STEM)
 
 
-def remove_checkpoint(path: str | os.PathLike | None) -> None:
-    """Remove a training's checkpoint once what it trained is stored (no checkpoint: nothing to do)."""
-    if path is not None:
-        Path(path).unlink(missing_ok=True)
+def checkpoint_file(stem: str | os.PathLike, identity: dict) -> Path:
+    """The checkpoint file of the training ``identity`` (:func:`training_identity`) under ``stem``."""
+    stem = Path(stem)
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return stem.with_name(f"{stem.name}-{digest}.pt")
+
+
+def remove_checkpoint(stem: str | os.PathLike | None) -> None:
+    """Remove every checkpoint under ``stem`` once what it trained is stored, with the files set aside and the
+    temporary files of writes cut short (no stem: nothing to do)."""
+    if stem is None:
+        return
+    stem = Path(stem)
+    if stem.parent.is_dir():
+        for p in [*stem.parent.glob(f"{stem.name}-*.pt*"), *stem.parent.glob(f".{stem.name}-*.tmp")]:
+            p.unlink(missing_ok=True)
+
+
+def runtime(machine: str | None) -> dict:
+    """What a training's numbers depend on beyond its identity: the kind of machine (``results.machine_kind``;
+    None: not given), torch's thread count (another count rounds otherwise) and torch's version."""
+    return {"machine": machine, "torch_threads": torch.get_num_threads(), "torch": torch.__version__}
 
 
 def _encoded_digest(enc: Encoded | None) -> str | None:
@@ -205,66 +227,80 @@ def training_identity(model: nn.Module, train: Encoded, dev: Encoded | None, tas
             "shapes": {k: list(v.shape) for k, v in model.state_dict().items()}}
 
 
-def _rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            "numpy": np.random.get_state(), "python": random.getstate()}
+def _rng_state(device: torch.device) -> dict:
+    """The random-number generators a training draws from (dropout: torch's, on the training's device)."""
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
 
 
-def _set_rng_state(rng: dict) -> None:
+def _set_rng_state(rng: dict, device: torch.device) -> None:
     torch.set_rng_state(rng["torch"])
-    if rng.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
+    if rng.get("cuda") is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(rng["cuda"], device)
     np.random.set_state(rng["numpy"])
     random.setstate(rng["python"])
 
 
 def _save_checkpoint(path: Path, state: dict) -> None:
     """Write ``state`` to ``path`` atomically (a temporary file beside it, then renamed over it): a process killed
-    while writing leaves the previous checkpoint whole; a failed write (disk full) leaves no half file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    while writing leaves the previous checkpoint whole. A write that fails for want of space or permission leaves
+    no half file and is only warned about: the training goes on (the previous checkpoint, if any, stays valid)."""
+    tmp = path.with_name(f".{path.name[:-3]}.{os.getpid()}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(state, tmp)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        warnings.warn(f"training checkpoint {path} could not be written ({exc}); the training goes on without it",
+                      RuntimeWarning, stacklevel=3)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
 
-def set_aside_if_other_machine(path: Path, written_on: str | None, machine: str | None) -> bool:
-    """Whether the checkpoint at ``path``, written on the machine kind ``written_on``, must not be resumed on
-    ``machine`` (None: the kind is not checked): then it is moved aside (``<name>.other-machine``) with a warning,
-    and the training starts from the beginning. Numbers differ across machine kinds, and one model is trained on
-    one kind (a checkpoint of before kinds were recorded counts as another kind)."""
-    if machine is None or written_on == machine:
-        return False
-    aside = path.with_name(path.name + ".other-machine")
+def _set_aside(path: Path, suffix: str, why: str) -> None:
+    aside = path.with_name(path.name + suffix)
     os.replace(path, aside)
-    warnings.warn(f"training checkpoint {path} was written on another kind of machine ({written_on or 'not recorded'}; "
-                  f"this one: {machine}): one model is trained on one kind, so its training starts from the "
-                  f"beginning (the checkpoint was moved to {aside.name})", RuntimeWarning, stacklevel=4)
+    warnings.warn(f"training checkpoint {path} {why}, so the training starts from the beginning (the checkpoint was "
+                  f"moved to {aside.name})", RuntimeWarning, stacklevel=4)
+
+
+def set_aside_if_other_runtime(path: Path, written: dict | None, now: dict) -> bool:
+    """Whether the checkpoint at ``path``, written under ``written`` (:func:`runtime`), must not be resumed under
+    ``now``: then it is moved aside (``<name>.other-machine``) with a warning naming what differs, and the training
+    starts from the beginning. Numbers differ across machine kinds, thread counts and torch versions, and one model
+    is trained under one (a checkpoint written before these were recorded counts as another)."""
+    written = written if isinstance(written, dict) else {}
+    differ = [f"{k} {written.get(k, 'not recorded')} (now {v})" for k, v in now.items() if written.get(k, "?") != v]
+    if not differ:
+        return False
+    _set_aside(path, ".other-machine", "was written under another " + "; ".join(differ) +
+               ": one model is trained on one kind of machine, with one thread count and torch version")
     return True
 
 
-def _load_checkpoint(path: Path, identity: dict, machine: str | None) -> dict | None:
-    """The checkpoint at ``path`` when it is this training's (None when there is none, or when it was written on
-    another kind of machine: then set aside with a warning); another training's is refused with a ValueError."""
+def _load_checkpoint(path: Path, identity: dict, now: dict) -> dict | None:
+    """The checkpoint at ``path`` when it is this training's and was written under the runtime ``now``, else None:
+    none there, or one set aside with a warning (written under another runtime; unreadable, incomplete or another
+    training's, which its name makes a foreign file: ``.unusable``)."""
     if not path.exists():
         return None
     try:
         ck = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # a truncated file cannot happen (atomic writes) but a foreign one can
-        raise ValueError(f"fine-tuning checkpoint {path}: unreadable ({exc}); remove it to train from the start") from None
+    except Exception as exc:  # a truncated file cannot come from our atomic writes, but a foreign one can
+        _set_aside(path, ".unusable", f"is unreadable ({type(exc).__name__}: {str(exc)[:200]})")
+        return None
     missing = sorted(CHECKPOINT_KEYS - set(ck)) if isinstance(ck, dict) else ["everything"]
     if missing:
-        raise ValueError(f"fine-tuning checkpoint {path} lacks {', '.join(missing)}: not a fine-tuning checkpoint; "
-                         "remove it to train from the start")
-    if set_aside_if_other_machine(path, ck.get("machine"), machine):
+        _set_aside(path, ".unusable", f"lacks {', '.join(missing)} (not a fine-tuning checkpoint of this code)")
+        return None
+    if set_aside_if_other_runtime(path, ck["runtime"], now):
         return None
     if ck["identity"] != identity:
         differ = sorted(k for k in set(identity) | set(ck["identity"]) if identity.get(k) != ck["identity"].get(k))
-        raise ValueError(f"fine-tuning checkpoint {path} belongs to another training ({', '.join(differ)} differ); "
-                         "remove it to train from the start")
+        _set_aside(path, ".unusable", f"belongs to another training ({', '.join(differ)} differ)")
+        return None
     return ck
 
 
@@ -309,10 +345,10 @@ def finetune(
     ``cfg.lean``: the training loss by :func:`lean_loss.lean_loss` (the same function without the work on padding
     and on the last layer's other tokens; the gates applied inside it), where :func:`lean_loss.unsupported_reason`
     allows, else the model's own forward with a ``RuntimeWarning`` saying why.
-    ``checkpoint``: a file to write the training's state to after every epoch that is not the last, and to resume
-    from when it exists (the module docstring); left in place at the end (:func:`remove_checkpoint` once the
-    model is stored). ``machine``: the kind of machine training now (``results.machine_kind``), recorded in the
-    checkpoint; a checkpoint of another kind is not resumed. ``checkpoint_every``: seconds of training since the
+    ``checkpoint``: the stem of the file (:func:`checkpoint_file`) to write the training's state to after an epoch
+    that is not the last, and to resume from when it exists (the module docstring); left in place at the end
+    (:func:`remove_checkpoint` once the model is stored). ``machine``: the kind of machine training now
+    (``results.machine_kind``), recorded in the checkpoint; a checkpoint of another kind is not resumed. ``checkpoint_every``: seconds of training since the
     last checkpoint (or the start) before the next epoch's end writes one (a MiniLM checkpoint takes about half a
     second to write: short trainings are not worth it); None: :data:`CHECKPOINT_EVERY`; 0: after every epoch. It
     changes no number.
@@ -342,16 +378,17 @@ def finetune(
     history = []
     best: tuple[float, int, dict] | None = None  # (score, epoch, weights) of the best epoch so far (keep_best)
     step, first_epoch = 0, 0
-    ck_path = Path(checkpoint) if checkpoint is not None else None
-    if ck_path is not None:
+    ck_path = None
+    if checkpoint is not None:
         identity = training_identity(model, train, dev, task, cfg, seed, gates, ablation, means, keep_best, dev_name,
                                      precision, lean)
-        ck = _load_checkpoint(ck_path, identity, machine)
+        ck_path, now = checkpoint_file(checkpoint, identity), runtime(machine)
+        ck = _load_checkpoint(ck_path, identity, now)
         if ck is not None:  # the state after epoch ck["epochs_done"], as an uninterrupted run had it
             model.load_state_dict(ck["model"])
             opt.load_state_dict(ck["optimizer"])
             sched.load_state_dict(ck["scheduler"])
-            _set_rng_state(ck["rng"])
+            _set_rng_state(ck["rng"], device)
             first_epoch, step, history, best = ck["epochs_done"], ck["step"], ck["history"], ck["best"]
             if best is not None:
                 best = (best[0], best[1], {k: v.to(device) for k, v in best[2].items()})
@@ -413,9 +450,9 @@ def finetune(
                         time.perf_counter() - last_saved >= checkpoint_every:
                     last_saved = time.perf_counter()
                     _save_checkpoint(ck_path, {
-                        "identity": identity, "machine": machine, "epochs_done": epoch + 1, "step": step,
+                        "identity": identity, "runtime": now, "epochs_done": epoch + 1, "step": step,
                         "history": history, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                        "scheduler": sched.state_dict(), "rng": _rng_state(),
+                        "scheduler": sched.state_dict(), "rng": _rng_state(device),
                         "best": None if best is None else (best[0], best[1], {k: v.cpu() for k, v in best[2].items()})})
             if keep_best and best is not None:
                 model.load_state_dict(best[2])

@@ -45,8 +45,8 @@ from headprune_utils.tasks.batching import eval_batches, train_batches
 from headprune_utils.model.gates import Ablation
 from headprune_utils.model.precision import autocast_context, check_precision
 from headprune_utils.train import phases
-from headprune_utils.train.training import (NonFiniteError, check_finite_weights, gate_context, model_device,
-                                           set_aside_if_other_machine, set_seed)
+from headprune_utils.train.training import (NonFiniteError, check_finite_weights, gate_context, model_device, runtime,
+                                           set_aside_if_other_runtime, set_seed)
 from headprune_utils.tasks.translation_metrics import translation_scores
 
 __all__ = ["EncodedPairs", "encode_pairs", "collate_pairs", "token_batches", "label_smoothed_loss",
@@ -341,12 +341,13 @@ class TranslationTrainingState:
              machine: str | None = None) -> None:
         """Write the checkpoint to ``path`` atomically (a temporary file beside it, then renamed over it): a process
         killed while writing leaves the previous checkpoint whole, never a truncated one. ``machine``: the kind of
-        machine training (``results.machine_kind``), recorded beside the state."""
+        machine training (``results.machine_kind``), recorded beside the state with torch's thread count and version
+        (``training.runtime``)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
-            torch.save({**self.to_checkpoint(model, optimizer, scheduler), "machine": machine}, tmp)
+            torch.save({**self.to_checkpoint(model, optimizer, scheduler), "runtime": runtime(machine)}, tmp)
             os.replace(tmp, path)
         except BaseException:
             tmp.unlink(missing_ok=True)  # a failed write (disk full) leaves no half file behind either
@@ -357,13 +358,13 @@ class TranslationTrainingState:
              scheduler, machine: str | None = None) -> "TranslationTrainingState | None":
         """The state saved at ``path``, restored into ``model``, ``optimizer``, ``scheduler`` and torch's random
         number generators (:meth:`from_checkpoint`); a file that is no checkpoint is refused with a ValueError.
-        None when it was written on another kind of machine than ``machine`` (set aside with a warning:
-        ``training.set_aside_if_other_machine``; None: the kind is not checked)."""
+        None when it was written under another runtime than now on ``machine`` (another kind of machine, torch
+        thread count or version: set aside with a warning, ``training.set_aside_if_other_runtime``)."""
         try:
             ck = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as exc:  # a truncated file cannot happen (atomic writes) but a foreign one can
             raise ValueError(f"checkpoint {path}: unreadable ({exc}); remove it to train from the start") from None
-        if isinstance(ck, dict) and set_aside_if_other_machine(Path(path), ck.get("machine"), machine):
+        if isinstance(ck, dict) and set_aside_if_other_runtime(Path(path), ck.get("runtime"), runtime(machine)):
             return None
         return cls.from_checkpoint(ck, identity, model, optimizer, scheduler, where=path)
 
@@ -491,8 +492,9 @@ def train_translation(
     the training state to after every evaluation and to resume from when it exists (the module docstring); it
     is left in place at the end (the caller removes it once the trained model is safely stored). A checkpoint
     of another training (other config, seed, data size or model shape) is refused with a ValueError naming it;
-    one written on another kind of machine than ``machine`` is set aside with a warning and the training starts
-    from the beginning (one model is trained on one kind; None: the kind is not checked).
+    one written under another runtime (another kind of machine than ``machine``, another torch thread count or
+    version) is set aside with a warning and the training starts from the beginning (one model is trained under
+    one).
     """
     check_precision(precision)
     cfg.check(has_dev=dev is not None)

@@ -261,18 +261,18 @@ def test_a_checkpoint_of_another_machine_kind_is_set_aside_and_training_starts_a
         train_translation(build_translation_model(drop, tok, seed=1), enc, enc, cfg, seed=3, progress=False,
                           checkpoint=ck, machine="cpu: kind A")
     monkeypatch.setattr(tr, "label_smoothed_loss", real_loss)
-    assert torch.load(ck, weights_only=False)["machine"] == "cpu: kind A"
+    assert torch.load(ck, weights_only=False)["runtime"]["machine"] == "cpu: kind A"
     model = build_translation_model(drop, tok, seed=1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = train_translation(model, enc, enc, cfg, seed=3, progress=False, checkpoint=ck, machine="cpu: kind B")
     said = " ".join(str(w.message) for w in caught)
-    assert "another kind of machine (cpu: kind A; this one: cpu: kind B)" in said
+    assert "machine cpu: kind A (now cpu: kind B)" in said
     assert (tmp_path / "train.ckpt.other-machine").exists()
     assert [r["dev_loss"] for r in res.history] == [r["dev_loss"] for r in ref.history]
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), ref_model.parameters()))
     # the same kind resumes: the checkpoint the second run left (kind B) is this one's
-    assert torch.load(ck, weights_only=False)["machine"] == "cpu: kind B"
+    assert torch.load(ck, weights_only=False)["runtime"]["machine"] == "cpu: kind B"
 
 
 def _stepped(seed: int):
@@ -299,11 +299,11 @@ def test_the_training_state_round_trips_through_its_checkpoint_file(tmp_path):
     ck = tmp_path / "sub" / "train.ckpt"
     state.save(ck, model, opt, sched)
     after_save = torch.rand(3)  # the random stream goes on from the saved state
-    # the on-disk layout: the keys checkpoints have always had (an older run's file still resumes), and the kind of
-    # machine that wrote it (None here: not given)
+    # the on-disk layout: the keys checkpoints have always had, and the runtime that wrote it (training.runtime: the
+    # kind of machine, None here, torch's threads and version; a file without it is set aside, not resumed)
     saved = torch.load(ck, weights_only=False)
-    assert saved["machine"] is None
-    assert set(saved) - {"machine"} == CHECKPOINT_KEYS == {
+    assert saved["runtime"] == {"machine": None, "torch_threads": torch.get_num_threads(), "torch": torch.__version__}
+    assert set(saved) - {"runtime"} == CHECKPOINT_KEYS == {
         "identity", "model", "optimizer", "scheduler", "step", "epoch", "batch_pos", "losses", "tokens", "bad_evals",
         "best_state", "history", "best_step", "best_dev_loss", "seconds", "rng_cpu", "rng_cuda"}
     assert saved["seconds"] >= 40.0
