@@ -340,7 +340,7 @@ def run_scores_cell(ctx: Context, cell: dict) -> dict:
     """Every head score of the fine-tuned full model of (task, seed), its dev score and its roles."""
     cfg = ctx.cfg
     task, seed = cell["task"], cell["seed"]
-    model = ctx.full_model(task, seed)[0]
+    model, full_history, _ = ctx.full_model(task, seed)
     spec, tr, dv, *_ = ctx.task_data(task)
     t0 = time.perf_counter()
     means = ctx.full_means(task, seed) if as_ablation(cfg.ablation).needs_means else None
@@ -364,7 +364,9 @@ def run_scores_cell(ctx: Context, cell: dict) -> dict:
     row = {k: v.tolist() for k, v in scores.items()}
     row.update({"roles": head_roles(ctx, model, [task]), "score_full": _score(task, dev), "metrics_full": dev,
                 "metric": spec.main_metric, "chance": glue_workbench.chance_score(task, tr, dv),
-                "seconds": time.perf_counter() - t0})
+                # the model's held-out curve (one record per epoch, the kept one "selected"): whether it reached the
+                # plateau is judged from the cells alone (studies.convergence)
+                "full_model_history": full_history, "seconds": time.perf_counter() - t0})
     return row
 
 

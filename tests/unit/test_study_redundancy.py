@@ -60,6 +60,18 @@ def test_study_runs_end_to_end_and_resumes(tiny_model_dir, tiny_glue_root, tmp_p
     assert set(ctrl["model"]) == {"pretrained", study.CONTROL} and ctrl["criterion"].str.len().gt(0).all()
     again = run_study(study.STUDY, cfg, "t", paths)  # resumes: every cell reused
     assert again["seconds"].tolist() == table["seconds"].tolist()
+    # a fine-tuned model's cells record its held-out curve (the model cache's); the other encoders' none
+    import torch
+
+    from headprune_utils.studies import glue_workbench
+
+    ctx = glue_workbench.GlueContext(cfg, torch.device("cpu"), paths.finetuned_cache)
+    tuned = table["model"].str.startswith("finetuned-")
+    assert tuned.any() and (~tuned).any()
+    for r in table[tuned].itertuples():
+        task, s = r.model[len("finetuned-"):].rsplit("-s", 1)
+        assert r.full_model_history == ctx.full_model(task, int(s))[1] and len(r.full_model_history) >= 1
+    assert table.loc[~tuned, "full_model_history"].isna().all()
     cl, info, crit = study.where(mats, cfg)
     assert info["k_cut"].iloc[0] == cl.k and info["n_groups"].iloc[0] == cl.n_groups and len(crit) >= 1
     labels = study.group_labels(cl)
