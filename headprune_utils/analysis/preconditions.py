@@ -204,6 +204,8 @@ class Converged(Gate):
 
     patience: int = PATIENCE
     only: str = ""
+    # why a model may have no held-out curve, said in the reason (a study whose older cells did not record it says so)
+    no_curve: str = "no validation split"
 
     def text(self) -> str:
         where = f"{self.only} rows: " if self.only else ""
@@ -222,8 +224,8 @@ class Converged(Gate):
                     "trained to the plateau cannot be judged")
         no_curve = rows[(rows["epochs"] == 0) | rows["best_epoch"].isna()]
         if len(no_curve):
-            return (f"{len(no_curve)} of {len(rows)} fine-tuned models on {m.task} have no held-out curve (no "
-                    "validation split): whether they were trained to the plateau cannot be judged")
+            return (f"{len(no_curve)} of {len(rows)} fine-tuned models on {m.task} have no held-out curve "
+                    f"({self.no_curve}): whether they were trained to the plateau cannot be judged")
         bad = rows[~rows["reached"].astype(bool)]
         if bad.empty:
             return None

@@ -428,7 +428,9 @@ def _index_page(profile: str, studies: list[str], here: Path) -> tuple[str, int]
 _PROFILE_WORDS = {
     "quick": "the one-hour demonstration on a CPU (small training sets, three seeds): most claims are not testable "
              "at this scale, by rule",
-    "standard": "the findings' run: models trained well enough to test the claims, five seeds, whole dev sets",
+    "standard": "the findings' run (five seeds, whole dev sets); its models were fine-tuned for 3 epochs, most still "
+                "improving, so under the convergence rule its claims about fine-tuned models are not testable until "
+                "standard-next (retrained to the plateau) replaces it",
     "standard-next": "the standard profile retrained to convergence (every fine-tuning to the plateau of its held-out "
                      "score), computed slice by slice: it replaces standard when complete",
     "paper": "bert-base on GPUs, the papers' scale",

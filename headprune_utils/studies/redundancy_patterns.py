@@ -47,7 +47,8 @@ from headprune_utils.studies.redundancy_patterns_analysis import ( # the analysi
     group_labels, metric_agreement, mlm_losses, negative_control, sameness, scale_text, summary_stats, when, where,
     who, why,
 )
-from headprune_utils.studies.redundancy_patterns_claims import CLAIMS, MLM_TRAINED, ONE_MODEL, ControlGate, MlmTrained
+from headprune_utils.studies.redundancy_patterns_claims import (CLAIMS, CONVERGED, MLM_TRAINED, ONE_MODEL, PAIR_CONVERGED,
+                                                             ControlGate, MlmTrained)
 
 __all__ = [
     "NAME", "STUDY", "RedundancyPatterns", "RedundancyPatternsConfig", "Context", "resolve_probe_tasks",
@@ -57,7 +58,7 @@ __all__ = [
     "Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why", "sameness",
     "negative_control", "CONTROL", "CONTROL_SEED", "MEASUREMENTS", "claim_verdicts", "verdicts", "scale_text",
     "mlm_losses", "control_failures", "NO_RANDOM_INIT", "PRETRAINED_TASK",
-    "CLAIMS", "MLM_TRAINED", "ONE_MODEL", "ControlGate", "MlmTrained",
+    "CLAIMS", "MLM_TRAINED", "ONE_MODEL", "ControlGate", "MlmTrained", "CONVERGED", "PAIR_CONVERGED",
 ]
 
 NAME = "redundancy_patterns"

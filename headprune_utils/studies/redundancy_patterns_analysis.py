@@ -26,7 +26,7 @@ from headprune_utils.analysis import claims, margins
 from headprune_utils.measure import clustering, redundancy
 from headprune_utils.model import models
 from headprune_utils.store.results import unpack_floats
-from headprune_utils.studies import glue_workbench
+from headprune_utils.studies import convergence, glue_workbench
 
 __all__ = ["Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why",
            "sameness", "negative_control", "CONTROL", "CONTROL_SEED", "CONTROL_ALPHA", "NO_RANDOM_INIT",
@@ -688,6 +688,20 @@ def _described(x: VerdictInputs, measure: str) -> dict[str, str]:
     return {}
 
 
+def convergence_evidence(mats: Matrices) -> pd.DataFrame:
+    """The convergence gate's evidence (:mod:`.convergence`): every fine-tuned model (``finetuned-<task>-s<seed>``),
+    its held-out curve as its cells recorded it (``full_model_history``; none in cells of before it was recorded)."""
+    extra = mats.extra.reset_index()
+    tuned = extra[extra["model"].astype(str).str.startswith("finetuned-")]
+    if tuned.empty:
+        return convergence.table([])
+    task_seed = tuned["model"].str[len("finetuned-"):].str.rsplit("-s", n=1)
+    curves = tuned["full_model_history"] if "full_model_history" in tuned else pd.Series([None] * len(tuned),
+                                                                                        index=tuned.index, dtype=object)
+    frame = pd.DataFrame({"task": task_seed.str[0], "seed": task_seed.str[1].astype(int), "history": curves})
+    return convergence.table(convergence.full_rows(frame))
+
+
 def claim_verdicts(mats: Matrices, cfg, when_t: pd.DataFrame, why_runs: pd.DataFrame, tasks: list[str],
                    declared: Sequence[claims.Claim], vocab_size: int | None = None,
                    study: str = "redundancy_patterns") -> pd.DataFrame:
@@ -710,7 +724,8 @@ def claim_verdicts(mats: Matrices, cfg, when_t: pd.DataFrame, why_runs: pd.DataF
     if vocab_size is None and cfg.dropouts:
         vocab_size = int(models.load_config(cfg.model).vocab_size)
     x = VerdictInputs(mats, cfg, tasks, when_t, why_runs)
-    common = {"control": control_failures(x.control), "mlm_losses": mlm_losses(mats, cfg), "vocab_size": vocab_size}
+    common = {"control": control_failures(x.control), "mlm_losses": mlm_losses(mats, cfg), "vocab_size": vocab_size,
+              "convergence": convergence_evidence(mats)}
     parts, patterns = [], []
     for claim in declared:
         pattern = next((g.pattern for g in claim.gates if hasattr(g, "pattern")), None)  # a control gate's pattern

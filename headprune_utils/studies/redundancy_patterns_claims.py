@@ -32,7 +32,7 @@ supported".
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -120,6 +120,26 @@ RANDOM_TOKENS = preconditions.Check(
     "random-token probes of at least 2 independently trained models (they run on the pre-trained model only)",
     lambda m, evidence: "the random-token probes run on the pre-trained model only: one model")
 
+# every fine-tuned model behind a row reached the plateau of its held-out score (the rule of studies 1-3, 5 and 6: a
+# claim about a fine-tuned model's heads assumes a model trained enough; evidence ``convergence``: one row per fine-tuned
+# model, from the curve its cells record, redundancy_patterns_analysis.convergence_evidence; cells of before the curve
+# was recorded cannot be judged)
+CONVERGED = preconditions.Converged(no_curve="no validation split, or cells computed before the curve was recorded")
+
+
+def _pair_converged(m: claims.Measurement, evidence: Mapping) -> str | None:
+    """:data:`CONVERGED` for a row of two tasks (``"A vs B"``, units: seeds): both tasks' models of those seeds."""
+    for task in m.task.split(" vs "):
+        why = CONVERGED.check(replace(m, task=task, units=[(task, int(s)) for s in m.units]), evidence)
+        if why:
+            return why
+    return None
+
+
+PAIR_CONVERGED = preconditions.Check(
+    "every fine-tuned model behind the row, of both tasks, reached the plateau of its held-out score (trained "
+    f"{CONVERGED.patience} epochs past its best without beating it)", _pair_converged)
+
 _FT = ("n = the fine-tuned models (task x seed) of a task, each an independent fine-tuning (seed) of the one "
        "pre-trained model")
 _N1 = "n = 1 pre-trained model (every model of the study comes from it)"
@@ -131,7 +151,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
         rule=_SAME,
         metric="per fine-tuned model (task x seed), on its task's inputs: mean Mantel r between its matrices of every "
                "two token-based distances, minus the ceiling min(split-half r of each)",
-        regime="fine-tuned (the full models of studies 1-3)", semantics="", figure="matrices_by_distance",
+        regime="fine-tuned (the full models of studies 1-3)", semantics="", gates=(CONVERGED,), figure="matrices_by_distance",
         measure="what_token",
         note=f"needs at least two token-based distances among the metrics. {_FT}"),
     claims.Claim(
@@ -139,7 +159,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
         "Sentence-based distances between heads' attention maps agree with each other.",
         rule=_SAME,
         metric="as ours.what_token, for every two sentence-based distances",
-        regime="fine-tuned (the full models of studies 1-3)", semantics="", figure="matrices_by_distance",
+        regime="fine-tuned (the full models of studies 1-3)", semantics="", gates=(CONVERGED,), figure="matrices_by_distance",
         measure="what_sentence",
         note=f"needs at least two sentence-based distances among the metrics. {_FT}"),
     claims.Claim(
@@ -147,7 +167,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
         "Token-based and sentence-based distances agree.",
         rule=_SAME,
         metric="as ours.what_token, for every pair of a token-based and a sentence-based distance",
-        regime="fine-tuned (the full models of studies 1-3)", semantics="", figure="matrices_by_distance",
+        regime="fine-tuned (the full models of studies 1-3)", semantics="", gates=(CONVERGED,), figure="matrices_by_distance",
         measure="what_token_sentence",
         note=f"needs at least one distance of each kind among the metrics. {_FT}"),
     claims.Claim(
@@ -170,7 +190,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
         metric="per fine-tuned model (task x seed), its cluster_metric matrix on its task's inputs: silhouette of the "
                "groups minus the mean of the same criterion on the matrix shuffled over head pairs",
         regime="fine-tuned from the one pre-trained model", semantics="",
-        gates=(ControlGate("bian.where", f"the randomly initialised model (negative control, same architecture, on "
+        gates=(CONVERGED, ControlGate("bian.where", f"the randomly initialised model (negative control, same architecture, on "
                                          f"the task's inputs) has no cluster structure (permutation p >= "
                                          f"{CONTROL_ALPHA:g} against its shuffled null): else the structure is the "
                                          "architecture's and the inputs', not learned"),),
@@ -193,7 +213,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
         rule=_SAME,
         metric="per fine-tuned model (task x seed): Mantel r between the pre-trained and the fine-tuned model's matrix "
                "on the task's inputs, minus the probe's split-half ceiling (pre-trained)",
-        regime="fine-tuned from the one pre-trained model, compared with it", semantics="",
+        regime="fine-tuned from the one pre-trained model, compared with it", semantics="", gates=(CONVERGED,),
         figure="phase_independence", measure="finetuned_phase",
         note=f"a claim about fine-tuning this one pre-trained model, not about pre-trained models: {_FT}, each "
              "compared with the pre-trained model"),
@@ -205,7 +225,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
                "of the same seed fine-tuned on the other (each on its own task's inputs), minus the mean of their "
                "split-half ceilings. Pairs of tasks share models: never pooled",
         regime="fine-tuned (a model of each task, same seed)", semantics="",
-        gates=(ControlGate("bian.who_tasks", _same_text("on the two tasks' inputs")),),
+        gates=(PAIR_CONVERGED, ControlGate("bian.who_tasks", _same_text("on the two tasks' inputs"))),
         figure="probe_agreement", measure="who_tasks", unit="seed (a model of each task)",
         note="n = the seeds with a fine-tuned model of both tasks (at least 2 needed), per pair of tasks"),
     claims.Claim(

@@ -23,6 +23,7 @@ from headprune_utils.analysis.paired_contrasts import unit_summary
 from headprune_utils.measure.head_scores import rank_agreement
 from headprune_utils.measure.specialized import RARE_SHARE
 from headprune_utils.model.masks import mask_from_string
+from headprune_utils.studies import convergence
 from headprune_utils.studies.role_survival import (  # noqa: F401 (re-exported: the notebook and the tests read them from this study)
     RARE_SHARES,
     ROLE_NAMES,
@@ -441,6 +442,14 @@ def evaluate_group(claim: Claim, ms: Sequence[Measurement], evidence: Mapping, s
     return pd.concat(parts, ignore_index=True) if parts else empty_table()
 
 
+def convergence_evidence(table: pd.DataFrame) -> pd.DataFrame:
+    """The convergence gate's evidence (:mod:`.convergence`): the full model of every (task, seed), its held-out curve
+    as its scores cell recorded it (``full_model_history``; none in cells of before it was recorded)."""
+    scores = table[table["kind"] == "scores"]
+    curves = scores.get("full_model_history", pd.Series([None] * len(scores), index=scores.index, dtype=object))
+    return convergence.table(convergence.full_rows(scores.assign(history=curves)))
+
+
 def verdicts(table: pd.DataFrame, agreement: pd.DataFrame, roles: pd.DataFrame, surv: pd.DataFrame,
              budget: pd.DataFrame, *, claims_: Sequence[Claim], semantics: str, scale_: str) -> pd.DataFrame:
     """The verdict table (``claims.COLUMNS``) of ``claims_`` (the study's ``CLAIMS``), every number from this run.
@@ -457,7 +466,7 @@ def verdicts(table: pd.DataFrame, agreement: pd.DataFrame, roles: pd.DataFrame, 
     full = full_scores(table)
     run = Run(table, agreement, roles, surv, budget, semantics, full, tuple(dict.fromkeys(full["task"])))
     trained = {"full": {(r.task, int(r.seed)): r.score_full for r in full.itertuples()},
-               "chance": dict(zip(full["task"], full["chance"]))}
+               "chance": dict(zip(full["task"], full["chance"])), "convergence": convergence_evidence(table)}
     parts = []
     for claim in claims_:
         for ms, evidence in MEASURES[claim.measure](claim, run):

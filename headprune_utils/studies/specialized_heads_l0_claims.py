@@ -14,7 +14,8 @@ the queries (``rare_share`` > :data:`headprune_utils.measure.specialized.RARE_SH
 data (:data:`RARE_NOTE` says where ours differs from the paper and why).
 
 Evidence the gates read (``claims.evaluate(..., evidence=...)``): ``full`` ((task, seed) -> full-model score) and
-``chance`` (task -> chance score) for :data:`TRAINED`; ``pretrained_heads`` (role -> the pre-trained model's
+``chance`` (task -> chance score) for :data:`TRAINED`; ``convergence`` (one row per full model:
+``studies.convergence``) for :data:`CONVERGED`; ``pretrained_heads`` (role -> the pre-trained model's
 (layer, head) list of that role) for the role claims; ``role_counts`` (task -> count of specialized heads, for
 ``voita.specialized_last_pruned``; role -> task -> count, for ``voita.functions_at_17_of_48``).
 """
@@ -27,7 +28,7 @@ from headprune_utils.analysis.claims import Claim
 from headprune_utils.studies.role_survival import setting_role_found
 from headprune_utils.measure.specialized import RARE_SHARE
 
-__all__ = ["CLAIMS", "CLAIM", "ROLE_CLAIMS", "TRAINED", "TRAINED_SHARE", "PRETRAINED_TASK", "PRETRAINED_UNIT", "UNIT",
+__all__ = ["CLAIMS", "CLAIM", "ROLE_CLAIMS", "TRAINED", "TRAINED_SHARE", "CONVERGED", "FINE_TUNED_GATES", "PRETRAINED_TASK", "PRETRAINED_UNIT", "UNIT",
            "RARE_NOTE", "heads_text", "one_pretrained_model", "pretrained_has_role"]
 
 VOITA = "Voita et al. 2019"
@@ -36,6 +37,11 @@ PRETRAINED_TASK = "pre-trained model"  # the task column of the rows about the o
 PRETRAINED_UNIT = "pre-trained model"
 TRAINED_SHARE = 0.1  # a trained model: above chance by a tenth of the chance-to-perfect range
 TRAINED = preconditions.TrainedAboveChance(TRAINED_SHARE)
+# every fine-tuned model behind a row reached the plateau of its held-out score (the rule of studies 1, 2, 3 and 5:
+# a claim about a fine-tuned model's heads assumes a model trained enough; evidence ``convergence``, from the curve
+# each scores cell records of its full model; cells of before the curve was recorded cannot be judged)
+CONVERGED = preconditions.Converged(no_curve="no validation split, or cells computed before the curve was recorded")
+FINE_TUNED_GATES = (TRAINED, CONVERGED)  # the gates of every claim about the fine-tuned models
 _LIST_AT_MOST = 8  # a role's heads are listed (layer-head) when there are at most this many
 
 FINE_TUNED = "fine-tuned (the full model of each task x seed)"
@@ -105,7 +111,7 @@ CLAIMS: tuple[Claim, ...] = (
                  "definition of confidence (setting): special-token keys excluded (the max over the non-special keys, "
                  "not renormalised: Voita et al. exclude EOS; the primary reading) and every key (sensitivity: a head "
                  "parking its attention on [CLS]/[SEP] counts as confident); both rows are in the Holm family",
-          regime=FINE_TUNED, gates=(TRAINED,), figure="score_agreement", measure="relevance_confidence_spearman",
+          regime=FINE_TUNED, gates=FINE_TUNED_GATES, figure="score_agreement", measure="relevance_confidence_spearman",
           note="relevance here is first-order (gradient x activation), not LRP (no LRP implementation for these "
                "encoders); the special-key-free confidence needs scores cells of RESULTS_VERSION >= 2 (older cells "
                f"do not record it: those rows are not testable); {ENCODERS}"),
@@ -122,7 +128,7 @@ CLAIMS: tuple[Claim, ...] = (
           "Fine-tuning keeps the pre-trained model's positional heads: most fine-tuned models still have one.",
           claims.Presence(),
           metric=f"positional heads per fine-tuned model (UD English-EWT); {_SURVIVE}",
-          regime=FINE_TUNED, gates=(TRAINED, pretrained_has_role("positional")), figure="role_map",
+          regime=FINE_TUNED, gates=(*FINE_TUNED_GATES, pretrained_has_role("positional")), figure="role_map",
           measure="finetuned_heads:positional",
           note="our own claim: what the fine-tuned copies of the one pre-trained model can test"),
     Claim("voita.syntactic_heads", f"{VOITA} (Sec. 5)",
@@ -139,7 +145,7 @@ CLAIMS: tuple[Claim, ...] = (
           "Fine-tuning keeps the pre-trained model's syntactic heads: most fine-tuned models still have one.",
           claims.Presence(),
           metric=f"syntactic heads per fine-tuned model (word pieces aggregated); {_SURVIVE}",
-          regime=FINE_TUNED, gates=(TRAINED, pretrained_has_role("syntactic")), figure="role_map",
+          regime=FINE_TUNED, gates=(*FINE_TUNED_GATES, pretrained_has_role("syntactic")), figure="role_map",
           measure="finetuned_heads:syntactic",
           note="our own claim: what the fine-tuned copies of the one pre-trained model can test"),
     Claim("voita.rare_word_head", f"{VOITA} (Sec. 5)",
@@ -155,7 +161,7 @@ CLAIMS: tuple[Claim, ...] = (
           "(in the first layer).",
           claims.Presence(),
           metric=f"rare-word heads IN THE FIRST LAYER per fine-tuned model; {_SURVIVE}",
-          regime=FINE_TUNED, gates=(TRAINED, pretrained_has_role("rare-word")), figure="role_map",
+          regime=FINE_TUNED, gates=(*FINE_TUNED_GATES, pretrained_has_role("rare-word")), figure="role_map",
           measure="finetuned_heads:rare-word",
           note=f"our own claim: what the fine-tuned copies of the one pre-trained model can test; {RARE_NOTE}"),
     Claim("voita.most_prunable", f"{VOITA} (Sec. 6)",
@@ -163,7 +169,7 @@ CLAIMS: tuple[Claim, ...] = (
           claims.NonInferiority(margins.TASK_SCORE),
           metric="per model: score(L0 mask) - score(full) at the L0 mask keeping the most heads among those keeping "
                  "at most half (chosen by its head count, never by its score)",
-          regime=GATED, gates=(TRAINED,), figure="l0_curve", measure="most_prunable",
+          regime=GATED, gates=FINE_TUNED_GATES, figure="l0_curve", measure="most_prunable",
           note=f"GLUE scores, not BLEU; the gates train for l0_steps steps on the fine-tuned model, frozen unless "
                f"l0_train_model; {ENCODERS}"),
     Claim("voita.l0_beats_random", f"{VOITA} (Sec. 6)",
@@ -171,7 +177,7 @@ CLAIMS: tuple[Claim, ...] = (
           claims.Superiority("greater", margin=margins.TASK_SCORE),
           metric="per model: score(L0 mask) - score(random mask at its head count), mean over its lambdas (masks "
                  "that prune something and keep something); per task, pooled on (full - chance)",
-          regime=GATED, gates=(TRAINED,), figure="l0_curve", measure="L0 - random",
+          regime=GATED, gates=FINE_TUNED_GATES, figure="l0_curve", measure="L0 - random",
           note="the paper compares with the same architectures trained from scratch; random masks at the same "
                f"count are our test of 'heads that matter'; {ENCODERS}"),
     Claim("ours.l0_vs_importance", "ours (exploratory)",
@@ -179,14 +185,14 @@ CLAIMS: tuple[Claim, ...] = (
           claims.Equivalence(margins.TASK_SCORE),
           metric="per model: score(L0 mask) - score(least-important heads at its head count, gradient importance), "
                  "mean over its lambdas (masks that prune something and keep something)",
-          regime=GATED, gates=(TRAINED,), figure="l0_curve", measure="L0 - importance",
+          regime=GATED, gates=FINE_TUNED_GATES, figure="l0_curve", measure="L0 - importance",
           note="our own claim (Michel et al.'s gradient importance as the reference)"),
     Claim("voita.specialized_last_pruned", f"{VOITA} (Sec. 6.2)",
           "Specialized heads are the last to be pruned.",
           claims.Superiority("greater", margin=margins.AUC),
           metric="per model: AUC of the survival level (the largest lambda a head is kept at), specialized vs the "
                  "other heads OF THE SAME LAYER, mean over the layers with both, minus 0.5",
-          regime=GATED, gates=(TRAINED, preconditions.RoleFound("specialized")), figure="survival_by_role",
+          regime=GATED, gates=(*FINE_TUNED_GATES, preconditions.RoleFound("specialized")), figure="survival_by_role",
           measure="specialized_survival_auc",
           note="the paper reads it off one sweep of one model; here per fine-tuned model and within layers (survival "
                f"depends on the layer); the roles are those of each fine-tuned model; {RARE_NOTE}"),
@@ -195,7 +201,7 @@ CLAIMS: tuple[Claim, ...] = (
           claims.Superiority("greater", margin=margins.SHARE_OF_HEADS),
           metric="per model and role (setting): 1 if the L0 mask nearest 17/48 of the heads keeps one of the role's "
                  "heads, minus the chance that a random mask of that size would",
-          regime=GATED, gates=(TRAINED, ROLE_FOUND), figure="survival_map", measure="roles_kept_at_17_of_48",
+          regime=GATED, gates=(*FINE_TUNED_GATES, ROLE_FOUND), figure="survival_map", measure="roles_kept_at_17_of_48",
           note="17/48 of this encoder's heads, not 17 heads; presence beyond chance, since a mask of that size keeps "
                "a role's head by chance alone"),
 )

@@ -61,12 +61,19 @@ def own(rng):
     return x, sym(rng, base=x, noise=0.01)
 
 
+# the held-out curve of a fine-tuning that reached the plateau (best epoch 2, two more without beating it) and of one
+# stopped at its cap still improving (best epoch 4 of 4)
+CONVERGED_CURVE = [{"epoch": e, "val_score": v, "selected": e == 2} for e, v in ((1, 0.8), (2, 0.86), (3, 0.85), (4, 0.85))]
+IMPROVING_CURVE = [{"epoch": e, "val_score": v, "selected": e == 4} for e, v in ((1, 0.8), (2, 0.82), (3, 0.84), (4, 0.86))]
+
+
 def world(related: bool = True, tasks=("A", "B"), loss_last: float = 2.0, slope: float = -0.2, seed: int = 0,
-          control: str | None = None):
+          control: str | None = None, curves: dict | None = None):
     """Pre-trained model on generic / random / task probes, fine-tuned models (task x seed 0-2), MLM runs: every
     matrix a noisy copy of one block matrix when ``related``, else independent noise for the fine-tuned models.
     ``control``: the negative control's cells on the pre-trained model's probes, None (absent), "same" (copies of the
-    block matrix: it shows every pattern) or "noise" (independent noise per probe and half: no pattern)."""
+    block matrix: it shows every pattern) or "noise" (independent noise per probe and half: no pattern). ``curves``:
+    fine-tuned model name -> its held-out curve (None: not recorded), the others' :data:`CONVERGED_CURVE`."""
     rng = np.random.default_rng(seed)
     base = blocks(rng)
     copy = lambda: sym(rng, base=base, noise=0.01)
@@ -75,11 +82,13 @@ def world(related: bool = True, tasks=("A", "B"), loss_last: float = 2.0, slope:
     if control is not None:
         make = copy if control == "same" else (lambda: sym(rng))
         cells.update({(study.CONTROL, p): {m: (make(), make()) for m in METRICS} for p in probes})
+    extra = {}
     for t in tasks:
         for s in (0, 1, 2):
             cells[(f"finetuned-{t}-s{s}", f"task-{t}")] = {
                 m: ((copy(), copy()) if related else own(rng)) for m in METRICS}
-    extra = {}
+            curve = (curves or {}).get(f"finetuned-{t}-s{s}", CONVERGED_CURVE)
+            extra[f"finetuned-{t}-s{s}"] = {} if curve is None else {"full_model_history": curve}
     for p in (0.0, 0.1, 0.3):
         for s in (0, 1, 2):
             name = f"mlm-p{p:g}-s{s}"
@@ -340,8 +349,40 @@ def test_claims_are_declared_as_data():
         assert study.ONE_MODEL in by_id[cid].gates and "n = 1 pre-trained model" in by_id[cid].note
     for cid in (CLUSTERS, SURVIVE):  # the fine-tuned copies as units: a different claim, ours
         assert by_id[cid].paper == "ours (exploratory)" and study.ONE_MODEL not in by_id[cid].gates
-    assert [g.pattern for g in by_id[CLUSTERS].gates] == ["bian.where"]
+    assert [g.pattern for g in by_id[CLUSTERS].gates if hasattr(g, "pattern")] == ["bian.where"]
+    for c in study.CLAIMS:  # every claim about fine-tuned models is gated by their convergence, the others not
+        tuned = c.regime.startswith("fine-tuned")
+        assert (study.CONVERGED in c.gates or study.PAIR_CONVERGED in c.gates) == tuned, c.id
     assert [c.id for c in study.CLAIMS].index(CLUSTERS) == [c.id for c in study.CLAIMS].index("bian.where") + 1
+
+
+def test_claims_about_fine_tuned_models_need_them_trained_to_the_plateau(cfg):
+    """The convergence gate of studies 1-6 on the curve each fine-tuned model's cells record: a model stopped at its
+    cap still improving makes its task's rows (and the pairs of tasks with it) not testable, naming it; cells without
+    the curve cannot be judged and say why; the claims about the one pre-trained model are untouched."""
+    def rows(v, cid, task):
+        return v[(v["claim_id"] == cid) & (v["task"] == task)]
+
+    ok = run(world(), cfg)
+    v = run(world(curves={"finetuned-A-s1": IMPROVING_CURVE}), cfg)
+    for cid in (SURVIVE, CLUSTERS, "ours.what_token"):
+        assert (rows(ok, cid, "A")["verdict"] != "not testable").all(), cid
+        r = rows(v, cid, "A")
+        assert len(r) and (r["verdict"] == "not testable").all(), cid
+        assert r["reason"].str.contains(r"not trained to the plateau: 1 of 3 .*A seed 1 \(best epoch 4 of 4\)").all()
+        assert rows(v, cid, "B")["verdict"].tolist() == rows(ok, cid, "B")["verdict"].tolist(), cid
+    pair = v[v["claim_id"] == "bian.who_tasks"]
+    assert len(pair) and (pair["verdict"] == "not testable").all() and pair["reason"].str.contains("A seed 1").all()
+    assert (ok[ok["claim_id"] == "bian.who_tasks"]["verdict"] != "not testable").any()
+    unrecorded = run(world(curves={f"finetuned-{t}-s{s}": None for t in "AB" for s in range(3)}), cfg)
+    r = rows(unrecorded, SURVIVE, "A")
+    assert (r["verdict"] == "not testable").all() and r["reason"].str.contains("before the curve was recorded").all()
+    for cid in ("bian.where", "bian.when", "bian.why"):  # not about the fine-tuned models: not gated by it (their
+        # adjusted p-values move with the family: fewer tests in it)
+        mine, theirs = (t[t["claim_id"] == cid].reset_index(drop=True) for t in (unrecorded, ok))
+        cols = ["task", "setting", "effect", "n_units", "p"]
+        assert len(mine) and mine[cols].equals(theirs[cols]), cid
+        assert not mine["reason"].str.contains("plateau|held-out curve").any(), cid
 
 
 def test_one_model_gate_holds_only_with_several_pretrained_models():

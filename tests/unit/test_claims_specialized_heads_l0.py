@@ -27,8 +27,14 @@ L, H = 2, 3  # 6 heads; (0, 0) and (1, 2) are the specialized (positional) heads
 SPEC = {(0, 0), (1, 2)}
 
 
+# a fine-tuning that reached the plateau (best epoch 2, two more without beating it), and one stopped at its cap
+# still improving (best epoch 4 of 4)
+CONVERGED_CURVE = [{"epoch": e, "val_score": v, "selected": e == 2} for e, v in ((1, 0.8), (2, 0.86), (3, 0.85), (4, 0.85))]
+IMPROVING_CURVE = [{"epoch": e, "val_score": v, "selected": e == 4} for e, v in ((1, 0.8), (2, 0.82), (3, 0.84), (4, 0.86))]
+
+
 def cells(full=0.9, chance=0.5, l0_gain=0.2, imp_gap=0.0, spec_first=False, rho=0.5, l0_loss=0.005, l0_spread=0.0,
-          seeds=SEEDS):
+          seeds=SEEDS, curve=CONVERGED_CURVE):
     """Scores cells (full score, chance, Spearman via relevance/confidence grids) and L0 cells per (task, seed).
     A pruned L0 mask loses ``l0_loss + l0_spread x seed`` (``l0_spread`` > 0: the models differ, so the t statistic
     of score(L0) - score(full) is defined)."""
@@ -40,7 +46,8 @@ def cells(full=0.9, chance=0.5, l0_gain=0.2, imp_gap=0.0, spec_first=False, rho=
             conf = rng.random((L, H))
             rel = conf if rho > 0 else -conf
             rows.append({"kind": "scores", "task": task, "seed": float(seed), "score_full": full + jitter,
-                         "chance": chance, "relevance": rel.tolist(), "confidence": conf.tolist()})
+                         "chance": chance, "relevance": rel.tolist(), "confidence": conf.tolist(),
+                         **({} if curve is None else {"full_model_history": curve})})
             order = [(0, 0), (1, 2), (0, 1), (1, 0), (0, 2), (1, 1)]
             if spec_first:
                 order = order[2:] + order[:2]
@@ -200,6 +207,30 @@ def test_trained_model_gate_both_ways():
     m = claims.Measurement("A", [0.1], [("A", 0)])
     assert gate.check(m, {"full": {("A", 0): 0.6}, "chance": {"A": 0.5}}) is None
     assert "not above chance" in gate.check(m, {"full": {("A", 0): 0.54}, "chance": {"A": 0.5}})
+
+
+def test_fine_tuned_model_claims_need_models_trained_to_the_plateau():
+    """The convergence gate of studies 1-5, on the curve each scores cell records of its full model: a model stopped
+    at its epoch cap still improving makes its task's rows not testable, naming it; cells of before the curve was
+    recorded cannot be judged, and say why; the claims about the one pre-trained model are not gated by it."""
+    ok = run(cells(l0_spread=0.001), roles_of(None))
+    assert verdict(ok, "voita.l0_beats_random")["verdict"] == "supported"
+    t = cells(l0_spread=0.001)
+    improving = (t["kind"] == "scores") & (t["task"] == "A") & (t["seed"] == 1)
+    t.loc[improving, "full_model_history"] = pd.Series([IMPROVING_CURVE], index=t.index[improving])
+    v = run(t, roles_of(None))
+    row = verdict(v, "voita.l0_beats_random")
+    assert row["verdict"] == "not testable" and "not trained to the plateau: 1 of" in row["reason"]
+    assert "A seed 1 (best epoch 4 of 4)" in row["reason"]
+    assert verdict(v, "voita.l0_beats_random", task="B")["verdict"] == "supported"  # per task: B's models are fine
+    old = run(cells(l0_spread=0.001, curve=None), roles_of(None))  # cells without the curve
+    row = verdict(old, "voita.l0_beats_random")
+    assert row["verdict"] == "not testable" and "cells computed before the curve was recorded" in row["reason"]
+    for cid in ("voita.positional_heads", "voita.rare_word_head"):  # about the pre-trained model: no such gate
+        reasons = old[old["claim_id"] == cid]["reason"]
+        assert len(reasons) and not any("plateau" in r or "curve" in r for r in reasons)
+    fine_tuned = [c for c in declared.CLAIMS if declared.TRAINED in c.gates]
+    assert fine_tuned and all(declared.CONVERGED in c.gates for c in fine_tuned)
 
 
 def test_role_claims_need_a_role_found():

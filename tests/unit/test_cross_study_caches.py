@@ -29,9 +29,9 @@ def test_random_masks_fine_tuned_once_across_studies(tiny_model_dir, tiny_glue_r
     trained = []
     real = common.GlueContext.finetune_masked
 
-    def spy(self, task, seed, mask, desc, ablation):
+    def spy(self, task, seed, mask, desc, ablation, **kw):
         trained.append((task, seed, mask_to_string(mask), ablation))
-        return real(self, task, seed, mask, desc, ablation)
+        return real(self, task, seed, mask, desc, ablation, **kw)
 
     monkeypatch.setattr(common.GlueContext, "finetune_masked", spy)
     cfg2 = validate(s2.LayerStrategiesConfig, dict(
