@@ -38,13 +38,14 @@ def _curve(history) -> list:
 
 
 def full_rows(cells: pd.DataFrame, unit: Callable[[str, object], Hashable] = task_seed,
-              name: Callable[[str, object], str] = lambda task, seed: "full model") -> list[dict]:
-    """One row per (task, seed) of ``cells`` (the cells that fine-tuned the full model, any semantics): the first
-    stored held-out curve of that model (all are the same model), or none when no cell stored one. ``unit`` and
-    ``name`` of (task, seed): the measurement's unit it stands behind and its name in a reason."""
+              name: Callable[[str, object], str] = lambda task, seed: "full model", column: str = "history") -> list[dict]:
+    """One row per (task, seed) of ``cells`` (the cells that fine-tuned the full model, any semantics, or that
+    recorded its curve in ``column``): the first stored held-out curve of that model (all are the same model), or
+    none when no cell stored one (or ``cells`` have no such column). ``unit`` and ``name`` of (task, seed): the
+    measurement's unit it stands behind and its name in a reason."""
     out = []
     for (task, seed), g in cells.groupby(["task", "seed"], sort=True):
-        curves = [h for h in (_curve(x) for x in g.get("history", pd.Series(dtype=object))) if h]
+        curves = [h for h in (_curve(x) for x in g.get(column, pd.Series(dtype=object))) if h]
         out.append(preconditions.convergence_row(task, unit(task, seed), name(task, seed),
                                                  curves[0] if curves else None))
     return out

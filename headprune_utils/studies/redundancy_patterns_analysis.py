@@ -696,10 +696,8 @@ def convergence_evidence(mats: Matrices) -> pd.DataFrame:
     if tuned.empty:
         return convergence.table([])
     task_seed = tuned["model"].str[len("finetuned-"):].str.rsplit("-s", n=1)
-    curves = tuned["full_model_history"] if "full_model_history" in tuned else pd.Series([None] * len(tuned),
-                                                                                        index=tuned.index, dtype=object)
-    frame = pd.DataFrame({"task": task_seed.str[0], "seed": task_seed.str[1].astype(int), "history": curves})
-    return convergence.table(convergence.full_rows(frame))
+    frame = tuned.assign(task=task_seed.str[0], seed=task_seed.str[1].astype(int))
+    return convergence.table(convergence.full_rows(frame, column="full_model_history"))
 
 
 def claim_verdicts(mats: Matrices, cfg, when_t: pd.DataFrame, why_runs: pd.DataFrame, tasks: list[str],

@@ -445,9 +445,7 @@ def evaluate_group(claim: Claim, ms: Sequence[Measurement], evidence: Mapping, s
 def convergence_evidence(table: pd.DataFrame) -> pd.DataFrame:
     """The convergence gate's evidence (:mod:`.convergence`): the full model of every (task, seed), its held-out curve
     as its scores cell recorded it (``full_model_history``; none in cells of before it was recorded)."""
-    scores = table[table["kind"] == "scores"]
-    curves = scores.get("full_model_history", pd.Series([None] * len(scores), index=scores.index, dtype=object))
-    return convergence.table(convergence.full_rows(scores.assign(history=curves)))
+    return convergence.table(convergence.full_rows(table[table["kind"] == "scores"], column="full_model_history"))
 
 
 def verdicts(table: pd.DataFrame, agreement: pd.DataFrame, roles: pd.DataFrame, surv: pd.DataFrame,
