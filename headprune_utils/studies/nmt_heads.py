@@ -589,7 +589,7 @@ def l0_batches(enc, batch_size: int, steps: int, seed: int, device) -> list[dict
 def nmt_loss(model, batch: dict) -> torch.Tensor:
     """Mean per-token NLL of the targets (no label smoothing): the gates' task loss."""
     inputs = {k: v for k, v in batch.items() if k != "labels"}
-    return label_smoothed_loss(model(**inputs).logits, batch["labels"])[0]
+    return label_smoothed_loss(model(**inputs).logits, batch["labels"], nll=False)[0]
 
 
 def run_l0_cell(ctx: Context, cell: dict, batches: list[dict]) -> dict:

@@ -129,6 +129,46 @@ def test_label_smoothed_loss_by_hand():
     assert math.isclose(float(loss), float(hand), rel_tol=1e-6)
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_label_smoothed_loss_skips_the_nll_without_changing_the_loss(smoothing):
+    """A training step asks for no NLL (``nll=False``): the loss and its gradient are the same bits as with it, and
+    without smoothing the NLL is the loss's own sum (one log-softmax), the same bits as a separate computation."""
+    torch.manual_seed(1)
+    logits = torch.randn(3, 4, 7, requires_grad=True)
+    labels = torch.tensor([[1, 4, -100, 2], [0, -100, -100, 6], [3, 3, 5, -100]])
+    loss, nll, n = label_smoothed_loss(logits, labels, smoothing)
+    (grad,) = torch.autograd.grad(loss, logits)
+    lean, none, n2 = label_smoothed_loss(logits, labels, smoothing, nll=False)
+    (lean_grad,) = torch.autograd.grad(lean, logits)
+    assert none is None and n2 == n == 8
+    assert torch.equal(lean, loss) and torch.equal(lean_grad, grad)
+    separate = torch.nn.functional.cross_entropy(logits.detach().reshape(-1, 7), labels.reshape(-1),
+                                                 ignore_index=-100, reduction="sum")
+    assert torch.equal(nll, separate) and not nll.requires_grad
+
+
+def test_training_without_the_nll_gives_the_same_model(monkeypatch, tok):
+    """The training steps skip the NLL; forcing it back on (the way before) trains the same weights, bit for bit."""
+    import headprune_utils.train.translation as tr
+
+    enc = encode_pairs(tok, pairs())
+    cfg = NMTTrainConfig(max_steps=6, batch_size=2, lr=1e-3, warmup_steps=2, eval_every=3, label_smoothing=0.1)
+    drop = NMTModelConfig(**{**TINY.as_dict(), "dropout": 0.2})
+    lean = build_translation_model(drop, tok, seed=2)
+    train_translation(lean, enc, enc, cfg, seed=4, progress=False)
+    real, asked = tr.label_smoothed_loss, []
+
+    def always_nll(logits, labels, smoothing=0.0, nll=True):
+        asked.append(nll)
+        return real(logits, labels, smoothing, nll=True)
+
+    monkeypatch.setattr(tr, "label_smoothed_loss", always_nll)
+    old = build_translation_model(drop, tok, seed=2)
+    train_translation(old, enc, enc, cfg, seed=4, progress=False)
+    assert asked.count(False) == 6  # every training step asked for none
+    assert all(torch.equal(a, b) for a, b in zip(lean.parameters(), old.parameters()))
+
+
 def test_inverse_sqrt_schedule():
     assert inverse_sqrt_schedule(0, 10) == pytest.approx(0.1)
     assert inverse_sqrt_schedule(9, 10) == pytest.approx(1.0)
