@@ -14,6 +14,7 @@ the failed precondition with its numbers, the reason of a ``not testable`` row).
 """
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import pandas as pd
 from headprune_utils.analysis.claims import Gate, Measurement
 
 __all__ = ["ABOVE_CHANCE", "AboveChance", "TrainedAboveChance", "RoleFound", "Plateau", "Converged",
-           "Check", "plateau", "reached_plateau", "convergence_row", "PATIENCE"]
+           "Check", "plateau", "last_improvement", "reached_plateau", "convergence_row", "PATIENCE"]
 
 # A trained full model beats a constant predictor by more than this (score units: accuracy, F1, correlation): below
 # it there is no learned behaviour for pruning to remove, and a claim about pruning a trained model is not testable.
@@ -105,19 +106,37 @@ class RoleFound(Gate):
         return None if k >= 1 else f"no head of role '{self.role}' found on {m.task}"
 
 
-def plateau(history: Sequence[Mapping], n: int) -> str | None:
+def last_improvement(losses: Sequence[float], min_delta: float = 0.0) -> int:
+    """The index of the evaluation that last improved on the dev loss by more than ``min_delta`` (nats): the first
+    loss is the reference, and a later one lower than the reference by more than ``min_delta`` becomes it. With
+    ``min_delta`` 0 that is the first occurrence of the lowest loss (``argmin``). The rule a translation training
+    stops by (``translation.train_translation``: ``patience`` evaluations after it) and the plateau is judged by."""
+    if not losses:
+        raise ValueError("last_improvement needs at least one loss")
+    if not (math.isfinite(min_delta) and min_delta >= 0):
+        raise ValueError(f"min_delta must be a finite number >= 0, got {min_delta!r}")
+    ref = 0
+    for i, loss in enumerate(losses):
+        if loss < losses[ref] - min_delta:
+            ref = i
+    return ref
+
+
+def plateau(history: Sequence[Mapping], n: int, min_delta: float = 0.0) -> str | None:
     """None when the dev loss of ``history`` (one dict per evaluation, key ``dev_loss``, in training order) did not
-    improve over its last ``n`` evaluations (the best is at least ``n`` evaluations before the end), else why not."""
+    improve by more than ``min_delta`` (nats) over its last ``n`` evaluations (:func:`last_improvement` is at least
+    ``n`` evaluations before the end), else why not."""
     losses = [float(h["dev_loss"]) for h in history if h.get("dev_loss") is not None]
     if len(losses) < n + 1:
         return (f"the dev-loss plateau cannot be judged: {len(losses)} dev-loss evaluations recorded, "
                 f"{n + 1} needed (the best and {n} after it)")
-    best = int(np.argmin(losses))
+    best = last_improvement(losses, min_delta)
     since = len(losses) - 1 - best
     if since >= n:
         return None
     gain = losses[-2] - losses[-1] if len(losses) > 1 else float("nan")
-    return (f"the dev loss has not reached a plateau: its best ({losses[best]:.3f}) is at evaluation {best + 1} of "
+    what = f"last improvement by more than {min_delta:g} nats" if min_delta > 0 else "best"
+    return (f"the dev loss has not reached a plateau: its {what} ({losses[best]:.3f}) is at evaluation {best + 1} of "
             f"{len(losses)}, {since} evaluation(s) before the end, fewer than {n} without improvement "
             f"(last change {-gain:+.3f} nats)")
 
@@ -129,16 +148,19 @@ class Plateau(Gate):
     without a stored history cannot be judged."""
 
     n: int = 3
+    min_delta: float = 0.0  # nats: a smaller gain is no improvement (the rule the models were trained by)
 
     def text(self) -> str:
-        return f"every model's dev loss reached a plateau (no improvement over its last {self.n} evaluations)"
+        by = f" by more than {self.min_delta:g} nats" if self.min_delta > 0 else ""
+        return f"every model's dev loss reached a plateau (no improvement{by} over its last {self.n} evaluations)"
 
     def check(self, m: Measurement, evidence: Mapping) -> str | None:
         histories: Mapping[Hashable, Sequence[Mapping] | None] = evidence["histories"]
         reasons = []
         for u in dict.fromkeys(m.units):
             h = histories.get(u)
-            why = "no training history stored for it: the plateau cannot be judged" if not h else plateau(h, self.n)
+            why = ("no training history stored for it: the plateau cannot be judged" if not h
+                   else plateau(h, self.n, self.min_delta))
             if why:
                 reasons.append(f"model {u}: {why}")
         return "; ".join(reasons) or None

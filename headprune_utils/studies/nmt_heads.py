@@ -69,7 +69,7 @@ from headprune_utils.train.hard_concrete import HardConcreteGateDict, l0_train
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.model.pruning import prune_heads
 from headprune_utils.model.precision import training_key
-from headprune_utils.store.results import atomic_write_json, cell_key, fingerprint, machine_kind
+from headprune_utils.store.results import atomic_write_json, fingerprint, machine_kind
 from headprune_utils.tasks.subword import train_tokenizer
 from headprune_utils.train.training import set_seed
 from headprune_utils.train.translation import (
@@ -104,7 +104,7 @@ CELL_AXES = ("types", "fractions", "seeds", "model_seeds", "strategy_types", "st
              "retrain_strategy_budgets", "retrain_strategy_types")
 # The plateau regime's parameters: in the fingerprint only when it is on (retrain_patience set), so that the cells of
 # the fixed regime keep theirs, and cells retrained a fixed number of steps are never read as plateau retrainings
-PLATEAU_RETRAINING = ("retrain_patience", "retrain_eval_every", "retrain_max_steps")
+PLATEAU_RETRAINING = ("retrain_patience", "retrain_eval_every", "retrain_max_steps", "retrain_min_delta")
 NOT_RESULTS = ("progress", "device", "data_dir", "allow_hub")
 # For the planned cost only: pairs of the dev and test splits (used when dev_size / test_size is None) and the
 # mean subword tokens of a sentence (one side: ~1.3 pieces per word, plus </s>) of each corpus.
@@ -136,6 +136,9 @@ def study_fingerprint(cfg: NMTHeadsConfig, device: torch.device) -> str:
         d.pop(k, None)
     if cfg.plateau_retraining():
         d.pop("retrain_steps", None)  # unused in that regime
+    for k in ("min_delta", "retrain_min_delta"):  # in the fingerprint only when set: cells made before they existed
+        if not d.get(k):                           # keep theirs
+            d.pop(k, None)
     d.update(device_type=torch.device(device).type, data_source=data_source(cfg), results_version=RESULTS_VERSION,
              training_version=NMT_TRAINING_VERSION, eval_version=EVAL_VERSION, **training_key(device))
     return fingerprint(d)
@@ -352,6 +355,8 @@ class Context:
 
         where = self.folder(model_seed)
         model, tok, meta = cached(where, build, load)
+        if trained:  # the model is stored (caches.cached renamed it into place): its resumable state is not needed
+            self.checkpoint(model_seed).unlink(missing_ok=True)
         self.model_sha[model_seed] = models.weights_sha(model)
         self._models = {model_seed: (model, tok, meta)}  # one model in memory at a time
         self._encoded = {k: v for k, v in self._encoded.items() if k == model_seed}
@@ -388,9 +393,7 @@ class Context:
             "examples": [{"source": s, "reference": r, "hypothesis": h}
                          for s, r, h in list(zip(test.src, test.tgt, scores["hypotheses"]))[:5]],
         }
-        save_translation_model(model.cpu(), tok, folder, meta=meta)
-        if checkpoint is not None:
-            checkpoint.unlink(missing_ok=True)  # the folder is complete: caches.cached renames it into place next
+        save_translation_model(model.cpu(), tok, folder, meta=meta)  # its checkpoint goes once it is in place (model)
 
     def encoded(self, model_seed: int):
         """``(train, dev, test)`` EncodedPairs with the model's tokenizer (training pairs over max_length dropped)."""
@@ -478,17 +481,20 @@ def run_mask_cell(ctx: Context, cell: dict) -> dict:
             "seconds": time.perf_counter() - t0}
 
 
-def retrain_checkpoint(ctx: Context, cell: dict) -> Path:
-    """Where a plateau retraining keeps its resumable state: beside the model's cache folder, one file per cell."""
+def retrain_checkpoint(ctx: Context, cell: dict, ms: dict[str, torch.Tensor]) -> Path:
+    """Where a plateau retraining keeps its resumable state: beside the model's cache folder, one file per
+    retraining (:func:`retrain_key`: the masks and the retraining's settings are in its name, so a state is never
+    resumed under another mask of the same shape)."""
     folder = ctx.folder(cell["model_seed"])
-    return folder.with_name(f"{folder.name}.retrain-{cell_key(cell)}.checkpoint.pt")
+    return folder.with_name(f"{folder.name}.retrain-{retrain_key(ctx.cfg, cell['model_seed'], ms)}.checkpoint.pt")
 
 
-def retrain_plateau(history: list[dict], patience: int) -> bool:
+def retrain_plateau(history: list[dict], patience: int, min_delta: float = 0.0) -> bool:
     """Whether a retraining's dev-loss curve (``history``: one record per evaluation, ``dev_loss``) reached the
-    plateau (``preconditions.plateau``): its best evaluation is followed by at least ``patience`` evaluations without
-    a better one (the rule that stopped it; a retraining stopped at the cap before that is still improving)."""
-    return preconditions.plateau(history, patience) is None
+    plateau (``preconditions.plateau``): its last improvement by more than ``min_delta`` is followed by at least
+    ``patience`` evaluations without one (the rule that stopped it; a retraining stopped at the cap before that is
+    still improving)."""
+    return preconditions.plateau(history, patience, min_delta) is None
 
 
 def retrain_key(cfg: NMTHeadsConfig, model_seed: int, ms: dict[str, torch.Tensor]) -> str:
@@ -514,6 +520,8 @@ def run_retrain_cell(ctx: Context, cell: dict) -> dict:
     else:
         out = retrain(ctx, cell, ms)
         atomic_write_json(path, out)
+        if ctx.cfg.plateau_retraining():  # the result is stored: its resumable state is no longer needed
+            retrain_checkpoint(ctx, cell, ms).unlink(missing_ok=True)
         out = {**out, "retrain_cached": False}
     return {**out, **_grid_row(ctx.cfg, ms, cell["type"]), "seconds": time.perf_counter() - t0}
 
@@ -523,9 +531,9 @@ def retrain(ctx: Context, cell: dict, ms: dict[str, torch.Tensor]) -> dict:
 
     Fixed regime: ``retrain_steps`` steps, the last weights. Plateau regime (``retrain_patience``): the full models'
     trainer with the dev pairs (those that chose the full model's weights; never the test set), a dev-loss
-    evaluation every ``retrain_eval_every`` steps, stopped after ``retrain_patience`` evaluations without a better
-    one or at ``retrain_max_steps``, the best weights kept; resumable from a checkpoint beside the model's cache
-    folder (removed once the cell's scores exist). The cell stores the dev-loss curve (``retrain_curve``: step, dev
+    evaluation every ``retrain_eval_every`` steps, stopped after ``retrain_patience`` evaluations without one better
+    by more than ``retrain_min_delta`` or at ``retrain_max_steps``, the best weights kept; resumable from a
+    checkpoint beside the model's cache folder (removed by :func:`run_retrain_cell` once the result is stored). The cell stores the dev-loss curve (``retrain_curve``: step, dev
     loss), where and why it stopped, and whether it reached the plateau.
 
     The data order and dropout noise depend on the model seed only, so every retrain cell of a model (and its
@@ -537,7 +545,7 @@ def retrain(ctx: Context, cell: dict, ms: dict[str, torch.Tensor]) -> dict:
     if any(bool((m < 1).any()) for m in ms.values()):
         prune_heads(model, ms)
     plateau = cfg.plateau_retraining()
-    checkpoint = retrain_checkpoint(ctx, cell) if plateau else None
+    checkpoint = retrain_checkpoint(ctx, cell, ms) if plateau else None
     res = train_translation(model, train_enc, dev_enc if plateau else None, cfg.retrain_config(),
                             seed=10_000 + cell["model_seed"], progress=False, checkpoint=checkpoint,
                             machine=machine_kind(ctx.device))
@@ -551,8 +559,8 @@ def retrain(ctx: Context, cell: dict, ms: dict[str, torch.Tensor]) -> dict:
         out.update(retrain_regime="plateau", retrain_curve=curve, retrain_stopped=res.stopped,
                    retrain_best_step=int(res.best_step), retrain_best_dev_loss=float(res.best_dev_loss),
                    retrain_patience=int(cfg.retrain_patience), retrain_max_steps=int(cfg.retrain_max_steps),
-                   reached_plateau=retrain_plateau(curve, int(cfg.retrain_patience)))
-        checkpoint.unlink(missing_ok=True)
+                   retrain_min_delta=float(cfg.retrain_min_delta),
+                   reached_plateau=retrain_plateau(curve, int(cfg.retrain_patience), float(cfg.retrain_min_delta)))
     return out
 
 

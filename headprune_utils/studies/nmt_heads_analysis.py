@@ -187,14 +187,21 @@ def _int_or_none(x):
     return None if x is None or pd.isna(x) else int(x)
 
 
-def _convergence_record(unit: int, model: str, setting: str, curve, patience: int, steps, cap) -> dict:
+def _min_delta(cell: Mapping) -> float:
+    """The ``retrain_min_delta`` a retraining ran with (0 for cells made before it existed: strict improvement)."""
+    x = cell.get("retrain_min_delta")
+    return 0.0 if x is None or pd.isna(x) else float(x)
+
+
+def _convergence_record(unit: int, model: str, setting: str, curve, patience: int, steps, cap,
+                        min_delta: float = 0.0) -> dict:
     """One model behind a row: its dev-loss curve's length, the step of its best evaluation, where it stopped, and
-    whether it reached the plateau (``preconditions.plateau``: ``patience`` evaluations after the best without a
-    better one). No curve: ``evaluations`` 0, not reached (nothing to judge)."""
+    whether it reached the plateau (``preconditions.plateau``: ``patience`` evaluations after its last improvement by
+    more than ``min_delta`` nats without another). No curve: ``evaluations`` 0, not reached (nothing to judge)."""
     curve = [h for h in (curve if isinstance(curve, list) else []) if h.get("dev_loss") is not None]
     at = int(np.argmin([float(h["dev_loss"]) for h in curve])) if curve else None
     best = _int_or_none(curve[at].get("step")) if curve else None
-    reached = bool(curve) and preconditions.plateau(curve, patience) is None
+    reached = bool(curve) and preconditions.plateau(curve, patience, min_delta) is None
     stopped = "at the plateau" if reached else ("still improving" if curve else "no dev-loss curve")
     return {"unit": int(unit), "model": model, "setting": setting, "evaluations": len(curve),
             "steps": _int_or_none(steps), "best_evaluation": None if at is None else at + 1, "best_step": best,
@@ -202,23 +209,24 @@ def _convergence_record(unit: int, model: str, setting: str, curve, patience: in
             "reached": reached}
 
 
-def retraining_convergence(table: pd.DataFrame, patience: int, fractions=(0.5,)) -> pd.DataFrame:
+def retraining_convergence(table: pd.DataFrame, patience: int, fractions=(0.5,), min_delta: float = 0.0) -> pd.DataFrame:
     """The evidence of the convergence gate of the retrained rows (:data:`RETRAINING_COLUMNS`), one row per model
     behind them: every full model (``setting`` "": behind every row of its model seed; judged by its training's
     ``patience``) and every model retrained with a mask fixed (``retrain`` cells at ``fractions``: behind the
     random-pruning row of its type and fraction; ``retrain_strategy`` cells: behind the row of their strategy, the
-    random ones behind every strategy's row, being its reference), judged by the patience its retraining ran with. A
-    retraining of the fixed regime (no dev-loss curve) has ``evaluations`` 0: whether it reached the plateau cannot
-    be judged."""
-    rows = [_convergence_record(r["model_seed"], "full model", "", r.get("history"), patience, r.get("steps"), None)
-            for r in _kind(table, "model").to_dict("records")]
+    random ones behind every strategy's row, being its reference), judged by the patience (and ``min_delta``) its
+    retraining ran with, the full models by ``patience`` and ``min_delta``. A retraining of the fixed regime (no
+    dev-loss curve) has ``evaluations`` 0: whether it reached the plateau cannot be judged."""
+    rows = [_convergence_record(r["model_seed"], "full model", "", r.get("history"), patience, r.get("steps"), None,
+                                min_delta) for r in _kind(table, "model").to_dict("records")]
     re = _kind(table, "retrain")
     re = re[(re["type"] != "none") & re["fraction"].isin(list(fractions))] if len(re) else re
     for r in re.to_dict("records"):
         rows.append(_convergence_record(
             r["model_seed"], f"retrained {_random_setting(r['type'], r['fraction'])} mask {int(r['seed'])}",
             _random_setting(r["type"], r["fraction"], True), r.get("retrain_curve"),
-            _int_or_none(r.get("retrain_patience")) or 1, r.get("retrain_steps"), r.get("retrain_max_steps")))
+            _int_or_none(r.get("retrain_patience")) or 1, r.get("retrain_steps"), r.get("retrain_max_steps"),
+            _min_delta(r)))
     rs = _kind(table, "retrain_strategy")
     names = [st for st in dict.fromkeys(rs["strategy"]) if st != "random"] if len(rs) else []
     for r in rs.to_dict("records"):
@@ -226,7 +234,7 @@ def retraining_convergence(table: pd.DataFrame, patience: int, fractions=(0.5,))
         for st in (names if r["strategy"] == "random" else [r["strategy"]]):
             rows.append(_convergence_record(r["model_seed"], name, _strategy_setting(st, True), r.get("retrain_curve"),
                                             _int_or_none(r.get("retrain_patience")) or 1, r.get("retrain_steps"),
-                                            r.get("retrain_max_steps")))
+                                            r.get("retrain_max_steps"), _min_delta(r)))
     return pd.DataFrame(rows, columns=RETRAINING_COLUMNS)
 
 
@@ -835,13 +843,14 @@ def evaluate_group(claim: Claim, ms: Sequence[Measurement], evidence: Mapping, s
 
 def verdicts(table: pd.DataFrame, role_tab: pd.DataFrame, surv: pd.DataFrame, budget: pd.DataFrame,
              agreement: pd.DataFrame, by_type: pd.DataFrame, *, claims_: Sequence[Claim], corpus: str, semantics: str,
-             scale_: str, patience: int | None, fractions=(0.5,)) -> pd.DataFrame:
+             scale_: str, patience: int | None, fractions=(0.5,), min_delta: float = 0.0) -> pd.DataFrame:
     """The verdict table (``claims.COLUMNS``) of ``claims_`` (the study's ``CLAIMS``), every number from this run
     (BLEU points).
 
     Each claim's measurements come from :data:`MEASURES` (its ``measure``; a claim no cell of this run measures is
     ``not testable`` for that reason), its word from its rule and gates (``claims.evaluate``; evidence: the models'
-    training histories and ``patience``, 3 when None, for the dev-loss plateau; the role counts). Unit of replication
+    training histories and ``patience``, 3 when None, and ``min_delta`` (the rule the full models were trained by)
+    for the dev-loss plateau; the role counts). Unit of replication
     = the trained model (model seed): values of one model (mask seeds, lambdas, fractions) are averaged first, never
     treated as replicates; with one model every claim is ``not testable`` (the rule's power gate). ``corpus``: with
     the models' direction, the ``task`` column; ``semantics``: the ablation; ``fractions``: the random-pruning
@@ -850,8 +859,8 @@ def verdicts(table: pd.DataFrame, role_tab: pd.DataFrame, surv: pd.DataFrame, bu
     task = f"{corpus} {', '.join(directions)}".strip()
     full = {int(r.model_seed): float(r.bleu) for r in _kind(table, "model").itertuples()}
     run = Run(table, role_tab, surv, budget, agreement, by_type, task, full, semantics, tuple(fractions))
-    trained = {"histories": _histories(table), "patience": patience or 3,
-               "retraining": retraining_convergence(table, patience or 3, fractions)}
+    trained = {"histories": _histories(table), "patience": patience or 3, "min_delta": float(min_delta),
+               "retraining": retraining_convergence(table, patience or 3, fractions, min_delta)}
     parts = [evaluate_group(claim, ms, {**trained, **evidence}, scale_)
              for claim in claims_ for ms, evidence in MEASURES[claim.measure](claim, run)]
     out = pd.concat(parts, ignore_index=True)

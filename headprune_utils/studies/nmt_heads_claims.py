@@ -31,7 +31,7 @@ UNIT = "model (model seed)"
 
 
 def _plateau(m: claims.Measurement, evidence: Mapping) -> str | None:
-    return preconditions.Plateau(int(evidence["patience"])).check(m, evidence)
+    return preconditions.Plateau(int(evidence["patience"]), float(evidence.get("min_delta", 0.0))).check(m, evidence)
 
 
 PLATEAU = preconditions.Check("every trained model's dev loss reached a plateau (no improvement over the last "

@@ -59,6 +59,7 @@ class NMTHeadsConfig:
     label_smoothing: float = 0.1
     eval_every: int = 100                       # steps between dev-loss evaluations (early stopping, best weights kept)
     patience: int | None = 3                    # evaluations without a better dev loss before stopping (None: never)
+    min_delta: float = 0.0                      # nats: a lower dev loss counts as better (for patience) only by more than this
     train_max_seconds: float | None = None      # wall-clock cap on training (None: none; then training is deterministic)
     # decoding and evaluation
     num_beams: int = 1                          # 1: greedy decoding
@@ -80,6 +81,7 @@ class NMTHeadsConfig:
     retrain_patience: int | None = None         # None: the fixed regime (retrain_steps steps, no dev evaluation)
     retrain_eval_every: int = 250               # steps between dev-loss evaluations of a retraining (plateau regime)
     retrain_max_steps: int | None = None        # the cap of a retraining (plateau regime; required there)
+    retrain_min_delta: float = 0.0              # as min_delta, for the retrainings (plateau regime)
     retrain_lr: float = 3e-4                    # peak learning rate of that continued training
     retrain_warmup: int = 10
     # location strategies (strategies.py) per attention type, evaluation only
@@ -156,6 +158,15 @@ class NMTHeadsConfig:
         for name in ("warmup_steps", "retrain_warmup"):
             if getattr(self, name) < 0:
                 raise ParameterError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("min_delta", "retrain_min_delta"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ParameterError(f"{name} must be a finite number >= 0 (nats of dev loss), got {v!r}")
+        if self.min_delta > 0 and self.patience is None:
+            raise ParameterError(f"min_delta={self.min_delta:g} is a rule of early stopping: set patience too")
+        if self.retrain_min_delta > 0 and self.retrain_patience is None:
+            raise ParameterError(f"retrain_min_delta={self.retrain_min_delta:g} is a rule of retraining to the plateau: "
+                                 "set retrain_patience too")
         if self.patience is not None and self.patience < 1:
             raise ParameterError(f"patience must be >= 1 or None, got {self.patience}")
         self._check_retraining()
@@ -315,7 +326,8 @@ class NMTHeadsConfig:
     def train_config(self) -> NMTTrainConfig:
         return NMTTrainConfig(max_steps=self.max_steps, batch_size=self.batch_size, max_tokens=self.max_tokens,
                               lr=self.lr, warmup_steps=self.warmup_steps, label_smoothing=self.label_smoothing,
-                              eval_every=self.eval_every, patience=self.patience, max_seconds=self.train_max_seconds)
+                              eval_every=self.eval_every, patience=self.patience, max_seconds=self.train_max_seconds,
+                              min_delta=self.min_delta)
 
     def retrain_config(self) -> NMTTrainConfig:
         """The training of a pruned model (mask fixed): the full models' trainer with the retraining's learning rate
@@ -325,7 +337,7 @@ class NMTHeadsConfig:
             return NMTTrainConfig(max_steps=int(self.retrain_max_steps), batch_size=self.batch_size,
                                   max_tokens=self.max_tokens, lr=self.retrain_lr, warmup_steps=self.retrain_warmup,
                                   label_smoothing=self.label_smoothing, eval_every=self.retrain_eval_every,
-                                  patience=self.retrain_patience)
+                                  patience=self.retrain_patience, min_delta=self.retrain_min_delta)
         return NMTTrainConfig(max_steps=self.retrain_steps, batch_size=self.batch_size, max_tokens=self.max_tokens,
                               lr=self.retrain_lr, warmup_steps=self.retrain_warmup,
                               label_smoothing=self.label_smoothing, eval_every=self.retrain_steps)

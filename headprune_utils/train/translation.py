@@ -41,6 +41,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from headprune_utils.analysis.preconditions import last_improvement
 from headprune_utils.tasks.batching import eval_batches, train_batches
 from headprune_utils.model.gates import Ablation
 from headprune_utils.model.precision import autocast_context, check_precision
@@ -186,9 +187,17 @@ class NMTTrainConfig:
     patience: int | None = None  # stop after this many evaluations without a better dev loss; None: never
     eval_batch_size: int = 128
     max_seconds: float | None = None  # a wall-clock cap on training (then not deterministic); None: none
+    # nats: for patience, an evaluation improves only when its dev loss beats the last improvement by more than this
+    # (preconditions.last_improvement); 0: any lower loss. The weights kept are the lowest dev loss's either way.
+    min_delta: float = 0.0
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The settings; ``min_delta`` only when it is set (> 0), so that what a training without it depends on (its
+        model cache key, its checkpoint's identity) is what it was before the setting existed."""
+        d = asdict(self)
+        if d["min_delta"] == 0:
+            del d["min_delta"]
+        return d
 
     def check(self, has_dev: bool = True) -> None:
         """A ValueError naming the first bad setting (before any training): counts that are not positive integers,
@@ -213,6 +222,11 @@ class NMTTrainConfig:
             raise ValueError(f"NMTTrainConfig.max_seconds must be None or a positive number, got {self.max_seconds!r}")
         if self.patience is not None and not has_dev:
             raise ValueError("NMTTrainConfig.patience (early stopping on the dev loss) needs dev pairs; got dev=None")
+        d = self.min_delta
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d < 0:
+            raise ValueError(f"NMTTrainConfig.min_delta must be a finite number >= 0 (nats), got {d!r}")
+        if d > 0 and self.patience is None:
+            raise ValueError(f"NMTTrainConfig.min_delta={d:g} is a rule of early stopping: it needs patience")
 
 
 @dataclass
@@ -468,9 +482,14 @@ def _evaluate(model: nn.Module, dev: EncodedPairs | None, cfg: NMTTrainConfig, l
     if dev is not None:
         loss = dev_loss(model, dev, cfg.eval_batch_size)  # float32; the gates are already applied
         record["dev_loss"] = loss
+        # patience counts from the last improvement by more than min_delta (with 0: the best so far, the same test)
+        before = [h["dev_loss"] for h in state.history if h.get("dev_loss") is not None]
+        reference = before[last_improvement(before, cfg.min_delta)] if before else math.inf
         if loss < state.best_dev_loss:
-            state.best_dev_loss, state.best_step, state.bad_evals = loss, state.step, 0
+            state.best_dev_loss, state.best_step = loss, state.step
             state.best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        if loss < reference - cfg.min_delta:
+            state.bad_evals = 0
         else:
             state.bad_evals += 1
     state.history.append(record)

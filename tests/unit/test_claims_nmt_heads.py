@@ -178,7 +178,7 @@ CONVERGED = curve([3.0, 2.6, 2.5, 2.55, 2.52])  # best at evaluation 3, then 2 w
 STALLED = curve([3.0, 2.8, 2.7, 2.6, 2.5])  # still improving at the cap
 
 
-def retrained(table, drops=None, curves=None, patience=2, cap=1250, fixed_steps=None):
+def retrained(table, drops=None, curves=None, patience=2, cap=1250, fixed_steps=None, min_delta=None):
     """``table`` plus retrain cells of enc and cross at 50%, mask seed 0, per model: BLEU = full - drop, the dev-loss
     curve ``curves[(type, model_seed)]`` (default CONVERGED); ``fixed_steps``: cells of the fixed regime instead
     (no curve)."""
@@ -197,6 +197,8 @@ def retrained(table, drops=None, curves=None, patience=2, cap=1250, fixed_steps=
             else:
                 cell.update(retrain_steps=c[-1]["step"], retrain_curve=c, retrain_patience=patience,
                             retrain_max_steps=cap, retrain_regime="plateau")
+                if min_delta is not None:
+                    cell.update(retrain_min_delta=min_delta)
             rows.append(cell)
     return pd.concat([table, pd.DataFrame(rows)], ignore_index=True)
 
@@ -290,3 +292,13 @@ def test_the_gate_reads_only_the_retrained_rows_and_needs_a_retrained_model():
     assert declared.RETRAINED_CONVERGED.check(m, {"retraining": empty}) is None  # not a retrained row
     m = claims.Measurement("toy", [1.0, 2.0], [0, 1], setting="enc, 50% pruned" + R)
     assert "no model retrained with the mask fixed" in declared.RETRAINED_CONVERGED.check(m, {"retraining": empty})
+
+
+def test_a_retraining_is_judged_by_the_smallest_gain_it_ran_with():
+    """A curve creeping down by thousandths is still improving under the strict rule, at its plateau under the
+    retrain_min_delta its cell records (cells made before the field: strict)."""
+    creep = curve([3.0, 2.5, 2.499, 2.498])
+    v = run(retrained(cells(), curves={("cross", 1): creep}))
+    assert row(v, "budhraja.random_prunable", "cross, 50% pruned" + R)["verdict"] == "not testable"
+    v = run(retrained(cells(), curves={("cross", 1): creep}, min_delta=0.01))
+    assert row(v, "budhraja.random_prunable", "cross, 50% pruned" + R)["verdict"] == "contradicted"

@@ -80,3 +80,23 @@ def test_the_curves_figure_dashes_the_runs_still_improving_and_marks_the_kept_ep
     assert ax.get_title().startswith("SST-2") and "2 of 3 runs still improving" in ax.get_title().replace("\n", " ")
     empty = figures.curves.held_out_curves(convergence.curves(t[t["task"] == "CoLA"], lambda r: "full"))
     assert "no held-out curve" in " ".join(x.get_text() for x in empty.axes[0].texts)
+
+
+def test_last_improvement_and_the_plateau_with_a_smallest_gain():
+    """The dev-loss plateau rule with min_delta: an evaluation improves only when it beats the last improvement by
+    more than min_delta; 0 is the first occurrence of the lowest loss (argmin)."""
+    creep = [3.0, 2.5, 2.499, 2.498, 2.497, 2.496]
+    assert preconditions.last_improvement(creep) == 5
+    assert preconditions.last_improvement(creep, 0.01) == 1
+    assert preconditions.last_improvement([2.0, 1.5, 1.5, 1.6]) == 1  # a tie is no improvement
+    assert preconditions.last_improvement([2.0, 1.95, 1.9, 1.85], 0.06) == 2  # gains add up from the reference
+    with pytest.raises(ValueError, match="min_delta"):
+        preconditions.last_improvement(creep, -0.1)
+    history = [{"step": 250 * (i + 1), "dev_loss": x} for i, x in enumerate(creep)]
+    assert preconditions.plateau(history, 4, 0.01) is None
+    why = preconditions.plateau(history, 4)
+    assert "has not reached a plateau" in why and "its best (2.496)" in why
+    why = preconditions.plateau(history, 5, 0.01)
+    assert "its last improvement by more than 0.01 nats (2.500) is at evaluation 2 of 6" in why
+    gate = preconditions.Plateau(n=4, min_delta=0.01)
+    assert "by more than 0.01 nats" in gate.text() and "by more" not in preconditions.Plateau(n=4).text()

@@ -471,3 +471,26 @@ def test_a_plateau_retraining_evaluates_on_the_dev_pairs_never_the_test_set(plat
     _, dev_enc, test_enc = ctx.encoded(0)
     assert dev is dev_enc and dev.src_ids != test_enc.src_ids
     assert (tcfg.patience, tcfg.eval_every, tcfg.max_steps) == (1, 2, 6)
+
+
+def test_min_delta_is_checked_and_reaches_both_trainings(root):
+    """min_delta (full models) and retrain_min_delta (retrainings): finite, >= 0, only with the patience they refine;
+    passed to the trainers; in the fingerprint only when set, so cells made before they existed keep theirs."""
+    for kw, field in (({"min_delta": -0.01}, "min_delta"), ({"min_delta": float("nan")}, "min_delta"),
+                      ({"min_delta": 0.01, "patience": None}, "min_delta"),
+                      ({"retrain_min_delta": 0.01}, "retrain_min_delta"),  # the fixed regime: no patience to refine
+                      ({**PLATEAU_RETRAINING, "retrain_min_delta": -1.0}, "retrain_min_delta")):
+        with pytest.raises(ParameterError, match=field):
+            config(root, **kw)
+    cfg = config(root, patience=2, min_delta=0.02, **{**PLATEAU_RETRAINING, "retrain_min_delta": 0.03})
+    assert cfg.train_config().min_delta == 0.02 and cfg.retrain_config().min_delta == 0.03
+    cpu = torch.device("cpu")
+    plateau = study.study_fingerprint(config(root, **PLATEAU_RETRAINING), cpu)
+    assert study.study_fingerprint(config(root, **{**PLATEAU_RETRAINING, "retrain_min_delta": 0.0}), cpu) == plateau
+    assert study.study_fingerprint(config(root, **{**PLATEAU_RETRAINING, "retrain_min_delta": 0.01}), cpu) != plateau
+    assert study.study_fingerprint(config(root, patience=2, min_delta=0.01, **PLATEAU_RETRAINING), cpu) != \
+        study.study_fingerprint(config(root, patience=2, **PLATEAU_RETRAINING), cpu)
+    # the trained model's cache key: unchanged without min_delta, another with it
+    keep = study.model_key(config(root, patience=2), 0, cpu)
+    assert study.model_key(config(root, patience=2, min_delta=0.0), 0, cpu) == keep
+    assert study.model_key(config(root, patience=2, min_delta=0.01), 0, cpu) != keep

@@ -169,6 +169,34 @@ def test_training_without_the_nll_gives_the_same_model(monkeypatch, tok):
     assert all(torch.equal(a, b) for a, b in zip(lean.parameters(), old.parameters()))
 
 
+def test_min_delta_stops_a_creeping_training_sooner_and_keeps_the_lowest_loss(monkeypatch, tok):
+    """Patience counts evaluations since the last improvement by more than min_delta: dev losses that creep down by
+    thousandths stop a run with min_delta at its patience, while the strict rule (0) trains to the cap; both keep
+    the weights of the lowest dev loss. Without min_delta the settings (model keys, checkpoint identities) are those
+    of before the field existed."""
+    import headprune_utils.train.translation as tr
+
+    enc = encode_pairs(tok, pairs())
+    runs = {}
+    for delta in (0.0, 0.01):
+        losses = iter([3.0, 2.5, 2.499, 2.498, 2.497, 2.496, 2.495, 2.494, 2.493, 2.492])
+        monkeypatch.setattr(tr, "dev_loss", lambda *a, **k: next(losses))
+        cfg = NMTTrainConfig(max_steps=10, batch_size=2, lr=1e-3, warmup_steps=2, eval_every=1, patience=3,
+                             min_delta=delta)
+        runs[delta] = train_translation(build_translation_model(TINY, tok, seed=0), enc, enc, cfg, seed=0,
+                                        progress=False)
+    strict, lenient = runs[0.0], runs[0.01]
+    assert (strict.steps, strict.stopped, strict.best_step) == (10, "max_steps", 10)
+    assert (lenient.steps, lenient.stopped) == (5, "patience")  # 2.5 at step 2, then 3 evaluations within 0.01
+    assert lenient.best_step == 5 and lenient.best_dev_loss == 2.497  # the lowest loss's weights, not step 2's
+    assert "min_delta" not in NMTTrainConfig().as_dict() and NMTTrainConfig(min_delta=0.1).as_dict()["min_delta"] == 0.1
+    for bad in (-0.1, float("inf"), True):
+        with pytest.raises(ValueError, match="min_delta"):
+            NMTTrainConfig(min_delta=bad, patience=2).check()
+    with pytest.raises(ValueError, match="min_delta.*patience"):
+        NMTTrainConfig(min_delta=0.1).check()
+
+
 def test_inverse_sqrt_schedule():
     assert inverse_sqrt_schedule(0, 10) == pytest.approx(0.1)
     assert inverse_sqrt_schedule(9, 10) == pytest.approx(1.0)
