@@ -144,7 +144,8 @@ def prunable(drops: pd.DataFrame, tolerance: float) -> pd.DataFrame:
 
 def retrain_table(table: pd.DataFrame) -> pd.DataFrame:
     """Per retrain cell: BLEU without retraining (same mask), with retraining, the two references (full model,
-    unpruned model continued for the same steps), and the recovery = drop without - drop with retraining."""
+    unpruned model retrained alike: the same fixed steps, or to its own dev-loss plateau), and the recovery = drop
+    without retraining (against the full model) - drop with retraining (against the reference)."""
     re = _kind(table, "retrain")
     if re.empty:
         return pd.DataFrame()
@@ -213,20 +214,30 @@ def retraining_convergence(table: pd.DataFrame, patience: int, fractions=(0.5,),
     """The evidence of the convergence gate of the retrained rows (:data:`RETRAINING_COLUMNS`), one row per model
     behind them: every full model (``setting`` "": behind every row of its model seed; judged by its training's
     ``patience``) and every model retrained with a mask fixed (``retrain`` cells at ``fractions``: behind the
-    random-pruning row of its type and fraction; ``retrain_strategy`` cells: behind the row of their strategy, the
-    random ones behind every strategy's row, being its reference), judged by the patience (and ``min_delta``) its
+    random-pruning row of its type and fraction, and the unpruned model retrained alike, of type ``none``, behind
+    each of those rows of its model seed, being their reference; ``retrain_strategy`` cells: behind the row of their
+    strategy, the random ones behind every strategy's row, being its reference), judged by the patience (and ``min_delta``) its
     retraining ran with, the full models by ``patience`` and ``min_delta``. A retraining of the fixed regime (no
     dev-loss curve) has ``evaluations`` 0: whether it reached the plateau cannot be judged."""
     rows = [_convergence_record(r["model_seed"], "full model", "", r.get("history"), patience, r.get("steps"), None,
                                 min_delta) for r in _kind(table, "model").to_dict("records")]
-    re = _kind(table, "retrain")
-    re = re[(re["type"] != "none") & re["fraction"].isin(list(fractions))] if len(re) else re
+    every = _kind(table, "retrain")
+    re = every[(every["type"] != "none") & every["fraction"].isin(list(fractions))] if len(every) else every
     for r in re.to_dict("records"):
         rows.append(_convergence_record(
             r["model_seed"], f"retrained {_random_setting(r['type'], r['fraction'])} mask {int(r['seed'])}",
             _random_setting(r["type"], r["fraction"], True), r.get("retrain_curve"),
             _int_or_none(r.get("retrain_patience")) or 1, r.get("retrain_steps"), r.get("retrain_max_steps"),
             _min_delta(r)))
+    # the unpruned model retrained alike: the reference of every retrained random row of its model seed
+    behind = {ms: list(dict.fromkeys(_random_setting(t, f, True) for t, f in zip(g["type"], g["fraction"])))
+              for ms, g in re.groupby("model_seed")} if len(re) else {}
+    for r in (every[every["type"] == "none"].to_dict("records") if len(every) else []):
+        for setting in behind.get(r["model_seed"], []):
+            rows.append(_convergence_record(
+                r["model_seed"], "unpruned model retrained alike (the reference)", setting, r.get("retrain_curve"),
+                _int_or_none(r.get("retrain_patience")) or 1, r.get("retrain_steps"), r.get("retrain_max_steps"),
+                _min_delta(r)))
     rs = _kind(table, "retrain_strategy")
     names = [st for st in dict.fromkeys(rs["strategy"]) if st != "random"] if len(rs) else []
     for r in rs.to_dict("records"):
@@ -644,23 +655,29 @@ def _not_measured(claim: Claim, run: Run) -> list[Group]:
 
 def _random_pruned(claim: Claim, run: Run) -> list[Group]:
     """Claim 1 in the paper's regime (primary): BLEU of each model retrained with its random mask fixed (``retrain``
-    cells at the claim's fractions) - BLEU of the full model; and without retraining (``prune`` cells: the
-    sensitivity analysis). Every type pruned without retraining has its retrained row, ``not testable`` where no
-    cell retrains it."""
+    cells at the claim's fractions) - BLEU of the same model unpruned and retrained alike (its ``retrain`` cell of
+    type ``none``: to its own dev-loss plateau, or the same fixed steps), so that the effect is the pruning's, not
+    the extra training's; and without retraining (``prune`` cells: the sensitivity analysis), against the full
+    model. Every type pruned without retraining has its retrained row, ``not testable`` where no cell retrains it
+    (or no unpruned reference was retrained)."""
     prune, re = _kind(run.table, "prune"), _kind(run.table, "retrain")
     p = prune[prune["fraction"].isin(list(run.fractions))] if len(prune) else prune
     r = re[(re["type"] != "none") & re["fraction"].isin(list(run.fractions))] if len(re) else re
     if p.empty and r.empty:
         return _not_measured(claim, run)
+    reference = re[re["type"] == "none"].set_index("model_seed")["bleu"].astype(float) if len(re) else pd.Series()
     keys = list(dict.fromkeys([*zip(p["type"], p["fraction"])] if len(p) else []))
     keys += [k for k in dict.fromkeys(zip(r["type"], r["fraction"]) if len(r) else []) if k not in keys]
     out = []
     for t, retrained in ((r, True), (p, False)):
+        against = t["model_seed"].map(reference) if retrained and len(t) else t["model_seed"].map(run.full)
         d = (t.assign(setting=[_random_setting(a, f, retrained) for a, f in zip(t["type"], t["fraction"])],
-                      diff=t["bleu"].astype(float) - t["model_seed"].map(run.full)) if len(t)
+                      diff=t["bleu"].astype(float) - against.astype(float)).dropna(subset=["diff"]) if len(t)
              else pd.DataFrame(columns=["setting", "model_seed", "diff"]))
-        empty = "no cell of this run retrains such a mask" if retrained else "no cell of this run prunes such a mask"
-        effect = "BLEU(pruned, retrained) - BLEU(full)" if retrained else "BLEU(pruned) - BLEU(full)"
+        empty = ("no cell of this run retrains such a mask, or no unpruned reference retrained alike" if retrained
+                 else "no cell of this run prunes such a mask")
+        effect = ("BLEU(pruned, retrained) - BLEU(unpruned, retrained alike)" if retrained
+                  else "BLEU(pruned) - BLEU(full)")
         out.append((per_setting(claim, run, _mean_by(d, ["setting", "model_seed"]),
                                 [_random_setting(a, f, retrained) for a, f in keys], effect, empty=empty), {}))
     return out
@@ -670,7 +687,7 @@ def _recovery(claim: Claim, run: Run) -> list[Group]:
     re = retrain_table(run.table)
     if re.empty:
         return _not_measured(claim, run)
-    d = re.assign(setting=[f"{t}, {100 * f:.0f}% pruned" for t, f in zip(re["type"], re["fraction"])],
+    d = re.assign(setting=[_random_setting(t, f, True) for t, f in zip(re["type"], re["fraction"])],
                   diff=re["recovery"])
     # a retrained mask without its pruned-only cell or its unpruned reference has no recovery to measure
     return [(per_setting(claim, run, _mean_by(d.dropna(subset=["diff"]), ["setting", "model_seed"]),
