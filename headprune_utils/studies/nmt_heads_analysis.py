@@ -665,7 +665,8 @@ def _random_pruned(claim: Claim, run: Run) -> list[Group]:
     r = re[(re["type"] != "none") & re["fraction"].isin(list(run.fractions))] if len(re) else re
     if p.empty and r.empty:
         return _not_measured(claim, run)
-    reference = re[re["type"] == "none"].set_index("model_seed")["bleu"].astype(float) if len(re) else pd.Series()
+    reference = (re[re["type"] == "none"].set_index("model_seed")["bleu"].astype(float) if len(re)
+                 else pd.Series(dtype=float))  # the unpruned model retrained alike, per model seed
     keys = list(dict.fromkeys([*zip(p["type"], p["fraction"])] if len(p) else []))
     keys += [k for k in dict.fromkeys(zip(r["type"], r["fraction"]) if len(r) else []) if k not in keys]
     out = []
