@@ -106,18 +106,17 @@ class RoleFound(Gate):
         return None if k >= 1 else f"no head of role '{self.role}' found on {m.task}"
 
 
-def last_improvement(losses: Sequence[float], min_delta: float = 0.0) -> int:
+def last_improvement(losses: Sequence[float], min_delta: float = 0.0) -> int | None:
     """The index of the evaluation that last improved on the dev loss by more than ``min_delta`` (nats): the first
-    loss is the reference, and a later one lower than the reference by more than ``min_delta`` becomes it. With
-    ``min_delta`` 0 that is the first occurrence of the lowest loss (``argmin``). The rule a translation training
-    stops by (``translation.train_translation``: ``patience`` evaluations after it) and the plateau is judged by."""
-    if not losses:
-        raise ValueError("last_improvement needs at least one loss")
+    finite loss is the reference, and a later one lower than the reference by more than ``min_delta`` becomes it
+    (a non-finite loss never does). With ``min_delta`` 0 that is the first occurrence of the lowest loss
+    (``argmin``). None when no loss is finite. The rule a translation training stops by
+    (``translation.train_translation``: ``patience`` evaluations after it) and the plateau is judged by."""
     if not (math.isfinite(min_delta) and min_delta >= 0):
         raise ValueError(f"min_delta must be a finite number >= 0, got {min_delta!r}")
-    ref = 0
+    ref = None
     for i, loss in enumerate(losses):
-        if loss < losses[ref] - min_delta:
+        if math.isfinite(loss) and (ref is None or loss < losses[ref] - min_delta):
             ref = i
     return ref
 
@@ -131,6 +130,8 @@ def plateau(history: Sequence[Mapping], n: int, min_delta: float = 0.0) -> str |
         return (f"the dev-loss plateau cannot be judged: {len(losses)} dev-loss evaluations recorded, "
                 f"{n + 1} needed (the best and {n} after it)")
     best = last_improvement(losses, min_delta)
+    if best is None:
+        return f"the dev-loss plateau cannot be judged: none of its {len(losses)} dev losses is finite"
     since = len(losses) - 1 - best
     if since >= n:
         return None

@@ -210,11 +210,11 @@ def _convergence_record(unit: int, model: str, setting: str, curve, patience: in
             "reached": reached}
 
 
-def retraining_convergence(table: pd.DataFrame, patience: int, fractions=(0.5,), min_delta: float = 0.0) -> pd.DataFrame:
+def retraining_convergence(table: pd.DataFrame, patience: int, min_delta: float = 0.0) -> pd.DataFrame:
     """The evidence of the convergence gate of the retrained rows (:data:`RETRAINING_COLUMNS`), one row per model
     behind them: every full model (``setting`` "": behind every row of its model seed; judged by its training's
-    ``patience``) and every model retrained with a mask fixed (``retrain`` cells at ``fractions``: behind the
-    random-pruning row of its type and fraction, and the unpruned model retrained alike, of type ``none``, behind
+    ``patience``) and every model retrained with a mask fixed (``retrain`` cells: behind the random-pruning (and
+    recovery) row of its type and fraction, and the unpruned model retrained alike, of type ``none``, behind
     each of those rows of its model seed, being their reference; ``retrain_strategy`` cells: behind the row of their
     strategy, the random ones behind every strategy's row, being its reference), judged by the patience (and ``min_delta``) its
     retraining ran with, the full models by ``patience`` and ``min_delta``. A retraining of the fixed regime (no
@@ -222,7 +222,7 @@ def retraining_convergence(table: pd.DataFrame, patience: int, fractions=(0.5,),
     rows = [_convergence_record(r["model_seed"], "full model", "", r.get("history"), patience, r.get("steps"), None,
                                 min_delta) for r in _kind(table, "model").to_dict("records")]
     every = _kind(table, "retrain")
-    re = every[(every["type"] != "none") & every["fraction"].isin(list(fractions))] if len(every) else every
+    re = every[every["type"] != "none"] if len(every) else every
     for r in re.to_dict("records"):
         rows.append(_convergence_record(
             r["model_seed"], f"retrained {_random_setting(r['type'], r['fraction'])} mask {int(r['seed'])}",
@@ -669,14 +669,20 @@ def _random_pruned(claim: Claim, run: Run) -> list[Group]:
                  else pd.Series(dtype=float))  # the unpruned model retrained alike, per model seed
     keys = list(dict.fromkeys([*zip(p["type"], p["fraction"])] if len(p) else []))
     keys += [k for k in dict.fromkeys(zip(r["type"], r["fraction"]) if len(r) else []) if k not in keys]
+    # a model retrained with masks but not unpruned has nothing to compare them with: its rows are not decided on
+    # the other models alone (that would drop it silently), they are not testable, naming it
+    unmatched = sorted({int(u) for u in r["model_seed"]} - {int(u) for u in reference.index}) if len(r) else []
     out = []
     for t, retrained in ((r, True), (p, False)):
         against = t["model_seed"].map(reference) if retrained and len(t) else t["model_seed"].map(run.full)
         d = (t.assign(setting=[_random_setting(a, f, retrained) for a, f in zip(t["type"], t["fraction"])],
-                      diff=t["bleu"].astype(float) - against.astype(float)).dropna(subset=["diff"]) if len(t)
+                      diff=t["bleu"].astype(float) - against.astype(float)) if len(t) and not (retrained and unmatched)
              else pd.DataFrame(columns=["setting", "model_seed", "diff"]))
-        empty = ("no cell of this run retrains such a mask, or no unpruned reference retrained alike" if retrained
-                 else "no cell of this run prunes such a mask")
+        empty = "no cell of this run prunes such a mask"
+        if retrained:
+            empty = (f"no unpruned reference retrained alike for model(s) {', '.join(map(str, unmatched))}: their "
+                     "retrained masks have nothing to compare with" if unmatched
+                     else "no cell of this run retrains such a mask")
         effect = ("BLEU(pruned, retrained) - BLEU(unpruned, retrained alike)" if retrained
                   else "BLEU(pruned) - BLEU(full)")
         out.append((per_setting(claim, run, _mean_by(d, ["setting", "model_seed"]),
@@ -878,7 +884,7 @@ def verdicts(table: pd.DataFrame, role_tab: pd.DataFrame, surv: pd.DataFrame, bu
     full = {int(r.model_seed): float(r.bleu) for r in _kind(table, "model").itertuples()}
     run = Run(table, role_tab, surv, budget, agreement, by_type, task, full, semantics, tuple(fractions))
     trained = {"histories": _histories(table), "patience": patience or 3, "min_delta": float(min_delta),
-               "retraining": retraining_convergence(table, patience or 3, fractions, min_delta)}
+               "retraining": retraining_convergence(table, patience or 3, min_delta)}
     parts = [evaluate_group(claim, ms, {**trained, **evidence}, scale_)
              for claim in claims_ for ms, evidence in MEASURES[claim.measure](claim, run)]
     out = pd.concat(parts, ignore_index=True)

@@ -484,7 +484,8 @@ def _evaluate(model: nn.Module, dev: EncodedPairs | None, cfg: NMTTrainConfig, l
         record["dev_loss"] = loss
         # patience counts from the last improvement by more than min_delta (with 0: the best so far, the same test)
         before = [h["dev_loss"] for h in state.history if h.get("dev_loss") is not None]
-        reference = before[last_improvement(before, cfg.min_delta)] if before else math.inf
+        at = last_improvement(before, cfg.min_delta)
+        reference = math.inf if at is None else before[at]
         if loss < state.best_dev_loss:
             state.best_dev_loss, state.best_step = loss, state.step
             state.best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}

@@ -92,6 +92,10 @@ def test_last_improvement_and_the_plateau_with_a_smallest_gain():
     assert preconditions.last_improvement([2.0, 1.95, 1.9, 1.85], 0.06) == 2  # gains add up from the reference
     with pytest.raises(ValueError, match="min_delta"):
         preconditions.last_improvement(creep, -0.1)
+    nan = float("nan")
+    assert preconditions.last_improvement([nan, 2.0, 1.5]) == 2  # a non-finite loss is never the reference
+    assert preconditions.last_improvement([nan, nan]) is None and preconditions.last_improvement([]) is None
+    assert "none of its 2 dev losses is finite" in preconditions.plateau([{"dev_loss": nan}] * 2, 1)
     history = [{"step": 250 * (i + 1), "dev_loss": x} for i, x in enumerate(creep)]
     assert preconditions.plateau(history, 4, 0.01) is None
     why = preconditions.plateau(history, 4)

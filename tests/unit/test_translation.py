@@ -189,6 +189,9 @@ def test_min_delta_stops_a_creeping_training_sooner_and_keeps_the_lowest_loss(mo
     assert (strict.steps, strict.stopped, strict.best_step) == (10, "max_steps", 10)
     assert (lenient.steps, lenient.stopped) == (5, "patience")  # 2.5 at step 2, then 3 evaluations within 0.01
     assert lenient.best_step == 5 and lenient.best_dev_loss == 2.497  # the lowest loss's weights, not step 2's
+    # the analysis judges the stored histories by the same rule: the stop at the plateau, the strict run not there
+    from headprune_utils.analysis.preconditions import plateau
+    assert plateau(lenient.history, 3, 0.01) is None and plateau(strict.history, 3) is not None
     assert "min_delta" not in NMTTrainConfig().as_dict() and NMTTrainConfig(min_delta=0.1).as_dict()["min_delta"] == 0.1
     for bad in (-0.1, float("inf"), True):
         with pytest.raises(ValueError, match="min_delta"):
