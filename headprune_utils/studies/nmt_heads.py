@@ -535,8 +535,9 @@ def retrain(ctx: Context, cell: dict, ms: dict[str, torch.Tensor]) -> dict:
     trainer with the dev pairs (those that chose the full model's weights; never the test set), a dev-loss
     evaluation every ``retrain_eval_every`` steps, stopped after ``retrain_patience`` evaluations without one better
     by more than ``retrain_min_delta`` or at ``retrain_max_steps``, the best weights kept; resumable from a
-    checkpoint beside the model's cache folder (removed by :func:`run_retrain_cell` once the result is stored). The cell stores the dev-loss curve (``retrain_curve``: step, dev
-    loss), where and why it stopped, and whether it reached the plateau.
+    checkpoint beside the model's cache folder (removed by :func:`run_retrain_cell` once the result is stored). The
+    cell stores the dev-loss curve (``retrain_curve``: step, dev loss), where and why it stopped, and whether it
+    reached the plateau.
 
     The data order and dropout noise depend on the model seed only, so every retrain cell of a model (and its
     unpruned reference) sees the same batches: the differences are the masks'."""

@@ -216,8 +216,8 @@ def retraining_convergence(table: pd.DataFrame, patience: int, min_delta: float 
     ``patience``) and every model retrained with a mask fixed (``retrain`` cells: behind the random-pruning (and
     recovery) row of its type and fraction, and the unpruned model retrained alike, of type ``none``, behind
     each of those rows of its model seed, being their reference; ``retrain_strategy`` cells: behind the row of their
-    strategy, the random ones behind every strategy's row, being its reference), judged by the patience (and ``min_delta``) its
-    retraining ran with, the full models by ``patience`` and ``min_delta``. A retraining of the fixed regime (no
+    strategy, the random ones behind every strategy's row, being its reference), judged by the patience (and
+    ``min_delta``) its retraining ran with, the full models by ``patience`` and ``min_delta``. A retraining of the fixed regime (no
     dev-loss curve) has ``evaluations`` 0: whether it reached the plateau cannot be judged."""
     rows = [_convergence_record(r["model_seed"], "full model", "", r.get("history"), patience, r.get("steps"), None,
                                 min_delta) for r in _kind(table, "model").to_dict("records")]
