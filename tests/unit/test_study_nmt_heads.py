@@ -494,3 +494,33 @@ def test_min_delta_is_checked_and_reaches_both_trainings(root):
     keep = study.model_key(config(root, patience=2), 0, cpu)
     assert study.model_key(config(root, patience=2, min_delta=0.0), 0, cpu) == keep
     assert study.model_key(config(root, patience=2, min_delta=0.01), 0, cpu) != keep
+
+
+def test_a_retraining_checkpoint_is_named_by_its_masks_and_goes_only_once_its_result_is_stored(plateau_run,
+                                                                                                monkeypatch):
+    """Two masks never share a resumable state (the name holds the masks: the state's identity holds only the weight
+    shapes, the same for two masks with as many heads per layer); the state of a retraining stays until its result is
+    in the cache (a process stopped between the two resumes instead of losing it), and a stale one goes when the
+    result is read from the cache."""
+    cfg, paths, _ = plateau_run
+    ctx = study.Context(cfg, torch.device("cpu"), paths)
+    a = {"kind": "retrain", "type": "all", "fraction": 0.5, "seed": 0, "model_seed": 0}
+    b = {**a, "seed": 1}
+    ma, mb = study.cell_masks(cfg, a), study.cell_masks(cfg, b)
+    assert any(not torch.equal(ma[k], mb[k]) for k in ma)
+    ck = study.retrain_checkpoint(ctx, a, ma)
+    assert ck != study.retrain_checkpoint(ctx, b, mb) and ck.parent == ctx.folder(0).parent
+    stored = ctx.folder(0) / "retrains" / f"{study.retrain_key(cfg, 0, ma)}.json"
+    stored.unlink(missing_ok=True)
+    real, at_store = study.atomic_write_json, []
+
+    def write(path, obj):  # what is on disk when the result is written
+        at_store.append(ck.exists())
+        return real(path, obj)
+
+    monkeypatch.setattr(study, "atomic_write_json", write)
+    monkeypatch.setattr(study, "retrain", lambda ctx_, cell, ms: (ck.write_bytes(b"state"), {"bleu": 1.0})[1])
+    study.run_retrain_cell(ctx, a)
+    assert at_store == [True] and not ck.exists()  # there while storing, gone after
+    ck.write_bytes(b"stale")
+    assert study.run_retrain_cell(ctx, a)["retrain_cached"] and not ck.exists()
