@@ -517,14 +517,12 @@ def run_retrain_cell(ctx: Context, cell: dict) -> dict:
     path = ctx.folder(cell["model_seed"]) / "retrains" / f"{retrain_key(ctx.cfg, cell['model_seed'], ms)}.json"
     if path.is_file():
         out = {**json.loads(path.read_text()), "retrain_cached": True}
-        if ctx.cfg.plateau_retraining():  # a process stopped between storing the result and removing its state
-            retrain_checkpoint(ctx, cell, ms).unlink(missing_ok=True)
     else:
         out = retrain(ctx, cell, ms)
         atomic_write_json(path, out)
-        if ctx.cfg.plateau_retraining():  # the result is stored: its resumable state is no longer needed
-            retrain_checkpoint(ctx, cell, ms).unlink(missing_ok=True)
         out = {**out, "retrain_cached": False}
+    if ctx.cfg.plateau_retraining():  # the result is stored (now, or by a process stopped before it removed its
+        retrain_checkpoint(ctx, cell, ms).unlink(missing_ok=True)  # resumable state): that state is not needed
     return {**out, **_grid_row(ctx.cfg, ms, cell["type"]), "seconds": time.perf_counter() - t0}
 
 
