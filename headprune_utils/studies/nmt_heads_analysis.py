@@ -200,8 +200,10 @@ def _convergence_record(unit: int, model: str, setting: str, curve, patience: in
     whether it reached the plateau (``preconditions.plateau``: ``patience`` evaluations after its last improvement by
     more than ``min_delta`` nats without another). No curve: ``evaluations`` 0, not reached (nothing to judge)."""
     curve = [h for h in (curve if isinstance(curve, list) else []) if h.get("dev_loss") is not None]
-    at = int(np.argmin([float(h["dev_loss"]) for h in curve])) if curve else None
-    best = _int_or_none(curve[at].get("step")) if curve else None
+    losses = np.array([float(h["dev_loss"]) for h in curve], dtype=float)
+    # the best evaluation among the finite losses (as the plateau rule reads them); none finite: no best
+    at = int(np.nanargmin(np.where(np.isfinite(losses), losses, np.nan))) if np.isfinite(losses).any() else None
+    best = _int_or_none(curve[at].get("step")) if at is not None else None
     reached = bool(curve) and preconditions.plateau(curve, patience, min_delta) is None
     stopped = "at the plateau" if reached else ("still improving" if curve else "no dev-loss curve")
     return {"unit": int(unit), "model": model, "setting": setting, "evaluations": len(curve),

@@ -340,3 +340,13 @@ def test_the_recovery_rows_at_any_retrained_fraction_find_their_models_plateau()
     table = pd.concat([table, prune.assign(fraction=0.25)], ignore_index=True)
     r = row(run(table), "ours.nmt_retraining_recovers", "enc, 25% pruned" + R)
     assert r["verdict"] != "not testable", r["reason"]
+
+
+def test_a_convergence_record_reads_its_best_evaluation_among_the_finite_losses():
+    """A non-finite dev loss is never the best evaluation (the plateau rule ignores it too); none finite: no best."""
+    curve = [{"step": 250, "dev_loss": 3.0}, {"step": 500, "dev_loss": float("nan")},
+             {"step": 750, "dev_loss": 2.5}, {"step": 1000, "dev_loss": 2.6}, {"step": 1250, "dev_loss": 2.7}]
+    rec = analysis._convergence_record(0, "full model", "", curve, 2, 1250, None)
+    assert rec["best_evaluation"] == 3 and rec["best_step"] == 750 and rec["reached"]
+    bad = analysis._convergence_record(0, "full model", "", [{"step": 250, "dev_loss": float("inf")}], 2, 250, None)
+    assert bad["best_evaluation"] is None and bad["best_step"] is None and not bad["reached"]
