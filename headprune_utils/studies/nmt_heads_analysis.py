@@ -716,10 +716,34 @@ def _strategy_diffs(t: pd.DataFrame, retrained: bool) -> pd.DataFrame:
                                                                             dtype=float)).dropna(subset=["diff"])
 
 
+def repeated_strategies(t: pd.DataFrame) -> dict[str, str]:
+    """strategy -> the earlier strategy (in the order of ``t``, ``random`` aside) whose masks it repeats in every
+    cell it has (the same type, budget, model and mask seed): on a few layers strategies coincide (at one layer of
+    three ``top_bottom`` and ``consecutive`` prune the top layer, as ``top`` does; at two of three ``consecutive``
+    prunes ``top``'s layers again), and such a strategy's paired differences are the other's, to the bit."""
+    if t.empty or "masks" not in t:
+        return {}
+    keys = ["type", "budget", "model_seed", "seed"]
+    cells = {st: {tuple(r[k] for k in keys): tuple(sorted(r["masks"].items())) for r in g.to_dict("records")
+                  if isinstance(r["masks"], Mapping)}
+             for st, g in t.groupby("strategy", sort=False) if st != "random"}
+    out: dict[str, str] = {}
+    order = list(cells)
+    for i, st in enumerate(order):
+        for prev in order[:i]:
+            if prev not in out and cells[st] and cells[st].keys() <= cells[prev].keys() and all(
+                    cells[prev][k] == m for k, m in cells[st].items()):
+                out[st] = prev
+                break
+    return out
+
+
 def _strategies(claim: Claim, run: Run) -> list[Group]:
     """Claim 2 in the paper's regime (primary): each strategy's mask retrained (``retrain_strategy`` cells) against
     the random mask retrained at the same type, budget and mask seed; and without retraining (``strategy`` cells:
-    the sensitivity analysis). Every strategy has its retrained row, ``not testable`` where no cell retrains it."""
+    the sensitivity analysis). Every strategy has its retrained row, ``not testable`` where no cell retrains it. A
+    strategy whose masks repeat an earlier strategy's in every cell (:func:`repeated_strategies`) is ``not testable``
+    naming it: its test is that strategy's, and counting it twice would only enlarge the Holm family."""
     s, rs = _kind(run.table, "strategy"), _kind(run.table, "retrain_strategy")
     if s.empty and rs.empty:
         return _not_measured(claim, run)
@@ -731,9 +755,22 @@ def _strategies(claim: Claim, run: Run) -> list[Group]:
                  else "no random mask to pair with")
         effect = ("BLEU(strategy, retrained) - BLEU(random, retrained)" if retrained
                   else "BLEU(strategy) - BLEU(random)")
-        out.append((per_setting(claim, run, _mean_by(_strategy_diffs(t, retrained), ["setting", "model_seed"]),
-                                [_strategy_setting(n, retrained) for n in names], effect, empty=empty), {}))
+        rows = per_setting(claim, run, _mean_by(_strategy_diffs(t, retrained), ["setting", "model_seed"]),
+                           [_strategy_setting(n, retrained) for n in names], effect, empty=empty)
+        same = repeated_strategies(t)
+        rows = [Measurement.absent(run.task, f"its masks are {same[n]}'s in every cell ({_budgets(t, n)} of the "
+                                   f"heads of a type pruned): {same[n]}'s row decides it",
+                                   setting=m.setting, semantics=run.semantics, unit=claim.unit, effect=effect)
+                if n in same else m for n, m in zip(names, rows)]
+        out.append((rows, {}))
     return out
+
+
+def _budgets(t: pd.DataFrame, strategy: str) -> str:
+    """The budgets ``strategy`` has cells at, as percentages ("33% and 67%")."""
+    b = sorted({float(x) for x in t.loc[t["strategy"] == strategy, "budget"]})
+    pct = [f"{100 * x:.0f}%" for x in b]
+    return " and ".join([", ".join(pct[:-1]), pct[-1]] if len(pct) > 1 else pct)
 
 
 def _types_random(claim: Claim, run: Run) -> list[Group]:

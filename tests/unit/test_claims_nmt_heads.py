@@ -350,3 +350,33 @@ def test_a_convergence_record_reads_its_best_evaluation_among_the_finite_losses(
     assert rec["best_evaluation"] == 3 and rec["best_step"] == 750 and rec["reached"]
     bad = analysis._convergence_record(0, "full model", "", [{"step": 250, "dev_loss": float("inf")}], 2, 250, None)
     assert bad["best_evaluation"] is None and bad["best_step"] is None and not bad["reached"]
+
+
+def test_a_strategy_repeating_another_strategys_masks_is_not_counted_twice():
+    """On three layers, top_bottom at one layer of three prunes the top layer as top does: its row would be top's
+    test again (the same paired differences), so it is not testable naming top, and outside the Holm family; a
+    strategy whose masks differ in some cell keeps its row."""
+    top = {"enc": "11111111/11111111/00000000", "dec": "11111111/11111111/11111111"}
+    bottom = {"enc": "00000000/11111111/11111111", "dec": "11111111/11111111/11111111"}
+    rows = []
+    for r in cells().query("kind == 'model'").to_dict("records"):
+        ms = r["model_seed"]
+        for strategy, masks, drop in (("random", {"enc": "10101010/10101010/10101010"}, 1.0), ("top", top, 1.5),
+                                      ("bottom", bottom, 3.0), ("top_bottom", top, 1.5), ("spread", bottom, 3.0)):
+            if strategy == "spread" and ms == 4:
+                masks = top  # spread differs from bottom in one cell: its own row
+            rows.append({"kind": "retrain_strategy", "type": "enc", "strategy": strategy, "budget": 0.33, "seed": 0,
+                         "model_seed": ms, "masks": masks, "bleu": r["bleu"] - drop - 0.03 * ms * (strategy != "random"),
+                         "chrf": 0.0, "nll": 2.2, "n_heads_pruned": 8, "n_heads_total": 48, "seconds": 1.0,
+                         "retrain_steps": CONVERGED[-1]["step"], "retrain_curve": CONVERGED, "retrain_patience": 2,
+                         "retrain_max_steps": 1250, "retrain_regime": "plateau"})
+    table = pd.concat([cells(), pd.DataFrame(rows)], ignore_index=True)
+    assert analysis.repeated_strategies(table[table["kind"] == "retrain_strategy"]) == {"top_bottom": "top"}
+    v = run(table)
+    r = row(v, "budhraja.location_no_better", "top_bottom" + R)
+    assert r["verdict"] == "not testable" and "its masks are top's in every cell (33% of the heads" in r["reason"]
+    tested = set(claims.family_tests(v)["row"])
+    assert r.name not in tested and row(v, "budhraja.location_no_better", "top" + R).name in tested
+    for s in ("top", "bottom", "spread"):
+        assert row(v, "budhraja.location_no_better", s + R)["verdict"] != "not testable"
+    assert row(v, "budhraja.location_no_better", "top" + R)["effect"] == pytest.approx(-0.5 - 0.03 * 2)
