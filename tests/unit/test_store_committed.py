@@ -69,3 +69,61 @@ def test_committed_held_out_curves_follow_the_stopping_rule_their_profile_states
                 assert len(history) in (best + 1 + patience, cap), (where, len(history), best + 1)
             checked += 1
     assert checked, "no committed held-out curve found"
+
+
+def _dev_loss_rule(losses: list[float], patience: int, min_delta: float) -> tuple[int, bool]:
+    """The stated rule, written out here (not ``preconditions.last_improvement``): an evaluation improves when its
+    dev loss beats the last improving one by more than ``min_delta`` nats (the first is the reference); training
+    stops ``patience`` evaluations after the last improvement. Returns (the evaluation the rule would stop at,
+    0-based, or the last one; whether the rule stopped it there)."""
+    ref = 0
+    for i, loss in enumerate(losses):
+        if i and loss < losses[ref] - min_delta:
+            ref = i
+        if i - ref >= patience:
+            return i, True
+    return len(losses) - 1, False
+
+
+def test_committed_dev_loss_curves_follow_the_stopping_rule_their_profile_states():
+    """Every committed translation training with a dev-loss curve (a model cell's ``history``, a plateau
+    retraining's ``retrain_curve``) is what its stated rule produces, checked from the stored numbers and the
+    profile's YAML (the full models: ``patience``, ``min_delta``, ``max_steps``) or the settings the retraining cell
+    records (``retrain_patience``, ``retrain_min_delta``, ``retrain_max_steps``): it ends where ``patience``
+    evaluations followed the last improvement by more than ``min_delta``, or at the step cap before that; the kept
+    weights are the lowest dev loss's (its first occurrence); a retraining's ``reached_plateau`` is whether the rule
+    ended it."""
+    import yaml
+
+    checked = 0
+    for folder in sorted(OUTPUTS.glob("nmt_heads/*/cells")):
+        params = project_root() / "params" / f"{folder.parent.name}.yaml"
+        if not params.exists():
+            continue
+        section = (yaml.safe_load(params.read_text()) or {}).get("nmt_heads") or {}
+        for p in sorted(folder.glob("*.json")):
+            stored = json.loads(p.read_text())
+            r, kind = stored["result"], stored["cell"].get("kind")
+            where = f"{folder.relative_to(project_root())}/{p.name}"
+            if kind == "model" and section.get("patience"):
+                curve, patience, min_delta, cap = (r["history"], int(section["patience"]),
+                                                   float(section.get("min_delta") or 0), int(section["max_steps"]))
+                best_step, stopped, reached = r["best_step"], r["stopped"], None
+            elif kind in ("retrain", "retrain_strategy") and r.get("retrain_regime") == "plateau":
+                curve, patience, min_delta, cap = (r["retrain_curve"], int(r["retrain_patience"]),
+                                                   float(r.get("retrain_min_delta") or 0), int(r["retrain_max_steps"]))
+                best_step, stopped, reached = r["retrain_best_step"], r["retrain_stopped"], r["reached_plateau"]
+            else:
+                continue
+            evals = [h for h in curve if h.get("dev_loss") is not None]
+            losses = [float(h["dev_loss"]) for h in evals]
+            end, by_rule = _dev_loss_rule(losses, patience, min_delta)
+            assert end == len(losses) - 1, (where, "the rule would have stopped it at evaluation", end + 1)
+            assert stopped == ("patience" if by_rule else "max_steps"), (where, stopped)
+            if not by_rule:
+                assert int(curve[-1]["step"]) == cap, (where, "stopped before its cap without the rule")
+            assert best_step == evals[losses.index(min(losses))]["step"], where
+            if reached is not None:
+                assert reached == by_rule, where
+            checked += 1
+    assert checked, "no committed dev-loss curve found"
