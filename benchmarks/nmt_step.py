@@ -10,7 +10,10 @@ and median seconds per step and the ratio plain / lean. The two train the same w
 (``tests/unit/test_translation.py``).
 
     HEADPRUNE_DATA_DIR=../shared/data .venv/bin/python benchmarks/nmt_step.py [--profile standard-next]
-        [--steps 10] [--rounds 3] [--threads 1]
+        [--steps 10] [--rounds 3] [--threads 1] [--fused]
+
+``--fused`` compares instead the training's loss on the whole logits (no NLL) with ``NMTTrainConfig.fused_loss``
+(``fused_vocab_loss``: the output projection and the loss a block of tokens at a time, never the whole logits).
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from headprune_utils.store.paths import StudyPaths  # noqa: E402
 from headprune_utils.studies.nmt_heads import Context  # noqa: E402
 from headprune_utils.tasks.subword import train_tokenizer  # noqa: E402
 from headprune_utils.train import translation as tr  # noqa: E402
+from headprune_utils.train.fused_vocab_loss import fused_label_smoothed_loss, seq2seq_lm_head  # noqa: E402
 
 
 def main() -> None:
@@ -41,6 +45,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="timed steps of a variant in a round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--fused", action="store_true",
+                        help="compare the training's loss on the whole logits (no NLL) with the fused one "
+                             "(fused_vocab_loss: the output projection a block of tokens at a time)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sections = profiles.validate_profile(args.profile, ["nmt_heads"])
@@ -53,14 +60,19 @@ def main() -> None:
     batches = [tr.collate_pairs(enc, i) for i in tr._epoch_batches(enc.lengths, tc, 0, 0)[:args.steps + 1]]
     base = build_translation_model(cfg.model_config(), tok, seed=0).train()
 
-    def run(nll: bool) -> float:
+    def run(nll: bool, fused: bool = False) -> float:
         model = copy.deepcopy(base)
         optim = tr._Optimization.build(model, tc)
 
         def step(batch):
             batch = dict(batch)
             labels = batch.pop("labels")
-            loss = tr.label_smoothed_loss(model(**batch).logits, labels, tc.label_smoothing, nll=nll)[0]
+            if fused:
+                weight, bias = seq2seq_lm_head(model)
+                hidden = model.model(**batch, use_cache=False)[0]
+                loss = fused_label_smoothed_loss(hidden, weight, bias, labels, tc.label_smoothing)[0]
+            else:
+                loss = tr.label_smoothed_loss(model(**batch).logits, labels, tc.label_smoothing, nll=nll)[0]
             optim.step(loss, tc.max_grad_norm)
 
         step(batches[0])  # untimed warm-up
@@ -69,19 +81,23 @@ def main() -> None:
             step(b)
         return (time.perf_counter() - t) / args.steps
 
-    times = {"plain (NLL every step)": [], "lean (no NLL)": []}
+    if args.fused:
+        variants = {"plain (whole logits)": dict(nll=False), "fused (blocks of tokens)": dict(nll=False, fused=True)}
+    else:
+        variants = {"plain (NLL every step)": dict(nll=True), "lean (no NLL)": dict(nll=False)}
+    times = {name: [] for name in variants}
     for r in range(args.rounds):
         order = list(times) if r % 2 == 0 else list(times)[::-1]
         for name in order:
-            times[name].append(run(nll=name.startswith("plain")))
+            times[name].append(run(**variants[name]))
     tokens = sum(int((b["labels"] != -100).sum()) for b in batches[1:]) / args.steps
     print(f"nmt_heads [{args.profile}]: d_model {cfg.d_model}, {cfg.encoder_layers}+{cfg.decoder_layers} layers, "
           f"vocabulary {len(tok)}, {tokens:.0f} target tokens a step, {args.threads} thread(s), "
           f"{args.steps} steps x {args.rounds} rounds")
     for name, ts in times.items():
         print(f"  {name:24s} best {min(ts):.3f} s/step, median {statistics.median(ts):.3f}")
-    plain, lean = times["plain (NLL every step)"], times["lean (no NLL)"]
-    print(f"  ratio plain / lean: best {min(plain) / min(lean):.3f}x, "
+    (a, plain), (b, lean) = times.items()
+    print(f"  ratio {a.split()[0]} / {b.split()[0]}: best {min(plain) / min(lean):.3f}x, "
           f"median {statistics.median(plain) / statistics.median(lean):.3f}x")
 
 

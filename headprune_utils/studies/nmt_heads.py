@@ -136,8 +136,8 @@ def study_fingerprint(cfg: NMTHeadsConfig, device: torch.device) -> str:
         d.pop(k, None)
     if cfg.plateau_retraining():
         d.pop("retrain_steps", None)  # unused in that regime
-    for k in ("min_delta", "retrain_min_delta"):  # in the fingerprint only when set: cells made before they existed
-        if not d.get(k):                           # keep theirs
+    for k in ("min_delta", "retrain_min_delta", "fused_loss"):  # in the fingerprint only when set: cells made
+        if not d.get(k):                                         # before they existed keep theirs
             d.pop(k, None)
     d.update(device_type=torch.device(device).type, data_source=data_source(cfg), results_version=RESULTS_VERSION,
              training_version=NMT_TRAINING_VERSION, eval_version=EVAL_VERSION, **training_key(device))

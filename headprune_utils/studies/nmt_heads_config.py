@@ -61,6 +61,9 @@ class NMTHeadsConfig:
     patience: int | None = 3                    # evaluations without a better dev loss before stopping (None: never)
     min_delta: float = 0.0                      # nats: a lower dev loss counts as better (for patience) only by more than this
     train_max_seconds: float | None = None      # wall-clock cap on training (None: none; then training is deterministic)
+    fused_loss: bool = False                    # the loss with the output projection a block of tokens at a time
+                                                # (fused_vocab_loss; full models and retrainings): ~1.4x a step here,
+                                                # equal to float rounding, not bit for bit (so in the models' keys)
     # decoding and evaluation
     num_beams: int = 1                          # 1: greedy decoding
     eval_batch_size: int = 100                  # sentences per decoding batch
@@ -167,6 +170,8 @@ class NMTHeadsConfig:
         if self.retrain_min_delta > 0 and self.retrain_patience is None:
             raise ParameterError(f"retrain_min_delta={self.retrain_min_delta:g} is a rule of retraining to the plateau: "
                                  "set retrain_patience too")
+        if not isinstance(self.fused_loss, bool):
+            raise ParameterError(f"fused_loss must be true or false, got {self.fused_loss!r}")
         if self.patience is not None and self.patience < 1:
             raise ParameterError(f"patience must be >= 1 or None, got {self.patience}")
         self._check_retraining()
@@ -327,7 +332,7 @@ class NMTHeadsConfig:
         return NMTTrainConfig(max_steps=self.max_steps, batch_size=self.batch_size, max_tokens=self.max_tokens,
                               lr=self.lr, warmup_steps=self.warmup_steps, label_smoothing=self.label_smoothing,
                               eval_every=self.eval_every, patience=self.patience, max_seconds=self.train_max_seconds,
-                              min_delta=self.min_delta)
+                              min_delta=self.min_delta, fused_loss=self.fused_loss)
 
     def retrain_config(self) -> NMTTrainConfig:
         """The training of a pruned model (mask fixed): the full models' trainer with the retraining's learning rate
@@ -337,10 +342,12 @@ class NMTHeadsConfig:
             return NMTTrainConfig(max_steps=int(self.retrain_max_steps), batch_size=self.batch_size,
                                   max_tokens=self.max_tokens, lr=self.retrain_lr, warmup_steps=self.retrain_warmup,
                                   label_smoothing=self.label_smoothing, eval_every=self.retrain_eval_every,
-                                  patience=self.retrain_patience, min_delta=self.retrain_min_delta)
+                                  patience=self.retrain_patience, min_delta=self.retrain_min_delta,
+                                  fused_loss=self.fused_loss)
         return NMTTrainConfig(max_steps=self.retrain_steps, batch_size=self.batch_size, max_tokens=self.max_tokens,
                               lr=self.retrain_lr, warmup_steps=self.retrain_warmup,
-                              label_smoothing=self.label_smoothing, eval_every=self.retrain_steps)
+                              label_smoothing=self.label_smoothing, eval_every=self.retrain_steps,
+                              fused_loss=self.fused_loss)
 
 
 def data_source(cfg: NMTHeadsConfig) -> str:

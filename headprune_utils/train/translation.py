@@ -46,6 +46,7 @@ from headprune_utils.tasks.batching import eval_batches, train_batches
 from headprune_utils.model.gates import Ablation
 from headprune_utils.model.precision import autocast_context, check_precision
 from headprune_utils.train import phases
+from headprune_utils.train.fused_vocab_loss import fused_label_smoothed_loss, seq2seq_lm_head
 from headprune_utils.train.training import (NonFiniteError, check_finite_weights, gate_context, model_device, runtime,
                                            set_aside_if_other_runtime, set_seed)
 from headprune_utils.tasks.translation_metrics import translation_scores
@@ -190,13 +191,19 @@ class NMTTrainConfig:
     # nats: for patience, an evaluation improves only when its dev loss beats the last improvement by more than this
     # (preconditions.last_improvement); 0: any lower loss. The weights kept are the lowest dev loss's either way.
     min_delta: float = 0.0
+    # the training loss computed with the output projection a block of tokens at a time (fused_vocab_loss): the same
+    # loss and gradient to float rounding, not bit for bit, so part of a model's key when on
+    fused_loss: bool = False
 
     def as_dict(self) -> dict:
-        """The settings; ``min_delta`` only when it is set (> 0), so that what a training without it depends on (its
-        model cache key, its checkpoint's identity) is what it was before the setting existed."""
+        """The settings; ``min_delta`` only when it is set (> 0) and ``fused_loss`` only when on, so that what a
+        training without them depends on (its model cache key, its checkpoint's identity) is what it was before the
+        settings existed."""
         d = asdict(self)
         if d["min_delta"] == 0:
             del d["min_delta"]
+        if not d["fused_loss"]:
+            del d["fused_loss"]
         return d
 
     def check(self, has_dev: bool = True) -> None:
@@ -227,6 +234,8 @@ class NMTTrainConfig:
             raise ValueError(f"NMTTrainConfig.min_delta must be a finite number >= 0 (nats), got {d!r}")
         if d > 0 and self.patience is None:
             raise ValueError(f"NMTTrainConfig.min_delta={d:g} is a rule of early stopping: it needs patience")
+        if not isinstance(self.fused_loss, bool):
+            raise ValueError(f"NMTTrainConfig.fused_loss must be true or false, got {self.fused_loss!r}")
 
 
 @dataclass
@@ -459,9 +468,15 @@ def _train_step(model: nn.Module, optim: _Optimization, batch: dict[str, torch.T
     """One optimiser step on ``batch`` (a collate_pairs batch), counted in ``state``; a non-finite loss stops the
     training (NonFiniteError) before it reaches the weights."""
     labels = batch.pop("labels")
-    with autocast_context(device, precision):
-        logits = model(**batch).logits
-    loss, _, n = label_smoothed_loss(logits, labels, cfg.label_smoothing, nll=False)
+    if cfg.fused_loss:  # the loss with the output projection, a block of tokens at a time (fused_vocab_loss)
+        weight, bias = seq2seq_lm_head(model)
+        with autocast_context(device, precision):
+            hidden = model.model(**batch, use_cache=False)[0]
+        loss, _, n = fused_label_smoothed_loss(hidden, weight, bias, labels, cfg.label_smoothing)
+    else:
+        with autocast_context(device, precision):
+            logits = model(**batch).logits
+        loss, _, n = label_smoothed_loss(logits, labels, cfg.label_smoothing, nll=False)
     if not bool(torch.isfinite(loss.detach())):
         raise NonFiniteError(f"translation training: the loss is {loss.item()} at step {state.step + 1} "
                              f"(lr={cfg.lr:g}); training stopped. Lower lr, or keep clipping on.")
@@ -526,6 +541,8 @@ def train_translation(
     """
     check_precision(precision)
     cfg.check(has_dev=dev is not None)
+    if cfg.fused_loss:
+        seq2seq_lm_head(model)  # a model without the output projection it needs: refused before any training
     if len(train) == 0:
         raise ValueError("train_translation got no training pairs")
     if cfg.max_seconds is not None and checkpoint is not None:
