@@ -42,14 +42,16 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         for s in range(0, h.shape[0], chunk):
             hc, yc = h[s:s + chunk], labels[s:s + chunk]
             z = torch.addmm(b, hc, wt) if b is not None else hc @ wt
-            lse = torch.logsumexp(z, dim=1)
-            rows = lse - on * z.gather(1, yc[:, None]).squeeze(1)
+            rows = -on * z.gather(1, yc[:, None]).squeeze(1)
             if smoothing:
                 rows = rows - off * z.sum(dim=1)
-            total += rows.sum(dtype=torch.float64)
+            top = z.amax(dim=1, keepdim=True)
+            p = z.sub_(top).exp_()  # exp(z - max), in place of the block's logits: one exp pass for loss and gradient
+            norm = p.sum(dim=1, keepdim=True)
+            total += (rows + (top + norm.log()).squeeze(1)).sum(dtype=torch.float64)  # + logsumexp(z) per row
             if not (need_h or need_w or need_b):
                 continue
-            p = z.sub_(lse[:, None]).exp_()  # softmax, in place of the block's logits
+            p.div_(norm)  # softmax
             if smoothing:
                 p.sub_(off)
             p[torch.arange(len(yc), device=p.device), yc] -= on  # softmax - q: d(row loss) / d(logits)
