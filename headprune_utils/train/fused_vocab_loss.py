@@ -13,27 +13,40 @@ Positions whose label is ``ignore_index`` are dropped first (no logits for paddi
 The loss is ``torch.nn.functional.cross_entropy(..., label_smoothing=s, reduction="sum")``'s: per token
 ``logsumexp(z) - (1 - s) z_y - (s / V) sum(z)``; its gradient is the same function's, to float rounding (not bit for
 bit: the sums run in another order), which ``tests/unit/test_fused_vocab_loss.py`` checks against autograd through the
-plain computation and by finite differences. Being another rounding, it is part of a trained model's key when on.
+plain computation and by finite differences. Being another rounding, it is part of a trained model's key when on (with its block
+size).
+
+Under autocast (bf16) the fused loss runs outside it, in float32: the output projection is then computed in float32,
+where the plain path's runs in bf16 (the fused loss is the closer of the two to a float32 step, not equal to the
+plain bf16 one). The fused path calls the base model (``model.model``) and the projection's weights directly: a hook
+on the top-level model or on ``lm_head`` does not run (none of the project's gates sit there).
 ``benchmarks/nmt_step.py --fused`` prints the step time of both and their ratio.
 """
 from __future__ import annotations
 
 import torch
+from torch.autograd.function import once_differentiable
 
 __all__ = ["fused_label_smoothed_loss", "seq2seq_lm_head"]
 
-CHUNK_ROWS = 64  # rows of logits made at a time: 64 x 6,000 floats = 1.5 MB (measured fastest of 64-1,024 here)
+# rows of logits made at a time: 64 x 6,000 floats = 1.5 MB (measured fastest of 64-1,024 here). The block size
+# changes the rounding of the projection's gradient (its sum over blocks), so a training records it in its settings
+# (``NMTTrainConfig.as_dict``): a model or checkpoint of another block size is another training
+CHUNK_ROWS = 64
 
 
 class _FusedLinearCrossEntropy(torch.autograd.Function):
     """sum over rows of the label-smoothed cross-entropy of ``h @ w.T + b`` (float64 accumulation of the sum);
-    the gradients are computed in the forward pass, a block of rows at a time, and scaled in the backward."""
+    the gradients are computed in the forward pass, a block of rows at a time, and scaled in the backward (no
+    second derivative: ``once_differentiable`` refuses one). ``grads``: whether grad mode was on at the call (inside
+    ``forward`` it is always off; ``needs_input_grad`` says only which inputs require a gradient)."""
 
     @staticmethod
-    def forward(ctx, h, w, b, labels, smoothing: float, chunk: int):
+    def forward(ctx, h, w, b, labels, smoothing: float, chunk: int, grads: bool):
         vocab = w.shape[0]
         on, off = 1.0 - smoothing, smoothing / vocab
-        need_h, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], b is not None and ctx.needs_input_grad[2]
+        need_h, need_w = grads and ctx.needs_input_grad[0], grads and ctx.needs_input_grad[1]
+        need_b = grads and b is not None and ctx.needs_input_grad[2]
         grad_h = torch.empty_like(h) if need_h else None
         grad_w = torch.zeros_like(w) if need_w else None
         grad_b = torch.zeros_like(b) if need_b else None
@@ -66,9 +79,10 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         return total.to(h.dtype)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, g):
         grads = [t * g if have else None for t, have in zip(ctx.saved_tensors, ctx.have)]
-        return (*grads, None, None, None)
+        return (*grads, None, None, None, None)
 
 
 def fused_label_smoothed_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -103,7 +117,8 @@ def fused_label_smoothed_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: 
     if n_tokens and (int(y.min()) < 0 or int(y.max()) >= weight.shape[0]):
         raise ValueError(f"labels outside the vocabulary [0, {weight.shape[0]}) (besides ignore_index {ignore_index})")
     h = hidden.reshape(-1, d)[keep].to(dtype)
-    total = _FusedLinearCrossEntropy.apply(h, weight.to(dtype), bias, y, float(smoothing), int(chunk_rows))
+    total = _FusedLinearCrossEntropy.apply(h, weight.to(dtype), bias, y, float(smoothing), int(chunk_rows),
+                                           torch.is_grad_enabled())
     return total / max(1, n_tokens), None, n_tokens
 
 

@@ -46,6 +46,7 @@ from headprune_utils.tasks.batching import eval_batches, train_batches
 from headprune_utils.model.gates import Ablation
 from headprune_utils.model.precision import autocast_context, check_precision
 from headprune_utils.train import phases
+from headprune_utils.train.fused_vocab_loss import CHUNK_ROWS as FUSED_CHUNK_ROWS
 from headprune_utils.train.fused_vocab_loss import fused_label_smoothed_loss, seq2seq_lm_head
 from headprune_utils.train.training import (NonFiniteError, check_finite_weights, gate_context, model_device, runtime,
                                            set_aside_if_other_runtime, set_seed)
@@ -204,6 +205,8 @@ class NMTTrainConfig:
             del d["min_delta"]
         if not d["fused_loss"]:
             del d["fused_loss"]
+        else:  # the block size is part of the numerics (fused_vocab_loss.CHUNK_ROWS)
+            d["fused_chunk_rows"] = FUSED_CHUNK_ROWS
         return d
 
     def check(self, has_dev: bool = True) -> None:

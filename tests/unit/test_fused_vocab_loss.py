@@ -138,11 +138,58 @@ def test_a_training_with_the_fused_loss_follows_the_plain_one(tok):
         "the fused loss rounds differently: not the plain path run twice"
 
 
+def test_one_step_of_a_model_gives_every_parameter_the_plain_gradient(tok):
+    """A Marian model's step, both ways, from the same weights and random state (dropout on): the loss and every
+    parameter's gradient (the tied embedding and output projection included) equal the plain path's, to float32
+    rounding; a gradient wrong by a constant factor (which clipping and Adam would hide from a training) fails."""
+    from headprune_utils.train.translation import collate_pairs
+
+    enc = encode_pairs(tok, ParallelData("toy", "train", "en", "de", SRC, TGT, "test"))
+    batch = collate_pairs(enc, list(range(len(SRC))))
+    model = build_translation_model(NMTModelConfig(encoder_layers=2, decoder_layers=2, heads=4, d_model=32,
+                                                   ffn_dim=64, dropout=0.2, max_positions=64), tok, seed=3).train()
+    with torch.no_grad():
+        model.final_logits_bias.normal_()  # a bias that is not zero, to see it used
+    grads, losses = [], []
+    for fused in (False, True):
+        model.zero_grad()
+        torch.manual_seed(7)
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        if fused:
+            w, b = seq2seq_lm_head(model)
+            loss = fused_label_smoothed_loss(model.model(**inputs, use_cache=False)[0], w, b, batch["labels"], 0.1)[0]
+        else:
+            loss = label_smoothed_loss(model(**inputs).logits, batch["labels"], 0.1, nll=False)[0]
+        loss.backward()
+        losses.append(loss.item())
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert losses[1] == pytest.approx(losses[0], rel=1e-6)
+    assert grads[0].keys() == grads[1].keys() and "model.shared.weight" in grads[1]
+    for name, g in grads[0].items():
+        if not name.endswith("k_proj.bias"):  # zero in exact arithmetic: rounding noise only
+            torch.testing.assert_close(grads[1][name], g, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_no_gradient_work_without_grad_mode_and_no_second_derivative():
+    h, w, b, y = problem()
+    w = w.requires_grad_()
+    with torch.no_grad():
+        loss = fused_label_smoothed_loss(h, w, b, y, 0.1)[0]
+    assert not loss.requires_grad
+    assert loss.item() == pytest.approx(plain(h, w.detach(), b, y, 0.1)[0].item(), rel=1e-6)
+    h = h.clone().requires_grad_()
+    loss = fused_label_smoothed_loss(h, w, b, y, 0.1)[0]
+    (g,) = torch.autograd.grad(loss, h, create_graph=True)
+    with pytest.raises(RuntimeError):
+        g.sum().backward()
+
+
 def test_the_setting_is_in_a_trainings_identity_only_when_on():
     """Off, the settings (a model's key, a checkpoint's identity) are what they were before the option existed;
     on, they differ. The study's config validates it and passes it to both the full models and the retrainings."""
     assert "fused_loss" not in NMTTrainConfig().as_dict()
-    assert NMTTrainConfig(fused_loss=True).as_dict()["fused_loss"] is True
+    on = NMTTrainConfig(fused_loss=True).as_dict()
+    assert on["fused_loss"] is True and on["fused_chunk_rows"] == 64  # the block size: part of the numerics
     with pytest.raises(ValueError, match="fused_loss"):
         NMTTrainConfig(fused_loss="yes").check()
     cfg = NMTHeadsConfig(fused_loss=True, retrain_patience=2, retrain_max_steps=10)
