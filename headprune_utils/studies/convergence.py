@@ -18,11 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 
+import numpy as np
 import pandas as pd
 
 from headprune_utils.analysis import preconditions
 
-__all__ = ["COLUMNS", "CURVE_COLUMNS", "task_seed", "full_rows", "masked_rows", "table", "curves"]
+__all__ = ["COLUMNS", "CURVE_COLUMNS", "task_seed", "full_rows", "full_rows_recorded", "masked_rows", "table",
+           "curves"]
 
 COLUMNS = ["task", "unit", "model", "setting", "epochs", "best_epoch", "reached"]
 CURVE_COLUMNS = ["task", "seed", "model", "epoch", "score", "selected", "reached"]
@@ -49,6 +51,21 @@ def full_rows(cells: pd.DataFrame, unit: Callable[[str, object], Hashable] = tas
         out.append(preconditions.convergence_row(task, unit(task, seed), name(task, seed),
                                                  curves[0] if curves else None))
     return out
+
+
+def full_rows_recorded(full: pd.DataFrame, cells: pd.DataFrame, unit: Callable[[str, object], Hashable] = task_seed,
+                       name: Callable[[str, object], str] = lambda task, seed: "full model") -> list[dict]:
+    """:func:`full_rows` of the full models: the curve of the cells that fine-tuned each one (``full``: their
+    ``history``), else the curve any cell of ``cells`` recorded of it (``full_model_history``: a fine-tune-then-mask
+    cell evaluates the full model it did not train, and records that model's curve), so that a task with no
+    mask-then-fine-tune cells still shows whether its full models reached the plateau. A cell without a recorded
+    curve adds nothing (cells computed before the field was recorded leave the evidence as it was)."""
+    parts = [full[["task", "seed"]].assign(curve=list(full["history"]) if "history" in full else [None] * len(full))]
+    if "full_model_history" in cells:
+        rec = cells.loc[np.array([bool(_curve(h)) for h in cells["full_model_history"]], dtype=bool)]
+        parts.append(rec[["task", "seed"]].assign(curve=list(rec["full_model_history"])))
+    both = pd.concat(parts, ignore_index=True)  # ``full`` first: full_rows takes the first curve of each model
+    return full_rows(both, unit, name, column="curve")
 
 
 def masked_rows(cells: pd.DataFrame, setting: str, name: Callable[[pd.Series], str],

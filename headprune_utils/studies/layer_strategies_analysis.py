@@ -129,7 +129,7 @@ def convergence_evidence(cells: pd.DataFrame, sub: pd.DataFrame, contrast: Contr
     same model), and the models of the contrast's two strategies fine-tuned with their mask fixed in ``sub`` (one
     semantics) at the budgets the contrast pairs, behind its mask-then-fine-tune measurements (:func:`_setting`)."""
     full = cells[(cells["regime"] == "mask_then_finetune") & (cells["strategy"] == "none")]
-    rows = convergence.full_rows(full)
+    rows = convergence.full_rows_recorded(full, cells)
     mt = "mask_then_finetune"
     d = paired_by_strategy(sub, contrast.a, contrast.b, same_mask=True) if len(sub) else pd.DataFrame()
     if len(d) and (d["regime"] == mt).any():

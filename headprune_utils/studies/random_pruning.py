@@ -160,12 +160,15 @@ def run_cell(ctx: glue_workbench.GlueContext, cell: dict) -> dict:
             # 5's random masks at the same budget, which are this study's masks) is read back, not trained again
             metrics, history = ctx.masked_scores(task, seed, mask, f"{task} s{seed} f{fraction:g} {ablation}", ablation)
     else:
-        model, _, _ = ctx.full_model(task, seed)
+        model, full_history, _ = ctx.full_model(task, seed)
         means = ctx.full_means(task, seed) if as_ablation(ablation).needs_means else None
         metrics = training.evaluate(model, dv, task, EVAL_BATCH, gates=mask.to(ctx.device), ablation=ablation, means=means)
         history = []
     metrics = {**metrics, "score": main_score(task, metrics), "chance": glue_workbench.chance_score(task, tr, dv)}
-    return _row(task, spec, history, metrics, mask, time.perf_counter() - t0)
+    row = _row(task, spec, history, metrics, mask, time.perf_counter() - t0)
+    if regime != "mask_then_finetune":  # the curve of the full model it masks (its convergence, for a task with no
+        row["full_model_history"] = full_history  # mask-then-fine-tune cell)
+    return row
 
 
 class RandomPruning(glue_workbench.GlueStudy):

@@ -168,7 +168,7 @@ def convergence_evidence(cells: pd.DataFrame, sub: pd.DataFrame) -> pd.DataFrame
     models fine-tuned with a random mask fixed in ``sub`` (one semantics), behind the measurements of their share
     in both claims' settings."""
     full = cells[(cells["regime"] == "mask_then_finetune") & (cells["fraction"] == 0)]
-    rows = convergence.full_rows(full)
+    rows = convergence.full_rows_recorded(full, cells)
     masked = sub[(sub["regime"] == "mask_then_finetune") & (sub["fraction"] > 0)]
     for f, g in masked.groupby("fraction", sort=True):
         for setting in (_setting(f, "mask_then_finetune"), _both_regimes_setting(f)):

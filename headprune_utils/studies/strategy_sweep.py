@@ -137,7 +137,7 @@ def run_cells(ctx: Context, cells: list[dict], shared: bool = True) -> list[dict
     for ablation in dict.fromkeys(cells[i]["ablation"] for i in evals):
         idx = [i for i in evals if cells[i]["ablation"] == ablation]
         task, seed = cells[idx[0]]["task"], cells[idx[0]]["seed"]
-        model = ctx.full_model(task, seed)[0]
+        model, full_history, _ = ctx.full_model(task, seed)
         dv = ctx.task_data(task)[2]
         means = ctx.full_means(task, seed) if as_ablation(ablation).needs_means else None
         cell_masks = {i: ctx.cell_mask(cells[i]) for i in idx}
@@ -150,7 +150,9 @@ def run_cells(ctx: Context, cells: list[dict], shared: bool = True) -> list[dict
                                             ablation=ablation, means=means) for i, m in cell_masks.items()}
         each = (time.perf_counter() - t0) / len(idx)
         for i in idx:
-            out[i] = result_row(ctx, cells[i], metrics[i], cell_masks[i], [], each)
+            # the curve of the full model it masks (its convergence, for a task with no mask-then-fine-tune cell)
+            out[i] = {**result_row(ctx, cells[i], metrics[i], cell_masks[i], [], each),
+                      "full_model_history": full_history}
     for i, cell in enumerate(cells):
         if cell["regime"] != "mask_then_finetune":
             continue

@@ -201,7 +201,7 @@ def convergence_evidence(cells: pd.DataFrame, sub: pd.DataFrame, a: str, b: str,
     unit is method ``a``'s one mask (``(task, a)``), every model behind it stands behind that unit."""
     unit = (lambda task, seed: (task, a)) if rank else convergence.task_seed
     full = cells[(cells["regime"] == "mask_then_finetune") & (cells["strategy"] == "none")]
-    rows = convergence.full_rows(full, unit, lambda task, seed: f"full model seed {seed}")
+    rows = convergence.full_rows_recorded(full, cells, unit, lambda task, seed: f"full model seed {seed}")
     masked = sub[(sub["regime"] == "mask_then_finetune") & sub["strategy"].isin({a, b} - {"none"})]
     for budget, g in masked.groupby("budget", sort=True):
         rows += convergence.masked_rows(

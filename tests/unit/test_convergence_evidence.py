@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from headprune_utils.analysis import preconditions
+from headprune_utils.analysis.claims import Measurement
 from headprune_utils.studies import convergence
 
 REACHED = [{"epoch": 1, "val_score": 0.80}, {"epoch": 2, "val_score": 0.84, "selected": True},
@@ -104,3 +105,29 @@ def test_last_improvement_and_the_plateau_with_a_smallest_gain():
     assert "its last improvement by more than 0.01 nats (2.500) is at evaluation 2 of 6" in why
     gate = preconditions.Plateau(n=4, min_delta=0.01)
     assert "by more than 0.01 nats" in gate.text() and "by more" not in preconditions.Plateau(n=4).text()
+
+
+def test_a_task_evaluated_only_after_fine_tuning_reads_its_full_models_curve_from_the_cells_that_recorded_it():
+    """CoLA and MRPC have no mask-then-fine-tune cell in standard-next: the fine-tune-then-mask cells record the curve
+    of the full model they mask (``full_model_history``), and that is the full model's evidence; a model fine-tuned
+    at share 0 keeps precedence; a cell without the record (computed before it existed) adds nothing."""
+    full = pd.DataFrame([{"task": "SST-2", "seed": 0, "history": REACHED}])
+    ftm = pd.DataFrame([
+        {"task": "SST-2", "seed": 0, "full_model_history": CAPPED},   # not read: the share-0 cell's curve comes first
+        {"task": "CoLA", "seed": 0, "full_model_history": []},        # an older cell: no record
+        {"task": "CoLA", "seed": 0, "full_model_history": CAPPED},
+        {"task": "CoLA", "seed": 1, "full_model_history": REACHED},
+        {"task": "MRPC", "seed": 0, "full_model_history": None},       # no record at all: no row (as before)
+    ])
+    rows = convergence.table(convergence.full_rows_recorded(full, ftm)).set_index(["task", "unit"])
+    assert list(rows.index) == [("CoLA", ("CoLA", 0)), ("CoLA", ("CoLA", 1)), ("SST-2", ("SST-2", 0))]
+    assert rows.loc[("SST-2", ("SST-2", 0)), "reached"] and rows.loc[("SST-2", ("SST-2", 0)), "best_epoch"] == 2
+    assert not rows.loc[("CoLA", ("CoLA", 0)), "reached"] and rows.loc[("CoLA", ("CoLA", 1)), "reached"]
+    # cells without the column leave the evidence what full_rows alone gives
+    assert convergence.full_rows_recorded(full, ftm.drop(columns="full_model_history")) == convergence.full_rows(full)
+    # the gate names the CoLA full model that stopped still improving (before: no curve, nothing to judge)
+    m = Measurement("CoLA", [0.1, 0.2], [("CoLA", 0), ("CoLA", 1)], "", "uniform", "e", "u")
+    why = preconditions.Converged().check(m, {"convergence": convergence.table(convergence.full_rows_recorded(full, ftm))})
+    assert "1 of 2 fine-tuned models on CoLA were still improving" in why
+    assert "no held-out training curve" in preconditions.Converged().check(
+        m, {"convergence": convergence.table(convergence.full_rows_recorded(full, ftm.iloc[:0]))})
