@@ -493,6 +493,13 @@ def provenance(ctx: "GlueContext", cell) -> dict:
     return {"full_model_sha": sha} if sha else {}
 
 
+def recorded_curve(history) -> list[dict]:
+    """The held-out curve of a full model as a cell that masks it records it (``full_model_history``): every entry
+    of the fine-tuning's history without its clock readings (keys ending in ``seconds``), so that the cell is the
+    same however often, and wherever, it is computed."""
+    return [{k: v for k, v in entry.items() if not str(k).endswith("seconds")} for entry in (history or [])]
+
+
 def batches(enc: batching.Encoded, device: torch.device, limit: int | None = None) -> list[dict]:
     """Length-sorted batches (with labels, on ``device``) of the first ``limit`` examples of ``enc`` (all when None)."""
     if limit is not None and limit < len(enc):

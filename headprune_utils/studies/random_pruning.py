@@ -167,7 +167,7 @@ def run_cell(ctx: glue_workbench.GlueContext, cell: dict) -> dict:
     metrics = {**metrics, "score": main_score(task, metrics), "chance": glue_workbench.chance_score(task, tr, dv)}
     row = _row(task, spec, history, metrics, mask, time.perf_counter() - t0)
     if regime != "mask_then_finetune":  # the curve of the full model it masks (its convergence, for a task with no
-        row["full_model_history"] = full_history  # mask-then-fine-tune cell)
+        row["full_model_history"] = glue_workbench.recorded_curve(full_history)  # mask-then-fine-tune cell)
     return row
 
 

@@ -152,7 +152,7 @@ def run_cells(ctx: Context, cells: list[dict], shared: bool = True) -> list[dict
         for i in idx:
             # the curve of the full model it masks (its convergence, for a task with no mask-then-fine-tune cell)
             out[i] = {**result_row(ctx, cells[i], metrics[i], cell_masks[i], [], each),
-                      "full_model_history": full_history}
+                      "full_model_history": glue_workbench.recorded_curve(full_history)}
     for i, cell in enumerate(cells):
         if cell["regime"] != "mask_then_finetune":
             continue

@@ -74,12 +74,13 @@ def test_run_cells_evaluates_each_semantics_apart_and_fine_tunes_under_the_cells
     """Cells of different semantics never share an evaluation: one mask sweep per semantics, with that semantics;
     a fine-tuning cell is fine-tuned (and cached) under its own semantics."""
     sweeps, fine_tuned, evaluated = [], [], []
+    curve = [{"epoch": 1, "score": 0.7}, {"epoch": 2, "score": 0.8}]  # the full model's held-out curve
 
     class Ctx(FakeContext):
         device = "cpu"
 
         def full_model(self, task, seed):
-            return "model", [], None
+            return "model", curve, None
 
         def task_data(self, task):
             return None, None, "dev"
@@ -105,7 +106,8 @@ def test_run_cells_evaluates_each_semantics_apart_and_fine_tunes_under_the_cells
              axes("finetune_then_mask", "none", 0.0, ablation="uniform"), axes("finetune_then_mask", "random", ablation="mean"),
              axes("finetune_then_mask", "none", 0.0, ablation="zero"), axes("mask_then_finetune", "top", ablation="uniform")]
     out = strategy_sweep.run_cells(Ctx(), cells)
-    assert out == cells  # in order, each from its own cell
+    # in order, each from its own cell; a fine-tune-then-mask cell records the curve of the full model it masks
+    assert out == [{**c, "full_model_history": curve} if c["regime"] == "finetune_then_mask" else c for c in cells]
     assert sweeps == [([0, 2], "uniform", None), ([1, 4], "zero", None)]
     assert evaluated == ["mean"]  # a lone mask: the plain evaluation, under its semantics
     assert fine_tuned == ["uniform"]
