@@ -66,7 +66,7 @@ from headprune_utils.tasks.batching import train_batches
 from headprune_utils.store.caches import KEY_FIELD, cached, check_entry_key
 from headprune_utils.studies.config import as_dict
 from headprune_utils.train.hard_concrete import HardConcreteGateDict, l0_train
-from headprune_utils.store.paths import StudyPaths
+from headprune_utils.store.paths import StudyPaths, relative_to_project
 from headprune_utils.model.pruning import prune_heads
 from headprune_utils.model.precision import training_key
 from headprune_utils.store.results import atomic_write_json, fingerprint, machine_kind
@@ -306,6 +306,25 @@ def random_seed(model_seed: int, r: int, kind: str) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- the workbench
+class OtherMachineModelError(RuntimeError):
+    """A cached (e.g. committed) translation model was trained on another kind of machine than this one."""
+
+
+def check_trained_here(meta: Mapping, device, model_seed: int, folder: Path) -> None:
+    """Refuse a cached model that another kind of machine trained (``meta["machine"]``, ``results.machine_kind``):
+    every cell of one model -- its evaluations, its retrainings and their reference -- is computed on the kind
+    that trained it, never mixed (numbers differ across CPUs in their rounding; a retrained pruned model is compared
+    with the reference retrained on the same machine kind). A model folder written before the kind was recorded
+    is read as it is."""
+    trained_on, here = meta.get("machine"), machine_kind(device)
+    if trained_on and trained_on != here:
+        raise OtherMachineModelError(
+            f"translation model seed {model_seed} ({relative_to_project(folder)}) was trained on {trained_on}; "
+            f"this machine is {here}: the cells of one model are computed on the kind of machine that trained it. "
+            f"Compute them on such a machine, or train that model again here: move that folder away, then compute "
+            f"its cells anew with --cells-only --fresh --where model_seed={model_seed}")
+
+
 class Context:
     """Data, the trained models (trained once per model seed, cached on disk) and cached evaluations.
 
@@ -355,6 +374,8 @@ class Context:
 
         where = self.folder(model_seed)
         model, tok, meta = cached(where, build, load)
+        if not trained:
+            check_trained_here(meta, self.device, model_seed, where)
         if trained:  # the model is stored (caches.cached renamed it into place): its resumable state is not needed
             self.checkpoint(model_seed).unlink(missing_ok=True)
         self.model_sha[model_seed] = models.weights_sha(model)
@@ -389,7 +410,8 @@ class Context:
             "steps": res.steps, "stopped": res.stopped, "best_step": res.best_step, "best_dev_loss": res.best_dev_loss,
             "train_seconds": res.seconds, "history": res.history, "test_bleu": scores["bleu"], "test_chrf": scores["chrf"],
             "bleu_signature": scores["bleu_signature"], "seconds_total": time.perf_counter() - t0,
-            "device_type": self.device.type, "training_version": NMT_TRAINING_VERSION,
+            "device_type": self.device.type, "machine": machine_kind(self.device),
+            "training_version": NMT_TRAINING_VERSION,
             "examples": [{"source": s, "reference": r, "hypothesis": h}
                          for s, r, h in list(zip(test.src, test.tgt, scores["hypotheses"]))[:5]],
         }

@@ -205,6 +205,32 @@ def test_a_context_without_the_cached_model_trains_the_same_model(run, tmp_path)
     assert all(torch.equal(v, ref[k]) for k, v in model.state_dict().items())
 
 
+def test_a_model_trained_on_another_kind_of_machine_is_refused_by_name(run, tmp_path):
+    """A cached model (the committed standard-next models) records the kind of machine that trained it; on another
+    kind its cells are refused, naming both kinds and the remedy, before any work (one model's cells are never
+    computed on two kinds). A folder written before the kind was recorded is read as it is."""
+    import json
+    import shutil
+
+    from headprune_utils.store.results import machine_kind
+
+    cfg, paths, table = run
+    source = study.model_folder(paths, cfg, 0, torch.device("cpu"))
+    meta = json.loads((source / "headprune_nmt.json").read_text())
+    assert meta["machine"] == machine_kind("cpu") == table["machine"].iloc[0]
+    other = StudyPaths(study.NAME, "unit", root=tmp_path)
+    copy = study.model_folder(other, cfg, 0, torch.device("cpu"))
+    shutil.copytree(source, copy)
+    (copy / "headprune_nmt.json").write_text(json.dumps({**meta, "machine": "cpu: Another CPU [sse4_2]"}))
+    with pytest.raises(study.OtherMachineModelError, match=r"trained on cpu: Another CPU \[sse4_2\]; this machine is") as e:
+        study.Context(cfg, torch.device("cpu"), other).model(0)
+    assert "--fresh --where model_seed=0" in str(e.value) and str(tmp_path) not in str(e.value).split("(")[0]
+    (copy / "headprune_nmt.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "machine"}))
+    model, _, _, trained_now = study.Context(cfg, torch.device("cpu"), other).model(0)
+    assert not trained_now
+    study.check_trained_here(meta, "cpu", 0, copy)  # the same kind: nothing to refuse
+
+
 def test_a_rerun_resumes_without_recomputing_and_refuses_other_parameters(run, monkeypatch):
     cfg, paths, table = run
 
