@@ -310,7 +310,7 @@ class OtherMachineModelError(RuntimeError):
     """A cached (e.g. committed) translation model was trained on another kind of machine than this one."""
 
 
-def check_trained_here(meta: Mapping, device, model_seed: int, folder: Path) -> None:
+def check_trained_here(meta: Mapping, device, model_seed: int, folder: Path, profile: str | None = None) -> None:
     """Refuse a cached model that another kind of machine trained (``meta["machine"]``, ``results.machine_kind``):
     every cell of one model -- its evaluations, its retrainings and their reference -- is computed on the kind
     that trained it, never mixed (numbers differ across CPUs in their rounding; a retrained pruned model is compared
@@ -321,8 +321,10 @@ def check_trained_here(meta: Mapping, device, model_seed: int, folder: Path) -> 
         raise OtherMachineModelError(
             f"translation model seed {model_seed} ({relative_to_project(folder)}) was trained on {trained_on}; "
             f"this machine is {here}: the cells of one model are computed on the kind of machine that trained it. "
-            f"Compute them on such a machine, or train that model again here: move that folder away, then compute "
-            f"its cells anew with --cells-only --fresh --where model_seed={model_seed}")
+            f"Compute them on such a machine, or train that model again here: move that folder away (a committed "
+            f"model's files are tracked by git), then compute its cells anew with python -m headprune_utils.run"
+            f"{f' --profile {profile}' if profile else ''} --only {NAME} --cells-only --fresh "
+            f"--where model_seed={model_seed}")
 
 
 class Context:
@@ -375,7 +377,7 @@ class Context:
         where = self.folder(model_seed)
         model, tok, meta = cached(where, build, load)
         if not trained:
-            check_trained_here(meta, self.device, model_seed, where)
+            check_trained_here(meta, self.device, model_seed, where, self.paths.profile)
         if trained:  # the model is stored (caches.cached renamed it into place): its resumable state is not needed
             self.checkpoint(model_seed).unlink(missing_ok=True)
         self.model_sha[model_seed] = models.weights_sha(model)

@@ -386,7 +386,7 @@ def run_cell(ctx: Context, cell: dict) -> dict:
         model, history, _ = ctx.full_model(task, int(s))
         # its held-out curve (one record per epoch, the kept one "selected"): whether it reached the plateau is
         # judged from the cells alone (studies.convergence)
-        extra = {"full_model_history": history}
+        extra = {"full_model_history": glue_workbench.recorded_curve(history)}
     elif name.startswith("mlm-"):
         p, s = name[len("mlm-p"):].rsplit("-s", 1)
         model, extra = ctx.mlm_model(float(p), int(s))

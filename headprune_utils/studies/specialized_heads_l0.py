@@ -366,7 +366,7 @@ def run_scores_cell(ctx: Context, cell: dict) -> dict:
                 "metric": spec.main_metric, "chance": glue_workbench.chance_score(task, tr, dv),
                 # the model's held-out curve (one record per epoch, the kept one "selected"): whether it reached the
                 # plateau is judged from the cells alone (studies.convergence)
-                "full_model_history": full_history, "seconds": time.perf_counter() - t0})
+                "full_model_history": glue_workbench.recorded_curve(full_history), "seconds": time.perf_counter() - t0})
     return row
 
 

@@ -3,6 +3,7 @@ committed results citable (an edited, swapped or replaced committed cell fails h
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from headprune_utils.store.paths import project_root
 
@@ -136,7 +137,17 @@ def test_committed_translation_models_are_the_models_their_cells_name():
     under (its folder's name). A truncated or swapped model fails here, not in a later session's cells."""
     import pytest
 
-    folders = sorted(p for p in OUTPUTS.glob("_nmt/*/*__seed=*__*") if p.is_dir())
+    import subprocess
+
+    # the committed ones only (git's index), not a local cache beside them (other profiles, backups, a model being
+    # written); every file on a fresh clone
+    listed = subprocess.run(["git", "ls-files", "-z", "--", "outputs/_nmt"], cwd=OUTPUTS.parent, capture_output=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    names = [n for n in listed.stdout.decode().split("\0") if n]
+    folders = sorted({OUTPUTS.parent / Path(n).parent for n in names})
+    stray = [f for f in folders if not (f.parent.parent == OUTPUTS / "_nmt" and "__seed=" in f.name)]
+    assert not stray, f"committed under outputs/_nmt outside a model's own folder (evals/, retrains/?): {stray}"
     if not folders:
         pytest.skip("no trained translation model is committed")
     from headprune_utils.model import models
