@@ -34,7 +34,7 @@ from headprune_utils.run.report import build_report
 from headprune_utils.run.schedule import longest_first, run_notebooks
 from headprune_utils.run.summary import interim_note, read_verdicts, write_summary
 from headprune_utils.store.hashes import read_manifest
-from headprune_utils.store.paths import StudyPaths, project_root
+from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import MACHINE_FIELD, StaleResultsError, StudyBusyError
 
 
@@ -112,13 +112,6 @@ def _run_held(plan: dict[str, dict], profile: str, total: float, *, jobs: int, f
                 done = recover_swap(paths)
             if done:
                 print(done, flush=True)
-    if fresh_caches:  # refused before --fresh moves anything
-        tracked = committed_cache_files(profile)
-        if tracked:
-            print(f"error: --fresh-caches would move committed files aside: {relative(tracked[0])}"
-                  f"{f' and {len(tracked) - 1} more' if len(tracked) > 1 else ''} (the profile's trained models "
-                  "that git tracks); move the one model folder to train again away yourself instead", file=sys.stderr)
-            return 2
     if fresh and where:
         if executor == "ray":  # Ray started (or the cluster joined) before a cell moves: a failure moves nothing
             connect_ray(address)
@@ -254,27 +247,6 @@ def move_selections_aside(plan: dict[str, dict], profile: str, where: dict[str, 
             moved = p.store.move_out(cells, backup / "cells")
         print(f"{name}: moved the {len(moved)} stored cell(s) that --where {told} selects to {relative(backup)}/cells "
               "(the study's other cells stay)")
-
-
-def committed_cache_files(profile: str) -> list[Path]:
-    """The files of the profile's shared model caches that git tracks in the project (the committed translation
-    models of ``standard-next``): ``--fresh-caches`` refuses to move them aside (git would then see them deleted).
-    None where the project is not a git checkout or git is missing."""
-    import subprocess
-
-    p = StudyPaths("any", profile, staged=False)
-    caches = [c for c in (p.finetuned_cache, p.nmt_cache) if c.exists()]
-    if not caches:
-        return []
-    root = project_root()
-    try:
-        out = subprocess.run(["git", "ls-files", "-z", "--", *map(str, caches)], cwd=root, capture_output=True,
-                             timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    if out.returncode != 0:
-        return []
-    return [root / name for name in out.stdout.decode().split("\0") if name]
 
 
 def move_caches_aside(profile: str) -> None:

@@ -307,7 +307,8 @@ def random_seed(model_seed: int, r: int, kind: str) -> int:
 
 # ---------------------------------------------------------------------------------------------- the workbench
 class OtherMachineModelError(RuntimeError):
-    """A cached (e.g. committed) translation model was trained on another kind of machine than this one."""
+    """A cached translation model (e.g. an outputs folder copied from another machine) was trained on another kind of
+    machine than this one."""
 
 
 def check_trained_here(meta: Mapping, device, model_seed: int, folder: Path, profile: str | None = None) -> None:
@@ -321,8 +322,8 @@ def check_trained_here(meta: Mapping, device, model_seed: int, folder: Path, pro
         raise OtherMachineModelError(
             f"translation model seed {model_seed} ({relative_to_project(folder)}) was trained on {trained_on}; "
             f"this machine is {here}: the cells of one model are computed on the kind of machine that trained it. "
-            f"Compute them on such a machine, or train that model again here: move that folder away (a committed "
-            f"model's files are tracked by git), then compute its cells anew with python -m headprune_utils.run"
+            f"Compute them on such a machine, or train that model again here: move that folder away, then compute its "
+            f"cells anew with python -m headprune_utils.run"
             f"{f' --profile {profile}' if profile else ''} --only {NAME} --cells-only --fresh "
             f"--where model_seed={model_seed}")
 

@@ -179,33 +179,3 @@ def test_cells_only_with_cells_to_compute_still_computes_them(runner, capsys):
     assert cli.main(["--profile", "t", "--only", "fake", "--cells-only", "--no-progress"]) == 0
     assert (runner.cells / "name=a3.json").exists()
     assert "nothing to compute" not in capsys.readouterr().out
-
-
-def test_fresh_caches_refuses_to_move_committed_models_and_moves_the_others(runner, tmp_path, monkeypatch, capsys):
-    """The trained translation models of standard-next are committed (git tracks them): --fresh-caches would move
-    them aside and git would see them deleted. Refused before anything moves (nor --fresh's results), naming a
-    file; a cache git does not track is moved aside as before."""
-    import shutil
-
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
-    root = tmp_path / "out"
-    monkeypatch.setattr("headprune_utils.run.pipeline.project_root", lambda: root)
-    git = lambda *a: subprocess.run(["git", *a], cwd=root, check=True, capture_output=True)  # noqa: E731
-    git("init", "-q")
-    nmt = StudyPaths("fake", "t").nmt_cache
-    model = nmt / "multi30k__seed=0__abc"
-    model.mkdir(parents=True)
-    (model / "model.safetensors").write_bytes(b"weights")
-    git("add", str(model / "model.safetensors"))
-    finetuned = StudyPaths("fake", "t").finetuned_cache
-    finetuned.mkdir(parents=True)
-    stored = sorted(p.name for p in runner.cells.glob("*.json"))
-    assert cli.main(["--profile", "t", "--only", "fake", "--fresh", "--fresh-caches", "--no-progress"]) == 2
-    err = one_line_error(capsys.readouterr().err)
-    assert "--fresh-caches would move committed files aside" in err and "model.safetensors" in err
-    assert (model / "model.safetensors").is_file() and finetuned.is_dir(), "nothing moved"
-    assert sorted(p.name for p in runner.cells.glob("*.json")) == stored, "nor --fresh's results"
-    git("rm", "-q", "--cached", str(model / "model.safetensors"))
-    assert cli.main(["--profile", "t", "--only", "fake", "--fresh-caches", "--cells-only", "--no-progress"]) == 0
-    assert not nmt.exists() and not finetuned.exists() and list(nmt.parent.glob(f"{nmt.name}.bak-*"))

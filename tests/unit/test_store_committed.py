@@ -3,7 +3,6 @@ committed results citable (an edited, swapped or replaced committed cell fails h
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from headprune_utils.store.paths import project_root
 
@@ -128,38 +127,3 @@ def test_committed_dev_loss_curves_follow_the_stopping_rule_their_profile_states
                 assert reached == by_rule, where
             checked += 1
     assert checked, "no committed dev-loss curve found"
-
-
-def test_committed_translation_models_are_the_models_their_cells_name():
-    """Every committed trained translation model (outputs/_nmt/<profile>/<corpus>__seed=N__<key>/: the models of a
-    slice that spans sessions) is the one its committed cells started from: the hash of its weights is the model
-    cell's ``full_model_sha``, the kind of machine that trained it the cell's, and it holds the key it was built
-    under (its folder's name). A truncated or swapped model fails here, not in a later session's cells."""
-    import pytest
-
-    import subprocess
-
-    # the committed ones only (git's index), not a local cache beside them (other profiles, backups, a model being
-    # written); every file on a fresh clone
-    listed = subprocess.run(["git", "ls-files", "-z", "--", "outputs/_nmt"], cwd=OUTPUTS.parent, capture_output=True)
-    if listed.returncode != 0:
-        pytest.skip("not a git checkout")
-    names = [n for n in listed.stdout.decode().split("\0") if n]
-    folders = sorted({OUTPUTS.parent / Path(n).parent for n in names})
-    stray = [f for f in folders if not (f.parent.parent == OUTPUTS / "_nmt" and "__seed=" in f.name)]
-    assert not stray, f"committed under outputs/_nmt outside a model's own folder (evals/, retrains/?): {stray}"
-    if not folders:
-        pytest.skip("no trained translation model is committed")
-    from headprune_utils.model import models
-    from headprune_utils.model.translation_model import load_translation_model
-
-    for folder in folders:
-        profile, seed = folder.parent.name, int(folder.name.split("__seed=")[1].split("__")[0])
-        assert (folder / "cache_key.txt").read_text().strip() == folder.name, folder.name
-        cell_path = OUTPUTS / "nmt_heads" / profile / "cells" / f"kind=model__model_seed={seed}.json"
-        assert cell_path.is_file(), f"{folder.name}: no committed model cell of model seed {seed} in {profile}"
-        cell = json.loads(cell_path.read_text())["result"]
-        model, _, meta = load_translation_model(folder)
-        assert models.weights_sha(model) == cell["full_model_sha"], f"{folder.name}: not its model cell's weights"
-        assert meta.get("machine") == cell["machine"], f"{folder.name}: trained on {meta.get('machine')}"
-        assert meta["steps"] == cell["steps"] and meta["best_step"] == cell["best_step"]
