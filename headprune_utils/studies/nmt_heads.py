@@ -377,10 +377,10 @@ class Context:
 
         where = self.folder(model_seed)
         model, tok, meta = cached(where, build, load)
-        if not trained:
-            check_trained_here(meta, self.device, model_seed, where, self.paths.profile)
         if trained:  # the model is stored (caches.cached renamed it into place): its resumable state is not needed
             self.checkpoint(model_seed).unlink(missing_ok=True)
+        else:
+            check_trained_here(meta, self.device, model_seed, where, self.paths.profile)
         self.model_sha[model_seed] = models.weights_sha(model)
         self._models = {model_seed: (model, tok, meta)}  # one model in memory at a time
         self._encoded = {k: v for k, v in self._encoded.items() if k == model_seed}

@@ -206,7 +206,7 @@ def test_a_context_without_the_cached_model_trains_the_same_model(run, tmp_path)
 
 
 def test_a_model_trained_on_another_kind_of_machine_is_refused_by_name(run, tmp_path):
-    """A cached model (the committed standard-next models) records the kind of machine that trained it; on another
+    """A cached model (e.g. an outputs folder copied from another machine) records the kind of machine that trained it; on another
     kind its cells are refused, naming both kinds and the remedy, before any work (one model's cells are never
     computed on two kinds). A folder written before the kind was recorded is read as it is."""
     import json
