@@ -38,7 +38,7 @@ from headprune_utils.run.pipeline import run_profile
 from headprune_utils.run.preflight import preflight
 from headprune_utils.run.profiles import (missing_cells, parse_where, print_plan, print_slices, unknown_profile,
                                           validate_profile, where_problems)
-from headprune_utils.store.results import CorruptCellError, machine_kind
+from headprune_utils.store.results import CorruptCellError, IsaRestrictionError, isa_restriction, machine_kind
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies.config import PROFILES
 
@@ -143,7 +143,8 @@ def resolve_env_paths() -> None:
 
 
 def env_problems() -> list[str]:
-    """``HEADPRUNE_OUTPUT_DIR`` / ``HEADPRUNE_DATA_DIR`` that name something other than a folder (a file, say): one
+    """``HEADPRUNE_OUTPUT_DIR`` / ``HEADPRUNE_DATA_DIR`` that name something other than a folder (a file, say), and
+    the CPU instruction-set variables set in part (:func:`~headprune_utils.store.results.isa_restriction`): one
     line each naming the variable, before anything is read or written."""
     out = []
     for var in PATH_ENV:
@@ -153,6 +154,10 @@ def env_problems() -> list[str]:
             out.append(f"{var}={value} is {what}: set it to a folder"
                        + (" (created if it does not exist)" if var == "HEADPRUNE_OUTPUT_DIR" else
                           " holding glue/... (the task data)"))
+    try:  # torch's CPU libraries held to an instruction set in part: numbers of no machine kind (store.results)
+        isa_restriction()
+    except IsaRestrictionError as exc:
+        out.append(str(exc))
     return out
 
 

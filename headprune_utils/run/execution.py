@@ -61,7 +61,7 @@ from headprune_utils.run.profiles import (TimeLeft, calibrated_gflops, duration_
 from headprune_utils.tasks.metrics import verdict_scores
 from headprune_utils.store.paths import INTERIM_FILE, PLAIN_NAME, STAGED_ENV, StudyPaths, outputs_root
 from headprune_utils.store.results import (MACHINE_FIELD, ResultStore, StaleResultsError, atomic_write_json,
-                                           cell_key, machine_kind, portable, run_metadata)
+                                           cell_key, held_hint, machine_kind, portable, run_metadata)
 from headprune_utils.studies import NAMES, get_study
 from headprune_utils.studies.base import Cell, Study
 from headprune_utils.studies.config import ParameterError, as_dict, check_fields, parameter_sources, validate
@@ -896,7 +896,8 @@ def refuse_other_machine(study: Study, store: ResultStore, cells: list, done: se
         + "; ".join(f"{n} cell(s) on {k}" for k, n in kinds.items())
         + "): numbers differ across CPU kinds, so a slice is finished on machines of the kind that began it. "
         f"Resume it on such a machine, or compute the whole slice again here ({again} moves its stored cells aside, "
-        f"kept); {n_models} model(s) affected. Nothing was computed.")
+        f"kept); {n_models} model(s) affected. Nothing was computed."
+        + "".join(dict.fromkeys(held_hint(k, here) for k in kinds.index)))
 
 
 def _one_machine_kind(table: pd.DataFrame, study: str, keys: list[str], profile: str | None = None) -> None:

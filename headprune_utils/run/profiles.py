@@ -20,7 +20,7 @@ from headprune_utils.measure import costs
 from headprune_utils.model import models
 from headprune_utils.store.hashes import read_manifest
 from headprune_utils.store.paths import StudyPaths, profile_name_problem, shown_path
-from headprune_utils.store.results import MACHINE_FIELD, CorruptCellError, ResultStore
+from headprune_utils.store.results import ISA_VARIABLES, MACHINE_FIELD, CorruptCellError, ResultStore, held_to
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies.base import Cell, Study
 from headprune_utils.studies.config import ParameterError, load_profile, profile_lines, profile_path, validate
@@ -384,6 +384,10 @@ def print_slices(plan: dict[str, dict], profile: str, here: Callable[[Any], str]
                         if STUDIES[name].model_axes:  # the runner refuses another kind in a model's slice
                             note += (": resume on the kind that began it, or compute it again here (--cells-only "
                                      "--fresh with this --where)")
+                            if held_to(kind_here, "avx2") in kinds:
+                                note += ("; or resume it here held to AVX2 (" + " ".join(
+                                    f"{v}={'avx2' if v == 'ATEN_CPU_CAPABILITY' else 'AVX2'}" for v in ISA_VARIABLES)
+                                    + " before the command)")
                 print(f"  {stored:>5}/{total:<5} --only {name}{arg}{note}")
 
 

@@ -718,7 +718,40 @@ def cpu_description() -> dict:
     except OSError:
         pass
     wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "asimd", "sve")
-    return {"cpu_model": model, "cpu_count": os.cpu_count(), "cpu_capability": [f for f in wanted if f in flags]}
+    return {"cpu_model": model, "cpu_count": os.cpu_count(), "cpu_capability": [f for f in wanted if f in flags],
+            "isa_restriction": isa_restriction()}
+
+
+# A machine with AVX-512 computes as an AVX2 one when the three libraries behind torch's CPU kernels are all held to
+# AVX2: ATen's own kernels, MKL (matrix products) and oneDNN. Measured: an MRPC model fine-tuned so on an AMD EPYC
+# with AVX-512 had the same weights, byte for byte, as the one an AMD EPYC with AVX2 only had trained (one thread;
+# unrestricted, the same machine trains another model). So a slice begun on an AVX2 machine can be finished on an
+# AVX-512 one, and the stored models' hashes check that it was.
+ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+ISA_LEVELS = ("avx2",)
+_ABOVE = {"avx2": ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile")}
+
+
+class IsaRestrictionError(ValueError):
+    """The environment holds some of torch's CPU libraries to an instruction set and not the others (or to one that
+    headprune does not know): their numbers would be of no machine kind."""
+
+
+def isa_restriction() -> str | None:
+    """``"avx2"`` when :data:`ISA_VARIABLES` all hold torch's CPU kernels to AVX2, ``None`` when none is set (each
+    library uses what the CPU has); :class:`IsaRestrictionError` naming the variables otherwise."""
+    given = {k: os.environ.get(k, "").strip() for k in ISA_VARIABLES}
+    values = {v.lower() for v in given.values() if v}
+    if not values:
+        return None
+    if len(values) == 1 and all(given.values()) and (level := values.pop()) in ISA_LEVELS:
+        return level
+    shown = ", ".join(f"{k}={v!r}" if v else f"{k} unset" for k, v in given.items())
+    raise IsaRestrictionError(
+        f"the CPU instruction-set variables are set in part or to an unknown level ({shown}): headprune computes "
+        f"with each library's own choice (none of them set) or with all three held to one level "
+        f"({' '.join(f'{k}={lvl.upper() if k != ISA_VARIABLES[0] else lvl}' for k in ISA_VARIABLES for lvl in ISA_LEVELS)})"
+        f"; a partial restriction computes with kernels of no machine kind")
 
 
 # Every cell computed from now on records the kind of machine that computed it (:func:`machine_kind`): numbers
@@ -734,14 +767,44 @@ def _kind_of(device: str) -> str:
     if dev.type == "cuda" and torch.cuda.is_available():
         return f"cuda: {torch.cuda.get_device_name(dev.index or 0)}"
     cpu = cpu_description()
-    caps = " ".join(cpu["cpu_capability"])
+    flags, level = cpu["cpu_capability"], cpu["isa_restriction"]
+    if level is not None:
+        running = torch.backends.cpu.get_cpu_capability().lower()
+        if running != level and level in flags:
+            raise IsaRestrictionError(
+                f"{ISA_VARIABLES[0]}={level} is set, but torch computes with {running.upper()} kernels: the variable "
+                f"was set after torch chose them. Set the three variables ({', '.join(ISA_VARIABLES)}) before "
+                f"starting Python")
+        flags = [f for f in flags if f not in _ABOVE[level]]  # the kind of machine these kernels compute as
+    caps = " ".join(flags)
     return f"cpu: {cpu['cpu_model']}" + (f" [{caps}]" if caps else "")
+
+
+def held_hint(began: str, here: str) -> str:
+    """Words to add where a slice begun on a machine of kind ``began`` is refused here (kind ``here``): when this
+    machine held to AVX2 computes as that kind, how to do so (empty otherwise)."""
+    if here == began or held_to(here, "avx2") != began:
+        return ""
+    return (" Or resume it here held to AVX2: start the command with " + " ".join(
+        f"{v}={'avx2' if v == ISA_VARIABLES[0] else 'AVX2'}" for v in ISA_VARIABLES)
+        + " (this machine then computes as that kind; the stored models' hashes check it).")
+
+
+def held_to(kind: str, level: str) -> str:
+    """The kind a machine of ``kind`` (:func:`machine_kind`) computes as when held to ``level``
+    (:func:`isa_restriction`): its flags above that level left out. A GPU's kind is returned as it is."""
+    model, sep, caps = kind.partition(" [")
+    if not kind.startswith("cpu: ") or not sep:
+        return kind
+    kept = [f for f in caps.rstrip("]").split() if f not in _ABOVE[level]]
+    return model + (f" [{' '.join(kept)}]" if kept else "")
 
 
 def machine_kind(device) -> str:
     """What a cell's numbers depend on beyond its parameters: the CPU's model and the vector extensions that change
     float results (:func:`cpu_description`), or the GPU's name on CUDA. The number of torch threads is left
-    out: it changes a training's bytes, which the full model's hash already catches, not its kind."""
+    out: it changes a training's bytes, which the full model's hash already catches, not its kind. Held to AVX2
+    (:func:`isa_restriction`), an AVX-512 CPU is of the AVX2 kind: its flags above AVX2 are left out."""
     return _kind_of(str(device))
 
 

@@ -69,7 +69,7 @@ from headprune_utils.train.hard_concrete import HardConcreteGateDict, l0_train
 from headprune_utils.store.paths import StudyPaths, relative_to_project
 from headprune_utils.model.pruning import prune_heads
 from headprune_utils.model.precision import training_key
-from headprune_utils.store.results import atomic_write_json, fingerprint, machine_kind
+from headprune_utils.store.results import atomic_write_json, fingerprint, held_hint, machine_kind
 from headprune_utils.tasks.subword import train_tokenizer
 from headprune_utils.train.training import set_seed
 from headprune_utils.train.translation import (
@@ -325,7 +325,7 @@ def check_trained_here(meta: Mapping, device, model_seed: int, folder: Path, pro
             f"Compute them on such a machine, or train that model again here: move that folder away, then compute its "
             f"cells anew with python -m headprune_utils.run"
             f"{f' --profile {profile}' if profile else ''} --only {NAME} --cells-only --fresh "
-            f"--where model_seed={model_seed}")
+            f"--where model_seed={model_seed}." + held_hint(trained_on, here))
 
 
 class Context:

@@ -108,6 +108,15 @@ def test_cells_record_their_machine_and_another_kind_is_refused_before_computing
         assert len(store.move_out(cells, tmp_path / "bak" / "cells")) == len(before)
         kinds = run_study(study.STUDY, cfg, "t", paths, executor=ex)["machine"].unique().tolist()
         assert kinds == ["cpu: Another CPU [avx512f]"], "one kind in the slice"
+    if executor == "local":  # an AVX-512 machine of the model that began the slice: the message names the way to hold
+        assert len(store.move_out(cells, tmp_path / "bak2" / "cells")) == len(cells)  # the whole slice now
+        monkeypatch.setattr(execution, "machine_kind", lambda device: "cpu: Another CPU [avx2]")
+        run_study(study.STUDY, cfg, "t", paths, executor=ex, select=lambda a: a["regime"] == "finetune_then_mask")
+        monkeypatch.setattr(execution, "machine_kind", lambda device: "cpu: Another CPU [avx2 avx512f avx512_bf16]")
+        with pytest.raises(MixedModelsError, match=r"Nothing was computed\. Or resume it here held to AVX2: start the "
+                                                   r"command with ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 "
+                                                   r"ONEDNN_MAX_CPU_ISA=AVX2"):
+            run_study(study.STUDY, cfg, "t", paths, executor=ex)
         return
     # and the stored cells' own record, after the fact: cells of one slice from two kinds are refused
     f = sorted(paths.cells.glob("*.json"))[0]

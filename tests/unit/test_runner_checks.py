@@ -245,6 +245,30 @@ def test_plan_slices_names_the_machine_kind_a_begun_slice_is_to_be_resumed_on(fa
                          "began it, or compute it again here (--cells-only --fresh with this --where)"), line
 
 
+def test_plan_slices_offers_holding_this_machine_to_avx2_where_that_makes_it_the_kind_that_began(
+        fake_runner, tmp_path, capsys, monkeypatch):
+    """A slice of a model begun on an AVX2 machine, listed on an AVX-512 machine of the same model of CPU: the line
+    adds the variables that make this machine compute as the AVX2 kind (store.results.isa_restriction); on
+    another model of CPU it does not."""
+    from headprune_utils.run import execution
+
+    fake_runner("fake: {}\n")
+    monkeypatch.setattr(execution, "machine_kind", lambda device: "cpu: X [sse4_2 avx avx2 fma]")
+    run_study(FakeStudy(), FakeConfig(), "t", StudyPaths("fake", "t", root=tmp_path / "out"),
+              select=lambda a: a["name"] == "a0")
+    monkeypatch.setattr(FakeStudy, "model_axes", ("seed",))
+    monkeypatch.setattr(cli, "machine_kind", lambda device: "cpu: X [sse4_2 avx avx2 fma avx512f avx512_bf16]")
+    assert cli.main(["--profile", "t", "--plan", "--plan-slices"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "--only fake" in x)
+    assert line.endswith("(--cells-only --fresh with this --where); or resume it here held to AVX2 "
+                         "(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 before the "
+                         "command)"), line
+    monkeypatch.setattr(cli, "machine_kind", lambda device: "cpu: Y [sse4_2 avx avx2 fma avx512f]")
+    assert cli.main(["--profile", "t", "--plan", "--plan-slices"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "--only fake" in x)
+    assert line.endswith("(--cells-only --fresh with this --where)"), line
+
+
 def test_fresh_with_where_moves_the_selected_cells_aside_and_computes_them_again(fake_runner, tmp_path, capsys):
     """--cells-only --fresh --where: only the stored cells the selection matches move aside (to
     ``<profile>.bak-<time>/cells/`` with the manifest lines they had, so they stay verifiable there) and are

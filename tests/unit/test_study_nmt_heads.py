@@ -205,7 +205,7 @@ def test_a_context_without_the_cached_model_trains_the_same_model(run, tmp_path)
     assert all(torch.equal(v, ref[k]) for k, v in model.state_dict().items())
 
 
-def test_a_model_trained_on_another_kind_of_machine_is_refused_by_name(run, tmp_path):
+def test_a_model_trained_on_another_kind_of_machine_is_refused_by_name(run, tmp_path, monkeypatch):
     """A cached model (e.g. an outputs folder copied from another machine) records the kind of machine that trained it; on another
     kind its cells are refused, naming both kinds and the remedy, before any work (one model's cells are never
     computed on two kinds). A folder written before the kind was recorded is read as it is."""
@@ -230,6 +230,12 @@ def test_a_model_trained_on_another_kind_of_machine_is_refused_by_name(run, tmp_
     model, _, _, trained_now = study.Context(cfg, torch.device("cpu"), other).model(0)
     assert not trained_now
     study.check_trained_here(meta, "cpu", 0, copy)  # the same kind: nothing to refuse
+    # an AVX-512 machine of the model of CPU that trained it on AVX2: the message names the way to hold it to AVX2
+    avx2 = {**meta, "machine": "cpu: Some CPU [sse4_2 avx avx2 fma]"}
+    monkeypatch.setattr(study, "machine_kind", lambda device: "cpu: Some CPU [sse4_2 avx avx2 fma avx512f]")
+    with pytest.raises(study.OtherMachineModelError, match=r"--where model_seed=0\. Or resume it here held to AVX2: "
+                                                           r"start the command with ATEN_CPU_CAPABILITY=avx2 "):
+        study.check_trained_here(avx2, "cpu", 0, copy)
 
 
 def test_a_rerun_resumes_without_recomputing_and_refuses_other_parameters(run, monkeypatch):
