@@ -14,6 +14,8 @@ and median seconds per step and the ratio plain / lean. The two train the same w
 
 ``--fused`` compares instead the training's loss on the whole logits (no NLL) with ``NMTTrainConfig.fused_loss``
 (``fused_vocab_loss``: the output projection and the loss a block of tokens at a time, never the whole logits).
+``--against OTHER`` compares instead the training step (fused loss) of the two profiles' models, each with its own
+tokenizer and token batches (a model size against another: the ratio is ``--profile`` / ``OTHER``).
 """
 from __future__ import annotations
 
@@ -48,19 +50,29 @@ def main() -> None:
     parser.add_argument("--fused", action="store_true",
                         help="compare the training's loss on the whole logits (no NLL) with the fused one "
                              "(fused_vocab_loss: the output projection a block of tokens at a time)")
+    parser.add_argument("--against", metavar="OTHER", default=None,
+                        help="compare the training step (fused loss) of --profile's model with OTHER profile's")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    sections = profiles.validate_profile(args.profile, ["nmt_heads"])
-    _, cfg = profiles.study_config("nmt_heads", sections["nmt_heads"], args.profile)
-    ctx = Context(cfg, torch.device("cpu"), StudyPaths("nmt_heads", args.profile, staged=False))
-    train = ctx.data()[0]
-    tok = train_tokenizer(train.src + train.tgt, vocab_size=cfg.vocab_size, model=cfg.tokenizer_model)
-    enc = tr.encode_pairs(tok, train, cfg.max_length, drop_longer=True)
-    tc = cfg.train_config()
-    batches = [tr.collate_pairs(enc, i) for i in tr._epoch_batches(enc.lengths, tc, 0, 0)[:args.steps + 1]]
-    base = build_translation_model(cfg.model_config(), tok, seed=0).train()
 
-    def run(nll: bool, fused: bool = False) -> float:
+    def setup(profile: str):
+        sections = profiles.validate_profile(profile, ["nmt_heads"])
+        _, cfg = profiles.study_config("nmt_heads", sections["nmt_heads"], profile)
+        ctx = Context(cfg, torch.device("cpu"), StudyPaths("nmt_heads", profile, staged=False))
+        train = ctx.data()[0]
+        tok = train_tokenizer(train.src + train.tgt, vocab_size=cfg.vocab_size, model=cfg.tokenizer_model)
+        enc = tr.encode_pairs(tok, train, cfg.max_length, drop_longer=True)
+        tc = cfg.train_config()
+        batches = [tr.collate_pairs(enc, i) for i in tr._epoch_batches(enc.lengths, tc, 0, 0)[:args.steps + 1]]
+        return cfg, tok, tc, batches, build_translation_model(cfg.model_config(), tok, seed=0).train()
+
+    sizes = {args.profile: setup(args.profile)}
+    if args.against:
+        sizes[args.against] = setup(args.against)
+    cfg, tok, tc, batches, base = sizes[args.profile]
+
+    def run(nll: bool, fused: bool = False, profile: str | None = None) -> float:
+        cfg, tok, tc, batches, base = sizes[profile or args.profile]
         model = copy.deepcopy(base)
         optim = tr._Optimization.build(model, tc)
 
@@ -81,7 +93,9 @@ def main() -> None:
             step(b)
         return (time.perf_counter() - t) / args.steps
 
-    if args.fused:
+    if args.against:
+        variants = {f"{p} (fused)": dict(nll=False, fused=True, profile=p) for p in sizes}
+    elif args.fused:
         variants = {"plain (whole logits)": dict(nll=False), "fused (blocks of tokens)": dict(nll=False, fused=True)}
     else:
         variants = {"plain (NLL every step)": dict(nll=True), "lean (no NLL)": dict(nll=False)}
@@ -90,10 +104,12 @@ def main() -> None:
         order = list(times) if r % 2 == 0 else list(times)[::-1]
         for name in order:
             times[name].append(run(**variants[name]))
-    tokens = sum(int((b["labels"] != -100).sum()) for b in batches[1:]) / args.steps
-    print(f"nmt_heads [{args.profile}]: d_model {cfg.d_model}, {cfg.encoder_layers}+{cfg.decoder_layers} layers, "
-          f"vocabulary {len(tok)}, {tokens:.0f} target tokens a step, {args.threads} thread(s), "
-          f"{args.steps} steps x {args.rounds} rounds")
+    for profile, (cfg, tok, tc, batches, base) in sizes.items():
+        tokens = sum(int((b["labels"] != -100).sum()) for b in batches[1:]) / args.steps
+        print(f"nmt_heads [{profile}]: d_model {cfg.d_model}, ffn {cfg.ffn_dim}, {cfg.encoder_layers}+"
+              f"{cfg.decoder_layers} layers, vocabulary {len(tok)}, {sum(p.numel() for p in base.parameters()):,} "
+              f"parameters, {tokens:.0f} target tokens a step, {args.threads} thread(s), {args.steps} steps x "
+              f"{args.rounds} rounds")
     for name, ts in times.items():
         print(f"  {name:24s} best {min(ts):.3f} s/step, median {statistics.median(ts):.3f}")
     (a, plain), (b, lean) = times.items()
