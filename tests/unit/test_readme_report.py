@@ -693,10 +693,17 @@ def test_report_failure_on_damaged_study_leaves_the_previous_site(root, report):
 
 
 def test_report_interim_render_says_so(root, report):
-    """An interim render (run_meta.json records `interim`): the report says so (it ends with it)."""
+    """An interim render (run_meta.json records `interim`, as the render writes it, with tables/interim.json beside
+    the tables): the report says so (it ends with it); the committed full render does not."""
     d = copy_study(root, profile="standard-next")
     meta = json.loads((d / "run_meta.json").read_text())
-    assert "interim" in meta
+    assert "interim" not in meta, "the committed render is a full one"
+    res = report()
+    assert res.rc == 0, res.text
+    assert "interim" not in text_of_html((root / "report" / "standard-next" / "index.html").read_text()).lower()
+    interim = {"cells": 730, "planned": 1420, "where": {"task": ["SST-2", "STS-B"]}}
+    (d / "run_meta.json").write_text(json.dumps({**meta, "interim": interim}))
+    (d / "tables" / "interim.json").write_text(json.dumps(interim))
     res = report()
     assert res.rc == 0, res.text
     findings = text_of_html((root / "report" / "standard-next" / "index.html").read_text()).lower()
@@ -893,11 +900,22 @@ def test_summary_output_path_unwritable_is_a_clear_error(root, summary):
 
 
 def test_summary_interim_render_says_so(root, summary):
-    """An interim render: SUMMARY-<profile>.md says so for the study (the scale it quotes)."""
-    copy_study(root, profile="standard-next")
+    """An interim render: SUMMARY-<profile>.md says so for the study (the scale it quotes), and a full render of the
+    same study does not. (The committed standard-next renders are full now: the interim record is the one the
+    render writes beside its tables, ``tables/interim.json``, as the SST-2 and STS-B render of 2026-12-05 had it.)"""
+    import json
+
+    dst = copy_study(root, profile="standard-next")
+    assert not (dst / "tables" / "interim.json").exists(), "the committed render is a full one"
     res = summary("--profile", "standard-next")
     assert res.rc == 0, res.text
-    assert "interim" in (root / "SUMMARY-standard-next.md").read_text().lower()
+    assert "interim" not in (root / "SUMMARY-standard-next.md").read_text().lower()
+    (dst / "tables" / "interim.json").write_text(json.dumps({"cells": 730, "planned": 1420,
+                                                             "where": {"task": ["SST-2", "STS-B"]}}))
+    res = summary("--profile", "standard-next")
+    assert res.rc == 0, res.text
+    text = (root / "SUMMARY-standard-next.md").read_text()
+    assert "interim render: only the cells with task = SST-2, STS-B (730 of 1,420 planned cells)" in text, text
 
 
 # --------------------------------------------------------------------------------------------------------------------
