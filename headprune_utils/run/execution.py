@@ -61,7 +61,8 @@ from headprune_utils.run.profiles import (TimeLeft, calibrated_gflops, duration_
 from headprune_utils.tasks.metrics import verdict_scores
 from headprune_utils.store.paths import INTERIM_FILE, PLAIN_NAME, STAGED_ENV, StudyPaths, outputs_root
 from headprune_utils.store.results import (MACHINE_FIELD, ResultStore, StaleResultsError, atomic_write_json,
-                                           cell_key, held_hint, machine_kind, portable, run_metadata)
+                                           ISA_VARIABLES, cell_key, held_hint, isa_restriction, machine_kind,
+                                           portable, run_metadata)
 from headprune_utils.studies import NAMES, get_study
 from headprune_utils.studies.base import Cell, Study
 from headprune_utils.studies.config import ParameterError, as_dict, check_fields, parameter_sources, validate
@@ -71,7 +72,8 @@ EXECUTORS = ("local", "process", "ray")
 
 # Variables of this process a worker needs for the same outputs, data and quiet, offline libraries.
 _WORKER_ENV = ("HEADPRUNE_DATA_DIR", "HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-               "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS", "PYTHONPATH")
+               "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS", "PYTHONPATH",
+               *ISA_VARIABLES)  # a worker held as the driver is (a worker whose torch already chose is refused)
 
 
 class PlanError(ValueError):
@@ -995,6 +997,7 @@ def run_study(study: Study | str, cfg, profile: str, paths: StudyPaths | None = 
     ParameterError when a registered study's run into the outputs root names a profile without a
     ``params/<profile>.yaml`` (a notebook's ``-p profile myexp``), OutputsUnwritable when its folders cannot be
     written, ExecutorUnavailable when the Ray cluster at ``address`` cannot be joined."""
+    isa_restriction()  # torch's CPU libraries held to an instruction set in part: refused before any work
     study = get_study(study) if isinstance(study, str) else study
     check_arguments(study, cfg, executor, address)
     interim = interim_selection() if select is None else None

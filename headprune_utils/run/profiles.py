@@ -20,7 +20,8 @@ from headprune_utils.measure import costs
 from headprune_utils.model import models
 from headprune_utils.store.hashes import read_manifest
 from headprune_utils.store.paths import StudyPaths, profile_name_problem, shown_path
-from headprune_utils.store.results import ISA_VARIABLES, MACHINE_FIELD, CorruptCellError, ResultStore, held_to
+from headprune_utils.store.results import (MACHINE_FIELD, CorruptCellError, ResultStore, held_command, held_to,
+                                           isa_restriction)
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies.base import Cell, Study
 from headprune_utils.studies.config import ParameterError, load_profile, profile_lines, profile_path, validate
@@ -384,10 +385,11 @@ def print_slices(plan: dict[str, dict], profile: str, here: Callable[[Any], str]
                         if STUDIES[name].model_axes:  # the runner refuses another kind in a model's slice
                             note += (": resume on the kind that began it, or compute it again here (--cells-only "
                                      "--fresh with this --where)")
-                            if held_to(kind_here, "avx2") in kinds:
-                                note += ("; or resume it here held to AVX2 (" + " ".join(
-                                    f"{v}={'avx2' if v == 'ATEN_CPU_CAPABILITY' else 'AVX2'}" for v in ISA_VARIABLES)
-                                    + " before the command)")
+                            held = held_to(kind_here, "avx2")
+                            if held != kind_here and held in kinds:
+                                note += f"; or resume it here held to AVX2 ({held_command()} before the command)"
+                            elif isa_restriction() is not None and any(held_to(k, "avx2") == kind_here for k in kinds):
+                                note += "; or unset the AVX2 hold here (it began unheld)"
                 print(f"  {stored:>5}/{total:<5} --only {name}{arg}{note}")
 
 

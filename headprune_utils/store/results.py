@@ -719,7 +719,7 @@ def cpu_description() -> dict:
         pass
     wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "asimd", "sve")
     return {"cpu_model": model, "cpu_count": os.cpu_count(), "cpu_capability": [f for f in wanted if f in flags],
-            "isa_restriction": isa_restriction()}
+            "isa_restriction": cpu_isa_record()}
 
 
 # A machine with AVX-512 computes as an AVX2 one when the three libraries behind torch's CPU kernels are all held to
@@ -728,30 +728,47 @@ def cpu_description() -> dict:
 # unrestricted, the same machine trains another model). So a slice begun on an AVX2 machine can be finished on an
 # AVX-512 one, and the stored models' hashes check that it was.
 ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
-ISA_LEVELS = ("avx2",)
+# each variable's value for a level, spelled as its library reads it (torch ignores "AVX2", warning, and stays at
+# what the CPU has; MKL and oneDNN document upper case)
+ISA_VALUES = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
 _ABOVE = {"avx2": ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile")}
 
 
 class IsaRestrictionError(ValueError):
-    """The environment holds some of torch's CPU libraries to an instruction set and not the others (or to one that
-    headprune does not know): their numbers would be of no machine kind."""
+    """The environment holds some of torch's CPU libraries to an instruction set and not the others (or spells a
+    level its library does not read): their numbers would be of no machine kind."""
+
+
+def held_command(level: str = "avx2") -> str:
+    """The variables that hold this process to ``level``, as a command starts with them."""
+    return " ".join(f"{k}={v}" for k, v in ISA_VALUES[level].items())
 
 
 def isa_restriction() -> str | None:
-    """``"avx2"`` when :data:`ISA_VARIABLES` all hold torch's CPU kernels to AVX2, ``None`` when none is set (each
-    library uses what the CPU has); :class:`IsaRestrictionError` naming the variables otherwise."""
-    given = {k: os.environ.get(k, "").strip() for k in ISA_VARIABLES}
-    values = {v.lower() for v in given.values() if v}
-    if not values:
+    """``"avx2"`` when :data:`ISA_VARIABLES` all hold torch's CPU kernels to AVX2 (spelled as
+    :data:`ISA_VALUES` says), ``None`` when none is set (each library uses what the CPU has);
+    :class:`IsaRestrictionError` naming every variable and its value otherwise."""
+    given = {k: os.environ.get(k, "") for k in ISA_VARIABLES}
+    if not any(v.strip() for v in given.values()):
         return None
-    if len(values) == 1 and all(given.values()) and (level := values.pop()) in ISA_LEVELS:
-        return level
-    shown = ", ".join(f"{k}={v!r}" if v else f"{k} unset" for k, v in given.items())
+    for level, values in ISA_VALUES.items():
+        if given == values:
+            return level
+    shown = ", ".join(f"{k}={v!r}" if v.strip() else f"{k} unset" for k, v in given.items())
     raise IsaRestrictionError(
-        f"the CPU instruction-set variables are set in part or to an unknown level ({shown}): headprune computes "
-        f"with each library's own choice (none of them set) or with all three held to one level "
-        f"({' '.join(f'{k}={lvl.upper() if k != ISA_VARIABLES[0] else lvl}' for k in ISA_VARIABLES for lvl in ISA_LEVELS)})"
-        f"; a partial restriction computes with kernels of no machine kind")
+        f"the CPU instruction-set variables are set in part, or spelled other than their libraries read them "
+        f"({shown}): headprune computes with each library's own choice (none of them set) or with all three held to "
+        f"AVX2 ({held_command()}, exactly so: torch ignores ATEN_CPU_CAPABILITY=AVX2); a partial restriction "
+        f"computes with kernels of no machine kind")
+
+
+def cpu_isa_record() -> str | None:
+    """What a run's device record says of the restriction: the level, ``None``, or the refused setting's reason
+    (a record never fails; the runner and :func:`~headprune_utils.run.execution.run_study` refuse it up front)."""
+    try:
+        return isa_restriction()
+    except IsaRestrictionError as exc:
+        return f"refused: {exc}"
 
 
 # Every cell computed from now on records the kind of machine that computed it (:func:`machine_kind`): numbers
@@ -767,14 +784,15 @@ def _kind_of(device: str) -> str:
     if dev.type == "cuda" and torch.cuda.is_available():
         return f"cuda: {torch.cuda.get_device_name(dev.index or 0)}"
     cpu = cpu_description()
-    flags, level = cpu["cpu_capability"], cpu["isa_restriction"]
+    flags, level = cpu["cpu_capability"], isa_restriction()
     if level is not None:
         running = torch.backends.cpu.get_cpu_capability().lower()
         if running != level and level in flags:
             raise IsaRestrictionError(
-                f"{ISA_VARIABLES[0]}={level} is set, but torch computes with {running.upper()} kernels: the variable "
-                f"was set after torch chose them. Set the three variables ({', '.join(ISA_VARIABLES)}) before "
-                f"starting Python")
+                f"{ISA_VARIABLES[0]}={os.environ.get(ISA_VARIABLES[0])!r} is set, but torch computes with "
+                f"{running.upper()} kernels: the variable was set after torch chose them (in this Python process, "
+                f"or a worker that had computed before). Set the three variables ({held_command()}) before starting "
+                f"Python")
         flags = [f for f in flags if f not in _ABOVE[level]]  # the kind of machine these kernels compute as
     caps = " ".join(flags)
     return f"cpu: {cpu['cpu_model']}" + (f" [{caps}]" if caps else "")
@@ -783,11 +801,15 @@ def _kind_of(device: str) -> str:
 def held_hint(began: str, here: str) -> str:
     """Words to add where a slice begun on a machine of kind ``began`` is refused here (kind ``here``): when this
     machine held to AVX2 computes as that kind, how to do so (empty otherwise)."""
-    if here == began or held_to(here, "avx2") != began:
+    if here == began:
         return ""
-    return (" Or resume it here held to AVX2: start the command with " + " ".join(
-        f"{v}={'avx2' if v == ISA_VARIABLES[0] else 'AVX2'}" for v in ISA_VARIABLES)
-        + " (this machine then computes as that kind; the stored models' hashes check it).")
+    if held_to(here, "avx2") == began and held_to(here, "avx2") != here:
+        return (f" Or resume it here held to AVX2: start the command with {held_command()} (this machine then "
+                f"computes as that kind; the stored models' hashes check it).")
+    if isa_restriction() is not None and held_to(began, "avx2") == here and began != here:
+        return (f" This process is held to AVX2 ({held_command()}) and the slice began unheld: unset the three "
+                f"variables to compute as {began}.")
+    return ""
 
 
 def held_to(kind: str, level: str) -> str:

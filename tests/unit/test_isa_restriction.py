@@ -27,14 +27,15 @@ def clean_env(monkeypatch):
     return monkeypatch
 
 
-def test_none_set_is_no_restriction_and_all_three_at_avx2_is_avx2_in_any_case(clean_env):
+def test_none_set_is_no_restriction_and_all_three_at_avx2_is_avx2(clean_env):
+    assert isa_restriction() is None
+    for k in HELD:
+        clean_env.setenv(k, "  ")  # blank: unset
     assert isa_restriction() is None
     for k, v in HELD.items():
         clean_env.setenv(k, v)
     assert isa_restriction() == "avx2"
-    for k in HELD:
-        clean_env.setenv(k, "Avx2")
-    assert isa_restriction() == "avx2"
+    assert results.cpu_description()["isa_restriction"] == "avx2"
 
 
 @pytest.mark.parametrize("given", [
@@ -43,6 +44,9 @@ def test_none_set_is_no_restriction_and_all_three_at_avx2_is_avx2_in_any_case(cl
     {**HELD, "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},                      # two levels
     {k: "AVX512" for k in HELD},                                         # a level headprune does not know
     {**HELD, "MKL_ENABLE_INSTRUCTIONS": "  "},                           # blank is unset: two of three
+    {**HELD, "ATEN_CPU_CAPABILITY": "AVX2"},                             # torch ignores upper case (warns, stays)
+    {**HELD, "ATEN_CPU_CAPABILITY": " avx2"},                            # nor does it strip
+    {**HELD, "MKL_ENABLE_INSTRUCTIONS": "avx2"},                         # MKL and oneDNN as documented
 ])
 def test_a_partial_or_unknown_restriction_is_refused_naming_every_variable(clean_env, given):
     for k, v in given.items():
@@ -52,6 +56,10 @@ def test_a_partial_or_unknown_restriction_is_refused_naming_every_variable(clean
     msg = str(e.value)
     assert all(v in msg for v in ISA_VARIABLES), msg
     assert "ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2" in msg, "the way to hold"
+    assert results.cpu_description()["isa_restriction"].startswith("refused: "), "a device record never fails"
+    from headprune_utils.run.execution import run_study
+    with pytest.raises(IsaRestrictionError):  # a notebook's run (no runner before it) stops before any work
+        run_study("random_pruning", None, "t")
 
 
 def test_held_to_leaves_out_the_flags_above_avx2_and_nothing_else():
@@ -69,9 +77,18 @@ def test_the_hint_is_given_only_where_holding_this_machine_makes_it_the_kind_tha
     assert hint.startswith(" Or resume it here held to AVX2: start the command with ATEN_CPU_CAPABILITY=avx2 "
                            "MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2"), hint
     assert held_hint(AVX2, AVX2) == ""                                            # the same kind: nothing refused
-    assert held_hint(AVX512, AVX2) == ""                                          # an AVX2 machine cannot rise
     assert held_hint("cpu: Another CPU [sse4_2 avx avx2 fma]", AVX512) == ""      # another model of CPU
     assert held_hint("cpu: AMD EPYC [sse4_2 avx]", AVX512) == ""                  # below AVX2: not offered
+
+
+def test_a_held_process_on_a_slice_begun_unheld_is_told_to_unset_the_hold(clean_env):
+    """Held to AVX2 on the AVX-512 machine that began the slice unheld: the refusal says to unset the variables
+    (not to resume on a machine of the kind that began it: this is one)."""
+    assert held_hint(AVX512, AVX2) == "", "not held: an AVX2 machine cannot rise"
+    for k, v in HELD.items():
+        clean_env.setenv(k, v)
+    hint = held_hint(AVX512, AVX2)
+    assert "This process is held to AVX2" in hint and f"unset the three variables to compute as {AVX512}" in hint
 
 
 def _kind_in_fresh_python(env: dict) -> subprocess.CompletedProcess:
@@ -111,7 +128,7 @@ def test_torch_at_other_kernels_than_the_variables_say_is_refused(clean_env, mon
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     results._kind_of.cache_clear()
     try:
-        with pytest.raises(IsaRestrictionError, match=r"ATEN_CPU_CAPABILITY=avx2 is set, but torch computes with "
+        with pytest.raises(IsaRestrictionError, match=r"ATEN_CPU_CAPABILITY='avx2' is set, but torch computes with "
                                                       r"AVX512 kernels"):
             results.machine_kind("cpu")
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
