@@ -20,8 +20,8 @@ from headprune_utils.measure import costs
 from headprune_utils.model import models
 from headprune_utils.store.hashes import read_manifest
 from headprune_utils.store.paths import StudyPaths, profile_name_problem, shown_path
-from headprune_utils.store.results import (MACHINE_FIELD, CorruptCellError, ResultStore, held_command, held_to,
-                                           isa_restriction)
+from headprune_utils.store.results import (MACHINE_FIELD, CorruptCellError, ResultStore, held_command,
+                                           held_relation)
 from headprune_utils.studies import STUDIES
 from headprune_utils.studies.base import Cell, Study
 from headprune_utils.studies.config import ParameterError, load_profile, profile_lines, profile_path, validate
@@ -385,10 +385,10 @@ def print_slices(plan: dict[str, dict], profile: str, here: Callable[[Any], str]
                         if STUDIES[name].model_axes:  # the runner refuses another kind in a model's slice
                             note += (": resume on the kind that began it, or compute it again here (--cells-only "
                                      "--fresh with this --where)")
-                            held = held_to(kind_here, "avx2")
-                            if held != kind_here and held in kinds:
+                            relations = {held_relation(k, kind_here) for k in kinds}
+                            if "hold" in relations:
                                 note += f"; or resume it here held to AVX2 ({held_command()} before the command)"
-                            elif isa_restriction() is not None and any(held_to(k, "avx2") == kind_here for k in kinds):
+                            elif "unhold" in relations:
                                 note += "; or unset the AVX2 hold here (it began unheld)"
                 print(f"  {stored:>5}/{total:<5} --only {name}{arg}{note}")
 

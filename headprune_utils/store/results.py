@@ -798,15 +798,28 @@ def _kind_of(device: str) -> str:
     return f"cpu: {cpu['cpu_model']}" + (f" [{caps}]" if caps else "")
 
 
-def held_hint(began: str, here: str) -> str:
-    """Words to add where a slice begun on a machine of kind ``began`` is refused here (kind ``here``): when this
-    machine held to AVX2 computes as that kind, how to do so (empty otherwise)."""
+def held_relation(began: str, here: str) -> str | None:
+    """How a machine of kind ``here`` can compute as ``began`` (the kind a slice began on): ``"hold"`` when holding
+    it to AVX2 makes it that kind, ``"unhold"`` when this process is held and the slice began on this machine
+    unheld, ``None`` otherwise (the same kind, or no way)."""
     if here == began:
-        return ""
-    if held_to(here, "avx2") == began and held_to(here, "avx2") != here:
+        return None
+    held = held_to(here, "avx2")
+    if held == began and held != here:
+        return "hold"
+    if isa_restriction() is not None and held_to(began, "avx2") == here:
+        return "unhold"
+    return None
+
+
+def held_hint(began: str, here: str) -> str:
+    """Words to add where a slice begun on a machine of kind ``began`` is refused here (kind ``here``): how this
+    machine computes as that kind (:func:`held_relation`), or nothing."""
+    relation = held_relation(began, here)
+    if relation == "hold":
         return (f" Or resume it here held to AVX2: start the command with {held_command()} (this machine then "
                 f"computes as that kind; the stored models' hashes check it).")
-    if isa_restriction() is not None and held_to(began, "avx2") == here and began != here:
+    if relation == "unhold":
         return (f" This process is held to AVX2 ({held_command()}) and the slice began unheld: unset the three "
                 f"variables to compute as {began}.")
     return ""
