@@ -385,8 +385,10 @@ def run_cell(ctx: Context, cell: dict) -> dict:
         task, s = name[len("finetuned-"):].rsplit("-s", 1)
         model, history, _ = ctx.full_model(task, int(s))
         # its held-out curve (one record per epoch, the kept one "selected"): whether it reached the plateau is
-        # judged from the cells alone (studies.convergence)
-        extra = {"full_model_history": glue_workbench.recorded_curve(history)}
+        # judged from the cells alone (studies.convergence); and the hash of its weights, the same field as the
+        # other GLUE studies' cells of that (task, seed): the check that they probed one and the same training
+        extra = {"full_model_history": glue_workbench.recorded_curve(history),
+                 "full_model_sha": ctx.full_model_sha[(task, int(s))]}
     elif name.startswith("mlm-"):
         p, s = name[len("mlm-p"):].rsplit("-s", 1)
         model, extra = ctx.mlm_model(float(p), int(s))
@@ -416,7 +418,8 @@ class RedundancyPatterns(glue_workbench.GlueStudy):
     metric_ranges = {**Study.metric_ranges, "loss_first": NON_NEGATIVE, "loss_last": NON_NEGATIVE,
                      "head_loss_first": NON_NEGATIVE, "head_loss_last": NON_NEGATIVE}
     # not split by model: a cell's ``model`` axis names the encoder it probes (the pre-trained one, a fine-tuned or
-    # MLM-trained one, the random control), its cells record no hash of trained weights, and the study is one slice
+    # MLM-trained one, the random control), every cell is its own model's only cell (a fine-tuned model's cell
+    # records the hash of its weights, ``full_model_sha``), and the study is one slice
     model_axes = ()
 
     def plan(self, cfg: RedundancyPatternsConfig) -> list[Cell]:

@@ -1,6 +1,8 @@
 """Study 4 end to end on a tiny local model; its analysis on hand-made matrices."""
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -73,7 +75,14 @@ def test_study_runs_end_to_end_and_resumes(tiny_model_dir, tiny_glue_root, tmp_p
         # the full model's curve, without the fine-tuning's clock readings (the cell is the same however computed)
         assert r.full_model_history == glue_workbench.recorded_curve(ctx.full_model(task, int(s))[1])
         assert len(r.full_model_history) >= 1 and not any("train_seconds" in e for e in r.full_model_history)
-    assert table.loc[~tuned, "full_model_history"].isna().all()
+        # and the hash of the weights it probed: sha256 of the state dict computed here, independently
+        weights = ctx.full_model(task, int(s))[0].state_dict()
+        h = hashlib.sha256()
+        for k, v in weights.items():  # the state dict's order
+            h.update(k.encode())
+            h.update(v.detach().cpu().contiguous().numpy().tobytes())
+        assert r.full_model_sha == h.hexdigest()[:16]
+    assert table.loc[~tuned, "full_model_history"].isna().all() and table.loc[~tuned, "full_model_sha"].isna().all()
     cl, info, crit = study.where(mats, cfg)
     assert info["k_cut"].iloc[0] == cl.k and info["n_groups"].iloc[0] == cl.n_groups and len(crit) >= 1
     labels = study.group_labels(cl)
