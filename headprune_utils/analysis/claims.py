@@ -769,7 +769,9 @@ def _pooled_row(claim, rule: Rule, study: str, scale: str, rows: list[dict], inf
         if bad:
             why.append(f"cannot normalise: full <= chance on {', '.join(bad)}")
         pool_task = f"all ({', '.join(m.task for m in measurements)})"  # the pool that could not be formed
-        return _row(claim, study, scale, pool_task, pool_m, rule, x, margin, label, why)
+        # ... so no number of its own: the one testable task's values under the pool's name would read as a pooled
+        # effect (they are that task's row, normalised)
+        return _row(claim, study, scale, pool_task, pool_m, rule, np.zeros(0), margin, label, why)
     kind, direction = rule.kind, getattr(rule, "direction", "")
     dirs = {rows[i]["task"]: _direction(kind, direction, rows[i]["effect"], rows[i]["ci_low"], rows[i]["ci_high"],
                                         rows[i]["margin"]) for i in ok}

@@ -56,6 +56,19 @@ def fmt_estimate(row, unit: bool = False) -> str:
     return text
 
 
+def below_margin(row) -> str:
+    """``"; above 0, below the smallest effect of interest (0.0332)"`` for a ``supported`` superiority row whose
+    effect is under its margin: the decision rule gives ``supported`` when the effect is shown above 0 and not shown
+    below the margin (``claims``), so such a row is a difference shown to exist, not one shown to matter; "" for
+    every other row."""
+    get = row.get if isinstance(row, dict) else (lambda k, d=None: getattr(row, k, d))
+    effect, margin = pd.to_numeric(get("effect"), errors="coerce"), pd.to_numeric(get("margin"), errors="coerce")
+    if get("verdict") != "supported" or not str(get("test", "") or "").startswith("superiority") \
+            or pd.isna(effect) or pd.isna(margin) or margin <= 0 or abs(effect) >= margin:
+        return ""
+    return f"; above 0, below the smallest effect of interest ({float(margin):.3g})"
+
+
 def _fmt_estimate(row) -> str:
     get = row.get if isinstance(row, dict) else (lambda k, d=None: getattr(row, k, d))
     test, n = str(get("test", "") or ""), get("n_units")
@@ -266,6 +279,28 @@ def read_verdicts(name: str, profile: str) -> pd.DataFrame | None:
     return v
 
 
+def _flips(dep: pd.DataFrame, verdicts: pd.DataFrame, claim_id: str) -> str:
+    """The rows of ``claim_id`` whose verdict flips with the ablation semantics (``tables/semantics_dependence.csv``),
+    each with its setting, and, where that setting lies outside the claim's own protocol (its rows there are a
+    sensitivity analysis under every semantics: ``Claim.decided_in``), saying so: a flip there is no flip of the
+    claim's primary verdict. "" when none flips."""
+    d = dep[(dep["claim_id"] == claim_id) & dep["depends"].isin(("flips", "yes"))]
+    if d.empty:
+        return ""
+    own = primary_rows(verdicts)
+    own = own[own["claim_id"] == claim_id]
+    primary_at = set(zip(own["task"].astype(str), own["setting"].astype(str)))
+    out = []
+    for r in d.itertuples():
+        setting = str(getattr(r, "setting", "") or "")
+        if setting in ("", "nan"):
+            out.append(f"{r.task}: {r.note}")
+            continue
+        outside = "" if (str(r.task), setting) in primary_at else "; outside the claim's protocol: sensitivity"
+        out.append(f"{r.task} ({setting}{outside}): {r.note}")
+    return "; ".join(out)
+
+
 def claim_rows(profile: str) -> pd.DataFrame:
     """One row per claim of every study with a verdict table under ``profile`` (columns: study, claim_id, paper,
     claim, semantics, verdicts, decided, flips, scale, notebook)."""
@@ -282,14 +317,13 @@ def claim_rows(profile: str) -> pd.DataFrame:
             counts = g["verdict"].value_counts()
             verdicts = ", ".join(f"{int(counts[w])} {w}" for w in claims.VERDICTS if w in counts)
             decided = "; ".join(
-                f"{row_label(r)}: **{r.verdict}** ({fmt_estimate(r, unit=True)})"
+                f"{row_label(r)}: **{r.verdict}** ({fmt_estimate(r, unit=True)}{below_margin(r)})"
                 for r in g.itertuples() if r.verdict in DECIDED)
             shown = verdict_row(g)
             if not decided and shown is not None:
                 number = f", {fmt_estimate(shown, unit=True)}" if not pd.isna(shown.get("effect")) else ""
                 decided = f"none ({row_label(shown)}: {shown['verdict']}{number})"
-            d = dep[dep["claim_id"] == cid]
-            flips = "; ".join(f"{r.task}: {r.note}" for r in d.itertuples() if r.depends in ("flips", "yes"))
+            flips = _flips(dep, v, cid)
             sem = str(g["semantics"].iloc[0]) if str(g["semantics"].iloc[0]) not in ("", "nan") else "none (no head masked)"
             rows.append({"study": name, "claim_id": cid, "paper": g["paper"].iloc[0], "claim": g["claim"].iloc[0],
                          "semantics": sem, "verdicts": verdicts, "decided": decided or "none",
@@ -364,7 +398,7 @@ def study_findings_markdown(name: str, profile: str, verdicts: pd.DataFrame | No
                      f"Verdicts: **{words}**.")
         for r in g.itertuples():
             if r.verdict in DECIDED:
-                lines.append(f"  - {row_label(r)}: **{r.verdict}**, {fmt_estimate(r, unit=True)}")
+                lines.append(f"  - {row_label(r)}: **{r.verdict}**, {fmt_estimate(r, unit=True)}{below_margin(r)}")
         shown = verdict_row(g)
         if not any(g["verdict"].isin(DECIDED)) and shown is not None and shown["verdict"] == "inconclusive" \
                 and not pd.isna(shown.get("effect")):
@@ -372,8 +406,7 @@ def study_findings_markdown(name: str, profile: str, verdicts: pd.DataFrame | No
         why = _reasons(g, ("not testable",))
         if why:
             lines.append(f"  - not testable because: {why}")
-        d = dep[dep["claim_id"] == cid]
-        flips = "; ".join(f"{r.task}: {r.note}" for r in d.itertuples() if r.depends in ("flips", "yes"))
+        flips = _flips(dep, verdicts, cid)
         if flips:
             lines.append(f"  - **the verdict flips with the ablation semantics**: {flips}")
     return "\n".join(lines) + "\n"

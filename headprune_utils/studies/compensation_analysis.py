@@ -231,7 +231,7 @@ def scale_text(cfg) -> str:
     set-up (Budhraja et al.: bert-base-uncased, full training sets, 3 epochs)."""
     n_layers, n_heads = cfg.head_shape()
     train = "full training sets" if cfg.train_size is None else f"{cfg.train_size} training examples"
-    text = (f"{cfg.model} ({n_layers} x {n_heads} = {n_layers * n_heads} heads), {train} x {cfg.epochs} epochs, "
+    text = (f"{cfg.model} ({n_layers} x {n_heads} = {n_layers * n_heads} heads), {train} x {glue_workbench.epochs_text(cfg)}, "
             f"seeds {', '.join(str(s) for s in cfg.seeds)}")
     return glue_workbench.scale_note(text, glue_workbench.is_paper_setup(cfg))
 

@@ -54,7 +54,8 @@ class DispersionMargin:
         return float(margin(m))
 
     def describe(self) -> str:
-        return f"{margins.GINI.describe()} (margins.GINI; the Gini dispersions)"
+        return (f"{margins.GINI.describe()} for the Gini dispersions (margins.GINI); none declared for the sd of "
+                "differences (its rows not testable)")
 
 
 def _beyond_layer(m: claims.Measurement, evidence: Mapping) -> str | None:

@@ -518,6 +518,15 @@ def chance_score(task: str, train, dev) -> float:
 
 
 
+def epochs_text(cfg) -> str:
+    """A fine-tuning's length in words for a run's scale: ``"3 epochs"``, or with ``patience`` (trained to the
+    plateau of the held-out score, ``epochs`` the cap) ``"up to 10 epochs (to the plateau of the held-out score,
+    patience 2)"``."""
+    patience = getattr(cfg, "patience", None)
+    return (f"{cfg.epochs} epochs" if patience is None
+            else f"up to {cfg.epochs} epochs (to the plateau of the held-out score, patience {patience})")
+
+
 def scale_text(cfg: GlueStudyConfig, table: pd.DataFrame) -> str:
     """A GLUE study run's scale in words (the ``scale`` column of its verdicts), from ``cfg`` and the heads of
     the table's masks."""
@@ -525,7 +534,7 @@ def scale_text(cfg: GlueStudyConfig, table: pd.DataFrame) -> str:
     heads = f"{shape[0]} x {shape[1]} heads" if shape is not None else "heads n/a (no cells)"
     train = "full training sets" if cfg.train_size is None else f"{cfg.train_size} training examples"
     dev = "full dev sets" if cfg.dev_size is None else f"{cfg.dev_size} dev examples"
-    text = f"{cfg.model} ({heads}); {train} x {cfg.epochs} epochs, {dev}; {len(cfg.seeds)} seeds per task"
+    text = f"{cfg.model} ({heads}); {train} x {epochs_text(cfg)}, {dev}; {len(cfg.seeds)} seeds per task"
     return scale_note(text, is_paper_setup(cfg))
 
 

@@ -185,7 +185,7 @@ def scale(cfg, table: pd.DataFrame | None = None) -> str:
     if table is not None and "n_heads_total" in table and len(table):
         heads = f", {int(table['n_heads_total'].iloc[0])} heads"
     train = "all" if cfg.train_size is None else str(cfg.train_size)
-    text = f"{cfg.model}{heads}, {train} training examples x {cfg.epochs} epochs, seeds {list(cfg.seeds)}"
+    text = f"{cfg.model}{heads}, {train} training examples x {glue_workbench.epochs_text(cfg)}, seeds {list(cfg.seeds)}"
     return glue_workbench.scale_note(text, glue_workbench.is_paper_setup(cfg))
 
 

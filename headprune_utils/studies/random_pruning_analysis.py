@@ -118,13 +118,28 @@ def _both_regimes_setting(fraction: float) -> str:
     return f"{100 * fraction:g}% of heads pruned at random"
 
 
-def _measurements(pairs: pd.DataFrame, setting: str, semantics: str, effect: str) -> list[claims.Measurement]:
+def _measurements(pairs: pd.DataFrame, setting: str, semantics: str, effect: str,
+                  regime: str = "") -> list[claims.Measurement]:
     out = []
     for task, g in pairs.groupby("task", sort=True):
         out.append(claims.Measurement(task, g["diff"].tolist(), [(task, int(s)) for s in g["seed"]], setting,
                                       semantics, effect, UNIT, full=g["full"].tolist(),
-                                      chance=float(g["chance"].iloc[0])))
+                                      chance=float(g["chance"].iloc[0]), regime=regime))
     return out
+
+
+def _not_fine_tuned_after_masking(table: pd.DataFrame, out: list[claims.Measurement], semantics: str, effect: str,
+                                  what: str) -> list[claims.Measurement]:
+    """``out`` plus, for each task of the run with cells but none of ``out``'s measurements (no model of it fine-tuned
+    with a random mask fixed: ``finetune_tasks``), an absent measurement in the mask-then-fine-tune protocol: its row
+    is ``not testable`` naming the protocol no cell measures, instead of the task missing from the verdicts."""
+    have = {m.task for m in out}
+    missing = [t for t in dict.fromkeys(table["task"]) if t not in have]
+    name = REGIME_NAMES["mask_then_finetune"]
+    return [*out, *(claims.Measurement.absent(
+        t, f"no cell of this run measures it on {t}: {what}, and no model of {t} was fine-tuned after masking "
+           f"({t} is not among finetune_tasks) under the {semantics} semantics", setting=name, semantics=semantics, unit=UNIT,
+        effect=effect, regime="mask_then_finetune") for t in missing)]
 
 
 def _at(table: pd.DataFrame, regime: str, fraction: float) -> pd.DataFrame:
@@ -146,8 +161,12 @@ def prunable_measurements(table: pd.DataFrame, semantics: str) -> list[claims.Me
     effect = "score(pruned, then fine-tuned) - score(full)"
     for f in fractions:
         pairs = _pairs(table, _at(table, "mask_then_finetune", f), full)
-        out += _measurements(pairs, _setting(f, "mask_then_finetune"), semantics, effect)
-    return _or_absent(out, "no mask-then-fine-tune cells with >= 50% of heads pruned in this run", semantics, effect)
+        out += _measurements(pairs, _setting(f, "mask_then_finetune"), semantics, effect, "mask_then_finetune")
+    if not out:
+        return _or_absent(out, "no mask-then-fine-tune cells with >= 50% of heads pruned in this run", semantics,
+                          effect)
+    return _not_fine_tuned_after_masking(table, out, semantics, effect, "it is decided in Budhraja et al.'s protocol "
+                                         "(>= 50% of heads pruned at random, then fine-tuned)")
 
 
 def retraining_measurements(table: pd.DataFrame, semantics: str) -> list[claims.Measurement]:
@@ -159,7 +178,9 @@ def retraining_measurements(table: pd.DataFrame, semantics: str) -> list[claims.
     for f in sorted(f for f in shares[0] & shares[1] if f > 0):
         pairs = _pairs(table, _at(table, "mask_then_finetune", f), _at(table, "finetune_then_mask", f))
         out += _measurements(pairs, _both_regimes_setting(f), semantics, effect)
-    return _or_absent(out, "no share of heads pruned in both regimes in this run", semantics, effect)
+    if not out:
+        return _or_absent(out, "no share of heads pruned in both regimes in this run", semantics, effect)
+    return _not_fine_tuned_after_masking(table, out, semantics, effect, "it compares the two protocols")
 
 
 def convergence_evidence(cells: pd.DataFrame, sub: pd.DataFrame) -> pd.DataFrame:

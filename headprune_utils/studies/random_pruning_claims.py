@@ -27,6 +27,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
         gates=(preconditions.AboveChance(), CONVERGED),
         figure="score_vs_fraction",
         measure="prunable",
+        decided_in="mask_then_finetune",
         note="'limited effect' read as non-inferiority within the task-score margin (the paper gives no threshold); "
              "the convergence gate is ours: a fine-tuning stopped while the masked model still improves tests our "
              "step budget, not fine-tuning after masking"),

@@ -364,7 +364,7 @@ def scale_text(cfg) -> str:
     mlm_part = (f"; dropout: {cfg.mlm_steps} steps of continued MLM training x {len(cfg.mlm_seeds)} seed(s), "
                 "not pre-training" if cfg.dropouts else "")
     text = (f"{cfg.model} ({n_layers} x {n_heads} = {n_layers * n_heads} heads); fine-tuned models: {train} x "
-            f"{cfg.epochs} epochs, seeds {', '.join(str(s) for s in cfg.seeds)}; probes of {cfg.probe_size} sentences"
+            f"{glue_workbench.epochs_text(cfg)}, seeds {', '.join(str(s) for s in cfg.seeds)}; probes of {cfg.probe_size} sentences"
             + mlm_part)
     return glue_workbench.scale_note(text, glue_workbench.is_paper_setup(cfg))
 

@@ -23,7 +23,7 @@ from headprune_utils.analysis.paired_contrasts import unit_summary
 from headprune_utils.measure.head_scores import rank_agreement
 from headprune_utils.measure.specialized import RARE_SHARE
 from headprune_utils.model.masks import mask_from_string
-from headprune_utils.studies import convergence
+from headprune_utils.studies import convergence, glue_workbench
 from headprune_utils.studies.role_survival import (  # noqa: F401 (re-exported: the notebook and the tests read them from this study)
     RARE_SHARES,
     ROLE_NAMES,
@@ -230,7 +230,7 @@ def scale(cfg, n_heads: int | None = None) -> str:
     heads = f", {n_heads} heads" if n_heads else ""
     ex = "all" if cfg.train_size is None else f"{cfg.train_size}"
     steps = f"{cfg.l0_steps} gate steps" if cfg.l0_steps is not None else f"{cfg.l0_epochs} gate epoch(s)"
-    return (f"{cfg.model}{heads}; {ex} training examples x {cfg.epochs} epochs; seeds {list(cfg.seeds)}; {steps}; "
+    return (f"{cfg.model}{heads}; {ex} training examples x {glue_workbench.epochs_text(cfg)}; seeds {list(cfg.seeds)}; {steps}; "
             "a small-scale test, not the paper's set-up (BERT-family encoders on GLUE, not NMT encoders)")
 
 

@@ -380,6 +380,10 @@ def test_pooling_leaves_out_untestable_tasks_and_needs_two():
     t = evaluate(CLAIM, Superiority(), ms[1:], gates=[gate])
     pooled = one(t, "all (mrpc, rte)")
     assert pooled.verdict == "not testable" and "fewer than 2 tasks testable" in pooled.reason
+    # a pool that could not be formed has no number of its own (not mrpc's values under the pool's name)
+    assert pooled.n_units == 0 and pooled.unit_values == "[]"
+    assert np.isnan(pooled.effect) and np.isnan(pooled.ci_low) and np.isnan(pooled.ci_high)
+    assert one(t, "mrpc").n_units == 3 and np.isfinite(one(t, "mrpc").effect)
 
 
 def test_pooling_groups_by_setting_and_refuses_bad_input():

@@ -136,6 +136,9 @@ def test_importance_spread_has_no_declared_margin(cfg):
     assert verdict(v, "budhraja.compensation_spread", "all (A, B)", "gradient importance")["reason"].startswith(
         "fewer than 2 tasks testable for pooling")
     assert imp["margin"].isna().all() and (imp["tests"] == "[]").all()
+    # the test column names no margin it did not use: the Gini one is the Gini rows', none for the sd
+    assert per_task["test"].str.contains("none declared for the sd of differences (its rows not testable)",
+                                    regex=False).all()
     a = verdict(v, "budhraja.compensation_spread", "A", "gradient importance")
     assert a["n_units"] == 4 and a["effect"] == pytest.approx(0.0, abs=1e-12)  # measured, only not decided
     assert verdict(v, "budhraja.compensation_spread", "A", "weight change")["verdict"] == "supported"
@@ -414,9 +417,9 @@ def test_a_stalled_full_model_blocks_every_row_it_stands_behind(cfg):
     assert a.sum() > 10 and (v.loc[a, "verdict"] == "not testable").all()
     assert v.loc[a, "reason"].str.contains("full model seed 1 of seed 1 (best epoch 3 of 3)", regex=False).all()
     assert gated(v).sum() == a.sum()
-    b = v["task"] == "B"
-    pd.testing.assert_frame_equal(v.loc[b, ["claim_id", "setting", "semantics", "verdict"]],
-                                  base.loc[b, ["claim_id", "setting", "semantics", "verdict"]])
+    cols = ["claim_id", "setting", "semantics", "verdict"]
+    pd.testing.assert_frame_equal(v.loc[v["task"] == "B", cols].reset_index(drop=True),
+                                  base.loc[base["task"] == "B", cols].reset_index(drop=True))
 
 
 def test_the_next_seeds_full_model_stands_behind_a_run_whose_seed_lacks_a_value(cfg):

@@ -86,6 +86,10 @@ def test_layout_claims_and_no_nan():
     assert (v["analysis"] == "primary").all()
     assert v["scale"].iloc[0] == ("minilm (3 x 4 heads); 300 training examples x 3 epochs, 300 dev examples; "
                                   "5 seeds per task; a small-scale test, not the paper's set-up")
+    # trained to the plateau: the epochs are a cap, and the scale says so
+    capped = study.verdicts(cells({"SST-2": (0.8, 0.5, *ADAPTS)}), cfg(epochs=10, patience=2))
+    assert capped["scale"].iloc[0].startswith("minilm (3 x 4 heads); 300 training examples x up to 10 epochs (to the "
+                                              "plateau of the held-out score, patience 2), 300 dev examples; ")
     assert "nan" not in claims.render(v).lower() and "nan" not in " ".join(v["test"]).lower()
     paper = {c.id: c.paper for c in study.STUDY.claims}
     assert paper[RETRAIN] == "ours (exploratory)" and paper[PRUNABLE].startswith("Budhraja")
@@ -334,3 +338,27 @@ def test_an_absent_measurement_is_not_testable_through_evaluate():
                                            ablation="zero")], ignore_index=True),
                        cfg(ablations=["uniform", "zero"]))
     assert not ((z["semantics"] == "zero") & (z["n_units"] == 0)).any()
+
+
+def test_a_task_never_fine_tuned_after_masking_is_named_not_left_out():
+    """CoLA has fine-tune-then-mask cells only (not among ``finetune_tasks``): both claims, decided on models
+    fine-tuned after masking, give CoLA a ``not testable`` row naming the protocol no cell measures, outside the
+    Holm family; SST-2 and STS-B are decided as without CoLA, and the pool stays theirs."""
+    mtf_only = {"SST-2": (0.8, 0.5, *ADAPTS), "STS-B": (0.8, 0.0, *ADAPTS)}
+    base = study.verdicts(cells(mtf_only), cfg())
+    table = pd.concat([cells(mtf_only), cells({"CoLA": (0.6, 0.0, *ADAPTS)}, regimes=("finetune_then_mask",))],
+                      ignore_index=True)
+    v = study.verdicts(table, cfg())
+    claims.validate(v)
+    for claim in (PRUNABLE, RETRAIN):
+        r = one(v, claim, "CoLA")
+        assert r.verdict == "not testable" and r.n_units == 0 and pd.isna(r.p_adjusted)
+        assert "no model of CoLA was fine-tuned after masking" in r.reason and "finetune_tasks" in r.reason
+    pooled = v[v["task"].str.startswith("all (")]
+    assert len(pooled) and (pooled["task"] == "all (SST-2, STS-B)").all()
+    cols = ["claim_id", "task", "setting", "verdict", "p_adjusted"]
+    kept = v[v["task"] != "CoLA"][cols].reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept, base[cols].reset_index(drop=True))
+    # a run without any mask-then-fine-tune cell: one absent row, as before (nothing to name per task)
+    none = study.verdicts(cells(mtf_only, regimes=("finetune_then_mask",)), cfg())
+    assert set(rows(none, PRUNABLE)["task"]) == {"all"}

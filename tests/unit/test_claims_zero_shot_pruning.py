@@ -42,12 +42,12 @@ def cfg(**kw):
 
 
 def cells(tasks: dict, methods=("zero_shot", "random", "least_important"), ablations=("zero", "uniform"),
-          curves: dict | None = None) -> pd.DataFrame:
+          curves: dict | None = None, mtf_budgets=(0.5, 0.75)) -> pd.DataFrame:
     """``tasks``: name -> (full, chance, {(regime, method, budget): drop from the full model}); a drop not given
     is 0.1 (mask-then-fine-tune) or 0.2 (fine-tune-then-mask). The same cells under each of ``ablations``. Every
     mask-then-fine-tune cell stores a held-out curve that reached the plateau unless ``curves`` gives
     ``(task, seed, method, budget)`` another (the full model: method ``none``, budget 0); the evaluation-only cells
-    store none (as the study does)."""
+    store none (as the study does). ``mtf_budgets``: the shares fine-tuned after masking."""
     curves = curves or {}
 
     def curve(regime, task, seed, method, budget):
@@ -60,7 +60,7 @@ def cells(tasks: dict, methods=("zero_shot", "random", "least_important"), ablat
                 rows.append({"task": task, "regime": regime, "strategy": "none", "budget": 0.0, "seed": seed,
                              "score": full + j, "chance": chance, "mask": FULL_MASK,
                              "history": curve(regime, task, seed, "none", 0.0)})
-                for budget in ((0.5,) if regime == MTF else (0.5, 0.75)):
+                for budget in (mtf_budgets if regime == MTF else (0.5, 0.75)):
                     for m in methods:
                         drop = drops.get((regime, m, budget), 0.1 if regime == MTF else 0.2)
                         mask = ZS_MASK[budget] if m == "zero_shot" else f"{seed % 2}111/1111/0000"
@@ -82,7 +82,7 @@ def one(v, claim_id, task, budget, regime, sem=None):
     return r.iloc[0]
 
 
-GOOD = {(MTF, "zero_shot", 0.5): 0.005, (MTF, "random", 0.5): 0.005, (MTF, "least_important", 0.5): 0.005,
+GOOD = {**{(MTF, m, b): 0.005 for m in ("zero_shot", "random", "least_important") for b in (0.5, 0.75)},
         (FTM, "zero_shot", 0.5): 0.2, (FTM, "random", 0.5): 0.2, (FTM, "least_important", 0.5): 0.2}
 
 
@@ -97,14 +97,14 @@ def test_layout_labels_and_no_nan():
     assert v["scale"].str.endswith("a small-scale test, not the paper's set-up").all()
     # rules: against the full model non-inferiority, against importance equivalence, the one zero-shot mask
     # against random masks an empirical rank (n = 1 mask)
-    assert one(v, COMPARABLE, "SST-2", 0.5, MTF)["test"].startswith("non-inferiority (greater)")
+    assert one(v, COMPARABLE, "SST-2", 0.75, MTF)["test"].startswith("non-inferiority (greater)")
     assert one(v, VS_RANDOM, "SST-2", 0.5, MTF)["test"].startswith("rank (greater); exact one-sided empirical rank")
     assert one(v, VS_IMPORTANCE, "SST-2", 0.5, MTF)["test"].startswith("equivalence (TOST)")
 
 
 def test_comparable_to_the_full_model_both_directions():
     v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD)}), cfg())
-    r = one(v, COMPARABLE, "SST-2", 0.5, MTF)
+    r = one(v, COMPARABLE, "SST-2", 0.75, MTF)
     assert r["verdict"] == "supported" and r["margin"] == pytest.approx(0.03), r["reason"]
     # fine-tune, then mask loses 0.2 (> 0.03): contradicted
     assert one(v, COMPARABLE, "SST-2", 0.75, FTM)["verdict"] == "contradicted"
@@ -131,17 +131,19 @@ def test_a_masked_model_still_improving_blocks_the_rows_it_stands_behind():
         r = one(v, claim, "SST-2", 0.5, MTF)
         assert r["verdict"] == "not testable" and pd.isna(r["p"]), r["reason"]
         assert "were still improving when training stopped" in r["reason"]
-        assert "random 50% mask seed 1 of " in r["reason"] and "(best epoch 3 of 3)" in r["reason"]
+        # the model named once: the paired contrast's unit says the seed, the rank's (the one mask) does not
+        named = "random 50% mask of SST-2 seed 1" if claim == RANDOM else "random 50% mask seed 1 of SST-2 zero_shot"
+        assert named in r["reason"] and "(best epoch 3 of 3)" in r["reason"], r["reason"]
         assert "still improving" not in one(v, claim, "SST-2", 0.5, FTM)["reason"]
-    for claim in (COMPARABLE, VS_IMPORTANCE):
-        assert one(v, claim, "SST-2", 0.5, MTF)["verdict"] == "supported"
+    assert one(v, VS_IMPORTANCE, "SST-2", 0.5, MTF)["verdict"] == "supported"
+    assert one(v, COMPARABLE, "SST-2", 0.75, MTF)["verdict"] == "supported"
 
 
 def test_a_full_model_still_improving_blocks_both_regimes():
     v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD)}, curves={("SST-2", 2, "none", 0.0): STALLED}), cfg())
     for claim in (COMPARABLE, VS_IMPORTANCE, RANDOM):
         for regime in (MTF, FTM):
-            r = one(v, claim, "SST-2", 0.5, regime)
+            r = one(v, claim, "SST-2", 0.75 if claim == COMPARABLE else 0.5, regime)
             assert r["verdict"] == "not testable" and "full model seed 2 of SST-2 seed 2" in r["reason"], r["reason"]
 
 
@@ -156,12 +158,12 @@ def test_above_chance_gate_both_branches():
 
 def test_pooled_when_tasks_agree_inconclusive_when_they_disagree():
     v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD), "STS-B": (0.8, 0.0, GOOD)}), cfg())
-    pooled = one(v, COMPARABLE, "all (SST-2, STS-B)", 0.5, MTF)
+    pooled = one(v, COMPARABLE, "all (SST-2, STS-B)", 0.75, MTF)
     assert pooled["verdict"] == "supported" and pooled["n_units"] == 10 and pooled["margin"] == pytest.approx(0.1)
-    worse = {**GOOD, (MTF, "zero_shot", 0.5): 0.1}
+    worse = {**GOOD, (MTF, "zero_shot", 0.75): 0.1}
     v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD), "STS-B": (0.8, 0.0, worse)}), cfg())
-    assert one(v, COMPARABLE, "STS-B", 0.5, MTF)["verdict"] == "contradicted"
-    pooled = one(v, COMPARABLE, "all (SST-2, STS-B)", 0.5, MTF)
+    assert one(v, COMPARABLE, "STS-B", 0.75, MTF)["verdict"] == "contradicted"
+    pooled = one(v, COMPARABLE, "all (SST-2, STS-B)", 0.75, MTF)
     assert pooled["verdict"] == "inconclusive" and pooled["reason"].startswith("tasks disagree")
     assert pd.isna(pooled["p"]) and claims.row_tests(pooled) == []  # no test: outside the Holm family
     claims.validate(v)
@@ -192,7 +194,7 @@ def test_pooled_when_tasks_agree_inconclusive_when_they_disagree():
 def test_zero_shot_masks_beside_the_verdicts():
     table = cells({"SST-2": (0.8, 0.5, GOOD), "STS-B": (0.8, 0.0, GOOD)})
     zm = study.zero_shot_masks(table)
-    assert len(zm) == 2 * 3  # per semantics x (mtf 50%, ftm 50%, ftm 75%)
+    assert len(zm) == 2 * 4  # per semantics x (mtf 50%, mtf 75%, ftm 50%, ftm 75%)
     zm = zm[zm["semantics"] == "zero"].set_index(["regime", "budget"])
     assert zm.loc[(FTM, 0.75), "kept_per_layer"] == "[1, 0, 1]" and zm.loc[(FTM, 0.75), "layers_emptied"] == 1
     assert zm.loc[(MTF, 0.5), "kept_per_layer"] == "[3, 2, 1]" and (zm["n_masks"] == 1).all()
@@ -231,14 +233,14 @@ def test_the_margins_are_the_policys_not_a_parameter(tiny_model_dir, tiny_glue_r
     v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD), "STS-B": (0.9, 0.0, GOOD)}), cfg())
     for task, headroom in (("SST-2", 0.8 - 0.5), ("STS-B", 0.9 - 0.0)):
         for cid in margined:
-            r = one(v, cid, task, 0.5, FTM)
+            r = one(v, cid, task, 0.75 if cid == COMPARABLE else 0.5, FTM)
             assert r["margin"] == pytest.approx(margins.SHARE * headroom) and "0.1 x (full - chance)" in r["test"]
 
 
 def test_each_semantics_is_decided_on_its_own_cells_primary_is_the_papers():
     """Zero-shot pruning holds up under zero (Bian et al.'s, primary) and not under uniform (sensitivity); the
     Budhraja reference claim is primary under uniform. Nothing is pooled over the semantics."""
-    bad = {**GOOD, (MTF, "zero_shot", 0.5): 0.1, (MTF, "random", 0.5): 0.1}
+    bad = {**GOOD, (MTF, "zero_shot", 0.5): 0.1, (MTF, "random", 0.5): 0.1, (MTF, "zero_shot", 0.75): 0.1}
     table = pd.concat([cells({"SST-2": (0.8, 0.5, GOOD)}, ablations=("zero",)),
                        cells({"SST-2": (0.8, 0.5, bad)}, ablations=("uniform",))], ignore_index=True)
     v = study.verdicts(table, cfg())
@@ -247,13 +249,13 @@ def test_each_semantics_is_decided_on_its_own_cells_primary_is_the_papers():
     own_protocol = np.array([DECIDED_IN[c] == "" or s.endswith(study.REGIME_NAMES[DECIDED_IN[c]])
                              for c, s in zip(v["claim_id"], v["setting"])])
     assert ((v["analysis"] == "primary") == ((v["semantics"] == v["claim_id"].map(OWN)) & own_protocol)).all()
-    r = one(v, COMPARABLE, "SST-2", 0.5, MTF)
+    r = one(v, COMPARABLE, "SST-2", 0.75, MTF)
     assert (r["semantics"], r["verdict"]) == ("zero", "supported")
-    assert one(v, COMPARABLE, "SST-2", 0.5, MTF, "uniform")["verdict"] == "contradicted"
+    assert one(v, COMPARABLE, "SST-2", 0.75, MTF, "uniform")["verdict"] == "contradicted"
     b = one(v, RANDOM, "SST-2", 0.5, MTF)
     assert (b["semantics"], b["verdict"]) == ("uniform", "contradicted")
     assert one(v, RANDOM, "SST-2", 0.5, MTF, "zero")["verdict"] == "supported"
-    assert one(v, COMPARABLE, "SST-2", 0.5, MTF)["n_units"] == len(JITTER)  # the seeds of one semantics, not both
+    assert one(v, COMPARABLE, "SST-2", 0.75, MTF)["n_units"] == len(JITTER)  # the seeds of one semantics, not both
     dep = claims.semantics_dependence(v)
     yes = dep[(dep["claim_id"] == COMPARABLE) & dep["setting"].str.endswith(study.REGIME_NAMES[MTF])]
     assert (yes["depends"] == "flips").all() and len(yes)
@@ -278,7 +280,7 @@ def test_a_semantics_without_fine_tuning_cells_has_no_mask_then_fine_tune_rows()
     assert mtf["verdict"].iloc[0] == "not testable" and (mtf["n_units"] == 0).all()
     assert "in Budhraja et al. 2020's protocol (mask, then fine-tune) under the uniform" in mtf["reason"].iloc[0]
     assert one(v, RANDOM, "SST-2", 0.5, FTM)["verdict"] == "contradicted"  # beside it: fine-tune-then-mask
-    assert one(v, COMPARABLE, "SST-2", 0.5, MTF)["verdict"] == "supported"  # zero: its own fine-tuned models
+    assert one(v, COMPARABLE, "SST-2", 0.75, MTF)["verdict"] == "supported"  # zero: its own fine-tuned models
 
 
 # ------------------------------------------------------------------------------------------ claims as data
@@ -310,11 +312,12 @@ def test_the_convergence_evidence_of_a_rank_stands_behind_the_one_mask():
     t = cells({"SST-2": (0.8, 0.5, GOOD)})
     sub = t[t["ablation"] == "zero"]
     rank = analysis.convergence_evidence(t, sub, "zero_shot", "random", rank=True)
-    assert set(rank["unit"]) == {("SST-2", "zero_shot")} and len(rank) == 5 + 10
+    assert set(rank["unit"]) == {("SST-2", "zero_shot")} and len(rank) == 5 + 2 * 10  # two shares: 50%, 75%
     assert set(rank.loc[rank["setting"] == "", "model"]) == {f"full model seed {s}" for s in range(5)}
-    assert set(rank.loc[rank["setting"] != "", "setting"]) == {"50% of heads pruned; mask, then fine-tune"}
+    assert set(rank.loc[rank["setting"] != "", "setting"]) == {"50% of heads pruned; mask, then fine-tune",
+                                                               "75% of heads pruned; mask, then fine-tune"}
     pair = analysis.convergence_evidence(t, sub, "zero_shot", "none")
-    assert set(pair["unit"]) == {("SST-2", s) for s in range(5)} and len(pair) == 5 + 5 and pair["reached"].all()
+    assert set(pair["unit"]) == {("SST-2", s) for s in range(5)} and len(pair) == 5 + 2 * 5 and pair["reached"].all()
 
 
 def test_an_absent_method_is_not_testable_through_evaluate_with_its_reason():
@@ -443,3 +446,23 @@ def test_rank_measurements_keep_only_masks_scored_on_every_model_and_describe_th
     assert d["observed"] == pytest.approx(0.75)
     assert zsc.DRAWS.check(m, {"draws": draws}).startswith("the one zero-shot mask needs >= 20 random masks")
     assert "scored on 4 to 5 of the 5 models" in zsc.DRAWS.check(m, {"draws": draws})
+
+
+def test_most_heads_is_more_than_half_of_them():
+    """``bian.zero_shot_comparable`` ("most heads"): no row at 50% or fewer in either protocol; a task fine-tuned after
+    masking only at 50% gets a not-testable primary row naming the shares run (outside the Holm family), while the
+    other claims are decided at 50% as before; the rows at 75% stay."""
+    v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD), "STS-B": (0.8, 0.0, GOOD)}), cfg())
+    comp = v[v["claim_id"] == COMPARABLE]
+    assert not comp["setting"].str.startswith(("25%", "50%")).any() and comp["setting"].str.startswith("75%").any()
+    assert one(v, VS_IMPORTANCE, "SST-2", 0.5, MTF)["verdict"] == "supported"
+    half = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD), "STS-B": (0.8, 0.0, GOOD)}, mtf_budgets=(0.5,)), cfg())
+    claims.validate(half)
+    for task in ("SST-2", "STS-B"):
+        r = half[(half["claim_id"] == COMPARABLE) & (half["task"] == task) & (half["semantics"] == "zero")
+                 & (half["analysis"] == "primary")]
+        assert len(r) == 1 and r.iloc[0]["verdict"] == "not testable" and r.iloc[0]["n_units"] == 0
+        assert f"was run on {task} with 50% of the heads pruned only" in r.iloc[0]["reason"]
+        assert "more than 50%" in r.iloc[0]["reason"] and pd.isna(r.iloc[0]["p_adjusted"])
+        assert one(half, COMPARABLE, task, 0.75, FTM)["analysis"] == "sensitivity"
+    assert one(half, VS_IMPORTANCE, "SST-2", 0.5, MTF)["verdict"] == "supported"

@@ -63,7 +63,13 @@ def test_study_runs_end_to_end(tiny_model_dir, tiny_glue_root, tmp_path):
     assert ((v["analysis"] == "primary") == ((v["semantics"] == v["claim_id"].map(own)) & in_own)).all()
     assert "nan" not in claims.render(v).lower()
     beside = study.verdict_masks(v, table)
-    assert beside["zero-shot heads kept per layer"].str.startswith("[").all()
+    measured = beside.merge(v[["claim_id", "task", "setting", "semantics", "n_units"]],
+                            on=["claim_id", "task", "setting", "semantics"])["n_units"].gt(0).to_numpy()
+    assert len(measured) == len(beside) and measured.any()
+    kept = beside["zero-shot heads kept per layer"]
+    assert kept[measured].str.startswith("[").all()
+    # a row measured nowhere (bian.zero_shot_comparable at 50%: 'most heads' is more than half) names no mask
+    assert (kept[~measured] == "n/a (no zero-shot mask)").all()
     ov = study.mask_overlap(table)
     assert ov.loc[ov["method"] == "zero_shot", "layers_touched"].iloc[0] >= 1
 

@@ -29,14 +29,20 @@ def test_summary_from_verdict_tables(tmp_path, monkeypatch):
                   {**_row("random_pruning", "c.z", "all (A, B)", "supported", "zero", "primary"), "setting": ""}],
                  columns=list(claims.COLUMNS)).to_csv(t / "verdicts.csv", index=False)
     pd.DataFrame([{"claim_id": "a.x", "task": "SST-2", "setting": "s", "primary_semantics": "uniform",
-                   "depends": "flips", "note": "uniform: supported; zero: not supported"}]).to_csv(
+                   "depends": "flips", "note": "uniform: supported; zero: not supported"},
+                  # a setting with no primary row: measured outside the claim's protocol (its sensitivity analysis)
+                  {"claim_id": "a.x", "task": "STS-B", "setting": "other protocol", "primary_semantics": "uniform",
+                   "depends": "flips", "note": "uniform: contradicted; zero: supported"}]).to_csv(
         t / "semantics_dependence.csv", index=False)
     rows = summary.claim_rows("quick").set_index("claim_id")
     assert list(rows.index) == ["a.x", "b.y", "c.z"], "one row per claim; studies without tables are left out"
     assert rows.loc["c.z", "decided"].startswith("pooled (A, B): **supported**"), "an empty setting reads nothing"
     assert rows.loc["a.x", "verdicts"] == "1 supported, 1 not testable"  # the sensitivity row is not counted
     assert "SST-2, s: **supported** (+0.1 [+0, +0.2])" in rows.loc["a.x", "decided"]
-    assert rows.loc["a.x", "flips"].startswith("SST-2: uniform: supported") and rows.loc["b.y", "flips"] == "no"
+    assert rows.loc["a.x", "flips"] == ("SST-2 (s): uniform: supported; zero: not supported; STS-B (other protocol; "
+                                        "outside the claim's protocol: sensitivity): uniform: contradicted; zero: "
+                                        "supported")
+    assert rows.loc["b.y", "flips"] == "no"
     assert rows.loc["b.y", "decided"] == "none (SST-2, s: inconclusive, +0.1 [+0, +0.2])", "the nearest row"
     with pytest.raises(ValueError, match="has no executed notebook"):  # it would link a missing notebook
         summary.write_summary("quick")
@@ -199,3 +205,16 @@ def test_the_row_shown_is_the_one_that_carries_the_verdict():
     g = rows(("CoLA", "not testable", 0.3), ("SST-2", "inconclusive", 0.1), ("all (CoLA, SST-2)", "not testable", None))
     assert summary.verdict_row(g)["task"] == "SST-2"
     assert summary.verdict_row(g.iloc[0:0]) is None
+
+
+def test_a_supported_superiority_below_its_margin_says_so():
+    """``supported`` for a superiority claim means an effect shown above 0 and not shown below the margin: where the
+    estimate itself is under the margin, the summary says the difference is not shown to matter; nowhere else."""
+    base = {"verdict": "supported", "test": "superiority (greater); one-sided t tests on d; alpha=0.05; margin: x",
+            "effect": 0.0319, "margin": 0.0332}
+    assert summary.below_margin(base) == "; above 0, below the smallest effect of interest (0.0332)"
+    assert summary.below_margin({**base, "effect": -0.02, "test": "superiority (less); t"}) != ""
+    assert summary.below_margin({**base, "effect": 0.04}) == ""            # at or above the margin
+    assert summary.below_margin({**base, "verdict": "not supported"}) == ""
+    assert summary.below_margin({**base, "test": "non-inferiority (greater); t"}) == ""
+    assert summary.below_margin({**base, "margin": 0.0}) == "" and summary.below_margin({**base, "margin": None}) == ""
