@@ -330,16 +330,19 @@ Group = tuple[list[Measurement], dict]  # measurements evaluated together, and t
 
 
 def per_task(claim: Claim, run: Run, data: pd.DataFrame, value: str, *, setting: str = "", effect: str = "",
-             empty: str = "no unit has a measurement", score_units: bool = False) -> list[Measurement]:
+             empty: str = "no unit has a measurement", score_units: bool = False,
+             regime: str = "") -> list[Measurement]:
     """One measurement per task of ``data`` rows (task, seed, ``value``), units (task, seed), the claim's unit; a task
     without a row is ``Measurement.absent`` ("``empty`` on <task>"). ``score_units``: the effect is in task-score
-    units, so each measurement carries the full and chance scores (margins, pooling on full - chance)."""
+    units, so each measurement carries the full and chance scores (margins, pooling on full - chance). ``regime``:
+    the reading measured (``Measurement.regime``): outside the claim's ``decided_in`` its rows are a sensitivity
+    analysis."""
     out = []
     for task in run.tasks:
         d = data[data["task"] == task] if len(data) else data
         if d.empty:
             out.append(Measurement.absent(task, f"{empty} on {task}", setting=setting, semantics=run.semantics,
-                                          unit=claim.unit, effect=effect))
+                                          unit=claim.unit, effect=effect, regime=regime))
             continue
         units = [(task, int(s)) for s in d["seed"]]
         kw = {}
@@ -348,7 +351,7 @@ def per_task(claim: Claim, run: Run, data: pd.DataFrame, value: str, *, setting:
             kw = {"full": [float(f.loc[u[1], "score_full"]) for u in dict.fromkeys(units)],
                   "chance": float(f["chance"].iloc[0])}
         out.append(Measurement(task, d[value].to_numpy(dtype=float), units, setting, run.semantics, effect,
-                               claim.unit, **kw))
+                               claim.unit, regime=regime, **kw))
     return out
 
 
@@ -362,7 +365,7 @@ def _confidence(claim: Claim, run: Run) -> list[Group]:
         empty = ("no defined Spearman (a constant score)" if len(rho) else
                  f"the scores cells do not record {conf} (cells made before it existed: RESULTS_VERSION 1)")
         out.append((per_task(claim, run, rho.dropna(subset=["spearman"]), "spearman", setting=setting,
-                             effect=f"Spearman(relevance, {conf}) per model", empty=empty), {}))
+                             effect=f"Spearman(relevance, {conf}) per model", empty=empty, regime=conf), {}))
     return out
 
 

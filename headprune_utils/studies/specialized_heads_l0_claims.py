@@ -109,9 +109,11 @@ CLAIMS: tuple[Claim, ...] = (
           claims.Superiority("greater", margin=margins.CORRELATION),
           metric="per fine-tuned model: Spearman(first-order relevance, confidence) over its heads, one row per "
                  "definition of confidence (setting): special-token keys excluded (the max over the non-special keys, "
-                 "not renormalised: Voita et al. exclude EOS; the primary reading) and every key (sensitivity: a head "
-                 "parking its attention on [CLS]/[SEP] counts as confident); both rows are in the Holm family",
+                 "not renormalised: Voita et al. exclude EOS; the primary reading, in the study's Holm family) and every "
+                 "key (a sensitivity analysis, its own family: a head parking its attention on [CLS]/[SEP] counts as "
+                 "confident)",
           regime=FINE_TUNED, gates=FINE_TUNED_GATES, figure="score_agreement", measure="relevance_confidence_spearman",
+          decided_in="confidence_no_special_keys",
           note="relevance here is first-order (gradient x activation), not LRP (no LRP implementation for these "
                "encoders); the special-key-free confidence needs scores cells of RESULTS_VERSION >= 2 (older cells "
                f"do not record it: those rows are not testable); {ENCODERS}"),

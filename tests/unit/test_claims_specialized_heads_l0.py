@@ -118,11 +118,18 @@ def run(table, roles, rho=0.5, rho_no_special=None, seeds=SEEDS):
 
 
 def holm_over_the_study(v):
-    """Every test of every tested row is in the study's one Holm family (one semantics: the primary analysis)."""
+    """Every test of every tested row is in one of the study's Holm families (one semantics): the primary rows', and
+    the sensitivity rows' (the every-key reading of confidence: ``voita.important_are_confident`` is decided on the
+    special-key-free one, ``decided_in``), each adjusted on its own."""
     ft = claims.family_tests(v)
-    assert ft["family"].nunique() <= 1  # none when no row is tested
+    assert set(ft["family"]) <= {"specialized_heads_l0|primary|", "specialized_heads_l0|sensitivity|zero"}
     assert (ft.groupby("row").size() >= 2).all() and set(ft["row"]) == set(v.index[v["tests"] != "[]"])
-    assert np.allclose(ft["p_adjusted"], claims.stats.holm(ft["p"].to_numpy()))
+    for fam, g in ft.groupby("family"):
+        assert np.allclose(g["p_adjusted"], claims.stats.holm(g["p"].to_numpy()))
+        rows = v.loc[g["row"]]
+        assert set(rows["analysis"]) == {"sensitivity" if "sensitivity" in fam else "primary"}
+        if "sensitivity" in fam:
+            assert (rows["setting"] == EVERY_KEY).all()
     return ft
 
 
@@ -149,7 +156,9 @@ def test_every_claim_has_a_rule_and_a_row():
         assert "pre-trained model" in claim[voita].metric and "n = 1" in claim[voita].note
         assert "n = 1" in claim[voita].precondition and claim[voita].regime.startswith("the pre-trained model")
     confident = {c.id: c for c in study.CLAIMS}["voita.important_are_confident"]
-    assert "EOS" in confident.metric and "both rows" in confident.metric and "not LRP" in confident.note
+    assert "EOS" in confident.metric and "not LRP" in confident.note
+    assert "sensitivity analysis, its own family" in confident.metric
+    assert confident.decided_in == "confidence_no_special_keys"
 
 
 def test_l0_beats_random_both_ways_per_task_and_pooled():
@@ -375,8 +384,10 @@ def test_important_are_confident_both_ways_and_holm_over_the_study():
 
 
 def test_important_are_confident_under_both_definitions_of_confidence():
-    """One row per definition (setting) and task, each tested on its own Spearman; both in the Holm family. Cells
-    without the special-key-free confidence (RESULTS_VERSION 1) make its rows not testable, with that reason."""
+    """One row per definition (setting) and task, each tested on its own Spearman: the special-key-free reading (the
+    claim's own, Voita et al. exclude EOS) in the study's Holm family, the every-key reading a sensitivity analysis in
+    its own. Cells without the special-key-free confidence (RESULTS_VERSION 1) make its rows not testable, with that
+    reason."""
     v = run(cells(), roles_of(None), rho=0.5, rho_no_special=-0.5)
     assert verdict(v, "voita.important_are_confident", setting=EVERY_KEY)["verdict"] == "supported"
     row = verdict(v, "voita.important_are_confident", setting=NO_SPECIAL)
@@ -385,7 +396,12 @@ def test_important_are_confident_under_both_definitions_of_confidence():
     tested = v[v["tests"] != "[]"]
     assert (tested["claim_id"] == "voita.important_are_confident").sum() == 6  # 2 tasks + pool, x 2 definitions
     ft = holm_over_the_study(v)
-    assert set(ft["row"]) == set(tested.index)  # both definitions' rows are in the one family
+    assert set(ft["row"]) == set(tested.index)
+    conf = v[v["claim_id"] == "voita.important_are_confident"]
+    assert set(conf.loc[conf["setting"] == NO_SPECIAL, "analysis"]) == {"primary"}
+    assert set(conf.loc[conf["setting"] == EVERY_KEY, "analysis"]) == {"sensitivity"}
+    every = ft[ft["row"].isin(conf.index[conf["setting"] == EVERY_KEY])]
+    assert set(every["family"]) == {"specialized_heads_l0|sensitivity|zero"}  # its own family, not the study's
     old = verdict(run(cells(), roles_of(None)), "voita.important_are_confident", setting=NO_SPECIAL)
     assert old["verdict"] == "not testable" and "do not record confidence_no_special_keys" in old["reason"]
 
