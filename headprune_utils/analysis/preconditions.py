@@ -25,7 +25,8 @@ import pandas as pd
 from headprune_utils.analysis.claims import Gate, Measurement
 
 __all__ = ["ABOVE_CHANCE", "AboveChance", "TrainedAboveChance", "RoleFound", "Plateau", "Converged",
-           "Check", "plateau", "last_improvement", "reached_plateau", "convergence_row", "PATIENCE"]
+           "Check", "plateau", "last_improvement", "reached_plateau", "convergence_row", "PATIENCE",
+           "GatesSettled", "gates_settled", "gates_row", "SETTLE_SHARE"]
 
 # A trained full model beats a constant predictor by more than this (score units: accuracy, F1, correlation): below
 # it there is no learned behaviour for pruning to remove, and a claim about pruning a trained model is not testable.
@@ -258,6 +259,75 @@ class Converged(Gate):
         more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
         return (f"not trained to the plateau: {len(bad)} of {len(rows)} fine-tuned models on {m.task} were still "
                 f"improving when training stopped (fewer than {self.patience} epochs after their best): {named}{more}")
+
+
+# The L0 gates (Hard Concrete, Louizos et al.; Voita et al.'s pruning) are trained for a fixed number of steps
+# (l0_steps); what a claim reads off them is the deterministic mask (its head count, which heads). They had settled
+# when, over the last SETTLE_SHARE of their steps (at least one step), the deterministic mask's head count did not
+# change and the expected number of open gates (the L0 penalty's quantity) moved by less than one head: the
+# resolution of the head counts the claims measure. Gates still closing (or opening) when the steps ran out measure
+# the step budget, not where the penalty settles, and the rows they stand behind are not testable. Declared
+# 2026-12-06, before any standard-next translation L0 cell and before the standard-next study 6 render.
+SETTLE_SHARE = 0.1
+
+
+def gates_settled(history: Sequence[Mapping] | None, share: float = SETTLE_SHARE) -> tuple[bool | None, str]:
+    """``(settled, what moved)`` of one L0 gate training from its ``history`` (one record per step, or a subsample
+    with the last step: ``step``, ``open`` = the deterministic mask's head count, ``expected_l0``): over the last
+    ``share`` of its steps (at least one), the head count unchanged and the expected open gates within one head.
+    ``(None, "no record ...")`` without a history to judge."""
+    recs = [r for r in (history or []) if "step" in r and "open" in r and "expected_l0" in r]
+    if len(recs) < 2:
+        return None, "no record of the gates' training"
+    recs = sorted(recs, key=lambda r: r["step"])
+    last = recs[-1]
+    n_steps = int(last["step"]) + 1
+    window = max(1, math.ceil(share * n_steps))
+    before = [r for r in recs if r["step"] <= last["step"] - window]
+    ref = before[-1] if before else recs[0]
+    d_open = int(last["open"]) - int(ref["open"])
+    d_exp = float(last["expected_l0"]) - float(ref["expected_l0"])
+    settled = d_open == 0 and abs(d_exp) < 1.0
+    return settled, (f"{d_open:+d} heads open and {d_exp:+.2f} expected open over its last "
+                     f"{int(last['step']) - int(ref['step'])} of {n_steps} steps")
+
+
+def gates_row(unit: Hashable, gates: str, history: Sequence[Mapping] | None) -> dict:
+    """One row of the :class:`GatesSettled` evidence: the model (``unit``), which gate training (``gates``, e.g.
+    "lambda 0.01"), whether it settled and what moved (:func:`gates_settled`)."""
+    settled, moved = gates_settled(history)
+    return {"unit": unit, "gates": gates, "settled": settled, "moved": moved}
+
+
+@dataclass(frozen=True)
+class GatesSettled(Gate):
+    """Every L0 gate training of the models behind the measurement settled (:func:`gates_settled`, declared with
+    :data:`SETTLE_SHARE`): a model's rows stand on all its gate trainings (the claims choose among, average over or
+    rank heads across its lambdas). ``evidence["gates"]``: rows of :func:`gates_row`. A model without any recorded
+    gate training, or with one that has no history, is not testable either (nothing to judge)."""
+
+    def text(self) -> str:
+        return (f"the L0 gates of every model behind the row settled before their steps ran out (over the last "
+                f"{100 * SETTLE_SHARE:g}% of the steps the mask's head count unchanged and the expected open gates "
+                "within one head)")
+
+    def check(self, m: Measurement, evidence: Mapping) -> str | None:
+        ev = evidence.get("gates")
+        units = set(m.units)
+        rows = ev[ev["unit"].isin(units)] if ev is not None and len(ev) else pd.DataFrame()
+        if rows.empty:
+            return f"no record of the L0 gates' training of the models behind this row on {m.task}"
+        unknown = rows[rows["settled"].isna()]
+        if len(unknown):
+            return (f"{len(unknown)} of {len(rows)} L0 gate trainings behind this row on {m.task} have no record of "
+                    "their steps: whether they settled cannot be judged")
+        bad = rows[~rows["settled"].astype(bool)]
+        if bad.empty:
+            return None
+        named = "; ".join(f"{r['gates']} of {unit_text(r['unit'])}: {r['moved']}" for r in bad.head(3).to_dict("records"))
+        more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
+        return (f"L0 gates not settled: {len(bad)} of {len(rows)} gate trainings behind this row on {m.task} were "
+                f"still moving when their steps ran out: {named}{more}")
 
 
 @dataclass(frozen=True)

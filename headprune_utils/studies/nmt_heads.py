@@ -58,8 +58,10 @@ import numpy as np
 import torch
 
 from headprune_utils.analysis import preconditions
+from headprune_utils.analysis.preconditions import gates_settled
 from headprune_utils.measure import costs, specialized
 from headprune_utils.studies import glue_workbench
+from headprune_utils.studies.role_survival import l0_cap
 from headprune_utils.model import masks, models, strategies
 from headprune_utils.model.architecture import SEQ2SEQ_KINDS, head_shape
 from headprune_utils.tasks.batching import train_batches
@@ -101,7 +103,8 @@ REGIMES: tuple[str, ...] = ("prune", "prune_then_train")
 ANALYSIS_ONLY = ("positional_threshold", "syntactic_margin", "rare_share", "tolerance", "n_permutations")
 CELL_AXES = ("types", "fractions", "seeds", "model_seeds", "strategy_types", "strategies", "strategy_budgets",
              "l0_settings", "lambdas", "retrain_types", "retrain_fractions", "retrain_seeds",
-             "retrain_strategy_budgets", "retrain_strategy_types")
+             "retrain_strategy_budgets", "retrain_strategy_types",
+             "l0_max_steps")  # the L0 cells' own axis when set (l0_cap): only they depend on it
 # The plateau regime's parameters: in the fingerprint only when it is on (retrain_patience set), so that the cells of
 # the fixed regime keep theirs, and cells retrained a fixed number of steps are never read as plateau retrainings
 PLATEAU_RETRAINING = ("retrain_patience", "retrain_eval_every", "retrain_max_steps", "retrain_min_delta")
@@ -176,7 +179,7 @@ def plan_cells(cfg: NMTHeadsConfig) -> list[Cell]:
                         "model_seed": ms}, requires=need, group=evaluate, cost=Cost(c["evaluate"]))
                   for t in cfg.strategy_types for b in sorted(cfg.strategy_budgets) for st in cfg.strategies
                   for s in cfg.seeds]
-        cells += [Cell({"kind": "l0", "setting": st, "lam": float(lam), "model_seed": ms}, requires=need,
+        cells += [Cell({"kind": "l0", "setting": st, "lam": float(lam), "model_seed": ms, **l0_cap(cfg)}, requires=need,
                        group=(ms, "l0"), cost=Cost(c["l0"]))
                   for st in cfg.l0_settings for lam in sorted(cfg.lambdas)]
         retrained = cfg.mask_seeds_retrained()
@@ -271,7 +274,7 @@ def plan_costs(cfg: NMTHeadsConfig) -> dict[str, float]:
         "model": train + (cfg.max_steps // cfg.eval_every) * forward_cost(cfg, dev) + eval_cost(cfg),
         "roles": forward_cost(cfg, role_sentences + ud) + (1 + n_heads) * forward_cost(cfg, importance),
         "evaluate": eval_cost(cfg),
-        "l0": 3.0 * forward_cost(cfg, cfg.l0_steps * cfg.l0_batch_size) + (1 + cfg.n_random_baselines) * eval_cost(cfg),
+        "l0": 3.0 * forward_cost(cfg, (cfg.l0_max_steps or cfg.l0_steps) * cfg.l0_batch_size) + (1 + cfg.n_random_baselines) * eval_cost(cfg),
     }
 
 
@@ -434,7 +437,8 @@ class Context:
         """The gates' training batches of a model (the same at every lambda and setting), made once."""
         key = ("l0_batches", model_seed)
         if getattr(self, "_l0_key", None) != key:
-            self._l0 = l0_batches(self.encoded(model_seed)[0], self.cfg.l0_batch_size, self.cfg.l0_steps, model_seed,
+            self._l0 = l0_batches(self.encoded(model_seed)[0], self.cfg.l0_batch_size,
+                                  self.cfg.l0_max_steps or self.cfg.l0_steps, model_seed,
                                   self.device)
             self._l0_key = key
         return self._l0
@@ -635,7 +639,9 @@ def run_l0_cell(ctx: Context, cell: dict, batches: list[dict]) -> dict:
     set_seed(ms)  # the gate noise: the same at every lambda
     gates = HardConcreteGateDict.for_model(model, kinds=kinds, beta=cfg.temperature, gamma=cfg.stretch_low,
                                            zeta=cfg.stretch_high)
-    res = l0_train(model, gates, batches, cell["lam"], steps=len(batches), lr=cfg.l0_lr, loss_fn=nmt_loss)
+    settle = ({"until": lambda h: bool(gates_settled(h)[0]), "min_steps": cfg.l0_steps}
+              if cfg.l0_max_steps is not None else {})
+    res = l0_train(model, gates, batches, cell["lam"], steps=len(batches), lr=cfg.l0_lr, loss_fn=nmt_loss, **settle)
     seconds_train = time.perf_counter() - t0
     shapes = cfg.shapes()
     full = {k: torch.ones(*s) for k, s in shapes.items()}
@@ -663,6 +669,7 @@ def run_l0_cell(ctx: Context, cell: dict, batches: list[dict]) -> dict:
         "open_prob": {k: v.detach().cpu().tolist() for k, v in gates.open_prob().items()},
         "history": res.history[::step] + ([res.history[-1]] if (len(res.history) - 1) % step else []),
         "seconds_train": seconds_train, "seconds": time.perf_counter() - t0,
+        **({"l0_steps_trained": len(res.history)} if cfg.l0_max_steps is not None else {}),
     }
 
 

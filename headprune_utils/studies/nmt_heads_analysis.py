@@ -600,6 +600,17 @@ def scale(cfg) -> str:
             + ("; a small-scale test, not the paper's set-up" if small else ""))
 
 
+def gates_evidence(table: pd.DataFrame) -> pd.DataFrame:
+    """The L0 gates' evidence (:class:`preconditions.GatesSettled`): one row per L0 cell, its model (model seed), its
+    setting and lambda, and whether its gates settled (:func:`preconditions.gates_settled` on the cell's
+    ``history``). A model's L0 rows stand on all its gate trainings, every setting and lambda."""
+    l0 = _kind(table, "l0")
+    rows = [preconditions.gates_row(int(r["model_seed"]), f"{r['setting']} lambda {float(r['lam']):g}",
+                                    r.get("history") if isinstance(r.get("history"), list) else None)
+            for r in l0.to_dict("records")]
+    return pd.DataFrame(rows, columns=["unit", "gates", "settled", "moved"])
+
+
 def _histories(table: pd.DataFrame) -> dict:
     m = _kind(table, "model")
     return {int(r["model_seed"]): (r["history"] if isinstance(r.get("history"), list) else None)
@@ -923,7 +934,7 @@ def verdicts(table: pd.DataFrame, role_tab: pd.DataFrame, surv: pd.DataFrame, bu
     full = {int(r.model_seed): float(r.bleu) for r in _kind(table, "model").itertuples()}
     run = Run(table, role_tab, surv, budget, agreement, by_type, task, full, semantics, tuple(fractions))
     trained = {"histories": _histories(table), "patience": patience or 3, "min_delta": float(min_delta),
-               "retraining": retraining_convergence(table, patience or 3, min_delta)}
+               "retraining": retraining_convergence(table, patience or 3, min_delta), "gates": gates_evidence(table)}
     parts = [evaluate_group(claim, ms, {**trained, **evidence}, scale_)
              for claim in claims_ for ms, evidence in MEASURES[claim.measure](claim, run)]
     out = pd.concat(parts, ignore_index=True)

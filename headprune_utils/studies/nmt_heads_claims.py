@@ -95,6 +95,8 @@ class RetrainedConverged(Gate):
 
 
 RETRAINED_CONVERGED = RetrainedConverged(only="retrained with the mask fixed")
+# every claim read off the L0 gates: they settled before their steps ran out (l0_steps)
+GATES_SETTLED = preconditions.GatesSettled()
 ROLE_FOUND = preconditions.Check("at least one encoder head of the row's role (its setting) was found",
                                  setting_role_found)
 
@@ -187,7 +189,7 @@ CLAIMS: tuple[Claim, ...] = (
           claims.Superiority("greater", margin=margins.SHARE_OF_HEADS),
           metric="per model and ordered pair of types (setting): share of type b's heads kept - share of type a's, "
                  "mean over the lambdas that prune some heads and keep some (gates on all three types)",
-          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU, ENOUGH_MODELS), figure="l0_heads_kept",
+          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU, ENOUGH_MODELS, GATES_SETTLED), figure="l0_heads_kept",
           measure="kept b - kept a (L0)", unit=UNIT,
           note=f"the gates train on a frozen model for l0_steps steps; {SMALL}; {MODELS}"),
     Claim("voita.enc_most_prunable", f"{VOITA} (Sec. 6.2)",
@@ -195,7 +197,7 @@ CLAIMS: tuple[Claim, ...] = (
           claims.NonInferiority(margins.TASK_SCORE),
           metric="per model: BLEU(encoder L0 mask keeping the most heads among those keeping at most half) - "
                  "BLEU(full)",
-          regime=f"{TRAINED}, then L0-gated on the encoder (the model frozen)", gates=(PLATEAU, ENOUGH_MODELS),
+          regime=f"{TRAINED}, then L0-gated on the encoder (the model frozen)", gates=(PLATEAU, ENOUGH_MODELS, GATES_SETTLED),
           figure="l0_heads_kept", measure="enc L0 at most half - full", unit=UNIT,
           note=f"at most half of this encoder's heads kept, not 10 of 48; {SMALL}; {MODELS}"),
     Claim("voita.l0_beats_random", f"{VOITA} (Sec. 6)",
@@ -203,7 +205,7 @@ CLAIMS: tuple[Claim, ...] = (
           claims.Superiority("greater", margin=margins.TASK_SCORE),
           metric="per model and L0 setting: BLEU(L0 masks) - BLEU(random masks with the same heads per type), mean "
                  "over the lambdas that prune something and keep something",
-          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU, ENOUGH_MODELS), figure="l0_bleu",
+          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU, ENOUGH_MODELS, GATES_SETTLED), figure="l0_bleu",
           measure="L0 - random", unit=UNIT,
           note=f"the paper compares with the same architectures trained from scratch; random masks at the same "
                f"counts are our test of 'heads that matter'; {SMALL}; {MODELS}"),
@@ -244,7 +246,7 @@ CLAIMS: tuple[Claim, ...] = (
           claims.Superiority("greater", margin=margins.AUC),
           metric="per model and L0 setting: AUC of the survival level, specialized vs the other encoder heads of the "
                  "same layer, mean over the layers with both, minus 0.5",
-          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU, ENOUGH_MODELS, preconditions.RoleFound("specialized")),
+          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU, ENOUGH_MODELS, GATES_SETTLED, preconditions.RoleFound("specialized")),
           figure="survival_by_role", measure="specialized_survival_auc", unit=UNIT,
           note=f"within layers (survival depends on the layer); {RARE_NOTE}; {MODELS}"),
     Claim("voita.functions_at_17_of_48", f"{VOITA} (Sec. 6.2)",
@@ -252,7 +254,7 @@ CLAIMS: tuple[Claim, ...] = (
           claims.Superiority("greater", margin=margins.SHARE_OF_HEADS),
           metric="per model, L0 setting and role (setting): 1 if the mask nearest 17/48 of the encoder heads keeps "
                  "one of the role's heads, minus the chance that a random mask of that size would",
-          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU, ENOUGH_MODELS, ROLE_FOUND), figure="survival_map",
+          regime=f"{TRAINED}, then L0-gated (the model frozen)", gates=(PLATEAU, ENOUGH_MODELS, GATES_SETTLED, ROLE_FOUND), figure="survival_map",
           measure="roles_kept_at_17_of_48", unit=UNIT,
           note=f"17/48 of this encoder's heads, not 17 heads; presence beyond chance, since a mask of that size keeps "
                f"a role's head by chance alone; {MODELS}"),

@@ -102,6 +102,9 @@ class NMTHeadsConfig:
     l0_settings: list[str] = field(default_factory=lambda: ["enc", "all"])  # gated types: enc | dec | cross | all
     lambdas: list[float] = field(default_factory=lambda: [0.02, 0.04, 0.05, 0.06, 0.08, 0.16])  # penalty per open gate (nats)
     l0_steps: int = 30                          # gate optimiser steps (batches of the training set)
+    l0_max_steps: int | None = None             # set: train the gates past l0_steps until they settled (the rule the
+                                                # claims' gate reads: analysis.preconditions.gates_settled), at most this
+                                                # many steps; None: exactly l0_steps
     l0_batch_size: int = 32                     # sentence pairs per gate step
     l0_lr: float = 0.15                         # Adam on log_alpha
     temperature: float = 0.33                   # Hard Concrete beta (Voita et al.)
@@ -145,6 +148,9 @@ class NMTHeadsConfig:
                      "l0_batch_size", "n_random_baselines", "n_permutations"):
             if getattr(self, name) < 1:
                 raise ParameterError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.l0_max_steps is not None and self.l0_max_steps < self.l0_steps:
+            raise ParameterError(f"l0_max_steps ({self.l0_max_steps}) must be >= l0_steps (the fewest steps the gates "
+                                 f"train, {self.l0_steps})")
         if self.vocab_size <= 4:
             raise ParameterError(f"vocab_size must exceed the 4 special tokens, got {self.vocab_size}")
         if self.d_model % self.heads:

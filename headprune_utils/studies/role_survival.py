@@ -44,8 +44,10 @@ from headprune_utils.analysis.preconditions import RoleFound
 from headprune_utils.measure.specialized import RARE_SHARE
 from headprune_utils.model.masks import mask_from_string
 
+
 __all__ = [
-    "ROLE_NAMES", "VOITA_FRACTION", "NOT_POSITIONAL", "NOT_SYNTACTIC", "role_table", "role_mask", "role_counts",
+    "l0_cap", "ROLE_NAMES", "VOITA_FRACTION", "NOT_POSITIONAL", "NOT_SYNTACTIC", "role_table", "role_mask",
+    "role_counts",
     "role_stability", "majority_role",
     "role_map_data", "survival_heads", "survival_with_roles", "survival_tests", "survival_auc_per_model",
     "survival_map_data", "random_keeps", "presence_effect", "roles_at_budget", "rare_criterion_counts",
@@ -353,3 +355,12 @@ def setting_role_found(m: Measurement, evidence) -> str | None:
     count, or one count). For ``preconditions.Check``."""
     role = role_of_setting(m.setting)
     return RoleFound(role).check(m, {"role_counts": evidence["role_counts"].get(role, 0)})
+
+
+def l0_cap(cfg) -> dict:
+    """``{"l0_max_steps": N}`` when the L0 gates train until they settle (``cfg.l0_max_steps``: at most N steps; the
+    rule: ``analysis.preconditions.gates_settled``), else ``{}``: an axis of the L0 cells only, since no other cell
+    depends on it (it stays out of the study's fingerprint, and cells planned without it keep their keys). Studies 6
+    and 7 alike."""
+    cap = getattr(cfg, "l0_max_steps", None)
+    return {"l0_max_steps": int(cap)} if cap is not None else {}

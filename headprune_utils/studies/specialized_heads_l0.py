@@ -38,12 +38,14 @@ import torch
 from headprune_utils.tasks import batching, data
 from headprune_utils.measure import costs, head_scores, importance, mask_sweep, specialized
 from headprune_utils.studies import glue_workbench
+from headprune_utils.studies.role_survival import l0_cap
 from headprune_utils.model import masks, models, strategies
 from headprune_utils.train import training
 from headprune_utils.model.attention import attention_maps
 from headprune_utils.studies.config import ParameterError, check_fields
 from headprune_utils.model.gates import Ablation, as_ablation
 from headprune_utils.train.hard_concrete import HardConcreteGates, l0_train
+from headprune_utils.analysis.preconditions import gates_settled
 from headprune_utils.tasks.metrics import main_score
 from headprune_utils.store.paths import StudyPaths
 from headprune_utils.store.results import cell_key, fingerprint
@@ -97,6 +99,9 @@ class SpecializedHeadsL0Config(glue_workbench.GlueStudyConfig):
     lambdas: list[float] = field(default_factory=lambda: [0.003, 0.01, 0.03, 0.08])  # L0 penalty per open gate (loss units); larger: fewer heads
     l0_steps: int | None = 20                   # optimiser steps of the gates (None: l0_epochs passes over the training subset)
     l0_epochs: int = 1                          # passes over the training subset when l0_steps is None
+    l0_max_steps: int | None = None             # set: train the gates past l0_steps until they settled (the rule the
+                                                # claims' gate reads: analysis.preconditions.gates_settled), at most this
+                                                # many steps; None: exactly l0_steps
     l0_batch_size: int = 8                      # examples per gate step
     l0_lr: float = 0.15                         # Adam on log_alpha
     temperature: float = 0.33                   # Hard Concrete beta (Voita et al.)
@@ -119,6 +124,9 @@ class SpecializedHeadsL0Config(glue_workbench.GlueStudyConfig):
         for name in ("l0_epochs", "l0_batch_size", "n_random_baselines", "n_permutations"):
             if getattr(self, name) < 1:
                 raise ParameterError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.l0_max_steps is not None and (self.l0_steps is None or self.l0_max_steps < self.l0_steps):
+            raise ParameterError(f"l0_max_steps ({self.l0_max_steps}) needs l0_steps (the fewest steps the gates "
+                                 f"train, {self.l0_steps}) and must be >= it")
         if not self.lambdas or len(set(self.lambdas)) != len(self.lambdas) or any(not l >= 0 for l in self.lambdas):
             raise ParameterError(f"lambdas must be distinct numbers >= 0, got {self.lambdas}")
         if not self.relations or len(set(self.relations)) != len(self.relations) or not all(self.relations):
@@ -173,13 +181,13 @@ def plan_cells(cfg: SpecializedHeadsL0Config) -> list[Cell]:
             scores = Cell(scores_axes(task, seed), cost=cost_scores)
             cells.append(scores)
             for lam in sorted(cfg.lambdas):
-                cells.append(Cell({"kind": "l0", "task": task, "seed": int(seed), "lam": float(lam)},
+                cells.append(Cell({"kind": "l0", "task": task, "seed": int(seed), "lam": float(lam), **l0_cap(cfg)},
                                   requires=(scores.key,), group=(task, int(seed), "l0"), cost=cost_l0))
     return cells
 
 
 def study_fingerprint(cfg: SpecializedHeadsL0Config, device: torch.device) -> str:
-    d = glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=("lambdas", *ANALYSIS_ONLY))
+    d = glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=("lambdas", "l0_max_steps", *ANALYSIS_ONLY))
     splits = {cfg.ud_split, *(["train"] if cfg.rare_corpus == "ud_train" else [])}
     d["ud_data"] = {s: (data.file_fingerprint(p) if p is not None and p.is_file() else "absent")
                     for s in sorted(splits) for p in [ud_path(cfg.data_dir, s)]}
@@ -218,6 +226,7 @@ def l0_cost(cfg: SpecializedHeadsL0Config, task: str, shape: costs.Shape) -> flo
     examples) and the dev scores of the L0 mask and its baselines (gated, so no cheaper than the full model)."""
     n_tr, length = costs.split_tokens(task, "train", cfg.train_size, cfg.data_dir)
     steps = cfg.l0_steps if cfg.l0_steps is not None else cfg.l0_epochs * -(-int(n_tr) // cfg.l0_batch_size)
+    steps = cfg.l0_max_steps or steps  # the cap: the planned cost is the most it can take
     tokens = steps * cfg.l0_batch_size * length
     return costs.train_flops(shape, tokens, length) + (cfg.n_random_baselines + 2) * glue_workbench.eval_cost(cfg, task)
 
@@ -389,7 +398,8 @@ def gate_batches(ctx: Context, task: str, seed: int) -> list[dict]:
     """The gates' training batches of (task, seed) on the context's device (:func:`l0_batches` of its training
     subset; the same at every lambda)."""
     cfg = ctx.cfg
-    return l0_batches(ctx.task_data(task)[1], cfg.l0_batch_size, seed, cfg.l0_steps, cfg.l0_epochs, ctx.device)
+    return l0_batches(ctx.task_data(task)[1], cfg.l0_batch_size, seed, cfg.l0_max_steps or cfg.l0_steps, cfg.l0_epochs,
+                      ctx.device)
 
 
 def random_seed(seed: int, r: int) -> int:
@@ -415,8 +425,10 @@ def run_l0_cell(ctx: Context, cell: dict, importance_scores: torch.Tensor, score
         batches = gate_batches(ctx, task, seed)
     training.set_seed(seed)  # the gate samples: the same noise at every lambda
     gates = HardConcreteGates.for_model(model, beta=cfg.temperature, gamma=cfg.stretch_low, zeta=cfg.stretch_high)
+    settle = ({"until": lambda h: bool(gates_settled(h)[0]), "min_steps": cfg.l0_steps}
+              if cfg.l0_max_steps is not None else {})
     res = l0_train(model, gates, batches, lam, steps=len(batches), lr=cfg.l0_lr, train_model=cfg.l0_train_model,
-                   model_lr=cfg.l0_model_lr, ablation=cfg.ablation, means=means, progress=False)
+                   model_lr=cfg.l0_model_lr, ablation=cfg.ablation, means=means, progress=False, **settle)
     seconds_train = time.perf_counter() - t0
     mask = res.mask
     n_prune = n_layers * n_heads - int(mask.sum())
@@ -445,6 +457,7 @@ def run_l0_cell(ctx: Context, cell: dict, importance_scores: torch.Tensor, score
         "history": res.history[::step] + ([res.history[-1]] if (len(res.history) - 1) % step else []),
         "metric": spec.main_metric, "chance": glue_workbench.chance_score(task, tr, dv),
         "seconds_train": seconds_train, "seconds": time.perf_counter() - t0,
+        **({"l0_steps_trained": len(res.history)} if cfg.l0_max_steps is not None else {}),
     }
 
 

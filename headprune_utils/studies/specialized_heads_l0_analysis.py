@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from scipy import stats as sps
 
-from headprune_utils.analysis import stats, survival
+from headprune_utils.analysis import preconditions, stats, survival
 from headprune_utils.analysis.claims import Claim, Measurement, adjust, empty_table, evaluate, validate
 from headprune_utils.analysis.paired_contrasts import unit_summary
 from headprune_utils.measure.head_scores import rank_agreement
@@ -451,6 +451,15 @@ def convergence_evidence(table: pd.DataFrame) -> pd.DataFrame:
     return convergence.table(convergence.full_rows(table[table["kind"] == "scores"], column="full_model_history"))
 
 
+def gates_evidence(table: pd.DataFrame) -> pd.DataFrame:
+    """The L0 gates' evidence (:class:`preconditions.GatesSettled`): one row per L0 cell, the model (task, seed), its
+    lambda, and whether its gates settled (:func:`preconditions.gates_settled` on the cell's ``history``)."""
+    l0 = table[table["kind"] == "l0"] if "kind" in table else table.iloc[0:0]
+    rows = [preconditions.gates_row((r["task"], int(r["seed"])), f"lambda {float(r['lam']):g}", r.get("history"))
+            for _, r in l0.iterrows()]
+    return pd.DataFrame(rows, columns=["unit", "gates", "settled", "moved"])
+
+
 def verdicts(table: pd.DataFrame, agreement: pd.DataFrame, roles: pd.DataFrame, surv: pd.DataFrame,
              budget: pd.DataFrame, *, claims_: Sequence[Claim], semantics: str, scale_: str) -> pd.DataFrame:
     """The verdict table (``claims.COLUMNS``) of ``claims_`` (the study's ``CLAIMS``), every number from this run.
@@ -467,7 +476,8 @@ def verdicts(table: pd.DataFrame, agreement: pd.DataFrame, roles: pd.DataFrame, 
     full = full_scores(table)
     run = Run(table, agreement, roles, surv, budget, semantics, full, tuple(dict.fromkeys(full["task"])))
     trained = {"full": {(r.task, int(r.seed)): r.score_full for r in full.itertuples()},
-               "chance": dict(zip(full["task"], full["chance"])), "convergence": convergence_evidence(table)}
+               "chance": dict(zip(full["task"], full["chance"])), "convergence": convergence_evidence(table),
+               "gates": gates_evidence(table)}
     parts = []
     for claim in claims_:
         for ms, evidence in MEASURES[claim.measure](claim, run):

@@ -210,6 +210,9 @@ def l0_train(
     means=None,
     threshold: float = 0.5,
     progress: bool = False,
+    until: Callable[[list[dict]], bool] | None = None,
+    min_steps: int = 0,
+    check_every: int = 10,
 ) -> L0Result:
     """Train the gates' ``log_alpha`` with ``loss = task loss + lam * gates.expected_l0()`` (Adam, ``lr``).
 
@@ -222,6 +225,9 @@ def l0_train(
         types it holds are gated, the others left alone; the penalty sums over them).
     lam: weight of the expected number of open gates (loss units per head; larger = fewer heads).
     loss_fn: ``(model, batch) -> scalar``; default the model's own loss (``model(**batch).loss``).
+    until: stop early: after at least ``min_steps`` steps, at the first step (checked every ``check_every`` steps and
+        at ``min_steps``) where ``until(history)`` is true, e.g. the gates settled
+        (:func:`headprune_utils.analysis.preconditions.gates_settled`); ``steps`` stays the cap. None: every step.
     Each step applies a fresh sample ``gates()`` (train mode) through ``head_gates(model, z, ablation)``.
     Returns :class:`L0Result`; ``gates`` is left in eval mode, the model's mode and ``requires_grad`` restored.
     """
@@ -245,10 +251,11 @@ def l0_train(
         model.train(train_model)
         gates.train()
         step = 0
+        done = False
         with tqdm(total=total, disable=not progress, desc="L0 gates", leave=False) as bar:
-            while step < total:
+            while step < total and not done:
                 for batch in batches:
-                    if step >= total:
+                    if step >= total or done:
                         break
                     opt.zero_grad(set_to_none=True)
                     if model_opt is not None:
@@ -273,6 +280,8 @@ def l0_train(
                     phases.report(phases.steps(f"L0 gates (lambda {lam:g}): training", step + 1, total))
                     bar.set_postfix(loss=f"{record['loss']:.3f}", open=n)
                     step += 1
+                    if until is not None and step >= min_steps and (step == min_steps or step % check_every == 0):
+                        done = bool(until(result.history))
     finally:
         gates.eval()
         for p, f in zip(model.parameters(), flags):

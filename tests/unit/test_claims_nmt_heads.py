@@ -380,3 +380,41 @@ def test_a_strategy_repeating_another_strategys_masks_is_not_counted_twice():
     for s in ("top", "bottom", "spread"):
         assert row(v, "budhraja.location_no_better", s + R)["verdict"] != "not testable"
     assert row(v, "budhraja.location_no_better", "top" + R)["effect"] == pytest.approx(-0.5 - 0.03 * 2)
+
+
+def test_rows_read_off_l0_gates_need_gates_that_settled():
+    """Every claim read off the L0 gates carries the settling gate; its evidence is one row per L0 cell (model seed,
+    setting and lambda) from the cell's history, and a model whose gates at any setting or lambda were still moving
+    at their last step makes the rows it stands behind not testable, naming that training (a 30-step run: its last
+    3 steps judged). Cells without a history: nothing to judge."""
+    from headprune_utils.analysis import preconditions
+    from headprune_utils.studies import nmt_heads_analysis
+
+    read_off_gates = {c.id for c in study.CLAIMS if "L0-gated" in c.regime}
+    assert read_off_gates == {c.id for c in study.CLAIMS if declared.GATES_SETTLED in c.gates}
+    assert {"voita.type_prunability_l0", "voita.enc_most_prunable", "voita.l0_beats_random"} <= read_off_gates
+
+    def steps(closing):
+        hist = [{"step": i, "open": 40, "expected_l0": 41.0} for i in range(30)]
+        if closing:  # one head and 2.5 expected lost over the last three steps
+            hist[-3:] = [{"step": 27, "open": 39, "expected_l0": 39.8}, {"step": 28, "open": 39, "expected_l0": 39.0},
+                         {"step": 29, "open": 39, "expected_l0": 38.5}]
+        return hist
+
+    table = pd.DataFrame([{"kind": "l0", "model_seed": ms, "setting": st, "lam": lam,
+                           "history": steps(closing=(ms, st, lam) == (1, "enc", 0.1))}
+                          for ms in (0, 1) for st in ("enc", "all") for lam in (0.01, 0.1)]
+                         + [{"kind": "l0", "model_seed": 2, "setting": "enc", "lam": 0.1, "history": None}])
+    ev = nmt_heads_analysis.gates_evidence(table)
+    assert len(ev) == 9 and ev["settled"].sum() == 7 and ev["settled"].isna().sum() == 1
+    gate = declared.GATES_SETTLED
+    m = claims.Measurement("toy", [0.1, 0.2], [0, 1], "enc", "zero")
+    why = gate.check(m, {"gates": ev})
+    assert why.startswith("L0 gates not settled: 1 of 8 gate trainings behind this row on toy")
+    assert "enc lambda 0.1 of seed 1: -1 heads open and -2.50 expected open over its last 3 of 30 steps" in why
+    assert gate.check(claims.Measurement("toy", [0.1], [0], "enc", "zero"), {"gates": ev}) is None
+    assert "have no record of their steps" in gate.check(claims.Measurement("toy", [0.1], [2], "enc", "zero"),
+                                                          {"gates": ev})
+    assert "no record of the L0 gates' training" in gate.check(m, {"gates": ev.iloc[0:0]})
+    assert preconditions.gates_settled(steps(False)) == (True, "+0 heads open and +0.00 expected open over its "
+                                                               "last 3 of 30 steps")

@@ -33,11 +33,24 @@ CONVERGED_CURVE = [{"epoch": e, "val_score": v, "selected": e == 2} for e, v in 
 IMPROVING_CURVE = [{"epoch": e, "val_score": v, "selected": e == 4} for e, v in ((1, 0.8), (2, 0.82), (3, 0.84), (4, 0.86))]
 
 
+def gate_steps(keep, settled=True, steps=20):
+    """An L0 gate training's history ending with ``keep`` heads open: settled (the count and the expected open gates
+    flat over the last steps) or still closing (one head, and 1.5 expected, lost in its last two steps)."""
+    hist = [{"step": i, "open": keep + 2, "expected_l0": keep + 2.0} for i in range(steps // 2)]
+    hist += [{"step": i, "open": keep, "expected_l0": keep + 0.5} for i in range(steps // 2, steps)]
+    if not settled:
+        hist[-3:] = [{"step": steps - 3, "open": keep + 1, "expected_l0": keep + 1.5},
+                     {"step": steps - 2, "open": keep, "expected_l0": keep + 0.2},
+                     {"step": steps - 1, "open": keep, "expected_l0": keep}]
+    return hist
+
+
 def cells(full=0.9, chance=0.5, l0_gain=0.2, imp_gap=0.0, spec_first=False, rho=0.5, l0_loss=0.005, l0_spread=0.0,
-          seeds=SEEDS, curve=CONVERGED_CURVE):
+          seeds=SEEDS, curve=CONVERGED_CURVE, unsettled=()):
     """Scores cells (full score, chance, Spearman via relevance/confidence grids) and L0 cells per (task, seed).
     A pruned L0 mask loses ``l0_loss + l0_spread x seed`` (``l0_spread`` > 0: the models differ, so the t statistic
-    of score(L0) - score(full) is defined)."""
+    of score(L0) - score(full) is defined). Every L0 cell's gates settled, except those of ``unsettled``
+    ``(task, seed, lam)``."""
     rows = []
     rng = np.random.default_rng(0)
     for task in TASKS:
@@ -63,7 +76,8 @@ def cells(full=0.9, chance=0.5, l0_gain=0.2, imp_gap=0.0, spec_first=False, rho=
                              "score_full": full + jitter, "chance": chance, "metric": "accuracy", "seconds": 1.0,
                              "score_l0": full + jitter - (l0_loss + l0_spread * seed if pruned else 0.0),
                              "score_random_mean": full + jitter - (l0_gain if pruned else 0.0) + 0.003 * seed,
-                             "score_importance": full + jitter - (imp_gap if pruned else 0.0) + 0.001 * seed})
+                             "score_importance": full + jitter - (imp_gap if pruned else 0.0) + 0.001 * seed,
+                             "history": gate_steps(keep, (task, seed, lam) not in unsettled)})
     return pd.DataFrame(rows)
 
 
@@ -480,3 +494,34 @@ def test_an_absent_measurement_is_a_not_testable_row_through_evaluate():
     row = verdict(v2, "voita.rare_word_head", "pre-trained model")
     assert row["reason"] == "the pre-trained model's roles are not measured (its roles cell is missing)"
     assert row["n_units"] == 0 and np.isnan(row["effect"])
+
+
+def test_rows_read_off_gates_still_moving_at_their_last_step_are_not_testable():
+    """The gates of model (A, 1) at lambda 0.1 were still closing when their steps ran out: every L0 row of task A
+    (they stand on all of a model's lambdas) is not testable, naming them and what moved; task B, and the claims not
+    read off the gates, are decided as before. The rule's own edges: a count unchanged but the expected open gates
+    moving by a head is not settled; no history is nothing to judge."""
+    base = run(cells(), roles_of(None))
+    v = run(cells(unsettled={("A", 1, 0.1)}), roles_of(None))
+    l0_claims = {c.id for c in study.CLAIMS if preconditions.GatesSettled() in c.gates}
+    assert {"voita.most_prunable", "voita.l0_beats_random", "ours.l0_vs_importance"} <= l0_claims
+    assert "voita.important_are_confident" not in l0_claims
+    a = v[v["claim_id"].isin(l0_claims) & (v["task"] == "A") & (v["n_units"] > 0)]
+    assert len(a) and (a["verdict"] == "not testable").all()
+    assert a["reason"].str.contains("L0 gates not settled: 1 of ", regex=False).all()
+    assert a["reason"].str.contains("lambda 0.1 of A seed 1: -1 heads open and -1.50 expected open over its last 2 "
+                                    "of 20 steps", regex=False).all()
+    cols = ["claim_id", "setting", "verdict"]
+    for t in ("B",):
+        pd.testing.assert_frame_equal(v.loc[v["task"] == t, cols].reset_index(drop=True),
+                                      base.loc[base["task"] == t, cols].reset_index(drop=True))
+    assert verdict(v, "voita.important_are_confident", setting=EVERY_KEY)["verdict"] == \
+        verdict(base, "voita.important_are_confident", setting=EVERY_KEY)["verdict"]
+    flat_count = [{"step": i, "open": 5, "expected_l0": 9.0 - (i >= 18) * 1.2} for i in range(20)]
+    assert preconditions.gates_settled(flat_count)[0] is False
+    assert preconditions.gates_settled(gate_steps(4))[0] is True
+    assert preconditions.gates_settled(None)[0] is None and preconditions.gates_settled([{"step": 0}])[0] is None
+    # a long run judged on its last tenth: 300 steps, the count moving at step 250 is outside it
+    late = [{"step": i, "open": 10 if i < 250 else 9, "expected_l0": 9.2} for i in range(300)]
+    assert preconditions.gates_settled(late) == (True, "+0 heads open and +0.00 expected open over its last 30 of "
+                                                       "300 steps")

@@ -127,6 +127,35 @@ def test_l0_train_large_lambda_closes_gates_and_leaves_a_frozen_model_alone():
     assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
 
 
+def test_l0_train_until_stops_at_the_first_check_that_holds_and_never_before_min_steps():
+    """``until`` (e.g. the gates settled): checked at ``min_steps`` and every ``check_every`` steps after it; the run
+    stops at the first check that holds, ``steps`` stays the cap; the steps it made are those of a run without
+    ``until`` (the same records, the same gates)."""
+    from headprune_utils.analysis.preconditions import gates_settled
+
+    def run(**kw):
+        torch.manual_seed(0)
+        model = tiny_model(initializer_range=0.2)
+        torch.manual_seed(1)
+        g = HardConcreteGates.for_model(model)
+        return l0_train(model, g, train_batches(), lam=10.0, steps=60, lr=0.1, **kw), g
+
+    full, g_full = run()
+    seen = []
+
+    def after_25(h):
+        seen.append(len(h))
+        return len(h) >= 25
+
+    early, g_early = run(until=after_25, min_steps=12, check_every=5)
+    assert seen == [12, 15, 20, 25] and len(early.history) == 25
+    assert early.history == full.history[:25]
+    never, _ = run(until=lambda h: False, min_steps=12)
+    assert len(never.history) == 60 and never.history == full.history
+    settled, _ = run(until=lambda h: bool(gates_settled(h)[0]), min_steps=10)
+    assert len(settled.history) < 60 and gates_settled(settled.history)[0] is True  # all gates shut: settled
+
+
 def test_l0_train_lambda_zero_keeps_gates_open_and_can_finetune_the_model():
     torch.manual_seed(0)
     model = tiny_model(initializer_range=0.2)

@@ -557,3 +557,36 @@ def test_a_retraining_checkpoint_is_named_by_its_masks_and_goes_only_once_its_re
     assert at_store == [True] and not ck.exists()  # there while storing, gone after
     ck.write_bytes(b"stale")
     assert study.run_retrain_cell(ctx, a)["retrain_cached"] and not ck.exists()
+
+
+def test_the_l0_cap_is_an_axis_of_the_l0_cells_alone(root):
+    """``l0_max_steps`` (the gates train until they settle, at most that many steps) changes the keys of the L0 cells
+    and nothing else: every other cell keeps its key and the study's fingerprint is the same, so setting it on a
+    profile whose models and retrainings are stored recomputes only the gates. Below ``l0_steps`` it is refused."""
+    import torch
+
+    plain, capped = config(root), config(root, l0_max_steps=90)
+    assert study.study_fingerprint(plain, torch.device("cpu")) == study.study_fingerprint(capped, torch.device("cpu"))
+    keys = {c.key for c in study.plan_cells(plain)}
+    l0 = [c for c in study.plan_cells(capped) if c["kind"] == "l0"]
+    assert l0 and all(c["l0_max_steps"] == 90 and c.key not in keys for c in l0)
+    assert {c.key for c in study.plan_cells(capped) if c["kind"] != "l0"} <= keys
+    with pytest.raises(ParameterError, match="l0_max_steps"):
+        config(root, l0_max_steps=plain.l0_steps - 1)
+
+
+def test_l0_gates_train_until_they_settle_with_the_cap(root, tmp_path, monkeypatch):
+    """With ``l0_max_steps`` an L0 cell trains its gates at least ``l0_steps`` steps, stops at the first check where
+    they settled (``preconditions.gates_settled``) or at the cap, and records how many steps it trained."""
+    from headprune_utils.analysis.preconditions import gates_settled
+
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
+    cfg = config(root, l0_max_steps=25, l0_settings=["enc"], lambdas=[0.0, 2.0], types=["enc"], strategy_types=["enc"],
+                 strategies=["random"], retrain_types=[], retrain_fractions=[])
+    table = run_study(study.STUDY, cfg, "unit", StudyPaths(study.NAME, "unit", root=tmp_path))
+    l0 = table[table["kind"] == "l0"]
+    assert len(l0) == 2 and (l0["l0_max_steps"] == 25).all()
+    for r in l0.itertuples():
+        n = int(r.l0_steps_trained)
+        assert 3 <= n <= 25 and r.history[-1]["step"] == n - 1
+        assert n == 25 or gates_settled(r.history)[0] is True

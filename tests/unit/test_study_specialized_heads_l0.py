@@ -65,6 +65,20 @@ def test_bad_parameters_are_refused_early(tiny_model_dir, data_root, tiny_glue_r
         config(tiny_model_dir, data_root, stretch_low=0.1)
     with pytest.raises(ParameterError, match="l0_steps"):
         config(tiny_model_dir, data_root, l0_steps=0)
+    with pytest.raises(ParameterError, match="l0_max_steps"):
+        config(tiny_model_dir, data_root, l0_max_steps=5)  # fewer than l0_steps (6)
+    with pytest.raises(ParameterError, match="l0_max_steps"):
+        config(tiny_model_dir, data_root, l0_steps=None, l0_max_steps=50)
+    # the cap is an axis of the L0 cells alone, out of the fingerprint: the scores cells keep their keys
+    import torch
+    plain, capped = config(tiny_model_dir, data_root), config(tiny_model_dir, data_root, l0_max_steps=60)
+    assert study.study_fingerprint(plain, torch.device("cpu")) == study.study_fingerprint(capped, torch.device("cpu"))
+    keys = {c.key: c for c in study.plan_cells(plain)}
+    for c in study.plan_cells(capped):
+        if c["kind"] == "l0":
+            assert c["l0_max_steps"] == 60 and c.key not in keys
+        else:
+            assert c.key in keys
     with pytest.raises(ParameterError, match="rare_corpus"):
         config(tiny_model_dir, data_root, rare_corpus="wikipedia")
     with pytest.raises(ParameterError, match="unknown parameter"):
@@ -395,3 +409,20 @@ def test_score_agreement_by_hand():
     mixed = pd.concat([table.iloc[:1], new.iloc[1:]], ignore_index=True)  # two code versions: an error, not a result
     with pytest.raises(ValueError, match="some scores cells only"):
         study.head_score_table(mixed)
+
+
+def test_gates_train_until_they_settle_with_l0_max_steps(tiny_model_dir, data_root, tmp_path, monkeypatch):
+    """With ``l0_max_steps`` the gates train at least ``l0_steps`` steps and stop at the first check where they
+    settled (analysis.preconditions.gates_settled, the rule the claims' gate reads), else at the cap; each L0 cell
+    records how many steps it trained, its history every step of them."""
+    from headprune_utils.analysis.preconditions import gates_settled
+
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
+    cfg = config(tiny_model_dir, data_root, l0_max_steps=40)
+    table = run_study(study.STUDY, cfg, "t", StudyPaths(study.NAME, "t", root=tmp_path))
+    l0 = table[table["kind"] == "l0"]
+    assert len(l0) == 4
+    for r in l0.itertuples():
+        n = int(r.l0_steps_trained)
+        assert 6 <= n <= 40 and len(r.history) == n and r.history[-1]["step"] == n - 1
+        assert n == 40 or gates_settled(r.history)[0] is True
