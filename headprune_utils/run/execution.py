@@ -1184,5 +1184,6 @@ def _run_locked(study: Study, cfg, profile: str, paths: StudyPaths, device, stor
     atomic_write_json(paths.meta, meta)
     if failed or skipped:
         raise CellsFailed(study.name, failed, skipped)
-    return verdict_scores(table)  # every GLUE task in the metric its claims are decided on (MRPC: accuracy)
+    # every GLUE task in the metric its claims are decided on (MRPC: accuracy)
+    return study.scored(verdict_scores(table))
 

@@ -179,6 +179,12 @@ class Study(ABC):
         ``execution.check_one_model`` keeps from mixing two trainings of one model."""
         return {}
 
+    def scored(self, table):
+        """The stored cells' table as the analysis reads it, each task in the metric its claims are decided on, after
+        ``tasks.metrics.verdict_scores`` (which rewrites a ``score`` column): default unchanged. Study 6 keeps a score
+        per mask (``specialized_heads_l0_analysis.in_verdict_metric``)."""
+        return table
+
     def run_params(self, cfg) -> dict:
         """Recorded in ``run_meta.json`` beside the parameters (default: none; a GLUE study's tasks run and the ones
         unavailable, ``glue_workbench.GlueStudy``)."""

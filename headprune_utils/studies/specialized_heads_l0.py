@@ -53,7 +53,8 @@ from headprune_utils.studies.base import (CORRELATION, GLUE_METRIC_RANGES, NON_N
                                             mask_count_problem)
 from headprune_utils.studies.specialized_heads_l0_analysis import ( # the analysis: pure functions over the table
     CONFIDENCES, MEASURES, PRETRAINED_TASK, RARE_SHARES, ROLE_NAMES, SCORES, VOITA_FRACTION, agreement_summary,
-    curve_contrasts, full_scores, head_score_table, l0_curve, pretrained_role_heads, rare_criterion_counts,
+    curve_contrasts, full_scores, head_score_table, in_verdict_metric, l0_curve, pretrained_role_heads,
+    rare_criterion_counts,
     rare_criterion_survival, role_counts, role_map_data, role_stability, role_table, roles_at_budget, scale,
     score_agreement, score_map_data, scores_recorded, survival_auc_per_model, survival_heads, survival_map_data,
     survival_tests, survival_with_roles, sweep_summary, verdicts,
@@ -450,6 +451,10 @@ def run_l0_cell(ctx: Context, cell: dict, importance_scores: torch.Tensor, score
         "score_l0": _score(task, l0_metrics), "metrics_l0": l0_metrics, "score_full": score_full,
         "score_random": random_scores, "score_random_mean": float(np.mean(random_scores)),
         "score_importance": _score(task, metrics["importance"]),
+        # every mask's metrics, so that a task decided by another metric than its main one (MRPC: accuracy) is
+        # scored by it (specialized_heads_l0_analysis.in_verdict_metric)
+        "metrics_random": [metrics[("random", r)] for r in range(cfg.n_random_baselines)],
+        "metrics_importance": metrics["importance"],
         "n_kept": int(mask.sum()), "n_heads_total": n_layers * n_heads, "mask": masks.mask_to_string(mask),
         "random_masks": [masks.mask_to_string(sweep[("random", r)]) for r in range(cfg.n_random_baselines)],
         "importance_mask": masks.mask_to_string(sweep["importance"]),
@@ -496,6 +501,9 @@ class SpecializedHeadsL0(glue_workbench.GlueStudy):
 
     def provenance(self, ctx, cell) -> dict:
         return glue_workbench.provenance(ctx, cell)
+
+    def scored(self, table):
+        return in_verdict_metric(table)
 
     def context(self, cfg: SpecializedHeadsL0Config, device, paths: StudyPaths) -> Context:
         return Context(cfg, device, paths.finetuned_cache)

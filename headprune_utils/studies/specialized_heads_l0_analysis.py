@@ -23,6 +23,7 @@ from headprune_utils.analysis.paired_contrasts import unit_summary
 from headprune_utils.measure.head_scores import rank_agreement
 from headprune_utils.measure.specialized import RARE_SHARE
 from headprune_utils.model.masks import mask_from_string
+from headprune_utils.tasks.data import get_task
 from headprune_utils.studies import convergence, glue_workbench
 from headprune_utils.studies.role_survival import (  # noqa: F401 (re-exported: the notebook and the tests read them from this study)
     RARE_SHARES,
@@ -449,6 +450,64 @@ def convergence_evidence(table: pd.DataFrame) -> pd.DataFrame:
     """The convergence gate's evidence (:mod:`.convergence`): the full model of every (task, seed), its held-out curve
     as its scores cell recorded it (``full_model_history``; none in cells of before it was recorded)."""
     return convergence.table(convergence.full_rows(table[table["kind"] == "scores"], column="full_model_history"))
+
+
+# the score columns of the cells and the metrics dicts they are read from (an L0 cell's random masks: a list)
+_PER_MASK = {"scores": (("score_full", "metrics_full"),),
+             "l0": (("score_l0", "metrics_l0"), ("score_random", "metrics_random"),
+                    ("score_importance", "metrics_importance"))}
+
+
+def in_verdict_metric(table: pd.DataFrame) -> pd.DataFrame:
+    """The cells' table with each task scored by the metric its claims are decided on (``TaskSpec.verdict_metric``:
+    MRPC by accuracy, as in every other study) where its cells store that metric for every mask (``metrics_full``;
+    ``metrics_l0``, ``metrics_random``, ``metrics_importance``: cells made since 2026-12-06): the scores, the L0 cells'
+    copy of the full model's, the random masks' mean and the chance level (the constant predictor's accuracy, from
+    its F1 exactly: ``tasks.metrics.verdict_scores``) rewritten, ``metric`` naming it. A task whose cells store only
+    their main metric stays in it (the standard profile's MRPC: F1); one whose cells are mixed is a ValueError
+    naming the task (compute its cells again). Returns a new frame."""
+    if table is None or len(table) == 0 or not {"task", "kind", "metric"} <= set(table.columns):
+        return table
+    out = table.copy()
+    for task in pd.unique(out["task"]):
+        try:
+            spec = get_task(str(task))
+        except (KeyError, ValueError):
+            continue
+        want = spec.verdict_metric
+        rows = (out["task"] == task) & out["kind"].isin(tuple(_PER_MASK)) & (out["metric"] == spec.main_metric)
+        if want == spec.main_metric or not rows.any():
+            continue
+
+        def stored(r) -> bool:
+            return all(isinstance(r.get(src), (dict, list)) for _, src in _PER_MASK[r["kind"]])
+
+        have = [stored(r) for _, r in out[rows].iterrows()]
+        if not any(have):
+            continue
+        if not all(have):
+            raise ValueError(f"specialized_heads_l0: {task}'s cells store {want!r} (its claims' metric) for every mask "
+                             f"in {sum(have)} of {len(have)} cells: compute the others again (--fresh --where "
+                             f"task={task}), so that all are scored alike")
+        full = {}
+        for i, r in out[rows].iterrows():
+            for col, src in _PER_MASK[r["kind"]]:
+                v = r[src]
+                out.at[i, col] = [float(m[want]) for m in v] if isinstance(v, list) else float(v[want])
+            if r["kind"] == "scores":
+                full[int(r["seed"])] = out.at[i, "score_full"]
+            f1 = float(r["chance"])
+            if not f1 > 0:
+                raise ValueError(f"{spec.name}: cannot turn the chance F1 {f1} into accuracy")
+            out.at[i, "chance"] = f1 / (2 - f1)
+            out.at[i, "metric"] = want
+        for i, r in out[rows & (out["kind"] == "l0")].iterrows():
+            out.at[i, "score_random_mean"] = float(np.mean(out.at[i, "score_random"]))
+            if int(r["seed"]) not in full:
+                raise ValueError(f"specialized_heads_l0: no scores cell of {task} seed {int(r['seed'])} to score "
+                                 f"its full model in {want!r}")
+            out.at[i, "score_full"] = full[int(r["seed"])]
+    return out
 
 
 def gates_evidence(table: pd.DataFrame) -> pd.DataFrame:

@@ -525,3 +525,44 @@ def test_rows_read_off_gates_still_moving_at_their_last_step_are_not_testable():
     late = [{"step": i, "open": 10 if i < 250 else 9, "expected_l0": 9.2} for i in range(300)]
     assert preconditions.gates_settled(late) == (True, "+0 heads open and +0.00 expected open over its last 30 of "
                                                        "300 steps")
+
+
+def test_mrpc_is_scored_by_accuracy_where_its_cells_store_it_for_every_mask():
+    """MRPC's claims are decided by accuracy (TaskSpec.verdict_metric) where its cells store every mask's metrics:
+    each score, the L0 cells' copy of the full model's, the random masks' mean and the chance level (the constant
+    "paraphrase" predictor: F1 0.8 -> accuracy 0.8 / 1.2) rewritten; cells with F1 only stay in F1; a mix of the two
+    in one task is refused, naming it; SST-2 (decided by its main metric) is untouched."""
+    from headprune_utils.studies import specialized_heads_l0_analysis as an
+
+    def m(acc, f1):
+        return {"accuracy": acc, "f1": f1}
+
+    def rows(task="MRPC", metrics=True, seeds=(0, 1)):
+        out = []
+        for s in seeds:
+            sc = {"kind": "scores", "task": task, "seed": s, "score_full": 0.86, "chance": 0.8, "metric": "f1"}
+            l0 = {"kind": "l0", "task": task, "seed": s, "lam": 0.1, "score_full": 0.86, "chance": 0.8, "metric": "f1",
+                  "score_l0": 0.85, "score_random": [0.82, 0.80], "score_random_mean": 0.81, "score_importance": 0.84}
+            if metrics:
+                sc["metrics_full"] = m(0.79 + s / 100, 0.86)
+                l0.update(metrics_l0=m(0.77, 0.85), metrics_random=[m(0.70, 0.82), m(0.68, 0.80)],
+                          metrics_importance=m(0.75, 0.84))
+            out += [sc, l0]
+        return out
+
+    t = pd.DataFrame(rows() + [{"kind": "scores", "task": "SST-2", "seed": 0, "score_full": 0.9, "chance": 0.5,
+                                "metric": "accuracy", "metrics_full": {"accuracy": 0.9}}])
+    v = an.in_verdict_metric(t)
+    mrpc = v[v["task"] == "MRPC"]
+    assert (mrpc["metric"] == "accuracy").all() and np.allclose(mrpc["chance"].astype(float), 0.8 / 1.2)
+    l0 = mrpc[mrpc["kind"] == "l0"].set_index("seed")
+    assert l0.loc[1, "score_full"] == pytest.approx(0.80) and l0.loc[0, "score_full"] == pytest.approx(0.79)
+    assert l0.loc[0, "score_l0"] == 0.77 and l0.loc[0, "score_random"] == [0.70, 0.68]
+    assert l0.loc[0, "score_random_mean"] == pytest.approx(0.69) and l0.loc[0, "score_importance"] == 0.75
+    pd.testing.assert_frame_equal(v[v["task"] == "SST-2"], t[t["task"] == "SST-2"])
+    assert t.loc[t["task"] == "MRPC", "metric"].eq("f1").all()  # the input is not changed
+    old = pd.DataFrame(rows(metrics=False))
+    pd.testing.assert_frame_equal(an.in_verdict_metric(old), old)  # F1 only (the standard profile's cells): F1
+    with pytest.raises(ValueError, match=r"MRPC's cells store 'accuracy' .* in 2 of 4 cells.*--fresh --where task=MRPC"):
+        an.in_verdict_metric(pd.DataFrame(rows(seeds=(0,)) + rows(metrics=False, seeds=(1,))))
+    assert study.STUDY.scored(t)["metric"].tolist() == v["metric"].tolist()  # what run_study returns
