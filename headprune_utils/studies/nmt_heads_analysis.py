@@ -811,11 +811,11 @@ def _enc_most_prunable(claim: Claim, run: Run) -> list[Group]:
     curve = l0_curve(run.table)
     if curve.empty:
         return _not_measured(claim, run)
-    enc = curve[(curve["setting"] == "enc") & (curve["n_kept"] <= 0.5 * curve["n_heads_total"])]
+    enc = curve[(curve["setting"] == "enc") & (curve["n_kept"] < 0.5 * curve["n_heads_total"])]  # most: > half pruned
     pick = enc.sort_values(["n_kept", "lam"]).groupby("model_seed", as_index=False).tail(1)
-    d = pick.assign(setting="enc, <= half kept", diff=pick["bleu_l0"] - pick["bleu_full"])
-    return [(per_setting(claim, run, d, ["enc, <= half kept"], "BLEU(L0) - BLEU(full)",
-                         empty="no encoder L0 mask keeps at most half of the heads"), {})]
+    d = pick.assign(setting="enc, < half kept", diff=pick["bleu_l0"] - pick["bleu_full"])
+    return [(per_setting(claim, run, d, ["enc, < half kept"], "BLEU(L0) - BLEU(full)",
+                         empty="no encoder L0 mask keeps fewer than half of the heads"), {})]
 
 
 def _l0_random(claim: Claim, run: Run) -> list[Group]:
@@ -897,7 +897,7 @@ MEASURES: dict[str, Callable[[Claim, Run], list[Group]]] = {
     "strategy - random": _strategies,
     "type a - type b (random)": _types_random,
     "kept b - kept a (L0)": _types_l0,
-    "enc L0 at most half - full": _enc_most_prunable,
+    "enc L0 under half - full": _enc_most_prunable,
     "L0 - random": _l0_random,
     **{f"encoder_heads:{r}": _role_heads for r in ROLE_NAMES},
     "importance_confidence_spearman": _confidence,

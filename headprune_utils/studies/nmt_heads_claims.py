@@ -181,8 +181,8 @@ CLAIMS: tuple[Claim, ...] = (
                  "share of type b pruned, paired by fraction and mask seed, mean within the model",
           regime=f"{TRAINED}, then random heads zeroed (no retraining)", gates=(PLATEAU, ENOUGH_MODELS), figure="bleu_vs_fraction",
           measure="type a - type b (random)", unit=UNIT,
-          note=f"the paper reads it off L0 pruning (next claim); random pruning of each type is our test of it; "
-               f"{SMALL}; {MODELS}"),
+          note=f"the paper reads it off L0 pruning (next claim, Voita et al.'s protocol); random pruning of each type, "
+               f"without retraining, is our check of it in another protocol (exploratory); {SMALL}; {MODELS}"),
     Claim("voita.type_prunability_l0", f"{VOITA} (Sec. 6, Table 2)",
           "L0 gates on all three types keep the fewest encoder self-attention heads and the most "
           "encoder-decoder heads.",
@@ -193,13 +193,15 @@ CLAIMS: tuple[Claim, ...] = (
           measure="kept b - kept a (L0)", unit=UNIT,
           note=f"the gates train on a frozen model for l0_steps steps; {SMALL}; {MODELS}"),
     Claim("voita.enc_most_prunable", f"{VOITA} (Sec. 6.2)",
-          "Most encoder heads can be pruned with little BLEU loss (38 of 48: -0.15 BLEU).",
+          "Most encoder heads can be pruned with little BLEU loss (the paper: 38 of 48 pruned, -0.15 BLEU).",
           claims.NonInferiority(margins.TASK_SCORE),
-          metric="per model: BLEU(encoder L0 mask keeping the most heads among those keeping at most half) - "
+          metric="per model: BLEU(encoder L0 mask keeping the most heads among those keeping fewer than half: 'most' "
+                 "pruned) - "
                  "BLEU(full)",
           regime=f"{TRAINED}, then L0-gated on the encoder (the model frozen)", gates=(PLATEAU, ENOUGH_MODELS, GATES_SETTLED),
-          figure="l0_heads_kept", measure="enc L0 at most half - full", unit=UNIT,
-          note=f"at most half of this encoder's heads kept, not 10 of 48; {SMALL}; {MODELS}"),
+          figure="l0_heads_kept", measure="enc L0 under half - full", unit=UNIT,
+          note=f"fewer than half of this encoder's heads kept (the most-kept such mask), not the paper's 10 of 48; "
+               f"{SMALL}; {MODELS}"),
     Claim("voita.l0_beats_random", f"{VOITA} (Sec. 6)",
           "L0 gates choose heads that matter: better than random heads at the same counts per type.",
           claims.Superiority("greater", margin=margins.TASK_SCORE),

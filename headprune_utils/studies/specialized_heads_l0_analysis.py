@@ -251,11 +251,11 @@ def _l0_pairs(curve: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
 
 
 def most_prunable_rows(curve: pd.DataFrame) -> pd.DataFrame:
-    """Per model: the L0 mask keeping the most heads among those keeping at most half (chosen by its head count,
-    never by its score), and ``diff`` = its score - the full model's."""
+    """Per model: the L0 mask keeping the most heads among those keeping fewer than half ("most heads" pruned: more
+    than half; chosen by its head count, never by its score), and ``diff`` = its score - the full model's."""
     rows = []
     for (task, seed), g in curve.groupby(["task", "seed"], sort=False):
-        half = g[g["n_kept"] <= 0.5 * g["n_heads_total"]]
+        half = g[g["n_kept"] < 0.5 * g["n_heads_total"]]
         if len(half):
             r = half.sort_values(["n_kept", "lam"]).iloc[-1]
             rows.append({"task": task, "seed": int(seed), "lam": float(r["lam"]), "n_kept": int(r["n_kept"]),
@@ -395,8 +395,8 @@ def _finetuned_heads(claim: Claim, run: Run) -> list[Group]:
 
 
 def _most_prunable(claim: Claim, run: Run) -> list[Group]:
-    return [(per_task(claim, run, most_prunable_rows(run.curve), "diff", setting="<= half the heads kept",
-                      effect="score(L0) - score(full)", empty="no L0 mask keeps at most half of the heads",
+    return [(per_task(claim, run, most_prunable_rows(run.curve), "diff", setting="< half the heads kept",
+                      effect="score(L0) - score(full)", empty="no L0 mask keeps fewer than half of the heads",
                       score_units=True), {})]
 
 
@@ -482,12 +482,15 @@ def in_verdict_metric(table: pd.DataFrame) -> pd.DataFrame:
         def stored(r) -> bool:
             return all(isinstance(r.get(src), (dict, list)) for _, src in _PER_MASK[r["kind"]])
 
-        have = [stored(r) for _, r in out[rows].iterrows()]
+        # the L0 cells decide (a scores cell always keeps the full model's metrics; an L0 cell made before
+        # 2026-12-06 keeps only the L0 mask's)
+        have = [stored(r) for _, r in out[rows].iterrows() if r["kind"] == "l0"]
         if not any(have):
             continue
-        if not all(have):
+        if not all(have) or not all(stored(r) for _, r in out[rows].iterrows()):
+            n = sum(stored(r) for _, r in out[rows].iterrows())
             raise ValueError(f"specialized_heads_l0: {task}'s cells store {want!r} (its claims' metric) for every mask "
-                             f"in {sum(have)} of {len(have)} cells: compute the others again (--fresh --where "
+                             f"in {n} of {int(rows.sum())} cells: compute the others again (--fresh --where "
                              f"task={task}), so that all are scored alike")
         full = {}
         for i, r in out[rows].iterrows():

@@ -170,10 +170,10 @@ CLAIMS: tuple[Claim, ...] = (
           measure="finetuned_heads:rare-word",
           note=f"our own claim: what the fine-tuned copies of the one pre-trained model can test; {RARE_NOTE}"),
     Claim("voita.most_prunable", f"{VOITA} (Sec. 6)",
-          "Most encoder heads can be pruned with little loss (38 of 48 pruned for -0.15 BLEU).",
+          "Most encoder heads can be pruned with little loss (the paper: 38 of 48 pruned for -0.15 BLEU).",
           claims.NonInferiority(margins.TASK_SCORE),
           metric="per model: score(L0 mask) - score(full) at the L0 mask keeping the most heads among those keeping "
-                 "at most half (chosen by its head count, never by its score)",
+                 "fewer than half: 'most' pruned (chosen by its head count, never by its score)",
           regime=GATED, gates=L0_GATES, figure="l0_curve", measure="most_prunable",
           note=f"GLUE scores, not BLEU; the gates train for l0_steps steps on the fine-tuned model, frozen unless "
                f"l0_train_model; {ENCODERS}"),

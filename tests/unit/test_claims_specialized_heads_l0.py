@@ -209,7 +209,7 @@ def test_most_prunable_is_non_inferiority_at_half_the_heads():
     # exact one-sided sign-flip test over 4 models cannot go below 1/16 > 0.05)
     v = run(cells(l0_loss=0.005, l0_spread=0.001), roles_of(None))
     row = verdict(v, "voita.most_prunable")
-    assert row["verdict"] == "supported" and row["setting"] == "<= half the heads kept"
+    assert row["verdict"] == "supported" and row["setting"] == "< half the heads kept"
     assert row["margin"] == pytest.approx(0.1 * (0.9 + 0.003 - 0.5))  # margins.TASK_SCORE: 0.1 x (full - chance)
     assert row["p_test"] == "supported: effect > -0.0403 (one-sided t)"
     v2 = run(cells(l0_loss=0.3, l0_spread=0.001), roles_of(None))
@@ -433,7 +433,7 @@ def test_a_task_without_masks_is_not_testable_with_its_reason():
     table = table[~((table["kind"] == "l0") & (table["task"] == "B") & (table["n_kept"] <= 3))]
     v = run(table, roles_of(None))
     row = verdict(v, "voita.most_prunable", "B")
-    assert row["verdict"] == "not testable" and "no L0 mask keeps at most half" in row["reason"]
+    assert row["verdict"] == "not testable" and "no L0 mask keeps fewer than half" in row["reason"]
     assert row["n_units"] == 0
 
 
@@ -475,13 +475,13 @@ def test_a_gate_that_is_not_a_gate_object_is_refused():
 
 
 def test_an_absent_measurement_is_a_not_testable_row_through_evaluate():
-    """A task with no L0 mask keeping at most half: its measurement is absent (Measurement.absent), and evaluate
+    """A task with no L0 mask keeping fewer than half: its measurement is absent (Measurement.absent), and evaluate
     gives its row: not testable with that reason, no numbers, no tests, outside the Holm family."""
     table = cells()
     table = table[~((table["kind"] == "l0") & (table["task"] == "B") & (table["n_kept"] <= 3))]
     v = run(table, roles_of(None))
     row = verdict(v, "voita.most_prunable", "B")
-    assert row["verdict"] == "not testable" and row["reason"] == "no L0 mask keeps at most half of the heads on B"
+    assert row["verdict"] == "not testable" and row["reason"] == "no L0 mask keeps fewer than half of the heads on B"
     assert row["n_units"] == 0 and row["tests"] == "[]" and row["unit_values"] == "[]" and np.isnan(row["p"])
     assert not (v["task"] == "all (A, B)")[v["claim_id"] == "voita.most_prunable"].any(), "an absent task pools nothing"
     assert row.name not in set(claims.family_tests(v)["row"])
@@ -563,6 +563,21 @@ def test_mrpc_is_scored_by_accuracy_where_its_cells_store_it_for_every_mask():
     assert t.loc[t["task"] == "MRPC", "metric"].eq("f1").all()  # the input is not changed
     old = pd.DataFrame(rows(metrics=False))
     pd.testing.assert_frame_equal(an.in_verdict_metric(old), old)  # F1 only (the standard profile's cells): F1
+    # ... as the standard profile stores them: its scores cells keep the full model's metrics, its L0 cells F1 only
+    std = old.copy()
+    std["metrics_full"] = [m(0.79, 0.86) if k == "scores" else None for k in std["kind"]]
+    pd.testing.assert_frame_equal(an.in_verdict_metric(std), std)
     with pytest.raises(ValueError, match=r"MRPC's cells store 'accuracy' .* in 2 of 4 cells.*--fresh --where task=MRPC"):
         an.in_verdict_metric(pd.DataFrame(rows(seeds=(0,)) + rows(metrics=False, seeds=(1,))))
     assert study.STUDY.scored(t)["metric"].tolist() == v["metric"].tolist()  # what run_study returns
+
+
+def test_most_heads_pruned_means_fewer_than_half_kept():
+    """``voita.most_prunable`` reads the L0 mask keeping the most heads among those keeping FEWER than half: a mask
+    keeping exactly half has not pruned most heads (the fixture's 3 of 6 at lambda 0.1), so the 2 of 6 one is read."""
+    from headprune_utils.studies import specialized_heads_l0_analysis as an
+
+    curve = an.l0_curve(cells())
+    assert ((curve["n_kept"] == 3) & (curve["n_heads_total"] == 6)).any()  # exactly half: not read
+    rows = an.most_prunable_rows(curve)
+    assert len(rows) == len(TASKS) * len(SEEDS) and (rows["n_kept"] == 2).all() and (rows["lam"] == 1.0).all()
