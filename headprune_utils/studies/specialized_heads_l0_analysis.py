@@ -23,7 +23,7 @@ from headprune_utils.analysis.paired_contrasts import unit_summary
 from headprune_utils.measure.head_scores import rank_agreement
 from headprune_utils.measure.specialized import RARE_SHARE
 from headprune_utils.model.masks import mask_from_string
-from headprune_utils.tasks.data import get_task
+from headprune_utils.tasks.metrics import chance_accuracy, rescored_tasks
 from headprune_utils.studies import convergence, glue_workbench
 from headprune_utils.studies.role_survival import (  # noqa: F401 (re-exported: the notebook and the tests read them from this study)
     RARE_SHARES,
@@ -469,14 +469,10 @@ def in_verdict_metric(table: pd.DataFrame) -> pd.DataFrame:
     if table is None or len(table) == 0 or not {"task", "kind", "metric"} <= set(table.columns):
         return table
     out = table.copy()
-    for task in pd.unique(out["task"]):
-        try:
-            spec = get_task(str(task))
-        except (KeyError, ValueError):
-            continue
+    for task, spec in rescored_tasks(out["task"]):
         want = spec.verdict_metric
         rows = (out["task"] == task) & out["kind"].isin(tuple(_PER_MASK)) & (out["metric"] == spec.main_metric)
-        if want == spec.main_metric or not rows.any():
+        if not rows.any():
             continue
 
         def stored(r) -> bool:
@@ -499,10 +495,7 @@ def in_verdict_metric(table: pd.DataFrame) -> pd.DataFrame:
                 out.at[i, col] = [float(m[want]) for m in v] if isinstance(v, list) else float(v[want])
             if r["kind"] == "scores":
                 full[int(r["seed"])] = out.at[i, "score_full"]
-            f1 = float(r["chance"])
-            if not f1 > 0:
-                raise ValueError(f"{spec.name}: cannot turn the chance F1 {f1} into accuracy")
-            out.at[i, "chance"] = f1 / (2 - f1)
+            out.at[i, "chance"] = chance_accuracy(spec, float(r["chance"]))
             out.at[i, "metric"] = want
         for i, r in out[rows & (out["kind"] == "l0")].iterrows():
             out.at[i, "score_random_mean"] = float(np.mean(out.at[i, "score_random"]))

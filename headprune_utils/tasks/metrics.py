@@ -28,7 +28,7 @@ __all__ = [
     "spearman",
     "compute_metrics",
     "main_score",
-    "verdict_scores",
+    "verdict_scores", "rescored_tasks", "chance_accuracy",
 ]
 
 
@@ -142,6 +142,27 @@ def main_score(task: str, metrics: dict[str, float]) -> float:
     return float(metrics[spec.main_metric])
 
 
+def rescored_tasks(tasks):
+    """``(task, spec)`` for each GLUE task of ``tasks`` (names; others skipped) decided by another metric than its main
+    one (``TaskSpec.verdict_metric``: MRPC, QQP by accuracy)."""
+    for task in pd.unique(pd.Series(list(tasks), dtype=object)):
+        try:
+            spec = get_task(str(task))
+        except (KeyError, ValueError):
+            continue
+        if spec.verdict_metric != spec.main_metric:
+            yield task, spec
+
+
+def chance_accuracy(spec, f1: float) -> float:
+    """The constant "positive" predictor's accuracy from its F1 on the same evaluation set: F1 = 2 q / (1 + q) with q
+    the share of positives, so accuracy q = F1 / (2 - F1). A chance F1 of 0 leaves q unknown: a ValueError."""
+    if spec.main_metric != "f1" or spec.verdict_metric != "accuracy" or not f1 > 0:
+        raise ValueError(f"{spec.name}: cannot turn the chance {spec.main_metric} {f1} into {spec.verdict_metric} "
+                         f"(a chance F1 of 0 leaves the positive share unknown)")
+    return f1 / (2 - f1)
+
+
 def verdict_scores(table):
     """``table`` (one row per stored cell: ``task``, ``metric``, ``score``, ``chance`` and every metric's column)
     with each GLUE task scored by its verdict metric (``TaskSpec.verdict_metric``): MRPC's ``score`` becomes its
@@ -155,23 +176,15 @@ def verdict_scores(table):
     if table is None or len(table) == 0 or not {"task", "metric", "score"} <= set(table.columns):
         return table
     out = table.copy()
-    for task in pd.unique(out["task"]):
-        try:
-            spec = get_task(str(task))
-        except (KeyError, ValueError):
-            continue
+    for task, spec in rescored_tasks(out["task"]):
         want = spec.verdict_metric
-        rows = (out["task"] == task) & (out["metric"] == spec.main_metric) & (spec.main_metric != want)
+        rows = (out["task"] == task) & (out["metric"] == spec.main_metric)
         if not rows.any():
             continue
         if want not in out.columns or out.loc[rows, want].isna().any():
             raise ValueError(f"{spec.name}: the cells do not store {want!r}, the metric its claims are decided on")
         out.loc[rows, "score"] = out.loc[rows, want].astype(float)
         if "chance" in out.columns:
-            f1 = out.loc[rows, "chance"].astype(float)
-            if spec.main_metric != "f1" or want != "accuracy" or not (f1 > 0).all():
-                raise ValueError(f"{spec.name}: cannot turn the chance {spec.main_metric} into {want} "
-                                 f"(a chance F1 of 0 leaves the positive share unknown)")
-            out.loc[rows, "chance"] = f1 / (2 - f1)
+            out.loc[rows, "chance"] = [chance_accuracy(spec, float(f)) for f in out.loc[rows, "chance"]]
         out.loc[rows, "metric"] = want
     return out
