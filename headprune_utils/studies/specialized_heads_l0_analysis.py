@@ -475,16 +475,15 @@ def in_verdict_metric(table: pd.DataFrame) -> pd.DataFrame:
         if not rows.any():
             continue
 
-        def stored(r) -> bool:
-            return all(isinstance(r.get(src), (dict, list)) for _, src in _PER_MASK[r["kind"]])
-
         # the L0 cells decide (a scores cell always keeps the full model's metrics; an L0 cell made before
         # 2026-12-06 keeps only the L0 mask's)
-        have = [stored(r) for _, r in out[rows].iterrows() if r["kind"] == "l0"]
-        if not any(have):
+        stored = pd.Series({i: all(isinstance(r.get(src), (dict, list)) for _, src in _PER_MASK[r["kind"]])
+                            for i, r in out[rows].iterrows()}, dtype=bool)
+        have = stored[out.loc[rows, "kind"] == "l0"]
+        if not have.any():
             continue
-        if not all(have) or not all(stored(r) for _, r in out[rows].iterrows()):
-            n = sum(stored(r) for _, r in out[rows].iterrows())
+        if not stored.all():
+            n = int(stored.sum())
             raise ValueError(f"specialized_heads_l0: {task}'s cells store {want!r} (its claims' metric) for every mask "
                              f"in {n} of {int(rows.sum())} cells: compute the others again (--fresh --where "
                              f"task={task}), so that all are scored alike")
