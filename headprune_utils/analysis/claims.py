@@ -25,7 +25,9 @@ setting and semantics, a pooled row follows (``task = "all (t1, t2, ...)"``, lis
 - effects are normalised per task by ``mean(full) - chance`` when every measurement gives ``full`` and
   ``chance`` (raw otherwise, the caller asserting one scale; a mix is an error); a task whose full model is
   not above chance cannot be normalised and is left out; the pooled margin is the smallest of the tasks'
-  normalised margins; the pooled test runs over all units of the pooled tasks (units stay independent models);
+  normalised margins; the pooled test runs over all units of the pooled tasks (units stay independent models),
+  except that units sharing a random draw across tasks (a claim's :attr:`Claim.pool_by`, e.g. seed s's random
+  mask, the same on every task) are averaged within their cluster first and the test runs over the clusters;
 - the pooled row is tested only when the tasks agree, each task's direction being: superiority, the sign of
   its effect; equivalence, +1 / -1 when its CI lies wholly above +margin / below -margin, else 0;
   non-inferiority, -1 (or +1 for ``"less"``) when its CI lies wholly on the wrong side of the margin, else 0.
@@ -53,6 +55,13 @@ that word, and it is below ``alpha``.
 ``not testable``: a gate failed (its text is the reason), the margin cannot be computed or is not > 0, or the
 one-sided test cannot reach ``alpha`` with the units at hand (a t-test needs 2 units; an exact one-sided sign-flip or
 binomial test over n units cannot go below ``1 / 2**n``). No test is run and the row is outside the Holm family.
+The Holm factor is family-aware (Tarone 1990; its step-down form, Hommel & Krummenauer 1998,
+:func:`stats.tarone_holm`, applied by :func:`adjust`): at each step of Holm's procedure the factor is Tarone's ``K``
+of the tests not yet passed (the smallest ``K`` such that at most ``K`` of them can reach ``alpha / K`` by their
+design: test and number of units, never the data), not their count; an exact test over few models (a sign-flip
+test over 5, smallest p 1/32) then no longer raises every other test's factor while it cannot reach the level, and
+still gets its turn when the factor falls (it reads ``inconclusive`` when it does not reach it). With t-tests only
+it is Holm's procedure.
 
 Semantics. Every row names the ablation semantics it was measured under (``semantics``: ``zero``, ``uniform``,
 ``mean``, :mod:`headprune_utils.model.gates`) and whether that is the claim's own paper's (``analysis = "primary"``)
@@ -79,7 +88,7 @@ import pandas as pd
 from headprune_utils.analysis import stats
 
 __all__ = [
-    "VERDICTS", "COLUMNS", "Untestable", "ShareOfHeadroom", "Superiority", "Equivalence",
+    "VERDICTS", "COLUMNS", "Untestable", "ShareOfHeadroom", "Superiority", "Equivalence", "PoolBy", "SEED_SHARED_MASKS",
     "NonInferiority", "Presence", "EmpiricalRank", "Claim", "Measurement", "Gate", "Measured", "RULES",
     "enough_units", "evaluate", "decide", "adjust", "render", "validate", "empty_table", "ANALYSES", "semantics_dependence",
     "HypothesisTest", "DECISION_TABLE", "decision_table_markdown", "row_tests", "family_tests", "DECIDED",
@@ -99,6 +108,8 @@ DECISION_TABLE: tuple[tuple[str, str, str], ...] = (
     ("superiority", "contradicted", "s x effect < 0"),
     ("superiority", "not supported", "s x effect < m (only when m > 0: no effect as large as the smallest of interest; "
                                      "given also when 'supported' is significant: a difference too small to matter)"),
+    ("superiority (two-sided)", "supported", "effect > 0, or effect < 0 (two tests, both in the family)"),
+    ("superiority (two-sided)", "not supported", "-m < effect < m (TOST; only when m > 0); never 'contradicted'"),
     ("equivalence", "supported", "-m < effect < m (TOST: the larger of the two one-sided p)"),
     ("equivalence", "contradicted", "effect > m, or effect < -m (two tests, both in the family)"),
     ("non-inferiority", "supported", "s x effect > -m"),
@@ -157,10 +168,13 @@ def _check_alpha(alpha: float) -> None:
 
 @dataclass(frozen=True)
 class Superiority:
-    """Claim: the effect is above 0 (``"greater"``) or below 0 (``"less"``). ``margin``: the smallest effect of
-    interest (>= 0), used only to say ``not supported``. ``test``: ``"t"`` (one-sample t) or ``"sign_flip"``."""
+    """Claim: the effect is above 0 (``"greater"``) or below 0 (``"less"``), or differs from 0 either way
+    (``"two-sided"``: a claim that names no direction, e.g. "dropout influences redundancy"; ``supported`` by either
+    one-sided test, both in the Holm family, together a two-sided test at alpha; never ``contradicted``).
+    ``margin``: the smallest effect of interest (>= 0), used only to say ``not supported`` (two-sided: the TOST
+    within +-margin). ``test``: ``"t"`` (one-sample t) or ``"sign_flip"``."""
 
-    direction: Literal["greater", "less"] = "greater"
+    direction: Literal["greater", "less", "two-sided"] = "greater"
     alpha: float = 0.05
     margin: Margin = 0.0
     test: Literal["t", "sign_flip"] = "t"
@@ -168,8 +182,8 @@ class Superiority:
 
     def __post_init__(self):
         _check_alpha(self.alpha)
-        if self.direction not in ("greater", "less") or self.test not in ("t", "sign_flip"):
-            raise ValueError(f"direction must be 'greater'/'less' and test 't'/'sign_flip', got {self}")
+        if self.direction not in ("greater", "less", "two-sided") or self.test not in ("t", "sign_flip"):
+            raise ValueError(f"direction must be 'greater'/'less'/'two-sided' and test 't'/'sign_flip', got {self}")
 
 
 @dataclass(frozen=True)
@@ -251,6 +265,22 @@ _TEST_NAMES = {"t": "one-sided t", "sign_flip": "exact one-sided sign-flip", "bi
 
 
 @dataclass(frozen=True)
+class PoolBy:
+    """How a pooled row (over tasks) groups its units before the test, when units of different tasks share a random
+    draw: ``key(unit)`` names the unit's cluster (e.g. the seed, when seed s's random mask is the same on every
+    task), ``text`` says so (the pooled row's ``unit``). The tasks' normalised unit values are averaged within each
+    cluster and the test runs over the clusters: the draws they share are then not counted as independent. Without
+    it (a claim's :attr:`Claim.pool_by` None) the pooled test runs over every unit of the pooled tasks."""
+
+    key: Callable[[Hashable], Hashable]
+    text: str
+
+
+SEED_SHARED_MASKS = PoolBy(lambda unit: unit[1], "seed (its random masks are the same on every task: the tasks' "
+                                                 "models of a seed averaged first)")
+
+
+@dataclass(frozen=True)
 class Claim:
     """A claim a study tests, declared once as data (each study's ``<study>_claims.py``, its ``CLAIMS``).
 
@@ -267,7 +297,8 @@ class Claim:
     (the protocol of the claim's own paper, e.g. ``"mask_then_finetune"``: its primary verdicts come from
     measurements made in it, :attr:`Measurement.regime`; those made in another protocol are a sensitivity analysis,
     reported beside them (:func:`in_own_protocol` keeps a primary row when the paper's protocol was not run); ""
-    where the claim names no protocol, every measurement then primary)."""
+    where the claim names no protocol, every measurement then primary), ``pool_by`` (:class:`PoolBy`: how its pooled
+    rows cluster units that share a random draw across tasks; None: every unit is its own)."""
 
     id: str
     paper: str
@@ -282,6 +313,7 @@ class Claim:
     unit: str = DEFAULT_UNIT
     note: str = ""
     decided_in: str = ""
+    pool_by: PoolBy | None = None
 
     def __post_init__(self):
         if not re.fullmatch(r"[a-z0-9_]+\.[a-z0-9_]+", self.id):
@@ -322,7 +354,7 @@ def _label(rule: Rule, effect: str, margin_note: str) -> str:
     return text + (f"; margin: {margin_note}" if margin_note else "")
 
 
-_LABEL = re.compile(r"^(superiority|equivalence|non-inferiority|presence|rank) \((greater|less|TOST)\); "
+_LABEL = re.compile(r"^(superiority|equivalence|non-inferiority|presence|rank) \((greater|less|two-sided|TOST)\); "
                     r"(one-sided t|exact one-sided sign-flip|exact one-sided binomial|exact one-sided empirical rank) "
                     r"tests on .*?; "
                     r"alpha=([0-9.eE+-]+)(;|$)")
@@ -585,6 +617,13 @@ def _tests(rule: Rule, x: np.ndarray, margin: float) -> list[HypothesisTest]:
         p, method = _one_sided(rule, x, side, bound)
         return HypothesisTest(word, side, float(bound), method, p)
 
+    if rule.kind == "superiority" and rule.direction == "two-sided":
+        out = [test("supported", "greater", 0.0), test("supported", "less", 0.0)]
+        if margin > 0:
+            lower, upper = test("", "greater", -margin), test("", "less", margin)
+            out.append(HypothesisTest("not supported", "inside", float(margin), f"TOST, {lower.method}",
+                                      max(lower.p, upper.p)))
+        return out
     if rule.kind == "superiority":
         d, s = rule.direction, (-1.0 if rule.direction == "less" else 1.0)
         out = [test("supported", d, 0.0), test("contradicted", other[d], 0.0)]
@@ -757,6 +796,11 @@ def _pooled_row(claim, rule: Rule, study: str, scale: str, rows: list[dict], inf
     unit = base.unit if all(m.unit == base.unit for m in measurements) else DEFAULT_UNIT
     scale_of = [measurements[i].headroom if normalise else 1.0 for i in ok]
     x = np.concatenate([info[i][1] / h for i, h in zip(ok, scale_of)]) if ok else np.zeros(0)
+    pool_by = getattr(claim, "pool_by", None)
+    if pool_by is not None and ok and rule.kind != "rank":
+        labels = [u for i in ok for u in stats.unit_means(measurements[i].values, measurements[i].units)[0]]
+        _, x = stats.unit_means(x, [pool_by.key(u) for u in labels]) if x.size else ([], x)
+        unit = pool_by.text
     margin = min((info[i][2] / h for i, h in zip(ok, scale_of)), default=float("nan"))
     what = (base.effect or "unit means") + (" / (full - chance)" if normalise else "")
     note = f"smallest of the tasks' margins{' / (full - chance)' if normalise else ''}"
@@ -823,26 +867,47 @@ def decide(row) -> tuple[str, str]:
     word, t = _deciding(row)
     if t is None:
         raise ValueError("decide needs a row with tests (a row outside the Holm family keeps its verdict)")
-    m = float(row["margin"])
-    effect, low, high = float(row["effect"]), float(row["ci_low"]), float(row["ci_high"])
-    level = 1 - alpha if kind in ("superiority", "presence") else 1 - 2 * alpha
-    ci = f"{100 * level:g}% CI [{_fmt(low)}, {_fmt(high)}]"
-    n = f"{int(row['n_units'])} units"
-    if kind == "presence":
-        units = int(row["n_units"])
-        head = f"found in {int(round(effect * units))} of {units} units (share {effect:.3g}; {ci}, Clopper-Pearson)"
-    elif kind == "rank":
-        k = len(json.loads(str(row["unit_values"]))) - 1
-        head = (f"observed - mean of {k} reference draws = {_fmt(effect)} (observed - the draws' {alpha:g} to "
-                f"{1 - alpha:g} quantiles [{_fmt(low)}, {_fmt(high)}]; n = 1)")
-    else:
-        head = f"effect {_fmt(effect)} ({n}; {ci}{f'; margin {m:.3g}' if kind != 'superiority' or m > 0 else ''})"
+    head = _described_effect(row)
     if word == "inconclusive":
         each = "; ".join(f"{x.word}: {x.h1}, Holm-adjusted p = {x.p_adjusted:.3g}" for x in row_tests(row))
         return word, f"{head}: no test reaches {alpha:g} after Holm ({each})"
     return word, (f"{head}: {t.h1} ({t.method}), p = {t.p:.3g}, Holm-adjusted p = {t.p_adjusted:.3g} "
                   f"< {alpha:g}")
 
+
+def _described_effect(row) -> str:
+    """The effect of a row with unit values in words: the effect, its units, its (unadjusted) interval and margin."""
+    kind, _, _, alpha = _parse_label(row["test"])
+    m = float(row["margin"])
+    effect, low, high = float(row["effect"]), float(row["ci_low"]), float(row["ci_high"])
+    level = 1 - alpha if kind in ("superiority", "presence") else 1 - 2 * alpha
+    ci = f"{100 * level:g}% CI [{_fmt(low)}, {_fmt(high)}]"
+    if kind == "presence":
+        units = int(row["n_units"])
+        return f"found in {int(round(effect * units))} of {units} units (share {effect:.3g}; {ci}, Clopper-Pearson)"
+    if kind == "rank":
+        k = len(json.loads(str(row["unit_values"]))) - 1
+        return (f"observed - mean of {k} reference draws = {_fmt(effect)} (observed - the draws' {alpha:g} to "
+                f"{1 - alpha:g} quantiles [{_fmt(low)}, {_fmt(high)}]; n = 1)")
+    n = f"{int(row['n_units'])} units"
+    return f"effect {_fmt(effect)} ({n}; {ci}{f'; margin {m:.3g}' if kind != 'superiority' or m > 0 else ''})"
+
+
+def _smallest_p(row) -> float:
+    """The smallest p-value the row's tests can give with its units, whatever the data: from the rule's declared test
+    (its ``test`` label) and the number of units, so that it depends on the design alone (a t rule whose units all
+    gave one value runs the exact sign-flip test, but counts as the t-test it declared: counting a test that cannot
+    reach a level as one that can only keeps Tarone's factor larger, never smaller). 0 for a t-test on 2 or more
+    units; ``1 / 2**n`` for an exact one-sided sign-flip or binomial test over n units (:func:`stats.min_attainable_p`;
+    a Monte Carlo sign-flip test of many units is counted with that bound too, which is conservative); ``1 / (1 + K)``
+    for an empirical rank among K reference draws."""
+    _, _, test, _ = _parse_label(row["test"])
+    raw = str(row["unit_values"]).strip() if pd.notna(row["unit_values"]) else ""
+    x = json.loads(raw) if raw else []
+    n = len(x) if x else int(row["n_units"]) if pd.notna(row["n_units"]) and str(row["n_units"]) != "" else 0
+    if test == _TEST_NAMES["rank"]:
+        return 1.0 / max(1, n)  # unit_values: the observed statistic, then the K draws
+    return stats.min_attainable_p(_METHOD_TEST[test], max(n, 1), "greater")
 
 def family_tests(table: pd.DataFrame) -> pd.DataFrame:
     """Every hypothesis test of ``table`` in long form (columns: row, family, word, h1, p, p_adjusted), ``row`` the
@@ -869,7 +934,11 @@ def adjust(table: pd.DataFrame, primary: Mapping[str, str] | None = None) -> pd.
     in ``primary`` keep the ``analysis`` they have, else ``"primary"``). Families: a study's primary rows are one
     family (the claims as the papers made them); each sensitivity semantics of a study is a family of its own
     (a re-test of the same claims under another intervention or protocol, which must not dilute the primary
-    tests). All the tests of a row (e.g. both directions of a superiority claim) are members of its family."""
+    tests). All the tests of a row (e.g. both directions of a superiority claim) are members of its family. The
+    adjustment is Holm's step-down with Tarone's factor (:func:`stats.tarone_holm`, Hommel & Krummenauer 1998): at
+    each step the factor counts the remaining tests that can still reach ``alpha / K`` by their design
+    (:func:`_smallest_p`), so an exact test over few models that cannot does not raise every other test's factor;
+    with t-tests only it is Holm's. One alpha per family (else ValueError)."""
     out = table.reindex(columns=list(COLUMNS)).copy()
     out["tests"] = out["tests"].where(out["tests"].notna(), "[]").astype(str)
     out["unit_values"] = out["unit_values"].where(out["unit_values"].notna(), "[]").astype(str)
@@ -884,11 +953,16 @@ def adjust(table: pd.DataFrame, primary: Mapping[str, str] | None = None) -> pd.
     out["p_adjusted"] = np.nan
     family = _families(out)
     tests = {i: row_tests(out.loc[i]) for i in out.index}
-    for _, idx in out.groupby(family, sort=False, dropna=False).groups.items():
+    for name, idx in out.groupby(family, sort=False, dropna=False).groups.items():
         flat = [(i, j) for i in idx for j in range(len(tests[i]))]
         if not flat:
             continue
-        adj = stats.holm(np.array([tests[i][j].p for i, j in flat], dtype=float))
+        alphas = {_parse_label(out.at[i, "test"])[3] for i, _ in flat}
+        if len(alphas) > 1:
+            raise ValueError(f"Holm family {name!r} mixes alpha levels {sorted(alphas)}: one alpha per family")
+        smallest = {i: _smallest_p(out.loc[i]) for i in idx if tests[i]}
+        adj = stats.tarone_holm(np.array([tests[i][j].p for i, j in flat], dtype=float),
+                                np.array([smallest[i] for i, _ in flat], dtype=float), alphas.pop())
         for (i, j), a in zip(flat, adj):
             t = tests[i][j]
             tests[i][j] = HypothesisTest(t.word, t.side, t.bound, t.method, t.p, float(a))

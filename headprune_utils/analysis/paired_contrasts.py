@@ -12,9 +12,9 @@ attention type) use them.
   Studies 2 and 5 use it: several budgets of one fine-tuned model are not independent replicates;
 - :func:`per_ablation`: a table function applied to the rows of each ablation semantics apart (column
   ``ablation``), so results of different semantics are never paired, pooled or compared with each other;
-- :func:`contrast_table`: the older descriptive summary (bootstrap CI, t-test and sign-flip test; the pooled rows
-  treat task x budget x seed as replicates; study 7's descriptive tables only). Verdicts on claims come from
-  :mod:`headprune_utils.analysis.claims` alone.
+- :func:`contrast_table`: descriptive statistics over a unit the caller names (study 7's tables: the trained
+  model, its mask seeds averaged within it first), per setting and pooled, t-intervals, no p-values. Verdicts on
+  claims come from :mod:`headprune_utils.analysis.claims` alone.
 """
 from __future__ import annotations
 
@@ -22,9 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from headprune_utils.analysis import stats
 
@@ -163,31 +161,34 @@ def unit_contrast_table(contrast_list: Iterable[Contrast], pair: Callable[[str, 
 
 
 def contrast_table(contrast_list: Iterable[Contrast], pair: Callable[[str, str], pd.DataFrame],
-                   confidence: float = 0.95, n_boot: int = 2000, seed: int = 0,
-                   pool_per_budget: bool = False) -> pd.DataFrame:
-    """The statistics of paired contrasts. ``pair(a, b)`` gives rows (task, regime, budget, seed, diff); each
-    contrast is summarised per task x regime x budget, pooled over tasks per regime x budget when
-    ``pool_per_budget`` (``task="all"``), and pooled over everything per regime (``task="all", budget="all"``).
-    Columns: contrast, a, b, expect, task, regime, budget, n_pairs, mean_diff, boot_ci_low, boot_ci_high
-    (percentile bootstrap), t_test_p (paired t-test), sign_flip_p (sign-flip permutation test). Contrasts whose
-    strategies did not both run are left out."""
+                   confidence: float = 0.95, pool_per_budget: bool = False,
+                   unit: Callable[[pd.DataFrame], pd.Series] = lambda d: d["seed"]) -> pd.DataFrame:
+    """Descriptive statistics of paired contrasts over their units. ``pair(a, b)`` gives rows (task, regime, budget,
+    seed, diff); ``unit(rows)`` names each row's unit (default its ``seed``; study 7: the trained model, whose mask
+    seeds are no replicates). Each contrast is summarised per task x regime x budget, pooled over tasks per regime x
+    budget when ``pool_per_budget`` (``task="all"``), and pooled over everything per regime (``task="all",
+    budget="all"``): the rows of one unit averaged within it first, then the mean over the units and a Student-t
+    interval (``confidence``; NaN bounds from one unit). Columns: contrast, a, b, expect, task, regime, budget,
+    n_pairs, n_units, mean_diff, ci_low, ci_high. No p-value: the tests are the claims'
+    (:mod:`headprune_utils.analysis.claims`). Contrasts whose strategies did not both run are left out."""
     rows = []
     for c in contrast_list:
         d = pair(c.a, c.b)
         if d.empty:
             continue
+        d = d.assign(_unit=unit(d).to_numpy())
         groups = [((t, r, b), g) for (t, r, b), g in d.groupby(["task", "regime", "budget"])]
         if pool_per_budget:
             groups += [(("all", r, b), g) for (r, b), g in d.groupby(["regime", "budget"])]
         groups += [(("all", r, "all"), g) for r, g in d.groupby("regime")]
         for (task, regime, budget), g in groups:
-            x = g["diff"].to_numpy(dtype=float)
-            lo, hi = stats.bootstrap_ci(x, confidence, n_boot, seed) if len(x) > 1 else (np.nan, np.nan)
-            t_p = float(sps.ttest_1samp(x, 0.0).pvalue) if len(x) > 1 and np.std(x) > 1e-12 else np.nan
+            per = g.groupby("_unit")["diff"].mean().to_numpy(dtype=float)
+            mean, lo, hi = stats.t_interval(per, confidence)
             rows.append({"contrast": c.name, "a": c.a, "b": c.b, "expect": c.expect, "task": task, "regime": regime,
-                         "budget": budget, "n_pairs": len(x), "mean_diff": float(x.mean()), "boot_ci_low": lo,
-                         "boot_ci_high": hi, "t_test_p": t_p, "sign_flip_p": stats.sign_flip_test(x, seed=seed)})
-    return pd.DataFrame(rows)
+                         "budget": budget, "n_pairs": len(g), "n_units": per.size, "mean_diff": mean, "ci_low": lo,
+                         "ci_high": hi})
+    return pd.DataFrame(rows, columns=["contrast", "a", "b", "expect", "task", "regime", "budget", "n_pairs",
+                                       "n_units", "mean_diff", "ci_low", "ci_high"])
 
 
 def unit_summary(d: pd.DataFrame, keys: list[str], unit: list[str], value: str = "diff",

@@ -343,6 +343,45 @@ def tost(d, margin: float | tuple[float, float], alpha: float = 0.05) -> TostRes
     return TostResult(mean, se, a.size - 1, p_lower, p_upper, max(p_lower, p_upper), ci_low, ci_high, low, high)
 
 
+def tarone_k(p_min, alpha: float = 0.05) -> int:
+    """Tarone (1990)'s K of a set of tests with smallest attainable p-values ``p_min``: the smallest K >= 1 such that
+    at most K of them can reach ``alpha / K`` (an empty set: 1)."""
+    q = np.sort(np.asarray(p_min, dtype=np.float64).reshape(-1))
+    for k in range(1, q.size + 1):
+        if np.searchsorted(q, alpha / k, side="right") <= k:
+            return k
+    return max(1, q.size)
+
+
+def tarone_holm(pvalues, p_min, alpha: float = 0.05) -> np.ndarray:
+    """Holm's step-down procedure with Tarone's factor (Hommel & Krummenauer 1998), adjusted p-values at ``alpha``.
+
+    ``p_min``: each test's smallest attainable p (fixed by its design: the test and its number of units, never by
+    the data; 0 for a t-test). With the finite p-values sorted ascending, step j's factor is
+    ``K_j = tarone_k(p_min of the tests not yet passed)`` instead of Holm's count of them, and
+    ``p_adj(j) = max_{l <= j} min(1, K_l p(l))``; rejecting where ``p_adj < alpha`` controls the family-wise error at
+    ``alpha`` (the adjusted values are for that ``alpha``: K depends on it). A test that cannot reach ``alpha / K``
+    no longer counts in the factor of the others, and it still gets its turn: it is never worse than Holm, and equals
+    it when every ``p_min`` is 0. NaN p-values are passed through and do not count."""
+    p = np.asarray(pvalues, dtype=np.float64).reshape(-1)
+    q = np.asarray(p_min, dtype=np.float64).reshape(-1)
+    if p.shape != q.shape:
+        raise ValueError(f"p_min must give one value per p-value: {q.shape} against {p.shape}")
+    if ((p < 0) | (p > 1)).any() or ((q < 0) | (q > 1)).any() or np.isnan(q).any():
+        raise ValueError("p-values and smallest attainable p-values must lie in [0, 1]")
+    if ((p < q) & ~np.isnan(p)).any():
+        raise ValueError("a p-value is below its test's smallest attainable p: p_min is wrong for that test")
+    out = np.full(p.shape, np.nan)
+    idx = np.flatnonzero(~np.isnan(p))
+    order = idx[np.argsort(p[idx], kind="stable")]
+    running = 0.0
+    for j, i in enumerate(order):
+        k = tarone_k(q[order[j:]], alpha)
+        running = max(running, min(1.0, k * p[i]))
+        out[i] = running
+    return out
+
+
 def holm(pvalues) -> np.ndarray:
     """Holm's step-down adjusted p-values (Holm 1979), in the input order.
 

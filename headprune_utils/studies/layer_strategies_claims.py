@@ -46,7 +46,9 @@ REGIME_TEXT = {BUDHRAJA: "masked, then fine-tuned with the mask fixed (Budhraja 
 
 def _claim(id_: str, paper: str, text: str, contrast: str, rule: claims.Rule, semantics: str, figure: str = "contrasts",
            note: str = "", decided_in: str = "") -> claims.Claim:
-    """A claim on the contrast named ``contrast``: its metric text from the contrast's two strategies."""
+    """A claim on the contrast named ``contrast``: its metric text from the contrast's two strategies. Every
+    strategy's mask is drawn with the seed (the random heads, and the heads of a partly pruned layer), the same on
+    every task: pooled rows cluster by seed (:data:`claims.SEED_SHARED_MASKS`)."""
     c = next(c for c in CONTRASTS if c.name == contrast)
     return claims.Claim(
         id_, paper, text, rule=rule,
@@ -54,7 +56,7 @@ def _claim(id_: str, paper: str, text: str, contrast: str, rule: claims.Rule, se
                f"budgets within the model; per task and regime, then pooled over tasks on (full - chance)-normalised "
                f"effects (contrast {c.name!r})",
         regime=REGIME_TEXT[decided_in], semantics=semantics, gates=GATES, figure=figure, measure=c.name, note=note,
-        decided_in=decided_in)
+        decided_in=decided_in, pool_by=claims.SEED_SHARED_MASKS)
 
 
 _BEATS = claims.Superiority("greater", margin=margins.TASK_SCORE)  # an effect shown below the margin: not supported
@@ -76,7 +78,10 @@ CLAIMS: tuple[claims.Claim, ...] = (
            "(the paper's claim 2, made for the Transformer, tested on BERT).",
            "important-by-location vs random", _NOT_WORSE, "uniform",
            note="the paper's claim 2 was made for the Transformer (NMT); here tested on BERT, 'important' = the "
-                "middle layers probing studies point to", decided_in=BUDHRAJA),
+                "middle layers probing studies point to. The middle mask is one fixed mask: the rule for a fixed mask "
+                "against random masks (as study 5's zero-shot mask) pairs it, per fine-tuned model, with that "
+                "model's own random mask of its size; the verdict is about this mask on the one pre-trained model",
+           decided_in=BUDHRAJA),
     _claim("ours.most_important_not_worse", "ours (exploratory)",
            "Masking the most important heads (gradient importance) of a fine-tuned model is no worse than masking "
            "random heads.", "most important vs random", _NOT_WORSE, "uniform",

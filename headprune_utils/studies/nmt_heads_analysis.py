@@ -56,6 +56,9 @@ def _kind(table: pd.DataFrame, kind: str) -> pd.DataFrame:
 
 
 def _pair(model_seed, seed) -> int:
+    """One number for a (model seed, mask seed) pair; :func:`_model_seed` reads the model seed back."""
+    if not 0 <= int(seed) < 1000:
+        raise ValueError(f"a mask seed must be in [0, 1000) to pair it with its model seed, got {seed}")
     return 1000 * int(model_seed) + int(seed)
 
 
@@ -281,10 +284,17 @@ TYPE_CONTRASTS = (
 )
 
 
-def type_contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+def _model_seed(d: pd.DataFrame) -> pd.Series:
+    """The unit of a study 7 contrast row: its trained model (model seed; ``seed`` = :func:`_pair`), whose mask seeds
+    are no replicates."""
+    return d["seed"].astype(int) // 1000
+
+
+def type_contrasts(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """BLEU(type a pruned) - BLEU(type b pruned) at the same fraction and mask seed (``paired_contrasts.contrast_table``;
-    ``task`` = "random pruning", ``budget`` = fraction; pooled over fractions in ``budget = "all"``). With grids of
-    equal size (same depth of encoder and decoder) the same fraction is the same number of heads."""
+    ``task`` = "random pruning", ``budget`` = fraction; pooled over fractions in ``budget = "all"``): each trained
+    model's mask seeds averaged within it, then a t-interval over the model seeds. With grids of equal size (same
+    depth of encoder and decoder) the same fraction is the same number of heads."""
     p = _kind(table, "prune")
 
     def pair(a: str, b: str) -> pd.DataFrame:
@@ -299,7 +309,7 @@ def type_contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 
         return pd.DataFrame({"task": "random pruning", "regime": "prune", "budget": d["fraction"],
                              "seed": [_pair(m, s) for m, s in zip(d["model_seed"], d["seed"])], "diff": d["diff"]})
 
-    return contrast_table(TYPE_CONTRASTS, pair, confidence, n_boot, seed)
+    return contrast_table(TYPE_CONTRASTS, pair, confidence, unit=_model_seed)
 
 
 # ---------------------------------------------------------------------------------------------- strategies
@@ -334,18 +344,19 @@ def _strategy_contrast_list(strategy_names) -> list:
     return out
 
 
-def strategy_contrasts(table: pd.DataFrame, confidence: float = 0.95, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+def strategy_contrasts(table: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     """Each location strategy - random (paired by type, budget, model seed and mask seed), per type x budget, per
-    budget over types (``task = "all"``) and pooled (``task = "all", budget = "all"``); the statistics of
-    ``paired_contrasts`` (bootstrap CI, t-test, sign-flip test). Also the "avoid the middle" / "avoid consecutive
-    layers" contrasts (exploratory: Budhraja et al.'s BERT claims)."""
+    budget over types (``task = "all"``) and pooled (``task = "all", budget = "all"``): each trained model's pairs
+    averaged within it, then the mean and a t-interval over the model seeds (``paired_contrasts.contrast_table``;
+    descriptive, no p-value: mask seeds are no replicates, and the tests are the verdicts). Also the "avoid the
+    middle" / "avoid consecutive layers" contrasts (exploratory: Budhraja et al.'s BERT claims)."""
     rows = strategy_rows(table)
     if rows.empty:
         return pd.DataFrame()
     names = list(dict.fromkeys(rows["strategy"]))
     pair = lambda a, b: paired_by_strategy(rows, a, b)  # noqa: E731
-    return contrast_table(_strategy_contrast_list(names), pair, confidence, n_boot, seed,
-                                           pool_per_budget=True).rename(columns={"task": "type"})
+    return contrast_table(_strategy_contrast_list(names), pair, confidence, pool_per_budget=True,
+                          unit=_model_seed).rename(columns={"task": "type"})
 
 
 def strategy_mask_rows(table: pd.DataFrame, seed: int | None = None) -> pd.DataFrame:
@@ -882,12 +893,14 @@ def _roles_kept(claim: Claim, run: Run) -> list[Group]:
              "diff": presence_effect(r[f"present_{role}"], r[f"random_{role}"])}
             for r in run.budget.to_dict("records") for role in ROLE_NAMES if r[f"n_{role}"] > 0]
     d = pd.DataFrame(rows, columns=["setting", "model_seed", "diff"])
+    misses = role_survival.budget_misses(run.budget, lambda r: (r["setting"], int(r["model_seed"])),
+                                         lambda r: f"{r['setting']} model seed {int(r['model_seed'])}")
     out = []
     for role in ROLE_NAMES:
         settings = [f"{s}: {role}" for s in dict.fromkeys(run.budget["setting"])]
         empty = ("no measurement", True) if found[role] else (_no_role(role, run), False)
         out.append((per_setting(claim, run, d, settings, "kept - P(random mask keeps one)", bleu=False,
-                                empty=empty[0], name_setting=empty[1]), {"role_counts": found}))
+                                empty=empty[0], name_setting=empty[1]), {"role_counts": found, "budget_misses": misses}))
     return out
 
 

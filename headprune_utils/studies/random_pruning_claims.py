@@ -28,6 +28,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
         figure="score_vs_fraction",
         measure="prunable",
         decided_in="mask_then_finetune",
+        pool_by=claims.SEED_SHARED_MASKS,
         note="'limited effect' read as non-inferiority within the task-score margin (the paper gives no threshold); "
              "the convergence gate is ours: a fine-tuning stopped while the masked model still improves tests our "
              "step budget, not fine-tuning after masking"),
@@ -42,5 +43,6 @@ CLAIMS: tuple[claims.Claim, ...] = (
         semantics="uniform",
         gates=(preconditions.AboveChance(), CONVERGED),
         figure="score_vs_fraction",
-        measure="retraining"),
+        measure="retraining",
+        pool_by=claims.SEED_SHARED_MASKS),
 )

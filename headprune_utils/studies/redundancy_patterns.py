@@ -44,6 +44,7 @@ from headprune_utils.store.results import fingerprint, pack_floats
 from headprune_utils.studies.base import NON_NEGATIVE, Cell, Cost, Study
 from headprune_utils.studies.redundancy_patterns_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     CONTROL, CONTROL_SEED, MEASUREMENTS, NO_RANDOM_INIT, PRETRAINED_TASK, Matrices, claim_verdicts, control_failures,
+    control_measured,
     group_labels, metric_agreement, mlm_losses, negative_control, sameness, scale_text, summary_stats, when, where,
     who, why,
 )
@@ -57,7 +58,7 @@ __all__ = [
     # the analysis (redundancy_patterns_analysis) and the claims (_claims), re-exported so the notebook needs one module
     "Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why", "sameness",
     "negative_control", "CONTROL", "CONTROL_SEED", "MEASUREMENTS", "claim_verdicts", "verdicts", "scale_text",
-    "mlm_losses", "control_failures", "NO_RANDOM_INIT", "PRETRAINED_TASK",
+    "mlm_losses", "control_failures", "control_measured", "NO_RANDOM_INIT", "PRETRAINED_TASK",
     "CLAIMS", "MLM_TRAINED", "ONE_MODEL", "ControlGate", "MlmTrained", "CONVERGED", "PAIR_CONVERGED",
 ]
 

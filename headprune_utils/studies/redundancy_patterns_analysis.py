@@ -30,7 +30,7 @@ from headprune_utils.studies import convergence, glue_workbench
 
 __all__ = ["Matrices", "metric_agreement", "summary_stats", "where", "group_labels", "when", "who", "why",
            "sameness", "negative_control", "CONTROL", "CONTROL_SEED", "CONTROL_ALPHA", "NO_RANDOM_INIT",
-           "PRETRAINED_TASK", "PRETRAINED_UNIT", "scale_text", "mlm_losses", "control_failures", "VerdictInputs",
+           "PRETRAINED_TASK", "PRETRAINED_UNIT", "scale_text", "mlm_losses", "control_failures", "control_measured", "VerdictInputs",
            "MEASUREMENTS", "claim_verdicts"]
 
 CONTROL_SEED = 0  # the negative control's weights: the pre-trained model's architecture initialised from this seed
@@ -382,6 +382,16 @@ def mlm_losses(mats: Matrices, cfg) -> dict:
             "head_first": [float(r["head_loss_first"]) for r in rows if "head_loss_first" in r]}
 
 
+def control_measured(control: pd.DataFrame) -> frozenset[tuple[str, str, str]]:
+    """``{(pattern, task, setting)}`` where the negative control (:func:`negative_control`) was measured: the evidence
+    ``control_measured`` of the claims' ``ControlGate``, which fails where it was not (a precondition nobody checked
+    is not met)."""
+    if control.empty:
+        return frozenset()
+    ctrl = control[control["model"] != "pretrained"]
+    return frozenset(zip(ctrl["claim_id"].astype(str), ctrl["task"].astype(str), ctrl["setting"].astype(str)))
+
+
 def control_failures(control: pd.DataFrame) -> dict[tuple[str, str, str], str]:
     """``{(pattern, task, setting): reason}`` where the negative control (:func:`negative_control`; ``pattern`` its
     ``claim_id``) shows the pattern, or cannot be judged (a control that cannot fail clears nothing), with both
@@ -411,8 +421,9 @@ def _control_note(control: pd.DataFrame, pattern: str, row) -> str:
     """What the negative control says of a row of a claim that needs it (its pattern ``pattern``), for the reason
     column: the caveat without control cells, "passed" with the control's numbers where it does not show the pattern
     (a failed control is already the row's reason, the claim's gate)."""
-    if control.empty:
-        return "; caveat: " + NO_RANDOM_INIT
+    if control.empty:  # a gated row already says so in its reason (the control gate: not measured)
+        return "" if "negative control (randomly initialised model, same architecture and probes) was not measured" \
+            in str(row["reason"]) else "; caveat: " + NO_RANDOM_INIT
     ctrl = control[(control["claim_id"] == pattern) & (control["model"] != "pretrained")]
     task, setting = str(row["task"]), str(row["setting"])
     if task == "n/a":  # nothing was measured (e.g. one fine-tuned task): nothing for the control to say
@@ -627,6 +638,50 @@ def _who_tasks(x: VerdictInputs) -> list[list[claims.Measurement]]:
     return groups or _absent("no seed with a fine-tuned model of both tasks")
 
 
+def _pretrained_who_tasks(x: VerdictInputs) -> list[list[claims.Measurement]]:
+    """Per pair of fine-tuned tasks and distance, the pre-trained model (n = 1): r between its matrices on the two
+    tasks' inputs minus the mean of their split-half ceilings (``full`` = that mean, chance 0). Described by
+    :func:`_describe_who_tasks`."""
+    mats, cfg = x.mats, x.cfg
+    have = {p for m, p in mats.keys() if m == "pretrained"}
+    probed = [t for t in x.tasks if f"task-{t}" in have]
+    if len(probed) < 2:
+        return _absent(f"the pre-trained model ran on the inputs of {len(probed)} task(s): task-agnostic compares two",
+                       unit=PRETRAINED_UNIT)
+    groups = []
+    for i, a in enumerate(probed):
+        for b in probed[i + 1:]:
+            ms = []
+            for metric in cfg.metrics:
+                pa, pb = f"task-{a}", f"task-{b}"
+                r = clustering.mantel(mats.get("pretrained", pa, metric), mats.get("pretrained", pb, metric), n_perm=0)[0]
+                c = (mats.split_half("pretrained", pa, metric) + mats.split_half("pretrained", pb, metric)) / 2
+                ms.append(claims.Measurement(f"{a} vs {b}", [r - c], ["pretrained"], metric, "",
+                                             effect=_same("r(pre-trained model on one task's inputs, on the other's)"),
+                                             unit=PRETRAINED_UNIT, full=[c], chance=0.0))
+            groups.append(ms)
+    return groups
+
+
+def _describe_who_tasks(x: VerdictInputs) -> dict[tuple[str, str], str]:
+    """Per pair of tasks and distance (``(task, setting)`` of the row), in words: the pre-trained model's r - ceiling
+    on the two tasks' inputs, and the same of its fine-tuned copies (a model of each task, same seed: mean and range
+    over the seeds)."""
+    tuned = {(m.task, m.setting): np.asarray(m.values, dtype=float) for g in _who_tasks(x) for m in g if not m.missing}
+    out = {}
+    for g in _pretrained_who_tasks(x):
+        for m in g:
+            if m.missing:
+                continue
+            text = f"r(pre-trained model on one task's inputs, on the other's) - split-half ceiling {m.values[0]:+.3g}"
+            c = tuned.get((m.task, m.setting))
+            if c is not None and c.size:
+                text += (f"; its fine-tuned copies (a model of each task, same seed; {c.size} seeds): mean "
+                         f"{c.mean():+.3g}, from {c.min():+.3g} to {c.max():+.3g}")
+            out[(m.task, m.setting)] = text + "; the fine-tuned copies as units: ours.tasks_agree_after_finetuning"
+    return out
+
+
 def _who_random(x: VerdictInputs) -> list[list[claims.Measurement]]:
     """The pre-trained model only (the random probes run on it alone): r(random probe, task probe) minus the
     task probe's split-half ceiling (:func:`sameness`), every random x task probe; one unit (the pre-trained model)."""
@@ -672,19 +727,22 @@ MEASUREMENTS = {
     "finetuned_clusters": _finetuned_clusters,
     "pretrained_phase": _pretrained_phase,
     "finetuned_phase": _finetuned_phase,
+    "pretrained_who_tasks": _pretrained_who_tasks,
     "who_tasks": _who_tasks,
     "who_random": _who_random,
     "dropout_slope": _dropout_slope,
 }
 
 
-def _described(x: VerdictInputs, measure: str) -> dict[str, str]:
+def _described(x: VerdictInputs, measure: str) -> dict:
     """Evidence ``described`` of a claim about the pre-trained model itself (n = 1): ``{setting: its numbers in
-    words}``."""
+    words}``, or ``{(task, setting): ...}`` where one setting has several rows (who_tasks: a row per pair of tasks)."""
     if measure == "pretrained_clusters" and x.pretrained_clusters is not None:
         return {x.cfg.cluster_metric: _describe_clusters(x)}
     if measure == "pretrained_phase" and not x.when_t.empty:
         return _describe_phase(x.when_t)
+    if measure == "pretrained_who_tasks":
+        return _describe_who_tasks(x)
     return {}
 
 
@@ -707,11 +765,11 @@ def claim_verdicts(mats: Matrices, cfg, when_t: pd.DataFrame, why_runs: pd.DataF
     ``redundancy_patterns_claims.CLAIMS``) measured by its ``measure`` (:data:`MEASUREMENTS`) and decided by
     :func:`claims.evaluate` (its rule, margin and gates), Holm over every test of the study (one family: no head is
     masked, no semantics). Units: the fine-tuned models (task x seed) for what and for the claims about fine-tuning
-    the pre-trained model; seed-matched pairs of fine-tuned models of two tasks for who_tasks; the MLM runs (seeds)
-    for why; the one pre-trained model for a claim about it (where, when, who_random: n = 1, described in the
-    reason, never tested). ``tasks``: the fine-tuned tasks; ``vocab_size``: the model's vocabulary (the MLM gate;
+    the pre-trained model; seed-matched pairs of fine-tuned models of two tasks for ours.tasks_agree_after_finetuning;
+    the MLM runs (seeds) for why; the one pre-trained model for a claim about it (where, when, who_tasks, who_random:
+    n = 1, described in the reason, never tested). ``tasks``: the fine-tuned tasks; ``vocab_size``: the model's vocabulary (the MLM gate;
     default: read from ``cfg.model``'s config). Evidence: ``control`` (:func:`control_failures` of
-    :func:`negative_control`), ``described`` (the pre-trained model's numbers), ``mlm_losses`` (:func:`mlm_losses`),
+    :func:`negative_control`) and ``control_measured`` (:func:`control_measured`), ``described`` (the pre-trained model's numbers), ``mlm_losses`` (:func:`mlm_losses`),
     ``vocab_size``. The rows of a claim with a control gate end with what the control says (passed, or the caveat
     :data:`NO_RANDOM_INIT` without its cells)."""
     unknown = sorted(c.measure for c in declared if c.measure not in MEASUREMENTS)
@@ -722,7 +780,8 @@ def claim_verdicts(mats: Matrices, cfg, when_t: pd.DataFrame, why_runs: pd.DataF
     if vocab_size is None and cfg.dropouts:
         vocab_size = int(models.load_config(cfg.model).vocab_size)
     x = VerdictInputs(mats, cfg, tasks, when_t, why_runs)
-    common = {"control": control_failures(x.control), "mlm_losses": mlm_losses(mats, cfg), "vocab_size": vocab_size,
+    common = {"control": control_failures(x.control), "control_measured": control_measured(x.control),
+              "mlm_losses": mlm_losses(mats, cfg), "vocab_size": vocab_size,
               "convergence": convergence_evidence(mats)}
     parts, patterns = [], []
     for claim in declared:

@@ -2,32 +2,33 @@
 :mod:`headprune_utils.analysis.margins`), its gates, the figure that shows it and what the analysis measures for it
 (``measure``: a key of :data:`.redundancy_patterns_analysis.MEASUREMENTS`). The study sets ``claims = CLAIMS``;
 :func:`.redundancy_patterns_analysis.claim_verdicts` decides them with :func:`headprune_utils.analysis.claims.evaluate` and the
-evidence the gates read (``control``, ``described``, ``mlm_losses``, ``vocab_size``).
+evidence the gates read (``control``, ``control_measured``, ``described``, ``mlm_losses``, ``vocab_size``).
 
 The unit is the thing that varies. Every model here comes from ONE pre-trained model: its fine-tuned copies (task x
 seed) inherit its matrices, so they are no replications of a claim about the pre-trained model itself. Such a claim
 (``bian.where``: its heads form clusters; ``bian.when``: its patterns are the same before and after fine-tuning;
-``bian.who_random``: the same on random tokens) has n = 1 pre-trained model: it is described, never tested (its row
+``bian.who_tasks``: the same across tasks; ``bian.who_random``: the same on random tokens) has n = 1 pre-trained model: it is described, never tested (its row
 is ``not testable``, the reason "n = 1 pre-trained model: described, not tested" with the numbers, :data:`ONE_MODEL`;
 the cells hold each probe's two halves, not per-sentence matrices, so there is no bootstrap by sentence to give).
 What the fine-tuned copies can test is another claim, about fine-tuning this pre-trained model, where each copy IS a
-unit: ``ours.clusters_after_finetuning`` (each copy has cluster structure) and ``ours.patterns_survive_finetuning``
-(each copy's matrix is the same as the pre-trained model's).
+unit: ``ours.clusters_after_finetuning`` (each copy has cluster structure), ``ours.patterns_survive_finetuning``
+(each copy's matrix is the same as the pre-trained model's) and ``ours.tasks_agree_after_finetuning`` (copies
+fine-tuned on two tasks with the same seed have the same matrices).
 
 Negative control. A pattern counts as evidence of LEARNED redundancy only if a randomly initialised model of the
 same architecture (run on the same probes) does not show it: whatever it shares with the pre-trained model comes
 from the architecture and the inputs, not from training. The control is one model, judged at its point estimate by
 the claim's own criterion (:func:`.redundancy_patterns_analysis.negative_control`). A claim that needs it carries a
-:class:`ControlGate` naming the pattern: ``not testable`` where the control shows the pattern (or cannot be judged),
-with both models' numbers in the reason (evidence ``control``:
+:class:`ControlGate` naming the pattern: ``not testable`` where the control shows the pattern (or cannot be judged,
+or was not measured there), with both models' numbers in the reason (evidence ``control``:
 :func:`.redundancy_patterns_analysis.control_failures`).
 
 Margins. "The same": r within a tenth of the way from chance (r = 0) to the probe's split-half ceiling
 (``margins.HEADROOM``, the ceiling as "full"). Clusters: silhouette minus its shuffled null, a tenth of the distance
 from no structure (0) to perfect (1) (``margins.CORRELATION``, whose entry covers the silhouette). Dropout:
 ``margins.NONE``: a slope of the mean distance per unit of dropout has no declared smallest effect of interest (its
-size depends on the distance and the dropout range), so that claim can be supported or contradicted, never "not
-supported".
+size depends on the distance and the dropout range), so that claim (two-sided: the paper names no direction) can be
+supported, never "not supported" nor "contradicted".
 """
 from __future__ import annotations
 
@@ -48,11 +49,12 @@ _CLUSTERS = claims.Superiority("greater", margin=margins.CORRELATION)
 
 def _one_model(m: claims.Measurement, evidence: Mapping) -> str | None:
     """Fails unless the measurement has 2+ pre-trained models (units); the reason is the description (evidence
-    ``described``: ``{setting: text}``, from the analysis)."""
+    ``described``: ``{(task, setting): text}`` or ``{setting: text}``, from the analysis)."""
     if m.n_units >= 2:
         return None
+    described = evidence.get("described", {})
     return ("n = 1 pre-trained model: described, not tested: "
-            + evidence.get("described", {}).get(m.setting, "(no description)"))
+            + described.get((m.task, m.setting), described.get(m.setting, "(no description)")))
 
 
 # a claim about the pre-trained model itself: its unit is a pre-trained model, and a run has one
@@ -66,8 +68,9 @@ class ControlGate(claims.Gate):
     """The randomly initialised model (negative control, same architecture and probes) does not show ``pattern`` (the
     ``claim_id`` of :func:`.redundancy_patterns_analysis.negative_control`'s rows) on the measurement's task x
     setting by the same criterion. Evidence ``control``: ``{(pattern, task, setting): reason}`` where it shows it or
-    cannot be judged (:func:`.redundancy_patterns_analysis.control_failures`); a task x setting it does not name
-    passes."""
+    cannot be judged (:func:`.redundancy_patterns_analysis.control_failures`); ``control_measured``: the
+    ``(pattern, task, setting)`` it was measured on (:func:`.redundancy_patterns_analysis.control_measured`). A task x
+    setting where the control was not measured fails too: the precondition was never checked."""
 
     pattern: str
     says: str
@@ -76,7 +79,15 @@ class ControlGate(claims.Gate):
         return self.says
 
     def check(self, m: claims.Measurement, evidence: Mapping) -> str | None:
-        return evidence.get("control", {}).get((self.pattern, m.task, m.setting))
+        key = (self.pattern, m.task, m.setting)
+        failed = evidence.get("control", {}).get(key)
+        if failed:
+            return failed
+        if key not in evidence.get("control_measured", frozenset()):
+            return (f"the negative control (randomly initialised model, same architecture and probes) was not measured "
+                    f"on {m.task} ({m.setting}): a pattern the architecture or the inputs alone produce cannot be "
+                    "ruled out")
+        return None
 
 
 @dataclass(frozen=True)
@@ -221,13 +232,27 @@ CLAIMS: tuple[claims.Claim, ...] = (
         "bian.who_tasks", "Bian et al. 2021 (Who)",
         "The redundancy patterns are the same across GLUE tasks (task-agnostic).",
         rule=_SAME,
+        metric="per pair of tasks and distance: Mantel r between the pre-trained model's matrices on the two tasks' "
+               "inputs, minus the mean of their split-half ceilings (described with its fine-tuned copies' pairs)",
+        regime="the pre-trained model (on each task's inputs)", semantics="",
+        gates=(ONE_MODEL, ControlGate("bian.who_tasks", _same_text("on the two tasks' inputs"))),
+        figure="probe_agreement", measure="pretrained_who_tasks", unit=PRETRAINED_UNIT,
+        note=f"{_N1}: task-agnostic redundancy is a property of a pre-trained model, so it is described (per pair of "
+             "tasks), never tested; until 2026-12-06 it was tested over seed-matched pairs of its fine-tuned copies, "
+             "which are no replications of it (they inherit its matrices): that test is now "
+             "ours.tasks_agree_after_finetuning"),
+    claims.Claim(
+        "ours.tasks_agree_after_finetuning", "ours (exploratory)",
+        "Copies of the pre-trained model fine-tuned on two tasks (same seed) have the same redundancy patterns.",
+        rule=_SAME,
         metric="per pair of fine-tuned tasks and seed: Mantel r between the model fine-tuned on one task and the model "
                "of the same seed fine-tuned on the other (each on its own task's inputs), minus the mean of their "
                "split-half ceilings. Pairs of tasks share models: never pooled",
-        regime="fine-tuned (a model of each task, same seed)", semantics="",
+        regime="fine-tuned from the one pre-trained model (a model of each task, same seed)", semantics="",
         gates=(PAIR_CONVERGED, ControlGate("bian.who_tasks", _same_text("on the two tasks' inputs"))),
         figure="probe_agreement", measure="who_tasks", unit="seed (a model of each task)",
-        note="n = the seeds with a fine-tuned model of both tasks (at least 2 needed), per pair of tasks"),
+        note="a claim about fine-tuning this one pre-trained model, not about pre-trained models: n = the seeds with "
+             "a fine-tuned model of both tasks (at least 2 needed), per pair of tasks"),
     claims.Claim(
         "bian.who_random", "Bian et al. 2021 (Who)",
         "The redundancy patterns are the same on random token sequences as on task inputs.",
@@ -240,14 +265,17 @@ CLAIMS: tuple[claims.Claim, ...] = (
         note=f"{_N1}: the random-token probes run on it alone, so the claim is described (the mean over every random x "
              "task probe pair), not tested"),
     claims.Claim(
-        "bian.why", "Bian et al. 2021 (Why; the direction is ours: the paper reports that dropout influences "
-        "redundancy)",
-        "More dropout makes heads more redundant (lower mean distance); the paper varies pre-training dropout, "
-        "here continued masked-LM training.",
-        rule=claims.Superiority("less", margin=margins.NONE),
+        "bian.why", "Bian et al. 2021 (Why)",
+        "Dropout changes how redundant heads are (the mean distance between their attention maps); the paper varies "
+        "pre-training dropout and names no direction, here continued masked-LM training.",
+        rule=claims.Superiority("two-sided", margin=margins.NONE),
         metric="per MLM run (seed): OLS slope of the mean distance on the dropout ratio, per distance",
         regime="the pre-trained model after continued masked-LM training with dropout p", semantics="",
         gates=(MlmTrained(),), figure="dropout_effect", measure="dropout_slope", unit="MLM run (seed)",
         note="n = the MLM runs (seeds), each continued training of the one pre-trained model at every dropout ratio "
-             "(at least two ratios and 2 seeds); continued training, not pre-training from scratch as in the paper"),
+             "(at least two ratios and 2 seeds); continued training, not pre-training from scratch as in the paper. "
+             "Two-sided (declared 2026-12-06): the paper reports that dropout influences redundancy without a "
+             "direction, so a slope shown either way supports it (the effect's sign says which: negative = more "
+             "dropout, more redundancy); until then the claim was read one way (more dropout, more redundant) and "
+             "a positive slope would have been 'contradicted'"),
 )

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
 from math import comb
 
 import numpy as np
@@ -39,7 +40,7 @@ import torch
 from scipy import stats as sps
 
 from headprune_utils.analysis import survival
-from headprune_utils.analysis.claims import Measurement
+from headprune_utils.analysis.claims import Gate, Measurement
 from headprune_utils.analysis.preconditions import RoleFound
 from headprune_utils.measure.specialized import RARE_SHARE
 from headprune_utils.model.masks import mask_from_string
@@ -51,12 +52,16 @@ __all__ = [
     "role_stability", "majority_role",
     "role_map_data", "survival_heads", "survival_with_roles", "survival_tests", "survival_auc_per_model",
     "survival_map_data", "random_keeps", "presence_effect", "roles_at_budget", "rare_criterion_counts",
-    "RARE_SHARES", "role_of_setting", "setting_role_found",
+    "RARE_SHARES", "role_of_setting", "setting_role_found", "BUDGET_TOLERANCE", "budget_misses", "AtBudget",
 ]
 
 ROLE_NAMES: tuple[str, ...] = ("positional", "syntactic", "rare-word")
 NOT_POSITIONAL, NOT_SYNTACTIC = "n/a (not positional)", "n/a (not syntactic)"  # role_table's text for "none"
 VOITA_FRACTION = 17 / 48  # Voita et al.: "with 17 (of 48 encoder) heads kept, every head function is present"
+# the L0 mask read at VOITA_FRACTION must keep within a tenth of the heads of it (the project's margin policy: a tenth
+# of the range); else no mask of that size was trained and the claim is not testable there (declared 2026-12-06,
+# before any standard-next row of voita.functions_at_17_of_48 was computed)
+BUDGET_TOLERANCE = 0.1
 RARE_SHARES: tuple[float, ...] = tuple(round(0.1 * k, 1) for k in range(1, 10))  # the sensitivity's thresholds
 
 
@@ -355,6 +360,41 @@ def setting_role_found(m: Measurement, evidence) -> str | None:
     count, or one count). For ``preconditions.Check``."""
     role = role_of_setting(m.setting)
     return RoleFound(role).check(m, {"role_counts": evidence["role_counts"].get(role, 0)})
+
+
+def budget_misses(budget: pd.DataFrame, key: Callable[[Mapping], Hashable], name: Callable[[Mapping], str],
+                  tolerance: float = BUDGET_TOLERANCE) -> dict:
+    """``{key(row): text}`` for the rows of :func:`roles_at_budget` whose mask nearest the target keeps more than
+    ``tolerance`` x the heads away from it (the evidence ``budget_misses`` of :class:`AtBudget`); ``name(row)`` names
+    the model in the text."""
+    out = {}
+    for r in budget.to_dict("records"):
+        total = int(r["n_heads_total"])
+        if abs(int(r["n_kept"]) - float(r["target"])) > tolerance * total:
+            out[key(r)] = (f"{name(r)}: the L0 mask nearest {float(r['target']):.3g} heads keeps {int(r['n_kept'])} of "
+                           f"{total} (tolerance +-{tolerance * total:.3g}, {tolerance:g} of the heads)")
+    return out
+
+
+@dataclass(frozen=True)
+class AtBudget(Gate):
+    """Every model's L0 mask read at :data:`VOITA_FRACTION` keeps within :data:`BUDGET_TOLERANCE` x the heads of it
+    (else no mask of that size was trained, and a mask of another size answers another question). ``key(m, unit)``:
+    the key of :func:`budget_misses` of a measurement's unit (studies 6 and 7 key their masks differently); evidence
+    ``budget_misses``."""
+
+    key: Callable = lambda m, unit: unit
+
+    def text(self) -> str:
+        return (f"every model's L0 mask read at 17/48 of the heads keeps within {BUDGET_TOLERANCE:g} x the heads of "
+                "that size (a mask of that size was trained)")
+
+    def check(self, m: Measurement, evidence: Mapping) -> str | None:
+        misses = evidence.get("budget_misses")
+        if misses is None:
+            return "the sizes of the masks read at 17/48 of the heads are not measured"
+        bad = [misses[k] for k in dict.fromkeys(self.key(m, u) for u in m.units) if k in misses]
+        return "no L0 mask near 17/48 of the heads: " + "; ".join(bad) if bad else None
 
 
 def l0_cap(cfg) -> dict:

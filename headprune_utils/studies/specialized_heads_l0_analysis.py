@@ -24,7 +24,7 @@ from headprune_utils.measure.head_scores import rank_agreement
 from headprune_utils.measure.specialized import RARE_SHARE
 from headprune_utils.model.masks import mask_from_string
 from headprune_utils.tasks.metrics import chance_accuracy, rescored_tasks
-from headprune_utils.studies import convergence, glue_workbench
+from headprune_utils.studies import convergence, glue_workbench, role_survival
 from headprune_utils.studies.role_survival import (  # noqa: F401 (re-exported: the notebook and the tests read them from this study)
     RARE_SHARES,
     ROLE_NAMES,
@@ -420,9 +420,11 @@ def _roles_kept(claim: Claim, run: Run) -> list[Group]:
     """Per role (setting): kept - P(random mask keeps one) at the L0 mask nearest 17/48 of the heads."""
     pres = presence_rows(run.budget) if len(run.budget) else pd.DataFrame(columns=["task", "seed", "role", "effect"])
     counts = {role: _role_totals(run.roles, role) for role in ROLE_NAMES}
+    misses = role_survival.budget_misses(run.budget, lambda r: (r["task"], int(r["seed"])),
+                                         lambda r: f"{r['task']} seed {int(r['seed'])}") if len(run.budget) else {}
     return [(per_task(claim, run, pres[pres["role"] == role], "effect", setting=role,
                       effect="kept - P(random mask keeps one)", empty=f"no head of role '{role}' found"),
-             {"role_counts": counts}) for role in ROLE_NAMES]
+             {"role_counts": counts, "budget_misses": misses}) for role in ROLE_NAMES]
 
 
 MEASURES: dict[str, Callable[[Claim, Run], list[Group]]] = {

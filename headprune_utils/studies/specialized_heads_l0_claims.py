@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 from headprune_utils.analysis import claims, margins, preconditions
 from headprune_utils.analysis.claims import Claim
-from headprune_utils.studies.role_survival import setting_role_found
+from headprune_utils.studies.role_survival import AtBudget, setting_role_found
 from headprune_utils.measure.specialized import RARE_SHARE
 
 __all__ = ["CLAIMS", "CLAIM", "ROLE_CLAIMS", "TRAINED", "TRAINED_SHARE", "CONVERGED", "FINE_TUNED_GATES", "PRETRAINED_TASK", "PRETRAINED_UNIT", "UNIT",
@@ -206,7 +206,8 @@ CLAIMS: tuple[Claim, ...] = (
           claims.Superiority("greater", margin=margins.SHARE_OF_HEADS),
           metric="per model and role (setting): 1 if the L0 mask nearest 17/48 of the heads keeps one of the role's "
                  "heads, minus the chance that a random mask of that size would",
-          regime=GATED, gates=(*L0_GATES, ROLE_FOUND), figure="survival_map", measure="roles_kept_at_17_of_48",
+          regime=GATED, gates=(*L0_GATES, ROLE_FOUND, AtBudget()), figure="survival_map",
+          measure="roles_kept_at_17_of_48",
           note="17/48 of this encoder's heads, not 17 heads; presence beyond chance, since a mask of that size keeps "
                "a role's head by chance alone"),
 )

@@ -19,8 +19,9 @@ cell, shared with studies 1 and 2 through the fine-tuning cache) and, cheaply, "
 one fine-tuned model form a group, evaluated together).
 
 The claims are declared as data in :mod:`.zero_shot_pruning_claims` (``CLAIMS``, this study's ``claims``): paired
-contrasts per (task, seed) model against the full model and gradient importance, and, the zero-shot mask being ONE
-mask (n = 1), an empirical rank of it among random masks of its size on the same models. The analysis (pure
+contrasts per (task, seed) model against the full model, random pruning (each model's own random mask: the rule
+for a fixed mask against random masks) and gradient importance; the zero-shot mask being ONE mask (n = 1), every
+verdict speaks of this mask on the one pre-trained model. The analysis (pure
 functions over the cells' table: means, example masks, contrasts, the measurements and verdicts, mask overlap) is
 in :mod:`.zero_shot_pruning_analysis`, re-exported here so the notebook needs one module; :func:`verdicts` decides
 this study's declared ``claims`` with it.

@@ -15,10 +15,10 @@ measures each and decides it with :func:`claims.evaluate`. A paired contrast ``s
 regime x share pruned (:func:`contrast_measurements`), decided per task and then pooled over tasks (effects /
 (full - chance)) by the claim's rule (non-inferiority against the full model, equivalence between zero-shot and
 gradient importance; margin :data:`margins.TASK_SCORE`, 0.1 x (full - chance) of the task). The zero-shot mask is
-one mask (n = 1: the one pre-trained model, no task data), so the claim against random pruning is an empirical rank
-(:func:`rank_measurements`): the zero-shot mask's mean score over the task's models among the same means of random
-masks of its size scored on those same models, never pooled. The gates' evidence comes from here:
-:func:`convergence_evidence` (every fine-tuned model behind a row trained to its plateau) and the random masks' coverage (:func:`rank_measurements`).
+one mask (n = 1: the one pre-trained model, no task data): against random pruning it is paired, per fine-tuned
+model, with that model's own random mask(s) of its size (the rule for a fixed mask against random masks,
+:mod:`.zero_shot_pruning_claims`), so every verdict speaks of this mask on this pre-trained model. The gates'
+evidence comes from here: :func:`convergence_evidence` (every fine-tuned model behind a row trained to its plateau).
 Each claim is decided under every semantics measured (:func:`semantics.verdicts_by_semantics`): the rows under the
 claim's own paper's semantics (``Claim.semantics``: ``zero`` for Bian et al., our reading, and for ours;
 ``uniform`` for Budhraja et al.'s BERT code) are the primary analysis, Holm over the study's primary rows; each
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import pandas as pd
 
 from headprune_utils.analysis import claims
@@ -40,7 +39,7 @@ from headprune_utils.studies.strategy_sweep import ( # noqa: F401 (re-exported: 
 )
 
 __all__ = ["METHODS", "CONTRASTS", "REGIME_NAMES", "STUDY_NAME", "MOST_HEADS", "SHARES_ABOVE", "summarise", "example_masks", "paired", "contrasts",
-           "contrast_measurements", "rank_measurements", "convergence_evidence", "claim_verdicts", "zero_shot_masks",
+           "contrast_measurements", "convergence_evidence", "claim_verdicts", "zero_shot_masks",
            "verdict_masks", "mask_overlap"]
 
 METHODS: tuple[str, ...] = ("zero_shot", "random", "least_important")
@@ -56,7 +55,7 @@ CONTRASTS: tuple[Contrast, ...] = (
     Contrast("zero-shot vs full model", "Bian et al.: most heads can be pruned zero-shot with comparable fine-tuned "
              "scores", "zero_shot", "none", "not_worse"),
     Contrast("zero-shot vs random", "Bian et al.: zero-shot pruning from redundancy clusters is comparable to random "
-             "pruning at the same budget", "zero_shot", "random", "equal"),
+             "pruning at the same budget", "zero_shot", "random", "not_worse"),
     Contrast("zero-shot vs gradient importance", "ours (exploratory): zero-shot pruning (no task data) is comparable "
              "to gradient-importance pruning (task data)", "zero_shot", "least_important", "equal"),
     Contrast("random vs full model", "Reference (Budhraja et al. claim 1): random pruning keeps comparable "
@@ -143,72 +142,19 @@ def contrast_measurements(table: pd.DataFrame, a: str, b: str, semantics: str,
     return out
 
 
-def rank_measurements(table: pd.DataFrame, a: str, b: str, semantics: str,
-                      unit: str) -> tuple[list[claims.Measurement], dict]:
-    """For :class:`claims.EmpiricalRank`: per regime x budget x task, method ``a``'s ONE mask (deterministic: one
-    mask per regime x budget, else ValueError) against the masks of method ``b`` (random), all on the same models.
-    The observed statistic (``values``) is ``a``'s mean score over the task's models (seeds; several cells of one
-    model averaged first); each mask of ``b`` (told apart by its ``mask`` string) scored on EVERY one of those
-    models is one reference draw (``null``): its mean score over the same models. A mask of ``b`` scored on only
-    some of them (e.g. the seed's own random mask, on the seed's model only) is not comparable and is no draw.
-    Returns the measurements and the evidence of :data:`.zero_shot_pruning_claims.DRAWS`: per ``(task, setting,
-    semantics)``, the models, the masks of ``b``, how many models each was scored on, ``a``'s mean and ``b``'s
-    (each mask on its own models). ``table``: the cells of one semantics."""
-    _one_semantics(table, "rank_measurements")
-    out, draws = [], {}
-    if table.empty:
-        return out, draws
-    full = _full(table)
-    ta, tb = table[table["strategy"] == a], table[table["strategy"] == b]
-    for regime in [r for r in REGIME_NAMES if r in set(ta["regime"])]:
-        for budget in sorted(ta.loc[ta["regime"] == regime, "budget"].unique()):
-            at = ta[(ta["regime"] == regime) & (ta["budget"] == budget)]
-            bt = tb[(tb["regime"] == regime) & (tb["budget"] == budget)]
-            for task, ga in at.groupby("task", sort=True):
-                if ga["mask"].nunique() != 1:
-                    raise ValueError(f"{a} must be one mask per task x regime x budget (n = 1) for an empirical "
-                                     f"rank; {task}, {_setting(budget, regime)} has {ga['mask'].nunique()}")
-                gb = bt[bt["task"] == task]
-                if gb.empty:
-                    continue
-                per_seed = ga.groupby("seed")["score"].mean()
-                seeds = list(per_seed.index)
-                observed = float(per_seed.mean())
-                by_mask = gb.groupby(["mask", "seed"])["score"].mean()
-                null, scored_on, own = [], [], []
-                for _, g in by_mask.groupby(level="mask", sort=True):
-                    s = g.droplevel("mask")
-                    scored_on.append(int(s.index.isin(seeds).sum()))
-                    own.append(float(s.mean()))
-                    if set(seeds) <= set(s.index):
-                        null.append(float(s.loc[seeds].mean()))
-                f = full[(full["task"] == task) & (full["regime"] == regime) & full["seed"].isin(seeds)]
-                setting = _setting(budget, regime)
-                draws[(task, setting, semantics)] = {"models": len(seeds), "masks": len(scored_on),
-                                                     "scored_on": scored_on, "observed": observed,
-                                                     "random": float(np.mean(own))}
-                out.append(claims.Measurement(
-                    task, [observed], [(task, a)], setting, semantics, f"mean score({a}) over the task's models",
-                    unit, full=f["full"].tolist(), chance=float(ga["chance"].iloc[0]), null=null, regime=regime))
-    return out, draws
-
-
-def convergence_evidence(cells: pd.DataFrame, sub: pd.DataFrame, a: str, b: str, rank: bool = False) -> pd.DataFrame:
+def convergence_evidence(cells: pd.DataFrame, sub: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
     """The convergence gate's evidence (:mod:`.convergence`) for the contrast of methods ``a`` and ``b``: the full
     model of every (task, seed), from its mask-then-fine-tune cell of the strategy ``none`` in ``cells`` (every
     semantics: no head masked, the same model), and the models of ``a`` and ``b`` fine-tuned with their mask fixed
-    in ``sub`` (one semantics), behind the measurements of their budget. ``rank``: for the empirical rank, whose
-    unit is method ``a``'s one mask (``(task, a)``), every model behind it stands behind that unit."""
-    unit = (lambda task, seed: (task, a)) if rank else convergence.task_seed
+    in ``sub`` (one semantics), behind the measurements of their budget."""
+    unit = convergence.task_seed
     full = cells[(cells["regime"] == "mask_then_finetune") & (cells["strategy"] == "none")]
     rows = convergence.full_rows_recorded(full, cells, unit, lambda task, seed: f"full model seed {seed}")
     masked = sub[(sub["regime"] == "mask_then_finetune") & sub["strategy"].isin({a, b} - {"none"})]
     for budget, g in masked.groupby("budget", sort=True):
         rows += convergence.masked_rows(
             g, _setting(budget, "mask_then_finetune"),
-            # the seed in the name only where the unit does not say it (the rank's unit is the one zero-shot mask)
-            (lambda r: f"{r['strategy']} {100 * float(r['budget']):g}% mask seed {r['seed']}") if rank
-            else (lambda r: f"{r['strategy']} {100 * float(r['budget']):g}% mask"), unit)
+            lambda r: f"{r['strategy']} {100 * float(r['budget']):g}% mask", unit)
     return convergence.table(rows)
 
 
@@ -248,9 +194,8 @@ def _only_at_smaller_shares(claim: claims.Claim, sub: pd.DataFrame, ms: list[cla
 def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence[claims.Claim]) -> pd.DataFrame:
     """The study's verdict table (:data:`claims.COLUMNS`): every declared claim (``declared``: the study's
     ``claims``, :data:`.zero_shot_pruning_claims.CLAIMS`) measured by its ``measure`` (a contrast of
-    :data:`CONTRASTS`: paired differences per model, :func:`contrast_measurements`, or for an
-    :class:`claims.EmpiricalRank` rule the zero-shot mask ranked among random masks, :func:`rank_measurements`) and
-    decided by :func:`claims.evaluate` per task, then pooled over tasks (not the rank), per regime x budget, under
+    :data:`CONTRASTS`: paired differences per model, :func:`contrast_measurements`) and
+    decided by :func:`claims.evaluate` per task, then pooled over tasks, per regime x budget, under
     every ablation semantics of the table (:func:`semantics.verdicts_by_semantics`: each semantics on its own cells
     and with its own gates' evidence; primary = the claim's paper's semantics, the others sensitivity); Holm over the
     study's primary rows and each sensitivity semantics apart. A claim with no cells of its two methods under a
@@ -263,14 +208,10 @@ def claim_verdicts(table: pd.DataFrame, cfg, declared: Sequence[claims.Claim]) -
         parts = []
         for claim in declared:
             c = _contrast(claim.measure)
-            rank = isinstance(claim.rule, claims.EmpiricalRank)
-            evidence = {"convergence": convergence_evidence(table, sub, c.a, c.b, rank)}
+            evidence = {"convergence": convergence_evidence(table, sub, c.a, c.b)}
             above = SHARES_ABOVE.get(claim.id)
             own = sub if above is None else sub[(sub["strategy"] == "none") | (sub["budget"] > above)]
-            if rank:
-                ms, evidence["draws"] = rank_measurements(own, c.a, c.b, sem, claim.unit)
-            else:
-                ms = contrast_measurements(own, c.a, c.b, sem, claim.unit)
+            ms = contrast_measurements(own, c.a, c.b, sem, claim.unit)
             if above is not None:
                 ms += _only_at_smaller_shares(claim, sub, ms, above, sem)
             if not ms:

@@ -578,6 +578,8 @@ def test_identical_values_under_a_t_rule_get_the_power_gate_of_the_exact_test_th
     assert claims.row_tests(r) == []
     r = one(evaluate(CLAIM, Superiority(), [meas("sst2", [0.02] * 5)]))
     assert r.verdict == "inconclusive" and r.p == pytest.approx(1 / 32)  # x 2 tests after Holm: 1/16
+    r = one(evaluate(CLAIM, Superiority(), [meas("sst2", [0.02] * 6)]))
+    assert r.verdict == "supported" and r.p == pytest.approx(1 / 64) and r.p_adjusted == pytest.approx(1 / 32)
 
 
 def test_a_positive_effect_smaller_than_the_margin_is_not_supported():
@@ -628,3 +630,105 @@ def test_a_unit_named_in_a_reason_reads_in_words_outside_parentheses(unit, text)
 
 def test_a_unit_read_back_as_floats_is_named_with_integers():
     assert preconditions.unit_text(("SST-2", 3.0)) == "SST-2 seed 3" and preconditions.unit_text(2.0) == "seed 2"
+
+
+# -------------------------------------------- the family-aware Holm factor (Tarone 1990; Hommel & Krummenauer 1998)
+
+def test_exact_tests_that_cannot_reach_the_level_do_not_raise_the_others_factor():
+    """30 rows of an exact sign-flip test over 5 models (smallest p 1/32) beside 3 rows of t-tests: at the first
+    steps only the t-tests can reach alpha / K (K = 6), so the strong t rows get a factor of 6, not 66; the exact rows
+    keep their turn and read inconclusive (after the 3 t rows, K = 3: 3 x 1/32 > 0.05), never "not testable"."""
+    sign = Superiority(test="sign_flip")
+    # (each task in a setting of its own: no pooled rows)
+    exact = evaluate(CLAIM, sign, [meas(f"e{i}", [0.1, 0.2, 0.3, 0.4, 0.5], setting=f"e{i}") for i in range(30)],
+                     study="s")
+    strong = [0.101, 0.102, 0.099, 0.1, 0.098]
+    tt = evaluate(CLAIM, Superiority(), [meas(f"t{i}", strong, setting=f"t{i}") for i in range(3)], study="s")
+    table = adjust(pd.concat([exact, tt], ignore_index=True))
+    validate(table)
+    e, t = table[table["task"].str.startswith("e")], table[table["task"].str.startswith("t")]
+    assert (e["verdict"] == "inconclusive").all() and np.allclose(e["p_adjusted"], 3 / 32)
+    p_sup = sps.ttest_1samp(strong, 0.0, alternative="greater").pvalue
+    assert np.allclose(t["p_adjusted"], 6 * p_sup) and (t["verdict"] == "supported").all()
+    ft = claims.family_tests(table)
+    assert len(ft) == 66  # every test is in the family
+    pd.testing.assert_frame_equal(adjust(table), table)  # idempotent
+
+
+def test_leaving_the_hopeless_tests_out_of_the_factor_is_what_lets_a_t_row_be_decided():
+    """A t row whose p (about 0.0017) survives a factor of 6 (the tests that can reach alpha / 6) but not Holm's 66:
+    supported beside 30 exact 5-unit rows; the same row beside 30 t rows (every test can reach the level) stays
+    inconclusive, as under Holm."""
+    sign = Superiority(test="sign_flip")
+    mid = [0.1, 0.15, 0.12, 0.08, 0.2]
+    p_mid = sps.ttest_1samp(mid, 0.0, alternative="greater").pvalue
+    assert 6 * p_mid < 0.05 < 66 * p_mid
+    exact = [evaluate(CLAIM, sign, [meas(f"e{i}", [0.1, 0.2, 0.3, 0.4, 0.5], setting=f"e{i}")], study="s")
+             for i in range(30)]
+    tt = [evaluate(CLAIM, Superiority(), [meas(f"t{i}", mid, setting=f"t{i}")], study="s") for i in range(3)]
+    table = adjust(pd.concat(exact + tt, ignore_index=True))
+    t = table[table["task"].str.startswith("t")]
+    assert (t["verdict"] == "supported").all() and np.allclose(t["p_adjusted"], 6 * p_mid)
+    wide = [0.1, 0.2, 0.3, 0.4, 0.5]
+    as_t = [evaluate(CLAIM, Superiority(), [meas(f"e{i}", wide, setting=f"e{i}")], study="s") for i in range(30)]
+    table = adjust(pd.concat(as_t + tt, ignore_index=True))
+    ft = claims.family_tests(table)
+    assert np.allclose(ft["p_adjusted"], holm(ft["p"]))  # t-tests only: Holm's procedure
+    assert (table.loc[table["task"].str.startswith("t"), "verdict"] == "inconclusive").all()
+
+
+def test_the_factor_counts_the_declared_test_not_the_one_that_ran():
+    """A t rule whose units all gave one value runs the exact sign-flip test (t is undefined), but its smallest p is
+    the declared t-test's (0): which tests count in the factor never depends on the values."""
+    row = one(evaluate(CLAIM, Superiority(), [meas("sst2", [0.02] * 5)]))
+    assert claims._smallest_p(row) == 0.0 and "sign-flip" in row["p_test"]
+    row = one(evaluate(CLAIM, Superiority(test="sign_flip"), [meas("sst2", [0.01, 0.02, 0.03, 0.04, 0.05])]))
+    assert claims._smallest_p(row) == pytest.approx(1 / 32)
+
+
+def test_one_alpha_per_family():
+    a = evaluate(CLAIM, Superiority(), [meas("x", [0.1, 0.2, 0.3])], study="s")
+    b = evaluate(CLAIM, Superiority(alpha=0.01), [meas("y", [0.1, 0.2, 0.3])], study="s")
+    with pytest.raises(ValueError, match="mixes alpha levels"):
+        adjust(pd.concat([a, b], ignore_index=True))
+
+
+def test_a_two_sided_claim_is_supported_either_way_and_never_contradicted():
+    """Superiority("two-sided"): a claim that names no direction. Either one-sided test supports it (both in the
+    Holm family, together a two-sided test); with a margin, the TOST within it says "not supported"; the label
+    round-trips (retest at factor 1 reproduces the verdicts)."""
+    two = Superiority("two-sided", margin=0.05)
+    down, up, flat = [-0.2, -0.21, -0.19, -0.2, -0.22], [0.2, 0.21, 0.19, 0.2, 0.22], [0.001, -0.002, 0.0, 0.002, -0.001]
+    t = evaluate(CLAIM, two, [meas(f"t{i}", v, setting=f"s{i}") for i, v in enumerate((down, up, flat))])
+    validate(t)
+    rows = {r["task"]: r for _, r in t.iterrows()}
+    assert rows["t0"]["verdict"] == "supported" and rows["t0"]["p_test"] == "supported: effect < 0 (one-sided t)"
+    assert rows["t1"]["verdict"] == "supported" and rows["t1"]["p_test"] == "supported: effect > 0 (one-sided t)"
+    assert rows["t2"]["verdict"] == "not supported" and rows["t2"]["p_test"].startswith("not supported: |effect| < 0.05")
+    assert rows["t0"]["test"].startswith("superiority (two-sided)")
+    assert {x.word for x in claims.row_tests(rows["t0"])} == {"supported", "not supported"}
+    p_down = sps.ttest_1samp(down, 0.0, alternative="less").pvalue
+    assert rows["t0"]["p"] == pytest.approx(p_down)
+    pd.testing.assert_frame_equal(claims.retest(t, 1.0), t)
+    assert "contradicted" not in set(t["verdict"])
+    with pytest.raises(ValueError, match="two-sided"):
+        Superiority("both")
+
+
+def test_a_pooled_row_clusters_units_that_share_a_random_draw():
+    """Seed s's random mask is the same on every task: with ``pool_by`` the pooled row averages the tasks'
+    normalised values of a seed first and tests over the seeds (3 units, not 6); per-task rows are unchanged."""
+    a = [0.10, 0.20, 0.30]
+    b = [0.05, 0.15, 0.40]
+    ms = [meas("A", a, units=[("A", s) for s in range(3)], full=[0.9] * 3, chance=0.5),
+          meas("B", b, units=[("B", s) for s in range(3)], full=[0.6] * 3, chance=0.0)]
+    plain = evaluate(CLAIM, Superiority(), ms)
+    clustered = evaluate(replace(CLAIM, pool_by=claims.SEED_SHARED_MASKS), Superiority(), ms)
+    assert one(plain, "all (A, B)")["n_units"] == 6
+    pooled = one(clustered, "all (A, B)")
+    want = [(x / 0.4 + y / 0.6) / 2 for x, y in zip(a, b)]  # each task / (full - chance), then the seed's mean
+    assert pooled["n_units"] == 3 and json.loads(pooled["unit_values"]) == pytest.approx(want)
+    assert pooled["unit"] == claims.SEED_SHARED_MASKS.text and pooled["effect"] == pytest.approx(np.mean(want))
+    for task in ("A", "B"):
+        pd.testing.assert_series_equal(one(plain, task).drop(["p_adjusted", "reason", "tests"]),
+                                       one(clustered, task).drop(["p_adjusted", "reason", "tests"]), check_names=False)

@@ -79,8 +79,9 @@ def world(related: bool = True, tasks=("A", "B"), loss_last: float = 2.0, slope:
     copy = lambda: sym(rng, base=base, noise=0.01)
     probes = ["generic", "random-0", *(f"task-{t}" for t in tasks)]
     cells = {("pretrained", p): {m: (copy(), copy()) for m in METRICS} for p in probes}
-    if control is not None:
-        make = copy if control == "same" else (lambda: sym(rng))
+    if control is not None:  # drawn from a stream of its own: the other models' matrices do not depend on it
+        crng = np.random.default_rng(seed + 1000)
+        make = (lambda: sym(crng, base=base, noise=0.01)) if control == "same" else (lambda: sym(crng))
         cells.update({(study.CONTROL, p): {m: (make(), make()) for m in METRICS} for p in probes})
     extra = {}
     for t in tasks:
@@ -117,12 +118,12 @@ def one(v, cid, task=None, setting=None):
 
 @pytest.fixture(scope="module")
 def alike(cfg):
-    return run(world(related=True), cfg)
+    return run(world(related=True, control="noise"), cfg)  # a negative control that shows no pattern: it passes
 
 
 @pytest.fixture(scope="module")
 def unrelated(cfg):
-    return run(world(related=False, loss_last=7.5), cfg)
+    return run(world(related=False, loss_last=7.5, control="noise"), cfg)
 
 
 def test_layout_and_no_nan(alike, unrelated):
@@ -142,13 +143,14 @@ def against(row) -> bool:
 
 
 SURVIVE, CLUSTERS = "ours.patterns_survive_finetuning", "ours.clusters_after_finetuning"
+AGREE = "ours.tasks_agree_after_finetuning"
 
 
 def test_patterns_survive_finetuning_both_directions(alike, unrelated, cfg):
     """Each fine-tuned copy compared with the pre-trained model is a unit (the copies are independent fine-tunings)."""
     assert one(alike, SURVIVE, "all (A, B)", "js")["verdict"] == "supported"
     # the margin: margins.HEADROOM, 0.1 x (ceiling - chance), the ceiling the mean split-half r of the task's models
-    when_t = study.when(world(related=True), cfg, ["A", "B"])
+    when_t = study.when(world(related=True, control="noise"), cfg, ["A", "B"])
     ceiling = when_t[(when_t["task"] == "A") & (when_t["metric"] == "js")]["split_half_r"].mean()
     r = one(alike, SURVIVE, "A", "js")
     assert r["margin"] == pytest.approx(margins.SHARE * (ceiling - 0.0)) and margins.SHARE == 0.1
@@ -163,7 +165,7 @@ N1 = "a one-sample t-test needs at least 2 units; got 1; n = 1 pre-trained model
 def test_when_is_about_the_one_pretrained_model(alike, unrelated, cfg):
     """bian.when (phase independence of THE pre-trained model): n = 1, one row per distance, never tested, whether
     the copies agree with it or not; described by the mean (and range) over the copies, outside the Holm family."""
-    when_t = study.when(world(related=True), cfg, ["A", "B"])
+    when_t = study.when(world(related=True, control="noise"), cfg, ["A", "B"])
     for v in (alike, unrelated):
         rows = v[v["claim_id"] == "bian.when"]
         assert list(rows["setting"]) == METRICS and (rows["task"] == study.PRETRAINED_TASK).all()
@@ -180,13 +182,34 @@ def test_when_is_about_the_one_pretrained_model(alike, unrelated, cfg):
     assert f"mean {r['effect']:+.3g}" in r["reason"]
 
 
-def test_who_tasks_pairs_models_of_two_tasks(alike, unrelated, cfg):
-    r = one(alike, "bian.who_tasks", "A vs B", "js")
+def test_tasks_agree_pairs_models_of_two_tasks(alike, unrelated, cfg):
+    r = one(alike, AGREE, "A vs B", "js")
     assert r["verdict"] == "supported" and r["unit"].startswith("seed") and "negative control" in r["reason"]
-    assert one(unrelated, "bian.who_tasks", "A vs B", "js")["verdict"] == "contradicted"
+    assert one(unrelated, AGREE, "A vs B", "js")["verdict"] == "contradicted"
     single = run(world(tasks=("A",)), cfg, tasks=("A",))
-    row = one(single, "bian.who_tasks")
+    row = one(single, AGREE)
     assert row["verdict"] == "not testable" and "fine-tuned models of 1 task(s)" in row["reason"]
+    row = one(single, "bian.who_tasks")
+    assert row["verdict"] == "not testable" and "the pre-trained model ran on the inputs of 1 task(s)" in row["reason"]
+
+
+def test_who_tasks_is_about_the_one_pretrained_model(alike, unrelated, cfg):
+    """bian.who_tasks (task-agnostic patterns of THE pre-trained model): n = 1, one row per pair of tasks and distance,
+    never tested whether its fine-tuned copies agree or not; the effect is the pre-trained model's r between its
+    matrices on the two tasks' inputs minus their mean ceiling, described with the copies' seed pairs."""
+    mats = world(related=True, control="noise")
+    up = lambda x: clustering.upper(x)
+    g = lambda p, h="full": mats.get("pretrained", p, "js", h)
+    sh = lambda p: np.corrcoef(up(g(p, "a")), up(g(p, "b")))[0, 1]
+    want = np.corrcoef(up(g("task-A")), up(g("task-B")))[0, 1] - (sh("task-A") + sh("task-B")) / 2
+    for v in (alike, unrelated):
+        r = one(v, "bian.who_tasks", "A vs B", "js")
+        assert r["verdict"] == "not testable" and r["tests"] == "[]" and r["n_units"] == 1
+        assert r["unit"] == "pre-trained model" and r["reason"].startswith(N1)
+        assert f"r(pre-trained model on one task's inputs, on the other's) - split-half ceiling {r['effect']:+.3g}; its " \
+            "fine-tuned copies (a model of each task, same seed; 3 seeds): mean" in r["reason"]
+        assert AGREE in r["reason"] and not claims.family_tests(v)["row"].isin([r.name]).any()
+    assert one(alike, "bian.who_tasks", "A vs B", "js")["effect"] == pytest.approx(want)
 
 
 def test_what_on_the_fine_tuned_models(alike, unrelated):
@@ -220,7 +243,7 @@ def test_where_is_about_the_one_pretrained_model(alike, cfg):
     assert r["effect"] == pytest.approx(info["silhouette"] - info["silhouette_null_mean"])
     assert f"{info['n_groups']} groups of >= {cfg.min_cluster_size} heads" in r["reason"]
     assert f"permutation p = {info['silhouette_null_p']:.3g}" in r["reason"]
-    assert study.NO_RANDOM_INIT in r["reason"]  # no control cells: the caveat
+    assert "the negative control (randomly initialised model) on the same text" in r["reason"]
     assert one(alike, CLUSTERS, "all (A, B)")["verdict"] == "supported"
     assert not claims.family_tests(alike)["row"].isin([r.name]).any()
 
@@ -228,14 +251,30 @@ def test_where_is_about_the_one_pretrained_model(alike, cfg):
 def test_who_random_is_one_model(alike):
     r = one(alike, "bian.who_random", setting="js")
     assert r["verdict"] == "not testable" and r["n_units"] == 1 and "pre-trained model only" in r["reason"]
-    assert "negative control" in r["reason"] and study.NO_RANDOM_INIT in r["reason"]  # no control cells: the caveat
+    assert "negative control passed" in r["reason"]
+
+
+def test_a_control_never_measured_clears_nothing(cfg):
+    """Without the negative control's cells the claims that need it are not testable (the precondition was never
+    checked), naming it; the claims about the one pre-trained model keep the caveat; claims without the gate are
+    unchanged."""
+    v = run(world(related=True), cfg)
+    for cid, task in ((CLUSTERS, "A"), (CLUSTERS, "B"), (AGREE, "A vs B")):
+        r = one(v, cid, task, "js")
+        assert r["verdict"] == "not testable" and r["tests"] == "[]", (cid, r["reason"])
+        assert "the negative control (randomly initialised model, same architecture and probes) was not measured on " \
+            f"{task} (js)" in r["reason"] and "caveat" not in r["reason"]  # said once
+    assert one(v, CLUSTERS, "all (A, B)")["verdict"] == "not testable"
+    assert "was not measured on random tokens vs task inputs (js)" in one(v, "bian.who_random", setting="js")["reason"]
+    assert study.NO_RANDOM_INIT in one(v, "bian.where")["reason"]
+    assert one(v, SURVIVE, "all (A, B)", "js")["verdict"] == "supported"
 
 
 def test_a_control_with_the_same_patterns_makes_them_not_testable(cfg):
     """The randomly initialised model shows the clusters and the sameness (across tasks' inputs, random tokens vs
     text): those rows are "not testable", the reason naming the control and both models' numbers."""
     v = run(world(control="same"), cfg)
-    for cid, task in ((CLUSTERS, "A"), (CLUSTERS, "B"), ("bian.who_tasks", "A vs B"),
+    for cid, task in ((CLUSTERS, "A"), (CLUSTERS, "B"), (AGREE, "A vs B"), ("bian.who_tasks", "A vs B"),
                       ("bian.who_random", "random tokens vs task inputs")):
         r = one(v, cid, task, "js")
         assert r["verdict"] == "not testable", (cid, r["reason"])
@@ -255,7 +294,7 @@ def test_a_control_without_the_patterns_lets_the_claims_be_tested(cfg, alike):
     """Noise in the control: no cluster structure, no consistent matrix (split-half ceiling near 0). The verdicts are
     those without the control, and the reason says the control passed (with its numbers)."""
     v = run(world(control="noise"), cfg)
-    for cid, task in ((CLUSTERS, "all (A, B)"), ("bian.who_tasks", "A vs B")):
+    for cid, task in ((CLUSTERS, "all (A, B)"), (AGREE, "A vs B")):
         r = one(v, cid, task, "js")
         assert r["verdict"] == one(alike, cid, task, "js")["verdict"] == "supported"
         assert "negative control passed" in r["reason"] and study.NO_RANDOM_INIT not in r["reason"]
@@ -289,17 +328,25 @@ def test_negative_control_table_by_hand(cfg):
     gate = study.ControlGate("bian.where", "no cluster structure in the control")
     m = claims.Measurement("A", [0.1], [("A", 0)], "js")
     assert "cannot be judged" in gate.check(m, {"control": study.control_failures(t19)})
-    assert gate.check(m, {"control": study.control_failures(noise)}) is None  # the control shows nothing: passes
-    assert gate.check(m, {"control": {}}) is None
+    measured = study.control_measured(noise)
+    assert ("bian.where", "A", "js") in measured
+    # the control measured there and showing nothing: passes; not measured there (or nowhere): fails, naming it
+    assert gate.check(m, {"control": study.control_failures(noise), "control_measured": measured}) is None
+    assert "was not measured on A (js)" in gate.check(m, {"control": {}, "control_measured": frozenset()})
+    assert "was not measured on A (js)" in gate.check(m, {"control": {}})
 
 
 def test_why_gate_mlm_trained_both_branches(alike, unrelated, cfg):
     trained = one(alike, "bian.why", setting="js")
     assert trained["verdict"] == "supported" and trained["effect"] < 0  # more dropout, lower distance
+    assert trained["p_test"] == "supported: effect < 0 (one-sided t)"
     untrained = one(unrelated, "bian.why", setting="js")
     assert untrained["verdict"] == "not testable" and "MLM head is not trained" in untrained["reason"]
-    up = run(world(slope=+0.2), cfg)
-    assert one(up, "bian.why", setting="js")["verdict"] == "contradicted"
+    # the paper names no direction: a slope shown the other way supports "dropout changes redundancy" too
+    up = one(run(world(slope=+0.2), cfg), "bian.why", setting="js")
+    assert up["verdict"] == "supported" and up["effect"] > 0 and up["p_test"] == "supported: effect > 0 (one-sided t)"
+    flat = one(run(world(slope=0.0), cfg), "bian.why", setting="js")
+    assert flat["verdict"] == "inconclusive", flat["reason"]  # no margin: no slope can be shown to be nothing
 
 
 def test_why_one_mlm_seed_is_not_testable(tiny_model_dir, tiny_glue_root):
@@ -322,8 +369,10 @@ def test_holm_over_the_family_includes_the_dropout_slopes(alike):
     assert np.allclose(ft["p_adjusted"], claims.stats.holm(ft["p"].to_numpy()))
     assert len(ft) == sum(len(claims.row_tests(r)) for _, r in tested.iterrows())
     why = ft[ft["row"].isin(tested.index[tested["claim_id"] == "bian.why"])]
-    # the slopes: both directions tested, and no "not supported" test (no margin declared for a slope)
-    assert len(why) == 2 * len(METRICS) and set(why["word"]) == {"supported", "contradicted"}
+    # the slopes: both directions tested, each a "supported" test (two-sided: no direction named), and no "not
+    # supported" test (no margin declared for a slope)
+    assert len(why) == 2 * len(METRICS) and set(why["word"]) == {"supported"}
+    assert sorted(why.loc[why["row"] == why["row"].iloc[0], "h1"]) == ["effect < 0", "effect > 0"]
     assert (alike.loc[alike["claim_id"] == "bian.why", "margin"] == 0).all()
 
 
@@ -363,17 +412,17 @@ def test_claims_about_fine_tuned_models_need_them_trained_to_the_plateau(cfg):
     def rows(v, cid, task):
         return v[(v["claim_id"] == cid) & (v["task"] == task)]
 
-    ok = run(world(), cfg)
-    v = run(world(curves={"finetuned-A-s1": IMPROVING_CURVE}), cfg)
+    ok = run(world(control="noise"), cfg)
+    v = run(world(curves={"finetuned-A-s1": IMPROVING_CURVE}, control="noise"), cfg)
     for cid in (SURVIVE, CLUSTERS, "ours.what_token"):
         assert (rows(ok, cid, "A")["verdict"] != "not testable").all(), cid
         r = rows(v, cid, "A")
         assert len(r) and (r["verdict"] == "not testable").all(), cid
         assert r["reason"].str.contains(r"not trained to the plateau: 1 of 3 .*A seed 1 \(best epoch 4 of 4\)").all()
         assert rows(v, cid, "B")["verdict"].tolist() == rows(ok, cid, "B")["verdict"].tolist(), cid
-    pair = v[v["claim_id"] == "bian.who_tasks"]
+    pair = v[v["claim_id"] == AGREE]
     assert len(pair) and (pair["verdict"] == "not testable").all() and pair["reason"].str.contains("A seed 1").all()
-    assert (ok[ok["claim_id"] == "bian.who_tasks"]["verdict"] != "not testable").any()
+    assert (ok[ok["claim_id"] == AGREE]["verdict"] != "not testable").any()
     unrecorded = run(world(curves={f"finetuned-{t}-s{s}": None for t in "AB" for s in range(3)}), cfg)
     r = rows(unrecorded, SURVIVE, "A")
     assert (r["verdict"] == "not testable").all() and r["reason"].str.contains("before the curve was recorded").all()
@@ -416,7 +465,7 @@ def test_nothing_to_measure_is_an_absent_measurement(cfg):
     v = study.verdicts(bare, dataclasses.replace(cfg, dropouts=[]), pd.DataFrame(), pd.DataFrame(), ["A"],
                        vocab_size=VOCAB)
     claims.validate(v)
-    reasons = {"bian.who_tasks": "fine-tuned models of 0 task(s)", "bian.who_random": "needs a random-token probe",
+    reasons = {AGREE: "fine-tuned models of 0 task(s)", "bian.who_tasks": "the pre-trained model ran on the inputs of 1", "bian.who_random": "needs a random-token probe",
                "bian.why": "fewer than two dropout ratios were run", SURVIVE: "no fine-tuned model",
                "bian.when": "no fine-tuned model", CLUSTERS: "no fine-tuned model",
                "ours.what_token": "no fine-tuned model's cells"}

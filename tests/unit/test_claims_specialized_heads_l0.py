@@ -131,6 +131,13 @@ def run(table, roles, rho=0.5, rho_no_special=None, seeds=SEEDS):
     return v
 
 
+def smallest_p(rows) -> np.ndarray:
+    """Each test's smallest attainable p from its row's declared test and units, written out here: 0 for a t-test,
+    1 / 2**n for an exact sign-flip or binomial test over n units."""
+    return np.array([0.0 if "one-sided t tests" in r["test"] else 0.5 ** len(json.loads(r["unit_values"]))
+                     for _, r in rows.iterrows()])
+
+
 def holm_over_the_study(v):
     """Every test of every tested row is in one of the study's Holm families (one semantics): the primary rows', and
     the sensitivity rows' (the every-key reading of confidence: ``voita.important_are_confident`` is decided on the
@@ -139,7 +146,7 @@ def holm_over_the_study(v):
     assert set(ft["family"]) <= {"specialized_heads_l0|primary|", "specialized_heads_l0|sensitivity|zero"}
     assert (ft.groupby("row").size() >= 2).all() and set(ft["row"]) == set(v.index[v["tests"] != "[]"])
     for fam, g in ft.groupby("family"):
-        assert np.allclose(g["p_adjusted"], claims.stats.holm(g["p"].to_numpy()))
+        assert np.allclose(g["p_adjusted"], claims.stats.tarone_holm(g["p"].to_numpy(), smallest_p(v.loc[g["row"]])))
         rows = v.loc[g["row"]]
         assert set(rows["analysis"]) == {"sensitivity" if "sensitivity" in fam else "primary"}
         if "sensitivity" in fam:
@@ -581,3 +588,34 @@ def test_most_heads_pruned_means_fewer_than_half_kept():
     assert ((curve["n_kept"] == 3) & (curve["n_heads_total"] == 6)).any()  # exactly half: not read
     rows = an.most_prunable_rows(curve)
     assert len(rows) == len(TASKS) * len(SEEDS) and (rows["n_kept"] == 2).all() and (rows["lam"] == 1.0).all()
+
+
+def test_the_mask_read_at_17_of_48_must_be_near_that_size():
+    """voita.functions_at_17_of_48 reads the L0 mask nearest its budget (here 1/3 of 6 heads: 2); one kept within a tenth
+    of the heads of it (0.6) is read; a model whose nearest mask keeps 3 (no lambda pruned it to 2) makes its
+    task's rows not testable, naming it (role_survival.AtBudget); the other task's rows stand."""
+    from headprune_utils.studies import role_survival
+
+    budget = pd.DataFrame([{"task": "A", "seed": 0, "n_kept": 2, "target": 2.125, "n_heads_total": 6},
+                           {"task": "B", "seed": 1, "n_kept": 3, "target": 2.125, "n_heads_total": 6}])
+    misses = role_survival.budget_misses(budget, lambda r: (r["task"], r["seed"]), lambda r: f"{r['task']} s{r['seed']}")
+    assert list(misses) == [("B", 1)] and "keeps 3 of 6 (tolerance +-0.6, 0.1 of the heads)" in misses[("B", 1)]
+    gate = role_survival.AtBudget()
+    m = claims.Measurement("B", [0.4, 0.4], [("B", 0), ("B", 1)], "positional")
+    assert gate.check(m, {"budget_misses": misses}).startswith("no L0 mask near 17/48 of the heads: B s1")
+    assert gate.check(replace_units(m, [("B", 0)]), {"budget_misses": misses}) is None
+    assert "not measured" in gate.check(m, {})
+    table = cells()
+    table = table[~((table["kind"] == "l0") & (table["task"] == "B") & (table["seed"] == 1) & (table["n_kept"] == 2))]
+    v = run(table, roles_of(None))
+    for role in ("positional", "rare-word"):
+        b = verdict(v, "voita.functions_at_17_of_48", "B", setting=role)
+        assert b["verdict"] == "not testable" and "B seed 1: the L0 mask nearest 2 heads keeps 3 of 6" in b["reason"]
+        a = verdict(v, "voita.functions_at_17_of_48", "A", setting=role)
+        assert "no L0 mask near" not in a["reason"]
+
+
+def replace_units(m, units):
+    import dataclasses
+
+    return dataclasses.replace(m, values=[0.4] * len(units), units=units)

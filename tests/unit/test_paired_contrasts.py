@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from headprune_utils.analysis import stats
 from headprune_utils.analysis.paired_contrasts import (
     LOCATION_CONTRASTS, Contrast, contrast_table, identical_masks, paired_by_strategy, per_ablation,
     unit_contrast_table,
@@ -34,23 +35,26 @@ def test_paired_by_strategy_pairs_same_setting_and_seed():
     assert paired_by_strategy(t, "a", "missing").empty
 
 
-def test_contrast_table_per_setting_and_pooled():
+def test_contrast_table_per_setting_and_pooled_over_its_units():
     t = table({"a": [0.1, 0.12, 0.11], "b": [0.0, 0.0, 0.0]})
     c = Contrast("a vs b", "a beats b", "a", "b", "greater")
     out = contrast_table([c, Contrast("x", "not run", "a", "zz", "equal")], lambda a, b: paired_by_strategy(t, a, b))
     assert set(out["contrast"]) == {"a vs b"}, "a contrast whose strategies did not run is left out"
+    assert not {"t_test_p", "sign_flip_p", "boot_ci_low"} & set(out.columns)  # descriptive: no p-value
     per = out[out["task"] != "all"]
-    assert len(per) == 4 and (per["n_pairs"] == 3).all()
-    pooled = out[out["task"] == "all"]
-    assert len(pooled) == 1 and pooled["budget"].iloc[0] == "all" and pooled["n_pairs"].iloc[0] == 12
-    assert pooled["mean_diff"].iloc[0] == pytest.approx(0.11) and pooled["sign_flip_p"].iloc[0] < 0.01
-    assert pooled["boot_ci_low"].iloc[0] <= 0.11 <= pooled["boot_ci_high"].iloc[0]
+    assert len(per) == 4 and (per["n_pairs"] == 3).all() and (per["n_units"] == 3).all()
+    pooled = out[out["task"] == "all"].iloc[0]
+    # 12 pairs, but 3 units (seeds): each seed's 4 pairs (2 tasks x 2 budgets) averaged first
+    assert pooled["budget"] == "all" and pooled["n_pairs"] == 12 and pooled["n_units"] == 3
+    _, lo, hi = stats.t_interval(np.array([0.1, 0.12, 0.11]), 0.95)
+    assert pooled["mean_diff"] == pytest.approx(0.11) and (pooled["ci_low"], pooled["ci_high"]) == pytest.approx((lo, hi))
     by_budget = contrast_table([c], lambda a, b: paired_by_strategy(t, a, b), pool_per_budget=True)
     pooled = by_budget[by_budget["task"] == "all"]
     assert sorted(map(str, pooled["budget"])) == ["0.25", "0.5", "all"]
     assert (pooled[pooled["budget"] != "all"]["n_pairs"] == 6).all()
-
-
+    # another unit: every row of one unit (here: all of them) is one value, no interval
+    one = contrast_table([c], lambda a, b: paired_by_strategy(t, a, b), unit=lambda d: d["seed"] * 0)
+    assert (one["n_units"] == 1).all() and one["ci_low"].isna().all()
 
 
 def test_location_contrasts_name_known_strategies():

@@ -324,7 +324,9 @@ def test_random_pruning_analysis_by_hand():
     c = study.type_contrasts(t)
     pooled = c[(c["task"] == "all") & (c["budget"] == "all")].iloc[0]
     assert pooled["contrast"] == "enc vs cross" and pooled["mean_diff"] == pytest.approx(8.0)
-    assert pooled["n_pairs"] == 3 and pooled["sign_flip_p"] == pytest.approx(0.25)  # exact: 2 of 8 sign vectors
+    # one trained model (its 3 mask seeds are no replicates): one unit, no interval, no p-value
+    assert pooled["n_pairs"] == 3 and pooled["n_units"] == 1 and pd.isna(pooled["ci_low"])
+    assert "sign_flip_p" not in c.columns and "t_test_p" not in c.columns
 
 
 def test_l0_analysis_by_hand():
@@ -590,3 +592,11 @@ def test_l0_gates_train_until_they_settle_with_the_cap(root, tmp_path, monkeypat
         n = int(r.l0_steps_trained)
         assert 3 <= n <= 25 and r.history[-1]["step"] == n - 1
         assert n == 25 or gates_settled(r.history)[0] is True
+
+
+def test_a_contrast_pair_reads_its_model_seed_back_and_refuses_a_mask_seed_it_cannot_hold():
+    from headprune_utils.studies import nmt_heads_analysis as a
+
+    assert a._pair(3, 999) == 3999 and a._model_seed(pd.DataFrame({"seed": [3999, 12]})).tolist() == [3, 0]
+    with pytest.raises(ValueError, match="mask seed must be in"):
+        a._pair(0, 1000)
