@@ -174,15 +174,17 @@ CLAIMS: tuple[Claim, ...] = (
           note=f"the paper fine-tunes after pruning (25 epochs); here each pruned model to its dev-loss plateau, rows "
                f"'not testable' where a model behind them stopped at the cap still improving or has no dev-loss "
                f"curve; the rows without retraining are a sensitivity analysis; {SMALL}; {MODELS}"),
-    Claim("voita.type_prunability_random", f"{VOITA} (Sec. 6, Table 2)",
-          "Encoder self-attention is the most prunable attention type and encoder-decoder attention the least.",
+    Claim("ours.type_prunability_random", "ours (exploratory)",
+          "Encoder self-attention is the most prunable attention type and encoder-decoder attention the least, "
+          "under random pruning without retraining.",
           claims.Superiority("greater", margin=margins.TASK_SCORE),
           metric="per model and ordered pair of types (setting): BLEU with a share of type a pruned - with the same "
                  "share of type b pruned, paired by fraction and mask seed, mean within the model",
           regime=f"{TRAINED}, then random heads zeroed (no retraining)", gates=(PLATEAU, ENOUGH_MODELS), figure="bleu_vs_fraction",
           measure="type a - type b (random)", unit=UNIT,
-          note=f"the paper reads it off L0 pruning (next claim, Voita et al.'s protocol); random pruning of each type, "
-               f"without retraining, is our check of it in another protocol (exploratory); {SMALL}; {MODELS}"),
+          note=f"the paper reads it off L0 pruning (voita.type_prunability_l0, Voita et al.'s protocol); random pruning "
+               f"of each type, without retraining, is our check of it in another protocol (exploratory; until "
+               f"2026-12-06 under the id voita.type_prunability_random); {SMALL}; {MODELS}"),
     Claim("voita.type_prunability_l0", f"{VOITA} (Sec. 6, Table 2)",
           "L0 gates on all three types keep the fewest encoder self-attention heads and the most "
           "encoder-decoder heads.",

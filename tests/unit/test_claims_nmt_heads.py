@@ -58,7 +58,7 @@ def row(v, cid, setting):
 def test_one_model_is_not_testable_and_mask_seeds_are_not_replicates():
     v = run(cells(model_seeds=(0,)))
     assert (v["verdict"] == "not testable").all()
-    r = row(v, "voita.type_prunability_random", "enc - cross")
+    r = row(v, "ours.type_prunability_random", "enc - cross")
     assert r["n_units"] == 1 and "needs at least 2 units; got 1" in r["reason"]
     assert r["effect"] == pytest.approx(5.0)  # the mean over the model's three mask seeds, one value
     assert r["unit"] == "model (model seed)" and r["task"] == "toy en-de"
@@ -66,19 +66,19 @@ def test_one_model_is_not_testable_and_mask_seeds_are_not_replicates():
 
 def test_fewer_than_five_models_decide_nothing():
     v = run(cells(model_seeds=(0, 1), enc_drop=1.0, cross_drop=6.0))
-    r = row(v, "voita.type_prunability_random", "enc - cross")
+    r = row(v, "ours.type_prunability_random", "enc - cross")
     assert r["verdict"] == "not testable" and r["n_units"] == 2 and np.isnan(r["p"])
     assert "2 independently trained model(s) behind the row; a decision needs at least 5" in r["reason"]
     assert (v["verdict"] == "not testable").all()
-    assert declared.ENOUGH_MODELS in declared.CLAIM["voita.type_prunability_random"].gates and declared.MIN_MODELS == 5
+    assert declared.ENOUGH_MODELS in declared.CLAIM["ours.type_prunability_random"].gates and declared.MIN_MODELS == 5
     # the same cells with five models are decided
-    assert row(run(cells(enc_drop=1.0, cross_drop=6.0)), "voita.type_prunability_random", "enc - cross")["verdict"] \
+    assert row(run(cells(enc_drop=1.0, cross_drop=6.0)), "ours.type_prunability_random", "enc - cross")["verdict"] \
         == "supported"
 
 
 def test_five_models_test_the_claims_both_ways():
     v = run(cells(enc_drop=1.0, cross_drop=6.0))
-    r = row(v, "voita.type_prunability_random", "enc - cross")
+    r = row(v, "ours.type_prunability_random", "enc - cross")
     assert r["verdict"] == "supported" and r["p_test"] == "supported: effect > 0 (one-sided t)"
     # margins.TASK_SCORE: 0.1 x (mean BLEU(full) - 0) = 3.2 BLEU, for every BLEU difference
     assert r["margin"] == pytest.approx(0.1 * 32) and "0.1 x (full - chance)" in r["test"]
@@ -88,7 +88,7 @@ def test_five_models_test_the_claims_both_ways():
     assert r["verdict"] == "contradicted" and r["p_test"] == "contradicted: effect < -3.2 (one-sided t)"
     # without retraining, Budhraja et al.'s claim 1 is a sensitivity analysis (its own Holm family); the primary
     # family holds every other tested row's tests
-    assert r["analysis"] == "sensitivity" and row(v, "voita.type_prunability_random", "enc - cross")["analysis"] == "primary"
+    assert r["analysis"] == "sensitivity" and row(v, "ours.type_prunability_random", "enc - cross")["analysis"] == "primary"
     ft = claims.family_tests(v)
     assert ft.groupby("family").size().to_dict() == {"nmt_heads|primary|": 3,  # 1 superiority row x 3 tests
                                                      "nmt_heads|sensitivity|zero": 4}  # 2 non-inferiority rows x 2
@@ -99,9 +99,9 @@ def test_five_models_test_the_claims_both_ways():
     assert r["verdict"] == "not testable" and r["analysis"] == "primary"
     assert r["reason"] == "no cell of this run retrains such a mask (enc, 50% pruned; retrained with the mask fixed)"
     v2 = run(cells(enc_drop=6.0, cross_drop=1.0))
-    assert row(v2, "voita.type_prunability_random", "enc - cross")["verdict"] == "contradicted"
+    assert row(v2, "ours.type_prunability_random", "enc - cross")["verdict"] == "contradicted"
     # the same drop for both types: no difference as large as the margin, so the claim is not supported
-    r = row(run(cells(enc_drop=3.0, cross_drop=3.0)), "voita.type_prunability_random", "enc - cross")
+    r = row(run(cells(enc_drop=3.0, cross_drop=3.0)), "ours.type_prunability_random", "enc - cross")
     assert r["verdict"] == "not supported" and r["p_test"] == "not supported: effect < +3.2 (one-sided t)"
     assert row(v2, "voita.enc_most_prunable", "")["verdict"] == "not testable"  # no L0 cells in this run
     assert "no cell of this run measures it" in row(v2, "voita.enc_most_prunable", "")["reason"]
@@ -109,10 +109,10 @@ def test_five_models_test_the_claims_both_ways():
 
 def test_the_plateau_gate_both_ways():
     v = run(cells(history=RISING))
-    r = row(v, "voita.type_prunability_random", "enc - cross")
+    r = row(v, "ours.type_prunability_random", "enc - cross")
     assert r["verdict"] == "not testable" and "not reached a plateau" in r["reason"] and np.isnan(r["p"])
     v2 = run(cells(history=None))
-    r2 = row(v2, "voita.type_prunability_random", "enc - cross")
+    r2 = row(v2, "ours.type_prunability_random", "enc - cross")
     assert r2["verdict"] == "not testable" and "cannot be judged" in r2["reason"]
 
 
