@@ -796,7 +796,7 @@ def _pooled_row(claim, rule: Rule, study: str, scale: str, rows: list[dict], inf
     unit = base.unit if all(m.unit == base.unit for m in measurements) else DEFAULT_UNIT
     scale_of = [measurements[i].headroom if normalise else 1.0 for i in ok]
     x = np.concatenate([info[i][1] / h for i, h in zip(ok, scale_of)]) if ok else np.zeros(0)
-    pool_by = getattr(claim, "pool_by", None)
+    pool_by = claim.pool_by
     if pool_by is not None and ok and rule.kind != "rank":
         labels = [u for i in ok for u in stats.unit_means(measurements[i].values, measurements[i].units)[0]]
         _, x = stats.unit_means(x, [pool_by.key(u) for u in labels]) if x.size else ([], x)
@@ -908,6 +908,7 @@ def _smallest_p(row) -> float:
     if test == _TEST_NAMES["rank"]:
         return 1.0 / max(1, n)  # unit_values: the observed statistic, then the K draws
     return stats.min_attainable_p(_METHOD_TEST[test], max(n, 1), "greater")
+
 
 def family_tests(table: pd.DataFrame) -> pd.DataFrame:
     """Every hypothesis test of ``table`` in long form (columns: row, family, word, h1, p, p_adjusted), ``row`` the
