@@ -1,8 +1,12 @@
-"""The committed verdict tables (quick and standard) keep the decision contract, recomputed here from each row's own
-tests with independent code (scipy's tests, our own Holm), not through ``claims``' decision functions:
+"""The committed verdict tables (every profile whose findings are committed: quick, standard, standard-next) keep the
+decision contract, recomputed here from each row's own tests with independent code (scipy's tests, Holm's step-down
+with Tarone's factor written out from its definition), not through ``claims``' decision or adjustment functions:
 
-- every row decided ``supported`` / ``contradicted`` / ``not supported`` has a test of that word whose Holm-adjusted
-  p (over every test of its family) is the row's ``p_adjusted``, below alpha;
+- every test's adjusted p is Holm's step-down over every test of its family with Tarone's factor (Hommel &
+  Krummenauer 1998): at each step, the smallest K such that at most K of the tests not yet passed can reach alpha/K,
+  each test's smallest attainable p read off the row's declared test (its label) and its number of units;
+- every row decided ``supported`` / ``contradicted`` / ``not supported`` has a test of that word whose adjusted
+  p is the row's ``p_adjusted``, below alpha;
 - every ``inconclusive`` row with tests has none below alpha;
 - the stored unadjusted p of every t-test equals scipy's one-sided t-test on the row's unit values.
 """
@@ -23,20 +27,48 @@ from headprune_utils.studies import NAMES
 DECIDED = {"supported", "contradicted", "not supported"}
 
 
-def _holm(p: np.ndarray) -> np.ndarray:
-    """Holm's step-down adjustment written out: sorted ascending, (m - i) p_(i), running maximum, capped at 1."""
+PROFILES = ("quick", "standard", "standard-next")
+
+
+def _smallest_p(label: str, n: int) -> float:
+    """The smallest p the row's declared test can give over n units, from its label alone: 0 for a t-test on 2 or
+    more units; 1/2^n for an exact one-sided sign-flip or binomial test (all n signs one way: one of 2^n equally
+    likely outcomes)."""
+    if "one-sided t tests" in label:
+        return 0.0 if n >= 2 else 1.0
+    if "sign-flip tests" in label or "binomial tests" in label:
+        return 0.5 ** n
+    raise AssertionError(f"a declared test this check does not know: {label!r}")
+
+
+def _tarone_holm(p: np.ndarray, p_min: np.ndarray, alpha: float) -> np.ndarray:
+    """Holm's step-down with Tarone's factor, from the definition: p sorted ascending; at step i the factor is the
+    smallest K >= 1 for which the count of remaining tests with p_min <= alpha / K is at most K (all of them
+    counted when none is: Holm's m - i); adjusted p = running maximum of min(1, K p), capped at 1."""
     order = np.argsort(p, kind="stable")
     adj = np.empty_like(p)
     running = 0.0
     for i, j in enumerate(order):
-        running = max(running, min(1.0, (len(p) - i) * p[j]))
+        rest = p_min[order[i:]]
+        factor = next((k for k in range(1, len(rest) + 1) if sum(q <= alpha / k for q in rest) <= k), len(rest))
+        running = max(running, min(1.0, factor * p[j]))
         adj[j] = running
     return adj
 
 
+def test_tarone_holm_written_out_is_holm_for_t_tests_and_smaller_beside_exact_tests():
+    """The check's own adjustment: Holm when every test can reach any level; beside a test that cannot reach alpha/2
+    (1/32 > 0.025), the others' factor drops by one."""
+    p = np.array([0.01, 0.02, 0.04, 0.03125])
+    holm = np.array([0.04, 0.06, 0.0625, 0.0625])
+    assert np.allclose(_tarone_holm(p, np.zeros(4), 0.05), holm)
+    got = _tarone_holm(p, np.array([0.0, 0.0, 0.0, 1 / 32]), 0.05)
+    assert np.allclose(got, [0.03, 0.04, 0.0625, 0.0625])
+
+
 def _tables():
     out = []
-    for profile in ("quick", "standard"):
+    for profile in PROFILES:
         for name in NAMES:
             f = StudyPaths(name, profile, staged=False).tables / "verdicts.csv"
             if f.exists():
@@ -54,7 +86,11 @@ def test_committed_verdicts_keep_the_decision_contract(path):
     long = [(i, family[i], t) for i in v.index for t in json.loads(v.at[i, "tests"] or "[]")]
     for fam in {f for _, f, _ in long}:
         members = [(i, t) for i, f, t in long if f == fam]
-        adj = _holm(np.array([t["p"] for _, t in members], dtype=float))
+        alphas = {float(re.search(r"alpha=([0-9.]+)", v.at[i, "test"]).group(1)) for i, _ in members}
+        assert len(alphas) == 1, (path.name, fam, alphas)
+        p_min = np.array([_smallest_p(v.at[i, "test"], len(json.loads(v.at[i, "unit_values"] or "[]"))
+                                      or int(v.at[i, "n_units"])) for i, _ in members])
+        adj = _tarone_holm(np.array([t["p"] for _, t in members], dtype=float), p_min, alphas.pop())
         for (i, t), a in zip(members, adj):
             assert t["p_adjusted"] == pytest.approx(a, rel=1e-9, abs=1e-15), (path.name, v.at[i, "claim_id"])
     for i, r in v.iterrows():
@@ -72,3 +108,13 @@ def test_committed_verdicts_keep_the_decision_contract(path):
             if t["method"] == "one-sided t" and x.size >= 2 and np.ptp(x) > 0:
                 want = sps.ttest_1samp(x, t["bound"], alternative=t["side"]).pvalue
                 assert t["p"] == pytest.approx(want, rel=1e-7, abs=1e-12), (r["claim_id"], r["task"], t)
+
+
+def test_some_committed_table_decides_words_so_the_contract_is_checked():
+    """The check above is empty over tables whose every row is not testable (quick, and standard before convergence):
+    at least one committed table must carry decided words with their tests, else this file checks nothing."""
+    decided = 0
+    for param in _tables():
+        v = pd.read_csv(param.values[0], keep_default_na=False, na_values=[""])
+        decided += int(v["verdict"].isin(DECIDED).sum())
+    assert decided > 0
