@@ -16,6 +16,9 @@ and median seconds per step and the ratio plain / lean. The two train the same w
 (``fused_vocab_loss``: the output projection and the loss a block of tokens at a time, never the whole logits).
 ``--against OTHER`` compares instead the training step (fused loss) of the two profiles' models, each with its own
 tokenizer and token batches (a model size against another: the ratio is ``--profile`` / ``OTHER``).
+``--bf16`` compares instead the training step (fused loss) in float32 with the same step's forward and loss under
+bf16 autocast (``precision="bf16"``: what ``train_translation`` does; backward and AdamW outside autocast); worth it
+on a CPU with native bfloat16 dot products only (``avx512_bf16`` or AMX in ``/proc/cpuinfo``), which the output names.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from headprune_utils.model.precision import autocast_context  # noqa: E402
 from headprune_utils.model.translation_model import build_translation_model  # noqa: E402
 from headprune_utils.run import profiles  # noqa: E402
 from headprune_utils.store.paths import StudyPaths  # noqa: E402
@@ -52,6 +56,8 @@ def main() -> None:
                              "(fused_vocab_loss: the output projection a block of tokens at a time)")
     parser.add_argument("--against", metavar="OTHER", default=None,
                         help="compare the training step (fused loss) of --profile's model with OTHER profile's")
+    parser.add_argument("--bf16", action="store_true",
+                        help="compare the training step (fused loss) in float32 with the same step under bf16 autocast")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -71,7 +77,7 @@ def main() -> None:
         sizes[args.against] = setup(args.against)
     cfg, tok, tc, batches, base = sizes[args.profile]
 
-    def run(nll: bool, fused: bool = False, profile: str | None = None) -> float:
+    def run(nll: bool, fused: bool = False, profile: str | None = None, precision: str = "fp32") -> float:
         cfg, tok, tc, batches, base = sizes[profile or args.profile]
         model = copy.deepcopy(base)
         optim = tr._Optimization.build(model, tc)
@@ -79,12 +85,15 @@ def main() -> None:
         def step(batch):
             batch = dict(batch)
             labels = batch.pop("labels")
-            if fused:
+            if fused:  # as train_translation: the encoder-decoder under autocast, the fused loss outside it
                 weight, bias = seq2seq_lm_head(model)
-                hidden = model.model(**batch, use_cache=False)[0]
+                with autocast_context(torch.device("cpu"), precision):
+                    hidden = model.model(**batch, use_cache=False)[0]
                 loss = fused_label_smoothed_loss(hidden, weight, bias, labels, tc.label_smoothing)[0]
             else:
-                loss = tr.label_smoothed_loss(model(**batch).logits, labels, tc.label_smoothing, nll=nll)[0]
+                with autocast_context(torch.device("cpu"), precision):
+                    logits = model(**batch).logits
+                loss = tr.label_smoothed_loss(logits, labels, tc.label_smoothing, nll=nll)[0]
             optim.step(loss, tc.max_grad_norm)
 
         step(batches[0])  # untimed warm-up
@@ -95,6 +104,9 @@ def main() -> None:
 
     if args.against:
         variants = {f"{p} (fused)": dict(nll=False, fused=True, profile=p) for p in sizes}
+    elif args.bf16:
+        variants = {"float32 (fused)": dict(nll=False, fused=True),
+                    "bf16 autocast (fused)": dict(nll=False, fused=True, precision="bf16")}
     elif args.fused:
         variants = {"plain (whole logits)": dict(nll=False), "fused (blocks of tokens)": dict(nll=False, fused=True)}
     else:
@@ -110,6 +122,10 @@ def main() -> None:
               f"{cfg.decoder_layers} layers, vocabulary {len(tok)}, {sum(p.numel() for p in base.parameters()):,} "
               f"parameters, {tokens:.0f} target tokens a step, {args.threads} thread(s), {args.steps} steps x "
               f"{args.rounds} rounds")
+    if args.bf16:
+        flags = set(open("/proc/cpuinfo").read().split()) if os.path.exists("/proc/cpuinfo") else set()
+        native = sorted(flags & {"avx512_bf16", "amx_bf16"})
+        print(f"  CPU bfloat16 instructions: {', '.join(native) if native else 'none (emulated: expect a slowdown)'}")
     for name, ts in times.items():
         print(f"  {name:24s} best {min(ts):.3f} s/step, median {statistics.median(ts):.3f}")
     (a, plain), (b, lean) = times.items()
