@@ -28,11 +28,13 @@ setting and semantics, a pooled row follows (``task = "all (t1, t2, ...)"``, lis
   normalised margins; the pooled test runs over all units of the pooled tasks (units stay independent models),
   except that units sharing a random draw across tasks (a claim's :attr:`Claim.pool_by`, e.g. seed s's random
   mask, the same on every task) are averaged within their cluster first and the test runs over the clusters;
-- the pooled row is tested only when the tasks agree, each task's direction being: superiority, the sign of
+- the pooled row gets a word only when the tasks agree, each task's direction being: superiority, the sign of
   its effect; equivalence, +1 / -1 when its CI lies wholly above +margin / below -margin, else 0;
   non-inferiority, -1 (or +1 for ``"less"``) when its CI lies wholly on the wrong side of the margin, else 0.
-  Tasks that disagree give ``inconclusive`` with the reason "tasks disagree: ..." and no p (the per-task
-  rows carry the verdicts; a pool never overrides a task).
+  Tasks that disagree give ``inconclusive`` with the reason "tasks disagree: ..." (the per-task rows carry the
+  verdicts; a pool never overrides a task), but the pooled row's tests are run and stay in the Holm family
+  (since 2026-12-06): which tests a family holds is fixed by the design (every pool of 2 or more testable tasks),
+  never by the directions the data took, and withholding a word never raises the family-wise error.
 
 Decision rules. Every word a row can be given is decided by a hypothesis test of its own, and every such test of
 every tested row is in the study's Holm family (:func:`adjust`): a row is ``supported``, ``contradicted`` or ``not
@@ -797,10 +799,11 @@ def _pooled_row(claim, rule: Rule, study: str, scale: str, rows: list[dict], inf
     scale_of = [measurements[i].headroom if normalise else 1.0 for i in ok]
     x = np.concatenate([info[i][1] / h for i, h in zip(ok, scale_of)]) if ok else np.zeros(0)
     pool_by = claim.pool_by
-    if pool_by is not None and ok and rule.kind != "rank":
-        labels = [u for i in ok for u in stats.unit_means(measurements[i].values, measurements[i].units)[0]]
-        _, x = stats.unit_means(x, [pool_by.key(u) for u in labels]) if x.size else ([], x)
-        unit = pool_by.text
+    if pool_by is not None and rule.kind != "rank":
+        unit = pool_by.text  # the pool's unit, whether or not it can be formed
+        if ok:
+            labels = [u for i in ok for u in stats.unit_means(measurements[i].values, measurements[i].units)[0]]
+            _, x = stats.unit_means(x, [pool_by.key(u) for u in labels]) if x.size else ([], x)
     margin = min((info[i][2] / h for i, h in zip(ok, scale_of)), default=float("nan"))
     what = (base.effect or "unit means") + (" / (full - chance)" if normalise else "")
     note = f"smallest of the tasks' margins{' / (full - chance)' if normalise else ''}"
@@ -822,12 +825,22 @@ def _pooled_row(claim, rule: Rule, study: str, scale: str, rows: list[dict], inf
     row = _row(claim, study, scale, pool_task, pool_m, rule, x, margin, label,
                [r for r in (_power(rule, pool_m, x),) if r])
     if len(set(dirs.values())) > 1 and row["verdict"] != "not testable":
-        row.update(p=float("nan"), tests="[]", verdict="inconclusive",
-                   reason="tasks disagree: " + ", ".join(f"{t} {'+' if d > 0 else '-' if d < 0 else '0'}"
-                                                         for t, d in dirs.items())
+        # the pooled tests stay in the Holm family (the family is fixed by the design, not by the directions the
+        # data took); the pool's word is withheld (:func:`adjust`): a pool never overrides a task
+        row.update(verdict="inconclusive",
+                   reason=_DISAGREE + ", ".join(f"{t} {'+' if d > 0 else '-' if d < 0 else '0'}"
+                                                for t, d in dirs.items())
                    + " (" + ("sign of the effect" if kind == "superiority" else "side of the margin")
                    + "); the per-task rows carry the verdicts")
     return row
+
+
+_DISAGREE = "tasks disagree: "
+_IN_FAMILY = "; its tests count in the Holm family, its word is withheld"
+
+
+def _tasks_disagree(row) -> bool:
+    return str(row["reason"]).startswith(_DISAGREE)
 
 
 # ----------------------------------------------------------------------------------------------- verdicts
@@ -927,7 +940,8 @@ def _families(table: pd.DataFrame) -> pd.Series:
 def adjust(table: pd.DataFrame, primary: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Holm-adjust every hypothesis test of every tested row within its family and set those rows' verdicts
     (:func:`decide`), ``p``, ``p_adjusted`` and ``p_test`` (the deciding test's). Rows without tests (not
-    testable, tasks disagree) keep their verdict and reason. Returns a new table in :data:`COLUMNS` order.
+    testable) keep their verdict and reason; a pooled row over tasks that disagree is adjusted with its family and
+    stays ``inconclusive`` (its nearest test named in the reason). Returns a new table in :data:`COLUMNS` order.
 
     ``primary``: ``{claim_id: the semantics of the claim's own paper}`` (:attr:`Claim.semantics`). A row
     measured under that semantics is the ``"primary"`` analysis unless it already is a sensitivity one (measured
@@ -971,6 +985,13 @@ def adjust(table: pd.DataFrame, primary: Mapping[str, str] | None = None) -> pd.
         if not tests[i]:
             continue
         out.at[i, "tests"] = _dump_tests(tests[i])
+        if _tasks_disagree(out.loc[i]):  # a pooled row over tasks that disagree: tested, never decided
+            t = min(tests[i], key=lambda x: x.p_adjusted)
+            out.at[i, "verdict"] = "inconclusive"
+            out.at[i, "reason"] = (str(out.at[i, "reason"]).split(_IN_FAMILY)[0] + _IN_FAMILY
+                                   + f" (nearest: {t.word}: {t.h1}, Holm-adjusted p = {t.p_adjusted:.3g})")
+            out.at[i, "p"], out.at[i, "p_adjusted"], out.at[i, "p_test"] = t.p, t.p_adjusted, t.text()
+            continue
         verdict, reason = decide(out.loc[i])
         _, t = _deciding(out.loc[i])
         out.at[i, "verdict"], out.at[i, "reason"] = verdict, reason
@@ -1064,7 +1085,7 @@ def margin_sensitivity(table: pd.DataFrame, factors: Sequence[float] = (0.5, 2.0
 def _na(row, field: str) -> str:
     if row["verdict"] == "not testable":
         return "n/a (not testable)"
-    if str(row["reason"]).startswith("tasks disagree"):
+    if _tasks_disagree(row):
         return "n/a (tasks disagree)"
     if field in ("ci_low", "ci_high") and row["n_units"] < 2:
         return "n/a (one unit)"

@@ -78,9 +78,9 @@ def verdicts_by_semantics(table: pd.DataFrame, declared: Sequence, decide: Calla
     (the cells' semantics); ``semantics``: the order to report them in (default: as they first appear).
 
     A claim's rows under its own paper's semantics (``Claim.semantics``) are its primary analysis; rows under
-    another semantics are kept only where that semantics measured something (``n_units > 0``): a sensitivity
-    semantics that ran no cell of a claim adds no row, while a primary row is always there (``not testable``
-    when nothing measured it). Holm: ``claims.adjust`` with the claims' semantics (primary family, and one
+    another semantics are kept only for the claims that semantics measured (some row with ``n_units > 0``; then
+    all their rows, a pooled row that could not be formed among them): a sensitivity semantics that ran no cell of
+    a claim adds no row, while a primary row is always there (``not testable`` when nothing measured it). Holm: ``claims.adjust`` with the claims' semantics (primary family, and one
     family per sensitivity semantics)."""
     if "ablation" not in table.columns:
         raise ValueError("the table has no 'ablation' column (the cells' semantics)")
@@ -92,7 +92,8 @@ def verdicts_by_semantics(table: pd.DataFrame, declared: Sequence, decide: Calla
         part = decide(table[table["ablation"].astype(str) == s], s)
         if part.empty:
             continue
-        keep = (part["claim_id"].map(own) == s) | (part["n_units"].astype(int) > 0)
+        measured = set(part.loc[part["n_units"].astype(int) > 0, "claim_id"])  # claims this semantics measured
+        keep = (part["claim_id"].map(own) == s) | part["claim_id"].isin(measured)
         parts.append(part[keep])
     if not parts:
         return claims.empty_table()

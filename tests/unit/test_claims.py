@@ -350,14 +350,34 @@ def test_pooled_row_on_normalised_effects_when_tasks_agree():
 
 
 def test_pooled_row_is_inconclusive_when_tasks_disagree():
-    t = evaluate(CLAIM, Superiority(), [tm("sst2", [0.03, 0.05, 0.04]), tm("mrpc", [-0.02, -0.03, -0.025])])
+    t = evaluate(CLAIM, Superiority(), [tm("sst2", [0.03, 0.05, 0.04, 0.045, 0.035]),
+                                        tm("mrpc", [-0.02, -0.03, -0.025, -0.022, -0.028])])
     pooled = one(t, "all (sst2, mrpc)")
     assert pooled.verdict == "inconclusive" and pooled.reason.startswith("tasks disagree: sst2 +, mrpc -")
-    assert np.isnan(pooled.p) and np.isnan(pooled.p_adjusted)
     assert one(t, "sst2").verdict == "supported" and one(t, "mrpc").verdict == "contradicted"
-    ft = claims.family_tests(t)  # the pooled row is outside the family: the 2 x 2 tests of the task rows only
-    assert set(ft["row"]) == {0, 1} and len(ft) == 4
+    # the pooled row's tests stay in the family (fixed by the design, not by the directions the data took): 3 x 2
+    ft = claims.family_tests(t)
+    assert set(ft["row"]) == {0, 1, 2} and len(ft) == 6
     np.testing.assert_allclose(ft["p_adjusted"], holm(ft["p"]))
+    assert np.isfinite(pooled.p_adjusted) and "its word is withheld" in pooled.reason
+    claims.validate(t)
+
+
+def test_tasks_that_disagree_withhold_a_significant_pooled_word_and_still_count_in_the_family():
+    """A pool whose test reaches the level while one task goes the other way: its word is withheld (a pool never
+    overrides a task), its tests still raise the other tests' Holm factor, and adjusting twice changes nothing."""
+    big = [0.30, 0.32, 0.31, 0.33, 0.29]
+    t = evaluate(CLAIM, Superiority(), [tm("sst2", big), tm("mrpc", [-0.001, -0.003, -0.002, -0.0015, -0.0025])])
+    pooled = one(t, "all (sst2, mrpc)")
+    assert pooled.reason.startswith("tasks disagree: sst2 +, mrpc -") and pooled.verdict == "inconclusive"
+    assert pooled.p_adjusted < 0.05 and pooled.p_test.startswith("supported")
+    ft = claims.family_tests(t)
+    assert len(ft) == 6
+    np.testing.assert_allclose(ft["p_adjusted"], holm(ft["p"]))
+    again = claims.adjust(t)
+    assert again["reason"].tolist() == t["reason"].tolist() and again["verdict"].tolist() == t["verdict"].tolist()
+    # under other margins the pool stays withheld
+    assert claims.retest(t, 2.0).loc[pooled.name, "verdict"] == "inconclusive"
 
 
 def test_equivalence_tasks_agree_by_the_side_of_the_margin_not_the_sign():
@@ -460,7 +480,7 @@ def test_render_never_shows_nan():
     ], ignore_index=True)
     text = render(adjust(t))
     assert "nan" not in text.lower()
-    assert "n/a (not testable)" in text and "n/a (tasks disagree)" in text
+    assert "n/a (not testable)" in text and "INCONCLUSIVE" in text and "tasks disagree: sst2 +, mrpc -" in text
     assert text.splitlines()[0].startswith(f"{CLAIM.id} ({CLAIM.paper}): {CLAIM.text} [quick]")
 
 

@@ -110,6 +110,24 @@ def test_verdicts_by_semantics_keeps_primary_rows_and_drops_unmeasured_sensitivi
         semantics.verdicts_by_semantics(table.drop(columns="ablation"), declared, decide)
 
 
+def test_a_sensitivity_semantics_that_measured_a_claim_keeps_all_its_rows_the_unformed_pool_too():
+    """Claim a (uniform) measured under zero on one task, its pool over two tasks not formed (n_units 0, not
+    testable): the pool's row stays beside the task's, as it does under the claim's own semantics."""
+    declared = [SimpleNamespace(id="a", semantics="uniform")]
+    table = pd.DataFrame({"ablation": ["uniform", "zero"], "score": [1.0, 2.0]})
+
+    def decide(sub, sem):
+        task = _row("a", sem, 0.01, "inconclusive", 5)
+        pool = {**_row("a", sem, np.nan, "not testable", 0), "task": "all (SST-2, STS-B)",
+                "reason": "fewer than 2 tasks testable for pooling (testable: SST-2)"}
+        return pd.DataFrame([task, pool])
+
+    v = semantics.verdicts_by_semantics(table, declared, decide, ["uniform", "zero"])
+    zero = v[v["semantics"] == "zero"]
+    assert len(zero) == 2 and set(zero["analysis"]) == {"sensitivity"}
+    assert (zero["verdict"] == "not testable").sum() == 1
+
+
 def test_paper_semantics_and_parameter_checks():
     assert semantics.PAPER_SEMANTICS["Budhraja et al. 2020"] == "uniform"
     assert {semantics.PAPER_SEMANTICS[p] for p in ("Michel et al. 2019", "Voita et al. 2019", "Bian et al. 2021")} == {"zero"}
