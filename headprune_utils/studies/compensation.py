@@ -53,11 +53,12 @@ from headprune_utils.studies.base import (GLUE_METRIC_RANGES, NON_NEGATIVE, Cell
                                             mask_count_problem, metric_score_problem)
 from headprune_utils.studies.compensation_analysis import ( # the analysis: pure functions over the table, re-exported for the notebook
     MEASURE_NAMES, MEASUREMENTS, MEASURES, claim_verdicts, convergence_evidence, heatmap_data, layer_confounded,
-    locality_measurements, next_seeds, per_head, pooled, scale_text, shift_measurements, spread_measurements,
-    spread_tests,
+    locality_measurements, next_seeds, per_head, pooled, scale_text, shared_runs, shift_measurements,
+    spread_measurements, spread_tests,
 )
 from headprune_utils.studies.compensation_claims import (
-    BEYOND_LAYER, CLAIMS, CONVERGED, DISPERSION_MARGINS, NO_MARGIN, DispersionMargin,
+    BEYOND_LAYER, CLAIMS, CONVERGED, DISPERSION_MARGINS, INDEPENDENT_RUNS, LAYER_MODEL_SHARED, NO_MARGIN,
+    OWN_LAYER_MODEL, DispersionMargin,
 )
 
 __all__ = [
@@ -65,10 +66,10 @@ __all__ = [
     "cell_mask", "run_cell", "verdicts",
     # the analysis (compensation_analysis) and the claims (compensation_claims), re-exported so the notebook needs
     # one module
-    "MEASURES", "MEASURE_NAMES", "MEASUREMENTS", "next_seeds", "per_head", "spread_tests", "pooled",
+    "MEASURES", "MEASURE_NAMES", "MEASUREMENTS", "next_seeds", "shared_runs", "per_head", "spread_tests", "pooled",
     "spread_measurements", "shift_measurements", "locality_measurements", "layer_confounded", "convergence_evidence",
     "claim_verdicts", "heatmap_data", "scale_text", "CLAIMS", "CONVERGED", "BEYOND_LAYER", "DispersionMargin",
-    "DISPERSION_MARGINS", "NO_MARGIN",
+    "DISPERSION_MARGINS", "NO_MARGIN", "INDEPENDENT_RUNS", "OWN_LAYER_MODEL", "LAYER_MODEL_SHARED",
 ]
 
 NAME = "compensation"
@@ -92,6 +93,7 @@ class CompensationConfig(glue_workbench.MaskingStudyConfig):
     probe_size: int = 64                        # dev sentences on which attention maps are compared
     importance_size: int | None = 1000          # training examples for gradient importance (None: the whole training subset)
     n_resamples: int = 2000                     # analysis: resamples of each bootstrap and permutation test
+    baseline_seeds: list[int] | None = None     # unpruned fine-tunings that serve only as the comparison run ("other"), one per seed, disjoint from seeds: seed i's runs are compared with baseline_seeds[i]'s, so no two units share a run (None: each seed with the next, a ring whose neighbouring units share a run: the spread and locality claims are then not testable)
 
     def check(self) -> None:
         check_fields(self)
@@ -107,6 +109,12 @@ class CompensationConfig(glue_workbench.MaskingStudyConfig):
         super().check()
         if len(self.seeds) < 2:
             raise ParameterError("the analysis compares runs of different seeds: give at least 2 seeds")
+        if self.baseline_seeds is not None:
+            b = list(self.baseline_seeds)
+            if len(b) != len(self.seeds) or len(set(b)) != len(b) or set(b) & set(self.seeds) \
+                    or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in b):
+                raise ParameterError(f"baseline_seeds must be {len(self.seeds)} distinct non-negative integers (one "
+                                     f"per seed), none of them in seeds {list(self.seeds)}; got {b}")
         self.check_fractions("budgets", self.budgets)
         if any(not 0 < b < 1 for b in self.budgets):
             raise ParameterError(f"budgets must be in (0, 1): some heads pruned, some kept; got {self.budgets}")
@@ -133,6 +141,10 @@ def plan_cells(cfg: CompensationConfig) -> list[Cell]:
                     for s in cfg.strategies:
                         cells.append(Cell({"task": task, "ablation": ablation, "strategy": s, "budget": float(b),
                                            "seed": int(seed)}, cost=Cost(cell_cost(cfg, task, float(b), ablation))))
+        for seed in cfg.baseline_seeds or ():  # the comparison runs: unpruned only
+            for ablation in cfg.finetune_ablations:
+                cells.append(Cell({"task": task, "ablation": ablation, "strategy": "none", "budget": 0.0,
+                                   "seed": int(seed)}, cost=Cost(cell_cost(cfg, task, 0.0, ablation))))
     return cells
 
 
@@ -153,7 +165,8 @@ def cell_cost(cfg: CompensationConfig, task: str, budget: float, ablation: str) 
 
 
 def study_fingerprint(cfg: CompensationConfig, device: torch.device) -> str:
-    return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION, drop=("strategies", "budgets", "n_resamples")))
+    return fingerprint(glue_workbench.result_params(cfg, device, RESULTS_VERSION,
+                                                    drop=("strategies", "budgets", "n_resamples", "baseline_seeds")))
 
 
 def cell_mask(shape: tuple[int, int], cell: dict) -> torch.Tensor:

@@ -42,7 +42,7 @@ from headprune_utils.analysis import claims, preconditions, stats
 from headprune_utils.model import masks
 from headprune_utils.studies import convergence, glue_workbench, semantics
 
-__all__ = ["MEASURES", "MEASURE_NAMES", "MEASUREMENTS", "next_seeds", "per_head", "spread_tests", "pooled",
+__all__ = ["MEASURES", "MEASURE_NAMES", "MEASUREMENTS", "next_seeds", "shared_runs", "per_head", "spread_tests", "pooled",
            "spread_measurements", "shift_measurements", "locality_measurements", "layer_confounded",
            "convergence_evidence", "claim_verdicts", "heatmap_data", "scale_text"]
 
@@ -62,11 +62,37 @@ def _normalise_rows(x: np.ndarray, keep: np.ndarray) -> np.ndarray:
         return np.where(norm > 0, y / norm, np.nan)
 
 
+def _unit_and_baseline_seeds(table: pd.DataFrame) -> tuple[list, list]:
+    """The seeds with pruned runs (the units) and the seeds with unpruned runs only (``baseline_seeds``)."""
+    pruned = set(table.loc[table["strategy"] != "none", "seed"])
+    seeds = sorted(table["seed"].unique())
+    return [s for s in seeds if s in pruned], [s for s in seeds if s not in pruned]
+
+
 def next_seeds(table: pd.DataFrame) -> dict:
-    """The pairing of the noise baseline: seed -> the seed whose unpruned run every run of it is compared with (the
-    next seed of ``table``, the last one's the first)."""
+    """The pairing of the noise baseline: seed -> the seed whose unpruned run every run of it is compared with.
+
+    With comparison runs (seeds of ``table`` with unpruned runs only: the config's ``baseline_seeds``), at least one
+    per unit seed, the k-th smallest unit seed is paired with the k-th smallest of them: no run is read by two units.
+    Without, each seed with the next seed of ``table`` (the last one's the first): a ring, in which a seed's unpruned
+    run is the comparison run of the seed before it, so neighbouring units share a run (:func:`shared_runs`)."""
+    units, baseline = _unit_and_baseline_seeds(table)
+    if units and len(baseline) >= len(units):
+        return dict(zip(units, baseline))
     seeds = sorted(table["seed"].unique())
     return {s: seeds[(i + 1) % len(seeds)] for i, s in enumerate(seeds)}
+
+
+def shared_runs(table: pd.DataFrame) -> str | None:
+    """Why the units of the measures that read the comparison run (the excess dispersion, locality) are not
+    independent, or None: under the ring pairing (:func:`next_seeds`) unit s's comparison run is unit s+1's own
+    unpruned run."""
+    units, baseline = _unit_and_baseline_seeds(table)
+    if units and len(baseline) >= len(units):
+        return None
+    return (f"each seed's runs are compared with the next seed's unpruned run (a ring over {len(units)} seeds): "
+            "neighbouring units share a fine-tuned model, so they are not independent (baseline_seeds gives each "
+            "seed a comparison run of its own)")
 
 
 def per_head(table: pd.DataFrame) -> pd.DataFrame:
@@ -413,7 +439,7 @@ def claim_verdicts(tests: pd.DataFrame, cells: pd.DataFrame, cfg, declared: Sequ
     (``declared``: the study's ``claims``, ``compensation_claims.CLAIMS``) measured by its ``measure``
     (:data:`MEASUREMENTS`) and decided by :func:`claims.evaluate` (its rule, margin and gates; evidence
     ``layer_confounded``: :func:`layer_confounded`; ``convergence``: :func:`convergence_evidence`, the fine-tuned
-    models behind each of the claim's measurements) under every semantics of the runs (their ``ablation``;
+    models behind each of the claim's measurements; ``shared_runs``: :func:`shared_runs`) under every semantics of the runs (their ``ablation``;
     :func:`semantics.verdicts_by_semantics`), one row per claim x task x setting, then the pooled rows; the rows
     under the claim's own semantics (``uniform``) are the primary analysis, Holm over the study's primary family,
     the others sensitivity rows, each semantics its own family. An absent measurement (nothing to measure: no run
@@ -428,12 +454,15 @@ def claim_verdicts(tests: pd.DataFrame, cells: pd.DataFrame, cfg, declared: Sequ
             raise ValueError("the spread_tests table has no 'ablation' column (each run's semantics)")
         tests = tests.assign(ablation=pd.Series(dtype=object))
 
+    shared = shared_runs(cells) if len(cells) else None
+
     def decide(sub: pd.DataFrame, sem: str) -> pd.DataFrame:
         confounded = layer_confounded(sub) if len(sub) else {}
         parts = []
         for claim in declared:
             ms = MEASUREMENTS[claim.measure](sub, sem) if len(sub) else _nothing(sem)
-            evidence = {"layer_confounded": confounded, "convergence": convergence_evidence(cells, sub, ms, sem)}
+            evidence = {"layer_confounded": confounded, "convergence": convergence_evidence(cells, sub, ms, sem),
+                        "shared_runs": shared}
             present = [m for m in ms if not m.missing]
             groups = ([present] if present else []) + [[m] for m in ms if m.missing]
             parts += [claims.evaluate(claim, g, evidence=evidence, scale=scale, study=study) for g in groups]

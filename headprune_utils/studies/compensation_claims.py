@@ -12,6 +12,12 @@ when every fine-tuned model its values are computed from, masked and unpruned, r
 score; evidence ``convergence``: :func:`.compensation_analysis.convergence_evidence`, from the cells' stored
 curves). No claim of this study is about a model that was not fine-tuned, so none is left ungated.
 
+Independence. The excess dispersion and the locality rho of a unit (seed s) read a comparison run, an unpruned
+fine-tuning of another seed: with ``baseline_seeds`` each seed has one of its own (:data:`INDEPENDENT_RUNS`; without,
+seed s's comparison run is seed s+1's own unpruned run, shared by two units, and those rows are not testable). The
+layer-controlled locality rho also reads a layer-only model fitted on the other units' runs (:data:`OWN_LAYER_MODEL`):
+described, never tested. The mean shift reads only the unit's own two runs.
+
 Margins. The spread claim's equivalence margin is the declared margin of the dispersion's metric
 (:class:`DispersionMargin`), never a noise estimate: the excess Gini (a difference of two Ginis, each in 0-1) gets
 ``margins.GINI``. The importance dispersion is a standard deviation of differences of per-layer L2-normalised scores:
@@ -26,7 +32,8 @@ from dataclasses import dataclass
 
 from headprune_utils.analysis import claims, margins, preconditions
 
-__all__ = ["CLAIMS", "CONVERGED", "DISPERSION_MARGINS", "NO_MARGIN", "DispersionMargin", "BEYOND_LAYER", "REGIME"]
+__all__ = ["CLAIMS", "CONVERGED", "DISPERSION_MARGINS", "NO_MARGIN", "DispersionMargin", "BEYOND_LAYER", "REGIME",
+           "INDEPENDENT_RUNS", "OWN_LAYER_MODEL", "LAYER_MODEL_SHARED"]
 
 REGIME = "masked, then fine-tuned (the mask fixed during fine-tuning); each kept head compared with the same head " \
          "in an unpruned fine-tuning of the same semantics"
@@ -70,6 +77,34 @@ BEYOND_LAYER = preconditions.Check(
     "the middle strategy prunes the same layers in every run, so its locality is a pure layer effect)",
     _beyond_layer)
 
+def _shared_runs(m: claims.Measurement, evidence: Mapping) -> str | None:
+    """Why the measurement's units share a fine-tuned model (evidence ``shared_runs``, from the analysis: the ring
+    pairing of the comparison runs), else None."""
+    return evidence.get("shared_runs")
+
+
+# the excess dispersion and the locality rho read each unit's comparison run ("other"): testable only when no two
+# units share one (baseline_seeds: one comparison run per seed, used by that seed alone)
+INDEPENDENT_RUNS = preconditions.Check(
+    "no two units read the same fine-tuned model (each seed's comparison run is its own: baseline_seeds)",
+    _shared_runs)
+
+LAYER_MODEL_SHARED = ("each run's layer-only model is the mean of the other seeds' runs of its task and setting, so "
+                      "every unit's rho reads the other units' runs: the units are not independent, and the rho is "
+                      "described, not tested")
+
+
+def _own_layer_model(m: claims.Measurement, evidence: Mapping) -> str | None:
+    """The layer-controlled rho's units share data by construction (:data:`LAYER_MODEL_SHARED`); the raw rho's do not
+    (it is not testable for its own reason, :data:`BEYOND_LAYER`)."""
+    return LAYER_MODEL_SHARED if "beyond a layer-only model" in m.effect else None
+
+
+# locality beyond the layer needs a layer-only model fitted without the unit's own run: on the other units' runs (as
+# here) the units are not independent; no design of this study gives one from independent runs, so it is described
+OWN_LAYER_MODEL = preconditions.Check(
+    "each unit's layer-only model is fitted on runs no other unit reads", _own_layer_model)
+
 # every fine-tuned model behind a row reached the plateau of its held-out score: the models fine-tuned with the mask
 # fixed and the unpruned fine-tunings they are compared with (evidence: compensation_analysis.convergence_evidence)
 CONVERGED = preconditions.Converged()
@@ -78,7 +113,9 @@ _CONVERGENCE = ("the convergence gate is ours: how much a kept head changed is m
                 "a fine-tuning stopped while its model still improves measures our step budget, not the compensation "
                 "after masking")
 _N = ("n = the pruned, fine-tuned models (task x seed) of a task; the noise baseline compares unpruned runs of two "
-      "seeds, so the study needs at least 2 seeds")
+      "seeds, so the study needs at least 2 seeds; the units are independent only when each seed has a comparison run "
+      "of its own (baseline_seeds, since 2026-12-06; before, each seed's comparison run was the next seed's own "
+      "unpruned run, shared by two units)")
 
 CLAIMS: tuple[claims.Claim, ...] = (
     claims.Claim(
@@ -90,7 +127,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
                "model (task x seed), per strategy x budget x measure",
         regime=REGIME,
         semantics="uniform",
-        gates=(CONVERGED,),
+        gates=(INDEPENDENT_RUNS, CONVERGED),
         figure="extra_change_heatmaps_uniform",
         measure="excess_dispersion",
         note=f"'roughly equally' read as equivalence of the excess Gini within the Gini's margin (the paper gives no "
@@ -121,9 +158,10 @@ CLAIMS: tuple[claims.Claim, ...] = (
                "task and setting, per layer), per pruned model (task x seed)",
         regime=REGIME,
         semantics="uniform",
-        gates=(BEYOND_LAYER, CONVERGED),
+        gates=(BEYOND_LAYER, OWN_LAYER_MODEL, INDEPENDENT_RUNS, CONVERGED),
         figure="extra_change_heatmaps_uniform",
         measure="locality",
-        note=f"where the counts do not vary beyond the layer, the raw (layer-confounded) rho is shown, not tested. "
-             f"{_N}. {_CONVERGENCE}"),
+        note=f"where the counts do not vary beyond the layer, the raw (layer-confounded) rho is shown, not tested; "
+             f"where they do, the layer-controlled rho is described, not tested (its layer-only model is fitted on the "
+             f"other units' runs). {_N}. {_CONVERGENCE}"),
 )

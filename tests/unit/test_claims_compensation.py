@@ -57,26 +57,34 @@ STALLED = [{"epoch": 1, "val_score": 0.70}, {"epoch": 2, "val_score": 0.75},
 NO_SPLIT = [{"epoch": 1, "train_loss": 0.5}, {"epoch": 2, "train_loss": 0.4}, {"epoch": 3, "train_loss": 0.3}]
 
 
-def cells_of(tests: pd.DataFrame, curves: dict | None = None, default=CONVERGED) -> pd.DataFrame:
+BASE = 100  # the comparison run of seed s: seed s + BASE (baseline_seeds)
+
+
+def cells_of(tests: pd.DataFrame, curves: dict | None = None, default=CONVERGED, baseline: bool = True) -> pd.DataFrame:
     """The cells behind the per-run rows ``tests``: per (task, semantics, seed) the unpruned reference (strategy
     ``none``, budget 0) and per run the masked model, each with the held-out curve ``default`` unless ``curves``
     gives another: keyed ``(task, seed)`` for the full model (every semantics' reference: one model), ``(task,
-    ablation, strategy, seed)`` for a masked model."""
+    ablation, strategy, seed)`` for a masked model. ``baseline``: each seed's comparison run of its own, an unpruned
+    reference of seed ``s + BASE`` (baseline_seeds); False: none (the ring pairing, neighbouring units sharing a
+    run)."""
     curves = curves or {}
     if tests.empty:
         return pd.DataFrame(columns=["task", "ablation", "seed", "strategy", "budget", "history"])
     runs_ = tests.drop_duplicates(["task", "ablation", "seed", "strategy", "budget"])
+    refs = runs_[["task", "ablation", "seed"]].drop_duplicates()
+    if baseline:
+        refs = pd.concat([refs, refs.assign(seed=refs["seed"] + BASE)], ignore_index=True)
     rows = [{"task": t, "ablation": a, "seed": s, "strategy": "none", "budget": 0.0,
              "history": curves.get((t, s), default)}
-            for t, a, s in runs_[["task", "ablation", "seed"]].drop_duplicates().itertuples(index=False)]
+            for t, a, s in refs.itertuples(index=False)]
     rows += [{"task": r.task, "ablation": r.ablation, "seed": r.seed, "strategy": r.strategy, "budget": r.budget,
               "history": curves.get((r.task, r.ablation, r.strategy, r.seed), default)} for r in runs_.itertuples()]
     return pd.DataFrame(rows)
 
 
-def judge(tests: pd.DataFrame, cfg, curves: dict | None = None, default=CONVERGED) -> pd.DataFrame:
+def judge(tests: pd.DataFrame, cfg, curves: dict | None = None, default=CONVERGED, baseline: bool = True) -> pd.DataFrame:
     """The study's verdicts on ``tests`` and the cells behind them (:func:`cells_of`)."""
-    return study.verdicts(tests, cells_of(tests, curves, default), cfg)
+    return study.verdicts(tests, cells_of(tests, curves, default, baseline), cfg)
 
 
 def rows_of(table, cid, task=None, setting_has=""):
@@ -142,8 +150,8 @@ def test_importance_spread_has_no_declared_margin(cfg):
     a = verdict(v, "budhraja.compensation_spread", "A", "gradient importance")
     assert a["n_units"] == 4 and a["effect"] == pytest.approx(0.0, abs=1e-12)  # measured, only not decided
     assert verdict(v, "budhraja.compensation_spread", "A", "weight change")["verdict"] == "supported"
-    assert verdict(v, "ours.compensation_local", "A", "gradient importance, pruned heads in adjacent")["verdict"] == \
-        "supported"
+    assert verdict(v, "ours.compensation_local", "A", "gradient importance, pruned heads in adjacent")["reason"] == \
+        study.LAYER_MODEL_SHARED  # described, not tested (its units share the layer-only model)
     assert not claims.family_tests(v)["row"].isin(imp.index).any()  # no test: outside the Holm family
     assert "nan" not in claims.render(v).lower()
 
@@ -179,16 +187,38 @@ def test_mean_shift_both_directions(cfg):
     assert not rows_of(v, "ours.kept_heads_change_more", setting_has="gradient importance").shape[0]
 
 
-def test_locality_beyond_the_layer_both_directions(cfg):
-    local = judge(runs(rho_lc=(0.5, 0.5)), cfg)
-    r = verdict(local, "ours.compensation_local", "all (A, B)", "adjacent")
-    assert r["verdict"] == "supported" and "beyond a layer-only model" in r["test"]
-    flat = judge(runs(rho_lc=(0.0, 0.0), rho=0.5, jitter=0.02), cfg)
-    f = verdict(flat, "ours.compensation_local", "all (A, B)", "adjacent")
-    assert f["verdict"] == "not supported" and f["margin"] == pytest.approx(0.1)  # margins.CORRELATION
-    assert verdict(flat, "ours.compensation_local", "A", "adjacent")["verdict"] != "supported"
-    against = judge(runs(rho_lc=(-0.5, -0.5)), cfg)
-    assert verdict(against, "ours.compensation_local", "all (A, B)", "adjacent")["verdict"] == "contradicted"
+def test_locality_beyond_the_layer_is_described_not_tested(cfg):
+    """The layer-controlled rho of a unit reads a layer-only model fitted on the other units' runs: the units are not
+    independent, so its rows are not testable, saying so, with the effect shown (the mean rho over the seeds), its
+    margin the declared one, and no test in the family; the other claims are decided as usual."""
+    for lc in ((0.5, 0.5), (0.0, 0.0), (-0.5, -0.5)):
+        v = judge(runs(rho_lc=lc), cfg)
+        claims.validate(v)
+        r = verdict(v, "ours.compensation_local", "A", "adjacent")
+        assert r["verdict"] == "not testable" and r["reason"] == study.LAYER_MODEL_SHARED
+        assert "beyond a layer-only model" in r["test"] and r["tests"] == "[]"
+        assert r["effect"] == pytest.approx(lc[0], abs=1e-12) and r["n_units"] == 4
+        assert verdict(v, "ours.compensation_local", "all (A, B)", "adjacent")["verdict"] == "not testable"
+        local = rows_of(v, "ours.compensation_local")
+        assert not claims.family_tests(v)["row"].isin(local.index).any()
+        assert verdict(v, "budhraja.compensation_spread", "A")["verdict"] == "supported"
+
+
+def test_a_ring_of_comparison_runs_makes_spread_not_testable_and_leaves_the_mean_shift(cfg):
+    """Without baseline_seeds each seed's comparison run is the next seed's own unpruned run: neighbouring units share
+    a model, so the excess dispersion (which reads it) is not testable, naming why; the mean shift reads only the unit's
+    own two runs and is decided as with comparison runs of their own."""
+    t = runs(excess=(0.0, 0.0), shift=(0.2, 0.2))
+    ring = judge(t, cfg, baseline=False)
+    own = judge(t, cfg)
+    r = verdict(ring, "budhraja.compensation_spread", "A", "weight change")
+    assert r["verdict"] == "not testable" and "not independent" in r["reason"] and "baseline_seeds" in r["reason"]
+    assert verdict(own, "budhraja.compensation_spread", "A", "weight change")["verdict"] == "supported"
+    for table in (ring, own):
+        assert verdict(table, "ours.kept_heads_change_more", "A")["verdict"] == "supported"
+    assert study.shared_runs(cells_of(t, baseline=False)) and study.shared_runs(cells_of(t)) is None
+    assert study.next_seeds(cells_of(t)) == {s: s + BASE for s in (0, 1, 2, 3)}
+    assert study.next_seeds(cells_of(t, baseline=False)) == {0: 1, 1: 2, 2: 3, 3: 0}
 
 
 def test_locality_gate_pure_layer_effect(cfg):
@@ -299,7 +329,10 @@ def test_claims_are_declared_as_data(cfg):
         assert c.measure in study.MEASUREMENTS and "n = " in c.note and c.metric and c.regime, c.id
     by_id = {c.id: c for c in study.CLAIMS}
     assert isinstance(by_id["budhraja.compensation_spread"].margin, study.DispersionMargin)
-    assert by_id["ours.compensation_local"].gates == (study.BEYOND_LAYER, study.CONVERGED)
+    assert by_id["ours.compensation_local"].gates == (study.BEYOND_LAYER, study.OWN_LAYER_MODEL,
+                                                      study.INDEPENDENT_RUNS, study.CONVERGED)
+    assert by_id["budhraja.compensation_spread"].gates == (study.INDEPENDENT_RUNS, study.CONVERGED)
+    assert by_id["ours.kept_heads_change_more"].gates == (study.CONVERGED,)  # reads only the unit's own two runs
     # every claim is about models masked, then fine-tuned: each is gated on their convergence
     for c in study.CLAIMS:
         assert study.CONVERGED in c.gates and "reached the plateau of its held-out score" in c.precondition, c.id
@@ -376,8 +409,8 @@ def test_converged_models_pass_the_gate(cfg):
     assert not gated(v).any() and not v["reason"].str.contains("held-out curve", regex=False).any()
     u = v[v["semantics"] == "uniform"]
     assert verdict(u, "budhraja.compensation_spread", "all (A, B)", "random")["verdict"] == "supported"
-    assert verdict(u, "ours.compensation_local", "all (A, B)", "random 50%, weight change, pruned heads in adj"
-                   )["verdict"] == "supported"
+    assert verdict(u, "ours.compensation_local", "A", "random 50%, weight change, pruned heads in adj"
+                   )["reason"] == study.LAYER_MODEL_SHARED
 
 
 def test_a_stalled_masked_model_blocks_only_its_rows(cfg):
@@ -391,9 +424,11 @@ def test_a_stalled_masked_model_blocks_only_its_rows(cfg):
     hit = (v["task"] == "A") & v["setting"].str.startswith("random") & (v["semantics"] == "uniform")
     assert hit.sum() == 4  # spread, mean shift, locality (same layer, adjacent layers): one measure
     assert (v.loc[hit, "verdict"] == "not testable").all()
+    # spread and shift: 4 masked models, their 4 full models and 4 comparison runs; locality: the masked models and
+    # the comparison runs of every run of its task and setting (the layer-only model), 8
     assert v.loc[hit, "reason"].str.contains(
-        "not trained to the plateau: 1 of 8 fine-tuned models on A were still improving when training stopped "
-        "(fewer than 2 epochs after their best): random 50% mask seed 2 of seed 2 (best epoch 3 of 3)", regex=False).all()
+        r"not trained to the plateau: 1 of (?:12|8) fine-tuned models on A were still improving when training stopped "
+        r"\(fewer than 2 epochs after their best\): random 50% mask seed 2 of seed 2 \(best epoch 3 of 3\)").all()
     assert gated(v).sum() == hit.sum()
     cols = ["claim_id", "task", "setting", "semantics", "effect", "verdict"]  # Holm: fewer tests, other adjusted p
     same = ~hit & ~v["task"].str.startswith("all")
@@ -402,19 +437,20 @@ def test_a_stalled_masked_model_blocks_only_its_rows(cfg):
     pd.testing.assert_frame_equal(v[zero], base[zero])
     pooled = v[v["task"].str.startswith("all") & v["setting"].str.startswith("random") & (v["semantics"] == "uniform")]
     assert (pooled["verdict"] == "not testable").all()
-    assert pooled["reason"].str.startswith("fewer than 2 tasks testable for pooling (testable: B)").all()
+    decided = pooled["claim_id"] != "ours.compensation_local"  # locality: testable nowhere (its layer-only model)
+    assert pooled.loc[decided, "reason"].str.startswith("fewer than 2 tasks testable for pooling (testable: B)").all()
 
 
 def test_a_stalled_full_model_blocks_every_row_it_stands_behind(cfg):
-    """The full model of task A, seed 1 (the unpruned reference of seed 1 and the run seed 0 is compared with, under
-    every semantics: one model) stalled: every row of task A, both strategies and semantics, is not testable naming
-    it; task B is decided as before."""
+    """The full model of task A, seed 1 (the unpruned reference of seed 1, under every semantics: one model) stalled:
+    every row of task A that reads it (the spread and the mean shift, both strategies and semantics) is not testable
+    naming it; task B is decided as before."""
     t = both_strategies()
     base = judge(t, cfg)
     v = judge(t, cfg, curves={("A", 1): STALLED})
     claims.validate(v)
-    a = (v["task"] == "A") & (v["n_units"] > 0)
-    assert a.sum() > 10 and (v.loc[a, "verdict"] == "not testable").all()
+    a = (v["task"] == "A") & (v["n_units"] > 0) & (v["claim_id"] != "ours.compensation_local")
+    assert a.sum() == 8 and (v.loc[a, "verdict"] == "not testable").all()  # 2 claims x 2 strategies x 2 semantics
     assert v.loc[a, "reason"].str.contains("full model seed 1 of seed 1 (best epoch 3 of 3)", regex=False).all()
     assert gated(v).sum() == a.sum()
     cols = ["claim_id", "setting", "semantics", "verdict"]
@@ -423,15 +459,19 @@ def test_a_stalled_full_model_blocks_every_row_it_stands_behind(cfg):
 
 
 def test_the_next_seeds_full_model_stands_behind_a_run_whose_seed_lacks_a_value(cfg):
-    """Seed 1 has no excess dispersion on task A (not a unit of the spread row), yet seed 0's value compares seed 0's
-    pruned run with seed 1's unpruned run: a stalled seed-1 full model still blocks that row, named under unit 0."""
+    """Ring pairing: seed 1 has no excess dispersion on task A (not a unit of the spread row), yet seed 0's value
+    compares seed 0's pruned run with seed 1's unpruned run: a stalled seed-1 full model still blocks that row, named
+    under unit 0 (beside the reason the ring gives). With comparison runs of their own, seed 0's is seed 100's."""
     t = runs(seeds=(0, 1, 2, 3))
     t.loc[(t["task"] == "A") & (t["seed"] == 1), "excess_dispersion"] = np.nan
-    v = judge(t, cfg, curves={("A", 1): STALLED})
+    v = judge(t, cfg, curves={("A", 1): STALLED}, baseline=False)
     r = verdict(v, "budhraja.compensation_spread", "A")
     assert r["n_units"] == 3 and r["verdict"] == "not testable"
-    assert "1 of 7 fine-tuned models on A" in r["reason"]
+    assert "1 of 7 fine-tuned models on A" in r["reason"] and "not independent" in r["reason"]
     assert "full model seed 1 of seed 0 (best epoch 3 of 3)" in r["reason"]
+    own = verdict(judge(t, cfg, curves={("A", 100): STALLED}), "budhraja.compensation_spread", "A")
+    assert own["verdict"] == "not testable" and "full model seed 100 of seed 0 (best epoch 3 of 3)" in own["reason"]
+    assert "1 of 9 fine-tuned models on A" in own["reason"] and "not independent" not in own["reason"]
 
 
 def test_the_models_behind_each_measurement():
@@ -439,7 +479,7 @@ def test_the_models_behind_each_measurement():
     noise baseline; not for locality) and of the next seed; a layer-controlled locality rho also reads every run of
     its task and setting (the layer-only model). Each model once, under its own seed where that is a unit."""
     t = runs(seeds=(0, 1, 2, 3), tasks=("A",))
-    cells = cells_of(t)
+    cells = cells_of(t, baseline=False)  # the ring: seed s compared with seed s + 1 (mod 4)
     spread = claims.Measurement("A", [0.0, 0.0], [0, 2], "random 50%, weight change", "uniform")
     raw = claims.Measurement("A", [0.0, 0.0], [0, 2], "random 50%, weight change, pruned heads in adjacent layers",
                              "uniform", effect="Spearman rho (raw, layer-confounded)")
@@ -462,7 +502,7 @@ def test_the_models_behind_each_measurement():
     assert study.convergence_evidence(cells, t, [absent], "uniform").empty
     # the full model is one model under every semantics: a zero measurement reads the same curve
     zero = runs(seeds=(0, 1), tasks=("A",), ablation="zero")
-    zc = cells_of(zero, curves={("A", 0): STALLED})
+    zc = cells_of(zero, curves={("A", 0): STALLED}, baseline=False)
     ev = study.convergence_evidence(zc, zero, [claims.Measurement("A", [0.0], [0], "random 50%, weight change",
                                                                    "zero")], "zero")
     assert dict(zip(ev["model"], ev["reached"])) == {"full model seed 0": False, "full model seed 1": True,
@@ -476,7 +516,7 @@ def test_no_held_out_curve_is_not_testable_saying_so(cfg):
     claims.validate(v)
     measured = v[(v["n_units"] > 0) & ~v["task"].str.startswith("all")]
     assert len(measured) and (measured["verdict"] == "not testable").all()
-    assert measured["reason"].str.contains("of 8 fine-tuned models on", regex=False).all()
+    assert measured["reason"].str.contains(r"of (?:12|8) fine-tuned models on").all()
     assert measured["reason"].str.contains("have no held-out curve (no validation split): whether they were trained "
                                            "to the plateau cannot be judged", regex=False).all()
     assert (v["verdict"] == "not testable").all() and "nan" not in claims.render(v).lower()

@@ -204,6 +204,22 @@ def test_bad_parameters(tiny_model_dir, tiny_glue_root):
         config(tiny_model_dir, tiny_glue_root, finetune_ablations=["uniform", "uniform"])
     with pytest.raises(ParameterError, match="finetune_ablations"):
         config(tiny_model_dir, tiny_glue_root, finetune_ablations=["gaussian"])
+    for bad in ([5], [5, 5], [1, 5], [5, -6], [5, True], [5, 6.0]):  # one per seed, distinct, none a seed, >= 0
+        with pytest.raises(ParameterError, match="baseline_seeds"):
+            config(tiny_model_dir, tiny_glue_root, baseline_seeds=bad)
+
+
+def test_baseline_seeds_plan_unpruned_comparison_runs_and_keep_the_cells_key(tiny_model_dir, tiny_glue_root):
+    """baseline_seeds adds one unpruned reference cell per seed and semantics (nothing pruned), after the units'
+    cells; the units' cells and the study's fingerprint are unchanged (stored cells stay valid)."""
+    plain = config(tiny_model_dir, tiny_glue_root)
+    more = config(tiny_model_dir, tiny_glue_root, baseline_seeds=[7, 8])
+    a, b = study.STUDY.plan(plain), study.STUDY.plan(more)
+    assert [c.key for c in b[:len(a)]] == [c.key for c in a]
+    assert [dict(c.axes) for c in b[len(a):]] == [
+        {"task": "SST-2", "ablation": ab, "strategy": "none", "budget": 0.0, "seed": s}
+        for s in (7, 8) for ab in ("uniform", "zero")]
+    assert study.study_fingerprint(plain, torch.device("cpu")) == study.study_fingerprint(more, torch.device("cpu"))
 
 
 def test_plan_cells_are_independent_and_costed(tiny_model_dir, tiny_glue_root, monkeypatch):
