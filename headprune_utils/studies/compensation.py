@@ -111,10 +111,15 @@ class CompensationConfig(glue_workbench.MaskingStudyConfig):
             raise ParameterError("the analysis compares runs of different seeds: give at least 2 seeds")
         if self.baseline_seeds is not None:
             b = list(self.baseline_seeds)
-            if len(b) != len(self.seeds) or len(set(b)) != len(b) or set(b) & set(self.seeds) \
-                    or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in b):
-                raise ParameterError(f"baseline_seeds must be {len(self.seeds)} distinct non-negative integers (one "
-                                     f"per seed), none of them in seeds {list(self.seeds)}; got {b}")
+            problem = ("not all non-negative integers" if any(isinstance(x, bool) or not isinstance(x, int) or x < 0
+                                                              for x in b)
+                       else f"{len(b)} of them for {len(self.seeds)} seeds" if len(b) != len(self.seeds)
+                       else "a seed repeats" if len(set(b)) != len(b)
+                       else f"{sorted(set(b) & set(self.seeds))} also in seeds" if set(b) & set(self.seeds) else "")
+            if problem:
+                raise ParameterError(f"baseline_seeds must give each seed of seeds {list(self.seeds)} a comparison run "
+                                     f"of its own (one distinct non-negative integer per seed, none of them in seeds); "
+                                     f"got {b}: {problem}")
         self.check_fractions("budgets", self.budgets)
         if any(not 0 < b < 1 for b in self.budgets):
             raise ParameterError(f"budgets must be in (0, 1): some heads pruned, some kept; got {self.budgets}")

@@ -62,52 +62,51 @@ def _normalise_rows(x: np.ndarray, keep: np.ndarray) -> np.ndarray:
         return np.where(norm > 0, y / norm, np.nan)
 
 
-def _unit_and_baseline_seeds(table: pd.DataFrame) -> tuple[list, list]:
-    """The seeds with pruned runs (the units) and the seeds with unpruned runs only (``baseline_seeds``)."""
-    pruned = set(table.loc[table["strategy"] != "none", "seed"])
-    seeds = sorted(table["seed"].unique())
-    return [s for s in seeds if s in pruned], [s for s in seeds if s not in pruned]
+def next_seeds(table: pd.DataFrame, cfg=None) -> dict:
+    """The pairing of the comparison runs: seed -> the seed whose unpruned run every run of it is compared with.
 
-
-def next_seeds(table: pd.DataFrame) -> dict:
-    """The pairing of the noise baseline: seed -> the seed whose unpruned run every run of it is compared with.
-
-    With comparison runs (seeds of ``table`` with unpruned runs only: the config's ``baseline_seeds``), at least one
-    per unit seed, the k-th smallest unit seed is paired with the k-th smallest of them: no run is read by two units.
-    Without, each seed with the next seed of ``table`` (the last one's the first): a ring, in which a seed's unpruned
-    run is the comparison run of the seed before it, so neighbouring units share a run (:func:`shared_runs`)."""
-    units, baseline = _unit_and_baseline_seeds(table)
-    if units and len(baseline) >= len(units):
-        return dict(zip(units, baseline))
+    With ``cfg.baseline_seeds`` (the config's: one unpruned fine-tuning per seed used only for comparison), seed
+    ``cfg.seeds[i]`` is paired with ``cfg.baseline_seeds[i]``, by position: no run is read by two units. Without (no
+    ``cfg``, or ``baseline_seeds`` None), each seed of ``table`` with the next one (the last one's the first): a
+    ring, in which a seed's unpruned run is the comparison run of the seed before it, so neighbouring units share a
+    run (:func:`shared_runs`)."""
+    baseline = getattr(cfg, "baseline_seeds", None)
+    if baseline is not None:
+        return dict(zip(cfg.seeds, baseline))
     seeds = sorted(table["seed"].unique())
     return {s: seeds[(i + 1) % len(seeds)] for i, s in enumerate(seeds)}
 
 
-def shared_runs(table: pd.DataFrame) -> str | None:
+def shared_runs(cfg) -> str | None:
     """Why the units of the measures that read the comparison run (the excess dispersion, locality) are not
-    independent, or None: under the ring pairing (:func:`next_seeds`) unit s's comparison run is unit s+1's own
-    unpruned run."""
-    units, baseline = _unit_and_baseline_seeds(table)
-    if units and len(baseline) >= len(units):
+    independent, or None: without ``baseline_seeds`` (the ring pairing of :func:`next_seeds`) unit s's comparison
+    run is unit s+1's own unpruned run."""
+    if getattr(cfg, "baseline_seeds", None) is not None:
         return None
-    return (f"each seed's runs are compared with the next seed's unpruned run (a ring over {len(units)} seeds): "
+    return (f"each seed's runs are compared with the next seed's unpruned run (a ring over {len(cfg.seeds)} seeds): "
             "neighbouring units share a fine-tuned model, so they are not independent (baseline_seeds gives each "
             "seed a comparison run of its own)")
 
 
-def per_head(table: pd.DataFrame) -> pd.DataFrame:
+def per_head(table: pd.DataFrame, cfg=None) -> pd.DataFrame:
     """One row per (task, ablation, seed, strategy, budget, measure, kept head): the head's change in the pruned
     run (``pruned``), in the unpruned run of the same seed (``full``) and of the next seed (``other``), both of
     the pruned run's semantics (``ablation``), the extra change ``x = log(pruned / other)`` and the noise
     ``x_noise = log(full / other)`` (importance: differences of per-layer-normalised scores), and where the
-    pruned heads are."""
+    pruned heads are. The comparison run of each seed: :func:`next_seeds` (``cfg``: the study's config, whose
+    ``baseline_seeds`` give each seed its own; a run whose comparison run has no cell is then an error naming it,
+    never a unit left out in silence)."""
     if "ablation" not in table.columns:
         raise ValueError("the cells' table has no 'ablation' column (each cell's semantics)")
-    nxt = next_seeds(table)
+    nxt = next_seeds(table, cfg)
+    own = getattr(cfg, "baseline_seeds", None) is not None
     full = {(r.task, r.ablation, r.seed): r for r in table[table["strategy"] == "none"].itertuples()}
     rows = []
     for r in table[table["strategy"] != "none"].itertuples():
-        f, o = full.get((r.task, r.ablation, r.seed)), full.get((r.task, r.ablation, nxt[r.seed]))
+        if own and (r.task, r.ablation, nxt.get(r.seed)) not in full:
+            raise ValueError(f"the comparison run of seed {r.seed} (unpruned, seed {nxt.get(r.seed)}, {r.ablation}) of "
+                             f"{r.task} has no cell: compute it (baseline_seeds) before the analysis")
+        f, o = full.get((r.task, r.ablation, r.seed)), full.get((r.task, r.ablation, nxt.get(r.seed)))
         if f is None or o is None or nxt[r.seed] == r.seed:
             continue
         m = masks.mask_from_string(r.mask).numpy().astype(bool)
@@ -297,11 +296,12 @@ def shift_measurements(tests: pd.DataFrame, sem: str) -> list[claims.Measurement
     for (strategy, budget, measure, task), g in positive.groupby(["strategy", "budget", "measure", "task"]):
         out.append(claims.Measurement(task, g["mean_shift"].tolist(), g["seed"].tolist(),
                                       _setting(strategy, budget, measure), sem,
-                                      effect="mean log(change pruned run / change unpruned run) of the kept heads"))
+                                      effect=_SHIFT))
     return out or _nothing(sem)
 
 
 _BEYOND = "Spearman rho beyond a layer-only model"
+_SHIFT = "mean log(change pruned run / change unpruned run) of the kept heads"
 
 
 def _locality_groups(tests: pd.DataFrame):
@@ -368,14 +368,14 @@ def _full_models(cells: pd.DataFrame) -> dict:
 
 
 def convergence_evidence(cells: pd.DataFrame, tests: pd.DataFrame, measurements: Sequence[claims.Measurement],
-                         sem: str) -> pd.DataFrame:
+                         sem: str, cfg=None) -> pd.DataFrame:
     """The convergence gate's evidence (:mod:`.convergence`): per measurement of ``measurements`` (one claim under
     the semantics ``sem``, built from ``tests``, its :func:`spread_tests` rows), one row per fine-tuned model its
     values are computed from, with the held-out curve its cell stored (``cells``: the study's cells, every
     semantics, with their ``history``). The value of a run (unit: its seed ``s``) compares the model fine-tuned with
-    the run's mask (``sem``, its strategy and budget) with the unpruned fine-tuning of the next seed
-    (:func:`next_seeds`), and, for the excess dispersion and the mean shift, with the unpruned fine-tuning of ``s``
-    (the noise baseline); a layer-controlled locality rho also reads every run of its task and setting (the
+    the run's mask (``sem``, its strategy and budget) with the unpruned fine-tuning of its comparison seed
+    (:func:`next_seeds`, from ``cfg``; not for the mean shift, in which the comparison run cancels), and, for the
+    excess dispersion and the mean shift, with the unpruned fine-tuning of ``s`` (the noise baseline); a layer-controlled locality rho also reads every run of its task and setting (the
     layer-only model: their masked models and the unpruned runs they are compared with). Each model stands once,
     under its own seed when that is a unit of the measurement, else under the first unit that reads it; every row
     carries the measurement's setting. Absent measurements have no models behind them."""
@@ -386,7 +386,7 @@ def convergence_evidence(cells: pd.DataFrame, tests: pd.DataFrame, measurements:
     if missing:
         raise ValueError(f"the cells' table has no {missing} column(s) (each fine-tuning's cell and held-out curve, "
                          "'history'): the convergence gate cannot be checked")
-    nxt = next_seeds(cells)
+    nxt = next_seeds(cells, cfg)
     full = _full_models(cells)
     pruned = cells[(cells["strategy"] != "none") & (cells["ablation"] == sem)]
     index = _settings(tests)
@@ -403,7 +403,9 @@ def convergence_evidence(cells: pd.DataFrame, tests: pd.DataFrame, measurements:
             if strays:
                 raise ValueError(f"the runs of seeds {strays} of {m.task} ({m.setting!r}, {sem}) have no cell in the "
                                  "cells' table")
-            need = [(k, s) for r in runs for k, s in (("masked", r), ("full", nxt[r]))]
+            # the mean shift, log(pruned / full) over the kept heads, reads no comparison run (it cancels)
+            need = [(k, s) for r in runs for k, s in (("masked", r), ("full", nxt[r]))
+                    if k == "masked" or m.effect != _SHIFT]
             if not locality:
                 need.append(("full", u))
             for k, s in need:
@@ -454,14 +456,14 @@ def claim_verdicts(tests: pd.DataFrame, cells: pd.DataFrame, cfg, declared: Sequ
             raise ValueError("the spread_tests table has no 'ablation' column (each run's semantics)")
         tests = tests.assign(ablation=pd.Series(dtype=object))
 
-    shared = shared_runs(cells) if len(cells) else None
+    shared = shared_runs(cfg)
 
     def decide(sub: pd.DataFrame, sem: str) -> pd.DataFrame:
         confounded = layer_confounded(sub) if len(sub) else {}
         parts = []
         for claim in declared:
             ms = MEASUREMENTS[claim.measure](sub, sem) if len(sub) else _nothing(sem)
-            evidence = {"layer_confounded": confounded, "convergence": convergence_evidence(cells, sub, ms, sem),
+            evidence = {"layer_confounded": confounded, "convergence": convergence_evidence(cells, sub, ms, sem, cfg),
                         "shared_runs": shared}
             present = [m for m in ms if not m.missing]
             groups = ([present] if present else []) + [[m] for m in ms if m.missing]

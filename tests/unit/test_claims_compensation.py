@@ -82,9 +82,16 @@ def cells_of(tests: pd.DataFrame, curves: dict | None = None, default=CONVERGED,
     return pd.DataFrame(rows)
 
 
+def paired(cfg, tests: pd.DataFrame, baseline: bool = True):
+    """``cfg`` with the seeds of ``tests`` and, with ``baseline``, their comparison runs (seed s + BASE)."""
+    seeds = sorted(int(x) for x in tests["seed"].unique()) if len(tests) else list(cfg.seeds)
+    return dataclasses.replace(cfg, seeds=seeds, baseline_seeds=[s + BASE for s in seeds] if baseline else None)
+
+
 def judge(tests: pd.DataFrame, cfg, curves: dict | None = None, default=CONVERGED, baseline: bool = True) -> pd.DataFrame:
-    """The study's verdicts on ``tests`` and the cells behind them (:func:`cells_of`)."""
-    return study.verdicts(tests, cells_of(tests, curves, default, baseline), cfg)
+    """The study's verdicts on ``tests`` and the cells behind them (:func:`cells_of`), the config's comparison runs
+    those cells hold (``baseline``) or none (the ring)."""
+    return study.verdicts(tests, cells_of(tests, curves, default, baseline), paired(cfg, tests, baseline))
 
 
 def rows_of(table, cid, task=None, setting_has=""):
@@ -216,9 +223,12 @@ def test_a_ring_of_comparison_runs_makes_spread_not_testable_and_leaves_the_mean
     assert verdict(own, "budhraja.compensation_spread", "A", "weight change")["verdict"] == "supported"
     for table in (ring, own):
         assert verdict(table, "ours.kept_heads_change_more", "A")["verdict"] == "supported"
-    assert study.shared_runs(cells_of(t, baseline=False)) and study.shared_runs(cells_of(t)) is None
-    assert study.next_seeds(cells_of(t)) == {s: s + BASE for s in (0, 1, 2, 3)}
+    assert study.shared_runs(paired(cfg, t, False)) and study.shared_runs(paired(cfg, t)) is None
+    assert study.next_seeds(cells_of(t), paired(cfg, t)) == {s: s + BASE for s in (0, 1, 2, 3)}
     assert study.next_seeds(cells_of(t, baseline=False)) == {0: 1, 1: 2, 2: 3, 3: 0}
+    # by position, as the config gives them, not sorted
+    rev = dataclasses.replace(paired(cfg, t), baseline_seeds=[103, 102, 101, 100])
+    assert study.next_seeds(cells_of(t), rev) == {0: 103, 1: 102, 2: 101, 3: 100}
 
 
 def test_locality_gate_pure_layer_effect(cfg):
@@ -456,6 +466,18 @@ def test_a_stalled_full_model_blocks_every_row_it_stands_behind(cfg):
     cols = ["claim_id", "setting", "semantics", "verdict"]
     pd.testing.assert_frame_equal(v.loc[v["task"] == "B", cols].reset_index(drop=True),
                                   base.loc[base["task"] == "B", cols].reset_index(drop=True))
+
+
+def test_a_stalled_comparison_run_blocks_the_spread_and_not_the_mean_shift(cfg):
+    """Seed 0's comparison run (seed 100) stopped still improving: the spread row of its task, which reads it, is not
+    testable naming it; the mean shift, in which the comparison run cancels, is decided as before."""
+    t = runs()
+    base = judge(t, cfg)
+    v = judge(t, cfg, curves={("A", 100): STALLED})
+    r = verdict(v, "budhraja.compensation_spread", "A")
+    assert r["verdict"] == "not testable" and "full model seed 100 of seed 0" in r["reason"]
+    shift, before = verdict(v, "ours.kept_heads_change_more", "A"), verdict(base, "ours.kept_heads_change_more", "A")
+    assert shift["verdict"] == before["verdict"] == "supported" and "seed 100" not in shift["reason"]
 
 
 def test_the_next_seeds_full_model_stands_behind_a_run_whose_seed_lacks_a_value(cfg):

@@ -133,6 +133,30 @@ def synthetic(concentrated: bool, n_seeds: int = 4, seed: int = 0) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
+def test_comparison_runs_of_their_own_and_a_missing_one_named():
+    """per_head with baseline_seeds: each seed's runs compared with its own comparison run (seed s + 10), paired by
+    position; the mean shift is the same as under the ring (the comparison run cancels in log(pruned / full)); a
+    comparison run without a cell is an error naming it, not a unit dropped in silence."""
+    from types import SimpleNamespace
+    t = synthetic(False, n_seeds=6)
+    units = t[t["seed"] < 3]
+    comp = t[(t["seed"] >= 3) & (t["strategy"] == "none")].assign(seed=lambda d: d["seed"] + 7)  # seeds 10, 11, 12
+    table = pd.concat([units, comp], ignore_index=True)
+    cfg = SimpleNamespace(seeds=[0, 1, 2], baseline_seeds=[10, 11, 12])
+    heads = study.per_head(table, cfg)
+    assert study.next_seeds(table, cfg) == {0: 10, 1: 11, 2: 12}
+    for s, other in ((0, 10), (1, 11), (2, 12)):
+        h = heads[(heads["seed"] == s) & (heads["measure"] == "weight_change")]
+        run = comp[comp["seed"] == other].iloc[0]
+        assert np.allclose(h["other"], [np.array(run["weight_change"], dtype=float)[l, k]
+                                        for l, k in zip(h["layer"], h["head"])])
+    ring = study.per_head(units)  # each seed with the next among 0, 1, 2
+    shift = lambda h: study.spread_tests(h, n_boot=100).set_index(["seed", "measure"])["mean_shift"]
+    pd.testing.assert_series_equal(shift(heads), shift(ring))
+    with pytest.raises(ValueError, match=r"comparison run of seed 1 \(unpruned, seed 11, uniform\) of A has no cell"):
+        study.per_head(table[table["seed"] != 11], cfg)
+
+
 def test_equal_spread_is_told_from_a_concentrated_one():
     even = study.pooled(study.spread_tests(study.per_head(synthetic(False)), n_boot=500))
     conc = study.pooled(study.spread_tests(study.per_head(synthetic(True)), n_boot=500))
