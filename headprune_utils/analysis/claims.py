@@ -827,12 +827,45 @@ def _pooled_row(claim, rule: Rule, study: str, scale: str, rows: list[dict], inf
     if len(set(dirs.values())) > 1 and row["verdict"] != "not testable":
         # the pooled tests stay in the Holm family (the family is fixed by the design, not by the directions the
         # data took); the pool's word is withheld (:func:`adjust`): a pool never overrides a task
-        row.update(verdict="inconclusive",
-                   reason=_DISAGREE + ", ".join(f"{t} {'+' if d > 0 else '-' if d < 0 else '0'}"
-                                                for t, d in dirs.items())
-                   + " (" + ("sign of the effect" if kind == "superiority" else "side of the margin")
-                   + "); the per-task rows carry the verdicts")
+        row.update(verdict="inconclusive", reason=_disagree_reason(kind, dirs))
     return row
+
+
+def _disagree_reason(kind: str, dirs: Mapping[str, int]) -> str:
+    return (_DISAGREE + ", ".join(f"{t} {'+' if d > 0 else '-' if d < 0 else '0'}" for t, d in dirs.items())
+            + " (" + ("sign of the effect" if kind == "superiority" else "side of the margin")
+            + "); the per-task rows carry the verdicts")
+
+
+def _pool_tasks(task: str) -> list[str] | None:
+    """The tasks of a pooled row's name, ``"all (A, B)"`` -> ``["A", "B"]``; None for a task's own row."""
+    text = str(task)
+    if not (text.startswith("all (") and text.endswith(")")):
+        return None
+    return [t.strip() for t in text[len("all ("):-1].split(",")]
+
+
+def _redirect_pools(table: pd.DataFrame) -> pd.DataFrame:
+    """Each tested pooled row's "tasks disagree" status recomputed from its tasks' rows as they stand (their
+    intervals against their margins, :func:`_direction`): set where they disagree, cleared where they now agree (the
+    row is then decided by :func:`adjust`). Used by :func:`retest`, where margins change."""
+    out = table.copy()
+    for i in out.index:
+        tasks = _pool_tasks(out.at[i, "task"])
+        if not tasks or not row_tests(out.loc[i]):
+            continue
+        kind, direction, _, _ = _parse_label(out.at[i, "test"])
+        same = (out["claim_id"] == out.at[i, "claim_id"]) & (out["setting"] == out.at[i, "setting"]) \
+            & (out["semantics"] == out.at[i, "semantics"]) & (out["analysis"] == out.at[i, "analysis"]) \
+            & out["task"].isin(tasks)
+        dirs = {str(r["task"]): _direction(kind, direction, float(r["effect"]), float(r["ci_low"]),
+                                           float(r["ci_high"]), float(r["margin"]))
+                for _, r in out[same].iterrows()}
+        if len(set(dirs.values())) > 1:
+            out.at[i, "verdict"], out.at[i, "reason"] = "inconclusive", _disagree_reason(kind, dirs)
+        elif _tasks_disagree(out.loc[i]):
+            out.at[i, "reason"] = "tasks agree under this margin"  # decided by adjust
+    return out
 
 
 _DISAGREE = "tasks disagree: "
@@ -1051,7 +1084,8 @@ def _rule_from_label(label: str) -> Rule:
 
 def retest(table: pd.DataFrame, factor: float) -> pd.DataFrame:
     """``table`` re-decided with every tested row's margin multiplied by ``factor``: the tests rerun on the row's
-    ``unit_values``, Holm within the same families (:func:`adjust`). Rows without tests keep their verdict.
+    ``unit_values``, Holm within the same families (:func:`adjust`), and whether a pool's tasks agree judged again
+    at the new margins (a pool never overrides a task under any margin). Rows without tests keep their verdict.
     ``factor = 1`` reproduces the table's verdicts (tested)."""
     if not factor > 0:
         raise ValueError(f"factor must be > 0, got {factor}")
@@ -1063,7 +1097,7 @@ def retest(table: pd.DataFrame, factor: float) -> pd.DataFrame:
         margin = float(out.at[i, "margin"]) * factor
         out.at[i, "margin"] = margin
         out.at[i, "tests"] = _dump_tests(_tests(_rule_from_label(out.at[i, "test"]), x, margin))
-    return adjust(out)
+    return adjust(_redirect_pools(out))
 
 
 def margin_sensitivity(table: pd.DataFrame, factors: Sequence[float] = (0.5, 2.0)) -> pd.DataFrame:

@@ -391,6 +391,26 @@ def test_equivalence_tasks_agree_by_the_side_of_the_margin_not_the_sign():
     assert one(t, "all (sst2, mrpc)").reason.startswith("tasks disagree: sst2 0, mrpc +")
 
 
+def test_retest_judges_whether_the_tasks_agree_at_each_margin():
+    """Equivalence: at the declared margin both tasks lie within it and the pool is decided; at half the margin
+    mrpc's interval lies above it (contradicted), so the pool's word is withheld there (a pool never overrides a
+    task under any margin); back at the declared margin it is decided again."""
+    rule = Equivalence(ShareOfHeadroom(0.1))
+    t = evaluate(OTHER, rule, [tm("sst2", [0.002, -0.001, 0.001, 0.0, 0.0015]),
+                               tm("mrpc", [0.008, 0.009, 0.0085, 0.0095, 0.0088])])
+    pooled = one(t, "all (sst2, mrpc)")
+    assert pooled.verdict == "supported" and not pooled.reason.startswith("tasks disagree")
+    half = claims.retest(t, 0.5)
+    assert half.loc[pooled.name, "verdict"] == "inconclusive"
+    assert half.loc[pooled.name, "reason"].startswith("tasks disagree: sst2 0, mrpc +")
+    assert half.loc[one(t, "mrpc").name, "verdict"] == "contradicted"
+    back = claims.retest(half, 2.0)
+    assert back["verdict"].tolist() == t["verdict"].tolist()
+    assert back.loc[pooled.name, "reason"] == pooled.reason
+    sens = claims.margin_sensitivity(t)
+    assert sens.loc[pooled.name, "verdict_x0.5"] == "inconclusive" and bool(sens.loc[pooled.name, "changes"])
+
+
 def test_pooling_leaves_out_untestable_tasks_and_needs_two():
     gate = role_found("positional", {"sst2": 1, "mrpc": 1, "rte": 0})
     ms = [tm("sst2", [0.03, 0.05, 0.04]), tm("mrpc", [0.02, 0.03, 0.025]), tm("rte", [0.02, 0.01, 0.03])]
