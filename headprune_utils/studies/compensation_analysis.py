@@ -42,7 +42,8 @@ from headprune_utils.analysis import claims, preconditions, stats
 from headprune_utils.model import masks
 from headprune_utils.studies import convergence, glue_workbench, semantics
 
-__all__ = ["MEASURES", "MEASURE_NAMES", "MEASUREMENTS", "next_seeds", "shared_runs", "per_head", "spread_tests", "pooled",
+__all__ = ["MEASURES", "MEASURE_NAMES", "MEASUREMENTS", "next_seeds", "shared_runs", "per_head", "spread_tests",
+           "pooled",
            "spread_measurements", "shift_measurements", "locality_measurements", "layer_confounded",
            "convergence_evidence", "claim_verdicts", "heatmap_data", "scale_text"]
 
@@ -375,8 +376,9 @@ def convergence_evidence(cells: pd.DataFrame, tests: pd.DataFrame, measurements:
     semantics, with their ``history``). The value of a run (unit: its seed ``s``) compares the model fine-tuned with
     the run's mask (``sem``, its strategy and budget) with the unpruned fine-tuning of its comparison seed
     (:func:`next_seeds`, from ``cfg``; not for the mean shift, in which the comparison run cancels), and, for the
-    excess dispersion and the mean shift, with the unpruned fine-tuning of ``s`` (the noise baseline); a layer-controlled locality rho also reads every run of its task and setting (the
-    layer-only model: their masked models and the unpruned runs they are compared with). Each model stands once,
+    excess dispersion and the mean shift, with the unpruned fine-tuning of ``s`` (the noise baseline); a
+    layer-controlled locality rho also reads every run of its task and setting (the layer-only model: their masked
+    models and the unpruned runs they are compared with). Each model stands once,
     under its own seed when that is a unit of the measurement, else under the first unit that reads it; every row
     carries the measurement's setting. Absent measurements have no models behind them."""
     measurements = [m for m in measurements if not m.missing]
@@ -441,7 +443,8 @@ def claim_verdicts(tests: pd.DataFrame, cells: pd.DataFrame, cfg, declared: Sequ
     (``declared``: the study's ``claims``, ``compensation_claims.CLAIMS``) measured by its ``measure``
     (:data:`MEASUREMENTS`) and decided by :func:`claims.evaluate` (its rule, margin and gates; evidence
     ``layer_confounded``: :func:`layer_confounded`; ``convergence``: :func:`convergence_evidence`, the fine-tuned
-    models behind each of the claim's measurements; ``shared_runs``: :func:`shared_runs`) under every semantics of the runs (their ``ablation``;
+    models behind each of the claim's measurements; ``shared_runs``: :func:`shared_runs`) under every semantics of
+    the runs (their ``ablation``;
     :func:`semantics.verdicts_by_semantics`), one row per claim x task x setting, then the pooled rows; the rows
     under the claim's own semantics (``uniform``) are the primary analysis, Holm over the study's primary family,
     the others sensitivity rows, each semantics its own family. An absent measurement (nothing to measure: no run
