@@ -273,9 +273,11 @@ SETTLE_SHARE = 0.1
 
 def gates_settled(history: Sequence[Mapping] | None, share: float = SETTLE_SHARE) -> tuple[bool | None, str]:
     """``(settled, what moved)`` of one L0 gate training from its ``history`` (one record per step, or a subsample
-    with the last step: ``step``, ``open`` = the deterministic mask's head count, ``expected_l0``): over the last
-    ``share`` of its steps (at least one), the head count unchanged and the expected open gates within one head.
-    ``(None, "no record ...")`` without a history to judge."""
+    with the last step: ``step``, ``open`` = the deterministic mask's head count, ``expected_l0``): the head count
+    at the last step equal to its count ``share`` of the steps earlier (at least one step; the last record at or
+    before it) and the expected open gates moved by less than one head between the two. Only the window's two ends
+    are compared: a count that moves by one head and back inside it counts as settled. ``(None, "no record ...")``
+    without a history to judge."""
     recs = [r for r in (history or []) if "step" in r and "open" in r and "expected_l0" in r]
     if len(recs) < 2:
         return None, "no record of the gates' training"
@@ -307,9 +309,9 @@ class GatesSettled(Gate):
     gate training, or with one that has no history, is not testable either (nothing to judge)."""
 
     def text(self) -> str:
-        return (f"the L0 gates of every model behind the row settled before their steps ran out (over the last "
-                f"{100 * SETTLE_SHARE:g}% of the steps the mask's head count unchanged and the expected open gates "
-                "within one head)")
+        return (f"the L0 gates of every model behind the row settled before their steps ran out (the mask's head "
+                f"count at the last step equal to its count {100 * SETTLE_SHARE:g}% of the steps earlier and the "
+                "expected open gates moved by less than one head)")
 
     def check(self, m: Measurement, evidence: Mapping) -> str | None:
         ev = evidence.get("gates")

@@ -47,10 +47,12 @@ def fmt_number(x) -> str:
 def fmt_estimate(row, unit: bool = False) -> str:
     """A verdict row's estimate and interval as text: ``"+1.2 [+0.4, +2]"`` for an effect; for an existence claim
     (``claims.Presence``, test label ``presence ...``) the share of units with the role, unsigned, with its count:
-    ``"share 0 of 2 units = 0 [0, 0.842]"`` (a share is not an effect with a sign). ``unit``: followed by the
+    ``"share 0 of 2 units = 0 [0, 0.842]"`` (a share is not an effect with a sign); the one pre-trained model's
+    described row (no test, no interval: its effect is a count), ``"9 heads with the role in the one model
+    (described, not tested)"``. ``unit``: followed by the
     effect's unit (:func:`effect_unit`), ``"+0.0268 [+0.0233, +0.0304] accuracy"``."""
     text = _fmt_estimate(row)
-    if unit and not text.startswith("share "):
+    if unit and not text.startswith("share ") and "(described, not tested)" not in text:
         u = effect_unit(row)
         text = f"{text} {u}" if u else text
     return text
@@ -72,6 +74,10 @@ def below_margin(row) -> str:
 def _fmt_estimate(row) -> str:
     get = row.get if isinstance(row, dict) else (lambda k, d=None: getattr(row, k, d))
     test, n = str(get("test", "") or ""), get("n_units")
+    if test.startswith("presence") and not pd.isna(get("effect")) and pd.isna(get("ci_low")) \
+            and pd.isna(get("ci_high")) and str(get("tests", "") or "[]") == "[]":
+        # the one pre-trained model's row, described and never tested: its effect is the count of the role's heads
+        return f"{float(get('effect')):g} heads with the role in the one model (described, not tested)"
     if test.startswith("presence") and n is not None and not pd.isna(n) and not pd.isna(get("effect")):
         n = int(n)
         k = int(round(float(get("effect")) * n))

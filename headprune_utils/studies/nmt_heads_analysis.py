@@ -895,12 +895,14 @@ def _roles_kept(claim: Claim, run: Run) -> list[Group]:
     d = pd.DataFrame(rows, columns=["setting", "model_seed", "diff"])
     misses = role_survival.budget_misses(run.budget, lambda r: (r["setting"], int(r["model_seed"])),
                                          lambda r: f"{r['setting']} model seed {int(r['model_seed'])}")
+    chances = role_survival.role_chances(run.budget, lambda r: (r["setting"], int(r["model_seed"])))
     out = []
     for role in ROLE_NAMES:
         settings = [f"{s}: {role}" for s in dict.fromkeys(run.budget["setting"])]
         empty = ("no measurement", True) if found[role] else (_no_role(role, run), False)
         out.append((per_setting(claim, run, d, settings, "kept - P(random mask keeps one)", bleu=False,
-                                empty=empty[0], name_setting=empty[1]), {"role_counts": found, "budget_misses": misses}))
+                                empty=empty[0], name_setting=empty[1]),
+                    {"role_counts": found, "budget_misses": misses, "role_chances": chances}))
     return out
 
 

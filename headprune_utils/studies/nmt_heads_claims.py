@@ -21,7 +21,7 @@ import pandas as pd
 
 from headprune_utils.analysis import claims, margins, preconditions
 from headprune_utils.analysis.claims import Claim, Gate
-from headprune_utils.studies.role_survival import AtBudget, setting_role_found
+from headprune_utils.studies.role_survival import AtBudget, RoomAboveChance, setting_role_found
 from headprune_utils.measure.specialized import RARE_SHARE
 
 __all__ = ["CLAIMS", "CLAIM", "ENOUGH_MODELS", "MIN_MODELS", "PLATEAU", "RETRAINED_CONVERGED", "RetrainedConverged", "UNIT", "RARE_NOTE"]
@@ -260,7 +260,9 @@ CLAIMS: tuple[Claim, ...] = (
                  "one of the role's heads, minus the chance that a random mask of that size would",
           regime=f"{TRAINED}, then L0-gated (the model frozen)",
           gates=(PLATEAU, ENOUGH_MODELS, GATES_SETTLED, ROLE_FOUND,
-                 AtBudget(key=lambda m, unit: (m.setting.rsplit(": ", 1)[0], int(unit)))),
+                 AtBudget(key=lambda m, unit: (m.setting.rsplit(": ", 1)[0], int(unit))),
+                 RoomAboveChance(margins.SHARE_OF_HEADS, key=lambda m, unit: (m.setting.rsplit(": ", 1)[0], int(unit)),
+                                 role=lambda m: m.setting.rsplit(": ", 1)[1])),
           figure="survival_map", measure="roles_kept_at_17_of_48", unit=UNIT,
           note=f"17/48 of this encoder's heads, not 17 heads; presence beyond chance, since a mask of that size keeps "
                f"a role's head by chance alone; {MODELS}"),

@@ -53,6 +53,7 @@ __all__ = [
     "role_map_data", "survival_heads", "survival_with_roles", "survival_tests", "survival_auc_per_model",
     "survival_map_data", "random_keeps", "presence_effect", "roles_at_budget", "rare_criterion_counts",
     "RARE_SHARES", "role_of_setting", "setting_role_found", "BUDGET_TOLERANCE", "budget_misses", "AtBudget",
+    "role_chances", "RoomAboveChance",
 ]
 
 ROLE_NAMES: tuple[str, ...] = ("positional", "syntactic", "rare-word")
@@ -292,8 +293,9 @@ def random_keeps(n_total: int, n_kept: int, n_role: int) -> float:
 
 
 def roles_at_budget(table: pd.DataFrame, roles: pd.DataFrame, fraction: float = VOITA_FRACTION) -> pd.DataFrame:
-    """Per (task, seed): the L0 mask whose heads kept are closest to ``fraction`` of all heads, and for each role
-    of that model how many of its heads are kept, whether at least one is (``present_<role>``), and the chance
+    """Per (task, seed): the L0 mask whose heads kept are closest to ``fraction`` of all heads (a tie: the smaller
+    lambda), and for each role of that model how many of its heads are kept, whether at least one is
+    (``present_<role>``), and the chance
     that a random mask of the same size would keep one (``random_<role>``, :func:`random_keeps`). A role with no
     head in the model reads ``"n/a (no <role> head in this model)"``, never NaN."""
     rows = []
@@ -301,6 +303,7 @@ def roles_at_budget(table: pd.DataFrame, roles: pd.DataFrame, fraction: float = 
     for (task, seed), g in _l0_cells(table).groupby(["task", "seed"]):
         total = int(g["n_heads_total"].iloc[0])
         target = fraction * total
+        g = g.sort_values("lam", kind="stable") if "lam" in g else g  # a tie goes to the smaller lambda
         r = g.iloc[int(np.argmin(np.abs(g["n_kept"].to_numpy(dtype=float) - target)))]
         kept = mask_from_string(r["mask"]).numpy() > 0
         rr = ft[(ft["task"] == task) & (ft["seed"] == seed)]
@@ -395,6 +398,51 @@ class AtBudget(Gate):
             return "the sizes of the masks read at 17/48 of the heads are not measured"
         bad = [misses[k] for k in dict.fromkeys(self.key(m, u) for u in m.units) if k in misses]
         return "no L0 mask near 17/48 of the heads: " + "; ".join(bad) if bad else None
+
+
+def role_chances(budget: pd.DataFrame, key: Callable[[Mapping], Hashable]) -> dict:
+    """``{(key(row), role): P(a random mask of the row's size keeps one of the role's heads)}`` for the rows of
+    :func:`roles_at_budget` and the roles found in each model (the evidence ``role_chances`` of
+    :class:`RoomAboveChance`)."""
+    return {(key(r), role): float(r[f"random_{role}"]) for r in budget.to_dict("records") for role in ROLE_NAMES
+            if r[f"n_{role}"] > 0}
+
+
+@dataclass(frozen=True)
+class RoomAboveChance(Gate):
+    """"Kept beyond chance" can exceed the claim's margin on this row: the largest effect any mask could show, the
+    mean over the row's models of 1 - P(a random mask of that size keeps one of the role's heads) (every model's
+    mask keeping one), is above ``margin`` (the claim's own, e.g. ``margins.SHARE_OF_HEADS``). A role with so many
+    heads that a random mask of that size keeps one almost surely leaves no room: the claim's word would follow from
+    the design (its heads' count and the mask's size), never from the masks. The gate reads no outcome (whether a
+    mask kept the role), only the design, as the attainable p of an exact test does; it was added on 2026-12-06,
+    after an independent check of study 6's standard-next rows found its syntactic rows' "not supported" forced this
+    way (a random mask of their size keeps one of 7 to 13 syntactic heads with probability 0.985 or more).
+    ``key(m, unit)``: a unit's key in the evidence ``role_chances`` (:func:`role_chances`); ``role(m)``: the row's
+    role."""
+
+    margin: Callable[[Measurement], float]
+    key: Callable = lambda m, unit: unit
+    role: Callable = lambda m: m.setting
+
+    def text(self) -> str:
+        return ("a mask can keep the role beyond chance by more than the margin (the mean over the models of 1 - the "
+                "chance that a random mask of that size keeps one of its heads is above the margin)")
+
+    def check(self, m: Measurement, evidence: Mapping) -> str | None:
+        chances = evidence.get("role_chances")
+        if chances is None:
+            return "the chance that a random mask keeps the role is not measured"
+        role = self.role(m)
+        ps = [chances[k] for k in ((self.key(m, u), role) for u in m.units) if k in chances]
+        if not ps:
+            return None  # no model with the role behind the row: the role gates say so
+        room, margin = float(np.mean([1.0 - p for p in ps])), float(self.margin(m))
+        if room > margin:
+            return None
+        return (f"a random mask of the size read keeps a {role} head with probability {min(ps):.3g} to {max(ps):.3g} "
+                f"on {m.task}: the largest effect any mask could show, {room:.3g}, is not above the margin {margin:g}, "
+                "so the word would come from the design, not the masks")
 
 
 def l0_cap(cfg) -> dict:

@@ -231,6 +231,8 @@ def scale(cfg, n_heads: int | None = None) -> str:
     heads = f", {n_heads} heads" if n_heads else ""
     ex = "all" if cfg.train_size is None else f"{cfg.train_size}"
     steps = f"{cfg.l0_steps} gate steps" if cfg.l0_steps is not None else f"{cfg.l0_epochs} gate epoch(s)"
+    if cfg.l0_max_steps is not None:
+        steps = f"{steps}, then on until the gates settle (at most {cfg.l0_max_steps})"
     return (f"{cfg.model}{heads}; {ex} training examples x {glue_workbench.epochs_text(cfg)}; seeds {list(cfg.seeds)}; {steps}; "
             "a small-scale test, not the paper's set-up (BERT-family encoders on GLUE, not NMT encoders)")
 
@@ -422,9 +424,10 @@ def _roles_kept(claim: Claim, run: Run) -> list[Group]:
     counts = {role: _role_totals(run.roles, role) for role in ROLE_NAMES}
     misses = role_survival.budget_misses(run.budget, lambda r: (r["task"], int(r["seed"])),
                                          lambda r: f"{r['task']} seed {int(r['seed'])}") if len(run.budget) else {}
+    chances = role_survival.role_chances(run.budget, lambda r: (r["task"], int(r["seed"]))) if len(run.budget) else {}
     return [(per_task(claim, run, pres[pres["role"] == role], "effect", setting=role,
                       effect="kept - P(random mask keeps one)", empty=f"no head of role '{role}' found"),
-             {"role_counts": counts, "budget_misses": misses}) for role in ROLE_NAMES]
+             {"role_counts": counts, "budget_misses": misses, "role_chances": chances}) for role in ROLE_NAMES]
 
 
 MEASURES: dict[str, Callable[[Claim, Run], list[Group]]] = {

@@ -418,3 +418,24 @@ def test_rows_read_off_l0_gates_need_gates_that_settled():
     assert "no record of the L0 gates' training" in gate.check(m, {"gates": ev.iloc[0:0]})
     assert preconditions.gates_settled(steps(False)) == (True, "+0 heads open and +0.00 expected open over its "
                                                                "last 3 of 30 steps")
+
+
+def test_functions_at_17_of_48_need_room_above_chance_per_setting_and_role():
+    """Study 7's rows of the claim are keyed by L0 setting and role ("enc: syntactic"): the room gate reads each
+    model's chance for that setting and role from the budget table (role_survival.role_chances), and a role that a
+    random mask of that size keeps almost surely is not testable, naming the probabilities."""
+    from headprune_utils.studies import role_survival
+    budget = pd.DataFrame([{"setting": s, "model_seed": ms, "n_syntactic": 12, "random_syntactic": p,
+                            "n_positional": 2, "random_positional": 0.4, "n_rare-word": 0, "random_rare-word": 0.0}
+                           for s, p in (("enc", 0.99), ("all", 0.5)) for ms in (0, 1)])
+    chances = role_survival.role_chances(budget, lambda r: (r["setting"], int(r["model_seed"])))
+    assert chances[(("enc", 1), "syntactic")] == 0.99 and (("enc", 1), "rare-word") not in chances
+    gate = [g for g in declared.CLAIM["voita.functions_at_17_of_48"].gates
+            if isinstance(g, role_survival.RoomAboveChance)]
+    assert len(gate) == 1
+    m = lambda setting: claims.Measurement("multi30k en-de", [0.01, 0.01], [0, 1], setting, "zero", "", "model")
+    why = gate[0].check(m("enc: syntactic"), {"role_chances": chances})
+    assert why.startswith("a random mask of the size read keeps a syntactic head with probability 0.99 to 0.99")
+    assert "0.01, is not above the margin 0.1" in why
+    assert gate[0].check(m("all: syntactic"), {"role_chances": chances}) is None
+    assert gate[0].check(m("enc: positional"), {"role_chances": chances}) is None

@@ -5,6 +5,7 @@ figure the notebook writes, and a measure the analysis knows; a measurement that
 testable`` row through ``claims.evaluate``, never a hand-built one."""
 from __future__ import annotations
 
+import inspect
 import json
 
 import numpy as np
@@ -16,6 +17,7 @@ from headprune_utils.analysis import claims, margins, preconditions
 from headprune_utils.model.masks import mask_to_string
 from headprune_utils.store.paths import notebooks_dir
 from headprune_utils.analysis.preconditions import plateau
+from headprune_utils.studies.role_survival import RoomAboveChance
 from headprune_utils.studies.role_survival import presence_effect, random_keeps
 from headprune_utils.studies import specialized_heads_l0 as study
 from headprune_utils.studies import specialized_heads_l0_claims as declared
@@ -167,7 +169,9 @@ def test_every_claim_has_a_rule_and_a_row():
     assert {c.id for c in study.CLAIMS} == set(v["claim_id"]) and study.STUDY.claims is study.CLAIMS
     assert (v["study"] == "specialized_heads_l0").all() and (v["semantics"] == "zero").all()
     about_pretrained = v["claim_id"].isin([voita for voita, _, _ in study.ROLE_CLAIMS])
-    assert (v.loc[~about_pretrained, "unit"] == "model (task x seed)").all()
+    seed_pooled = (v["claim_id"] == "voita.l0_beats_random") & v["task"].str.startswith("all")
+    assert (v.loc[~about_pretrained & ~seed_pooled, "unit"] == "model (task x seed)").all()
+    assert (v.loc[seed_pooled, "unit"] == claims.SEED_SHARED_MASKS.text).all() and seed_pooled.sum() == 1
     assert (v.loc[about_pretrained, "unit"] == "pre-trained model").all() and about_pretrained.sum() == 3
     claim = {c.id: c for c in study.CLAIMS}
     assert claim["ours.l0_vs_importance"].paper == "ours (exploratory)"
@@ -186,7 +190,11 @@ def test_l0_beats_random_both_ways_per_task_and_pooled():
     v = run(cells(l0_gain=0.2), roles_of(None))
     assert verdict(v, "voita.l0_beats_random")["verdict"] == "supported"
     pooled = verdict(v, "voita.l0_beats_random", "all (A, B)")
-    assert pooled["verdict"] == "supported" and pooled["n_units"] == 8
+    # 4 seeds, not 8 models: seed s's random masks are the same on both tasks (prefixes of one permutation,
+    # study.random_seed), so the pooled row averages each seed's models first (claims.SEED_SHARED_MASKS)
+    assert pooled["verdict"] == "supported" and pooled["n_units"] == len(SEEDS)
+    assert pooled["unit"] == claims.SEED_SHARED_MASKS.text
+    assert list(inspect.signature(study.random_seed).parameters) == ["seed", "r"], "the same masks on every task"
     # pooled effect normalised by (full - chance): L0 loses 0.005, random 0.2 - 0.003 seed; headroom 0.4 + jitter
     assert pooled["effect"] == pytest.approx(np.mean([(0.195 - 0.003 * s) / (0.4 + 0.002 * np.mean(SEEDS))
                                                       for s in SEEDS]))
@@ -385,6 +393,31 @@ def test_functions_present_beyond_chance():
         for role in ("positional", "rare-word"):
             pooled = verdict(many, "voita.functions_at_17_of_48", "all (A, B)", setting=role)
             assert pooled["verdict"] == word and pooled["p"] < 1e-3
+
+
+def test_functions_beyond_chance_need_room_above_chance():
+    """A role so large that a random mask of the size read keeps one of its heads almost surely leaves no room to
+    beat chance by the margin: the row is not testable (the word would come from the design), whatever the masks
+    keep; a role with room is decided as before."""
+    assert random_keeps(6, 2, 5) == 1.0  # 5 of 6 heads: every 2-head mask keeps one
+    roles = roles_of(None, seeds=MANY)
+    big = roles["source"] != "pretrained"
+    roles.loc[big, "positional"] = ~((roles.loc[big, "layer"] == 0) & (roles.loc[big, "head"] == 1))  # 5 of 6
+    many = run(cells(seeds=MANY), roles, seeds=MANY)
+    for task in ("A", "all (A, B)"):
+        row = verdict(many, "voita.functions_at_17_of_48", task, setting="positional")
+        assert row["verdict"] == "not testable", row["reason"]
+        assert "largest effect any mask could show, 0, is not above the margin 0.1" in row["reason"] or \
+            task.startswith("all"), row["reason"]
+    # the rare-word role (one head) has room: its rows are decided as before
+    assert verdict(many, "voita.functions_at_17_of_48", "all (A, B)", setting="rare-word")["verdict"] == "supported"
+    gate = declared.CLAIM["voita.functions_at_17_of_48"].gates[-1]
+    assert isinstance(gate, RoomAboveChance)
+    m = claims.Measurement("A", [0.01, 0.01], [("A", 0), ("A", 1)], "syntactic", "zero", "", "model")
+    chances = {(("A", 0), "syntactic"): 0.985, (("A", 1), "syntactic"): 0.95}
+    assert "0.0325, is not above the margin 0.1" in gate.check(m, {"role_chances": chances})
+    assert gate.check(m, {"role_chances": {k: 0.5 for k in chances}}) is None
+    assert gate.check(m, {}) == "the chance that a random mask keeps the role is not measured"
 
 
 def test_important_are_confident_both_ways_and_holm_over_the_study():

@@ -359,6 +359,13 @@ def test_survival_tests_find_heads_that_survive_longer():
     assert b["random_positional"].iloc[0] == pytest.approx(1 - 6 / 15)  # 2 of 6 kept miss 2 given heads: C(4,2)/C(6,2)
     b2 = study.roles_at_budget(table2, roles2, fraction=1 / 3)
     assert not b2["present_positional"].any()
+    # two masks equally near the size (3 and 1 heads around 2): the smaller lambda's, whatever the cells' order
+    l0 = table[table["kind"] == "l0"]
+    near = {3: l0["lam"].min(), 1: l0["lam"].max()}
+    tie = l0[l0["seed"] == 0].head(2).assign(n_kept=[3, 1], lam=[near[3], near[1]])
+    for order in (tie, tie.iloc[::-1]):
+        got = study.roles_at_budget(order, roles, fraction=1 / 3)
+        assert len(got) == 1 and int(got["n_kept"].iloc[0]) == 3, order
 
 
 def test_curve_contrasts():

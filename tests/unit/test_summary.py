@@ -87,6 +87,12 @@ def test_an_existence_claim_reads_as_a_share_of_units_never_as_a_signed_effect(t
     assert summary.fmt_estimate({**presence, "test": "superiority (less); t on x", "effect": -1.25, "ci_low": -2.0,
                                  "ci_high": -0.5}) == "-1.25 [-2, -0.5]"
     assert summary.fmt_estimate({**presence, "effect": np.nan}) == "n/a [+0, +0.842]", "no share without an effect"
+    # the one pre-trained model's row, described and never tested: its effect is the count of the role's heads
+    described = {**presence, "n_units": 1, "effect": 9.0, "ci_low": np.nan, "ci_high": np.nan, "tests": "[]"}
+    assert summary.fmt_estimate(described) == "9 heads with the role in the one model (described, not tested)"
+    assert summary.fmt_estimate(described, unit=True) == summary.fmt_estimate(described)
+    assert summary.fmt_estimate({**described, "tests": "[{'label': 'x'}]"}).startswith("share "), \
+        "a tested row stays a share"
     monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
     t = StudyPaths("nmt_heads", "quick", staged=False).tables
     t.mkdir(parents=True)
