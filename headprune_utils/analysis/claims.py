@@ -90,7 +90,7 @@ import pandas as pd
 from headprune_utils.analysis import stats
 
 __all__ = [
-    "VERDICTS", "COLUMNS", "Untestable", "ShareOfHeadroom", "Superiority", "Equivalence", "PoolBy", "SEED_SHARED_MASKS",
+    "VERDICTS", "COLUMNS", "pool_tasks", "Untestable", "ShareOfHeadroom", "Superiority", "Equivalence", "PoolBy", "SEED_SHARED_MASKS",
     "NonInferiority", "Presence", "EmpiricalRank", "Claim", "Measurement", "Gate", "Measured", "RULES",
     "enough_units", "evaluate", "decide", "adjust", "render", "validate", "empty_table", "ANALYSES", "semantics_dependence",
     "HypothesisTest", "DECISION_TABLE", "decision_table_markdown", "row_tests", "family_tests", "DECIDED",
@@ -837,9 +837,9 @@ def _disagree_reason(kind: str, dirs: Mapping[str, int]) -> str:
             + "); the per-task rows carry the verdicts")
 
 
-def _pool_tasks(task: str) -> list[str] | None:
+def pool_tasks(task: str) -> list[str] | None:
     """The tasks of a pooled row's name, ``"all (A, B)"`` -> ``["A", "B"]``; None for a task's own row."""
-    text = str(task)
+    text = str(task).strip()
     if not (text.startswith("all (") and text.endswith(")")):
         return None
     return [t.strip() for t in text[len("all ("):-1].split(",")]
@@ -851,7 +851,7 @@ def _redirect_pools(table: pd.DataFrame) -> pd.DataFrame:
     row is then decided by :func:`adjust`). Used by :func:`retest`, where margins change."""
     out = table.copy()
     for i in out.index:
-        tasks = _pool_tasks(out.at[i, "task"])
+        tasks = pool_tasks(out.at[i, "task"])
         if not tasks or not row_tests(out.loc[i]):
             continue
         kind, direction, _, _ = _parse_label(out.at[i, "test"])

@@ -157,7 +157,6 @@ def effect_unit(row) -> str:
     return f"units of {measure}"
 
 
-_POOL = re.compile(r"^all \((.+)\)$")
 _NOT_POOLED = re.compile(r"fewer than 2 tasks testable for pooling \(testable: ([^)]*)\)")
 
 
@@ -166,13 +165,13 @@ def pool_label(task, verdict="", reason="") -> str:
     pool, ``"pooled: t1, t2"``; a pool that could not be formed (too few testable tasks) says so,
     ``"no pool (of t1, t2; testable: t2)"``, never listing a left-out task as pooled. Other tasks as they are."""
     text = str(task) if isinstance(task, str) else ""
-    m = _POOL.match(text.strip())
-    if not m:
+    tasks = claims.pool_tasks(text)
+    if tasks is None:
         return text
     why = _NOT_POOLED.search(str(reason or "")) if verdict == "not testable" else None
     if why:
-        return f"no pool (of {m.group(1)}; testable: {why.group(1)})"
-    return f"pooled ({m.group(1)})"
+        return f"no pool (of {', '.join(tasks)}; testable: {why.group(1)})"
+    return f"pooled ({', '.join(tasks)})"
 
 
 def row_label(row) -> str:
@@ -193,7 +192,7 @@ def verdict_row(g: pd.DataFrame):
         return None
     def key(item):
         pos, r = item
-        pooled = bool(_POOL.match(str(r["task"])))
+        pooled = claims.pool_tasks(r["task"]) is not None
         disagree = str(r.get("reason", "")).startswith("tasks disagree")
         has = "effect" in r and not pd.isna(r["effect"])
         return (_TIER.get(str(r["verdict"]), 3), disagree, not has, not pooled, pos)
