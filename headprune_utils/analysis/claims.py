@@ -141,9 +141,11 @@ class Untestable(Exception):
 
 @dataclass(frozen=True)
 class ShareOfHeadroom:
-    """Margin = ``share`` x (mean full-model score - chance score) on the measurement's task."""
+    """Margin = ``share`` x (mean full-model score - chance score) on the measurement's task; ``span`` names that
+    headroom in the ``test`` column (e.g. a split-half ceiling, where "full" is the ceiling and chance r = 0)."""
 
     share: float = 0.1
+    span: str = "(full - chance)"
 
     def __call__(self, m: Measurement) -> float:
         if m.headroom is None:
@@ -151,7 +153,7 @@ class ShareOfHeadroom:
         return self.share * m.headroom
 
     def describe(self) -> str:
-        return f"{self.share:g} x (full - chance)"
+        return f"{self.share:g} x {self.span}"
 
 
 Margin = float | Callable[["Measurement"], float]
@@ -805,8 +807,9 @@ def _pooled_row(claim, rule: Rule, study: str, scale: str, rows: list[dict], inf
             labels = [u for i in ok for u in stats.unit_means(measurements[i].values, measurements[i].units)[0]]
             _, x = stats.unit_means(x, [pool_by.key(u) for u in labels]) if x.size else ([], x)
     margin = min((info[i][2] / h for i, h in zip(ok, scale_of)), default=float("nan"))
-    what = (base.effect or "unit means") + (" / (full - chance)" if normalise else "")
-    note = f"smallest of the tasks' margins{' / (full - chance)' if normalise else ''}"
+    span = f" / {getattr(rule.margin, 'span', '(full - chance)')}" if normalise else ""
+    what = (base.effect or "unit means") + span
+    note = f"smallest of the tasks' margins{span}"
     label = _label(rule, what, (f"{margin:.3g} = {note}" if np.isfinite(margin) else f"n/a (no testable task to pool); {note}")
                    if _margin_note(rule, margin) else "")
     pool_m = Measurement(pool_task, x, list(range(x.size)), base.setting, base.semantics, unit=unit,

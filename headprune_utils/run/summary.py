@@ -114,6 +114,7 @@ _METRIC_WORDS = {"matthews": "MCC", "accuracy": "accuracy", "pearson": "Pearson 
 # alpha=..."): the first pattern that matches; None: the task's own metric
 _EFFECT_UNITS = (
     (re.compile(r"/ \(full - chance\)$"), "share of headroom"),
+    (re.compile(r"/ the split-half ceiling$"), "share of the ceiling"),
     (re.compile(r"BLEU"), "BLEU"),
     (re.compile(r"^(mean )?score\("), None),
     (re.compile(r"^share kept"), "share of heads"),

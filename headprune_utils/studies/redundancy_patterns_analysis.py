@@ -195,10 +195,12 @@ def who(mats: Matrices, cfg, names: list[str], model: str = "pretrained") -> pd.
 
 def why(mats: Matrices, cfg) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs, tests). Per MLM run and distance: the mean off-diagonal distance (lower = more redundant),
-    the Mantel r with the pre-trained model's matrix, the clusters' k. Tests per distance: the OLS slope of
-    the mean distance on the dropout ratio (runs as points) and the mean |difference| of mean distance between
-    runs of the same seed at different ratios against runs of different seeds at the same ratio. Both empty
-    when no dropout ratio is run."""
+    the Mantel r with the pre-trained model's matrix, the clusters' k. Tests per distance: the slope of the mean
+    distance on the dropout ratio, one OLS slope per MLM seed (a seed's runs share its MLM head and data order, so
+    the seed is the unit, never the run), their mean with a t-interval and a two-sided one-sample t over the seeds
+    (the verdict rows' units; NaN with one seed), and the mean |difference| of mean distance between runs of the
+    same seed at different ratios against runs of different seeds at the same ratio. Both empty when no dropout
+    ratio is run."""
     if not cfg.dropouts:
         return pd.DataFrame(), pd.DataFrame()
     runs = []
@@ -218,9 +220,16 @@ def why(mats: Matrices, cfg) -> tuple[pd.DataFrame, pd.DataFrame]:
     for m, g in runs.groupby("metric"):
         row = {"metric": m, "n_runs": len(g)}
         if g["dropout"].nunique() > 1:
-            fit = sps.linregress(g["dropout"], g["mean_distance"])
-            row.update({"slope_per_unit_dropout": fit.slope, "slope_p": fit.pvalue,
-                        "slope_ci_low": fit.slope - 1.96 * fit.stderr, "slope_ci_high": fit.slope + 1.96 * fit.stderr})
+            slopes = np.array([sps.linregress(h["dropout"], h["mean_distance"]).slope
+                               for _, h in g.groupby("seed") if h["dropout"].nunique() > 1])
+            mean = float(slopes.mean()) if slopes.size else np.nan
+            if slopes.size > 1:
+                half = float(sps.t.ppf(0.975, slopes.size - 1) * slopes.std(ddof=1) / np.sqrt(slopes.size))
+                p = float(sps.ttest_1samp(slopes, 0.0).pvalue)
+            else:
+                half, p = np.nan, np.nan
+            row.update({"n_seeds": int(slopes.size), "slope_per_unit_dropout": mean, "slope_p": p,
+                        "slope_ci_low": mean - half, "slope_ci_high": mean + half})
             by = g.pivot(index="seed", columns="dropout", values="mean_distance")
             between_p = [abs(by[a] - by[b]).mean() for i, a in enumerate(by.columns) for b in by.columns[i + 1:]]
             between_s = ([abs(by.iloc[i] - by.iloc[j]).mean() for i in range(len(by)) for j in range(i + 1, len(by))]

@@ -154,7 +154,7 @@ def test_patterns_survive_finetuning_both_directions(alike, unrelated, cfg):
     ceiling = when_t[(when_t["task"] == "A") & (when_t["metric"] == "js")]["split_half_r"].mean()
     r = one(alike, SURVIVE, "A", "js")
     assert r["margin"] == pytest.approx(margins.SHARE * (ceiling - 0.0)) and margins.SHARE == 0.1
-    assert "0.1 x (full - chance)" in r["test"] and r["n_units"] == 3 and r["unit"] == claims.DEFAULT_UNIT
+    assert "0.1 x the split-half ceiling" in r["test"] and r["n_units"] == 3 and r["unit"] == claims.DEFAULT_UNIT
     assert one(unrelated, SURVIVE, "all (A, B)", "js")["verdict"] == "contradicted"
     assert against(one(unrelated, SURVIVE, "A", "js"))
 

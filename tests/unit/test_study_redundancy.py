@@ -6,6 +6,7 @@ import hashlib
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sps
 
 from headprune_utils.analysis import claims
 from headprune_utils.measure import clustering, redundancy
@@ -141,16 +142,17 @@ def test_phase_independence_follows_the_matrices(tiny_model_dir, tiny_glue_root)
 
 
 def test_dropout_analysis_on_hand_made_runs(tiny_model_dir, tiny_glue_root):
-    """Mean distance falling with dropout by more than the seeds differ: the slope is negative and significant."""
+    """Mean distance falling with dropout by more than the seeds differ: the slope is negative and significant, over
+    the seeds (one OLS slope per MLM seed, a one-sample t over them: a seed's runs are not independent points)."""
     cfg = config(tiny_model_dir, tiny_glue_root, metrics=["js"], cluster_metric="js", dropouts=[0.0, 0.1, 0.3],
-                 mlm_seeds=[0, 1])
+                 mlm_seeds=[0, 1, 2])
     rng = np.random.default_rng(2)
     base = 0.2 + sym(rng) * 0.6
     cells = {("pretrained", "generic"): {"js": (base, base)}}
     rows_extra = {}
     for p in cfg.dropouts:
         for s in cfg.mlm_seeds:
-            m = np.clip(base * (1 - p) + 0.001 * s, 0, 1)
+            m = np.clip(base * (1 - p * (1 + 0.05 * s)) + 0.001 * s, 0, 1)
             np.fill_diagonal(m, 0)
             cells[(f"mlm-p{p:g}-s{s}", "generic")] = {"js": (m, m)}
             rows_extra[f"mlm-p{p:g}-s{s}"] = 5.0
@@ -158,7 +160,13 @@ def test_dropout_analysis_on_hand_made_runs(tiny_model_dir, tiny_glue_root):
     table["loss_last"] = table["model"].map(rows_extra)
     runs, tests = study.why(study.Matrices(table, (3, 4)), cfg)
     t = tests.set_index("metric").loc["js"]
-    assert t["slope_per_unit_dropout"] < 0 and t["slope_p"] < 0.01
+    assert t["slope_per_unit_dropout"] < 0 and t["slope_p"] < 0.01 and t["n_seeds"] == 3 and t["n_runs"] == 9
+    # independently: a slope per seed (numpy's least squares), a t-test over the three
+    slopes = [np.polyfit(g["dropout"], g["mean_distance"], 1)[0] for _, g in runs[runs["metric"] == "js"].groupby("seed")]
+    assert t["slope_per_unit_dropout"] == pytest.approx(np.mean(slopes))
+    se = np.std(slopes, ddof=1) / np.sqrt(3)
+    assert t["slope_p"] == pytest.approx(2 * sps.t.sf(abs(np.mean(slopes)) / se, 2))
+    assert t["slope_ci_low"] == pytest.approx(np.mean(slopes) - sps.t.ppf(0.975, 2) * se)
     assert t["mean_abs_diff_between_dropouts"] > 10 * t["mean_abs_diff_between_seeds"]
 
 
