@@ -9,8 +9,10 @@ comparison, comes for free; the full matrix is the sentence-weighted mean of the
 - What/How: the pre-trained model on generic text (``generic``: single sentences pooled from the probe tasks'
   dev splits), every distance; how the distances agree.
 - Where: the clusters of the pre-trained model's matrix (``cluster_metric``).
-- When: the pre-trained vs the fine-tuned model (``tasks`` x ``seeds``, the fine-tuned models shared with
-  studies 1-3) on the same task inputs (``task-<T>`` probes): phase independence.
+- When: the pre-trained vs the fine-tuned model (``tasks`` x ``seeds``, fine-tuned by the recipe of studies 1-3
+  and taken from the same model cache: the same weights where they were trained on the same kind of machine, other
+  trainings otherwise; each cell records its model's hash, ``full_model_sha``) on the same task inputs
+  (``task-<T>`` probes): phase independence.
 - Who: the pre-trained model on every probe task's dev inputs and on random token sequences
   (``random-<r>``): task independence.
 - Why: the pre-trained model after brief continued masked-LM training with dropout ``p`` (``mlm.py`` says what
@@ -189,7 +191,7 @@ def plan_cells(cfg: RedundancyPatternsConfig) -> list[Cell]:
     negative control, the randomly initialised model (:data:`CONTROL`), on every probe of the pre-trained model.
 
     No cell reads another's result (the analysis compares the matrices afterwards; the fine-tuned models come
-    from the cache shared with studies 1-3), so none requires another. Groups: the pre-trained model's cells
+    from the model cache studies 1-3 use too), so none requires another. Groups: the pre-trained model's cells
     share one loaded model (and the generic probe, whose lengths the random probes copy); the MLM cells of one
     seed share the prepared MLM model (its new head trained once per seed); the control's cells share the one
     initialised model (and the probes). A fine-tuned model's cell is alone. The control's cells come last, so the
