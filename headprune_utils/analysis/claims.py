@@ -280,8 +280,9 @@ class PoolBy:
     text: str
 
 
-SEED_SHARED_MASKS = PoolBy(lambda unit: unit[1], "seed (its random masks are the same on every task: the tasks' "
-                                                 "models of a seed averaged first)")
+SEED_SHARED_MASKS = PoolBy(lambda unit: unit[1] if isinstance(unit, tuple) else unit,  # (task, seed), or a seed
+                           "seed (its random masks are the same on every task: the tasks' models of a seed averaged "
+                           "first)")
 
 
 @dataclass(frozen=True)
@@ -807,7 +808,8 @@ def _pooled_row(claim, rule: Rule, study: str, scale: str, rows: list[dict], inf
             labels = [u for i in ok for u in stats.unit_means(measurements[i].values, measurements[i].units)[0]]
             _, x = stats.unit_means(x, [pool_by.key(u) for u in labels]) if x.size else ([], x)
     margin = min((info[i][2] / h for i, h in zip(ok, scale_of)), default=float("nan"))
-    span = f" / {getattr(rule.margin, 'span', '(full - chance)')}" if normalise else ""
+    span = rule.margin.span if isinstance(rule.margin, ShareOfHeadroom) else "(full - chance)"
+    span = f" / {span}" if normalise else ""
     what = (base.effect or "unit means") + span
     note = f"smallest of the tasks' margins{span}"
     label = _label(rule, what, (f"{margin:.3g} = {note}" if np.isfinite(margin) else f"n/a (no testable task to pool); {note}")

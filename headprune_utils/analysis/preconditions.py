@@ -263,9 +263,9 @@ class Converged(Gate):
 
 # The L0 gates (Hard Concrete, Louizos et al.; Voita et al.'s pruning) are trained for a fixed number of steps
 # (l0_steps); what a claim reads off them is the deterministic mask (its head count, which heads). They had settled
-# when, over the last SETTLE_SHARE of their steps (at least one step), the deterministic mask's head count did not
-# change and the expected number of open gates (the L0 penalty's quantity) moved by less than one head: the
-# resolution of the head counts the claims measure. Gates still closing (or opening) when the steps ran out measure
+# when the deterministic mask's head count at the last step equals its count SETTLE_SHARE of the steps earlier (at
+# least one step; the window's two ends compared) and the expected number of open gates (the L0 penalty's quantity)
+# moved by less than one head between them: the resolution of the head counts the claims measure. Gates still closing (or opening) when the steps ran out measure
 # the step budget, not where the penalty settles, and the rows they stand behind are not testable. Declared
 # 2026-12-06, before any standard-next translation L0 cell and before the standard-next study 6 render.
 SETTLE_SHARE = 0.1

@@ -105,7 +105,8 @@ def where_label(task, setting) -> str:
 # how a reader is told what the units mean (the report's findings page and the summary pages)
 UNITS_NOTE = ("Units: a GLUE task's own metric (MCC, accuracy, Pearson r) on its 0-1 scale (+0.027 accuracy = "
               "+2.7 points); \"share of headroom\": a pooled row's effect, each task's effect divided by its "
-              "(full - chance) before pooling; BLEU in BLEU points (0-100); other measures as named.")
+              "(full - chance) before pooling; \"share of the ceiling\": a pooled row of study 4, each task's "
+              "effect divided by its split-half ceiling; BLEU in BLEU points (0-100); other measures as named.")
 
 # a GLUE task's verdict metric (tasks.data.TaskSpec.verdict_metric) as a reader knows it
 _METRIC_WORDS = {"matthews": "MCC", "accuracy": "accuracy", "pearson": "Pearson r", "spearman": "Spearman r",

@@ -115,7 +115,8 @@ _CONVERGENCE = ("the convergence gate is ours: how much a kept head changed is m
 _N = ("n = the pruned, fine-tuned models (task x seed) of a task; the noise baseline compares unpruned runs of two "
       "seeds, so the study needs at least 2 seeds; the units are independent only when each seed has a comparison run "
       "of its own (baseline_seeds, since 2026-12-06; before, each seed's comparison run was the next seed's own "
-      "unpruned run, shared by two units)")
+      "unpruned run, shared by two units); a seed's masks are the same on every task (compensation.cell_mask), so a "
+      "pool over tasks averages each seed's models first")
 
 CLAIMS: tuple[claims.Claim, ...] = (
     claims.Claim(
@@ -127,6 +128,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
                "model (task x seed), per strategy x budget x measure",
         regime=REGIME,
         semantics="uniform",
+        pool_by=claims.SEED_SHARED_MASKS,
         gates=(INDEPENDENT_RUNS, CONVERGED),
         figure="extra_change_heatmaps_uniform",
         measure="excess_dispersion",
@@ -143,6 +145,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
                "attention-pattern change only (per-layer normalised importance has no level to shift)",
         regime=REGIME,
         semantics="uniform",
+        pool_by=claims.SEED_SHARED_MASKS,
         gates=(CONVERGED,),
         figure="extra_change_distributions_uniform",
         measure="mean_shift",
@@ -158,6 +161,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
                "task and setting, per layer), per pruned model (task x seed)",
         regime=REGIME,
         semantics="uniform",
+        pool_by=claims.SEED_SHARED_MASKS,
         gates=(BEYOND_LAYER, OWN_LAYER_MODEL, INDEPENDENT_RUNS, CONVERGED),
         figure="extra_change_heatmaps_uniform",
         measure="locality",

@@ -261,8 +261,7 @@ CLAIMS: tuple[Claim, ...] = (
           regime=f"{TRAINED}, then L0-gated (the model frozen)",
           gates=(PLATEAU, ENOUGH_MODELS, GATES_SETTLED, ROLE_FOUND,
                  AtBudget(key=lambda m, unit: (m.setting.rsplit(": ", 1)[0], int(unit))),
-                 RoomAboveChance(margins.SHARE_OF_HEADS, key=lambda m, unit: (m.setting.rsplit(": ", 1)[0], int(unit)),
-                                 role=lambda m: m.setting.rsplit(": ", 1)[1])),
+                 RoomAboveChance(margins.SHARE_OF_HEADS, key=lambda m, unit: (m.setting.rsplit(": ", 1)[0], int(unit)))),
           figure="survival_map", measure="roles_kept_at_17_of_48", unit=UNIT,
           note=f"17/48 of this encoder's heads, not 17 heads; presence beyond chance, since a mask of that size keeps "
                f"a role's head by chance alone; {MODELS}"),

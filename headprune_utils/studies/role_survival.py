@@ -413,17 +413,20 @@ class RoomAboveChance(Gate):
     """"Kept beyond chance" can exceed the claim's margin on this row: the largest effect any mask could show, the
     mean over the row's models of 1 - P(a random mask of that size keeps one of the role's heads) (every model's
     mask keeping one), is above ``margin`` (the claim's own, e.g. ``margins.SHARE_OF_HEADS``). A role with so many
-    heads that a random mask of that size keeps one almost surely leaves no room: the claim's word would follow from
-    the design (its heads' count and the mask's size), never from the masks. The gate reads no outcome (whether a
+    heads that a random mask of that size keeps one almost surely leaves no room: "supported" and "not supported"
+    would follow from the design (its heads' count and the mask's size), never from the masks. Only "contradicted"
+    (masks keeping the role less often than chance) could still come from them, and the gate withholds that word
+    too (the row is not testable; its unit values stay in the table): a known cost, until a rule can restrict a
+    row to the words its design leaves open. The gate reads no outcome (whether a
     mask kept the role), only the design, as the attainable p of an exact test does; it was added on 2026-12-06,
     after an independent check of study 6's standard-next rows found its syntactic rows' "not supported" forced this
     way (a random mask of their size keeps one of 7 to 13 syntactic heads with probability 0.985 or more).
     ``key(m, unit)``: a unit's key in the evidence ``role_chances`` (:func:`role_chances`); ``role(m)``: the row's
-    role."""
+    role. The margin is the claim's as declared: margin sensitivity (``claims.retest``) does not re-judge this gate."""
 
     margin: Callable[[Measurement], float]
     key: Callable = lambda m, unit: unit
-    role: Callable = lambda m: m.setting
+    role: Callable = lambda m: role_of_setting(m.setting)
 
     def text(self) -> str:
         return ("a mask can keep the role beyond chance by more than the margin (the mean over the models of 1 - the "
@@ -434,15 +437,21 @@ class RoomAboveChance(Gate):
         if chances is None:
             return "the chance that a random mask keeps the role is not measured"
         role = self.role(m)
-        ps = [chances[k] for k in ((self.key(m, u), role) for u in m.units) if k in chances]
+        keys = [(self.key(m, u), role) for u in m.units]
+        missing = [k for k in keys if k not in chances]
+        if missing:  # every unit of a row has the role (its units are the models with one): a key not found is a fault
+            return (f"the chance that a random mask keeps a {role} head is not recorded for {len(missing)} of the "
+                    f"{len(keys)} models behind this row on {m.task} (e.g. {missing[0][0]})")
+        ps = [chances[k] for k in keys]
         if not ps:
-            return None  # no model with the role behind the row: the role gates say so
+            return None  # no model behind the row: the other gates say so
         room, margin = float(np.mean([1.0 - p for p in ps])), float(self.margin(m))
         if room > margin:
             return None
         return (f"a random mask of the size read keeps a {role} head with probability {min(ps):.3g} to {max(ps):.3g} "
                 f"on {m.task}: the largest effect any mask could show, {room:.3g}, is not above the margin {margin:g}, "
-                "so the word would come from the design, not the masks")
+                "so supported or not supported would come from the design (a contradiction, masks keeping the role "
+                "less often than chance, is not tested here)")
 
 
 def l0_cap(cfg) -> dict:

@@ -418,6 +418,9 @@ def test_functions_beyond_chance_need_room_above_chance():
     assert "0.0325, is not above the margin 0.1" in gate.check(m, {"role_chances": chances})
     assert gate.check(m, {"role_chances": {k: 0.5 for k in chances}}) is None
     assert gate.check(m, {}) == "the chance that a random mask keeps the role is not measured"
+    # a unit whose chance is not recorded (a key that does not match) is named, never passed silently
+    why = gate.check(m, {"role_chances": {(("A", 0), "syntactic"): 0.5}})
+    assert why.startswith("the chance that a random mask keeps a syntactic head is not recorded for 1 of the 2")
 
 
 def test_important_are_confident_both_ways_and_holm_over_the_study():
