@@ -131,6 +131,10 @@ RARE_NOTE = (
     "every sentence counts, since a second frequency threshold would be one more choice the paper's definition does "
     "not make; a least frequent token tied with others counts (any of them is a hit)")
 
+# a unit's key in the budget table's evidence (budget_misses, role_chances): the L0 setting of the row ("enc" of
+# "enc: syntactic") and the model seed
+_BUDGET_KEY = lambda m, unit: (m.setting.rsplit(": ", 1)[0], int(unit))  # noqa: E731
+
 CLAIMS: tuple[Claim, ...] = (
     Claim("budhraja.random_prunable", f"{BUDHRAJA} (claim 1)",
           "A large fraction (>= 50%) of the heads can be pruned at random with limited effect on BLEU, the pruned "
@@ -260,8 +264,7 @@ CLAIMS: tuple[Claim, ...] = (
                  "one of the role's heads, minus the chance that a random mask of that size would",
           regime=f"{TRAINED}, then L0-gated (the model frozen)",
           gates=(PLATEAU, ENOUGH_MODELS, GATES_SETTLED, ROLE_FOUND,
-                 AtBudget(key=lambda m, unit: (m.setting.rsplit(": ", 1)[0], int(unit))),
-                 RoomAboveChance(margins.SHARE_OF_HEADS, key=lambda m, unit: (m.setting.rsplit(": ", 1)[0], int(unit)))),
+                 AtBudget(key=_BUDGET_KEY), RoomAboveChance(margins.SHARE_OF_HEADS, key=_BUDGET_KEY)),
           figure="survival_map", measure="roles_kept_at_17_of_48", unit=UNIT,
           note=f"17/48 of this encoder's heads, not 17 heads; presence beyond chance, since a mask of that size keeps "
                f"a role's head by chance alone; {MODELS}"),
