@@ -28,13 +28,16 @@ setting and semantics, a pooled row follows (``task = "all (t1, t2, ...)"``, lis
   normalised margins; the pooled test runs over all units of the pooled tasks (units stay independent models),
   except that units sharing a random draw across tasks (a claim's :attr:`Claim.pool_by`, e.g. seed s's random
   mask, the same on every task) are averaged within their cluster first and the test runs over the clusters;
-- the pooled row gets a word only when the tasks agree, each task's direction being: superiority, the sign of
-  its effect; equivalence, +1 / -1 when its CI lies wholly above +margin / below -margin, else 0;
-  non-inferiority, -1 (or +1 for ``"less"``) when its CI lies wholly on the wrong side of the margin, else 0.
-  Tasks that disagree give ``inconclusive`` with the reason "tasks disagree: ..." (the per-task rows carry the
-  verdicts; a pool never overrides a task), but the pooled row's tests are run and stay in the Holm family
-  (since 2026-12-06): which tests a family holds is fixed by the design (every pool of 2 or more testable tasks),
-  never by the directions the data took, and withholding a word never raises the family-wise error.
+- a pool never overrides a task: the pooled row's word is withheld (``inconclusive``, the reason "a task decided
+  otherwise: ...") where one of its tasks' rows was decided the other way, a pooled ``supported`` against a task's
+  ``contradicted`` or ``not supported``, a pooled ``contradicted`` or ``not supported`` against a task's
+  ``supported`` (:func:`adjust`, which decides the tasks' rows and the pool's in one pass). Tasks that decide
+  nothing (``inconclusive``) never withhold it, whatever the sign of their point estimates: deciding what each
+  task alone is too small to decide is what the pool is for. The pooled row's tests are run and stay in the Holm
+  family whether or not its word is withheld (since 2026-12-06): which tests a family holds is fixed by the design
+  (every pool of 2 or more testable tasks), never by the directions the data took, and withholding a word never
+  raises the family-wise error. (Before 2026-12-06's revision a pool's word was withheld whenever its tasks' point
+  estimates differed in sign, or their intervals in side of the margin: a rule read off noise.)
 
 Decision rules. Every word a row can be given is decided by a hypothesis test of its own, and every such test of
 every tested row is in the study's Holm family (:func:`adjust`): a row is ``supported``, ``contradicted`` or ``not
@@ -94,7 +97,7 @@ __all__ = [
     "NonInferiority", "Presence", "EmpiricalRank", "Claim", "Measurement", "Gate", "Measured", "RULES",
     "enough_units", "evaluate", "decide", "adjust", "render", "validate", "empty_table", "ANALYSES", "semantics_dependence",
     "HypothesisTest", "DECISION_TABLE", "decision_table_markdown", "row_tests", "family_tests", "DECIDED",
-    "retest", "margin_sensitivity", "in_own_protocol",
+    "retest", "margin_sensitivity", "in_own_protocol", "withheld",
 ]
 
 VERDICTS: tuple[str, ...] = ("supported", "not supported", "contradicted", "inconclusive", "not testable")
@@ -644,19 +647,6 @@ def _tests(rule: Rule, x: np.ndarray, margin: float) -> list[HypothesisTest]:
     return [test("supported", d, -s * margin), test("contradicted", other[d], -s * margin)]
 
 
-def _direction(kind: str, direction: str, effect: float, low: float, high: float, margin: float) -> int:
-    """A task's direction for the pooling rule (module docstring)."""
-    if kind in ("superiority", "rank"):
-        return int(np.sign(effect))
-    if kind == "presence":
-        return int(np.sign(effect - margin))
-    if kind == "equivalence":
-        return 1 if low > margin else -1 if high < -margin else 0
-    if direction == "greater":
-        return -1 if high < -margin else 0
-    return 1 if low > margin else 0
-
-
 def _row(claim, study: str, scale: str, task: str, m: Measurement, rule: Rule, x: np.ndarray, margin: float,
          label: str, reasons: list[str]) -> dict:
     testable = not reasons
@@ -824,22 +814,8 @@ def _pooled_row(claim, rule: Rule, study: str, scale: str, rows: list[dict], inf
         # ... so no number of its own: the one testable task's values under the pool's name would read as a pooled
         # effect (they are that task's row, normalised)
         return _row(claim, study, scale, pool_task, pool_m, rule, np.zeros(0), margin, label, why)
-    kind, direction = rule.kind, getattr(rule, "direction", "")
-    dirs = {rows[i]["task"]: _direction(kind, direction, rows[i]["effect"], rows[i]["ci_low"], rows[i]["ci_high"],
-                                        rows[i]["margin"]) for i in ok}
-    row = _row(claim, study, scale, pool_task, pool_m, rule, x, margin, label,
-               [r for r in (_power(rule, pool_m, x),) if r])
-    if len(set(dirs.values())) > 1 and row["verdict"] != "not testable":
-        # the pooled tests stay in the Holm family (the family is fixed by the design, not by the directions the
-        # data took); the pool's word is withheld (:func:`adjust`): a pool never overrides a task
-        row.update(verdict="inconclusive", reason=_disagree_reason(kind, dirs))
-    return row
-
-
-def _disagree_reason(kind: str, dirs: Mapping[str, int]) -> str:
-    return (_DISAGREE + ", ".join(f"{t} {'+' if d > 0 else '-' if d < 0 else '0'}" for t, d in dirs.items())
-            + " (" + ("sign of the effect" if kind == "superiority" else "side of the margin")
-            + "); the per-task rows carry the verdicts")
+    return _row(claim, study, scale, pool_task, pool_m, rule, x, margin, label,
+                [r for r in (_power(rule, pool_m, x),) if r])
 
 
 def pool_tasks(task: str) -> list[str] | None:
@@ -850,35 +826,29 @@ def pool_tasks(task: str) -> list[str] | None:
     return [t.strip() for t in text[len("all ("):-1].split(",")]
 
 
-def _redirect_pools(table: pd.DataFrame) -> pd.DataFrame:
-    """Each tested pooled row's "tasks disagree" status recomputed from its tasks' rows as they stand (their
-    intervals against their margins, :func:`_direction`): set where they disagree, cleared where they now agree (the
-    row is then decided by :func:`adjust`). Used by :func:`retest`, where margins change."""
-    out = table.copy()
-    for i in out.index:
-        tasks = pool_tasks(out.at[i, "task"])
-        if not tasks or not row_tests(out.loc[i]):
-            continue
-        kind, direction, _, _ = _parse_label(out.at[i, "test"])
-        same = (out["claim_id"] == out.at[i, "claim_id"]) & (out["setting"] == out.at[i, "setting"]) \
-            & (out["semantics"] == out.at[i, "semantics"]) & (out["analysis"] == out.at[i, "analysis"]) \
-            & out["task"].isin(tasks)
-        dirs = {str(r["task"]): _direction(kind, direction, float(r["effect"]), float(r["ci_low"]),
-                                           float(r["ci_high"]), float(r["margin"]))
-                for _, r in out[same].iterrows()}
-        if len(set(dirs.values())) > 1:
-            out.at[i, "verdict"], out.at[i, "reason"] = "inconclusive", _disagree_reason(kind, dirs)
-        elif _tasks_disagree(out.loc[i]):
-            out.at[i, "reason"] = "tasks agree under this margin"  # decided by adjust
-    return out
-
-
-_DISAGREE = "tasks disagree: "
+_OVERRIDDEN = "a task decided otherwise: "
 _IN_FAMILY = "; its tests count in the Holm family, its word is withheld"
+# the words of a claim's two stances: a pooled word of one stance is withheld beside a task decided in the other
+_STANCE = {"supported": 1, "contradicted": -1, "not supported": -1}
 
 
-def _tasks_disagree(row) -> bool:
-    return str(row["reason"]).startswith(_DISAGREE)
+def withheld(row) -> bool:
+    """Whether ``row`` is a pooled row whose word is withheld because a task of the pool decided otherwise."""
+    return str(row.get("reason", "")).startswith(_OVERRIDDEN)
+
+
+def _pool_members(table: pd.DataFrame) -> dict:
+    """``{index of a pooled row: indexes of its tasks' rows}`` (same study, claim, setting, semantics and analysis;
+    the tasks named in the pooled row's task, :func:`pool_tasks`)."""
+    key = ["study", "claim_id", "setting", "semantics", "analysis"]
+    keyed = pd.Series(["|".join(map(str, r)) for r in table.reindex(columns=key).itertuples(index=False)],
+                      index=table.index)
+    out = {}
+    for i in table.index:
+        tasks = pool_tasks(table.at[i, "task"])
+        if tasks:
+            out[i] = list(table.index[(keyed == keyed[i]) & table["task"].astype(str).isin(tasks)])
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- verdicts
@@ -978,8 +948,9 @@ def _families(table: pd.DataFrame) -> pd.Series:
 def adjust(table: pd.DataFrame, primary: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Holm-adjust every hypothesis test of every tested row within its family and set those rows' verdicts
     (:func:`decide`), ``p``, ``p_adjusted`` and ``p_test`` (the deciding test's). Rows without tests (not
-    testable) keep their verdict and reason; a pooled row over tasks that disagree is adjusted with its family and
-    stays ``inconclusive`` (its nearest test named in the reason). Returns a new table in :data:`COLUMNS` order.
+    testable) keep their verdict and reason; a pooled row whose word one of its tasks' rows decides the other way
+    (module docstring) is adjusted with its family and reads ``inconclusive``, the task and the word it would have
+    had named in its reason. Returns a new table in :data:`COLUMNS` order.
 
     ``primary``: ``{claim_id: the semantics of the claim's own paper}`` (:attr:`Claim.semantics`). A row
     measured under that semantics is the ``"primary"`` analysis unless it already is a sensitivity one (measured
@@ -1023,17 +994,22 @@ def adjust(table: pd.DataFrame, primary: Mapping[str, str] | None = None) -> pd.
         if not tests[i]:
             continue
         out.at[i, "tests"] = _dump_tests(tests[i])
-        if _tasks_disagree(out.loc[i]):  # a pooled row over tasks that disagree: tested, never decided
-            t = min(tests[i], key=lambda x: x.p_adjusted)
-            out.at[i, "verdict"] = "inconclusive"
-            out.at[i, "reason"] = (str(out.at[i, "reason"]).split(_IN_FAMILY)[0] + _IN_FAMILY
-                                   + f" (nearest: {t.word}: {t.h1}, Holm-adjusted p = {t.p_adjusted:.3g})")
-            out.at[i, "p"], out.at[i, "p_adjusted"], out.at[i, "p_test"] = t.p, t.p_adjusted, t.text()
-            continue
         verdict, reason = decide(out.loc[i])
         _, t = _deciding(out.loc[i])
         out.at[i, "verdict"], out.at[i, "reason"] = verdict, reason
         out.at[i, "p"], out.at[i, "p_adjusted"], out.at[i, "p_test"] = t.p, t.p_adjusted, t.text()
+    for i, members in _pool_members(out).items():  # a pool never overrides a task (module docstring)
+        word = out.at[i, "verdict"]
+        if word not in _STANCE or not tests[i]:
+            continue
+        against = [j for j in members if _STANCE.get(out.at[j, "verdict"], _STANCE[word]) != _STANCE[word]]
+        if against:
+            t = _deciding(out.loc[i])[1]
+            out.at[i, "verdict"] = "inconclusive"
+            out.at[i, "reason"] = (_OVERRIDDEN + ", ".join(f"{out.at[j, 'task']} {out.at[j, 'verdict']} (Holm-adjusted "
+                                                           f"p = {out.at[j, 'p_adjusted']:.3g})" for j in against)
+                                   + "; a pool never overrides a task" + _IN_FAMILY
+                                   + f" (it would read {word}: {t.h1}, Holm-adjusted p = {t.p_adjusted:.3g})")
     return out
 
 
@@ -1044,7 +1020,8 @@ def empty_table() -> pd.DataFrame:
 def validate(table: pd.DataFrame) -> None:
     """Raise ``ValueError`` unless ``table`` has exactly :data:`COLUMNS`, only :data:`VERDICTS`, a reason on every
     row, and the decision contract holds: every ``supported`` / ``contradicted`` / ``not supported`` row has tests,
-    and its ``p_adjusted`` is the Holm-adjusted p of the test that decided that word, below ``alpha``."""
+    and its ``p_adjusted`` is the Holm-adjusted p of the test that decided that word, below ``alpha``; no pooled
+    row's word is of the other stance than a word decided on one of its tasks (a pool never overrides a task)."""
     if tuple(table.columns) != COLUMNS:
         raise ValueError(f"verdict table columns must be {COLUMNS}, got {tuple(table.columns)}")
     bad = set(table["verdict"]) - set(VERDICTS)
@@ -1068,6 +1045,13 @@ def validate(table: pd.DataFrame) -> None:
         if not (np.isclose(float(r["p_adjusted"]), t.p_adjusted, rtol=1e-5, atol=0) and t.p_adjusted < alpha):
             raise ValueError(f"{where}: p_adjusted {r['p_adjusted']} is not the deciding test's ({t.p_adjusted}) "
                              f"below {alpha}")
+    for i, members in _pool_members(table).items():  # a pool never overrides a task
+        word = table.at[i, "verdict"]
+        against = [str(table.at[j, "task"]) for j in members
+                   if _STANCE.get(table.at[j, "verdict"], _STANCE.get(word, 0)) != _STANCE.get(word, 0)]
+        if word in _STANCE and against:
+            raise ValueError(f"{table.at[i, 'claim_id']} / {table.at[i, 'task']}: the pooled word '{word}' overrides "
+                             f"the word decided on {', '.join(against)}")
 
 
 _METHOD_TEST = {v: k for k, v in _TEST_NAMES.items()}
@@ -1089,8 +1073,8 @@ def _rule_from_label(label: str) -> Rule:
 
 def retest(table: pd.DataFrame, factor: float) -> pd.DataFrame:
     """``table`` re-decided with every tested row's margin multiplied by ``factor``: the tests rerun on the row's
-    ``unit_values``, Holm within the same families (:func:`adjust`), and whether a pool's tasks agree judged again
-    at the new margins (a pool never overrides a task under any margin). Rows without tests keep their verdict.
+    ``unit_values``, Holm within the same families (:func:`adjust`), the tasks' rows and the pools' decided again
+    together (a pool never overrides a task under any margin). Rows without tests keep their verdict.
     ``factor = 1`` reproduces the table's verdicts (tested)."""
     if not factor > 0:
         raise ValueError(f"factor must be > 0, got {factor}")
@@ -1102,7 +1086,7 @@ def retest(table: pd.DataFrame, factor: float) -> pd.DataFrame:
         margin = float(out.at[i, "margin"]) * factor
         out.at[i, "margin"] = margin
         out.at[i, "tests"] = _dump_tests(_tests(_rule_from_label(out.at[i, "test"]), x, margin))
-    return adjust(_redirect_pools(out))
+    return adjust(out)
 
 
 def margin_sensitivity(table: pd.DataFrame, factors: Sequence[float] = (0.5, 2.0)) -> pd.DataFrame:
@@ -1124,8 +1108,8 @@ def margin_sensitivity(table: pd.DataFrame, factors: Sequence[float] = (0.5, 2.0
 def _na(row, field: str) -> str:
     if row["verdict"] == "not testable":
         return "n/a (not testable)"
-    if _tasks_disagree(row):
-        return "n/a (tasks disagree)"
+    if withheld(row):
+        return "n/a (a task decided otherwise)"
     if field in ("ci_low", "ci_high") and row["n_units"] < 2:
         return "n/a (one unit)"
     return "n/a (not computed)"

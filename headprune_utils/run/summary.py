@@ -188,16 +188,16 @@ _TIER = {"supported": 0, "not supported": 0, "contradicted": 0, "inconclusive": 
 def verdict_row(g: pd.DataFrame):
     """The row of a claim's primary rows ``g`` that carries its verdict (the one a one-line summary shows): a
     decided row (supported, not supported, contradicted) before an inconclusive one before a not testable one;
-    within a tier a pooled row first (a pool over tasks that disagree last: its word is withheld, the tasks carry
+    within a tier a pooled row first (a pool whose word is withheld last: a task decided otherwise, the tasks carry
     the verdicts), then a row with an effect, then the table's order. ``None`` when ``g`` is empty."""
     if g.empty:
         return None
     def key(item):
         pos, r = item
         pooled = claims.pool_tasks(r["task"]) is not None
-        disagree = str(r.get("reason", "")).startswith("tasks disagree")
+        held = claims.withheld(r)
         has = "effect" in r and not pd.isna(r["effect"])
-        return (_TIER.get(str(r["verdict"]), 3), disagree, not has, not pooled, pos)
+        return (_TIER.get(str(r["verdict"]), 3), held, not has, not pooled, pos)
     return min(enumerate(g.to_dict("records")), key=key)[1]
 
 

@@ -11,8 +11,8 @@ Verdicts (:func:`verdicts`) follow :mod:`headprune_utils.analysis.claims`. The c
 :func:`verdicts`. Every claim is a paired contrast
 ``score(a) - score(b)`` of the same model (task, seed) and budget. The unit of replication is the model: a model's
 differences over its budgets are averaged first, and the claim is tested on the model means (one-sample t over
-``n_seeds - 1`` degrees of freedom), per task and regime, then pooled over tasks (effects / (full - chance)) when
-the tasks agree. Each claim is decided under every semantics measured, on that semantics' cells and with that
+``n_seeds - 1`` degrees of freedom), per task and regime, then pooled over tasks (effects / (full - chance)),
+the pool's word withheld where a task is decided the other way. Each claim is decided under every semantics measured, on that semantics' cells and with that
 semantics' gates (:func:`semantics.verdicts_by_semantics`): the rows under the claim's own paper's semantics
 (``Claim.semantics``: ``uniform`` for Budhraja et al.'s BERT code, ``zero`` for Michel et al.) are the primary
 analysis, Holm over the study's primary rows; each other semantics is a sensitivity analysis, its own Holm family.

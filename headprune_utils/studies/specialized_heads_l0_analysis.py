@@ -528,7 +528,7 @@ def verdicts(table: pd.DataFrame, agreement: pd.DataFrame, roles: pd.DataFrame, 
     ``scale_``: :func:`scale`. Each claim's measurements come from :data:`MEASURES` (its ``measure``), its word from
     its rule and gates (``claims.evaluate``, evidence: the full and chance scores, the pre-trained model's role heads,
     the role counts). Unit = the fine-tuned model (task, seed): values of one model (its lambdas) are averaged first;
-    one measurement per task, a pooled row when tasks agree; Holm over every test of the whole table
+    one measurement per task, a pooled row (its word withheld where a task is decided the other way); Holm over every test of the whole table
     (``claims.adjust``). The role-existence claims are about the one pre-trained model (the ``roles`` rows with
     ``source == "pretrained"``): one row each, task :data:`PRETRAINED_TASK`, ``not testable`` (n = 1: described by the
     count of its heads, the ``effect`` column), outside the family; their fine-tuned copies test the survival claims."""

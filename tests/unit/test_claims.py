@@ -349,38 +349,75 @@ def test_pooled_row_on_normalised_effects_when_tasks_agree():
     np.testing.assert_allclose(ft["p_adjusted"], holm(ft["p"]))
 
 
-def test_pooled_row_is_inconclusive_when_tasks_disagree():
+def test_a_pool_over_tasks_decided_both_ways_is_tested_in_the_family():
     t = evaluate(CLAIM, Superiority(), [tm("sst2", [0.03, 0.05, 0.04, 0.045, 0.035]),
                                         tm("mrpc", [-0.02, -0.03, -0.025, -0.022, -0.028])])
     pooled = one(t, "all (sst2, mrpc)")
-    assert pooled.verdict == "inconclusive" and pooled.reason.startswith("tasks disagree: sst2 +, mrpc -")
     assert one(t, "sst2").verdict == "supported" and one(t, "mrpc").verdict == "contradicted"
-    # the pooled row's tests stay in the family (fixed by the design, not by the directions the data took): 3 x 2
+    # the pooled row's tests are in the family (fixed by the design, not by the directions the data took): 3 x 2
     ft = claims.family_tests(t)
     assert set(ft["row"]) == {0, 1, 2} and len(ft) == 6
     np.testing.assert_allclose(ft["p_adjusted"], holm(ft["p"]))
-    assert np.isfinite(pooled.p_adjusted) and "its word is withheld" in pooled.reason
+    # its own tests reach nothing here: inconclusive on them, not withheld
+    assert pooled.verdict == "inconclusive" and not claims.withheld(pooled) and pooled.p_adjusted >= 0.05
     claims.validate(t)
 
 
-def test_tasks_that_disagree_withhold_a_significant_pooled_word_and_still_count_in_the_family():
-    """A pool whose test reaches the level while one task goes the other way: its word is withheld (a pool never
-    overrides a task), its tests still raise the other tests' Holm factor, and adjusting twice changes nothing."""
+def test_a_pooled_word_is_withheld_beside_a_task_decided_the_other_way():
+    """A pool whose test reaches the level while one task is decided the other way (contradicted): its word is
+    withheld (a pool never overrides a task), its tests still raise the other tests' Holm factor, and adjusting
+    twice changes nothing."""
     big = [0.30, 0.32, 0.31, 0.33, 0.29]
     t = evaluate(CLAIM, Superiority(), [tm("sst2", big), tm("mrpc", [-0.001, -0.003, -0.002, -0.0015, -0.0025])])
     pooled = one(t, "all (sst2, mrpc)")
-    assert pooled.reason.startswith("tasks disagree: sst2 +, mrpc -") and pooled.verdict == "inconclusive"
+    assert one(t, "mrpc").verdict == "contradicted"
+    assert pooled.reason.startswith("a task decided otherwise: mrpc contradicted") and pooled.verdict == "inconclusive"
+    assert claims.withheld(pooled) and "it would read supported" in pooled.reason
     assert pooled.p_adjusted < 0.05 and pooled.p_test.startswith("supported")
     ft = claims.family_tests(t)
     assert len(ft) == 6
     np.testing.assert_allclose(ft["p_adjusted"], holm(ft["p"]))
     again = claims.adjust(t)
     assert again["reason"].tolist() == t["reason"].tolist() and again["verdict"].tolist() == t["verdict"].tolist()
-    # under other margins the pool stays withheld
+    # under other margins the pool stays withheld (mrpc's "effect < 0" does not depend on the margin)
     assert claims.retest(t, 2.0).loc[pooled.name, "verdict"] == "inconclusive"
+    claims.validate(t)
+    # the contract: a pooled word over a task decided the other way is an error
+    bad = t.copy()
+    bad.loc[pooled.name, ["verdict", "p_adjusted"]] = ["supported", pooled.p_adjusted]
+    with pytest.raises(ValueError, match="overrides the word decided on mrpc"):
+        claims.validate(bad)
 
 
-def test_equivalence_tasks_agree_by_the_side_of_the_margin_not_the_sign():
+def test_tasks_that_decide_nothing_never_withhold_the_pool_whatever_their_signs():
+    """A task whose point estimate goes the other way but decides nothing (inconclusive) does not withhold the
+    pool's word: deciding what each task alone cannot is what pooling is for (the rule before 2026-12-06's
+    revision withheld it on the sign of the estimate)."""
+    t = evaluate(CLAIM, Superiority(), [tm("sst2", [0.30, 0.32, 0.31, 0.33, 0.29, 0.30]),
+                                        tm("mrpc", [-0.002, 0.003, -0.004, 0.002, -0.001, 0.001])])
+    assert one(t, "mrpc").effect < 0 and one(t, "mrpc").verdict == "inconclusive"
+    pooled = one(t, "all (sst2, mrpc)")
+    assert pooled.verdict == "supported" and not claims.withheld(pooled)
+    claims.validate(t)
+
+
+def test_not_supported_and_contradicted_are_one_stance():
+    """A pooled ``contradicted`` or ``not supported`` beside a task's ``not supported`` or ``contradicted`` (all: no
+    effect of interest) stands; a pooled ``supported`` beside a task's ``not supported`` is withheld."""
+    rule = Superiority(margin=ShareOfHeadroom(0.1))
+    t = evaluate(CLAIM, rule, [tm("sst2", [-0.05, -0.06, -0.055, -0.052, -0.058]),
+                               tm("mrpc", [0.001, 0.002, 0.0015, 0.0012, 0.0018])])
+    assert one(t, "mrpc").verdict == "not supported" and one(t, "sst2").verdict == "contradicted"
+    assert one(t, "all (sst2, mrpc)").verdict in ("contradicted", "not supported")  # stands: one stance
+    t = evaluate(CLAIM, rule, [tm("sst2", [0.001, 0.002, 0.0015, 0.0012, 0.0018, 0.0011]),
+                               tm("mrpc", [0.05, 0.06, 0.055, 0.052, 0.058, 0.051])])
+    assert one(t, "mrpc").verdict == "supported" and one(t, "sst2").verdict == "not supported"
+    pooled = one(t, "all (sst2, mrpc)")
+    assert claims.withheld(pooled) and pooled.reason.startswith("a task decided otherwise: sst2 not supported")
+    assert "it would read supported" in pooled.reason
+
+
+def test_equivalence_pools_on_normalised_effects_and_never_over_a_contradicted_task():
     rule = Equivalence(ShareOfHeadroom(0.1))
     t = evaluate(OTHER, rule, [tm("sst2", [0.002, -0.001, 0.001]), tm("mrpc", [-0.001, -0.002, 0.0005])])
     pooled = one(t, "all (sst2, mrpc)")
@@ -388,21 +425,20 @@ def test_equivalence_tasks_agree_by_the_side_of_the_margin_not_the_sign():
     assert pooled.margin == pytest.approx(0.1)  # a share of the headroom is that share once normalised
     t = evaluate(OTHER, rule, [tm("sst2", [0.002, -0.001, 0.001]), tm("mrpc", [0.05, 0.06, 0.055])])
     assert one(t, "mrpc").verdict == "contradicted"
-    assert one(t, "all (sst2, mrpc)").reason.startswith("tasks disagree: sst2 0, mrpc +")
+    assert one(t, "all (sst2, mrpc)").verdict != "supported"  # withheld if its TOST reaches the level
 
 
-def test_retest_judges_whether_the_tasks_agree_at_each_margin():
+def test_retest_decides_tasks_and_pools_again_at_each_margin():
     """Equivalence: at the declared margin both tasks lie within it and the pool is decided; at half the margin
-    mrpc's interval lies above it (contradicted), so the pool's word is withheld there (a pool never overrides a
-    task under any margin); back at the declared margin it is decided again."""
+    mrpc is contradicted and the pool decides nothing (tasks and pools are decided again together, a pool never
+    overriding a task under any margin); back at the declared margin it is decided again."""
     rule = Equivalence(ShareOfHeadroom(0.1))
     t = evaluate(OTHER, rule, [tm("sst2", [0.002, -0.001, 0.001, 0.0, 0.0015]),
                                tm("mrpc", [0.008, 0.009, 0.0085, 0.0095, 0.0088])])
     pooled = one(t, "all (sst2, mrpc)")
-    assert pooled.verdict == "supported" and not pooled.reason.startswith("tasks disagree")
+    assert pooled.verdict == "supported" and not claims.withheld(pooled)
     half = claims.retest(t, 0.5)
-    assert half.loc[pooled.name, "verdict"] == "inconclusive"
-    assert half.loc[pooled.name, "reason"].startswith("tasks disagree: sst2 0, mrpc +")
+    assert half.loc[pooled.name, "verdict"] == "inconclusive"  # its TOST no longer reaches the level
     assert half.loc[one(t, "mrpc").name, "verdict"] == "contradicted"
     back = claims.retest(half, 2.0)
     assert back["verdict"].tolist() == t["verdict"].tolist()
@@ -500,7 +536,7 @@ def test_render_never_shows_nan():
     ], ignore_index=True)
     text = render(adjust(t))
     assert "nan" not in text.lower()
-    assert "n/a (not testable)" in text and "INCONCLUSIVE" in text and "tasks disagree: sst2 +, mrpc -" in text
+    assert "n/a (not testable)" in text and "INCONCLUSIVE" in text
     assert text.splitlines()[0].startswith(f"{CLAIM.id} ({CLAIM.paper}): {CLAIM.text} [quick]")
 
 
@@ -579,7 +615,7 @@ def test_tasks_short_of_units_alone_join_the_pool():
     t = evaluate(CLAIM, Presence(), ms, gates=[gate])
     assert one(t, "all (sst2, mrpc)").n_units == 8 and "no head of role" in one(t, "rte").reason
     t = evaluate(CLAIM, Presence(), [ms[0], meas("mrpc", [0] * 4)])
-    assert one(t, "all (sst2, mrpc)").reason.startswith("tasks disagree")
+    assert one(t, "all (sst2, mrpc)").verdict == "inconclusive"  # 4 of 8 units: its own test decides nothing
 
 
 def test_margin_sensitivity_reruns_the_tests_at_other_margins():

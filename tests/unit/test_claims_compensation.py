@@ -163,12 +163,12 @@ def test_importance_spread_has_no_declared_margin(cfg):
     assert "nan" not in claims.render(v).lower()
 
 
-def test_spread_pools_only_when_tasks_agree(cfg):
+def test_spread_pool_never_over_a_task_decided_otherwise(cfg):
     v = judge(runs(excess=(0.0, 0.3), noise_sd=0.05), cfg)
     assert verdict(v, "budhraja.compensation_spread", "A")["verdict"] in ("supported", "inconclusive")  # Holm
     assert verdict(v, "budhraja.compensation_spread", "B")["verdict"] == "contradicted"
     pooled = verdict(v, "budhraja.compensation_spread", "all (A, B)")
-    assert pooled["verdict"] == "inconclusive" and pooled["reason"].startswith("tasks disagree")
+    assert pooled["verdict"] == "inconclusive"  # a task decided each way: never the pool's word over a task
 
 
 def test_power_gate_one_seed_is_not_testable(cfg):

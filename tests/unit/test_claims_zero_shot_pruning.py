@@ -154,7 +154,7 @@ def test_above_chance_gate_both_branches():
     assert pooled["verdict"] == "not testable" and "fewer than 2 tasks testable" in pooled["reason"]
 
 
-def test_pooled_when_tasks_agree_inconclusive_when_they_disagree():
+def test_pooled_when_tasks_agree_never_over_a_task_decided_otherwise():
     v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD), "STS-B": (0.8, 0.0, GOOD)}), cfg())
     pooled = one(v, COMPARABLE, "all (SST-2, STS-B)", 0.75, MTF)
     assert pooled["verdict"] == "supported" and pooled["n_units"] == 10 and pooled["margin"] == pytest.approx(0.1)
@@ -162,7 +162,7 @@ def test_pooled_when_tasks_agree_inconclusive_when_they_disagree():
     v = study.verdicts(cells({"SST-2": (0.8, 0.5, GOOD), "STS-B": (0.8, 0.0, worse)}), cfg())
     assert one(v, COMPARABLE, "STS-B", 0.75, MTF)["verdict"] == "contradicted"
     pooled = one(v, COMPARABLE, "all (SST-2, STS-B)", 0.75, MTF)
-    assert pooled["verdict"] == "inconclusive" and pooled["reason"].startswith("tasks disagree")
+    assert pooled["verdict"] == "inconclusive"  # a task decided each way: never the pool's word over a task
     # tested and in the Holm family (the family is fixed by the design), its word withheld
     assert np.isfinite(pooled["p_adjusted"]) and len(claims.row_tests(pooled)) == 2
     claims.validate(v)

@@ -7,8 +7,9 @@ with Tarone's factor written out from its definition), not through ``claims``' d
   each test's smallest attainable p read off the row's declared test (its label) and its number of units;
 - every row decided ``supported`` / ``contradicted`` / ``not supported`` has a test of that word whose adjusted
   p is the row's ``p_adjusted``, below alpha;
-- every ``inconclusive`` row with tests has none below alpha, except a pooled row over tasks that disagree (tested,
-  in the family, its word withheld);
+- every ``inconclusive`` row with tests has none below alpha, except a pooled row whose word is withheld (tested,
+  in the family): a pool never overrides a task, so a pooled row is decided only when none of its tasks' rows is
+  decided in the other stance (supported against contradicted / not supported), and withheld only when one is;
 - the stored unadjusted p of every t-test equals scipy's one-sided t-test on the row's unit values.
 """
 from __future__ import annotations
@@ -102,13 +103,36 @@ def test_committed_verdicts_keep_the_decision_contract(path):
             # the CSV carries p_adjusted to 6 significant digits
             assert own and r["p_adjusted"] == pytest.approx(min(t["p_adjusted"] for t in own), rel=1e-5), \
                 (r["claim_id"], r["task"])
-        elif r["verdict"] == "inconclusive" and tests and not r["reason"].startswith("tasks disagree: "):
+        elif r["verdict"] == "inconclusive" and tests and not r["reason"].startswith("a task decided otherwise: "):
             assert all(t["p_adjusted"] >= alpha for t in tests), (r["claim_id"], r["task"])
         x = np.asarray(json.loads(r["unit_values"] or "[]"), dtype=float)
         for t in tests:
             if t["method"] == "one-sided t" and x.size >= 2 and np.ptp(x) > 0:
                 want = sps.ttest_1samp(x, t["bound"], alternative=t["side"]).pvalue
                 assert t["p"] == pytest.approx(want, rel=1e-7, abs=1e-12), (r["claim_id"], r["task"], t)
+
+
+STANCE = {"supported": 1, "contradicted": -1, "not supported": -1}
+
+
+@pytest.mark.parametrize("path", _tables())
+def test_committed_pools_never_override_a_task(path):
+    v = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    key = pd.Series(["|".join(map(str, r)) for r in
+                     v[["study", "claim_id", "setting", "semantics", "analysis"]].itertuples(index=False)], index=v.index)
+    for i, r in v.iterrows():
+        task = str(r["task"])
+        if not (task.startswith("all (") and task.endswith(")")) or not json.loads(r["tests"] or "[]"):
+            continue
+        members = v[(key == key[i]) & v["task"].isin([t.strip() for t in task[5:-1].split(",")])]
+        stances = {STANCE[w] for w in members["verdict"] if w in STANCE}
+        if r["verdict"] in STANCE:
+            assert stances <= {STANCE[r["verdict"]]}, (path.name, r["claim_id"], task, r["verdict"])
+        if r["reason"].startswith("a task decided otherwise: "):
+            alpha = float(re.search(r"alpha=([0-9.]+)", r["test"]).group(1))
+            would = re.search(r"it would read (supported|contradicted|not supported)", r["reason"]).group(1)
+            assert any(t["word"] == would and t["p_adjusted"] < alpha for t in json.loads(r["tests"]))
+            assert stances - {STANCE[would]}, (path.name, r["claim_id"], task)
 
 
 def test_some_committed_table_decides_words_so_the_contract_is_checked():

@@ -216,10 +216,10 @@ def test_the_row_shown_is_the_one_that_carries_the_verdict():
     g = rows(("CoLA", "not testable", 0.3), ("SST-2", "inconclusive", 0.1), ("all (CoLA, SST-2)", "not testable", None))
     assert summary.verdict_row(g)["task"] == "SST-2"
     assert summary.verdict_row(g.iloc[0:0]) is None
-    # a pool over tasks that disagree withholds its word: an inconclusive task row is shown before it
+    # a pool whose word is withheld (a task decided otherwise): an inconclusive task row is shown before it
     g = pd.DataFrame([{"task": "CoLA", "verdict": "inconclusive", "effect": 0.1, "reason": "effect +0.1 ..."},
                       {"task": "all (CoLA, SST-2)", "verdict": "inconclusive", "effect": 0.2,
-                       "reason": "tasks disagree: CoLA +, SST-2 - (sign of the effect); ..."},
+                       "reason": "a task decided otherwise: SST-2 contradicted (Holm-adjusted p = 0.01); ..."},
                       {"task": "SST-2", "verdict": "contradicted", "effect": -0.1, "reason": "effect -0.1 ..."}])
     assert summary.verdict_row(g)["task"] == "SST-2"
     assert summary.verdict_row(g.iloc[:2])["task"] == "CoLA"
