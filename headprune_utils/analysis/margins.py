@@ -2,7 +2,7 @@
 
 Policy. A difference matters when it is at least a tenth (:data:`SHARE`) of the metric's headroom: the distance
 between the metric's null value (chance, no association, no excess) and the best value it can reach in the
-measurement (the full model's score, a perfect correlation, the split-half ceiling). The same share for every
+measurement (the full model's score, a perfect correlation, the attenuation ceiling). The same share for every
 study, task and claim; never a noise estimate (a seed-to-seed SD measures our run, not what matters), never chosen
 after looking at results. Verdicts under half and double the margin are a sensitivity analysis
 (:func:`scaled`), never the primary verdict.
@@ -13,7 +13,7 @@ at all; a superiority claim uses it only to say ``not supported`` (the effect is
 | metric | margin | why |
 |---|---|---|
 | task score (GLUE main metric, BLEU) | 0.1 x (full - chance) per task | a tenth of what the full model gains over a constant predictor (chance: the majority class; 0 for correlations and BLEU) |
-| Mantel r against its split-half ceiling | 0.1 x (ceiling - 0) | a tenth of the agreement the probe can show at all |
+| Mantel r against its attenuation ceiling (sqrt of the two matrices' split-half r) | 0.1 x (ceiling - 0) | a tenth of the agreement the probes can show at all |
 | Gini (excess over the noise baseline) | 0.1 (a tenth of the Gini's range 0-1) | |
 | rank correlation (Spearman rho), silhouette | 0.1 (a tenth of the distance from no association, 0, to perfect, 1) | |
 | AUC - 0.5 | 0.05 (a tenth of the distance from 0.5 to 1) | |
@@ -53,9 +53,9 @@ class Fixed:
 
 
 TASK_SCORE = ShareOfHeadroom(SHARE)          # per task: 0.1 x (mean full - chance)
-# the same rule where "full" is a ceiling and chance r = 0 (study 4's Mantel r: 0.1 x the split-half ceiling),
+# the same rule where "full" is a ceiling and chance r = 0 (study 4's Mantel r: 0.1 x the attenuation ceiling),
 # named as such in the test column
-HEADROOM = ShareOfHeadroom(SHARE, "the split-half ceiling")
+HEADROOM = ShareOfHeadroom(SHARE, "the attenuation ceiling")
 GINI = Fixed(1.0, "the Gini's range (0 to 1)")
 CORRELATION = Fixed(1.0, "the distance from no association (0) to perfect (1)")
 AUC = Fixed(0.5, "the distance from chance (AUC 0.5) to perfect (1)")

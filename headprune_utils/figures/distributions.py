@@ -74,16 +74,17 @@ def survival_by_role(data: pd.DataFrame) -> plt.Figure:
 
 
 def phase_plot(when_t: pd.DataFrame) -> plt.Figure:
-    """Mantel r between the pre-trained and fine-tuned matrices, per distance (points: task x seed), with the
-    split-half ceiling of the probe (grey). when_t: ``redundancy_patterns_analysis.when``."""
+    """Mantel r between the pre-trained and fine-tuned matrices on halves of disjoint sentences (the r the claims
+    test), per distance (points: task x seed), with the mean attenuation ceiling (grey; ``Matrices.compare``).
+    when_t: ``redundancy_patterns_analysis.when``."""
     sns.set_theme(style="whitegrid", context="notebook")
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
     metrics = list(dict.fromkeys(when_t["metric"]))
-    _stripplot(data=when_t, x="metric", y="mantel_r", hue="task", order=metrics, dodge=True, ax=ax, size=6)
-    ceil = when_t.groupby("metric")["split_half_r"].mean().reindex(metrics)
-    ax.scatter(range(len(metrics)), ceil.values, marker="_", s=900, color="grey", label="split-half ceiling")
-    ax.set_ylim(min(0, float(when_t["mantel_r"].min()) - 0.05), 1.02)
-    ax.set_ylabel("Mantel r, pre-trained vs fine-tuned")
+    _stripplot(data=when_t, x="metric", y="r_disjoint", hue="task", order=metrics, dodge=True, ax=ax, size=6)
+    ceil = when_t.groupby("metric")["ceiling"].mean().reindex(metrics)
+    ax.scatter(range(len(metrics)), ceil.values, marker="_", s=900, color="grey", label="attenuation ceiling")
+    ax.set_ylim(min(0, float(when_t["r_disjoint"].min()) - 0.05), 1.02)
+    ax.set_ylabel("Mantel r, pre-trained vs fine-tuned\n(halves of disjoint sentences)")
     ax.legend(fontsize="small", loc="lower left")
     fig.tight_layout()
     return fig

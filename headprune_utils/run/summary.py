@@ -106,7 +106,7 @@ def where_label(task, setting) -> str:
 UNITS_NOTE = ("Units: a GLUE task's own metric (MCC, accuracy, Pearson r) on its 0-1 scale (+0.027 accuracy = "
               "+2.7 points); \"share of headroom\": a pooled row's effect, each task's effect divided by its "
               "(full - chance) before pooling; \"share of the ceiling\": a pooled row of study 4, each task's "
-              "effect divided by its split-half ceiling; BLEU in BLEU points (0-100); other measures as named.")
+              "effect divided by its attenuation ceiling; BLEU in BLEU points (0-100); other measures as named.")
 
 # a GLUE task's verdict metric (tasks.data.TaskSpec.verdict_metric) as a reader knows it
 _METRIC_WORDS = {"matthews": "MCC", "accuracy": "accuracy", "pearson": "Pearson r", "spearman": "Spearman r",
@@ -115,7 +115,7 @@ _METRIC_WORDS = {"matthews": "MCC", "accuracy": "accuracy", "pearson": "Pearson 
 # alpha=..."): the first pattern that matches; None: the task's own metric
 _EFFECT_UNITS = (
     (re.compile(r"/ \(full - chance\)$"), "share of headroom"),
-    (re.compile(r"/ the split-half ceiling$"), "share of the ceiling"),
+    (re.compile(r"/ the (attenuation|split-half) ceiling$"), "share of the ceiling"),  # split-half: before 2026-12-06
     (re.compile(r"BLEU"), "BLEU"),
     (re.compile(r"^(mean )?score\("), None),
     (re.compile(r"^share kept"), "share of heads"),

@@ -23,8 +23,11 @@ the claim's own criterion (:func:`.redundancy_patterns_analysis.negative_control
 or was not measured there), with both models' numbers in the reason (evidence ``control``:
 :func:`.redundancy_patterns_analysis.control_failures`).
 
-Margins. "The same": r within a tenth of the way from chance (r = 0) to the probe's split-half ceiling
-(``margins.HEADROOM``, the ceiling as "full"). Clusters: silhouette minus its shuffled null, a tenth of the distance
+Margins. "The same": r within a tenth of the way from chance (r = 0) to its attenuation ceiling
+(``margins.HEADROOM``, the ceiling as "full"): every comparison is made like with like
+(:meth:`.redundancy_patterns_analysis.Matrices.compare`: r between half-probe matrices of disjoint sentences, the
+ceiling sqrt(split-half r of each matrix), Spearman's attenuation bound at that size; since 2026-12-06, before which
+full-probe r was set against one split-half r). Clusters: silhouette minus its shuffled null, a tenth of the distance
 from no structure (0) to perfect (1) (``margins.CORRELATION``, whose entry covers the silhouette). Dropout:
 ``margins.NONE``: a slope of the mean distance per unit of dropout has no declared smallest effect of interest (its
 size depends on the distance and the dropout range), so that claim (two-sided: the paper names no direction) can be
@@ -161,7 +164,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
         "Token-based distances between heads' attention maps agree with each other: the same heads are redundant.",
         rule=_SAME,
         metric="per fine-tuned model (task x seed), on its task's inputs: mean Mantel r between its matrices of every "
-               "two token-based distances, minus the ceiling min(split-half r of each)",
+               "two token-based distances (halves of disjoint sentences), minus the attenuation ceiling",
         regime="fine-tuned (the full models of studies 1-3)", semantics="", gates=(CONVERGED,), figure="matrices_by_distance",
         measure="what_token",
         note=f"needs at least two token-based distances among the metrics. {_FT}"),
@@ -212,7 +215,8 @@ CLAIMS: tuple[claims.Claim, ...] = (
         "The redundancy patterns are the same before and after fine-tuning (phase-independent).",
         rule=_SAME,
         metric="per distance: Mantel r between the pre-trained model's and a fine-tuned copy's matrix on the task's "
-               "inputs, minus the probe's split-half ceiling, described over its fine-tuned copies (task x seed)",
+               "inputs (halves of disjoint sentences), minus the attenuation ceiling, described over its fine-tuned copies "
+               "(task x seed)",
         regime="the pre-trained model (against its fine-tuned copies)", semantics="", gates=(ONE_MODEL,),
         figure="phase_independence", measure="pretrained_phase", unit=PRETRAINED_UNIT,
         note=f"{_N1}: phase independence is a property of a pre-trained model, so it is described (the mean and range "
@@ -223,7 +227,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
         "the pre-trained model's on the task's inputs.",
         rule=_SAME,
         metric="per fine-tuned model (task x seed): Mantel r between the pre-trained and the fine-tuned model's matrix "
-               "on the task's inputs, minus the probe's split-half ceiling (pre-trained)",
+               "on the task's inputs (halves of disjoint sentences), minus the attenuation ceiling",
         regime="fine-tuned from the one pre-trained model, compared with it", semantics="", gates=(CONVERGED,),
         figure="phase_independence", measure="finetuned_phase",
         note=f"a claim about fine-tuning this one pre-trained model, not about pre-trained models: {_FT}, each "
@@ -233,7 +237,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
         "The redundancy patterns are the same across GLUE tasks (task-agnostic).",
         rule=_SAME,
         metric="per pair of tasks and distance: Mantel r between the pre-trained model's matrices on the two tasks' "
-               "inputs, minus the mean of their split-half ceilings (described with its fine-tuned copies' pairs)",
+               "inputs, minus the attenuation ceiling (described with its fine-tuned copies' pairs)",
         regime="the pre-trained model (on each task's inputs)", semantics="",
         gates=(ONE_MODEL, ControlGate("bian.who_tasks", _same_text("on the two tasks' inputs"))),
         figure="probe_agreement", measure="pretrained_who_tasks", unit=PRETRAINED_UNIT,
@@ -246,8 +250,8 @@ CLAIMS: tuple[claims.Claim, ...] = (
         "Copies of the pre-trained model fine-tuned on two tasks (same seed) have the same redundancy patterns.",
         rule=_SAME,
         metric="per pair of fine-tuned tasks and seed: Mantel r between the model fine-tuned on one task and the model "
-               "of the same seed fine-tuned on the other (each on its own task's inputs), minus the mean of their "
-               "split-half ceilings. Pairs of tasks share models: never pooled",
+               "of the same seed fine-tuned on the other (each on its own task's inputs), minus the attenuation "
+               "ceiling. Pairs of tasks share models: never pooled",
         regime="fine-tuned from the one pre-trained model (a model of each task, same seed)", semantics="",
         gates=(PAIR_CONVERGED, ControlGate("bian.who_tasks", _same_text("on the two tasks' inputs"))),
         figure="probe_agreement", measure="who_tasks", unit="seed (a model of each task)",
@@ -258,7 +262,7 @@ CLAIMS: tuple[claims.Claim, ...] = (
         "The redundancy patterns are the same on random token sequences as on task inputs.",
         rule=_SAME,
         metric="Mantel r between the pre-trained model's matrices on a random-token probe and on a task probe, minus "
-               "the task probe's split-half ceiling",
+               "the attenuation ceiling",
         regime="the pre-trained model", semantics="",
         gates=(RANDOM_TOKENS, ControlGate("bian.who_random", _same_text("on random tokens as on task inputs"))),
         figure="probe_agreement_control", measure="who_random", unit="model (pre-trained)",

@@ -813,10 +813,10 @@ def test_a_pooled_row_clusters_units_that_share_a_random_draw():
 def test_a_pooled_label_names_the_headroom_it_divides_by():
     """A pooled row of task scores names what each task's values are divided by: "(full - chance)" for a
     fixed-span margin and for ``TASK_SCORE``, the margin's own ``span`` for a ``ShareOfHeadroom`` that names one
-    (study 4's split-half ceiling); a ``Fixed`` margin's numeric span is never taken for a name."""
+    (study 4's attenuation ceiling); a ``Fixed`` margin's numeric span is never taken for a name."""
     ms = [meas("A", [0.1, 0.2, 0.3], units=[("A", s) for s in range(3)], full=[0.9] * 3, chance=0.5),
           meas("B", [0.05, 0.15, 0.4], units=[("B", s) for s in range(3)], full=[0.6] * 3, chance=0.0)]
     for margin, span in ((margins.SHARE_OF_HEADS, "(full - chance)"), (margins.TASK_SCORE, "(full - chance)"),
-                         (margins.HEADROOM, "the split-half ceiling")):
+                         (margins.HEADROOM, "the attenuation ceiling")):
         pooled = one(evaluate(CLAIM, Superiority(margin=margin), ms), "all (A, B)")
         assert f"/ {span};" in pooled["test"] and f"margins / {span}" in pooled["test"], pooled["test"]

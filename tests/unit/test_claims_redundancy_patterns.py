@@ -149,12 +149,23 @@ AGREE = "ours.tasks_agree_after_finetuning"
 def test_patterns_survive_finetuning_both_directions(alike, unrelated, cfg):
     """Each fine-tuned copy compared with the pre-trained model is a unit (the copies are independent fine-tunings)."""
     assert one(alike, SURVIVE, "all (A, B)", "js")["verdict"] == "supported"
-    # the margin: margins.HEADROOM, 0.1 x (ceiling - chance), the ceiling the mean split-half r of the task's models
-    when_t = study.when(world(related=True, control="noise"), cfg, ["A", "B"])
-    ceiling = when_t[(when_t["task"] == "A") & (when_t["metric"] == "js")]["split_half_r"].mean()
+    # the margin: margins.HEADROOM, 0.1 x (ceiling - chance), the ceiling the mean attenuation ceiling of the task's
+    # models: sqrt(split-half r of the pre-trained matrix x split-half r of the fine-tuned one), by hand
+    mats = world(related=True, control="noise")
+    when_t = study.when(mats, cfg, ["A", "B"])
+    up = lambda x: clustering.upper(x)
+    cor = lambda x, y: np.corrcoef(up(x), up(y))[0, 1]
+    g = lambda m, h: mats.get(m, "task-A", "js", h)
+    sh = lambda m: cor(g(m, "a"), g(m, "b"))
+    models = [f"finetuned-A-s{s}" for s in (0, 1, 2)]
+    ceiling = np.mean([np.sqrt(sh("pretrained") * sh(m)) for m in models])
+    disjoint = [(cor(g("pretrained", "a"), g(m, "b")) + cor(g("pretrained", "b"), g(m, "a"))) / 2 for m in models]
+    a = when_t[(when_t["task"] == "A") & (when_t["metric"] == "js")]
+    assert a["ceiling"].mean() == pytest.approx(ceiling) and a["r_disjoint"].tolist() == pytest.approx(disjoint)
     r = one(alike, SURVIVE, "A", "js")
     assert r["margin"] == pytest.approx(margins.SHARE * (ceiling - 0.0)) and margins.SHARE == 0.1
-    assert "0.1 x the split-half ceiling" in r["test"] and r["n_units"] == 3 and r["unit"] == claims.DEFAULT_UNIT
+    assert r["effect"] == pytest.approx(np.mean(disjoint) - ceiling)
+    assert "0.1 x the attenuation ceiling" in r["test"] and r["n_units"] == 3 and r["unit"] == claims.DEFAULT_UNIT
     assert one(unrelated, SURVIVE, "all (A, B)", "js")["verdict"] == "contradicted"
     assert against(one(unrelated, SURVIVE, "A", "js"))
 
@@ -177,8 +188,8 @@ def test_when_is_about_the_one_pretrained_model(alike, unrelated, cfg):
         assert not claims.family_tests(v)["row"].isin(rows.index).any()
     js = when_t[when_t["metric"] == "js"]
     r = one(alike, "bian.when", setting="js")
-    assert r["effect"] == pytest.approx((js["mantel_r"] - js["split_half_r"]).mean())
-    assert r["margin"] == pytest.approx(margins.SHARE * js["split_half_r"].mean())
+    assert r["effect"] == pytest.approx((js["r_disjoint"] - js["ceiling"]).mean())
+    assert r["margin"] == pytest.approx(margins.SHARE * js["ceiling"].mean())
     assert f"mean {r['effect']:+.3g}" in r["reason"]
 
 
@@ -196,17 +207,20 @@ def test_tasks_agree_pairs_models_of_two_tasks(alike, unrelated, cfg):
 def test_who_tasks_is_about_the_one_pretrained_model(alike, unrelated, cfg):
     """bian.who_tasks (task-agnostic patterns of THE pre-trained model): n = 1, one row per pair of tasks and distance,
     never tested whether its fine-tuned copies agree or not; the effect is the pre-trained model's r between its
-    matrices on the two tasks' inputs minus their mean ceiling, described with the copies' seed pairs."""
+    matrices on the two tasks' inputs (every pair of halves: two probes, disjoint sentences) minus the attenuation
+    ceiling, described with the copies' seed pairs."""
     mats = world(related=True, control="noise")
     up = lambda x: clustering.upper(x)
     g = lambda p, h="full": mats.get("pretrained", p, "js", h)
-    sh = lambda p: np.corrcoef(up(g(p, "a")), up(g(p, "b")))[0, 1]
-    want = np.corrcoef(up(g("task-A")), up(g("task-B")))[0, 1] - (sh("task-A") + sh("task-B")) / 2
+    cor = lambda x, y: np.corrcoef(up(x), up(y))[0, 1]
+    sh = lambda p: cor(g(p, "a"), g(p, "b"))
+    want = (np.mean([cor(g("task-A", ha), g("task-B", hb)) for ha in "ab" for hb in "ab"])
+            - np.sqrt(sh("task-A") * sh("task-B")))
     for v in (alike, unrelated):
         r = one(v, "bian.who_tasks", "A vs B", "js")
         assert r["verdict"] == "not testable" and r["tests"] == "[]" and r["n_units"] == 1
         assert r["unit"] == "pre-trained model" and r["reason"].startswith(N1)
-        assert f"r(pre-trained model on one task's inputs, on the other's) - split-half ceiling {r['effect']:+.3g}; its " \
+        assert f"r(pre-trained model on one task's inputs, on the other's) - attenuation ceiling {r['effect']:+.3g}; its " \
             "fine-tuned copies (a model of each task, same seed; 3 seeds): mean" in r["reason"]
         assert AGREE in r["reason"] and not claims.family_tests(v)["row"].isin([r.name]).any()
     assert one(alike, "bian.who_tasks", "A vs B", "js")["effect"] == pytest.approx(want)
@@ -304,20 +318,23 @@ def test_a_control_without_the_patterns_lets_the_claims_be_tested(cfg, alike):
 
 
 def test_negative_control_table_by_hand(cfg):
-    """The control's numbers: r - ceiling by hand (Pearson r of the upper triangles), the "same" criterion at the
-    point estimate, and the cluster test only when the shuffles can reach its level."""
+    """The control's numbers: r - ceiling by hand (Pearson r of the upper triangles of half-probe matrices of
+    disjoint sentences, the ceiling sqrt of the two split-half r), the "same" criterion at the point estimate, and
+    the cluster test only when the shuffles can reach its level."""
     mats = world(control="same")
     t = study.negative_control(mats, cfg, ["A", "B"])
     assert set(t["model"]) == {"pretrained", study.CONTROL} and t["decidable"].all()
     up = lambda x: clustering.upper(x)
     r = lambda x, y: np.corrcoef(up(x), up(y))[0, 1]
     g = lambda p, h="full": mats.get(study.CONTROL, p, "js", h)
-    want = np.mean([r(g("random-0"), g(f"task-{k}")) - r(g(f"task-{k}", "a"), g(f"task-{k}", "b")) for k in "AB"])
+    sh = lambda p: r(g(p, "a"), g(p, "b"))
+    cross = lambda p, q: np.mean([r(g(p, hp), g(q, hq)) for hp in "ab" for hq in "ab"])
+    want = np.mean([cross("random-0", f"task-{k}") - np.sqrt(sh("random-0") * sh(f"task-{k}")) for k in "AB"])
     row = t[(t["claim_id"] == "bian.who_random") & (t["model"] == study.CONTROL) & (t["setting"] == "js")].iloc[0]
     assert row["effect"] == pytest.approx(want) and bool(row["shows_pattern"])
     pair = t[(t["claim_id"] == "bian.who_tasks") & (t["model"] == study.CONTROL) & (t["setting"] == "js")].iloc[0]
-    ceil = (r(g("task-A", "a"), g("task-A", "b")) + r(g("task-B", "a"), g("task-B", "b"))) / 2
-    assert pair["effect"] == pytest.approx(r(g("task-A"), g("task-B")) - ceil) and pair["reference"] == pytest.approx(ceil)
+    ceil = np.sqrt(sh("task-A") * sh("task-B"))
+    assert pair["effect"] == pytest.approx(cross("task-A", "task-B") - ceil) and pair["reference"] == pytest.approx(ceil)
     noise = study.negative_control(world(control="noise"), cfg, ["A", "B"])
     assert not noise.loc[noise["model"] == study.CONTROL, "shows_pattern"].any()
     assert study.negative_control(world(), cfg, ["A", "B"]).empty  # no control cells

@@ -184,10 +184,10 @@ def test_effect_units_by_measure():
     row = {"test": t.format("score(random) - score(full)"), "task": "SST-2", "effect": 0.0268, "ci_low": 0.01,
            "ci_high": 0.04}
     assert summary.fmt_estimate(row, unit=True) == "+0.0268 [+0.01, +0.04] accuracy"
-    # study 4's pooled rows divide by the split-half ceiling, named in their test label (margins.HEADROOM)
+    # study 4's pooled rows divide by the attenuation ceiling, named in their test label (margins.HEADROOM)
     ceiling = {**row, "task": "all (SST-2, CoLA)", "test": "non-inferiority (greater); one-sided t tests on Mantel r "
-               "minus the split-half ceiling / the split-half ceiling; alpha=0.05; margin: 0.1 = smallest of the tasks' "
-               "margins / the split-half ceiling"}
+               "of disjoint sentences minus the attenuation ceiling / the attenuation ceiling; alpha=0.05; margin: 0.1 = "
+               "smallest of the tasks' margins / the attenuation ceiling"}
     assert summary.effect_unit(ceiling) == "share of the ceiling" and "share of the ceiling" in summary.UNITS_NOTE
     assert summary.fmt_estimate(row) == "+0.0268 [+0.01, +0.04]"
 
