@@ -53,7 +53,7 @@ from headprune_utils.studies.base import (CORRELATION, GLUE_METRIC_RANGES, NON_N
                                             mask_count_problem)
 from headprune_utils.studies.specialized_heads_l0_analysis import ( # the analysis: pure functions over the table
     CONFIDENCES, MEASURES, PRETRAINED_TASK, RARE_SHARES, ROLE_NAMES, SCORES, VOITA_FRACTION, agreement_summary,
-    curve_contrasts, full_scores, head_score_table, in_verdict_metric, l0_curve, pretrained_role_heads,
+    curve_contrasts, full_scores, head_score_table, in_verdict_metric, l0_curve, paper_share_rows, pretrained_role_heads,
     rare_criterion_counts,
     rare_criterion_survival, role_counts, role_map_data, role_stability, role_table, roles_at_budget, scale,
     score_agreement, score_map_data, scores_recorded, survival_auc_per_model, survival_heads, survival_map_data,
@@ -70,7 +70,7 @@ __all__ = [
     "CLAIMS", "ROLE_CLAIMS", "CONFIDENCES", "MEASURES", "PRETRAINED_TASK", "RARE_SHARES", "ROLE_NAMES", "SCORES",
     "VOITA_FRACTION", "agreement_summary", "curve_contrasts", "full_scores", "head_score_table", "l0_curve",
     "pretrained_role_heads", "rare_criterion_counts", "rare_criterion_survival", "role_counts", "role_map_data",
-    "role_stability", "role_table", "roles_at_budget", "scale", "score_agreement", "score_map_data",
+    "role_stability", "role_table", "roles_at_budget", "paper_share_rows", "scale", "score_agreement", "score_map_data",
     "scores_recorded", "survival_auc_per_model", "survival_heads", "survival_map_data", "survival_tests",
     "survival_with_roles", "sweep_summary", "verdicts",
 ]

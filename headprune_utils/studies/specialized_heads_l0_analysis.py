@@ -265,6 +265,34 @@ def most_prunable_rows(curve: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["task", "seed", "lam", "n_kept", "diff"])
 
 
+# voita.most_prunable's two readings (Measurement.regime): "most" heads pruned, the primary one (the claim's words),
+# and the paper's own share, a sensitivity analysis: 38 of its 48 encoder heads pruned, 10 kept
+MOST_BELOW_HALF = "below_half"
+PAPER_SHARE_READING = "paper_share"
+PAPER_SHARE = 10 / 48
+PAPER_SHARE_TEXT = "10/48"
+
+
+def paper_share_rows(curve: pd.DataFrame, share: float) -> tuple[pd.DataFrame, dict]:
+    """Per model: the L0 mask whose heads kept are nearest ``share`` of all heads (among masks keeping some; a tie:
+    the smaller lambda, as :func:`role_survival.roles_at_budget`), ``diff`` = its score - the full model's; and
+    ``{(task, seed): text}`` of the models whose nearest mask keeps more than ``BUDGET_TOLERANCE`` x the heads away
+    from the target (the evidence ``paper_share_misses`` of ``NearPaperShare``)."""
+    rows, misses = [], {}
+    for (task, seed), g in curve[curve["n_kept"] > 0].groupby(["task", "seed"], sort=False):
+        total = int(g["n_heads_total"].iloc[0])
+        target = share * total
+        g = g.sort_values("lam", kind="stable")
+        r = g.iloc[int(np.argmin(np.abs(g["n_kept"].to_numpy(dtype=float) - target)))]
+        rows.append({"task": task, "seed": int(seed), "lam": float(r["lam"]), "n_kept": int(r["n_kept"]),
+                     "target": target, "diff": float(r["score_l0"] - r["score_full"])})
+        if abs(int(r["n_kept"]) - target) > role_survival.BUDGET_TOLERANCE * total:
+            misses[(task, int(seed))] = (f"{task} seed {int(seed)}: the L0 mask nearest {target:.3g} heads keeps "
+                                         f"{int(r['n_kept'])} of {total} (tolerance +-"
+                                         f"{role_survival.BUDGET_TOLERANCE * total:.3g})")
+    return pd.DataFrame(rows, columns=["task", "seed", "lam", "n_kept", "target", "diff"]), misses
+
+
 def role_heads_per_model(roles: pd.DataFrame) -> pd.DataFrame:
     """Per fine-tuned model (task, seed): heads per role (``positional``, ``syntactic``), rare-word heads in the
     first layer (``rare-word``), and specialized heads (``specialized``)."""
@@ -397,9 +425,15 @@ def _finetuned_heads(claim: Claim, run: Run) -> list[Group]:
 
 
 def _most_prunable(claim: Claim, run: Run) -> list[Group]:
+    """The primary reading ("most" heads pruned: the mask keeping the most heads below half) and the paper's own
+    share (:data:`PAPER_SHARE` kept), a sensitivity analysis (``Claim.decided_in``)."""
+    at_share, misses = paper_share_rows(run.curve, PAPER_SHARE)
     return [(per_task(claim, run, most_prunable_rows(run.curve), "diff", setting="< half the heads kept",
                       effect="score(L0) - score(full)", empty="no L0 mask keeps fewer than half of the heads",
-                      score_units=True), {})]
+                      score_units=True, regime=MOST_BELOW_HALF), {}),
+            (per_task(claim, run, at_share, "diff", setting=f"nearest {PAPER_SHARE_TEXT} of the heads kept (the paper's)",
+                      effect="score(L0) - score(full)", empty="no L0 mask keeps a head", score_units=True,
+                      regime=PAPER_SHARE_READING), {"paper_share_misses": misses})]
 
 
 def _l0_against(baseline: str, name: str):

@@ -22,10 +22,13 @@ Evidence the gates read (``claims.evaluate(..., evidence=...)``): ``full`` ((tas
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from headprune_utils.analysis import claims, margins, preconditions
 from headprune_utils.analysis.claims import Claim
-from headprune_utils.studies.role_survival import AtBudget, RoomAboveChance, setting_role_found
+from headprune_utils.studies.role_survival import BUDGET_TOLERANCE, AtBudget, RoomAboveChance, setting_role_found
+from headprune_utils.studies.specialized_heads_l0_analysis import (MOST_BELOW_HALF, PAPER_SHARE_READING,
+                                                                  PAPER_SHARE_TEXT)
 from headprune_utils.measure.specialized import RARE_SHARE
 
 __all__ = ["CLAIMS", "CLAIM", "ROLE_CLAIMS", "TRAINED", "TRAINED_SHARE", "CONVERGED", "FINE_TUNED_GATES", "PRETRAINED_TASK", "PRETRAINED_UNIT", "UNIT",
@@ -49,6 +52,26 @@ _LIST_AT_MOST = 8  # a role's heads are listed (layer-head) when there are at mo
 
 FINE_TUNED = "fine-tuned (the full model of each task x seed)"
 GATED = "fine-tuned, then L0-gated (the model frozen; masks evaluated without retraining)"
+
+
+@dataclass(frozen=True)
+class NearPaperShare(claims.Gate):
+    """The paper-share reading of ``voita.most_prunable`` (:data:`PAPER_SHARE_READING`) only: every model's L0 mask
+    nearest :data:`PAPER_SHARE` of the heads keeps within ``BUDGET_TOLERANCE`` x the heads of it (else no mask of
+    that size was trained; evidence ``paper_share_misses``: ``{(task, seed): text}``). Other readings pass."""
+
+    def text(self) -> str:
+        return (f"every model's L0 mask read at {PAPER_SHARE_TEXT} of the heads keeps within {BUDGET_TOLERANCE:g} x the "
+                "heads of that size")
+
+    def check(self, m: claims.Measurement, evidence: Mapping) -> str | None:
+        if m.regime != PAPER_SHARE_READING:
+            return None
+        misses = evidence.get("paper_share_misses")
+        if misses is None:
+            return f"the sizes of the masks read at {PAPER_SHARE_TEXT} of the heads are not measured"
+        bad = [misses[u] for u in dict.fromkeys(m.units) if u in misses]
+        return f"no L0 mask near {PAPER_SHARE_TEXT} of the heads: " + "; ".join(bad) if bad else None
 PRETRAINED = "the pre-trained model (one model)"
 N1 = ("the paper's claim is about models trained this way; here every model starts from one pre-trained encoder, so "
       "n = 1 model: described (the count and the heads), never tested over its fine-tuned copies (pseudo-replicates)")
@@ -178,9 +201,12 @@ CLAIMS: tuple[Claim, ...] = (
           claims.NonInferiority(margins.TASK_SCORE),
           metric="per model: score(L0 mask) - score(full) at the L0 mask keeping the most heads among those keeping "
                  "fewer than half: 'most' pruned (chosen by its head count, never by its score)",
-          regime=GATED, gates=L0_GATES, figure="l0_curve", measure="most_prunable",
+          regime=GATED, gates=(*L0_GATES, NearPaperShare()), figure="l0_curve", measure="most_prunable",
+          decided_in=MOST_BELOW_HALF,
           note=f"GLUE scores, not BLEU; the gates train for l0_steps steps on the fine-tuned model, frozen unless "
-               f"l0_train_model; {ENCODERS}"),
+               f"l0_train_model; {ENCODERS}; sensitivity (since 2026-12-06): the paper's own share, the L0 mask "
+               f"nearest {PAPER_SHARE_TEXT} of the heads kept (a tie: the smaller lambda; within "
+               f"{BUDGET_TOLERANCE:g} x the heads of it, else not testable), a harder reading than 'most'"),
     Claim("voita.l0_beats_random", f"{VOITA} (Sec. 6)",
           "L0 gates choose heads that matter: better than random heads at the same count (no retraining).",
           claims.Superiority("greater", margin=margins.TASK_SCORE),

@@ -152,8 +152,11 @@ def holm_over_the_study(v):
         rows = v.loc[g["row"]]
         assert set(rows["analysis"]) == {"sensitivity" if "sensitivity" in fam else "primary"}
         if "sensitivity" in fam:
-            assert (rows["setting"] == EVERY_KEY).all()
+            assert set(rows["setting"]) <= {EVERY_KEY, PAPER}
     return ft
+
+
+HALF, PAPER = "< half the heads kept", "nearest 10/48 of the heads kept (the paper's)"
 
 
 def verdict(v, cid, task="A", setting=None):
@@ -223,17 +226,47 @@ def test_most_prunable_is_non_inferiority_at_half_the_heads():
     # the models lose a little more with each seed (identical losses would leave the t statistic undefined, and the
     # exact one-sided sign-flip test over 4 models cannot go below 1/16 > 0.05)
     v = run(cells(l0_loss=0.005, l0_spread=0.001), roles_of(None))
-    row = verdict(v, "voita.most_prunable")
-    assert row["verdict"] == "supported" and row["setting"] == "< half the heads kept"
+    row = verdict(v, "voita.most_prunable", setting=HALF)
+    assert row["verdict"] == "supported" and row["analysis"] == "primary"
     assert row["margin"] == pytest.approx(0.1 * (0.9 + 0.003 - 0.5))  # margins.TASK_SCORE: 0.1 x (full - chance)
     assert row["p_test"] == "supported: effect > -0.0403 (one-sided t)"
     v2 = run(cells(l0_loss=0.3, l0_spread=0.001), roles_of(None))
-    row = verdict(v2, "voita.most_prunable")
+    row = verdict(v2, "voita.most_prunable", setting=HALF)
     assert row["verdict"] == "contradicted" and row["p_test"].startswith("contradicted: effect < -0.0403")
     # every model losing exactly the same: t is undefined, the exact test that runs instead cannot reach 0.05 with 4
     # models (1/16): not testable, by that test's power gate
-    row = verdict(run(cells(l0_loss=0.005), roles_of(None)), "voita.most_prunable")
+    row = verdict(run(cells(l0_loss=0.005), roles_of(None)), "voita.most_prunable", setting=HALF)
     assert row["verdict"] == "not testable" and "sign-flip" in row["reason"] and "needs 5 units" in row["reason"]
+
+
+def test_most_prunable_at_the_papers_share_is_a_sensitivity_analysis():
+    """Voita et al.'s own share, 10 of 48 heads kept: the L0 mask nearest it (a tie: the smaller lambda), a
+    sensitivity row (its own family), not testable where no mask within 0.1 x the heads of it was trained."""
+    curve = pd.DataFrame([{"task": "A", "seed": s, "lam": lam, "n_kept": k, "n_heads_total": 72, "score_l0": 0.8 - d,
+                           "score_full": 0.8} for s in (0, 1) for lam, k, d in ((0.01, 27, 0.01), (0.03, 9, 0.05),
+                                                                                 (0.05, 21, 0.03))]
+                         + [{"task": "B", "seed": 0, "lam": 0.01, "n_kept": 40, "n_heads_total": 72, "score_l0": 0.7,
+                             "score_full": 0.8}])
+    rows, misses = study.paper_share_rows(curve, 10 / 48)  # target 15 heads: 9 and 21 tie, the smaller lambda wins
+    a = rows[rows["task"] == "A"]
+    assert a["n_kept"].tolist() == [9, 9] and a["lam"].tolist() == [0.03, 0.03]
+    assert a["diff"].tolist() == pytest.approx([-0.05, -0.05]) and a["target"].tolist() == pytest.approx([15, 15])
+    assert set(misses) == {("B", 0)} and "keeps 40 of 72 (tolerance +-7.2)" in misses[("B", 0)]
+    # through the study: the cells' masks keep 6, 3 or 2 of 6 heads; 10/48 of 6 is 1.25, the nearest (2) is 0.75
+    # away, beyond 0.1 x 6: not testable, naming each model; the primary reading is unchanged
+    v = run(cells(l0_loss=0.005, l0_spread=0.001), roles_of(None))
+    row = verdict(v, "voita.most_prunable", setting=PAPER)
+    assert row["analysis"] == "sensitivity" and row["verdict"] == "not testable"
+    assert "no L0 mask near 10/48 of the heads: A seed 0: the L0 mask nearest 1.25 heads keeps 2 of 6" in row["reason"]
+    assert verdict(v, "voita.most_prunable", setting=HALF)["analysis"] == "primary"
+    # a mask at the share: tested in the sensitivity family
+    near = cells(l0_loss=0.005, l0_spread=0.001)
+    near.loc[(near["kind"] == "l0") & (near["n_kept"] == 2), "n_kept"] = 1
+    v = run(near, roles_of(None))
+    row = verdict(v, "voita.most_prunable", setting=PAPER)
+    assert row["analysis"] == "sensitivity" and row["verdict"] == "supported" and row["n_units"] == len(SEEDS)
+    fam = claims.family_tests(v)
+    assert set(fam.loc[fam["row"] == row.name, "family"]) == {"specialized_heads_l0|sensitivity|zero"}
 
 
 def test_trained_model_gate_both_ways():
@@ -475,7 +508,7 @@ def test_a_task_without_masks_is_not_testable_with_its_reason():
     table = cells()
     table = table[~((table["kind"] == "l0") & (table["task"] == "B") & (table["n_kept"] <= 3))]
     v = run(table, roles_of(None))
-    row = verdict(v, "voita.most_prunable", "B")
+    row = verdict(v, "voita.most_prunable", "B", setting=HALF)
     assert row["verdict"] == "not testable" and "no L0 mask keeps fewer than half" in row["reason"]
     assert row["n_units"] == 0
 
@@ -523,10 +556,11 @@ def test_an_absent_measurement_is_a_not_testable_row_through_evaluate():
     table = cells()
     table = table[~((table["kind"] == "l0") & (table["task"] == "B") & (table["n_kept"] <= 3))]
     v = run(table, roles_of(None))
-    row = verdict(v, "voita.most_prunable", "B")
+    row = verdict(v, "voita.most_prunable", "B", setting=HALF)
     assert row["verdict"] == "not testable" and row["reason"] == "no L0 mask keeps fewer than half of the heads on B"
     assert row["n_units"] == 0 and row["tests"] == "[]" and row["unit_values"] == "[]" and np.isnan(row["p"])
-    assert not (v["task"] == "all (A, B)")[v["claim_id"] == "voita.most_prunable"].any(), "an absent task pools nothing"
+    half = (v["claim_id"] == "voita.most_prunable") & (v["setting"] == HALF)
+    assert not (v["task"] == "all (A, B)")[half].any(), "an absent task pools nothing"
     assert row.name not in set(claims.family_tests(v)["row"])
     # the same through the claims layer directly
     m = claims.Measurement.absent("B", "no roles measured on B", unit=declared.UNIT)
