@@ -69,6 +69,7 @@ NAME = "redundancy_patterns"
 # 2: the matrices are stored packed (float32, base64; results.pack_floats), about a quarter of the size of version 1's
 #    indented lists of 7-decimal numbers, so that the standard profile's cells can be committed.
 RESULTS_VERSION = 2
+PROBE_SPLITS = ("random", "file_order")  # how a probe is halved (RedundancyPatternsConfig.probe_split, _halves)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class RedundancyPatternsConfig(glue_workbench.GlueStudyConfig):
 
     metrics: list[str] = field(default_factory=lambda: list(redundancy.METRICS))  # distances (redundancy.METRICS)
     probe_size: int = 48                        # sentences per probe (two halves: the split-half ceiling)
+    probe_split: str = "random"                 # a probe's two halves: "random" (seeded by subset_seed) or "file_order" (first and second half in the data file's order: the cells made before 2026-12-06; halves differ in content where the file is ordered, e.g. STS-B by genre)
     probe_max_length: int = 48                  # probe inputs truncated to this many tokens (sentence distances cost ~n^3)
     probe_tasks: list[str] = field(default_factory=lambda: ["all"])  # "Who": tasks whose dev inputs probe the model; ["all"]: every task with local dev data
     random_probes: int = 2                      # probes of random token sequences (seeds 0, 1, ...)
@@ -106,6 +108,8 @@ class RedundancyPatternsConfig(glue_workbench.GlueStudyConfig):
             raise ParameterError(f"random_init_control must be true or false, got {self.random_init_control!r}")
         if self.probe_max_length < 4:
             raise ParameterError(f"probe_max_length must be >= 4, got {self.probe_max_length}")
+        if self.probe_split not in PROBE_SPLITS:
+            raise ParameterError(f"probe_split must be one of {list(PROBE_SPLITS)}, got {self.probe_split!r}")
         if self.probe_size < 4:
             raise ParameterError(f"probe_size must be >= 4 (two halves of >= 2 sentences), got {self.probe_size}")
         if self.random_probes < 0:
@@ -278,11 +282,13 @@ def study_fingerprint(cfg: RedundancyPatternsConfig, device: torch.device) -> st
     d = glue_workbench.result_params(cfg, device, RESULTS_VERSION,
                                      drop=("probe_tasks", "random_probes", "dropouts", "mlm_seeds",
                                            "cluster_metric", "k_min", "k_max", "n_permutations", "n_null",
-                                           "min_cluster_size",
+                                           "min_cluster_size", "probe_split",
                                            # it only adds cells (keyed by their model name): the others' results
                                            # do not depend on it
                                            "random_init_control"))
     d["probe_data"] = glue_workbench.data_fingerprints(cfg, resolve_probe_tasks(cfg))  # the probes' texts
+    if cfg.probe_split != "file_order":  # the halves the cells hold (file order: the cells made before it existed)
+        d["probe_split"] = cfg.probe_split
     return fingerprint(d)
 
 
@@ -357,21 +363,34 @@ def random_init_model(name: str, seed: int, device) -> torch.nn.Module:
     return model.to(device).eval()
 
 
-def _halves(enc: batching.Encoded) -> tuple[batching.Encoded, batching.Encoded]:
+def _halves(enc: batching.Encoded, split: str, seed: int) -> tuple[batching.Encoded, batching.Encoded]:
+    """The probe's two halves (``len // 2`` and the rest): ``"file_order"`` its first and second half as the data
+    file orders them; ``"random"`` a random half drawn with ``seed`` (each half keeps the file's order within it), so
+    the halves are exchangeable samples of the probe, as a split-half reliability needs, also where the file is
+    ordered by content (STS-B's dev file is ordered by genre)."""
     n = len(enc) // 2
+    if split == "file_order":
+        idx = np.arange(len(enc))
+    elif split == "random":
+        idx = np.random.default_rng(seed).permutation(len(enc))
+    else:
+        raise ValueError(f"split must be one of {list(PROBE_SPLITS)}, got {split!r}")
 
-    def part(sl):
-        return batching.Encoded(enc.input_ids[sl], enc.token_type_ids[sl] if enc.token_type_ids else None,
-                                enc.labels[sl], enc.pad_id)
+    def part(rows):
+        rows = sorted(int(i) for i in rows)
+        return batching.Encoded([enc.input_ids[i] for i in rows],
+                                [enc.token_type_ids[i] for i in rows] if enc.token_type_ids else None,
+                                np.asarray(enc.labels)[rows], enc.pad_id)
 
-    return part(slice(0, n)), part(slice(n, None))
+    return part(idx[:n]), part(idx[n:])
 
 
-def probe_matrices(model, enc: batching.Encoded, metrics: list[str], device) -> dict:
-    """{metric: {"a": upper triangle on the first half, "b": on the second}, "n_a", "n_b"}; each triangle packed
-    (float32, :func:`headprune_utils.store.results.pack_floats`)."""
+def probe_matrices(model, enc: batching.Encoded, metrics: list[str], device, *, split: str, seed: int) -> dict:
+    """{metric: {"a": upper triangle on the first half, "b": on the second}, "n_a", "n_b"} (the halves of
+    :func:`_halves` with ``split`` and ``seed``); each triangle packed (float32,
+    :func:`headprune_utils.store.results.pack_floats`)."""
     out: dict = {}
-    for half_name, half in zip(("a", "b"), _halves(enc)):
+    for half_name, half in zip(("a", "b"), _halves(enc, split, seed)):
         mats = redundancy.redundancy_matrices(model, glue_workbench.batches(half, device), metrics)
         for m in metrics:
             out.setdefault(m, {})[half_name] = pack_floats(clustering.upper(mats[m]))
@@ -399,7 +418,8 @@ def run_cell(ctx: Context, cell: dict) -> dict:
         model = ctx.random_init(int(name[len("random-init-s"):]))
     else:
         raise ValueError(f"unknown model {name!r}")
-    mats = probe_matrices(model, ctx.probe(cell["probe"]), list(ctx.cfg.metrics), ctx.device)
+    mats = probe_matrices(model, ctx.probe(cell["probe"]), list(ctx.cfg.metrics), ctx.device,
+                          split=ctx.cfg.probe_split, seed=ctx.cfg.subset_seed)
     return {"matrices": mats, **extra, "seconds": time.perf_counter() - t0}
 
 

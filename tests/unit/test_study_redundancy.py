@@ -226,3 +226,47 @@ def test_random_init_model_is_the_architecture_with_seeded_weights(tiny_model_di
     assert torch.equal(sa, sb) and not torch.equal(sa, sc)
     assert torch.equal(sa, sk) and not torch.equal(sc, sk)  # the architecture's own initialiser, seeded
     assert not a.training and type(a) is type(ckpt) and a.config.num_attention_heads == ckpt.config.num_attention_heads
+
+
+def test_probe_halves_are_a_seeded_random_split_or_the_files_order():
+    """A probe's halves: "random" (since 2026-12-06) draws a half with the seed, so the halves are exchangeable samples
+    of the probe even where the file is ordered by content (STS-B's dev file by genre); "file_order" keeps the first
+    and second half (the committed standard cells). Either way: disjoint, covering, len // 2 and the rest, each
+    half in the file's order."""
+    from headprune_utils.tasks.batching import Encoded
+    ids = [[101, i, 102] for i in range(11)]
+    enc = Encoded(ids, None, np.arange(11), 0)
+    a, b = study._halves(enc, "file_order", 0)
+    assert [x[1] for x in a.input_ids] == list(range(5)) and [x[1] for x in b.input_ids] == list(range(5, 11))
+    a, b = study._halves(enc, "random", 3)
+    ra, rb = [x[1] for x in a.input_ids], [x[1] for x in b.input_ids]
+    assert len(ra) == 5 and len(rb) == 6 and sorted(ra + rb) == list(range(11)) and ra == sorted(ra) and rb == sorted(rb)
+    assert ra == sorted(np.random.default_rng(3).permutation(11)[:5].tolist())  # the seed's draw, reproducible
+    assert list(a.labels) == ra and ra != list(range(5))
+    assert [x[1] for x in study._halves(enc, "random", 4)[0].input_ids] != ra  # another seed, another split
+    # an ordered file (two genres, one after the other): the random halves mix them, the file-order halves do not
+    genre = np.repeat([0, 1], 48)
+    order = Encoded([[101, int(i), 102] for i in range(96)], None, genre, 0)
+    fa, _ = study._halves(order, "file_order", 0)
+    sa, _ = study._halves(order, "random", 0)
+    assert set(fa.labels) == {0} and 0.3 < np.mean(sa.labels) < 0.7
+    with pytest.raises(ValueError, match="split must be one of"):
+        study._halves(enc, "alternate", 0)
+
+
+def test_probe_split_is_checked_and_keeps_the_file_order_cells_fingerprint(tiny_model_dir, tiny_glue_root):
+    import torch
+    with pytest.raises(ParameterError, match="probe_split"):
+        config(tiny_model_dir, tiny_glue_root, probe_split="halves")
+    cpu = torch.device("cpu")
+    rnd, old = (config(tiny_model_dir, tiny_glue_root, probe_split=v) for v in ("random", "file_order"))
+    assert study.study_fingerprint(rnd, cpu) != study.study_fingerprint(old, cpu)
+    # file order: the fingerprint the cells had before the parameter existed (it is not among the hashed values)
+    from headprune_utils.studies import glue_workbench
+    from headprune_utils.store.results import fingerprint
+    d = glue_workbench.result_params(old, cpu, study.RESULTS_VERSION,
+                                     drop=("probe_tasks", "random_probes", "dropouts", "mlm_seeds", "cluster_metric",
+                                           "k_min", "k_max", "n_permutations", "n_null", "min_cluster_size",
+                                           "random_init_control", "probe_split"))
+    d["probe_data"] = glue_workbench.data_fingerprints(old, study.resolve_probe_tasks(old))
+    assert study.study_fingerprint(old, cpu) == fingerprint(d)
