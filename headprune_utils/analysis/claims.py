@@ -31,7 +31,10 @@ setting and semantics, a pooled row follows (``task = "all (t1, t2, ...)"``, lis
 - a pool never overrides a task: the pooled row's word is withheld (``inconclusive``, the reason "a task decided
   otherwise: ...") where one of its tasks' rows was decided the other way, a pooled ``supported`` against a task's
   ``contradicted`` or ``not supported``, a pooled ``contradicted`` or ``not supported`` against a task's
-  ``supported`` (:func:`adjust`, which decides the tasks' rows and the pool's in one pass). Tasks that decide
+  ``supported``, or the same word shown in the opposite direction (an equivalence claim contradicted above +margin on
+  the pool and below -margin on a task; a two-sided difference) (:func:`adjust`, which decides the tasks' rows and
+  the pool's in one pass; a tested pool's tasks must all be in the table beside it). A task left out of the pool
+  (not testable, or not normalisable) is not among its tasks and does not withhold it. Tasks that decide
   nothing (``inconclusive``) never withhold it, whatever the sign of their point estimates: deciding what each
   task alone is too small to decide is what the pool is for. The pooled row's tests are run and stay in the Holm
   family whether or not its word is withheld (since 2026-12-06): which tests a family holds is fixed by the design
@@ -145,7 +148,7 @@ class Untestable(Exception):
 @dataclass(frozen=True)
 class ShareOfHeadroom:
     """Margin = ``share`` x (mean full-model score - chance score) on the measurement's task; ``span`` names that
-    headroom in the ``test`` column (e.g. a split-half ceiling, where "full" is the ceiling and chance r = 0)."""
+    headroom in the ``test`` column (e.g. an attenuation ceiling, where "full" is the ceiling and chance r = 0)."""
 
     share: float = 0.1
     span: str = "(full - chance)"
@@ -837,6 +840,36 @@ def withheld(row) -> bool:
     return str(row.get("reason", "")).startswith(_OVERRIDDEN)
 
 
+def _against(table: pd.DataFrame, i, members: list) -> list:
+    """The task rows among ``members`` decided against pooled row ``i``'s word: in the other stance (supported against
+    contradicted / not supported), or in the same word shown in the opposite direction (an equivalence claim
+    contradicted above +margin on the pool and below -margin on a task; a two-sided difference)."""
+    word = table.at[i, "verdict"]
+    pool_dir = _deciding(table.loc[i])[1].direction if row_tests(table.loc[i]) else 0
+    out = []
+    for j in members:
+        w = table.at[j, "verdict"]
+        if w not in _STANCE:
+            continue
+        if _STANCE[w] != _STANCE[word]:
+            out.append(j)
+        elif pool_dir and row_tests(table.loc[j]) and pool_dir * _deciding(table.loc[j])[1].direction < 0:
+            out.append(j)
+    return out
+
+
+def _check_members(table: pd.DataFrame, i, members: list) -> None:
+    """A tested pooled row's tasks must all be in the table beside it (same study, claim, setting, semantics and
+    analysis): a pool judged without one of its tasks could override it unseen."""
+    named = pool_tasks(table.at[i, "task"]) or []
+    found = {str(table.at[j, "task"]) for j in members}
+    missing = [t for t in named if t not in found]
+    if missing:
+        raise ValueError(f"{table.at[i, 'claim_id']} / {table.at[i, 'task']}: the rows of {', '.join(missing)} are not in "
+                         "the table beside their pooled row (same study, claim, setting, semantics, analysis): a pool "
+                         "is decided with its tasks' rows")
+
+
 def _pool_members(table: pd.DataFrame) -> dict:
     """``{index of a pooled row: indexes of its tasks' rows}`` (same study, claim, setting, semantics and analysis;
     the tasks named in the pooled row's task, :func:`pool_tasks`)."""
@@ -1002,11 +1035,13 @@ def adjust(table: pd.DataFrame, primary: Mapping[str, str] | None = None) -> pd.
         word = out.at[i, "verdict"]
         if word not in _STANCE or not tests[i]:
             continue
-        against = [j for j in members if _STANCE.get(out.at[j, "verdict"], _STANCE[word]) != _STANCE[word]]
+        _check_members(out, i, members)
+        against = _against(out, i, members)
         if against:
             t = _deciding(out.loc[i])[1]
             out.at[i, "verdict"] = "inconclusive"
-            out.at[i, "reason"] = (_OVERRIDDEN + ", ".join(f"{out.at[j, 'task']} {out.at[j, 'verdict']} (Holm-adjusted "
+            out.at[i, "reason"] = (_OVERRIDDEN + ", ".join(f"{out.at[j, 'task']} {out.at[j, 'verdict']}: "
+                                                           f"{_deciding(out.loc[j])[1].h1} (Holm-adjusted "
                                                            f"p = {out.at[j, 'p_adjusted']:.3g})" for j in against)
                                    + "; a pool never overrides a task" + _IN_FAMILY
                                    + f" (it would read {word}: {t.h1}, Holm-adjusted p = {t.p_adjusted:.3g})")
@@ -1047,9 +1082,11 @@ def validate(table: pd.DataFrame) -> None:
                              f"below {alpha}")
     for i, members in _pool_members(table).items():  # a pool never overrides a task
         word = table.at[i, "verdict"]
-        against = [str(table.at[j, "task"]) for j in members
-                   if _STANCE.get(table.at[j, "verdict"], _STANCE.get(word, 0)) != _STANCE.get(word, 0)]
-        if word in _STANCE and against:
+        if word not in _STANCE:
+            continue
+        _check_members(table, i, members)
+        against = [str(table.at[j, "task"]) for j in _against(table, i, members)]
+        if against:
             raise ValueError(f"{table.at[i, 'claim_id']} / {table.at[i, 'task']}: the pooled word '{word}' overrides "
                              f"the word decided on {', '.join(against)}")
 
@@ -1108,8 +1145,6 @@ def margin_sensitivity(table: pd.DataFrame, factors: Sequence[float] = (0.5, 2.0
 def _na(row, field: str) -> str:
     if row["verdict"] == "not testable":
         return "n/a (not testable)"
-    if withheld(row):
-        return "n/a (a task decided otherwise)"
     if field in ("ci_low", "ci_high") and row["n_units"] < 2:
         return "n/a (one unit)"
     return "n/a (not computed)"

@@ -77,7 +77,7 @@ class RedundancyPatternsConfig(glue_workbench.GlueStudyConfig):
     """Parameters of the study (the shared ones, used for the fine-tuned models, in ``glue_workbench.GlueStudyConfig``)."""
 
     metrics: list[str] = field(default_factory=lambda: list(redundancy.METRICS))  # distances (redundancy.METRICS)
-    probe_size: int = 48                        # sentences per probe (two halves: the split-half ceiling)
+    probe_size: int = 48                        # sentences per probe (two halves: their split-half r)
     probe_split: str = "random"                 # a probe's two halves: "random" (seeded by subset_seed) or "file_order" (first and second half in the data file's order: the cells made before 2026-12-06; halves differ in content where the file is ordered, e.g. STS-B by genre)
     probe_max_length: int = 48                  # probe inputs truncated to this many tokens (sentence distances cost ~n^3)
     probe_tasks: list[str] = field(default_factory=lambda: ["all"])  # "Who": tasks whose dev inputs probe the model; ["all"]: every task with local dev data
@@ -372,7 +372,7 @@ def _halves(enc: batching.Encoded, split: str, seed: int) -> tuple[batching.Enco
     if split == "file_order":
         idx = np.arange(len(enc))
     elif split == "random":
-        idx = np.random.default_rng(seed).permutation(len(enc))
+        idx = np.random.default_rng([seed, 1]).permutation(len(enc))  # a stream of its own, not the subset's
     else:
         raise ValueError(f"split must be one of {list(PROBE_SPLITS)}, got {split!r}")
 

@@ -274,12 +274,13 @@ PAPER_SHARE_TEXT = "10/48"
 
 
 def paper_share_rows(curve: pd.DataFrame, share: float) -> tuple[pd.DataFrame, dict]:
-    """Per model: the L0 mask whose heads kept are nearest ``share`` of all heads (among masks keeping some; a tie:
-    the smaller lambda, as :func:`role_survival.roles_at_budget`), ``diff`` = its score - the full model's; and
+    """Per model: the L0 mask whose heads kept are nearest ``share`` of all heads (a tie: the smaller lambda, as
+    :func:`role_survival.roles_at_budget`; an empty mask nearest is always a miss, 10/48 being beyond the tolerance),
+    ``diff`` = its score - the full model's; and
     ``{(task, seed): text}`` of the models whose nearest mask keeps more than ``BUDGET_TOLERANCE`` x the heads away
     from the target (the evidence ``paper_share_misses`` of ``NearPaperShare``)."""
     rows, misses = [], {}
-    for (task, seed), g in curve[curve["n_kept"] > 0].groupby(["task", "seed"], sort=False):
+    for (task, seed), g in curve.groupby(["task", "seed"], sort=False):
         total = int(g["n_heads_total"].iloc[0])
         target = share * total
         g = g.sort_values("lam", kind="stable")
@@ -432,7 +433,7 @@ def _most_prunable(claim: Claim, run: Run) -> list[Group]:
                       effect="score(L0) - score(full)", empty="no L0 mask keeps fewer than half of the heads",
                       score_units=True, regime=MOST_BELOW_HALF), {}),
             (per_task(claim, run, at_share, "diff", setting=f"nearest {PAPER_SHARE_TEXT} of the heads kept (the paper's)",
-                      effect="score(L0) - score(full)", empty="no L0 mask keeps a head", score_units=True,
+                      effect="score(L0) - score(full)", empty="no L0 mask", score_units=True,
                       regime=PAPER_SHARE_READING), {"paper_share_misses": misses})]
 
 

@@ -425,7 +425,44 @@ def test_equivalence_pools_on_normalised_effects_and_never_over_a_contradicted_t
     assert pooled.margin == pytest.approx(0.1)  # a share of the headroom is that share once normalised
     t = evaluate(OTHER, rule, [tm("sst2", [0.002, -0.001, 0.001]), tm("mrpc", [0.05, 0.06, 0.055])])
     assert one(t, "mrpc").verdict == "contradicted"
-    assert one(t, "all (sst2, mrpc)").verdict != "supported"  # withheld if its TOST reaches the level
+    assert one(t, "all (sst2, mrpc)").verdict != "supported"
+    # a pooled TOST that reaches the level beside a contradicted task: withheld (rte above its margin, 0.018)
+    near = [0.001, -0.001, 0.0005, -0.0005, 0.0002, -0.0002]
+    t = evaluate(OTHER, rule, [tm("sst2", near), tm("mrpc", [x / 2 for x in near]),
+                               tm("rte", [0.025, 0.026, 0.024, 0.025, 0.0255, 0.0245])])
+    assert one(t, "rte").verdict == "contradicted" and one(t, "sst2").verdict == "supported"
+    pooled = one(t, "all (sst2, mrpc, rte)")
+    assert claims.withheld(pooled) and "it would read supported" in pooled.reason
+    assert pooled.reason.startswith("a task decided otherwise: rte contradicted: effect > +0.018")
+
+
+def test_a_pooled_word_shown_in_the_opposite_direction_of_a_tasks_is_withheld():
+    """The same word from opposite sides is no agreement: an equivalence claim contradicted above +margin on one task
+    and below -margin on the pool (the other tasks far below) withholds the pool's word; so does a two-sided
+    difference."""
+    rule = Equivalence(ShareOfHeadroom(0.1))
+    up = [0.05, 0.052, 0.048, 0.051, 0.049]             # sst2: +0.05, above its margin 0.041
+    down = [-0.10, -0.11, -0.105, -0.102, -0.108]        # mrpc, rte: far below theirs
+    t = evaluate(OTHER, rule, [tm("sst2", up), tm("mrpc", down), tm("rte", down)])
+    assert one(t, "sst2").verdict == one(t, "mrpc").verdict == "contradicted"
+    pooled = one(t, "all (sst2, mrpc, rte)")
+    assert pooled.effect < -0.1 and claims.withheld(pooled) and "it would read contradicted" in pooled.reason
+    assert pooled.reason.startswith("a task decided otherwise: sst2 contradicted: effect > +0.041")
+    claims.validate(t)
+    two = Superiority("two-sided")
+    t = evaluate(CLAIM, two, [tm("sst2", up), tm("mrpc", down), tm("rte", down)])
+    assert one(t, "sst2").verdict == one(t, "mrpc").verdict == "supported"
+    assert claims.withheld(one(t, "all (sst2, mrpc, rte)"))
+
+
+def test_a_pool_is_decided_only_beside_its_tasks_rows():
+    """A tested pooled row whose tasks' rows are not in the table beside it cannot be decided (it could override a
+    task unseen): adjust and validate refuse it, naming the task."""
+    t = evaluate(CLAIM, Superiority(), [tm("sst2", [0.30, 0.32, 0.31, 0.33, 0.29]),
+                                        tm("mrpc", [-0.001, -0.003, -0.002, -0.0015, -0.0025])])
+    alone = t[t["task"] != "mrpc"].reset_index(drop=True)
+    with pytest.raises(ValueError, match="the rows of mrpc are not in the table beside their pooled row"):
+        claims.adjust(alone)
 
 
 def test_retest_decides_tasks_and_pools_again_at_each_margin():

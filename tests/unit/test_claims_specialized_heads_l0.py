@@ -246,12 +246,15 @@ def test_most_prunable_at_the_papers_share_is_a_sensitivity_analysis():
                            "score_full": 0.8} for s in (0, 1) for lam, k, d in ((0.01, 27, 0.01), (0.03, 9, 0.05),
                                                                                  (0.05, 21, 0.03))]
                          + [{"task": "B", "seed": 0, "lam": 0.01, "n_kept": 40, "n_heads_total": 72, "score_l0": 0.7,
+                             "score_full": 0.8},
+                            {"task": "B", "seed": 1, "lam": 1.0, "n_kept": 0, "n_heads_total": 72, "score_l0": 0.5,
                              "score_full": 0.8}])
     rows, misses = study.paper_share_rows(curve, 10 / 48)  # target 15 heads: 9 and 21 tie, the smaller lambda wins
     a = rows[rows["task"] == "A"]
     assert a["n_kept"].tolist() == [9, 9] and a["lam"].tolist() == [0.03, 0.03]
     assert a["diff"].tolist() == pytest.approx([-0.05, -0.05]) and a["target"].tolist() == pytest.approx([15, 15])
-    assert set(misses) == {("B", 0)} and "keeps 40 of 72 (tolerance +-7.2)" in misses[("B", 0)]
+    assert set(misses) == {("B", 0), ("B", 1)} and "keeps 40 of 72 (tolerance +-7.2)" in misses[("B", 0)]
+    assert "keeps 0 of 72" in misses[("B", 1)]  # a model whose masks are all empty is a miss, never dropped
     # through the study: the cells' masks keep 6, 3 or 2 of 6 heads; 10/48 of 6 is 1.25, the nearest (2) is 0.75
     # away, beyond 0.1 x 6: not testable, naming each model; the primary reading is unchanged
     v = run(cells(l0_loss=0.005, l0_spread=0.001), roles_of(None))

@@ -115,6 +115,19 @@ def test_committed_verdicts_keep_the_decision_contract(path):
 STANCE = {"supported": 1, "contradicted": -1, "not supported": -1}
 
 
+def _side(row) -> int:
+    """The side of 0 the row's deciding test shows the effect on: +1 (a one-sided t or sign-flip test of effect > b,
+    b >= 0), -1 (effect < b, b <= 0), 0 otherwise (a TOST, a binomial test, a bound on the other side of 0)."""
+    alpha = float(re.search(r"alpha=([0-9.]+)", row["test"]).group(1))
+    won = [t for t in json.loads(row["tests"] or "[]") if t["word"] == row["verdict"] and t["p_adjusted"] < alpha]
+    if not won:
+        return 0
+    t = min(won, key=lambda t: t["p_adjusted"])
+    if t["method"].startswith("TOST") or "binomial" in t["method"]:
+        return 0
+    return 1 if t["side"] == "greater" and t["bound"] >= 0 else -1 if t["side"] == "less" and t["bound"] <= 0 else 0
+
+
 @pytest.mark.parametrize("path", _tables())
 def test_committed_pools_never_override_a_task(path):
     v = pd.read_csv(path, keep_default_na=False, na_values=[""])
@@ -125,9 +138,14 @@ def test_committed_pools_never_override_a_task(path):
         if not (task.startswith("all (") and task.endswith(")")) or not json.loads(r["tests"] or "[]"):
             continue
         members = v[(key == key[i]) & v["task"].isin([t.strip() for t in task[5:-1].split(",")])]
+        assert set(members["task"]) == {t.strip() for t in task[5:-1].split(",")}, (path.name, r["claim_id"], task)
         stances = {STANCE[w] for w in members["verdict"] if w in STANCE}
         if r["verdict"] in STANCE:
             assert stances <= {STANCE[r["verdict"]]}, (path.name, r["claim_id"], task, r["verdict"])
+            # nor the same word from the opposite side (an equivalence contradicted above +m and below -m)
+            mine = _side(r)
+            assert all(mine * _side(m) >= 0 for _, m in members.iterrows() if m["verdict"] in STANCE), \
+                (path.name, r["claim_id"], task)
         if r["reason"].startswith("a task decided otherwise: "):
             alpha = float(re.search(r"alpha=([0-9.]+)", r["test"]).group(1))
             would = re.search(r"it would read (supported|contradicted|not supported)", r["reason"]).group(1)

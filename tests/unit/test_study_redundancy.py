@@ -241,7 +241,7 @@ def test_probe_halves_are_a_seeded_random_split_or_the_files_order():
     a, b = study._halves(enc, "random", 3)
     ra, rb = [x[1] for x in a.input_ids], [x[1] for x in b.input_ids]
     assert len(ra) == 5 and len(rb) == 6 and sorted(ra + rb) == list(range(11)) and ra == sorted(ra) and rb == sorted(rb)
-    assert ra == sorted(np.random.default_rng(3).permutation(11)[:5].tolist())  # the seed's draw, reproducible
+    assert ra == sorted(np.random.default_rng([3, 1]).permutation(11)[:5].tolist())  # the seed's draw, reproducible
     assert list(a.labels) == ra and ra != list(range(5))
     assert [x[1] for x in study._halves(enc, "random", 4)[0].input_ids] != ra  # another seed, another split
     # an ordered file (two genres, one after the other): the random halves mix them, the file-order halves do not
@@ -261,12 +261,28 @@ def test_probe_split_is_checked_and_keeps_the_file_order_cells_fingerprint(tiny_
     cpu = torch.device("cpu")
     rnd, old = (config(tiny_model_dir, tiny_glue_root, probe_split=v) for v in ("random", "file_order"))
     assert study.study_fingerprint(rnd, cpu) != study.study_fingerprint(old, cpu)
-    # file order: the fingerprint the cells had before the parameter existed (it is not among the hashed values)
-    from headprune_utils.studies import glue_workbench
-    from headprune_utils.store.results import fingerprint
-    d = glue_workbench.result_params(old, cpu, study.RESULTS_VERSION,
-                                     drop=("probe_tasks", "random_probes", "dropouts", "mlm_seeds", "cluster_metric",
-                                           "k_min", "k_max", "n_permutations", "n_null", "min_cluster_size",
-                                           "random_init_control", "probe_split"))
-    d["probe_data"] = glue_workbench.data_fingerprints(old, study.resolve_probe_tasks(old))
-    assert study.study_fingerprint(old, cpu) == fingerprint(d)
+
+
+def test_the_committed_standard_cells_keep_their_fingerprint(data_root, monkeypatch):
+    """standard and standard-next pin probe_split: file_order, the halves their committed cells hold: the cells still
+    match their parameters' fingerprint (the parameter is hashed only when it is not file_order)."""
+    import json as json_
+
+    import torch
+    from headprune_utils.store.paths import project_root
+    from headprune_utils.studies.config import load_profile
+
+    monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(data_root))
+    checked = 0
+    for profile in ("standard", "standard-next"):
+        cells = project_root() / "outputs" / "redundancy_patterns" / profile / "cells"
+        stored = {json_.loads(p.read_text())["fingerprint"] for p in cells.glob("*.json")}
+        if not stored:
+            continue
+        params = load_profile(profile)["redundancy_patterns"]
+        assert params["probe_split"] == "file_order"
+        cfg = validate(study.RedundancyPatternsConfig, {**params, "device": "cpu"})
+        assert stored == {study.study_fingerprint(cfg, torch.device("cpu"))}, profile
+        checked += 1
+    if not checked:
+        pytest.skip("no committed cells of study 4")
