@@ -32,11 +32,11 @@ from headprune_utils.studies.config import ParameterError, load_profile, profile
 # model inside the cell that first needed it included (tests/data/test_plan_calibration.py recomputes them). The
 # studies differ (evaluation-heavy ones run more FLOP/s than fine-tuning ones), so one speed per study.
 # Their error on the committed profiles, the estimate against the cells' recorded seconds: standard 0% (the
-# calibration itself); quick (held out) -33% in total (1.13 against 1.69 single-thread hours; per study from -67% to
+# calibration itself); quick (held out) -32% in total (1.13 against 1.66 single-thread hours; per study from -58% to
 # +15%); the quick profile's recorded seconds include waits for a model another study side by side was training, and
 # those of studies 4, 5 and 7 come from their recomputation on a 2-core AMD EPYC shared with two other jobs
-# (2026-12-06; study 6's on the same, 2026-12-05; the others' from an Intel Xeon run): the -67% is study 4's, whose
-# seconds that sharing inflated.
+# (2026-12-06: study 4's cells again that day, for its random probe halves; study 6's on the same machine,
+# 2026-12-05; the others' from an Intel Xeon run): the -58% is study 4's, whose seconds that sharing inflated.
 CALIBRATED_GFLOPS: dict[str, float] = {
     "random_pruning": 83.9, "layer_strategies": 163.9, "compensation": 90.2, "redundancy_patterns": 143.3,
     "zero_shot_pruning": 147.6, "specialized_heads_l0": 219.3, "nmt_heads": 72.1,
@@ -244,8 +244,8 @@ def print_plan(plan: dict[str, dict], profile: str, gpu_tflops: float, cpu_gflop
           f"and the data's token counts (headprune_utils/measure/costs.py). calibrated: single-thread hours at each "
           f"study's speed measured on its committed standard cells (run/profiles.py CALIBRATED_GFLOPS; a study without "
           f"any: {CALIBRATED_GFLOPS_ANY:g} GFLOP/s); divide by the cores used (--jobs studies side by side, one "
-          f"thread each) for the wall time. Their error on the committed quick profile: -33% in total, per study "
-          f"-67% to +15%.")
+          f"thread each) for the wall time. Their error on the committed quick profile: -32% in total, per study "
+          f"-58% to +15%.")
     if measured:
         print("stored / took: the cells of these parameters already stored and the seconds they recorded (one "
               "thread each; shared models trained once are not in them); projected: every planned cell's estimate "
