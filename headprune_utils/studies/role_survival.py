@@ -47,6 +47,7 @@ from headprune_utils.model.masks import mask_from_string
 
 
 __all__ = [
+    "nearest_mask",
     "l0_cap", "ROLE_NAMES", "VOITA_FRACTION", "NOT_POSITIONAL", "NOT_SYNTACTIC", "role_table", "role_mask",
     "role_counts",
     "role_stability", "majority_role",
@@ -292,6 +293,13 @@ def random_keeps(n_total: int, n_kept: int, n_role: int) -> float:
     return 1.0 - comb(n_total - n_role, n_kept) / comb(n_total, n_kept)
 
 
+def nearest_mask(masks: pd.DataFrame, target: float) -> pd.Series:
+    """The row of ``masks`` (one model's L0 masks: ``n_kept``, ``lam``) whose heads kept are nearest ``target``; a
+    tie goes to the smaller lambda (whatever the rows' order)."""
+    g = masks.sort_values("lam", kind="stable") if "lam" in masks else masks
+    return g.iloc[int(np.argmin(np.abs(g["n_kept"].to_numpy(dtype=float) - target)))]
+
+
 def roles_at_budget(table: pd.DataFrame, roles: pd.DataFrame, fraction: float = VOITA_FRACTION) -> pd.DataFrame:
     """Per (task, seed): the L0 mask whose heads kept are closest to ``fraction`` of all heads (a tie: the smaller
     lambda), and for each role of that model how many of its heads are kept, whether at least one is
@@ -303,8 +311,7 @@ def roles_at_budget(table: pd.DataFrame, roles: pd.DataFrame, fraction: float = 
     for (task, seed), g in _l0_cells(table).groupby(["task", "seed"]):
         total = int(g["n_heads_total"].iloc[0])
         target = fraction * total
-        g = g.sort_values("lam", kind="stable") if "lam" in g else g  # a tie goes to the smaller lambda
-        r = g.iloc[int(np.argmin(np.abs(g["n_kept"].to_numpy(dtype=float) - target)))]
+        r = nearest_mask(g, target)
         kept = mask_from_string(r["mask"]).numpy() > 0
         rr = ft[(ft["task"] == task) & (ft["seed"] == seed)]
         row = {"task": task, "seed": int(seed), "lam": float(r["lam"]), "n_kept": int(r["n_kept"]), "target": target,

@@ -283,8 +283,7 @@ def paper_share_rows(curve: pd.DataFrame, share: float) -> tuple[pd.DataFrame, d
     for (task, seed), g in curve.groupby(["task", "seed"], sort=False):
         total = int(g["n_heads_total"].iloc[0])
         target = share * total
-        g = g.sort_values("lam", kind="stable")
-        r = g.iloc[int(np.argmin(np.abs(g["n_kept"].to_numpy(dtype=float) - target)))]
+        r = role_survival.nearest_mask(g, target)
         rows.append({"task": task, "seed": int(seed), "lam": float(r["lam"]), "n_kept": int(r["n_kept"]),
                      "target": target, "diff": float(r["score_l0"] - r["score_full"])})
         if abs(int(r["n_kept"]) - target) > role_survival.BUDGET_TOLERANCE * total:
