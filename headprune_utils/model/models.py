@@ -182,8 +182,8 @@ def load_causal_lm(
     attn_implementation: str = "sdpa",
     dtype: torch.dtype | None = None,
 ) -> nn.Module:
-    """A causal language model (``AutoModelForCausalLM``: Llama, Mistral, Qwen2, GPT-2, ...) by hub id or local
-    folder, in eval mode on ``device``. Its family must have a head adapter (checked at once, before any work:
+    """A causal language model (``AutoModelForCausalLM``: Llama, Mistral, Qwen2, Qwen3, GPT-2, Pythia, ...) by hub id
+    or local folder, in eval mode on ``device``. Its family must have a head adapter (checked at once, before any work:
     ``UnsupportedArchitectureError`` lists the families there are)."""
     from transformers import AutoModelForCausalLM
 

@@ -7,7 +7,7 @@ same heads gated to zero (``head_gates(..., ablation="zero")``; a test checks it
 - A layer may lose ALL its heads: its attention then contributes only the output projection's bias
   (what a zero gate on every head gives); transformers' own old ``prune_heads`` crashed there.
 - Pruning twice works; heads are always named by their ORIGINAL ids (``architecture.kept_heads``).
-- Grouped-query attention (Llama, Mistral, Qwen2): a query head is its rows of the query projection and its
+- Grouped-query attention (Llama, Mistral, Qwen2, Qwen3): a query head is its rows of the query projection and its
   columns of the output projection; a key/value head goes when no kept query head reads it. The groups left may be
   uneven; the adapter's pruned attention gathers each kept query head's key/value head by index (its KV cache holds
   the kept key/value heads only). :func:`prune_kv_groups` removes whole key/value groups.

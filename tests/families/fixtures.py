@@ -59,7 +59,9 @@ class Fixture:
     ``positions``: how positions enter: ``"absolute"`` (learned table), ``"sinusoidal"`` (fixed table),
     ``"rotary"``, ``"relative_bias"`` (T5's per-head bias). ``qkv``: ``"separate"`` projections, or the fused
     module's attribute (``"c_attn"``: GPT-2's Conv1D, columns q | k | v; ``"Wqkv"``: ModernBERT's Linear, rows
-    q | k | v); within q, k and v head ``h`` is the slice ``h * head_dim : (h + 1) * head_dim``.
+    q | k | v); within q, k and v head ``h`` is the slice ``h * head_dim : (h + 1) * head_dim``; except
+    ``"query_key_value"`` (GPT-NeoX's Linear), laid out head by head: head ``h``'s rows are
+    ``h * 3 * head_dim : (h + 1) * 3 * head_dim``, its q | k | v blocks in that order.
     ``grids``: ``{None: Grid}`` for one-grid models (encoders, causal LMs), ``{"enc", "dec", "cross"}`` for
     encoder-decoders. ``atol``: the tolerance at which the reference must equal the HF model in float64
     (the families whose HF code rounds through float32 on purpose, e.g. RMSNorm, rotary angles or a float32
@@ -181,6 +183,15 @@ def _gpt2():
                          pad_token_id=0)
 
 
+def _gpt_neox(parallel: bool, rotary: float, bias: bool):
+    return tf.GPTNeoXConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=37, max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0,
+                            use_parallel_residual=parallel, attention_bias=bias, tie_word_embeddings=False,
+                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                             "partial_rotary_factor": rotary},
+                            bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+
 def _llama(n_kv: int, head_dim: int):
     return tf.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=n_kv, head_dim=head_dim,
@@ -199,6 +210,13 @@ def _qwen2():
     return tf.Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                           use_sliding_window=True, sliding_window=3, max_window_layers=1, tie_word_embeddings=True,
+                          pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _qwen3():
+    return tf.Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                          use_sliding_window=True, sliding_window=3, max_window_layers=1, tie_word_embeddings=False,
                           pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
@@ -242,6 +260,14 @@ _ALL = [
             pad_token_id=0, positions="sinusoidal"),
     Fixture("gpt2", "gpt2", tf.GPT2LMHeadModel, _gpt2, _one(Grid(2, 4, 4, 8, causal=True)), causal_lm=True,
             qkv="c_attn", notes="fused Conv1D: weight [hidden, 3 * hidden], columns q | k | v, head h at h*8:(h+1)*8"),
+    Fixture("gpt_neox", "gpt_neox", tf.GPTNeoXForCausalLM, lambda: _gpt_neox(True, 0.5, True),
+            _one(Grid(2, 4, 4, 8, causal=True)), causal_lm=True, atol=_LOOSE, positions="rotary",
+            qkv="query_key_value",
+            notes="Pythia-like: parallel residual, rotary on half of each head's dims; fused Linear laid out head by "
+                  "head: head h's rows h*24:(h+1)*24 are its q | k | v blocks of 8"),
+    Fixture("gpt_neox_sequential", "gpt_neox", tf.GPTNeoXForCausalLM, lambda: _gpt_neox(False, 1.0, False),
+            _one(Grid(2, 4, 4, 8, causal=True)), causal_lm=True, atol=_LOOSE, positions="rotary",
+            qkv="query_key_value", notes="sequential residual, rotary on every dim, no attention biases"),
     Fixture("llama_gqa", "llama", tf.LlamaForCausalLM, lambda: _llama(2, 8),
             _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True, atol=_LOOSE,
             positions="rotary", notes="4 query heads on 2 key/value heads"),
@@ -254,6 +280,10 @@ _ALL = [
     Fixture("qwen2", "qwen2", tf.Qwen2ForCausalLM, _qwen2, _one(Grid(2, 4, 2, 8, causal=True, windows=(None, 2))),
             causal_lm=True, atol=_LOOSE, positions="rotary",
             notes="biases on q/k/v projections; tied embeddings; layer 0 full, layer 1 a sliding window of 3"),
+    Fixture("qwen3", "qwen3", tf.Qwen3ForCausalLM, _qwen3, _one(Grid(2, 4, 2, 8, causal=True, windows=(None, 2))),
+            causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="an RMSNorm over each query and key head (q_norm, k_norm: one weight of head_dim shared by the "
+                  "heads) before rotary; layer 1 a sliding window of 3"),
     Fixture("t5", "t5", tf.T5ForConditionalGeneration, _t5, _seq2seq_grids(), encoder_decoder=True,
             atol=5 * _LOOSE, pad_token_id=0, positions="relative_bias",
             notes="relative bias from the first layer of each stack, reused by the later layers; no 1/sqrt(d)"),

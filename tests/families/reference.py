@@ -332,6 +332,48 @@ def _gpt2(model, inputs, ablations) -> Trace:
     return Trace(F.linear(h, model.lm_head.weight), {None: layers})
 
 
+# ------------------------------------------------------------------------------------------------ GPT-NeoX
+def partial_rotary(x, positions, theta: float, n_rotary: int):
+    """Rotary on the first ``n_rotary`` dims of each head (GPT-NeoX, Pythia), the rest passed through; the angles
+    of dimension pair (i, i + n_rotary/2) are position * theta^(-2i/n_rotary)."""
+    return torch.cat([rotary(x[..., :n_rotary], positions, theta), x[..., n_rotary:]], -1)
+
+
+def _gpt_neox(model, inputs, ablations) -> Trace:
+    cfg = model.config
+    base = model.gpt_neox
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    b, n = ids.shape
+    H = cfg.num_attention_heads
+    d = cfg.hidden_size // H
+    rope = cfg.rope_parameters
+    if rope.get("rope_type", "default") != "default":
+        raise ValueError(f"rope_type {rope['rope_type']!r}: the reference does default rotary only")
+    n_rot, theta = int(d * rope.get("partial_rotary_factor", 1.0)), rope["rope_theta"]
+    positions = torch.arange(n)
+    act = activation(cfg.hidden_act)
+    ablation = _grid_ablation(ablations, None)
+    h = base.embed_in.weight[ids]
+    layers = []
+    for i, layer in enumerate(base.layers):
+        a = layer.attention
+        x = layer_norm(h, layer.input_layernorm)
+        qkv = lin(x, a.query_key_value).view(b, n, H, 3, d)  # head by head: each head's q | k | v, head_dim each
+        q, k, v = (qkv[:, :, :, j].transpose(1, 2) for j in range(3))
+        t = attend(partial_rotary(q, positions, theta, n_rot), partial_rotary(k, positions, theta, n_rot), v,
+                   visible_keys(mask, n, causal=True), scale=d ** -0.5, ablation=ablation, layer=i)
+        layers.append(t)
+        attn_out = lin(merge(t), a.dense)
+        mlp = lambda y: lin(act(lin(y, layer.mlp.dense_h_to_4h)), layer.mlp.dense_4h_to_h)
+        if cfg.use_parallel_residual:  # x + attn(ln1(x)) + mlp(ln2(x))
+            h = h + attn_out + mlp(layer_norm(h, layer.post_attention_layernorm))
+        else:
+            h = h + attn_out
+            h = h + mlp(layer_norm(h, layer.post_attention_layernorm))
+    h = layer_norm(h, base.final_layer_norm)
+    return Trace(F.linear(h, model.lm_head.weight), {None: layers})
+
+
 # ------------------------------------------------------------------------------------------------ Llama family
 @dataclass
 class LlamaHeads:
@@ -350,6 +392,9 @@ class LlamaHeads:
     o_bias: torch.Tensor | None
     kv_of_query: torch.Tensor
     head_dim: int
+    q_norm: torch.Tensor | None = None  # Qwen3: an RMSNorm weight [head_dim] over each query head, shared by all
+    k_norm: torch.Tensor | None = None  # ... and over each key head
+    norm_eps: float = 0.0
 
     @property
     def n_heads(self) -> int:
@@ -364,9 +409,12 @@ def llama_heads(model) -> list[LlamaHeads]:
     out = []
     for layer in model.model.layers:
         a = layer.self_attn
+        qn, kn = getattr(a, "q_norm", None), getattr(a, "k_norm", None)
         out.append(LlamaHeads(a.q_proj.weight, a.q_proj.bias, a.k_proj.weight, a.k_proj.bias, a.v_proj.weight,
                               a.v_proj.bias, a.o_proj.weight, a.o_proj.bias,
-                              torch.arange(cfg.num_attention_heads) // group, d))
+                              torch.arange(cfg.num_attention_heads) // group, d,
+                              None if qn is None else qn.weight, None if kn is None else kn.weight,
+                              cfg.rms_norm_eps))
     return out
 
 
@@ -387,7 +435,8 @@ def prune_llama_heads(heads: LlamaHeads, keep: list[int]) -> LlamaHeads:
     return LlamaHeads(
         heads.q[q_rows], pick(heads.q_bias, q_rows), heads.k[kv_rows], pick(heads.k_bias, kv_rows),
         heads.v[kv_rows], pick(heads.v_bias, kv_rows), heads.o[:, q_rows], heads.o_bias,
-        torch.tensor([kv_kept.index(int(heads.kv_of_query[h])) for h in keep], dtype=torch.long), d)
+        torch.tensor([kv_kept.index(int(heads.kv_of_query[h])) for h in keep], dtype=torch.long), d,
+        heads.q_norm, heads.k_norm, heads.norm_eps)  # the head norms are per head-dim, shared: unchanged
 
 
 def _llama_window(cfg, layer: int) -> int | None:
@@ -423,8 +472,10 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
             attn_out = torch.zeros_like(h) if w.o_bias is None else w.o_bias.expand_as(h)
         else:
             d = w.head_dim
-            q = rotary(split_heads(F.linear(x, w.q, w.q_bias), d), positions, theta)
-            k = rotary(split_heads(F.linear(x, w.k, w.k_bias), d), positions, theta)
+            q, k = split_heads(F.linear(x, w.q, w.q_bias), d), split_heads(F.linear(x, w.k, w.k_bias), d)
+            if w.q_norm is not None:  # Qwen3: each head's query and key RMS-normed over head_dim, before rotary
+                q, k = rms_norm(q, w.q_norm, w.norm_eps), rms_norm(k, w.k_norm, w.norm_eps)
+            q, k = rotary(q, positions, theta), rotary(k, positions, theta)
             v = split_heads(F.linear(x, w.v, w.v_bias), d)
             t = attend(q, k, v, vis, scale=d ** -0.5, kv_of_query=w.kv_of_query, ablation=ablation, layer=i)
             layers.append(t)
@@ -559,7 +610,9 @@ def _modernbert(model, inputs, ablations) -> Trace:
 # ------------------------------------------------------------------------------------------------ entry points
 _FAMILIES = {
     "bert": _bert_like, "roberta": _bert_like, "distilbert": _distilbert, "bart": _bart_like,
-    "marian": _bart_like, "gpt2": _gpt2, "llama": _llama_like, "mistral": _llama_like, "qwen2": _llama_like,
+    "marian": _bart_like, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_like, "mistral": _llama_like,
+    "qwen2": _llama_like,
+    "qwen3": _llama_like,
     "t5": _t5, "modernbert": _modernbert,
 }
 FAMILIES = tuple(_FAMILIES)

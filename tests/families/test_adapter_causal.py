@@ -1,7 +1,7 @@
-"""The causal-LM adapters (GPT-2; Llama, Mistral, Qwen2 with grouped-query attention) against the independent
-reference of ``reference.py``: gates, physical pruning (uneven groups, an emptied key/value head, an empty layer),
-cached generation of pruned models, "uniform" over the visible keys, attention maps, head means, gradients of the
-language-model loss in the gates, and Hard Concrete L0 gates."""
+"""The causal-LM adapters (GPT-2; GPT-NeoX / Pythia; Llama, Mistral, Qwen2, Qwen3 with grouped-query attention)
+against the independent reference of ``reference.py``: gates, physical pruning (uneven groups, an emptied key/value
+head, an empty layer), cached generation of pruned models, "uniform" over the visible keys, attention maps, head
+means, gradients of the language-model loss in the gates, and Hard Concrete L0 gates."""
 from __future__ import annotations
 
 import copy
@@ -19,8 +19,10 @@ from headprune_utils.model.pruning import count_attention_params, kv_mask_to_hea
 from . import reference as R
 from .fixtures import FIXTURES
 
-LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "qwen2")
-CAUSAL = ("gpt2",) + LLAMAS
+LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "qwen2", "qwen3")
+NEOX = ("gpt_neox", "gpt_neox_sequential")
+CAUSAL = ("gpt2",) + NEOX + LLAMAS
+FAMILY_OF = {"gpt2": "gpt2", "gpt_neox": "gpt_neox", "gpt_neox_sequential": "gpt_neox"}  # the rest: "llama"
 CASES = [(n, impl) for n in CAUSAL for impl in FIXTURES[n].attn_implementations]
 # pruning cases (kept query heads per layer; 4 query heads everywhere): uneven groups (3 heads on one kv head, 1
 # on the other), a key/value head left with no reader (GQA: heads 0 and 1 read kv head 0), an empty first or last layer
@@ -65,7 +67,7 @@ def test_adapter_declares_the_grid_and_key_value_groups(name):
     fx, model = FIXTURES[name], _model(name, "eager")
     g = fx.grids[None]
     family = A.family_of(model)
-    assert family.name == ("gpt2" if name == "gpt2" else "llama")
+    assert family.name == FAMILY_OF.get(name, "llama")
     assert family.causal_kinds == (None,) and family.is_causal(None)
     assert A.head_shape(model) == (g.n_layers, g.n_heads)
     assert A.kv_shape(model) == (g.n_layers, g.n_kv_heads)
@@ -75,13 +77,12 @@ def test_adapter_declares_the_grid_and_key_value_groups(name):
 
 
 def test_unsupported_architecture_lists_the_causal_families():
-    from transformers import GPTNeoXConfig
+    from transformers import OPTConfig
 
-    cfg = GPTNeoXConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=20)
+    cfg = OPTConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, ffn_dim=20)
     with pytest.raises(A.UnsupportedArchitectureError) as err:
         A.head_shape(cfg)
-    for word in ("gpt2", "llama", "mistral", "qwen2", "modernbert"):
+    for word in ("gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "modernbert"):
         assert word in str(err.value)
 
 
@@ -104,7 +105,7 @@ def test_gates_equal_the_reference(name, impl):
             assert _diff(ours, plain) > 1e-3, how  # the ablation did something
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama_gqa"])
+@pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "llama_gqa"])
 def test_uniform_during_cached_generation_is_an_error(name):
     fx, model = FIXTURES[name], _model(name, "eager")
     g = fx.grids[None]
@@ -121,7 +122,7 @@ def test_uniform_during_cached_generation_is_an_error(name):
     assert torch.equal(seq, want)
 
 
-@pytest.mark.parametrize("name", ["gpt2", "mistral"])
+@pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "mistral"])
 def test_head_means_and_contexts(name):
     fx, model, batch = FIXTURES[name], _model(name, "sdpa"), FIXTURES[name].inputs()
     g = fx.grids[None]
@@ -159,7 +160,8 @@ def test_pruned_equals_gated_and_the_reference(name, case):
         if not keep[site.layer]:
             assert site.query is None and isinstance(site.module, A.EmptyAttention)
             continue
-        assert site.query.weight.shape[-1 if name == "gpt2" else 0] == (3 if name == "gpt2" else 1) * len(
+        fused = name == "gpt2" or name in NEOX  # one projection holds q, k and v
+        assert site.query.weight.shape[-1 if name == "gpt2" else 0] == (3 if fused else 1) * len(
             keep[site.layer]) * g.head_dim
         if name in LLAMAS:
             assert site.key.weight.shape[0] == site.value.weight.shape[0] == len(kv_kept) * g.head_dim
@@ -186,7 +188,7 @@ def test_uneven_groups_need_the_gather(name):
             assert _diff(pruned(**batch).logits, want) > 1e-3
 
 
-@pytest.mark.parametrize("name", ["llama_gqa", "gpt2"])
+@pytest.mark.parametrize("name", ["llama_gqa", "gpt2", "gpt_neox"])
 def test_pruning_twice_is_pruning_the_union(name):
     fx, batch = FIXTURES[name], FIXTURES[name].inputs()
     g = fx.grids[None]
@@ -253,7 +255,7 @@ def test_attention_maps_equal_the_reference(name, impl):
 
 
 # ------------------------------------------------------------------ gradients and L0 gates
-@pytest.mark.parametrize("name", ["gpt2", "llama_gqa", "qwen2"])
+@pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "llama_gqa", "qwen2", "qwen3"])
 @pytest.mark.parametrize("how", ["zero", "uniform"])
 def test_gate_gradients_equal_the_reference(name, how):
     """d loss / d gates through the package's gates = autograd of the reference's LM loss (itself checked against
@@ -330,6 +332,11 @@ def test_head_parameters_follow_the_heads_through_pruning(name):
             w = sites[0].query.weight.detach()
             want_key = torch.cat([w[:, g.n_heads * d + h * d:g.n_heads * d + (h + 1) * d].t().reshape(-1),
                                   sites[0].query.bias.detach()[g.n_heads * d + h * d:g.n_heads * d + (h + 1) * d]])
+        elif name in NEOX:  # rows head by head: head h's key block at h*3d + d : h*3d + 2d
+            rows = slice(3 * h * d + d, 3 * h * d + 2 * d)
+            want_key = sites[0].query.weight.detach()[rows].reshape(-1)
+            if sites[0].query.bias is not None:
+                want_key = torch.cat([want_key, sites[0].query.bias.detach()[rows]])
         else:
             kv = g.kv_head_of(h)
             want_key = sites[0].key.weight.detach()[kv * d:(kv + 1) * d].reshape(-1)
@@ -344,7 +351,7 @@ def test_head_parameters_follow_the_heads_through_pruning(name):
             assert all(torch.equal(before[p], after[p]) for p in ("query", "key", "value", "output"))
 
 
-@pytest.mark.parametrize("name", ["llama_gqa", "gpt2"])
+@pytest.mark.parametrize("name", ["llama_gqa", "gpt2", "gpt_neox"])
 def test_head_weights_read_each_heads_own_rows(name):
     """``head_weights.relative_change`` through the adapter: a change to one key/value head's rows moves exactly the
     query heads of its group (GQA), a change to one head's block of GPT-2's fused ``c_attn`` moves that head only."""
@@ -360,6 +367,9 @@ def test_head_weights_read_each_heads_own_rows(name):
             w = after.transformer.h[1].attn.c_attn.weight
             w[:, 2 * g.n_heads * d + 3 * d: 2 * g.n_heads * d + 4 * d] += 1.0  # the value block of head 3
             moved = {(1, 3)}
+        elif name in NEOX:  # query_key_value's rows head by head: head 2's value block at 2*3d + 2d
+            after.gpt_neox.layers[1].attention.query_key_value.weight[6 * d + 2 * d: 9 * d] += 1.0
+            moved = {(1, 2)}
         else:
             after.model.layers[1].self_attn.v_proj.weight[d:2 * d] += 1.0  # key/value head 1
             moved = {(1, h) for h in range(g.n_heads) if g.kv_head_of(h) == 1}

@@ -58,7 +58,8 @@ def _ablations(fx, how, gate=0.0, means=None) -> dict | R.Ablation:
 
 # ------------------------------------------------------------------ where each family's heads are (test side only)
 def _attention(model, family, kind, layer):
-    """(query projection, output projection, layout) of one attention layer; layout "linear" or "conv1d"."""
+    """(query projection, output projection, layout) of one attention layer; layout "linear", "conv1d" or "neox"
+    (a Linear output projection; the query rows of head h at h*3d:h*3d+d of the fused projection)."""
     if family in ("bert", "roberta"):
         a = model.base_model.encoder.layer[layer].attention
         return a.self.query, a.output.dense, "linear"
@@ -72,7 +73,10 @@ def _attention(model, family, kind, layer):
     if family == "gpt2":
         a = model.transformer.h[layer].attn
         return a.c_attn, a.c_proj, "conv1d"
-    if family in ("llama", "mistral", "qwen2"):
+    if family == "gpt_neox":
+        a = model.gpt_neox.layers[layer].attention
+        return a.query_key_value, a.dense, "neox"  # rows head by head: head h's q | k | v at h*3d:(h+1)*3d
+    if family in ("llama", "mistral", "qwen2", "qwen3"):
         a = model.model.layers[layer].self_attn
         return a.q_proj, a.o_proj, "linear"
     if family == "t5":
@@ -93,8 +97,9 @@ def _edit_output(model, fx, kind, layer, head, gate, mean=None):
     d = fx.grids[kind].head_dim
     s = slice(head * d, (head + 1) * d)
     with torch.no_grad():
-        cols = (o.weight[:, s] if layout == "linear" else o.weight[s, :].T).clone()  # [out, head_dim]
-        if layout == "linear":
+        linear = layout != "conv1d"
+        cols = (o.weight[:, s] if linear else o.weight[s, :].T).clone()  # [out, head_dim]
+        if linear:
             o.weight[:, s] *= gate
         else:
             o.weight[s, :] *= gate
@@ -109,9 +114,9 @@ def _edit_output(model, fx, kind, layer, head, gate, mean=None):
 def _zero_query(model, fx, kind, layer, head):
     q, _, layout = _attention(model, fx.family, kind, layer)
     d = fx.grids[kind].head_dim
-    s = slice(head * d, (head + 1) * d)
+    s = slice(head * d, (head + 1) * d) if layout != "neox" else slice(3 * head * d, (3 * head + 1) * d)
     with torch.no_grad():
-        if layout == "linear":
+        if layout in ("linear", "neox"):
             q.weight[s, :] = 0
         else:
             q.weight[:, s] = 0  # GPT-2: the query is the first third of c_attn's columns

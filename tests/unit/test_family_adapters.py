@@ -25,6 +25,7 @@ FAMILY_ATTRS = {
     "num_key_value_heads", "attention_head_size", "all_head_size", "num_hidden_layers", "intermediate_size",
     "feed_forward_chunk", "LayerNorm", "position_embedding_type", "dense", "encoder_ffn_dim",
     "SelfAttention", "EncDecAttention", "relative_attention_bias", "has_relative_attention_bias", "d_kv",
+    "query_key_value", "q_norm", "k_norm", "use_parallel_residual", "rotary_ndims",
 }
 # Paths through a family's module tree (``parent.attr``).
 FAMILY_PATHS = {("attention", "self"), ("attention", "output"), ("encoder", "layer"), ("encoder", "layers"),
@@ -95,16 +96,16 @@ def test_a_bert_laid_out_model_of_another_model_type_is_taken_by_its_layout():
 
 
 def test_unsupported_architecture_names_the_supported_families():
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    from transformers import OPTConfig, OPTForCausalLM
 
-    cfg = GPTNeoXConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=20, max_position_embeddings=32)
-    model = GPTNeoXForCausalLM(cfg)
+    cfg = OPTConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, ffn_dim=20,
+                    max_position_embeddings=32, word_embed_proj_dim=16)
+    model = OPTForCausalLM(cfg)
     for call in (lambda: architecture.attention_sites(model), lambda: architecture.head_shape(cfg)):
         with pytest.raises(architecture.UnsupportedArchitectureError) as err:
             call()
         msg = str(err.value)
-        assert "gpt_neox" in msg
+        assert "(opt)" in msg
         for family in registry.FAMILIES:
             assert family.name in msg
         assert "bert" in msg and "distilbert" in msg and "marian" in msg
@@ -140,19 +141,21 @@ def test_adapters_declare_what_their_heads_are():
     assert torch.equal(architecture.present_mask(model), torch.ones(3, 4))
 
 
-@pytest.mark.parametrize("config_class, family, kv", [("GPT2Config", "gpt2", 4), ("LlamaConfig", "llama", 2),
-                                                      ("MistralConfig", "llama", 2), ("Qwen2Config", "llama", 2)])
+@pytest.mark.parametrize("config_class, family, kv", [("GPT2Config", "gpt2", 4), ("GPTNeoXConfig", "gpt_neox", 4),
+                                                      ("LlamaConfig", "llama", 2), ("MistralConfig", "llama", 2),
+                                                      ("Qwen2Config", "llama", 2), ("Qwen3Config", "llama", 2)])
 def test_causal_lm_configs_find_their_adapter(config_class, family, kv):
     import transformers
 
-    sizes = (dict(n_layer=3, n_head=4, n_embd=16) if family == "gpt2" else
-             dict(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, hidden_size=16))
+    sizes = {"gpt2": dict(n_layer=3, n_head=4, n_embd=16),
+             "gpt_neox": dict(num_hidden_layers=3, num_attention_heads=4, hidden_size=16)}.get(
+        family, dict(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, hidden_size=16))
     cfg = getattr(transformers, config_class)(vocab_size=50, **sizes)
     adapter = architecture.family_of(cfg)
     assert adapter.name == family and adapter.causal_kinds == (None,)
     assert architecture.head_shape(cfg) == (3, 4) and architecture.kv_shape(cfg) == (3, kv)
     assert architecture.kv_head_of(cfg) == [h * kv // 4 for h in range(4)]
-    assert adapter.projections == ("fused" if family == "gpt2" else "separate")
+    assert adapter.projections == ("separate" if family == "llama" else "fused")
     assert adapter.linear == ("Conv1D" if family == "gpt2" else "Linear")
 
 

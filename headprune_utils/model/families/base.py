@@ -72,7 +72,9 @@ class EmptyAttention(nn.Module):
         self.cache_layer_idx = cache_layer_idx
 
     def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
-        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        # the KV cache, by the keyword the family's layer passes it under (GPT-NeoX: layer_past)
+        cache = next((kwargs[k] for k in ("cache", "past_key_values", "layer_past") if kwargs.get(k) is not None),
+                     None)
         if self.cache_layer_idx is not None and cache is not None:
             self_cache = getattr(cache, "self_attention_cache", cache)
             placeholder = hidden_states.new_zeros(hidden_states.shape[0], 1, hidden_states.shape[1], 1)

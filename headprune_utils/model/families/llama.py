@@ -1,4 +1,4 @@
-"""The Llama family: Llama, Mistral and Qwen2 causal LMs (grouped-query attention, rotary positions).
+"""The Llama family: Llama, Mistral, Qwen2 and Qwen3 causal LMs (grouped-query attention, rotary positions).
 
 Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_heads * head_dim`` rows),
 ``k_proj`` / ``v_proj`` (``num_key_value_heads * head_dim`` rows each) and ``o_proj`` INSIDE the module. One grid,
@@ -6,6 +6,9 @@ Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_h
 ``h // (n_query_heads / n_kv_heads)``. Causal; rotary positions applied to q and k inside the module (the angles
 come in as ``position_embeddings``); Mistral's every layer and Qwen2's ``"sliding_attention"`` layers see only
 the last ``sliding_window`` keys (key ``j`` visible from query ``i`` when ``i - sliding_window < j <= i``).
+Qwen3 RMS-normalises each query and key head over its ``head_dim`` (``q_norm``, ``k_norm``: one weight of
+``head_dim`` shared by the heads of a layer) before rotary: per head, so a head's scores stay its own and pruning
+leaves the norms as they are.
 
 Physical pruning removes the query heads' rows of ``q_proj`` and columns of ``o_proj``, and the rows of a
 key/value head in ``k_proj`` / ``v_proj`` once no kept query head reads it. The groups left may be uneven (3 query
@@ -79,6 +82,8 @@ class GroupedQueryAttention(nn.Module):
         self.modeling_name = getattr(original, "modeling_name", type(original).__module__)
         self.num_key_value_groups = 1  # the attention function gets one key/value head per query head
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
+        # Qwen3: an RMSNorm over each head's head_dim (shared by the heads, so kept whole); None elsewhere
+        self.q_norm, self.k_norm = getattr(original, "q_norm", None), getattr(original, "k_norm", None)
         self.register_buffer("kv_index", kv_index.to(torch.long).to(q_proj.weight.device), persistent=False)
         self.num_heads = len(kv_index)
         self.num_key_value_heads = k_proj.out_features // head_dim
@@ -90,8 +95,11 @@ class GroupedQueryAttention(nn.Module):
         modeling = _modeling(self.modeling_name)
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        query_states = self.q_proj(hidden_states).view(hidden_shape)
+        key_states = self.k_proj(hidden_states).view(hidden_shape)
+        if self.q_norm is not None:
+            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
+        query_states, key_states = query_states.transpose(1, 2), key_states.transpose(1, 2)
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         cos, sin = position_embeddings
         query_states, key_states = modeling.apply_rotary_pos_emb(query_states, key_states, cos, sin)
@@ -113,7 +121,7 @@ class GroupedQueryAttention(nn.Module):
 
 class LlamaFamily(Family):
     name = "llama"
-    model_types = ("llama", "mistral", "qwen2")
+    model_types = ("llama", "mistral", "qwen2", "qwen3")
     projections = "separate"
     linear = "Linear"
     positions = "rotary"
@@ -148,6 +156,9 @@ class LlamaFamily(Family):
 
     def queries_keys(self, site, query_out, key_out, call_kwargs):
         q, k = super().queries_keys(site, query_out, key_out, call_kwargs)
+        q_norm, k_norm = getattr(site.module, "q_norm", None), getattr(site.module, "k_norm", None)
+        if q_norm is not None:  # Qwen3: each head RMS-normed over head_dim, before rotary
+            q, k = q_norm(q), k_norm(k)
         cos, sin = (call_kwargs or {}).get("position_embeddings", (None, None))
         if cos is None:
             raise ValueError(f"layer {site.layer}: the attention module was called without position_embeddings "
