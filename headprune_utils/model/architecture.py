@@ -1,10 +1,11 @@
 """Where the attention heads live, asked of the model's family adapter (``families``).
 
 Supported families (one adapter each, ``families/``): BERT-type encoders (BERT, RoBERTa, ELECTRA, XLM-RoBERTa,
-CamemBERT, MiniLM) and DistilBERT (one grid of heads each), Marian and BART (encoder-decoders, three grids), and
-the causal LMs GPT-2, GPT-NeoX and the Llama family (Llama, Mistral, Qwen2, Qwen3; one grid of QUERY heads each;
-grouped-query attention's key/value heads are derived structure: :func:`kv_head_of`, :func:`kv_shape`), ModernBERT (one grid;
-rotary, local and global layers), and T5 (an encoder-decoder, three grids; per-head relative position bias).
+CamemBERT, MiniLM) and DistilBERT (one grid of heads each), Marian and BART (encoder-decoders, three grids), and the
+causal LMs GPT-2, GPT-NeoX and the Llama family (Llama, Mistral, Qwen2, Qwen3, Gemma; one grid of QUERY heads each;
+grouped-query attention's key/value heads are derived structure: :func:`kv_head_of`, :func:`kv_shape`), ModernBERT
+(one grid; rotary, local and global layers), and T5 (an encoder-decoder, three grids; per-head relative position
+bias).
 
 Encoder-decoders have one grid per attention type, named by :data:`SEQ2SEQ_KINDS`: ``"enc"`` (encoder
 self-attention), ``"dec"`` (decoder self-attention, causal) and ``"cross"`` (encoder-decoder attention). For these
@@ -167,7 +168,8 @@ def head_shape(config_or_model, kind: AttentionKind | None = None):
 
 def kv_shape(config_or_model, kind: AttentionKind | None = None) -> tuple[int, int]:
     """``(n_layers, n_kv_heads)`` of grid ``kind`` of the original model: key/value heads per layer (as many as
-    query heads unless the family groups query heads on shared key/value heads, e.g. Llama, Mistral, Qwen2, Qwen3)."""
+    query heads unless the family groups query heads on shared key/value heads, e.g. Llama, Mistral, Qwen2, Qwen3,
+    Gemma)."""
     cfg = getattr(config_or_model, "config", config_or_model)
     _check_kind(config_or_model, kind)
     family = family_of(config_or_model)

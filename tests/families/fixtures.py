@@ -220,6 +220,22 @@ def _qwen3():
                           pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
+def _gemma():
+    return tf.GemmaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=64,
+                          pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _gemma3():
+    return tf.Gemma3TextConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                               num_attention_heads=4, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=12,
+                               max_position_embeddings=64, sliding_window=3,
+                               layer_types=["sliding_attention", "full_attention"],
+                               rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                                "full_attention": {"rope_type": "default", "rope_theta": 1e6}},
+                               final_logit_softcapping=30.0, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
 def _t5():
     return tf.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_decoder_layers=2,
                        num_heads=4, relative_attention_num_buckets=8, relative_attention_max_distance=16,
@@ -284,6 +300,17 @@ _ALL = [
             causal_lm=True, atol=_LOOSE, positions="rotary",
             notes="an RMSNorm over each query and key head (q_norm, k_norm: one weight of head_dim shared by the "
                   "heads) before rotary; layer 1 a sliding window of 3"),
+    Fixture("gemma", "gemma", tf.GemmaForCausalLM, _gemma, _one(Grid(2, 4, 1, 8, causal=True)), causal_lm=True,
+            atol=5 * _LOOSE, positions="rotary",
+            notes="4 query heads on 1 key/value head; embeddings scaled by sqrt(hidden); norms of weight 1 + w "
+                  "(atol 5e-5: the scaled embeddings make the activations larger and HF rounds its norms, rotary "
+                  "angles, softmax and embedding scale through float32; with those four in float64 the reference "
+                  "and HF agree to 2e-6, checked by hand)"),
+    Fixture("gemma3", "gemma3_text", tf.Gemma3ForCausalLM, _gemma3,
+            _one(Grid(2, 4, 2, 8, causal=True, windows=(2, None))), causal_lm=True, atol=5 * _LOOSE,
+            positions="rotary",
+            notes="per-head query/key norms; scores scaled by 12^-1/2; layer 0 a sliding window of 3 (rotary base "
+                  "1e4), layer 1 global (base 1e6); sandwich norms; final logits soft-capped at 30 (atol as gemma's)"),
     Fixture("t5", "t5", tf.T5ForConditionalGeneration, _t5, _seq2seq_grids(), encoder_decoder=True,
             atol=5 * _LOOSE, pad_token_id=0, positions="relative_bias",
             notes="relative bias from the first layer of each stack, reused by the later layers; no 1/sqrt(d)"),

@@ -488,6 +488,67 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
     return Trace(F.linear(h, model.lm_head.weight), {None: layers})
 
 
+# ------------------------------------------------------------------------------------------------ Gemma
+def gemma_norm(x, weight, eps):
+    """Gemma's RMSNorm: the weight is an offset from 1 (``(1 + weight) * x / rms(x)``)."""
+    return rms_norm(x, 1.0 + weight, eps)
+
+
+def _gemma_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None) -> Trace:
+    """Gemma (1) and Gemma 3's text model: Llama-shaped attention (grouped-query, rotary) with the embeddings scaled
+    by sqrt(hidden), RMSNorms of weight (1 + w), GeGLU feed-forward; Gemma 3 adds per-head query/key norms, scores
+    scaled by query_pre_attn_scalar^-1/2, a norm after the attention and around the feed-forward ("sandwich"), and
+    per layer type a sliding window and its own rotary base."""
+    cfg = model.config
+    gemma3 = cfg.model_type == "gemma3_text"
+    heads = llama_heads(model) if heads is None else heads
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    n = ids.shape[1]
+    positions = torch.arange(n)
+    act = activation(cfg.hidden_activation if gemma3 else cfg.hidden_act)
+    eps = cfg.rms_norm_eps
+    ablation = _grid_ablation(ablations, None)
+    h = model.model.embed_tokens.weight[ids] * math.sqrt(cfg.hidden_size)
+    layers = []
+    for i, (layer, w) in enumerate(zip(model.model.layers, heads)):
+        kind = cfg.layer_types[i] if gemma3 else None
+        rope = cfg.rope_parameters[kind] if gemma3 else cfg.rope_parameters
+        if rope.get("rope_type", "default") != "default":
+            raise ValueError(f"rope_type {rope['rope_type']!r}: the reference does default rotary only")
+        window = cfg.sliding_window - 1 if kind == "sliding_attention" else None
+        x = gemma_norm(h, layer.input_layernorm.weight, eps)
+        if w.n_heads == 0:
+            layers.append(None)
+            attn_out = torch.zeros_like(h) if w.o_bias is None else w.o_bias.expand_as(h)
+        else:
+            d = w.head_dim
+            q, k = split_heads(F.linear(x, w.q, w.q_bias), d), split_heads(F.linear(x, w.k, w.k_bias), d)
+            if w.q_norm is not None:
+                q, k = gemma_norm(q, w.q_norm, eps), gemma_norm(k, w.k_norm, eps)
+            q, k = rotary(q, positions, rope["rope_theta"]), rotary(k, positions, rope["rope_theta"])
+            v = split_heads(F.linear(x, w.v, w.v_bias), d)
+            scale = cfg.query_pre_attn_scalar ** -0.5 if gemma3 else d ** -0.5
+            t = attend(q, k, v, visible_keys(mask, n, causal=True, window=window), scale=scale,
+                       kv_of_query=w.kv_of_query, ablation=ablation, layer=i)
+            layers.append(t)
+            attn_out = F.linear(merge(t), w.o, w.o_bias)
+        m = layer.mlp
+        ffn = lambda y: lin(act(lin(y, m.gate_proj)) * lin(y, m.up_proj), m.down_proj)
+        if gemma3:
+            h = h + gemma_norm(attn_out, layer.post_attention_layernorm.weight, eps)
+            h = h + gemma_norm(ffn(gemma_norm(h, layer.pre_feedforward_layernorm.weight, eps)),
+                               layer.post_feedforward_layernorm.weight, eps)
+        else:
+            h = h + attn_out
+            h = h + ffn(gemma_norm(h, layer.post_attention_layernorm.weight, eps))
+    h = gemma_norm(h, model.model.norm.weight, eps)
+    logits = F.linear(h, model.lm_head.weight)
+    cap = getattr(cfg, "final_logit_softcapping", None)
+    if cap is not None:
+        logits = torch.tanh(logits / cap) * cap
+    return Trace(logits, {None: layers})
+
+
 # ------------------------------------------------------------------------------------------------ T5
 def t5_bucket(relative, *, bidirectional: bool, num_buckets: int, max_distance: int):
     """T5's relative position buckets (relative = key position - query position). Half the buckets per
@@ -612,7 +673,7 @@ _FAMILIES = {
     "bert": _bert_like, "roberta": _bert_like, "distilbert": _distilbert, "bart": _bart_like,
     "marian": _bart_like, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_like, "mistral": _llama_like,
     "qwen2": _llama_like,
-    "qwen3": _llama_like,
+    "qwen3": _llama_like, "gemma": _gemma_like, "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,
 }
 FAMILIES = tuple(_FAMILIES)
@@ -651,7 +712,8 @@ def pruned_llama_forward(model, inputs: dict, keep: dict[int, list[int]]) -> Tra
     not in ``keep`` whole): rows of q and columns of o removed, key/value heads no kept head reads removed,
     uneven groups computed as they are. ``trace.grids[None][layer]`` is None for a layer left with no head."""
     heads = [prune_llama_heads(w, keep[i]) if i in keep else w for i, w in enumerate(llama_heads(model))]
-    return _llama_like(model, inputs, None, heads=heads)
+    forward_of = _gemma_like if model.config.model_type in ("gemma", "gemma3_text") else _llama_like
+    return forward_of(model, inputs, None, heads=heads)
 
 
 def head_means(model, inputs: dict) -> dict:

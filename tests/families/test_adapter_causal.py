@@ -19,7 +19,7 @@ from headprune_utils.model.pruning import count_attention_params, kv_mask_to_hea
 from . import reference as R
 from .fixtures import FIXTURES
 
-LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "qwen2", "qwen3")
+LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "qwen2", "qwen3", "gemma", "gemma3")
 NEOX = ("gpt_neox", "gpt_neox_sequential")
 CAUSAL = ("gpt2",) + NEOX + LLAMAS
 FAMILY_OF = {"gpt2": "gpt2", "gpt_neox": "gpt_neox", "gpt_neox_sequential": "gpt_neox"}  # the rest: "llama"
@@ -84,6 +84,18 @@ def test_unsupported_architecture_lists_the_causal_families():
         A.head_shape(cfg)
     for word in ("gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "modernbert"):
         assert word in str(err.value)
+
+
+def test_a_bidirectional_gemma_is_refused():
+    """EmbeddingGemma-style configs (``use_bidirectional_attention``) attend both ways; the adapter's keys are causal,
+    so it says so instead of gating or mapping with the wrong visible keys."""
+    import transformers as tf
+
+    cfg = FIXTURES["gemma3"].config()
+    cfg.use_bidirectional_attention = True
+    model = tf.Gemma3ForCausalLM(cfg)
+    with pytest.raises(A.UnsupportedArchitectureError, match="use_bidirectional_attention"):
+        A.attention_sites(model)
 
 
 # ------------------------------------------------------------------ gates = reference
@@ -184,7 +196,7 @@ def test_uneven_groups_need_the_gather(name):
             n_kv = attn.num_key_value_heads
             # even groups over the kept heads, as repeat_kv would pair them
             attn.kv_index = torch.arange(attn.num_heads) * n_kv // attn.num_heads
-        if name != "llama_mqa":  # one key/value head: every pairing is the same
+        if g.n_kv_heads > 1:  # one key/value head (llama_mqa, gemma): every pairing is the same
             assert _diff(pruned(**batch).logits, want) > 1e-3
 
 

@@ -25,7 +25,8 @@ FAMILY_ATTRS = {
     "num_key_value_heads", "attention_head_size", "all_head_size", "num_hidden_layers", "intermediate_size",
     "feed_forward_chunk", "LayerNorm", "position_embedding_type", "dense", "encoder_ffn_dim",
     "SelfAttention", "EncDecAttention", "relative_attention_bias", "has_relative_attention_bias", "d_kv",
-    "query_key_value", "q_norm", "k_norm", "use_parallel_residual", "rotary_ndims",
+    "query_key_value", "q_norm", "k_norm", "use_parallel_residual", "rotary_ndims", "query_pre_attn_scalar",
+    "use_bidirectional_attention",
 }
 # Paths through a family's module tree (``parent.attr``).
 FAMILY_PATHS = {("attention", "self"), ("attention", "output"), ("encoder", "layer"), ("encoder", "layers"),
@@ -143,7 +144,8 @@ def test_adapters_declare_what_their_heads_are():
 
 @pytest.mark.parametrize("config_class, family, kv", [("GPT2Config", "gpt2", 4), ("GPTNeoXConfig", "gpt_neox", 4),
                                                       ("LlamaConfig", "llama", 2), ("MistralConfig", "llama", 2),
-                                                      ("Qwen2Config", "llama", 2), ("Qwen3Config", "llama", 2)])
+                                                      ("Qwen2Config", "llama", 2), ("Qwen3Config", "llama", 2),
+                                                      ("GemmaConfig", "llama", 2), ("Gemma3TextConfig", "llama", 2)])
 def test_causal_lm_configs_find_their_adapter(config_class, family, kv):
     import transformers
 

@@ -1,4 +1,4 @@
-"""The Llama family: Llama, Mistral, Qwen2 and Qwen3 causal LMs (grouped-query attention, rotary positions).
+"""The Llama family: Llama, Mistral, Qwen2, Qwen3, Gemma and Gemma 3 causal LMs (grouped-query attention, rotary).
 
 Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_heads * head_dim`` rows),
 ``k_proj`` / ``v_proj`` (``num_key_value_heads * head_dim`` rows each) and ``o_proj`` INSIDE the module. One grid,
@@ -6,9 +6,13 @@ Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_h
 ``h // (n_query_heads / n_kv_heads)``. Causal; rotary positions applied to q and k inside the module (the angles
 come in as ``position_embeddings``); Mistral's every layer and Qwen2's ``"sliding_attention"`` layers see only
 the last ``sliding_window`` keys (key ``j`` visible from query ``i`` when ``i - sliding_window < j <= i``).
-Qwen3 RMS-normalises each query and key head over its ``head_dim`` (``q_norm``, ``k_norm``: one weight of
-``head_dim`` shared by the heads of a layer) before rotary: per head, so a head's scores stay its own and pruning
-leaves the norms as they are.
+Qwen3 and Gemma 3 RMS-normalise each query and key head over its ``head_dim`` (``q_norm``, ``k_norm``: one weight
+of ``head_dim`` shared by the heads of a layer) before rotary: per head, so a head's scores stay its own and pruning
+leaves the norms as they are. Gemma 3 scales the scores by ``query_pre_attn_scalar ** -0.5`` (the module's
+``scaling``, which the pruned layer and the attention maps use) and alternates sliding-window and global layers
+(``layer_types``); its bidirectional variant (``use_bidirectional_attention``, e.g. EmbeddingGemma) is refused, as
+the adapter's keys are causal. What Gemma does around the attention (scaled embeddings, norms of weight 1 + w,
+norms after the attention, a soft-capped output) the adapter never touches.
 
 Physical pruning removes the query heads' rows of ``q_proj`` and columns of ``o_proj``, and the rows of a
 key/value head in ``k_proj`` / ``v_proj`` once no kept query head reads it. The groups left may be uneven (3 query
@@ -28,7 +32,7 @@ import torch
 from torch import nn
 
 from headprune_utils.model.families.base import (
-    AttentionSite, CostDims, EmptyAttention, Family, base_model, slice_linear,
+    AttentionSite, CostDims, EmptyAttention, Family, UnsupportedArchitectureError, base_model, slice_linear,
 )
 
 # the attention function and rotary of a family's modelling module (looked up where the module was defined)
@@ -82,7 +86,7 @@ class GroupedQueryAttention(nn.Module):
         self.modeling_name = getattr(original, "modeling_name", type(original).__module__)
         self.num_key_value_groups = 1  # the attention function gets one key/value head per query head
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
-        # Qwen3: an RMSNorm over each head's head_dim (shared by the heads, so kept whole); None elsewhere
+        # Qwen3, Gemma 3: an RMSNorm over each head's head_dim (shared by the heads, so kept whole); None elsewhere
         self.q_norm, self.k_norm = getattr(original, "q_norm", None), getattr(original, "k_norm", None)
         self.register_buffer("kv_index", kv_index.to(torch.long).to(q_proj.weight.device), persistent=False)
         self.num_heads = len(kv_index)
@@ -121,7 +125,7 @@ class GroupedQueryAttention(nn.Module):
 
 class LlamaFamily(Family):
     name = "llama"
-    model_types = ("llama", "mistral", "qwen2", "qwen3")
+    model_types = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma3_text")
     projections = "separate"
     linear = "Linear"
     positions = "rotary"
@@ -135,6 +139,10 @@ class LlamaFamily(Family):
 
     def sites(self, model, kind):
         cfg = model.config
+        if getattr(cfg, "use_bidirectional_attention", None):
+            raise UnsupportedArchitectureError(
+                f"{cfg.model_type} with use_bidirectional_attention=True (an encoder, e.g. EmbeddingGemma) is not "
+                "supported: the llama adapter's queries see only earlier keys")
         sites = []
         for i, layer in enumerate(_layers(model)):
             a = layer.self_attn
@@ -157,7 +165,7 @@ class LlamaFamily(Family):
     def queries_keys(self, site, query_out, key_out, call_kwargs):
         q, k = super().queries_keys(site, query_out, key_out, call_kwargs)
         q_norm, k_norm = getattr(site.module, "q_norm", None), getattr(site.module, "k_norm", None)
-        if q_norm is not None:  # Qwen3: each head RMS-normed over head_dim, before rotary
+        if q_norm is not None:  # Qwen3, Gemma 3: each head RMS-normed over head_dim, before rotary
             q, k = q_norm(q), k_norm(k)
         cos, sin = (call_kwargs or {}).get("position_embeddings", (None, None))
         if cos is None:
