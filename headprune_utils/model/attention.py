@@ -185,6 +185,9 @@ def _causal_probs(model, family, site, q, k, call, key_mask, n_present: int, dty
     q4, k4 = q4.to(dtype), k4.to(dtype)
     k4 = k4.index_select(1, family.site_kv_index(site, n_present).to(k4.device))  # one key head per query head
     scores = torch.matmul(q4, k4.transpose(-1, -2)) * family.score_scale(site)
+    cap = family.score_softcap(site)
+    if cap is not None:  # Gemma 2: the scaled scores soft-capped before the mask
+        scores = torch.tanh(scores / cap) * cap
     bias = family.score_bias(site, call)
     if bias is not None:
         scores = scores + bias.to(device=scores.device, dtype=dtype)

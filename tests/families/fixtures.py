@@ -226,6 +226,14 @@ def _gemma():
                           pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
+def _gemma2():
+    return tf.Gemma2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=12,
+                           max_position_embeddings=64, sliding_window=3,
+                           layer_types=["sliding_attention", "full_attention"], attn_logit_softcapping=4.0,
+                           final_logit_softcapping=30.0, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
 def _gemma3():
     return tf.Gemma3TextConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                                num_attention_heads=4, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=12,
@@ -306,6 +314,12 @@ _ALL = [
                   "(atol 5e-5: the scaled embeddings make the activations larger and HF rounds its norms, rotary "
                   "angles, softmax and embedding scale through float32; with those four in float64 the reference "
                   "and HF agree to 2e-6, checked by hand)"),
+    Fixture("gemma2", "gemma2", tf.Gemma2ForCausalLM, _gemma2,
+            _one(Grid(2, 4, 2, 8, causal=True, windows=(2, None))), causal_lm=True, atol=5 * _LOOSE,
+            positions="rotary", attn_implementations=("eager",),
+            notes="attention scores soft-capped at 4 (so the cap bites on these weights); scores scaled by 12^-1/2; "
+                  "layer 0 a sliding window of 3, layer 1 global; sandwich norms; eager only (HF's sdpa has no "
+                  "soft cap); atol as gemma's"),
     Fixture("gemma3", "gemma3_text", tf.Gemma3ForCausalLM, _gemma3,
             _one(Grid(2, 4, 2, 8, causal=True, windows=(2, None))), causal_lm=True, atol=5 * _LOOSE,
             positions="rotary",

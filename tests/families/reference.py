@@ -80,12 +80,13 @@ class Trace:
 
 # ------------------------------------------------------------------------------------------------ one attention
 def attend(q, k, v, visible, *, scale: float, bias=None, kv_of_query=None, ablation: Ablation | None = None,
-           layer: int = 0) -> LayerTrace:
+           layer: int = 0, softcap: float | None = None) -> LayerTrace:
     """Scaled dot-product attention of every head, then the ablation of ``layer``'s heads.
 
     q: ``[batch, heads, queries, head_dim]``; k, v: ``[batch, kv_heads, keys, head_dim]``;
     visible: ``[batch, queries, keys]`` bool; bias: ``[heads, queries, keys]`` added to the scores (T5) or None;
-    kv_of_query: ``[heads]`` which key/value head each query head reads (default: even groups, head // group).
+    kv_of_query: ``[heads]`` which key/value head each query head reads (default: even groups, head // group);
+    softcap: the scaled scores become ``softcap * tanh(scores / softcap)`` (Gemma 2), before the bias and the mask.
     """
     n_heads, n_kv = q.shape[1], k.shape[1]
     if ablation is not None and ablation.gates.shape[1] != n_heads:
@@ -96,6 +97,8 @@ def attend(q, k, v, visible, *, scale: float, bias=None, kv_of_query=None, ablat
         raise ValueError("a query position sees no key at all: its attention is undefined")
     k, v = k[:, kv_of_query], v[:, kv_of_query]  # each query head with its own key/value head
     scores = (q @ k.transpose(-1, -2)) * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
     if bias is not None:
         scores = scores + bias
     scores = scores.masked_fill(~visible[:, None], float("-inf"))
@@ -495,23 +498,26 @@ def gemma_norm(x, weight, eps):
 
 
 def _gemma_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None) -> Trace:
-    """Gemma (1) and Gemma 3's text model: Llama-shaped attention (grouped-query, rotary) with the embeddings scaled
-    by sqrt(hidden), RMSNorms of weight (1 + w), GeGLU feed-forward; Gemma 3 adds per-head query/key norms, scores
-    scaled by query_pre_attn_scalar^-1/2, a norm after the attention and around the feed-forward ("sandwich"), and
-    per layer type a sliding window and its own rotary base."""
+    """Gemma (1), Gemma 2 and Gemma 3's text model: Llama-shaped attention (grouped-query, rotary) with the embeddings
+    scaled by sqrt(hidden), RMSNorms of weight (1 + w), GeGLU feed-forward; Gemma 2 and 3 add scores scaled by
+    query_pre_attn_scalar^-1/2, a norm after the attention and around the feed-forward ("sandwich"), per layer type
+    a sliding window; Gemma 2 soft-caps the attention scores; Gemma 3 adds per-head query/key norms and a rotary
+    base per layer type."""
     cfg = model.config
     gemma3 = cfg.model_type == "gemma3_text"
+    later = cfg.model_type in ("gemma2", "gemma3_text")  # sandwich norms, score scalar, layer types
+    softcap = cfg.attn_logit_softcapping if cfg.model_type == "gemma2" else None
     heads = llama_heads(model) if heads is None else heads
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
     n = ids.shape[1]
     positions = torch.arange(n)
-    act = activation(cfg.hidden_activation if gemma3 else cfg.hidden_act)
+    act = activation(cfg.hidden_activation if later else cfg.hidden_act)
     eps = cfg.rms_norm_eps
     ablation = _grid_ablation(ablations, None)
     h = model.model.embed_tokens.weight[ids] * math.sqrt(cfg.hidden_size)
     layers = []
     for i, (layer, w) in enumerate(zip(model.model.layers, heads)):
-        kind = cfg.layer_types[i] if gemma3 else None
+        kind = cfg.layer_types[i] if later else None
         rope = cfg.rope_parameters[kind] if gemma3 else cfg.rope_parameters
         if rope.get("rope_type", "default") != "default":
             raise ValueError(f"rope_type {rope['rope_type']!r}: the reference does default rotary only")
@@ -527,14 +533,14 @@ def _gemma_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
                 q, k = gemma_norm(q, w.q_norm, eps), gemma_norm(k, w.k_norm, eps)
             q, k = rotary(q, positions, rope["rope_theta"]), rotary(k, positions, rope["rope_theta"])
             v = split_heads(F.linear(x, w.v, w.v_bias), d)
-            scale = cfg.query_pre_attn_scalar ** -0.5 if gemma3 else d ** -0.5
+            scale = cfg.query_pre_attn_scalar ** -0.5 if later else d ** -0.5
             t = attend(q, k, v, visible_keys(mask, n, causal=True, window=window), scale=scale,
-                       kv_of_query=w.kv_of_query, ablation=ablation, layer=i)
+                       kv_of_query=w.kv_of_query, ablation=ablation, layer=i, softcap=softcap)
             layers.append(t)
             attn_out = F.linear(merge(t), w.o, w.o_bias)
         m = layer.mlp
         ffn = lambda y: lin(act(lin(y, m.gate_proj)) * lin(y, m.up_proj), m.down_proj)
-        if gemma3:
+        if later:
             h = h + gemma_norm(attn_out, layer.post_attention_layernorm.weight, eps)
             h = h + gemma_norm(ffn(gemma_norm(h, layer.pre_feedforward_layernorm.weight, eps)),
                                layer.post_feedforward_layernorm.weight, eps)
@@ -673,7 +679,8 @@ _FAMILIES = {
     "bert": _bert_like, "roberta": _bert_like, "distilbert": _distilbert, "bart": _bart_like,
     "marian": _bart_like, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_like, "mistral": _llama_like,
     "qwen2": _llama_like,
-    "qwen3": _llama_like, "gemma": _gemma_like, "gemma3_text": _gemma_like,
+    "qwen3": _llama_like, "gemma": _gemma_like, "gemma2": _gemma_like,
+    "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,
 }
 FAMILIES = tuple(_FAMILIES)
@@ -712,7 +719,7 @@ def pruned_llama_forward(model, inputs: dict, keep: dict[int, list[int]]) -> Tra
     not in ``keep`` whole): rows of q and columns of o removed, key/value heads no kept head reads removed,
     uneven groups computed as they are. ``trace.grids[None][layer]`` is None for a layer left with no head."""
     heads = [prune_llama_heads(w, keep[i]) if i in keep else w for i, w in enumerate(llama_heads(model))]
-    forward_of = _gemma_like if model.config.model_type in ("gemma", "gemma3_text") else _llama_like
+    forward_of = _gemma_like if model.config.model_type in ("gemma", "gemma2", "gemma3_text") else _llama_like
     return forward_of(model, inputs, None, heads=heads)
 
 

@@ -76,7 +76,7 @@ def _attention(model, family, kind, layer):
     if family == "gpt_neox":
         a = model.gpt_neox.layers[layer].attention
         return a.query_key_value, a.dense, "neox"  # rows head by head: head h's q | k | v at h*3d:(h+1)*3d
-    if family in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma3_text"):
+    if family in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"):
         a = model.model.layers[layer].self_attn
         return a.q_proj, a.o_proj, "linear"
     if family == "t5":

@@ -259,6 +259,10 @@ class Family:
         """The factor of ``q . k`` in the attention scores."""
         return site.head_dim ** -0.5
 
+    def score_softcap(self, site: AttentionSite) -> float | None:
+        """A soft cap on the scaled scores (Gemma 2: ``cap * tanh(scores / cap)``, before any mask); None: none."""
+        return None
+
     def score_bias(self, site: AttentionSite, call: dict | None) -> torch.Tensor | None:
         """What the attention adds to the scaled scores of the present heads of ``site`` (in ``kept_heads`` order),
         broadcastable to ``[batch, n_present, n_queries, n_keys]``, e.g. T5's relative position bias; None: nothing.

@@ -1,4 +1,4 @@
-"""The Llama family: Llama, Mistral, Qwen2, Qwen3, Gemma and Gemma 3 causal LMs (grouped-query attention, rotary).
+"""The Llama family: Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma 2 and Gemma 3 causal LMs (grouped-query attention).
 
 Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_heads * head_dim`` rows),
 ``k_proj`` / ``v_proj`` (``num_key_value_heads * head_dim`` rows each) and ``o_proj`` INSIDE the module. One grid,
@@ -6,13 +6,15 @@ Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_h
 ``h // (n_query_heads / n_kv_heads)``. Causal; rotary positions applied to q and k inside the module (the angles
 come in as ``position_embeddings``); Mistral's every layer and Qwen2's ``"sliding_attention"`` layers see only
 the last ``sliding_window`` keys (key ``j`` visible from query ``i`` when ``i - sliding_window < j <= i``).
-Qwen3 and Gemma 3 RMS-normalise each query and key head over its ``head_dim`` (``q_norm``, ``k_norm``: one weight
-of ``head_dim`` shared by the heads of a layer) before rotary: per head, so a head's scores stay its own and pruning
-leaves the norms as they are. Gemma 3 scales the scores by ``query_pre_attn_scalar ** -0.5`` (the module's
-``scaling``, which the pruned layer and the attention maps use) and alternates sliding-window and global layers
-(``layer_types``); its bidirectional variant (``use_bidirectional_attention``, e.g. EmbeddingGemma) is refused, as
-the adapter's keys are causal. What Gemma does around the attention (scaled embeddings, norms of weight 1 + w,
-norms after the attention, a soft-capped output) the adapter never touches.
+Qwen3 and Gemma 3 RMS-normalise each query and key head over its ``head_dim`` (``q_norm``, ``k_norm``: one weight of
+``head_dim`` shared by the heads of a layer) before rotary: per head, so a head's scores stay its own and pruning
+leaves the norms as they are. Gemma 2 and 3 scale the scores by ``query_pre_attn_scalar ** -0.5`` (the module's
+``scaling``, which the pruned layer and the attention maps use) and alternate sliding-window and global layers
+(``layer_types``); Gemma 2 soft-caps the scaled scores (``cap * tanh(scores / cap)``, ``attn_logit_softcapping``; the
+pruned layer passes the cap to the attention function as the original does, the attention maps apply it:
+:meth:`LlamaFamily.score_softcap`); a bidirectional Gemma (``use_bidirectional_attention``, e.g. EmbeddingGemma)
+is refused, as the adapter's keys are causal. What Gemma does around the attention (scaled embeddings, norms of weight
+1 + w, norms after the attention, a soft-capped output) the adapter never touches.
 
 Physical pruning removes the query heads' rows of ``q_proj`` and columns of ``o_proj``, and the rows of a
 key/value head in ``k_proj`` / ``v_proj`` once no kept query head reads it. The groups left may be uneven (3 query
@@ -37,6 +39,17 @@ from headprune_utils.model.families.base import (
 
 # the attention function and rotary of a family's modelling module (looked up where the module was defined)
 _LLAMA_MODELING = "transformers.models.llama.modeling_llama"
+# the model types whose attention module soft-caps its scores by config.attn_logit_softcapping (Gemma 3 has the
+# setting too, but its module does not apply it)
+_SOFTCAPPED = ("gemma2",)
+
+
+def _softcap(module: nn.Module) -> float | None:
+    if isinstance(module, GroupedQueryAttention):
+        return module.softcap
+    if getattr(getattr(module, "config", None), "model_type", None) in _SOFTCAPPED:
+        return getattr(module, "attn_logit_softcapping", None)
+    return None
 
 
 def _layers(model: nn.Module):
@@ -84,6 +97,7 @@ class GroupedQueryAttention(nn.Module):
         else:
             self._sliding = None
         self.modeling_name = getattr(original, "modeling_name", type(original).__module__)
+        self.softcap = _softcap(original)  # Gemma 2's soft cap on the scores, passed on as the original does
         self.num_key_value_groups = 1  # the attention function gets one key/value head per query head
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
         # Qwen3, Gemma 3: an RMSNorm over each head's head_dim (shared by the heads, so kept whole); None elsewhere
@@ -116,6 +130,8 @@ class GroupedQueryAttention(nn.Module):
         attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
                                                                     modeling.eager_attention_forward)
         extra = dict([self._sliding]) if self._sliding is not None else {}
+        if self.softcap is not None:
+            extra["softcap"] = self.softcap
         attn_output, attn_weights = attention_interface(
             self, query_states, key_states, value_states, attention_mask,
             dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling, **extra, **kwargs)
@@ -125,7 +141,7 @@ class GroupedQueryAttention(nn.Module):
 
 class LlamaFamily(Family):
     name = "llama"
-    model_types = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma3_text")
+    model_types = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text")
     projections = "separate"
     linear = "Linear"
     positions = "rotary"
@@ -176,6 +192,9 @@ class LlamaFamily(Family):
 
     def score_scale(self, site):
         return float(getattr(site.module, "scaling", site.head_dim ** -0.5))
+
+    def score_softcap(self, site):
+        return _softcap(site.module)
 
     def window(self, model, site):
         cfg = model.config
