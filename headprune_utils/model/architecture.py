@@ -2,10 +2,10 @@
 
 Supported families (one adapter each, ``families/``): BERT-type encoders (BERT, RoBERTa, ELECTRA, XLM-RoBERTa,
 CamemBERT, MiniLM) and DistilBERT (one grid of heads each), Marian and BART (encoder-decoders, three grids), and the
-causal LMs GPT-2, GPT-NeoX and the Llama family (Llama, Mistral, Qwen2, Qwen3, Gemma; one grid of QUERY heads each;
-grouped-query attention's key/value heads are derived structure: :func:`kv_head_of`, :func:`kv_shape`), ModernBERT
-(one grid; rotary, local and global layers), and T5 (an encoder-decoder, three grids; per-head relative position
-bias).
+causal LMs GPT-2, GPT-NeoX, OPT and the Llama family (Llama, Mistral, Qwen2, Qwen3, Gemma; one grid of QUERY heads
+each; grouped-query attention's key/value heads are derived structure: :func:`kv_head_of`, :func:`kv_shape`),
+ModernBERT (one grid; rotary, local and global layers), and T5 (an encoder-decoder, three grids; per-head relative
+position bias).
 
 Encoder-decoders have one grid per attention type, named by :data:`SEQ2SEQ_KINDS`: ``"enc"`` (encoder
 self-attention), ``"dec"`` (decoder self-attention, causal) and ``"cross"`` (encoder-decoder attention). For these

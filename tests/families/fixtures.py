@@ -192,6 +192,13 @@ def _gpt_neox(parallel: bool, rotary: float, bias: bool):
                             bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
 
+def _opt(pre_norm: bool, embed_dim: int, bias: bool):
+    return tf.OPTConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=37,
+                        max_position_embeddings=64, word_embed_proj_dim=embed_dim, do_layer_norm_before=pre_norm,
+                        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, enable_bias=bias,
+                        pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
 def _llama(n_kv: int, head_dim: int):
     return tf.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=n_kv, head_dim=head_dim,
@@ -292,6 +299,14 @@ _ALL = [
     Fixture("gpt_neox_sequential", "gpt_neox", tf.GPTNeoXForCausalLM, lambda: _gpt_neox(False, 1.0, False),
             _one(Grid(2, 4, 4, 8, causal=True)), causal_lm=True, atol=_LOOSE, positions="rotary",
             qkv="query_key_value", notes="sequential residual, rotary on every dim, no attention biases"),
+    Fixture("opt", "opt", tf.OPTForCausalLM, lambda: _opt(True, 24, True), _one(Grid(2, 4, 4, 8, causal=True)),
+            causal_lm=True, pad_token_id=0, atol=_LOOSE,
+            notes="layer norms before each block; embeddings of width 24 projected in and out of the width-32 layers; "
+                  "learned positions offset by 2, counted over the attention mask (atol: HF's eager softmax is in "
+                  "float32)"),
+    Fixture("opt_post_norm", "opt", tf.OPTForCausalLM, lambda: _opt(False, 32, False),
+            _one(Grid(2, 4, 4, 8, causal=True)), causal_lm=True, pad_token_id=0, atol=_LOOSE,
+            notes="OPT-350m's layout: layer norms after each block, no final norm; no biases"),
     Fixture("llama_gqa", "llama", tf.LlamaForCausalLM, lambda: _llama(2, 8),
             _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True, atol=_LOOSE,
             positions="rotary", notes="4 query heads on 2 key/value heads"),

@@ -335,6 +335,42 @@ def _gpt2(model, inputs, ablations) -> Trace:
     return Trace(F.linear(h, model.lm_head.weight), {None: layers})
 
 
+# ------------------------------------------------------------------------------------------------ OPT
+def _opt(model, inputs, ablations) -> Trace:
+    cfg = model.config
+    dec = model.model.decoder
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    n = ids.shape[1]
+    d = cfg.hidden_size // cfg.num_attention_heads
+    positions = torch.cumsum(mask, 1) * mask - 1  # the real tokens counted from 0 (padding: -1), then offset by 2
+    h = dec.embed_tokens.weight[ids]
+    if dec.project_in is not None:  # embeddings narrower than the layers (word_embed_proj_dim)
+        h = F.linear(h, dec.project_in.weight)
+    h = h + dec.embed_positions.weight[positions + 2]
+    act = activation(cfg.activation_function)
+    pre = cfg.do_layer_norm_before
+    ablation = _grid_ablation(ablations, None)
+    layers = []
+    for i, layer in enumerate(dec.layers):
+        a = layer.self_attn
+        x = layer_norm(h, layer.self_attn_layer_norm) if pre else h
+        t = attend(split_heads(lin(x, a.q_proj), d), split_heads(lin(x, a.k_proj), d), split_heads(lin(x, a.v_proj), d),
+                   visible_keys(mask, n, causal=True), scale=d ** -0.5, ablation=ablation, layer=i)
+        layers.append(t)
+        h = h + lin(merge(t), a.out_proj)
+        if not pre:  # OPT-350m: the norms after each block
+            h = layer_norm(h, layer.self_attn_layer_norm)
+        x = layer_norm(h, layer.final_layer_norm) if pre else h
+        h = h + lin(act(lin(x, layer.fc1)), layer.fc2)
+        if not pre:
+            h = layer_norm(h, layer.final_layer_norm)
+    if dec.final_layer_norm is not None:
+        h = layer_norm(h, dec.final_layer_norm)
+    if dec.project_out is not None:
+        h = F.linear(h, dec.project_out.weight)
+    return Trace(F.linear(h, model.lm_head.weight), {None: layers})
+
+
 # ------------------------------------------------------------------------------------------------ GPT-NeoX
 def partial_rotary(x, positions, theta: float, n_rotary: int):
     """Rotary on the first ``n_rotary`` dims of each head (GPT-NeoX, Pythia), the rest passed through; the angles
@@ -677,7 +713,8 @@ def _modernbert(model, inputs, ablations) -> Trace:
 # ------------------------------------------------------------------------------------------------ entry points
 _FAMILIES = {
     "bert": _bert_like, "roberta": _bert_like, "distilbert": _distilbert, "bart": _bart_like,
-    "marian": _bart_like, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_like, "mistral": _llama_like,
+    "marian": _bart_like, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, "llama": _llama_like,
+    "mistral": _llama_like,
     "qwen2": _llama_like,
     "qwen3": _llama_like, "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,

@@ -21,8 +21,10 @@ from .fixtures import FIXTURES
 
 LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3")
 NEOX = ("gpt_neox", "gpt_neox_sequential")
-CAUSAL = ("gpt2",) + NEOX + LLAMAS
-FAMILY_OF = {"gpt2": "gpt2", "gpt_neox": "gpt_neox", "gpt_neox_sequential": "gpt_neox"}  # the rest: "llama"
+OPTS = ("opt", "opt_post_norm")
+CAUSAL = ("gpt2",) + NEOX + OPTS + LLAMAS
+FAMILY_OF = {"gpt2": "gpt2", "gpt_neox": "gpt_neox", "gpt_neox_sequential": "gpt_neox", "opt": "opt",
+             "opt_post_norm": "opt"}  # the rest: "llama"
 CASES = [(n, impl) for n in CAUSAL for impl in FIXTURES[n].attn_implementations]
 # pruning cases (kept query heads per layer; 4 query heads everywhere): uneven groups (3 heads on one kv head, 1
 # on the other), a key/value head left with no reader (GQA: heads 0 and 1 read kv head 0), an empty first or last layer
@@ -77,12 +79,12 @@ def test_adapter_declares_the_grid_and_key_value_groups(name):
 
 
 def test_unsupported_architecture_lists_the_causal_families():
-    from transformers import OPTConfig
+    from transformers import BloomConfig
 
-    cfg = OPTConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, ffn_dim=20)
+    cfg = BloomConfig(vocab_size=50, hidden_size=16, n_layer=1, n_head=2)
     with pytest.raises(A.UnsupportedArchitectureError) as err:
         A.head_shape(cfg)
-    for word in ("gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "modernbert"):
+    for word in ("gpt2", "gpt_neox", "opt", "llama", "mistral", "qwen2", "qwen3", "gemma", "modernbert"):
         assert word in str(err.value)
 
 
@@ -117,7 +119,7 @@ def test_gates_equal_the_reference(name, impl):
             assert _diff(ours, plain) > 1e-3, how  # the ablation did something
 
 
-@pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "llama_gqa"])
+@pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "llama_gqa"])
 def test_uniform_during_cached_generation_is_an_error(name):
     fx, model = FIXTURES[name], _model(name, "eager")
     g = fx.grids[None]
@@ -134,7 +136,7 @@ def test_uniform_during_cached_generation_is_an_error(name):
     assert torch.equal(seq, want)
 
 
-@pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "mistral"])
+@pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "mistral"])
 def test_head_means_and_contexts(name):
     fx, model, batch = FIXTURES[name], _model(name, "sdpa"), FIXTURES[name].inputs()
     g = fx.grids[None]
@@ -267,7 +269,7 @@ def test_attention_maps_equal_the_reference(name, impl):
 
 
 # ------------------------------------------------------------------ gradients and L0 gates
-@pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "llama_gqa", "qwen2", "qwen3", "gemma2", "gemma3"])
+@pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "llama_gqa", "qwen2", "qwen3", "gemma2", "gemma3"])
 @pytest.mark.parametrize("how", ["zero", "uniform"])
 def test_gate_gradients_equal_the_reference(name, how):
     """d loss / d gates through the package's gates = autograd of the reference's LM loss (itself checked against

@@ -73,6 +73,9 @@ def _attention(model, family, kind, layer):
     if family == "gpt2":
         a = model.transformer.h[layer].attn
         return a.c_attn, a.c_proj, "conv1d"
+    if family == "opt":
+        a = model.model.decoder.layers[layer].self_attn
+        return a.q_proj, a.out_proj, "linear"
     if family == "gpt_neox":
         a = model.gpt_neox.layers[layer].attention
         return a.query_key_value, a.dense, "neox"  # rows head by head: head h's q | k | v at h*3d:(h+1)*3d

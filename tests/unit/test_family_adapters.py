@@ -97,16 +97,15 @@ def test_a_bert_laid_out_model_of_another_model_type_is_taken_by_its_layout():
 
 
 def test_unsupported_architecture_names_the_supported_families():
-    from transformers import OPTConfig, OPTForCausalLM
+    from transformers import BloomConfig, BloomForCausalLM
 
-    cfg = OPTConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, ffn_dim=20,
-                    max_position_embeddings=32, word_embed_proj_dim=16)
-    model = OPTForCausalLM(cfg)
+    cfg = BloomConfig(vocab_size=50, hidden_size=16, n_layer=1, n_head=2)
+    model = BloomForCausalLM(cfg)
     for call in (lambda: architecture.attention_sites(model), lambda: architecture.head_shape(cfg)):
         with pytest.raises(architecture.UnsupportedArchitectureError) as err:
             call()
         msg = str(err.value)
-        assert "(opt)" in msg
+        assert "(bloom)" in msg
         for family in registry.FAMILIES:
             assert family.name in msg
         assert "bert" in msg and "distilbert" in msg and "marian" in msg
@@ -143,6 +142,7 @@ def test_adapters_declare_what_their_heads_are():
 
 
 @pytest.mark.parametrize("config_class, family, kv", [("GPT2Config", "gpt2", 4), ("GPTNeoXConfig", "gpt_neox", 4),
+                                                      ("OPTConfig", "opt", 4),
                                                       ("LlamaConfig", "llama", 2), ("MistralConfig", "llama", 2),
                                                       ("Qwen2Config", "llama", 2), ("Qwen3Config", "llama", 2),
                                                       ("GemmaConfig", "llama", 2), ("Gemma3TextConfig", "llama", 2)])
@@ -150,14 +150,15 @@ def test_causal_lm_configs_find_their_adapter(config_class, family, kv):
     import transformers
 
     sizes = {"gpt2": dict(n_layer=3, n_head=4, n_embd=16),
-             "gpt_neox": dict(num_hidden_layers=3, num_attention_heads=4, hidden_size=16)}.get(
+             "gpt_neox": dict(num_hidden_layers=3, num_attention_heads=4, hidden_size=16),
+             "opt": dict(num_hidden_layers=3, num_attention_heads=4, hidden_size=16, word_embed_proj_dim=16)}.get(
         family, dict(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, hidden_size=16))
     cfg = getattr(transformers, config_class)(vocab_size=50, **sizes)
     adapter = architecture.family_of(cfg)
     assert adapter.name == family and adapter.causal_kinds == (None,)
     assert architecture.head_shape(cfg) == (3, 4) and architecture.kv_shape(cfg) == (3, kv)
     assert architecture.kv_head_of(cfg) == [h * kv // 4 for h in range(4)]
-    assert adapter.projections == ("separate" if family == "llama" else "fused")
+    assert adapter.projections == ("separate" if family in ("llama", "opt") else "fused")
     assert adapter.linear == ("Conv1D" if family == "gpt2" else "Linear")
 
 

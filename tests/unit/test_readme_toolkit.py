@@ -1020,16 +1020,16 @@ def test_gpt2_prune_equals_zero_gates():
 
 
 # ----------------------------------------------------------------------------------- unsupported / offline
-def _tiny_opt():
+def _tiny_unsupported():
+    """A causal LM of a family no adapter covers (BLOOM: fused query_key_value, ALiBi)."""
     torch.manual_seed(0)
-    cfg = transformers.OPTConfig(vocab_size=60, hidden_size=32, ffn_dim=64, num_hidden_layers=2,
-                                 num_attention_heads=4, word_embed_proj_dim=32, max_position_embeddings=32)
-    return transformers.OPTForCausalLM(cfg).eval()
+    cfg = transformers.BloomConfig(vocab_size=60, hidden_size=32, n_layer=2, n_head=4)
+    return transformers.BloomForCausalLM(cfg).eval()
 
 
 def test_unsupported_architecture_gates_lists_families():
     """README: another family raises UnsupportedArchitectureError, which lists the families there are."""
-    model = _tiny_opt()
+    model = _tiny_unsupported()
     with pytest.raises(UnsupportedArchitectureError) as ei:
         with head_gates(model, torch.ones(2, 4)):
             pass
@@ -1039,7 +1039,7 @@ def test_unsupported_architecture_gates_lists_families():
 
 def test_unsupported_architecture_prune_raises_untouched():
     """README: UnsupportedArchitectureError also from prune_heads, and the model is untouched."""
-    model = _tiny_opt()
+    model = _tiny_unsupported()
     size = n_params(model)
     with pytest.raises(UnsupportedArchitectureError):
         prune_heads(model, torch.tensor([[1, 0, 1, 1], [1, 1, 1, 1]]))
@@ -1048,7 +1048,7 @@ def test_unsupported_architecture_prune_raises_untouched():
 
 def test_unsupported_architecture_perplexity_with_gates():
     """README: measurements on an unsupported family refuse with UnsupportedArchitectureError, before scoring."""
-    model = _tiny_opt()
+    model = _tiny_unsupported()
     with pytest.raises(UnsupportedArchitectureError):
         perplexity(model, lm_inputs(), gates=torch.ones(2, 4))
 
@@ -1056,7 +1056,7 @@ def test_unsupported_architecture_perplexity_with_gates():
 def test_unsupported_architecture_kept_heads_raises():
     """README: architecture.kept_heads on an unsupported family raises UnsupportedArchitectureError."""
     with pytest.raises(UnsupportedArchitectureError):
-        architecture.kept_heads(_tiny_opt())
+        architecture.kept_heads(_tiny_unsupported())
 
 
 def test_plain_module_is_unsupported():
