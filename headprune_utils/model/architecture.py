@@ -2,8 +2,8 @@
 
 Supported families (one adapter each, ``families/``): BERT-type encoders (BERT, RoBERTa, ELECTRA, XLM-RoBERTa,
 CamemBERT, MiniLM) and DistilBERT (one grid of heads each), Marian and BART (encoder-decoders, three grids), and the
-causal LMs GPT-2, GPT-NeoX, OPT and the Llama family (Llama, Mistral, Qwen2, Qwen3, Gemma; one grid of QUERY heads
-each; grouped-query attention's key/value heads are derived structure: :func:`kv_head_of`, :func:`kv_shape`),
+causal LMs GPT-2, GPT-NeoX, OPT and the Llama family (Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3; one grid of QUERY
+heads each; grouped-query attention's key/value heads are derived structure: :func:`kv_head_of`, :func:`kv_shape`),
 ModernBERT (one grid; rotary, local and global layers), and T5 (an encoder-decoder, three grids; per-head relative
 position bias).
 

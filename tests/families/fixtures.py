@@ -206,6 +206,14 @@ def _llama(n_kv: int, head_dim: int):
                           pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
+def _phi3():
+    return tf.Phi3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         original_max_position_embeddings=64, sliding_window=3,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+                         tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
 def _mistral():
     return tf.MistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                             num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
@@ -313,6 +321,10 @@ _ALL = [
     Fixture("llama_mqa", "llama", tf.LlamaForCausalLM, lambda: _llama(1, 12),
             _one(Grid(2, 4, 1, 12, causal=True)), causal_lm=True, atol=_LOOSE,
             positions="rotary", notes="4 query heads on 1 key/value head; head_dim 12 != hidden / heads"),
+    Fixture("phi3", "phi3", tf.Phi3ForCausalLM, _phi3, _one(Grid(2, 4, 2, 8, causal=True, windows=(2, 2))),
+            causal_lm=True, atol=_LOOSE, positions="rotary", qkv="qkv_proj",
+            notes="4 query heads on 2 key/value heads in one qkv_proj (rows: queries, keys, values); rotary on half "
+                  "of each head; a sliding window of 3 in every layer"),
     Fixture("mistral", "mistral", tf.MistralForCausalLM, _mistral,
             _one(Grid(2, 4, 2, 8, causal=True, windows=(2, 2))), causal_lm=True, atol=_LOOSE,
             positions="rotary", notes="sliding window 3: a query sees itself and the 2 keys before it"),

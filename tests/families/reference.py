@@ -449,6 +449,11 @@ def llama_heads(model) -> list[LlamaHeads]:
     for layer in model.model.layers:
         a = layer.self_attn
         qn, kn = getattr(a, "q_norm", None), getattr(a, "k_norm", None)
+        if hasattr(a, "qkv_proj"):  # Phi-3: one projection, rows: the query heads, the keys, the values
+            w, q_w, kv_w = a.qkv_proj.weight, cfg.num_attention_heads * d, cfg.num_key_value_heads * d
+            out.append(LlamaHeads(w[:q_w], None, w[q_w:q_w + kv_w], None, w[q_w + kv_w:], None, a.o_proj.weight,
+                                  a.o_proj.bias, torch.arange(cfg.num_attention_heads) // group, d))
+            continue
         out.append(LlamaHeads(a.q_proj.weight, a.q_proj.bias, a.k_proj.weight, a.k_proj.bias, a.v_proj.weight,
                               a.v_proj.bias, a.o_proj.weight, a.o_proj.bias,
                               torch.arange(cfg.num_attention_heads) // group, d,
@@ -496,6 +501,7 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
         raise ValueError(f"rope_type {cfg.rope_parameters['rope_type']!r}: the reference does default rotary only")
     theta = cfg.rope_parameters["rope_theta"]
     heads = llama_heads(model) if heads is None else heads
+    partial = cfg.rope_parameters.get("partial_rotary_factor", 1.0)  # Phi-3 / Phi-4-mini: rotary on part of a head
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
     n = ids.shape[1]
     positions = torch.arange(n)
@@ -514,7 +520,8 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
             q, k = split_heads(F.linear(x, w.q, w.q_bias), d), split_heads(F.linear(x, w.k, w.k_bias), d)
             if w.q_norm is not None:  # Qwen3: each head's query and key RMS-normed over head_dim, before rotary
                 q, k = rms_norm(q, w.q_norm, w.norm_eps), rms_norm(k, w.k_norm, w.norm_eps)
-            q, k = rotary(q, positions, theta), rotary(k, positions, theta)
+            n_rot = int(d * partial)
+            q, k = partial_rotary(q, positions, theta, n_rot), partial_rotary(k, positions, theta, n_rot)
             v = split_heads(F.linear(x, w.v, w.v_bias), d)
             t = attend(q, k, v, vis, scale=d ** -0.5, kv_of_query=w.kv_of_query, ablation=ablation, layer=i)
             layers.append(t)
@@ -522,7 +529,11 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
         h = h + attn_out
         x = rms_norm(h, layer.post_attention_layernorm.weight, cfg.rms_norm_eps)
         m = layer.mlp
-        h = h + lin(act(lin(x, m.gate_proj)) * lin(x, m.up_proj), m.down_proj)
+        if hasattr(m, "gate_up_proj"):  # Phi-3: gate and up in one projection, gate first
+            gate, up = lin(x, m.gate_up_proj).chunk(2, dim=-1)
+            h = h + lin(act(gate) * up, m.down_proj)
+        else:
+            h = h + lin(act(lin(x, m.gate_proj)) * lin(x, m.up_proj), m.down_proj)
     h = rms_norm(h, model.model.norm.weight, cfg.rms_norm_eps)
     return Trace(F.linear(h, model.lm_head.weight), {None: layers})
 
@@ -715,7 +726,7 @@ _FAMILIES = {
     "bert": _bert_like, "roberta": _bert_like, "distilbert": _distilbert, "bart": _bart_like,
     "marian": _bart_like, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, "llama": _llama_like,
     "mistral": _llama_like,
-    "qwen2": _llama_like,
+    "qwen2": _llama_like, "phi3": _llama_like,
     "qwen3": _llama_like, "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,

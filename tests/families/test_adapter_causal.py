@@ -19,12 +19,12 @@ from headprune_utils.model.pruning import count_attention_params, kv_mask_to_hea
 from . import reference as R
 from .fixtures import FIXTURES
 
-LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3")
+LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3")
 NEOX = ("gpt_neox", "gpt_neox_sequential")
 OPTS = ("opt", "opt_post_norm")
 CAUSAL = ("gpt2",) + NEOX + OPTS + LLAMAS
 FAMILY_OF = {"gpt2": "gpt2", "gpt_neox": "gpt_neox", "gpt_neox_sequential": "gpt_neox", "opt": "opt",
-             "opt_post_norm": "opt"}  # the rest: "llama"
+             "opt_post_norm": "opt", "phi3": "phi3"}  # the rest: "llama"
 CASES = [(n, impl) for n in CAUSAL for impl in FIXTURES[n].attn_implementations]
 # pruning cases (kept query heads per layer; 4 query heads everywhere): uneven groups (3 heads on one kv head, 1
 # on the other), a key/value head left with no reader (GQA: heads 0 and 1 read kv head 0), an empty first or last layer
@@ -269,7 +269,8 @@ def test_attention_maps_equal_the_reference(name, impl):
 
 
 # ------------------------------------------------------------------ gradients and L0 gates
-@pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "llama_gqa", "qwen2", "qwen3", "gemma2", "gemma3"])
+@pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "llama_gqa", "qwen2", "qwen3", "gemma2", "gemma3",
+                                  "phi3"])
 @pytest.mark.parametrize("how", ["zero", "uniform"])
 def test_gate_gradients_equal_the_reference(name, how):
     """d loss / d gates through the package's gates = autograd of the reference's LM loss (itself checked against
@@ -351,6 +352,9 @@ def test_head_parameters_follow_the_heads_through_pruning(name):
             want_key = sites[0].query.weight.detach()[rows].reshape(-1)
             if sites[0].query.bias is not None:
                 want_key = torch.cat([want_key, sites[0].query.bias.detach()[rows]])
+        elif name == "phi3":  # qkv_proj's rows: the query heads, then the key heads (no bias)
+            kv = g.kv_head_of(h)
+            want_key = sites[0].query.weight.detach()[g.n_heads * d + kv * d:g.n_heads * d + (kv + 1) * d].reshape(-1)
         else:
             kv = g.kv_head_of(h)
             want_key = sites[0].key.weight.detach()[kv * d:(kv + 1) * d].reshape(-1)

@@ -79,6 +79,9 @@ def _attention(model, family, kind, layer):
     if family == "gpt_neox":
         a = model.gpt_neox.layers[layer].attention
         return a.query_key_value, a.dense, "neox"  # rows head by head: head h's q | k | v at h*3d:(h+1)*3d
+    if family == "phi3":  # the queries are the first rows of the fused qkv_proj
+        a = model.model.layers[layer].self_attn
+        return a.qkv_proj, a.o_proj, "linear"
     if family in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"):
         a = model.model.layers[layer].self_attn
         return a.q_proj, a.o_proj, "linear"
@@ -380,7 +383,7 @@ def hand_pruned_llama(model, keep: dict[int, list[int]]):
     return pruned
 
 
-@pytest.mark.parametrize("name", GQA)
+@pytest.mark.parametrize("name", [n for n in GQA if FIXTURES[n].qkv == "separate"])  # by hand: q/k/v Linears
 @pytest.mark.parametrize("keep", [{0: [0, 1, 2], 1: []}, {0: [], 1: [0, 3]}], ids=["last-empty", "first-empty"])
 def test_hand_pruned_hf_model_equals_zero_ablation_and_generates(name, keep):
     fx, model, batch = _build(name)

@@ -26,7 +26,7 @@ FAMILY_ATTRS = {
     "feed_forward_chunk", "LayerNorm", "position_embedding_type", "dense", "encoder_ffn_dim",
     "SelfAttention", "EncDecAttention", "relative_attention_bias", "has_relative_attention_bias", "d_kv",
     "query_key_value", "q_norm", "k_norm", "use_parallel_residual", "rotary_ndims", "query_pre_attn_scalar",
-    "use_bidirectional_attention",
+    "use_bidirectional_attention", "qkv_proj", "gate_up_proj",
 }
 # Paths through a family's module tree (``parent.attr``).
 FAMILY_PATHS = {("attention", "self"), ("attention", "output"), ("encoder", "layer"), ("encoder", "layers"),
@@ -142,7 +142,7 @@ def test_adapters_declare_what_their_heads_are():
 
 
 @pytest.mark.parametrize("config_class, family, kv", [("GPT2Config", "gpt2", 4), ("GPTNeoXConfig", "gpt_neox", 4),
-                                                      ("OPTConfig", "opt", 4),
+                                                      ("OPTConfig", "opt", 4), ("Phi3Config", "phi3", 2),
                                                       ("LlamaConfig", "llama", 2), ("MistralConfig", "llama", 2),
                                                       ("Qwen2Config", "llama", 2), ("Qwen3Config", "llama", 2),
                                                       ("GemmaConfig", "llama", 2), ("Gemma3TextConfig", "llama", 2)])
@@ -158,7 +158,7 @@ def test_causal_lm_configs_find_their_adapter(config_class, family, kv):
     assert adapter.name == family and adapter.causal_kinds == (None,)
     assert architecture.head_shape(cfg) == (3, 4) and architecture.kv_shape(cfg) == (3, kv)
     assert architecture.kv_head_of(cfg) == [h * kv // 4 for h in range(4)]
-    assert adapter.projections == ("separate" if family in ("llama", "opt") else "fused")
+    assert adapter.projections == ("separate" if family in ("llama", "opt") else "fused")  # phi3: qkv_proj
     assert adapter.linear == ("Conv1D" if family == "gpt2" else "Linear")
 
 
