@@ -159,17 +159,18 @@ class LlamaFamily(Family):
             raise UnsupportedArchitectureError(
                 f"{cfg.model_type} with use_bidirectional_attention=True (an encoder, e.g. EmbeddingGemma) is not "
                 "supported: the llama adapter's queries see only earlier keys")
-        sites = []
-        for i, layer in enumerate(_layers(model)):
-            a = layer.self_attn
-            empty = isinstance(a, EmptyAttention)
-            sites.append(AttentionSite(
-                layer=i, parent=layer, attr="self_attn",
-                query=None if empty else a.q_proj, key=None if empty else a.k_proj,
-                value=None if empty else a.v_proj, out_proj=a.out_proj if empty else a.o_proj,
-                head_dim=getattr(a, "head_dim", None) or _head_dim(cfg), out_proj_inside=True,
-            ))
-        return sites
+        return [self.site(i, layer, cfg) for i, layer in enumerate(_layers(model))]
+
+    def site(self, i: int, layer: nn.Module, cfg) -> AttentionSite:
+        """Layer ``i``'s attention site: its separate query/key/value projections (none once the layer is empty)."""
+        a = layer.self_attn
+        empty = isinstance(a, EmptyAttention)
+        return AttentionSite(
+            layer=i, parent=layer, attr="self_attn",
+            query=None if empty else a.q_proj, key=None if empty else a.k_proj,
+            value=None if empty else a.v_proj, out_proj=a.out_proj if empty else a.o_proj,
+            head_dim=getattr(a, "head_dim", None) or _head_dim(cfg), out_proj_inside=True,
+        )
 
     def site_kv_index(self, site, n_present):
         module = site.module

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from headprune_utils.model.families.base import AttentionSite, EmptyAttention, rows_of, slice_linear
-from headprune_utils.model.families.llama import GroupedQueryAttention, LlamaFamily, _head_dim, _layers
+from headprune_utils.model.families.llama import GroupedQueryAttention, LlamaFamily, _head_dim
 
 
 def _fused(module: nn.Module) -> bool:
@@ -32,25 +32,12 @@ class Phi3Family(LlamaFamily):
     projections = "fused"
     positions = "rotary (partial)"
 
-    def sites(self, model, kind):
-        cfg = model.config
-        sites = []
-        for i, layer in enumerate(_layers(model)):
-            a = layer.self_attn
-            if _fused(a):
-                sites.append(AttentionSite(
-                    layer=i, parent=layer, attr="self_attn", query=a.qkv_proj, key=a.qkv_proj, value=a.qkv_proj,
-                    out_proj=a.o_proj, head_dim=_head_dim(cfg), out_proj_inside=True,
-                ))
-                continue
-            empty = isinstance(a, EmptyAttention)  # a pruned layer: a Llama layer from here on
-            sites.append(AttentionSite(
-                layer=i, parent=layer, attr="self_attn",
-                query=None if empty else a.q_proj, key=None if empty else a.k_proj,
-                value=None if empty else a.v_proj, out_proj=a.out_proj if empty else a.o_proj,
-                head_dim=getattr(a, "head_dim", None) or _head_dim(cfg), out_proj_inside=True,
-            ))
-        return sites
+    def site(self, i, layer, cfg):
+        a = layer.self_attn
+        if not _fused(a):  # a pruned layer: a Llama layer from here on
+            return super().site(i, layer, cfg)
+        return AttentionSite(layer=i, parent=layer, attr="self_attn", query=a.qkv_proj, key=a.qkv_proj,
+                             value=a.qkv_proj, out_proj=a.o_proj, head_dim=_head_dim(cfg), out_proj_inside=True)
 
     @staticmethod
     def _widths(site: AttentionSite) -> tuple[int, int]:
