@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from headprune_utils.model.architecture import attention_sites
+from headprune_utils.model.architecture import UnsupportedArchitectureError, attention_sites, family_of
+from headprune_utils.model.families.registry import find_family
 import headprune_utils.model.families.bert as bert_family
 from headprune_utils.tasks.data import hub_blocked
 
@@ -183,10 +184,12 @@ def load_causal_lm(
     dtype: torch.dtype | None = None,
 ) -> nn.Module:
     """A causal language model (``AutoModelForCausalLM``: Llama, Mistral, Qwen2, Qwen3, GPT-2, Pythia, ...) by hub id
-    or local folder, in eval mode on ``device``. Its family must have a head adapter (checked at once, before any work:
-    ``UnsupportedArchitectureError`` lists the families there are)."""
-    from transformers import AutoModelForCausalLM
+    or local folder, in eval mode on ``device``. Its family must have a head adapter, checked on the config before the
+    weights are read (``UnsupportedArchitectureError`` lists the families there are; a multimodal wrapper whose
+    language model is of a supported family says so), and again on the loaded model."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
+    _check_family(_from_pretrained(AutoConfig, name), name)
     kwargs = {"attn_implementation": attn_implementation}
     if dtype is not None:
         kwargs["dtype"] = dtype
@@ -194,6 +197,23 @@ def load_causal_lm(
     attention_sites(model)  # fail now on an architecture the gates cannot reach
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     return model.to(dev).eval()
+
+
+def _check_family(config, name: str) -> None:
+    """:class:`UnsupportedArchitectureError` unless ``config``'s family has a head adapter; for a wrapper (e.g. a
+    vision-language model) whose ``text_config`` is of a supported family, the message says so."""
+    try:
+        family_of(config)
+    except UnsupportedArchitectureError as exc:
+        text = getattr(config, "text_config", None)
+        inner = find_family(text) if text is not None else None
+        if inner is None:
+            raise
+        raise UnsupportedArchitectureError(
+            f"{name}: a {getattr(config, 'model_type', '?')} model wraps a language model of a supported family "
+            f"({getattr(text, 'model_type', '?')}, adapter {inner.name}), but the heads are read from the causal LM "
+            "itself: give its text-only causal LM (the wrapper's other towers have heads of their own, not one "
+            f"grid). {exc}") from exc
 
 
 # A small Llama-family shape with grouped-query attention (8 query heads on 2 key/value heads), for offline

@@ -178,3 +178,39 @@ def test_cost_dims_count_grouped_key_value_heads_cheaper():
     assert b.n_kv_heads == b.n_heads and b.ffn_matrices == 2
     # BERT's per-token attention projections: 4 d^2, as measure/costs.py counts them
     assert b.attention_macs_per_token() == 4 * b.d_model ** 2
+
+
+def test_load_causal_lm_refuses_an_unsupported_family_before_reading_weights(tmp_path, monkeypatch):
+    """A checkpoint of a family no adapter covers is refused on its config: the weights (gigabytes, for a real one)
+    are never read."""
+    import transformers
+
+    from headprune_utils.model import models
+
+    transformers.BloomForCausalLM(transformers.BloomConfig(vocab_size=50, hidden_size=16, n_layer=1,
+                                                           n_head=2)).save_pretrained(tmp_path)
+
+    def read_weights(*args, **kwargs):
+        raise AssertionError("the weights were read before the family was checked")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", read_weights)
+    with pytest.raises(architecture.UnsupportedArchitectureError, match="bloom"):
+        models.load_causal_lm(str(tmp_path), device="cpu")
+
+
+def test_load_causal_lm_names_the_supported_language_model_of_a_wrapper(tmp_path):
+    """A vision-language wrapper (Gemma 3's multimodal class) whose language model is of a supported family: the
+    refusal says which family its language model is and what to give instead."""
+    import transformers
+
+    from headprune_utils.model import models
+
+    transformers.Gemma3Config(
+        text_config=dict(vocab_size=50, hidden_size=16, intermediate_size=20, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=8),
+        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=28, patch_size=14)).save_pretrained(tmp_path)
+    with pytest.raises(architecture.UnsupportedArchitectureError) as err:
+        models.load_causal_lm(str(tmp_path), device="cpu")
+    msg = str(err.value)
+    assert "gemma3_text" in msg and "adapter llama" in msg and "text-only causal LM" in msg
