@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from headprune_utils.model.architecture import UnsupportedArchitectureError, attention_sites, family_of
-from headprune_utils.model.families.registry import find_family
+from headprune_utils.model.families.base import Family
+from headprune_utils.model.families.registry import FAMILIES, find_family
 import headprune_utils.model.families.bert as bert_family
 from headprune_utils.tasks.data import hub_blocked
 
@@ -201,7 +202,11 @@ def load_causal_lm(
 
 def _check_family(config, name: str) -> None:
     """:class:`UnsupportedArchitectureError` unless ``config``'s family has a head adapter; for a wrapper (e.g. a
-    vision-language model) whose ``text_config`` is of a supported family, the message says so."""
+    vision-language model) whose ``text_config`` is of a supported family, the message says so. A causal adapter
+    that knows its models by their layout (``Family.matches_model``, e.g. one a user registered) leaves the
+    decision to the loaded model."""
+    if any(f.causal_kinds and type(f).matches_model is not Family.matches_model for f in FAMILIES):
+        return
     try:
         family_of(config)
     except UnsupportedArchitectureError as exc:
