@@ -26,7 +26,8 @@ the queries and keys are placed as the model places them (rotary positions appli
 module was called with), each query head is paired with the key/value head it reads (grouped-query attention), the
 scores are scaled by the module's own scaling, and key ``j`` is visible from query ``i`` by the family adapter's rule
 (not padding, causal ``j <= i``, within a sliding window): invisible keys get probability exactly 0. Maps are of a
-full-sequence forward (no KV cache).
+full-sequence forward (no KV cache). A query that sees no key at all (a left-padded position of a causal model) gets
+a row of zeros; mask padded queries out, as :func:`head_js` does.
 """
 from __future__ import annotations
 
@@ -193,7 +194,9 @@ def _causal_probs(model, family, site, q, k, call, key_mask, n_present: int, dty
         scores = scores + bias.to(device=scores.device, dtype=dtype)
     visible = family.visible_keys(model, site, key_mask, b, s, n_k, device=scores.device)
     scores = scores.masked_fill(~visible[:, None], torch.finfo(dtype).min)
-    return torch.softmax(scores, dim=-1)
+    # a query that sees no key at all (a LEFT-padded position of a causal model) has no distribution: its row is 0
+    # (a softmax over the masked scores alone would spread it evenly over padding and future keys)
+    return torch.softmax(scores, dim=-1) * visible.any(-1)[:, None, :, None].to(dtype)
 
 
 def smooth(p: torch.Tensor, eps: float, support: torch.Tensor | None = None) -> torch.Tensor:

@@ -181,17 +181,19 @@ def load_classifier(
 def load_causal_lm(
     name: str,
     device: str | torch.device = "auto",
-    attn_implementation: str = "sdpa",
+    attn_implementation: str | None = None,
     dtype: torch.dtype | None = None,
 ) -> nn.Module:
     """A causal language model (``AutoModelForCausalLM``: Llama, Mistral, Qwen2, Qwen3, GPT-2, Pythia, ...) by hub id
     or local folder, in eval mode on ``device``. Its family must have a head adapter, checked on the config before the
     weights are read (``UnsupportedArchitectureError`` lists the families there are; a multimodal wrapper whose
-    language model is of a supported family says so), and again on the loaded model."""
+    language model is of a supported family says so), and again on the loaded model. ``attn_implementation``: None
+    lets Hugging Face choose (sdpa where the model class supports it; Gemma 2, whose soft-capped scores sdpa cannot
+    compute, gets eager)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     _check_family(_from_pretrained(AutoConfig, name), name)
-    kwargs = {"attn_implementation": attn_implementation}
+    kwargs = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
     if dtype is not None:
         kwargs["dtype"] = dtype
     model = _from_pretrained(AutoModelForCausalLM, name, **kwargs)

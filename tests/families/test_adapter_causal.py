@@ -415,3 +415,33 @@ def test_flop_estimate_counts_grouped_key_value_heads_and_the_gated_mlp():
     a = 0.5
     assert costs.layer_forward_flops(bert, tokens, seq, a) == tokens * (2 * (4 * 32 * 32 * a + 2 * 32 * 64)
                                                                        + 4 * seq * 32 * a)
+
+
+@pytest.mark.parametrize("name", ["gpt_neox", "llama_gqa", "opt"])
+def test_attention_maps_of_a_left_padded_batch(name):
+    """Left padding: a padded query of a causal model sees no key at all; its row is 0 (not a softmax spread over
+    padding and future keys), and the real queries' rows equal Hugging Face's own probabilities (eager, float32:
+    HF's float64 eager attention gives NaN on such rows)."""
+    fx = FIXTURES[name]
+    model = fx.build("eager", dtype=torch.float32)
+    batch = fx.inputs(padded=False)
+    batch["attention_mask"][1, :2] = 0  # row 1 left-padded by 2
+    maps = attention_maps(model, batch)
+    with torch.no_grad():
+        hf = model(**batch, output_attentions=True).attentions
+    for layer, m in enumerate(maps):
+        assert bool((m[1, :, :2] == 0).all())  # the padded queries
+        assert _diff(m[0], hf[layer][0].double()) <= 1e-5
+        assert _diff(m[1, :, 2:, 2:], hf[layer][1, :, 2:, 2:].double()) <= 1e-5  # real queries over real keys
+        assert bool((m[1, :, 2:, :2] == 0).all())  # padded keys
+
+
+def test_load_causal_lm_lets_hugging_face_choose_the_attention(tmp_path):
+    """By default the loader lets Hugging Face pick the attention implementation: Gemma 2 (soft-capped scores,
+    which sdpa cannot compute) loads with eager instead of failing."""
+    from headprune_utils.model import models
+
+    FIXTURES["gemma2"].build("eager", dtype=torch.float32).save_pretrained(tmp_path)
+    model = models.load_causal_lm(str(tmp_path), device="cpu")
+    assert model.config._attn_implementation == "eager"
+    assert A.head_shape(model) == (2, 4)
