@@ -21,13 +21,13 @@ T5: all three grids (the adapter's ``map_kinds``). Scores are unscaled plus each
 (causal, keys = the decoder positions) and ``"cross"`` (keys = the source tokens, padding excluded) run the whole
 model on the batch (with ``decoder_input_ids``), and give ``[batch, n_heads, target_len, key_len]`` maps.
 
-Causal LMs (GPT-2; GPT-NeoX; OPT; Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3) and ModernBERT (rotary, local layers):
-the queries and keys are placed as the model places them (rotary positions applied with the angles the attention
-module was called with), each query head is paired with the key/value head it reads (grouped-query attention), the
-scores are scaled by the module's own scaling, and key ``j`` is visible from query ``i`` by the family adapter's rule
-(not padding, causal ``j <= i``, within a sliding window): invisible keys get probability exactly 0. Maps are of a
-full-sequence forward (no KV cache). A query that sees no key at all (a left-padded position of a causal model) gets
-a row of zeros; mask padded queries out, as :func:`head_js` does.
+Causal LMs (GPT-2; GPT-NeoX; OPT; Llama, Mistral, Mixtral, Qwen2, Qwen3, Gemma, Phi-3) and ModernBERT (rotary, local
+layers): the queries and keys are placed as the model places them (rotary positions applied with the angles the
+attention module was called with), each query head is paired with the key/value head it reads (grouped-query
+attention), the scores are scaled by the module's own scaling, and key ``j`` is visible from query ``i`` by the family
+adapter's rule (not padding, causal ``j <= i``, within a sliding window): invisible keys get probability exactly 0.
+Maps are of a full-sequence forward (no KV cache). A query that sees no key at all (a left-padded position of a causal
+model) gets a row of zeros; mask padded queries out, as :func:`head_js` does.
 """
 from __future__ import annotations
 

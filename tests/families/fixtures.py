@@ -214,6 +214,27 @@ def _phi3():
                          tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
+def _eager_experts(cfg):
+    """Experts computed one by one (HF's default grouped matmul has no float64 kernel on the CPU)."""
+    cfg._experts_implementation = "eager"
+    return cfg
+
+
+def _mixtral():
+    return _eager_experts(tf.MixtralConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2,
+        tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2))
+
+
+def _qwen3_moe():
+    return _eager_experts(tf.Qwen3MoeConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=37, moe_intermediate_size=19, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64, num_experts=4,
+        num_experts_per_tok=2, norm_topk_prob=False, mlp_only_layers=[1], tie_word_embeddings=False, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2))
+
+
 def _mistral():
     return tf.MistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                             num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
@@ -325,6 +346,13 @@ _ALL = [
             causal_lm=True, atol=_LOOSE, positions="rotary", qkv="qkv_proj",
             notes="4 query heads on 2 key/value heads in one qkv_proj (rows: queries, keys, values); rotary on half "
                   "of each head; a sliding window of 3 in every layer"),
+    Fixture("mixtral", "mixtral", tf.MixtralForCausalLM, _mixtral, _one(Grid(2, 4, 2, 8, causal=True)),
+            causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="4 query heads on 2 key/value heads over a mixture of 4 experts, 2 per token"),
+    Fixture("qwen3_moe", "qwen3_moe", tf.Qwen3MoeForCausalLM, _qwen3_moe, _one(Grid(2, 4, 2, 8, causal=True)),
+            causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="Qwen3's per-head query/key norms; layer 0 a mixture of 4 experts (2 per token, weights not "
+                  "renormalised), layer 1 a dense MLP (mlp_only_layers)"),
     Fixture("mistral", "mistral", tf.MistralForCausalLM, _mistral,
             _one(Grid(2, 4, 2, 8, causal=True, windows=(2, 2))), causal_lm=True, atol=_LOOSE,
             positions="rotary", notes="sliding window 3: a query sees itself and the 2 keys before it"),

@@ -495,6 +495,22 @@ def _llama_window(cfg, layer: int) -> int | None:
     return window - 1  # HF: key j visible from query i when j > i - sliding_window
 
 
+def moe(x, m, cfg, act):
+    """A sparse mixture of experts (Mixtral, Qwen3-MoE): each token's router softmax over the experts, its top
+    ``num_experts_per_tok`` (their weights renormalised to sum 1 in Mixtral, and in Qwen3-MoE when
+    ``norm_topk_prob``), each expert a gated MLP ``down(act(gate(x)) * up(x))`` from the stacked expert weights."""
+    logits = F.linear(x, m.gate.weight)
+    top_p, top_i = logits.softmax(-1).topk(cfg.num_experts_per_tok, dim=-1)
+    if cfg.model_type == "mixtral" or getattr(cfg, "norm_topk_prob", False):
+        top_p = top_p / top_p.sum(-1, keepdim=True)
+    out = torch.zeros_like(x)
+    for e in range(m.gate.weight.shape[0]):
+        weight = (top_p * (top_i == e)).sum(-1, keepdim=True)  # 0 where the token is not routed to expert e
+        gate, up = F.linear(x, m.experts.gate_up_proj[e]).chunk(2, dim=-1)
+        out = out + weight * F.linear(act(gate) * up, m.experts.down_proj[e])
+    return out
+
+
 def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None) -> Trace:
     cfg = model.config
     if cfg.rope_parameters.get("rope_type", "default") != "default":
@@ -529,7 +545,9 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
         h = h + attn_out
         x = rms_norm(h, layer.post_attention_layernorm.weight, cfg.rms_norm_eps)
         m = layer.mlp
-        if hasattr(m, "gate_up_proj"):  # Phi-3: gate and up in one projection, gate first
+        if hasattr(m, "experts"):  # Mixtral, Qwen3-MoE: a sparse mixture of experts
+            h = h + moe(x, m, cfg, act)
+        elif hasattr(m, "gate_up_proj"):  # Phi-3: gate and up in one projection, gate first
             gate, up = lin(x, m.gate_up_proj).chunk(2, dim=-1)
             h = h + lin(act(gate) * up, m.down_proj)
         else:
@@ -726,7 +744,7 @@ _FAMILIES = {
     "bert": _bert_like, "roberta": _bert_like, "distilbert": _distilbert, "bart": _bart_like,
     "marian": _bart_like, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, "llama": _llama_like,
     "mistral": _llama_like,
-    "qwen2": _llama_like, "phi3": _llama_like,
+    "qwen2": _llama_like, "phi3": _llama_like, "mixtral": _llama_like, "qwen3_moe": _llama_like,
     "qwen3": _llama_like, "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,

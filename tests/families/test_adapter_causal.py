@@ -19,7 +19,8 @@ from headprune_utils.model.pruning import count_attention_params, kv_mask_to_hea
 from . import reference as R
 from .fixtures import FIXTURES
 
-LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3")
+LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
+          "phi3")
 NEOX = ("gpt_neox", "gpt_neox_sequential")
 OPTS = ("opt", "opt_post_norm")
 CAUSAL = ("gpt2",) + NEOX + OPTS + LLAMAS
@@ -270,7 +271,7 @@ def test_attention_maps_equal_the_reference(name, impl):
 
 # ------------------------------------------------------------------ gradients and L0 gates
 @pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "llama_gqa", "qwen2", "qwen3", "gemma2", "gemma3",
-                                  "phi3"])
+                                  "phi3", "mixtral"])
 @pytest.mark.parametrize("how", ["zero", "uniform"])
 def test_gate_gradients_equal_the_reference(name, how):
     """d loss / d gates through the package's gates = autograd of the reference's LM loss (itself checked against

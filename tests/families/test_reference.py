@@ -82,7 +82,7 @@ def _attention(model, family, kind, layer):
     if family == "phi3":  # the queries are the first rows of the fused qkv_proj
         a = model.model.layers[layer].self_attn
         return a.qkv_proj, a.o_proj, "linear"
-    if family in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"):
+    if family in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text"):
         a = model.model.layers[layer].self_attn
         return a.q_proj, a.o_proj, "linear"
     if family == "t5":

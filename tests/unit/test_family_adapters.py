@@ -145,7 +145,8 @@ def test_adapters_declare_what_their_heads_are():
                                                       ("OPTConfig", "opt", 4), ("Phi3Config", "phi3", 2),
                                                       ("LlamaConfig", "llama", 2), ("MistralConfig", "llama", 2),
                                                       ("Qwen2Config", "llama", 2), ("Qwen3Config", "llama", 2),
-                                                      ("GemmaConfig", "llama", 2), ("Gemma3TextConfig", "llama", 2)])
+                                                      ("GemmaConfig", "llama", 2), ("Gemma3TextConfig", "llama", 2),
+                                                      ("MixtralConfig", "llama", 2), ("Qwen3MoeConfig", "llama", 2)])
 def test_causal_lm_configs_find_their_adapter(config_class, family, kv):
     import transformers
 
@@ -160,6 +161,19 @@ def test_causal_lm_configs_find_their_adapter(config_class, family, kv):
     assert architecture.kv_head_of(cfg) == [h * kv // 4 for h in range(4)]
     assert adapter.projections == ("separate" if family in ("llama", "opt") else "fused")  # phi3: qkv_proj
     assert adapter.linear == ("Conv1D" if family == "gpt2" else "Linear")
+
+
+def test_cost_dims_of_a_mixture_of_experts_count_the_routed_experts():
+    from transformers import MixtralConfig, Qwen3MoeConfig
+
+    mixtral = MixtralConfig(vocab_size=50, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                            hidden_size=32, intermediate_size=40, num_local_experts=8, num_experts_per_tok=2)
+    qwen = Qwen3MoeConfig(vocab_size=50, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                          hidden_size=32, head_dim=8, intermediate_size=40, moe_intermediate_size=12, num_experts=8,
+                          num_experts_per_tok=3)
+    # per token: the experts it is routed to, each a gated MLP of its own width (Qwen3-MoE: moe_intermediate_size)
+    assert architecture.family_of(mixtral).cost_dims(mixtral).ffn_macs_per_token() == 3 * 32 * (2 * 40)
+    assert architecture.family_of(qwen).cost_dims(qwen).ffn_macs_per_token() == 3 * 32 * (3 * 12)
 
 
 def test_cost_dims_count_grouped_key_value_heads_cheaper():

@@ -6,6 +6,8 @@ Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_h
 ``h // (n_query_heads / n_kv_heads)``. Causal; rotary positions applied to q and k inside the module (the angles
 come in as ``position_embeddings``); Mistral's every layer and Qwen2's ``"sliding_attention"`` layers see only
 the last ``sliding_window`` keys (key ``j`` visible from query ``i`` when ``i - sliding_window < j <= i``).
+Mixtral and Qwen3-MoE have these attention layers (Mistral's and Qwen3's) over a mixture of experts, which the
+adapter never touches (their FLOP estimate counts the experts a token is routed to).
 Qwen3 and Gemma 3 RMS-normalise each query and key head over its ``head_dim`` (``q_norm``, ``k_norm``: one weight of
 ``head_dim`` shared by the heads of a layer) before rotary: per head, so a head's scores stay its own and pruning
 leaves the norms as they are. Gemma 2 and 3 scale the scores by ``query_pre_attn_scalar ** -0.5`` (the module's
@@ -92,7 +94,7 @@ class GroupedQueryAttention(nn.Module):
             self._sliding = original._sliding
         elif hasattr(original, "sliding_window"):
             self._sliding = ("sliding_window", original.sliding_window)
-        elif getattr(self.config, "model_type", None) == "mistral":
+        elif getattr(self.config, "model_type", None) in ("mistral", "mixtral"):
             self._sliding = ("sliding_window", getattr(self.config, "sliding_window", None))
         else:
             self._sliding = None
@@ -141,7 +143,7 @@ class GroupedQueryAttention(nn.Module):
 
 class LlamaFamily(Family):
     name = "llama"
-    model_types = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text")
+    model_types = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text")
     projections = "separate"
     linear = "Linear"
     positions = "rotary"
@@ -237,6 +239,9 @@ class LlamaFamily(Family):
 
     def cost_dims(self, cfg):
         n_layers, n_heads, d_model, d_ffn = self.cost_shape(cfg)
+        experts = getattr(cfg, "num_experts_per_tok", None)
+        if experts:  # mixture of experts (Mixtral, Qwen3-MoE): the experts a token is routed to, each a gated MLP
+            d_ffn = int(experts) * int(getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size)
         return CostDims(n_layers, n_heads, self.kv_heads(cfg, None), _head_dim(cfg), d_model, d_ffn, ffn_matrices=3)
 
 
