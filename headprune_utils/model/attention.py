@@ -71,6 +71,9 @@ def capture_queries_keys(model: nn.Module, kind: str | None = None) -> Iterator[
     handles = []
 
     def capture_mask(module, args, kwargs):
+        problem = family.visibility_problem(model, kwargs)
+        if problem and causal:
+            raise ValueError(f"attention maps need the keys each query may see: {problem}")
         store["key_mask"] = key_padding_mask_from_call(args, kwargs)
 
     def make_call(layer: int):

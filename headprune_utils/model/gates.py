@@ -195,6 +195,9 @@ def head_gates(
 
     def make_mask_hook(kind):
         def capture_mask(module, args, kwargs):
+            problem = family.visibility_problem(model, kwargs)
+            if problem and not family.plain_attention(model, kind):
+                raise ValueError(f'ablation="{abl.name}" needs the keys each query may see: {problem}')
             state[("key_mask", kind)] = key_padding_mask_from_call(args, kwargs)
             state[("cached", kind)] = _cached_positions(kwargs)
 

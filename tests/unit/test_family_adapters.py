@@ -213,18 +213,20 @@ def test_load_causal_lm_refuses_an_unsupported_family_before_reading_weights(tmp
 
 
 def test_load_causal_lm_names_the_supported_language_model_of_a_wrapper(tmp_path):
-    """A vision-language wrapper (Gemma 3's multimodal class) whose language model is of a supported family: the
-    refusal says which family its language model is and what to give instead."""
+    """A vision-language wrapper the adapters do not cover (LLaVA) whose language model is of a supported family
+    (Llama): the refusal, before any weight is read, says which family its language model is and what to give."""
     import transformers
 
     from headprune_utils.model import models
 
-    transformers.Gemma3Config(
-        text_config=dict(vocab_size=50, hidden_size=16, intermediate_size=20, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=8),
-        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=28, patch_size=14)).save_pretrained(tmp_path)
+    transformers.LlavaConfig(
+        text_config=dict(model_type="llama", vocab_size=50, hidden_size=16, intermediate_size=20,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1),
+        vision_config=dict(model_type="clip_vision_model", hidden_size=16, intermediate_size=32,
+                           num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                           patch_size=14)).save_pretrained(tmp_path)
     with pytest.raises(architecture.UnsupportedArchitectureError) as err:
         models.load_causal_lm(str(tmp_path), device="cpu")
     msg = str(err.value)
-    assert "gemma3_text" in msg and "adapter llama" in msg and "text-only causal LM" in msg
+    assert "(llava)" in msg or "llava model" in msg
+    assert "adapter llama" in msg and "text-only causal LM" in msg

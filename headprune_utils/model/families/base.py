@@ -310,6 +310,12 @@ class Family:
             allowed = allowed & key_mask.to(device).bool()[:, None, :]
         return allowed
 
+    def visibility_problem(self, model: nn.Module, call_kwargs: dict) -> str | None:
+        """Why, for this call of the model (the keyword arguments its key-mask source was called with), the keys a
+        query may see are not those :meth:`visible_keys` gives (e.g. image tokens that attend both ways); None when
+        they are. Whatever needs the visible keys ("uniform", the attention maps) refuses such a call."""
+        return None
+
     def window(self, model: nn.Module, site: AttentionSite) -> int | None:
         """The largest distance ``|query - key|`` a query of ``site`` may see (causal: look back; None: no sliding
         window)."""

@@ -1,22 +1,25 @@
-"""The Llama family: Llama, Mistral, Qwen2, Qwen3, Gemma, Gemma 2 and Gemma 3 causal LMs (grouped-query attention).
+"""The Llama family: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE and Gemma 1-3 causal LMs (grouped-query attention).
 
-Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_heads * head_dim`` rows),
-``k_proj`` / ``v_proj`` (``num_key_value_heads * head_dim`` rows each) and ``o_proj`` INSIDE the module. One grid,
-``[n_layers, n_query_heads]``; key/value heads are derived structure: query head ``h`` reads key/value head
-``h // (n_query_heads / n_kv_heads)``. Causal; rotary positions applied to q and k inside the module (the angles
-come in as ``position_embeddings``); Mistral's every layer and Qwen2's ``"sliding_attention"`` layers see only
-the last ``sliding_window`` keys (key ``j`` visible from query ``i`` when ``i - sliding_window < j <= i``).
-Mixtral and Qwen3-MoE have these attention layers (Mistral's and Qwen3's) over a mixture of experts, which the
-adapter never touches (their FLOP estimate counts the experts a token is routed to).
-Qwen3 and Gemma 3 RMS-normalise each query and key head over its ``head_dim`` (``q_norm``, ``k_norm``: one weight of
-``head_dim`` shared by the heads of a layer) before rotary: per head, so a head's scores stay its own and pruning
-leaves the norms as they are. Gemma 2 and 3 scale the scores by ``query_pre_attn_scalar ** -0.5`` (the module's
-``scaling``, which the pruned layer and the attention maps use) and alternate sliding-window and global layers
-(``layer_types``); Gemma 2 soft-caps the scaled scores (``cap * tanh(scores / cap)``, ``attn_logit_softcapping``; the
-pruned layer passes the cap to the attention function as the original does, the attention maps apply it:
-:meth:`LlamaFamily.score_softcap`); a bidirectional Gemma (``use_bidirectional_attention``, e.g. EmbeddingGemma)
-is refused, as the adapter's keys are causal. What Gemma does around the attention (scaled embeddings, norms of weight
-1 + w, norms after the attention, a soft-capped output) the adapter never touches.
+Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_heads * head_dim`` rows), ``k_proj`` /
+``v_proj`` (``num_key_value_heads * head_dim`` rows each) and ``o_proj`` INSIDE the module. One grid, ``[n_layers,
+n_query_heads]``; key/value heads are derived structure: query head ``h`` reads key/value head ``h // (n_query_heads /
+n_kv_heads)``. Causal; rotary positions applied to q and k inside the module (the angles come in as
+``position_embeddings``); Mistral's every layer and Qwen2's ``"sliding_attention"`` layers see only the last
+``sliding_window`` keys (key ``j`` visible from query ``i`` when ``i - sliding_window < j <= i``). Gemma 3's
+multimodal model (``Gemma3ForConditionalGeneration``, model type ``gemma3``: gemma-3-4b and larger) is read as its
+language model (the grid, the config of ``text_config``); its image tokens attend to each other both ways inside their
+block, so "uniform" and the attention maps refuse a batch with images (:meth:`LlamaFamily.visibility_problem`).
+Mixtral and Qwen3-MoE have these attention layers (Mistral's and Qwen3's) over a mixture of experts, which the adapter
+never touches (their FLOP estimate counts the experts a token is routed to). Qwen3 and Gemma 3 RMS-normalise each
+query and key head over its ``head_dim`` (``q_norm``, ``k_norm``: one weight of ``head_dim`` shared by the heads of a
+layer) before rotary: per head, so a head's scores stay its own and pruning leaves the norms as they are. Gemma 2 and
+3 scale the scores by ``query_pre_attn_scalar ** -0.5`` (the module's ``scaling``, which the pruned layer and the
+attention maps use) and alternate sliding-window and global layers (``layer_types``); Gemma 2 soft-caps the scaled
+scores (``cap * tanh(scores / cap)``, ``attn_logit_softcapping``; the pruned layer passes the cap to the attention
+function as the original does, the attention maps apply it: :meth:`LlamaFamily.score_softcap`); a bidirectional Gemma
+(``use_bidirectional_attention``, e.g. EmbeddingGemma) is refused, as the adapter's keys are causal. What Gemma does
+around the attention (scaled embeddings, norms of weight 1+w, norms after the attention, a soft-capped output) the
+adapter never touches.
 
 Physical pruning removes the query heads' rows of ``q_proj`` and columns of ``o_proj``, and the rows of a
 key/value head in ``k_proj`` / ``v_proj`` once no kept query head reads it. The groups left may be uneven (3 query
@@ -54,8 +57,22 @@ def _softcap(module: nn.Module) -> float | None:
     return None
 
 
+# vision-language wrappers whose language model is of this family: the grid is the language model's heads
+_WRAPPERS = ("gemma3",)
+
+
+def _text(cfg):
+    """The language model's config: a wrapper's ``text_config``, else ``cfg`` itself."""
+    if getattr(cfg, "model_type", None) in _WRAPPERS:
+        return cfg.text_config
+    return cfg
+
+
 def _layers(model: nn.Module):
-    return getattr(base_model(model), "layers", None)
+    base = base_model(model)
+    if getattr(model.config, "model_type", None) in _WRAPPERS:  # Gemma 3's multimodal model: its language model
+        base = base.language_model
+    return getattr(base, "layers", None)
 
 
 def _head_dim(cfg) -> int:
@@ -143,20 +160,23 @@ class GroupedQueryAttention(nn.Module):
 
 class LlamaFamily(Family):
     name = "llama"
-    model_types = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text")
+    model_types = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text") \
+        + _WRAPPERS
     projections = "separate"
     linear = "Linear"
     positions = "rotary"
     causal_kinds = (None,)
 
     def head_shape(self, cfg, kind):
+        cfg = _text(cfg)
         return int(cfg.num_hidden_layers), int(cfg.num_attention_heads)
 
     def kv_heads(self, cfg, kind):
+        cfg = _text(cfg)
         return int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
 
     def sites(self, model, kind):
-        cfg = model.config
+        cfg = _text(model.config)
         if getattr(cfg, "use_bidirectional_attention", None):
             raise UnsupportedArchitectureError(
                 f"{cfg.model_type} with use_bidirectional_attention=True (an encoder, e.g. EmbeddingGemma) is not "
@@ -199,8 +219,18 @@ class LlamaFamily(Family):
     def score_softcap(self, site):
         return _softcap(site.module)
 
+    def visibility_problem(self, model, call_kwargs):
+        if getattr(model.config, "model_type", None) not in _WRAPPERS:
+            return None
+        types = call_kwargs.get("token_type_ids")
+        if call_kwargs.get("pixel_values") is not None or (types is not None and bool((types != 0).any())):
+            return ("the batch holds image tokens (pixel_values / token_type_ids), which attend to each other both "
+                    "ways inside their block in Gemma 3's multimodal model, while the keys a query may see are "
+                    "taken as the causal ones of text: give text-only inputs")
+        return None
+
     def window(self, model, site):
-        cfg = model.config
+        cfg = _text(model.config)
         window = getattr(cfg, "sliding_window", None)
         if window is None:
             return None
@@ -235,9 +265,11 @@ class LlamaFamily(Family):
         site.module.o_proj = new
 
     def cost_shape(self, cfg):
+        cfg = _text(cfg)
         return int(cfg.num_hidden_layers), int(cfg.num_attention_heads), int(cfg.hidden_size), int(cfg.intermediate_size)
 
     def cost_dims(self, cfg):
+        cfg = _text(cfg)
         n_layers, n_heads, d_model, d_ffn = self.cost_shape(cfg)
         experts = getattr(cfg, "num_experts_per_tok", None)
         if experts:  # mixture of experts (Mixtral, Qwen3-MoE): the experts a token is routed to, each a gated MLP
