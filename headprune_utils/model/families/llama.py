@@ -1,4 +1,4 @@
-"""The Llama family: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE and Gemma 1-3 causal LMs (grouped-query attention).
+"""The Llama family: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 1-3 causal LMs (grouped-query attention).
 
 Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_heads * head_dim`` rows), ``k_proj`` /
 ``v_proj`` (``num_key_value_heads * head_dim`` rows each) and ``o_proj`` INSIDE the module. One grid, ``[n_layers,
