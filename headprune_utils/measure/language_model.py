@@ -26,8 +26,8 @@ __all__ = ["lm_loss", "perplexity"]
 def lm_loss(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], gates=None, ablation="zero",
             means=None) -> float:
     """Mean next-token cross-entropy (nats per token) of ``model`` over ``batches`` (dicts with ``input_ids`` and
-    ``attention_mask``, and optionally ``labels``: see the module), under ``gates`` when given. Non-finite: an
-    error."""
+    optionally ``attention_mask``, every token real when it is left out, and ``labels``: see the module), under
+    ``gates`` when given. Non-finite: an error."""
     total, count = 0.0, 0
     was_training = model.training
     model.eval()
@@ -35,7 +35,12 @@ def lm_loss(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], gates=
     try:
         with ctx:
             for batch in batches:
-                ids, mask = batch["input_ids"], batch["attention_mask"]
+                if "input_ids" not in batch:
+                    raise ValueError(f"each batch needs input_ids (got the keys {sorted(batch)})")
+                ids = batch["input_ids"]
+                mask = batch.get("attention_mask")
+                if mask is None:  # as Hugging Face's models take it: every token real
+                    mask = torch.ones_like(ids)
                 logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
                 target = batch.get("labels")
                 if target is None:

@@ -37,13 +37,21 @@ from headprune_utils.model.families.base import (  # re-exported: users import t
 )
 
 __all__ = [
-    "SEQ2SEQ_KINDS", "AttentionKind", "AttentionSite", "EmptyAttention", "UnsupportedArchitectureError",
-    "attention_kinds", "attention_sites", "base_model", "family_of", "grid_name", "head_shape", "head_shapes",
-    "is_encoder_decoder", "kept_heads", "kept_kv_heads", "kv_head_of", "kv_shape", "key_mask_source", "key_padding_mask_from_call", "kind_dict", "kind_value",
-    "layout_problem", "present_mask", "query_side", "set_kept_heads",
+    "ACTIVE_GATES_ATTR", "SEQ2SEQ_KINDS", "AttentionKind", "AttentionSite", "EmptyAttention",
+    "UnsupportedArchitectureError", "active_gates", "attention_kinds", "attention_sites", "base_model", "family_of",
+    "grid_name", "head_shape", "head_shapes", "is_encoder_decoder", "kept_heads", "kept_kv_heads", "kv_head_of",
+    "kv_shape", "key_mask_source", "key_padding_mask_from_call", "kind_dict", "kind_value", "layout_problem",
+    "present_mask", "query_side", "set_kept_heads",
 ]
 
 _KEPT_ATTR = "_headprune_kept_heads"
+# the gates.head_gates blocks open on a model, innermost last (set and removed by head_gates; read by pruning, maps)
+ACTIVE_GATES_ATTR = "_headprune_active_gates"
+
+
+def active_gates(model: nn.Module) -> list[tuple[str, dict]]:
+    """The ``gates.head_gates`` blocks open on ``model``, outermost first: ``(ablation name, {grid: gates})``."""
+    return list(getattr(model, ACTIVE_GATES_ATTR, []))
 
 AttentionKind = Literal["enc", "dec", "cross"]
 

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from headprune_utils.model.architecture import (
-    attention_kinds, attention_sites, family_of, grid_forward, head_shape, kept_heads, key_mask_source,
+    active_gates, attention_kinds, attention_sites, family_of, grid_forward, head_shape, kept_heads, key_mask_source,
     key_padding_mask_from_call, query_side,
 )
 
@@ -164,27 +164,46 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str |
         device = q.device if q is not None else ids.device
         out = torch.full((b, n_heads, n_q, n_k), float("nan"), dtype=dtype, device=device)
         if q is not None and kept[layer] and causal:
-            out[:, kept[layer]] = _causal_probs(model, family, site, q, k, store.get(("call", layer)), key_mask,
-                                                len(kept[layer]), dtype)
+            visible = family.visible_keys(model, site, key_mask, b, n_q, k.shape[1], device=device)
+            probs = _causal_probs(model, family, site, q, k, store.get(("call", layer)), visible, len(kept[layer]),
+                                  dtype)
         elif q is not None and kept[layer]:
             d = site.head_dim
             q4 = q.to(dtype).view(b, s, -1, d).transpose(1, 2)  # [b, H_present, s, d]
             k4 = k.to(dtype).view(b, s, -1, d).transpose(1, 2)
             scores = torch.matmul(q4, k4.transpose(-1, -2)) * d**-0.5  # [b, H_present, s, s]
+            visible = torch.ones(b, s, s, dtype=torch.bool, device=device)
             if key_mask is not None:
-                real = key_mask.to(device).bool().view(b, 1, 1, s)
-                scores = scores.masked_fill(~real, torch.finfo(dtype).min)
-            out[:, kept[layer]] = torch.softmax(scores, dim=-1)
+                visible = visible & key_mask.to(device).bool().view(b, 1, s)
+                scores = scores.masked_fill(~visible[:, None], torch.finfo(dtype).min)
+            probs = torch.softmax(scores, dim=-1)
+        if q is not None and kept[layer]:
+            out[:, kept[layer]] = _uniform_gated(model, kind, layer, kept[layer], probs, visible)
         maps.append(out)
     if len(maps) != n_layers:
         raise RuntimeError(f"expected {n_layers} layers, found {len(maps)}")
     return maps
 
 
-def _causal_probs(model, family, site, q, k, call, key_mask, n_present: int, dtype) -> torch.Tensor:
+def _uniform_gated(model, kind, layer: int, present: list[int], probs: torch.Tensor,
+                   visible: torch.Tensor) -> torch.Tensor:
+    """The present heads' maps ``probs`` under the ``"uniform"`` gates of the head_gates blocks open on ``model``: a
+    head gated by ``g`` attends ``g * probs + (1 - g) * uniform`` (uniform over the keys its query may see), what its
+    output then is. ``"zero"`` and ``"mean"`` scale or replace a head's OUTPUT, not its attention: its map stays."""
+    for name, grids in active_gates(model):
+        if name != "uniform" or kind not in grids:
+            continue
+        g = torch.as_tensor(grids[kind]).detach()[layer, present].to(device=probs.device, dtype=probs.dtype)
+        counts = visible.sum(-1, keepdim=True).clamp(min=1)
+        uniform = (visible.to(probs.dtype) / counts)[:, None]  # [b, 1, q, k]; 0 rows where nothing is visible
+        g = g.view(1, -1, 1, 1)
+        probs = g * probs + (1 - g) * uniform
+    return probs
+
+
+def _causal_probs(model, family, site, q, k, call, visible, n_present: int, dtype) -> torch.Tensor:
     """``[batch, n_present, seq, seq]`` probabilities of the present heads of one layer that the adapter places
-    (causal, rotary, grouped or windowed attention; see the module docstring)."""
-    b, s, n_k = q.shape[0], q.shape[1], k.shape[1]
+    (causal, rotary, grouped or windowed attention; see the module docstring); ``visible`` ``[batch, seq, keys]``."""
     q4, k4 = family.queries_keys(site, q, k, call)
     q4, k4 = q4.to(dtype), k4.to(dtype)
     k4 = k4.index_select(1, family.site_kv_index(site, n_present).to(k4.device))  # one key head per query head
@@ -195,8 +214,7 @@ def _causal_probs(model, family, site, q, k, call, key_mask, n_present: int, dty
     bias = family.score_bias(site, call)
     if bias is not None:
         scores = scores + bias.to(device=scores.device, dtype=dtype)
-    visible = family.visible_keys(model, site, key_mask, b, s, n_k, device=scores.device)
-    scores = scores.masked_fill(~visible[:, None], torch.finfo(dtype).min)
+    scores = scores.masked_fill(~visible[:, None].to(scores.device), torch.finfo(dtype).min)
     # a query that sees no key at all (a LEFT-padded position of a causal model) has no distribution: its row is 0
     # (a softmax over the masked scores alone would spread it evenly over padding and future keys)
     return torch.softmax(scores, dim=-1) * visible.any(-1)[:, None, :, None].to(dtype)

@@ -61,8 +61,8 @@ from torch import nn
 
 from headprune_utils.model.ablations import ABLATIONS, HeadAblation, UniformAblation, as_ablation
 from headprune_utils.model.architecture import (
-    attention_kinds, attention_sites, family_of, grid_name, head_shape, head_shapes, kept_heads, key_mask_source,
-    key_padding_mask_from_call, kind_dict, kind_value, query_side,
+    ACTIVE_GATES_ATTR, attention_kinds, attention_sites, family_of, grid_name, head_shape, head_shapes, kept_heads,
+    key_mask_source, key_padding_mask_from_call, kind_dict, kind_value, query_side,
 )
 
 __all__ = ["ABLATIONS", "ABLATION_VERSION", "UNIFORM_KINDS", "Ablation", "HeadAblation", "ablate_heads", "as_ablation",
@@ -188,6 +188,7 @@ def head_gates(
             'during generation); gate those types with "zero" or "mean" in a separate head_gates block'
         )
     means_by = _check_means(model, grids, means, abl.name) if abl.needs_means else {}
+    _check_absent_heads(model, grids)
 
     handles: list[torch.utils.hooks.RemovableHandle] = []
     state: dict = {}  # per-forward captures: key padding mask per kind, value projections per (kind, layer)
@@ -268,11 +269,37 @@ def head_gates(
                     handles.append(site.value.register_forward_hook(make_value_hook((kind, site.layer))))
                 hook = make_gate_hook(site, ids)
                 handles.append(site.out_proj.register_forward_pre_hook(hook))
+        active = getattr(model, ACTIVE_GATES_ATTR, [])
+        setattr(model, ACTIVE_GATES_ATTR, active + [(abl.name, grids)])  # prune_heads and the maps read it
         yield gates
     finally:
         for h in handles:
             h.remove()
         state.clear()
+        active = getattr(model, ACTIVE_GATES_ATTR, [])
+        if active:
+            active = active[:-1]
+            if active:
+                setattr(model, ACTIVE_GATES_ATTR, active)
+            else:
+                delattr(model, ACTIVE_GATES_ATTR)
+
+
+
+
+def _check_absent_heads(model: nn.Module, grids: dict) -> None:
+    """A gate strictly between 0 and 1 (or beyond) on a head that pruning removed scales nothing: an error. 0
+    (removed) and 1 (left as it is) agree with an absent head and are accepted."""
+    for kind, g in grids.items():
+        kept = kept_heads(model, kind)
+        values = torch.as_tensor(g).detach()
+        for layer, present in enumerate(kept):
+            absent = [h for h in range(values.shape[1]) if h not in present]
+            bad = [h for h in absent if float(values[layer, h]) not in (0.0, 1.0)]
+            if bad:
+                raise ValueError(f"{grid_name('gates', kind)}: layer {layer}, heads {bad} were pruned from the model "
+                                 f"(gates {[round(float(values[layer, h]), 4) for h in bad]}): a gate can only scale "
+                                 "a head that is there (give 0 or 1 for a pruned head)")
 
 
 def _cached_positions(kwargs: dict) -> int:

@@ -64,7 +64,15 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
 
 
-def _hub_error(name: str, exc: Exception, blocked: str | None = None) -> ModelUnavailableError:
+_OFFLINE_ENCODER = "For offline work use model='minilm'."
+
+
+def _hub_error(name: str, exc: Exception, blocked: str | None = None,
+               offline_hint: str = _OFFLINE_ENCODER) -> ModelUnavailableError:
+    if name.startswith(("./", "../", "/", "~")) or os.path.isabs(name):  # meant as a folder, not a hub id
+        return ModelUnavailableError(
+            f"could not load model {name!r}: there is no such folder (a local model is a folder holding its "
+            f"config.json and weights). {offline_hint}\nOriginal error: {type(exc).__name__}: {exc}")
     why = f" ({blocked}; nor is it in the local cache)" if blocked else \
         (" (HF_HUB_OFFLINE is set)" if _offline() else " (no internet?)")
     return ModelUnavailableError(
@@ -72,11 +80,11 @@ def _hub_error(name: str, exc: Exception, blocked: str | None = None) -> ModelUn
         f"nor a local folder, and the Hugging Face hub could not provide it{why}.\n"
         f"To get it: connect to the internet once (it is then cached under $HF_HOME), or download it "
         f"elsewhere with `hf download {name} --local-dir <folder>` and pass model='<folder>'. "
-        f"For offline work use model='minilm'.\nOriginal error: {type(exc).__name__}: {exc}"
+        f"{offline_hint}\nOriginal error: {type(exc).__name__}: {exc}"
     )
 
 
-def _from_pretrained(auto_class, name: str, **kwargs):
+def _from_pretrained(auto_class, name: str, offline_hint: str = _OFFLINE_ENCODER, **kwargs):
     """``auto_class.from_pretrained`` for ``name``, failing with :class:`ModelUnavailableError`."""
     source = resolve_model_source(name)
     blocked = None
@@ -89,7 +97,7 @@ def _from_pretrained(auto_class, name: str, **kwargs):
     try:
         return auto_class.from_pretrained(source, **kwargs)
     except OSError as exc:
-        raise _hub_error(name, exc, blocked) from exc
+        raise _hub_error(name, exc, blocked, offline_hint) from exc
 
 
 # Architectures of hub models, for PLANNING offline (``run --plan``): shapes only; weights always come from the hub.
@@ -192,14 +200,18 @@ def load_causal_lm(
     compute, gets eager)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    _check_family(_from_pretrained(AutoConfig, name), name)
+    _check_family(_from_pretrained(AutoConfig, name, offline_hint=_OFFLINE_CAUSAL), name)
     kwargs = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
     if dtype is not None:
         kwargs["dtype"] = dtype
-    model = _from_pretrained(AutoModelForCausalLM, name, **kwargs)
+    model = _from_pretrained(AutoModelForCausalLM, name, offline_hint=_OFFLINE_CAUSAL, **kwargs)
     attention_sites(model)  # fail now on an architecture the gates cannot reach
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     return model.to(dev).eval()
+
+
+_OFFLINE_CAUSAL = ("For offline work build a small causal LM with models.tiny_causal_lm and train it "
+                   "(notebooks/your_own_model.ipynb does, with model_name='tiny-llama').")
 
 
 def _check_family(config, name: str) -> None:
@@ -210,7 +222,7 @@ def _check_family(config, name: str) -> None:
     if any(f.causal_kinds and type(f).matches_model is not Family.matches_model for f in FAMILIES):
         return
     try:
-        family_of(config)
+        family = family_of(config)
     except UnsupportedArchitectureError as exc:
         text = getattr(config, "text_config", None)
         inner = find_family(text) if text is not None else None
@@ -221,6 +233,14 @@ def _check_family(config, name: str) -> None:
             f"({getattr(text, 'model_type', '?')}, adapter {inner.name}), but the heads are read from the causal LM "
             "itself: give its text-only causal LM (the wrapper's other towers have heads of their own, not one "
             f"grid). {exc}") from exc
+    if not family.is_causal(None) or family.kinds(config) != (None,):  # an encoder, or an encoder-decoder
+        what = "an encoder-decoder (three grids)" if family.kinds(config) != (None,) else \
+            "an encoder: its heads attend both ways"
+        raise UnsupportedArchitectureError(
+            f"{name}: a {getattr(config, 'model_type', '?')} model is {what} (the {family.name} adapter), not a "
+            "causal language model; load_causal_lm would give it a causal language-model head it does not have "
+            "and compute a meaningless perplexity. Load an encoder with models.load_classifier, an "
+            "encoder-decoder with its transformers class, and give the model to the toolkit as it is.")
 
 
 # A small Llama-family shape with grouped-query attention (8 query heads on 2 key/value heads), for offline
@@ -253,6 +273,11 @@ def tiny_causal_lm(vocab_size: int, seed: int = 0, pad_token_id: int | None = No
     if merged.get("head_dim") is None and merged["hidden_size"] % heads:
         raise ValueError(f"tiny_causal_lm: hidden_size={merged['hidden_size']} must be a multiple of "
                          f"num_attention_heads={heads} (or give head_dim)")
+    for token, value in (("pad_token_id", pad_token_id), ("bos_token_id", bos_token_id),
+                         ("eos_token_id", eos_token_id)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 0 <= value < vocab_size):
+            raise ValueError(f"tiny_causal_lm: {token}={value!r} must be a token id in [0, vocab_size={vocab_size})")
     cfg = LlamaConfig(vocab_size=vocab_size, pad_token_id=pad_token_id, bos_token_id=bos_token_id,
                       eos_token_id=eos_token_id, **merged)
     cfg._attn_implementation = attn_implementation

@@ -26,8 +26,8 @@ import torch
 from torch import nn
 
 from headprune_utils.model.architecture import (  # EmptyAttention: re-exported (users import it from here)
-    EmptyAttention, attention_kinds, attention_sites, family_of, grid_name, head_shapes, kept_heads, kind_dict,
-    kind_value, kv_head_of, kv_shape, present_mask, set_kept_heads,
+    ACTIVE_GATES_ATTR, EmptyAttention, attention_kinds, attention_sites, family_of, grid_name, head_shapes,
+    kept_heads, kind_dict, kind_value, kv_head_of, kv_shape, present_mask, set_kept_heads,
 )
 
 __all__ = ["EmptyAttention", "count_attention_params", "kv_mask_to_head_mask", "prune_heads", "prune_kv_groups"]
@@ -49,6 +49,9 @@ def prune_heads(model: nn.Module, mask) -> nn.Module:
     of them by attention type (``"enc"``, ``"dec"``, ``"cross"``; a type left out is untouched). Keeping a head
     that an earlier call already removed is an error, found before anything changes. Returns ``model``.
     """
+    if getattr(model, ACTIVE_GATES_ATTR, None):
+        raise ValueError("prune_heads inside a head_gates block: the block's hooks sit on the modules pruning "
+                         "replaces, so its gates would stop acting; prune before the block or after it")
     masks = kind_dict(model, mask, "the mask",
                       hint=', {"enc": [L_enc, H], "dec": [L_dec, H], "cross": [L_dec, H]}')
     shapes = head_shapes(model)

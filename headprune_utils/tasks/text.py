@@ -52,6 +52,11 @@ def lm_batches(tokenizer, lines: list[str], batch_size: int = 16, max_length: in
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
     if max_length < 2:
         raise ValueError(f"max_length must be at least 2 (one token and the next), got {max_length}")
+    if isinstance(lines, str):
+        raise ValueError(f"lines must be a list of texts, not one string ({lines[:40]!r}...)")
+    lines = list(lines)
+    if not lines:
+        raise ValueError("lines is empty: no text to make batches of")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad is None:
         raise ValueError("the tokenizer has neither a pad nor an end-of-sequence token to pad with")

@@ -446,3 +446,24 @@ def test_load_causal_lm_lets_hugging_face_choose_the_attention(tmp_path):
     model = models.load_causal_lm(str(tmp_path), device="cpu")
     assert model.config._attn_implementation == "eager"
     assert A.head_shape(model) == (2, 4)
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama_gqa", "gemma2"])
+def test_attention_maps_inside_uniform_gates_are_the_gated_models(name):
+    """Inside head_gates(ablation="uniform") a head gated by g attends g * A + (1 - g) * U (U uniform over the keys
+    its query may see): its map says so, and the later layers' maps are those of the gated model (the reference's
+    probabilities under the same ablation)."""
+    fx, model, batch = FIXTURES[name], _model(name, "eager"), FIXTURES[name].inputs()
+    g = fx.grids[None]
+    gates = _gates((g.n_layers, g.n_heads))
+    ref = R.forward(model, batch, R.Ablation("uniform", gates))
+    with head_gates(model, gates, ablation="uniform"):
+        maps = attention_maps(model, batch)
+    for layer, m in enumerate(maps):
+        t = ref.grids[None][layer]
+        uniform = (t.visible.double() / t.visible.sum(-1, keepdim=True))[:, None]
+        w = gates[layer].view(1, -1, 1, 1)
+        assert _diff(m, w * t.probs + (1 - w) * uniform) <= fx.atol
+    with head_gates(model, gates, ablation="zero"):  # zero replaces the OUTPUT: the gated head's map is its own
+        zero_maps = attention_maps(model, batch)
+    assert _diff(zero_maps[0], R.forward(model, batch).grids[None][0].probs) <= fx.atol

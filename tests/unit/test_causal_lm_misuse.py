@@ -1,0 +1,96 @@
+"""Misuse a user or a fault produces with the toolkit on causal LMs, found by a helper session that read the README
+alone (2026-12-06): each case was silently wrong, silent or unclear before, and is refused clearly (or handled)
+now."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from headprune_utils.measure.language_model import perplexity
+from headprune_utils.model import architecture, models
+from headprune_utils.model.gates import head_gates
+from headprune_utils.model.pruning import prune_heads
+from headprune_utils.tasks.subword import train_tokenizer
+from headprune_utils.tasks.text import lm_batches
+
+
+def _tiny():
+    return models.tiny_causal_lm(60, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, attn_implementation="eager").eval()
+
+
+def _batch():
+    g = torch.Generator().manual_seed(0)
+    return {"input_ids": torch.randint(3, 60, (2, 6), generator=g), "attention_mask": torch.ones(2, 6, dtype=torch.long)}
+
+
+def test_pruning_inside_a_gates_block_is_refused():
+    """The block's hooks sit on the modules pruning replaces: its gates would silently stop acting."""
+    model = _tiny()
+    with head_gates(model, torch.full((2, 4), 0.5)):
+        with pytest.raises(ValueError, match="inside a head_gates block"):
+            prune_heads(model, torch.tensor([[1, 0, 1, 1], [1, 1, 1, 1]]))
+    assert architecture.kept_heads(model) == [[0, 1, 2, 3]] * 2  # untouched
+    prune_heads(model, torch.tensor([[1, 0, 1, 1], [1, 1, 1, 1]]))  # after the block: fine
+    assert architecture.kept_heads(model) == [[0, 2, 3], [0, 1, 2, 3]]
+    assert not architecture.active_gates(model)
+
+
+def test_nested_gates_blocks_are_recorded_and_released():
+    model = _tiny()
+    with head_gates(model, torch.ones(2, 4), ablation="zero"):
+        with head_gates(model, torch.ones(2, 4), ablation="uniform"):
+            assert [name for name, _ in architecture.active_gates(model)] == ["zero", "uniform"]
+        assert [name for name, _ in architecture.active_gates(model)] == ["zero"]
+    assert not hasattr(model, architecture.ACTIVE_GATES_ATTR)
+    with pytest.raises(RuntimeError), head_gates(model, torch.ones(2, 4)):
+        raise RuntimeError("an error inside the block")
+    assert not hasattr(model, architecture.ACTIVE_GATES_ATTR)  # released on error too
+
+
+def test_a_fractional_gate_on_a_pruned_head_is_refused():
+    model = prune_heads(_tiny(), torch.tensor([[1, 1, 0, 1], [1, 1, 1, 1]]))
+    with pytest.raises(ValueError, match=r"layer 0, heads \[2\] were pruned"):
+        with head_gates(model, torch.tensor([[1, 1, 0.5, 1], [1, 1, 1, 1]])):
+            pass
+    for agreeing in (0.0, 1.0):  # 0 (removed) and 1 (as it is) agree with an absent head
+        gates = torch.ones(2, 4)
+        gates[0, 2] = agreeing
+        with torch.no_grad(), head_gates(model, gates):
+            model(**_batch())
+
+
+@pytest.mark.parametrize("name", ["minilm"])
+def test_load_causal_lm_refuses_an_encoder(name):
+    """MiniLM (BERT) loaded as a causal LM got a random LM head and attended to future tokens: a meaningless
+    perplexity, and no warning."""
+    with pytest.raises(architecture.UnsupportedArchitectureError, match="encoder: its heads attend both ways"):
+        models.load_causal_lm(name, device="cpu")
+
+
+def test_load_causal_lm_of_a_missing_folder_says_so():
+    with pytest.raises(models.ModelUnavailableError) as err:
+        models.load_causal_lm("./no_such_model_folder", device="cpu")
+    msg = str(err.value)
+    assert "no such folder" in msg and "tiny_causal_lm" in msg
+    assert "minilm" not in msg and "hf download" not in msg  # no advice that does not apply
+
+
+def test_lm_batches_of_no_text_and_perplexity_without_a_mask():
+    tok = train_tokenizer(["the cat sat on the mat ."] * 8, vocab_size=40)
+    with pytest.raises(ValueError, match="lines is empty"):
+        lm_batches(tok, [])
+    with pytest.raises(ValueError, match="not one string"):
+        lm_batches(tok, "the cat sat")
+    model = _tiny()
+    batches = lm_batches(tok, ["the cat sat on the mat .", "the mat ."])
+    full = {"input_ids": batches[0]["input_ids"][:1], "attention_mask": batches[0]["attention_mask"][:1]}
+    assert bool(full["attention_mask"].all())
+    # no attention_mask: every token real, as Hugging Face's models take it
+    assert perplexity(model, [{"input_ids": full["input_ids"]}]) == pytest.approx(perplexity(model, [full]))
+
+
+@pytest.mark.parametrize("token", ["pad_token_id", "bos_token_id", "eos_token_id"])
+def test_tiny_causal_lm_checks_its_special_token_ids(token):
+    with pytest.raises(ValueError, match=f"{token}=50 must be a token id"):
+        models.tiny_causal_lm(50, **{token: 50})
