@@ -122,7 +122,9 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str |
 
     Heads are in ORIGINAL ids; heads that are physically absent are all NaN. ``batch`` holds model inputs
     (``labels`` are ignored); the maps are on the model's device, in its dtype promoted to at least float32.
-    Works inside ``head_gates`` (the maps then are those of the gated model). The model's mode is restored.
+    Works inside ``head_gates``: the maps then are those of the gated model (a head gated by ``g`` under
+    ``"uniform"`` attends ``g * A + (1 - g) * uniform``; ``"zero"`` and ``"mean"`` replace a head's output, not its
+    attention, so its own map stays, while later layers see the gated model). The model's mode is restored.
     Encoder-decoders: ``kind="enc"`` (encoder self-attention; only the encoder runs, on ``input_ids`` and
     ``attention_mask``), ``seq`` = source length.
     """

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from headprune_utils.model import pruning
 from headprune_utils.model.architecture import UnsupportedArchitectureError, attention_sites, family_of
 from headprune_utils.model.families.base import Family
 from headprune_utils.model.families.registry import FAMILIES, find_family
@@ -195,16 +196,32 @@ def load_causal_lm(
     """A causal language model (``AutoModelForCausalLM``: Llama, Mistral, Qwen2, Qwen3, GPT-2, Pythia, ...) by hub id
     or local folder, in eval mode on ``device``. Its family must have a head adapter, checked on the config before the
     weights are read (``UnsupportedArchitectureError`` lists the families there are; a multimodal wrapper whose
-    language model is of a supported family says so), and again on the loaded model. ``attn_implementation``: None
+    language model is of a supported family says so), and again on the loaded model. A folder written by
+    ``pruning.save_pruned`` loads as the pruned model it holds. ``attn_implementation``: None
     lets Hugging Face choose (sdpa where the model class supports it; Gemma 2, whose soft-capped scores sdpa cannot
     compute, gets eager)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    _check_family(_from_pretrained(AutoConfig, name, offline_hint=_OFFLINE_CAUSAL), name)
+    config = _from_pretrained(AutoConfig, name, offline_hint=_OFFLINE_CAUSAL)
+    _check_family(config, name)
     kwargs = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
-    if dtype is not None:
-        kwargs["dtype"] = dtype
-    model = _from_pretrained(AutoModelForCausalLM, name, offline_hint=_OFFLINE_CAUSAL, **kwargs)
+    source = resolve_model_source(name)
+    if os.path.isdir(source) and pruning.pruned_record(source) is not None:  # saved by pruning.save_pruned
+        model = pruning.load_pruned_weights(AutoModelForCausalLM.from_config(config, **kwargs), source)
+        if dtype is not None:
+            model = model.to(dtype)
+    else:
+        if dtype is not None:
+            kwargs["dtype"] = dtype
+        try:
+            model = _from_pretrained(AutoModelForCausalLM, name, offline_hint=_OFFLINE_CAUSAL, **kwargs)
+        except RuntimeError as exc:
+            if "mismatched" not in str(exc):
+                raise
+            raise ValueError(
+                f"{name}: its weights do not have the shapes its config gives. A physically pruned model keeps the "
+                "unpruned model's config: save it with pruning.save_pruned (which records the heads it keeps) and "
+                f"load_causal_lm loads it back. ({exc})") from exc
     attention_sites(model)  # fail now on an architecture the gates cannot reach
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     return model.to(dev).eval()

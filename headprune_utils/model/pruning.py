@@ -22,6 +22,10 @@ same heads gated to zero (``head_gates(..., ablation="zero")``; a test checks it
 """
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -30,7 +34,8 @@ from headprune_utils.model.architecture import (  # EmptyAttention: re-exported 
     kept_heads, kind_dict, kind_value, kv_head_of, kv_shape, present_mask, set_kept_heads,
 )
 
-__all__ = ["EmptyAttention", "count_attention_params", "kv_mask_to_head_mask", "prune_heads", "prune_kv_groups"]
+__all__ = ["PRUNED_FILE", "EmptyAttention", "count_attention_params", "kv_mask_to_head_mask", "load_pruned_weights",
+           "prune_heads", "prune_kv_groups", "pruned_record", "save_pruned"]
 
 
 def _check_mask(mask, shape: tuple[int, int], name: str) -> torch.Tensor:
@@ -119,3 +124,87 @@ def count_attention_params(model: nn.Module) -> int:
                 seen.add(id(lin))
                 total += sum(p.numel() for p in lin.parameters())
     return total
+
+
+# ------------------------------------------------------------------------------------------ saving a pruned model
+PRUNED_FILE = "headprune_pruned.json"  # beside the weights: which original heads each layer keeps
+PRUNED_WEIGHTS = "headprune_pruned.safetensors"  # the pruned model's own tensors, by its own parameter names
+
+
+def save_pruned(model: nn.Module, folder) -> Path:
+    """Save a (pruned) model to ``folder``: its config (which still describes the unpruned model), its weights
+    (:data:`PRUNED_WEIGHTS`, by the pruned model's own parameter names; tied weights once) and the record of the
+    heads it keeps (:data:`PRUNED_FILE`). ``models.load_causal_lm(folder)`` loads it back (or, for any model class,
+    :func:`load_pruned_weights` on a model built from the config). Files are written whole, then moved in place."""
+    from safetensors.torch import save_model
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    kinds = attention_kinds(model)
+    record = {"format": 1, "family": family_of(model).name, "class": type(model).__name__,
+              "head_shapes": {str(k): list(s) for k, s in head_shapes(model).items()},
+              "kept_heads": {str(k): kept_heads(model, k) for k in kinds}}
+    model.config.save_pretrained(folder)
+    if getattr(model, "generation_config", None) is not None and hasattr(model.generation_config, "save_pretrained"):
+        model.generation_config.save_pretrained(folder)
+    tmp = folder / f".{PRUNED_WEIGHTS}.tmp"
+    save_model(model, str(tmp))
+    os.replace(tmp, folder / PRUNED_WEIGHTS)
+    tmp = folder / f".{PRUNED_FILE}.tmp"
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, folder / PRUNED_FILE)
+    return folder
+
+
+def pruned_record(folder) -> dict | None:
+    """The :data:`PRUNED_FILE` record in ``folder`` (None when there is none)."""
+    path = Path(folder) / PRUNED_FILE
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        if record.get("format") != 1 or not isinstance(record.get("kept_heads"), dict):
+            raise ValueError("unknown format")
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        raise ValueError(f"{path}: not a pruning record this version can read ({exc})") from exc
+    if not (Path(folder) / PRUNED_WEIGHTS).is_file():
+        raise ValueError(f"{folder}: {PRUNED_FILE} is there but not {PRUNED_WEIGHTS} (an interrupted save_pruned?)")
+    return record
+
+
+def load_pruned_weights(model: nn.Module, folder) -> nn.Module:
+    """Prune ``model`` (freshly built from the folder's config, unpruned) as the record in ``folder`` says, then load
+    the folder's weights into it: every tensor must fit, none may be missing; the model takes the saved dtype.
+    Returns ``model``."""
+    from safetensors import safe_open
+    from safetensors.torch import load_model
+
+    folder = Path(folder)
+    record = pruned_record(folder)
+    if record is None:
+        raise ValueError(f"{folder} has no {PRUNED_FILE}: it was not saved with pruning.save_pruned")
+    shapes = head_shapes(model)
+    kinds = attention_kinds(model)
+    if sorted(str(k) for k in kinds) != sorted(record["kept_heads"]) or any(
+            list(shapes[k]) != record["head_shapes"][str(k)] for k in kinds):
+        raise ValueError(f"{folder / PRUNED_FILE}: its grids {record['head_shapes']} are not those of the model "
+                         f"built from the folder's config {dict((str(k), list(v)) for k, v in shapes.items())}")
+    masks = {}
+    for k in kinds:
+        mask = torch.zeros(shapes[k])
+        for layer, ids in enumerate(record["kept_heads"][str(k)]):
+            mask[layer, list(ids)] = 1
+        masks[k] = mask
+    prune_heads(model, kind_value(model, masks))
+    path = str(folder / PRUNED_WEIGHTS)
+    with safe_open(path, framework="pt") as f:
+        names = list(f.keys())
+        dtype = f.get_slice(names[0]).get_dtype() if names else None
+    floating = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+    if dtype in floating:
+        model = model.to(floating[dtype])
+    missing, unexpected = load_model(model, path, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{folder}: the saved weights do not fit the pruned model (missing {sorted(missing)[:5]}, "
+                         f"unexpected {sorted(unexpected)[:5]})")
+    return model
