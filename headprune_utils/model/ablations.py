@@ -49,6 +49,12 @@ class HeadAblation:
         return context * g + (1 - g) * self.ablated(context, values=values, key_mask=key_mask, means=means, rows=rows,
                                                     **extra)
 
+    def attention_under_gate(self, probs: torch.Tensor, gates: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """The attention maps ``probs`` ``[batch, heads, q, k]`` of heads gated by ``gates`` ``[heads]`` (``visible``
+        ``[batch, q, k]``: the keys each query may see). The default: unchanged, as a semantics that scales or
+        replaces a head's OUTPUT leaves what it attends to."""
+        return probs
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -83,6 +89,12 @@ class UniformAblation(HeadAblation):
     name = "uniform"
     needs_values = True
     kinds = ("enc",)  # decoder self-attention (causal, cached values) and cross attention are not implemented
+
+    def attention_under_gate(self, probs, gates, visible):
+        """``g * probs + (1 - g) * uniform`` over the visible keys: what the gated head's output averages."""
+        uniform = (visible.to(probs.dtype) / visible.sum(-1, keepdim=True).clamp(min=1))[:, None]
+        g = gates.to(device=probs.device, dtype=probs.dtype).view(1, -1, 1, 1)
+        return g * probs + (1 - g) * uniform
 
     def ablated(self, context, *, values=None, key_mask=None, rows=None, visible=None, **_):
         if visible is not None:

@@ -50,7 +50,7 @@ ACTIVE_GATES_ATTR = "_headprune_active_gates"
 
 
 def active_gates(model: nn.Module) -> list[tuple[str, dict]]:
-    """The ``gates.head_gates`` blocks open on ``model``, outermost first: ``(ablation name, {grid: gates})``."""
+    """The ``gates.head_gates`` blocks open on ``model``, outermost first: ``(ablation object, {grid: gates})``."""
     return list(getattr(model, ACTIVE_GATES_ATTR, []))
 
 AttentionKind = Literal["enc", "dec", "cross"]
@@ -151,8 +151,34 @@ def attention_sites(model: nn.Module, kind: AttentionKind | None = None) -> list
     family = family_of(model)
     kinds = family.model_kinds(model)
     if kind is not None or kinds == (None,):
-        return family.sites(model, kind)
-    return [site for k in kinds for site in family.sites(model, k)]
+        return _checked(model, family, kind, family.sites(model, kind))
+    return [site for k in kinds for site in _checked(model, family, k, family.sites(model, k))]
+
+
+def _checked(model: nn.Module, family: Family, kind, sites: list[AttentionSite]) -> list[AttentionSite]:
+    """``sites``, once their weights agree with the config and the pruning record: as many layers, as many query
+    (and key/value) heads per layer. A config edited after the model was built (``num_attention_heads``,
+    ``num_key_value_heads``, ``num_hidden_layers``) would otherwise make every head id and mask silently wrong."""
+    where = "" if kind is None else f"{kind} "
+    edited = ("was the config edited after the model was built (num_hidden_layers, num_attention_heads, "
+              "num_key_value_heads)? Build the model from the config you want instead")
+    n_layers = head_shape(model, kind)[0]
+    if len(sites) != n_layers:
+        raise ValueError(f"the config gives {n_layers} {where}layers but the model has {len(sites)}: {edited}")
+    kept = kept_heads(model, kind)
+    kept_kv = None
+    for site in sites:
+        n = family.present_heads(site)
+        if n is not None and n != len(kept[site.layer]):
+            raise ValueError(f"{where}layer {site.layer}: the weights hold {n} query heads, the config and the "
+                             f"pruning record say {len(kept[site.layer])}: {edited}")
+        n_kv = family.present_kv_heads(site)
+        if n_kv is not None:
+            kept_kv = kept_kv if kept_kv is not None else kept_kv_heads(model, kind)
+            if n_kv != len(kept_kv[site.layer]):
+                raise ValueError(f"{where}layer {site.layer}: the weights hold {n_kv} key/value heads, the config "
+                                 f"and the pruning record say {len(kept_kv[site.layer])}: {edited}")
+    return sites
 
 
 def head_shape(config_or_model, kind: AttentionKind | None = None):

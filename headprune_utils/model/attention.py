@@ -189,17 +189,13 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str |
 
 def _uniform_gated(model, kind, layer: int, present: list[int], probs: torch.Tensor,
                    visible: torch.Tensor) -> torch.Tensor:
-    """The present heads' maps ``probs`` under the ``"uniform"`` gates of the head_gates blocks open on ``model``: a
-    head gated by ``g`` attends ``g * probs + (1 - g) * uniform`` (uniform over the keys its query may see), what its
-    output then is. ``"zero"`` and ``"mean"`` scale or replace a head's OUTPUT, not its attention: its map stays."""
-    for name, grids in active_gates(model):
-        if name != "uniform" or kind not in grids:
-            continue
-        g = torch.as_tensor(grids[kind]).detach()[layer, present].to(device=probs.device, dtype=probs.dtype)
-        counts = visible.sum(-1, keepdim=True).clamp(min=1)
-        uniform = (visible.to(probs.dtype) / counts)[:, None]  # [b, 1, q, k]; 0 rows where nothing is visible
-        g = g.view(1, -1, 1, 1)
-        probs = g * probs + (1 - g) * uniform
+    """The present heads' maps ``probs`` under the gates of the head_gates blocks open on ``model``, innermost last,
+    as each block's semantics says (``HeadAblation.attention_under_gate``: ``"uniform"`` mixes in the uniform
+    attention over the visible keys; ``"zero"`` and ``"mean"`` replace a head's OUTPUT, not its attention)."""
+    for ablation, grids in active_gates(model):
+        if kind in grids:
+            g = torch.as_tensor(grids[kind]).detach()[layer, present]
+            probs = ablation.attention_under_gate(probs, g, visible)
     return probs
 
 

@@ -169,7 +169,9 @@ def head_gates(
     """Apply ``gates`` ([n_layers, n_heads], original head ids) to ``model`` inside the block.
 
     Gates must be finite and in [0, 1] (1 = kept, 0 = removed, between: scaled); ``allow_out_of_range=True``
-    lets research code scale heads beyond that (e.g. amplify a head with 2).
+    lets research code scale heads beyond that (e.g. amplify a head with 2). The gate of a head that pruning removed
+    is ignored: it has no output left to scale (so a mask over original ids, or L0 gates sampling every head, apply
+    to a pruned model as they are). Not to be nested with pruning: ``prune_heads`` inside the block is refused.
 
     Encoder-decoders: ``gates`` is a dict by attention type (``"enc"``, ``"dec"``, ``"cross"``; any subset),
     see the module docstring for the ablations each type supports.
@@ -188,7 +190,6 @@ def head_gates(
             'during generation); gate those types with "zero" or "mean" in a separate head_gates block'
         )
     means_by = _check_means(model, grids, means, abl.name) if abl.needs_means else {}
-    _check_absent_heads(model, grids)
 
     handles: list[torch.utils.hooks.RemovableHandle] = []
     state: dict = {}  # per-forward captures: key padding mask per kind, value projections per (kind, layer)
@@ -270,7 +271,7 @@ def head_gates(
                 hook = make_gate_hook(site, ids)
                 handles.append(site.out_proj.register_forward_pre_hook(hook))
         active = getattr(model, ACTIVE_GATES_ATTR, [])
-        setattr(model, ACTIVE_GATES_ATTR, active + [(abl.name, grids)])  # prune_heads and the maps read it
+        setattr(model, ACTIVE_GATES_ATTR, active + [(abl, grids)])  # prune_heads and the maps read it
         yield gates
     finally:
         for h in handles:
@@ -284,22 +285,6 @@ def head_gates(
             else:
                 delattr(model, ACTIVE_GATES_ATTR)
 
-
-
-
-def _check_absent_heads(model: nn.Module, grids: dict) -> None:
-    """A gate strictly between 0 and 1 (or beyond) on a head that pruning removed scales nothing: an error. 0
-    (removed) and 1 (left as it is) agree with an absent head and are accepted."""
-    for kind, g in grids.items():
-        kept = kept_heads(model, kind)
-        values = torch.as_tensor(g).detach()
-        for layer, present in enumerate(kept):
-            absent = [h for h in range(values.shape[1]) if h not in present]
-            bad = [h for h in absent if float(values[layer, h]) not in (0.0, 1.0)]
-            if bad:
-                raise ValueError(f"{grid_name('gates', kind)}: layer {layer}, heads {bad} were pruned from the model "
-                                 f"(gates {[round(float(values[layer, h]), 4) for h in bad]}): a gate can only scale "
-                                 "a head that is there (give 0 or 1 for a pruned head)")
 
 
 def _cached_positions(kwargs: dict) -> int:

@@ -40,24 +40,30 @@ def test_nested_gates_blocks_are_recorded_and_released():
     model = _tiny()
     with head_gates(model, torch.ones(2, 4), ablation="zero"):
         with head_gates(model, torch.ones(2, 4), ablation="uniform"):
-            assert [name for name, _ in architecture.active_gates(model)] == ["zero", "uniform"]
-        assert [name for name, _ in architecture.active_gates(model)] == ["zero"]
+            assert [abl.name for abl, _ in architecture.active_gates(model)] == ["zero", "uniform"]
+        assert [abl.name for abl, _ in architecture.active_gates(model)] == ["zero"]
     assert not hasattr(model, architecture.ACTIVE_GATES_ATTR)
     with pytest.raises(RuntimeError), head_gates(model, torch.ones(2, 4)):
         raise RuntimeError("an error inside the block")
     assert not hasattr(model, architecture.ACTIVE_GATES_ATTR)  # released on error too
 
 
-def test_a_fractional_gate_on_a_pruned_head_is_refused():
+def test_gates_of_pruned_heads_are_ignored_as_documented():
+    """A head pruned away has no output to scale: its gate is ignored (documented in head_gates; L0 gates sample
+    every head of a pruned model), and the gates of the heads that are there act as usual."""
     model = prune_heads(_tiny(), torch.tensor([[1, 1, 0, 1], [1, 1, 1, 1]]))
-    with pytest.raises(ValueError, match=r"layer 0, heads \[2\] were pruned"):
-        with head_gates(model, torch.tensor([[1, 1, 0.5, 1], [1, 1, 1, 1]])):
-            pass
-    for agreeing in (0.0, 1.0):  # 0 (removed) and 1 (as it is) agree with an absent head
+    batch = _batch()
+    with torch.no_grad():
+        plain = model(**batch).logits
+        for value in (0.0, 0.5, 1.0):
+            gates = torch.ones(2, 4)
+            gates[0, 2] = value
+            with head_gates(model, gates):
+                assert torch.equal(model(**batch).logits, plain)
         gates = torch.ones(2, 4)
-        gates[0, 2] = agreeing
-        with torch.no_grad(), head_gates(model, gates):
-            model(**_batch())
+        gates[0, 1] = 0.5
+        with head_gates(model, gates):
+            assert not torch.equal(model(**batch).logits, plain)
 
 
 @pytest.mark.parametrize("name", ["minilm"])
@@ -94,3 +100,27 @@ def test_lm_batches_of_no_text_and_perplexity_without_a_mask():
 def test_tiny_causal_lm_checks_its_special_token_ids(token):
     with pytest.raises(ValueError, match=f"{token}=50 must be a token id"):
         models.tiny_causal_lm(50, **{token: 50})
+
+
+@pytest.mark.parametrize("field, value", [("num_attention_heads", 8), ("num_key_value_heads", 4),
+                                          ("num_hidden_layers", 3)])
+def test_a_config_edited_after_the_model_was_built_is_caught(field, value):
+    """The weights keep the shapes they were built with: head ids, masks and groups read from an edited config
+    were silently wrong (a mask over 8 'heads' of a 4-head model, key/value groups of a 2-group model read as 4)."""
+    model = _tiny()
+    setattr(model.config, field, value)
+    with pytest.raises(ValueError, match="was the config edited"):
+        architecture.attention_sites(model)
+    with pytest.raises(ValueError, match="was the config edited"):
+        prune_heads(model, torch.ones(architecture.head_shape(model)))
+
+
+def test_a_gpt2_config_edited_after_the_model_was_built_is_caught():
+    """GPT-2 derives its head size from the config (n_embd / n_head): the module's own size is what counts."""
+    import transformers
+
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=60, n_embd=32, n_layer=2, n_head=4))
+    model.config.n_head = 8
+    with pytest.raises(ValueError, match="the weights hold 4 query heads"):
+        with head_gates(model, torch.ones(2, 8)):
+            pass

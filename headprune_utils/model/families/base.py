@@ -23,6 +23,10 @@ class UnsupportedArchitectureError(ValueError):
     pass
 
 
+# the attributes under which the families' attention modules keep their head size (set when built)
+_HEAD_SIZE_ATTRS = ("head_dim", "attention_head_size", "head_size", "key_value_proj_dim")
+
+
 @dataclass
 class AttentionSite:
     """One layer's attention block of one grid, as the gates and the pruner need it.
@@ -254,6 +258,28 @@ class Family:
         b, s, _ = query_out.shape
         d = site.head_dim
         return (query_out.view(b, s, -1, d).transpose(1, 2), key_out.view(b, s, -1, d).transpose(1, 2))
+
+    def present_heads(self, site: AttentionSite) -> int | None:
+        """How many query heads the weights of ``site`` hold, counted with the attention module's own head size (set
+        when the module was built, so an edit of the config after that does not move it); None: the adapter cannot
+        tell. ``architecture.attention_sites`` checks it against the config and the pruning record."""
+        if site.query is None:
+            return 0
+        size = next((v for v in (getattr(site.module, a, None) for a in _HEAD_SIZE_ATTRS) if isinstance(v, int)), None)
+        width = self.query_width(site)
+        return None if not size or width is None else width // size
+
+    def query_width(self, site: AttentionSite) -> int | None:
+        """The width of ``site``'s query output (all its present heads); a fused projection's adapter says (None:
+        unknown)."""
+        if site.query is site.key:
+            return None
+        weight = getattr(site.query, "weight", None)
+        return None if weight is None or weight.dim() != 2 else int(weight.shape[0])
+
+    def present_kv_heads(self, site: AttentionSite) -> int | None:
+        """How many key/value heads the weights of ``site`` hold (None: not checked; grouped-query adapters say)."""
+        return None
 
     def score_scale(self, site: AttentionSite) -> float:
         """The factor of ``q . k`` in the attention scores."""

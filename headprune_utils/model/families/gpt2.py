@@ -94,6 +94,9 @@ class GPT2Family(Family):
     def score_scale(self, site):
         return float(site.module.scaling)
 
+    def query_width(self, site):
+        return int(site.query.weight.shape[1]) // 3  # Conv1D [hidden, 3 * width]: q | k | v
+
     def slice_out_proj(self, site, index):
         if len(index) == 0:
             # a Conv1D cannot take 0 input dims (it flattens with view(-1, 0)); an empty layer adds c_proj's bias, as a

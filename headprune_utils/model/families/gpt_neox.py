@@ -78,6 +78,9 @@ class GPTNeoXFamily(Family):
         modeling = importlib.import_module(_MODELING)
         return modeling.apply_rotary_pos_emb(q, k, cos.to(q.dtype), sin.to(q.dtype))  # partial: by cos's width
 
+    def query_width(self, site):
+        return int(site.query.weight.shape[0]) // 3  # each head's q | k | v rows
+
     def score_scale(self, site):
         return float(getattr(site.module, "scaling", site.head_dim ** -0.5))
 

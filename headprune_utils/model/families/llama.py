@@ -75,7 +75,8 @@ def _layers(model: nn.Module):
     return getattr(base, "layers", None)
 
 
-def _head_dim(cfg) -> int:
+def head_dim_of(cfg) -> int:
+    """A Llama-family config's head size (its ``head_dim``, else hidden / heads)."""
     return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
 
 
@@ -191,8 +192,13 @@ class LlamaFamily(Family):
             layer=i, parent=layer, attr="self_attn",
             query=None if empty else a.q_proj, key=None if empty else a.k_proj,
             value=None if empty else a.v_proj, out_proj=a.out_proj if empty else a.o_proj,
-            head_dim=getattr(a, "head_dim", None) or _head_dim(cfg), out_proj_inside=True,
+            head_dim=getattr(a, "head_dim", None) or head_dim_of(cfg), out_proj_inside=True,
         )
+
+    def present_kv_heads(self, site):
+        if site.key is None:
+            return 0
+        return int(site.key.weight.shape[0]) // int(site.module.head_dim)
 
     def site_kv_index(self, site, n_present):
         module = site.module
@@ -274,7 +280,7 @@ class LlamaFamily(Family):
         experts = getattr(cfg, "num_experts_per_tok", None)
         if experts:  # mixture of experts (Mixtral, Qwen3-MoE): the experts a token is routed to, each a gated MLP
             d_ffn = int(experts) * int(getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size)
-        return CostDims(n_layers, n_heads, self.kv_heads(cfg, None), _head_dim(cfg), d_model, d_ffn, ffn_matrices=3)
+        return CostDims(n_layers, n_heads, self.kv_heads(cfg, None), head_dim_of(cfg), d_model, d_ffn, ffn_matrices=3)
 
 
 FAMILY = LlamaFamily()

@@ -78,6 +78,9 @@ class ModernBertFamily(Family):
         out["output"] = site.out_proj.weight.detach()[:, pos * d:(pos + 1) * d].reshape(-1).to("cpu", torch.float64)
         return out
 
+    def query_width(self, site):
+        return int(site.query.weight.shape[0]) // 3  # rows q | k | v
+
     def window(self, model, site):
         cfg = model.config
         types = getattr(cfg, "layer_types", None)

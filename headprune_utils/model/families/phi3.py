@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from headprune_utils.model.families.base import AttentionSite, EmptyAttention, rows_of, slice_linear
-from headprune_utils.model.families.llama import GroupedQueryAttention, LlamaFamily, _head_dim
+from headprune_utils.model.families.llama import GroupedQueryAttention, LlamaFamily, head_dim_of
 
 
 def _fused(module: nn.Module) -> bool:
@@ -37,7 +37,7 @@ class Phi3Family(LlamaFamily):
         if not _fused(a):  # a pruned layer: a Llama layer from here on
             return super().site(i, layer, cfg)
         return AttentionSite(layer=i, parent=layer, attr="self_attn", query=a.qkv_proj, key=a.qkv_proj,
-                             value=a.qkv_proj, out_proj=a.o_proj, head_dim=_head_dim(cfg), out_proj_inside=True)
+                             value=a.qkv_proj, out_proj=a.o_proj, head_dim=head_dim_of(cfg), out_proj_inside=True)
 
     @staticmethod
     def _widths(site: AttentionSite) -> tuple[int, int]:
@@ -45,6 +45,17 @@ class Phi3Family(LlamaFamily):
         module, d = site.module, site.head_dim
         kv = int(module.num_key_value_heads) * d
         return site.query.weight.shape[0] - 2 * kv, kv
+
+    def present_heads(self, site):
+        if not _fused(site.module):
+            return super().present_heads(site)
+        d, kv = int(site.module.head_dim), int(site.module.num_key_value_heads)
+        return int(site.query.weight.shape[0]) // d - 2 * kv
+
+    def present_kv_heads(self, site):
+        if not _fused(site.module):
+            return super().present_kv_heads(site)
+        return int(site.module.num_key_value_heads)
 
     def split_values(self, site, output):
         if not _fused(site.module):
