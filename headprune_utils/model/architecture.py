@@ -49,7 +49,7 @@ _KEPT_ATTR = "_headprune_kept_heads"
 ACTIVE_GATES_ATTR = "_headprune_active_gates"
 
 
-def active_gates(model: nn.Module) -> list[tuple[str, dict]]:
+def active_gates(model: nn.Module) -> list[tuple[object, dict]]:
     """The ``gates.head_gates`` blocks open on ``model``, outermost first: ``(ablation object, {grid: gates})``."""
     return list(getattr(model, ACTIVE_GATES_ATTR, []))
 

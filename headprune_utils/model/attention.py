@@ -180,14 +180,14 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str |
                 scores = scores.masked_fill(~visible[:, None], torch.finfo(dtype).min)
             probs = torch.softmax(scores, dim=-1)
         if q is not None and kept[layer]:
-            out[:, kept[layer]] = _uniform_gated(model, kind, layer, kept[layer], probs, visible)
+            out[:, kept[layer]] = _under_gates(model, kind, layer, kept[layer], probs, visible)
         maps.append(out)
     if len(maps) != n_layers:
         raise RuntimeError(f"expected {n_layers} layers, found {len(maps)}")
     return maps
 
 
-def _uniform_gated(model, kind, layer: int, present: list[int], probs: torch.Tensor,
+def _under_gates(model, kind, layer: int, present: list[int], probs: torch.Tensor,
                    visible: torch.Tensor) -> torch.Tensor:
     """The present heads' maps ``probs`` under the gates of the head_gates blocks open on ``model``, innermost last,
     as each block's semantics says (``HeadAblation.attention_under_gate``: ``"uniform"`` mixes in the uniform

@@ -192,6 +192,7 @@ def head_gates(
     means_by = _check_means(model, grids, means, abl.name) if abl.needs_means else {}
 
     handles: list[torch.utils.hooks.RemovableHandle] = []
+    pushed = False
     state: dict = {}  # per-forward captures: key padding mask per kind, value projections per (kind, layer)
     family = family_of(model)
 
@@ -270,21 +271,19 @@ def head_gates(
                     handles.append(site.value.register_forward_hook(make_value_hook((kind, site.layer))))
                 hook = make_gate_hook(site, ids)
                 handles.append(site.out_proj.register_forward_pre_hook(hook))
-        active = getattr(model, ACTIVE_GATES_ATTR, [])
-        setattr(model, ACTIVE_GATES_ATTR, active + [(abl, grids)])  # prune_heads and the maps read it
+        outer = getattr(model, ACTIVE_GATES_ATTR, [])
+        setattr(model, ACTIVE_GATES_ATTR, outer + [(abl, grids)])  # prune_heads and the maps read it
+        pushed = True
         yield gates
     finally:
         for h in handles:
             h.remove()
         state.clear()
-        active = getattr(model, ACTIVE_GATES_ATTR, [])
-        if active:
-            active = active[:-1]
-            if active:
-                setattr(model, ACTIVE_GATES_ATTR, active)
+        if pushed:  # this block's entry only (an error before it was recorded leaves the outer blocks' as they are)
+            if outer:
+                setattr(model, ACTIVE_GATES_ATTR, outer)
             else:
                 delattr(model, ACTIVE_GATES_ATTR)
-
 
 
 def _cached_positions(kwargs: dict) -> int:
