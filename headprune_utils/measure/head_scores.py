@@ -41,7 +41,7 @@ from torch import nn
 
 from headprune_utils.measure.mask_sweep import evaluate_masks, logits_masks
 from headprune_utils.model.architecture import attention_sites, head_shape, kept_heads, present_mask
-from headprune_utils.model.attention import attention_maps
+from headprune_utils.model.attention import attention_maps, require_distributions
 from headprune_utils.model.gates import Ablation
 from headprune_utils.tasks.data import get_task
 from headprune_utils.tasks.metrics import main_score
@@ -143,7 +143,9 @@ def entropy_from_maps(maps: list[torch.Tensor], queries: torch.Tensor) -> torch.
     """Mean over the ``queries`` of each head's attention entropy ``-sum_j A log A`` in nats (``0 log 0 = 0``).
 
     Shapes as :func:`confidence_from_maps`. A one-hot row has entropy 0; a uniform row over ``n`` keys ``ln n``.
+    Rows of the ``queries`` must sum to 1 (a model with attention sinks, gpt-oss, is refused: its rows do not).
     """
+    require_distributions(maps, queries, "entropy")
     return _mean_from_maps(_entropy, maps, queries)
 
 
@@ -153,6 +155,8 @@ def _stream_query_mean(stat, model, batches, exclude_special, special_ids) -> to
     for batch in batches:
         maps = attention_maps(model, batch)
         q = query_mask(batch["attention_mask"], batch.get("input_ids"), exclude_special, special_ids)
+        if stat is _entropy:  # entropy needs distributions (attention sinks give none)
+            require_distributions(maps, q, "entropy")
         s = _query_sums([stat(a) for a in maps], q)
         total = s if total is None else total + s
         n += int(q.sum())

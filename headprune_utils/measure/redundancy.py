@@ -57,11 +57,12 @@ import torch
 from tqdm import tqdm
 
 from headprune_utils.model.architecture import head_shape
-from headprune_utils.model.attention import attention_maps, smooth
+from headprune_utils.model.attention import attention_maps, require_distributions, smooth
 
 TOKEN_METRICS: tuple[str, ...] = ("js", "hellinger", "cosine", "pearson")
 SENTENCE_METRICS: tuple[str, ...] = ("dcor", "procrustes")
 METRICS = TOKEN_METRICS + SENTENCE_METRICS
+DISTRIBUTION_METRICS = ("js", "hellinger")  # defined on distributions over the keys: rows summing to 1
 JS_EPS = 0.0  # smoothing of "js" with the uniform distribution over the real keys; 0 <= eps <= 1
 ZERO_TOL = 1e-12  # spreads (centred norms, dVar) at or below this count as 0; maps this close count as equal
 CHUNK = 1 << 24  # elements of the largest float64 temporary (128 MiB)
@@ -268,6 +269,8 @@ def sentence_distances(maps: torch.Tensor, attention_mask: torch.Tensor, metric:
     if not 0.0 <= js_eps <= 1.0:
         raise ValueError(f"js_eps must be in [0, 1], got {js_eps}")
     real, lengths, prefix = _validate(maps, attention_mask)
+    if metric in DISTRIBUTION_METRICS:  # rows must be distributions (attention sinks give none)
+        require_distributions(maps, attention_mask, f"redundancy metric {metric!r}")
     return _distances(maps, real, lengths, prefix, metric, chunk, js_eps)
 
 
@@ -292,6 +295,9 @@ class RedundancyAccumulator:
         if maps.ndim != 4 or maps.shape[1] != self.n_heads_total:
             raise ValueError(f"expected maps [batch, {self.n_heads_total}, seq, seq], got {list(maps.shape)}")
         real, lengths, prefix = _validate(maps, attention_mask)
+        wanted = [m for m in self.metrics if m in DISTRIBUTION_METRICS]
+        if wanted:  # rows must be distributions (attention sinks give none)
+            require_distributions(maps, attention_mask, f"redundancy metric {wanted[0]!r}")
         for m in self.metrics:
             d = _distances(maps, real, lengths, prefix, m, self.chunk, self.js_eps)
             self._sums[m] += d.sum(0).cpu()

@@ -21,13 +21,15 @@ T5: all three grids (the adapter's ``map_kinds``). Scores are unscaled plus each
 (causal, keys = the decoder positions) and ``"cross"`` (keys = the source tokens, padding excluded) run the whole
 model on the batch (with ``decoder_input_ids``), and give ``[batch, n_heads, target_len, key_len]`` maps.
 
-Causal LMs (GPT-2; GPT-NeoX; OPT; Llama, Mistral, Mixtral, Qwen2, Qwen3, Gemma, Phi-3) and ModernBERT (rotary, local
-layers): the queries and keys are placed as the model places them (rotary positions applied with the angles the
-attention module was called with), each query head is paired with the key/value head it reads (grouped-query
-attention), the scores are scaled by the module's own scaling, and key ``j`` is visible from query ``i`` by the family
-adapter's rule (not padding, causal ``j <= i``, within a sliding window): invisible keys get probability exactly 0.
-Maps are of a full-sequence forward (no KV cache). A query that sees no key at all (a left-padded position of a causal
-model) gets a row of zeros; mask padded queries out, as :func:`head_js` does.
+Causal LMs (GPT-2; GPT-NeoX; OPT; Llama, Mistral, Mixtral, Qwen2, Qwen3, Gemma, Phi-3, gpt-oss) and ModernBERT
+(rotary, local layers): the queries and keys are placed as the model places them (rotary positions applied with the
+angles the attention module was called with), each query head is paired with the key/value head it reads
+(grouped-query attention), the scores are scaled by the module's own scaling, and key ``j`` is visible from query
+``i`` by the family adapter's rule (not padding, causal ``j <= i``, within a sliding window): invisible keys get
+probability exactly 0. gpt-oss's heads each have a learned sink logit in their softmax (``Family.score_sink``): a row
+of such a head's map is its attention over the keys and sums to less than 1 (the rest went to the sink, which has no
+value). Maps are of a full-sequence forward (no KV cache). A query that sees no key at all (a left-padded position of
+a causal model) gets a row of zeros; mask padded queries out, as :func:`head_js` does.
 """
 from __future__ import annotations
 
@@ -213,9 +215,15 @@ def _causal_probs(model, family, site, q, k, call, visible, n_present: int, dtyp
     if bias is not None:
         scores = scores + bias.to(device=scores.device, dtype=dtype)
     scores = scores.masked_fill(~visible[:, None].to(scores.device), torch.finfo(dtype).min)
+    sink = family.score_sink(site)
+    if sink is None:
+        probs = torch.softmax(scores, dim=-1)
+    else:  # gpt-oss: each head's sink logit joins the softmax as one more column, dropped after it
+        column = sink.detach().to(device=scores.device, dtype=dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        probs = torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]
     # a query that sees no key at all (a LEFT-padded position of a causal model) has no distribution: its row is 0
     # (a softmax over the masked scores alone would spread it evenly over padding and future keys)
-    return torch.softmax(scores, dim=-1) * visible.any(-1)[:, None, :, None].to(dtype)
+    return probs * visible.any(-1)[:, None, :, None].to(dtype)
 
 
 def smooth(p: torch.Tensor, eps: float, support: torch.Tensor | None = None) -> torch.Tensor:
@@ -251,6 +259,30 @@ def js_divergence(p: torch.Tensor, q: torch.Tensor, eps: float = 0.0) -> torch.T
     return ((kl_pm + kl_qm) / 2).clamp_min(0.0)
 
 
+ROW_SUM_TOL = 1e-4  # a row of a map counts as a distribution when it sums to 1 within this
+
+
+def require_distributions(maps, attention_mask: torch.Tensor, what: str) -> None:
+    """Raise ValueError unless every row of a real query (``attention_mask`` ``[batch, seq]``, 1 = real) of every
+    present head of ``maps`` (per layer ``[batch, heads, seq, keys]``, or one such tensor; all-NaN heads are absent)
+    sums to 1 within :data:`ROW_SUM_TOL`. Entropy, the JS divergence and the redundancy measures treat a row as a
+    distribution over the keys; a head with an attention sink (gpt-oss) gives part of each row to no key."""
+    layers = [maps] if isinstance(maps, torch.Tensor) else list(maps)
+    for i, a in enumerate(layers):
+        real = attention_mask.to(a.device).bool()
+        if real.shape != (a.shape[0], a.shape[2]):
+            return  # the caller's own shape check names the problem
+        sums = a.sum(-1)  # [batch, heads, seq]
+        rows = real[:, None, :].expand_as(sums) & ~torch.isnan(sums)
+        off = (sums - 1).abs().masked_fill(~rows, 0.0)
+        if bool((off > ROW_SUM_TOL).any()):
+            lo, hi = float(sums[rows].min()), float(sums[rows].max())
+            raise ValueError(
+                f"{what}: rows of real queries of layer {i} sum to {lo:.4g}..{hi:.4g}, not 1: a row must be a "
+                "distribution over the keys (a model with attention sinks, such as gpt-oss, gives part of each row "
+                "to the sink, which is no key; its maps are attention weights, not distributions)")
+
+
 def head_js(
     maps_a: list[torch.Tensor], maps_b: list[torch.Tensor], attention_mask: torch.Tensor, eps: float = 0.0
 ) -> torch.Tensor:
@@ -265,6 +297,8 @@ def head_js(
     """
     if len(maps_a) != len(maps_b):
         raise ValueError(f"different numbers of layers: {len(maps_a)} and {len(maps_b)}")
+    require_distributions(maps_a, attention_mask, "head_js")
+    require_distributions(maps_b, attention_mask, "head_js")
     rows = []
     for a, b in zip(maps_a, maps_b):
         if a.shape != b.shape:

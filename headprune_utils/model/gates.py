@@ -35,9 +35,9 @@ KV cache: at every decoding step the hook scales the new positions' contexts. Ab
   gating those types with ``"uniform"`` is an error. Nest two blocks to mix ablations, e.g. ``"uniform"`` on
   ``"enc"`` and ``"zero"`` on ``"dec"``.
 
-Causal LMs (GPT-2; GPT-NeoX; OPT; Llama, Mistral, Mixtral, Qwen2, Qwen3, Gemma, Phi-3) have one grid of QUERY heads,
-hooked on the output projection as above (grouped-query attention: the gates act per query head; heads sharing a
-key/value head are gated independently). ``"zero"`` and ``"mean"`` work everywhere, also inside ``generate()``.
+Causal LMs (GPT-2; GPT-NeoX; OPT; Llama, Mistral, Mixtral, Qwen2, Qwen3, Gemma, Phi-3, gpt-oss) have one grid of QUERY
+heads, hooked on the output projection as above (grouped-query attention: the gates act per query head; heads sharing
+a key/value head are gated independently). ``"zero"`` and ``"mean"`` work everywhere, also inside ``generate()``.
 ``"uniform"`` is uniform over the keys each query may SEE, by the family adapter's rule (padding, the causal prefix,
 Mistral/Qwen sliding windows), with each query head reading its own key/value head's values; it needs a full-sequence
 forward (the visible prefix is in the KV cache, out of the hooks' reach), so a forward that continues a non-empty KV

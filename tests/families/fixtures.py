@@ -235,6 +235,15 @@ def _qwen3_moe():
         bos_token_id=1, eos_token_id=2))
 
 
+def _gpt_oss():
+    return _eager_experts(tf.GptOssConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, sliding_window=3,
+        layer_types=["sliding_attention", "full_attention"], num_local_experts=4, num_experts_per_tok=2,
+        swiglu_limit=1.0, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2))
+
+
 def _mistral():
     return tf.MistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                             num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
@@ -353,6 +362,12 @@ _ALL = [
             causal_lm=True, atol=_LOOSE, positions="rotary",
             notes="Qwen3's per-head query/key norms; layer 0 a mixture of 4 experts (2 per token, weights not "
                   "renormalised), layer 1 a dense MLP (mlp_only_layers)"),
+    Fixture("gpt_oss", "gpt_oss", tf.GptOssForCausalLM, _gpt_oss,
+            _one(Grid(2, 4, 2, 8, causal=True, windows=(2, None))), causal_lm=True, atol=_LOOSE, positions="rotary",
+            attn_implementations=("eager",),
+            notes="an attention sink per head (a learned logit in each softmax, dropped after it); biased projections; "
+                  "layer 0 a sliding window of 3, layer 1 global; 4 biased experts, 2 per token, their SwiGLU "
+                  "clamped at 1 (so the clamp bites on these weights); eager only (HF's sdpa has no sinks)"),
     Fixture("mistral", "mistral", tf.MistralForCausalLM, _mistral,
             _one(Grid(2, 4, 2, 8, causal=True, windows=(2, 2))), causal_lm=True, atol=_LOOSE,
             positions="rotary", notes="sliding window 3: a query sees itself and the 2 keys before it"),

@@ -80,13 +80,14 @@ class Trace:
 
 # ------------------------------------------------------------------------------------------------ one attention
 def attend(q, k, v, visible, *, scale: float, bias=None, kv_of_query=None, ablation: Ablation | None = None,
-           layer: int = 0, softcap: float | None = None) -> LayerTrace:
+           layer: int = 0, softcap: float | None = None, sinks=None) -> LayerTrace:
     """Scaled dot-product attention of every head, then the ablation of ``layer``'s heads.
 
     q: ``[batch, heads, queries, head_dim]``; k, v: ``[batch, kv_heads, keys, head_dim]``;
     visible: ``[batch, queries, keys]`` bool; bias: ``[heads, queries, keys]`` added to the scores (T5) or None;
     kv_of_query: ``[heads]`` which key/value head each query head reads (default: even groups, head // group);
-    softcap: the scaled scores become ``softcap * tanh(scores / softcap)`` (Gemma 2), before the bias and the mask.
+    softcap: the scaled scores become ``softcap * tanh(scores / softcap)`` (Gemma 2), before the bias and the mask;
+    sinks: ``[heads]`` logits, one more column of each query's softmax, dropped after it (gpt-oss), or None.
     """
     n_heads, n_kv = q.shape[1], k.shape[1]
     if ablation is not None and ablation.gates.shape[1] != n_heads:
@@ -102,7 +103,11 @@ def attend(q, k, v, visible, *, scale: float, bias=None, kv_of_query=None, ablat
     if bias is not None:
         scores = scores + bias
     scores = scores.masked_fill(~visible[:, None], float("-inf"))
-    probs = scores.softmax(-1)
+    if sinks is None:
+        probs = scores.softmax(-1)
+    else:  # the sink takes its share of the normalisation and gives nothing back
+        logits = torch.cat([scores, sinks.to(q.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)], dim=-1)
+        probs = logits.softmax(-1)[..., :-1]
     contexts = probs @ v  # [batch, heads, queries, head_dim]
     mixed = contexts
     if ablation is not None:
@@ -434,6 +439,7 @@ class LlamaHeads:
     q_norm: torch.Tensor | None = None  # Qwen3: an RMSNorm weight [head_dim] over each query head, shared by all
     k_norm: torch.Tensor | None = None  # ... and over each key head
     norm_eps: float = 0.0
+    sinks: torch.Tensor | None = None  # gpt-oss: one sink logit per query head
 
     @property
     def n_heads(self) -> int:
@@ -458,7 +464,7 @@ def llama_heads(model) -> list[LlamaHeads]:
                               a.v_proj.bias, a.o_proj.weight, a.o_proj.bias,
                               torch.arange(cfg.num_attention_heads) // group, d,
                               None if qn is None else qn.weight, None if kn is None else kn.weight,
-                              cfg.rms_norm_eps))
+                              cfg.rms_norm_eps, getattr(a, "sinks", None)))
     return out
 
 
@@ -480,7 +486,8 @@ def prune_llama_heads(heads: LlamaHeads, keep: list[int]) -> LlamaHeads:
         heads.q[q_rows], pick(heads.q_bias, q_rows), heads.k[kv_rows], pick(heads.k_bias, kv_rows),
         heads.v[kv_rows], pick(heads.v_bias, kv_rows), heads.o[:, q_rows], heads.o_bias,
         torch.tensor([kv_kept.index(int(heads.kv_of_query[h])) for h in keep], dtype=torch.long), d,
-        heads.q_norm, heads.k_norm, heads.norm_eps)  # the head norms are per head-dim, shared: unchanged
+        heads.q_norm, heads.k_norm, heads.norm_eps,  # the head norms are per head-dim, shared: unchanged
+        None if heads.sinks is None else heads.sinks[torch.tensor(keep, dtype=torch.long)])  # a sink per query head
 
 
 def _llama_window(cfg, layer: int) -> int | None:
@@ -508,6 +515,26 @@ def moe(x, m, cfg, act):
         weight = (top_p * (top_i == e)).sum(-1, keepdim=True)  # 0 where the token is not routed to expert e
         gate, up = F.linear(x, m.experts.gate_up_proj[e]).chunk(2, dim=-1)
         out = out + weight * F.linear(act(gate) * up, m.experts.down_proj[e])
+    return out
+
+
+def gpt_oss_moe(x, m, cfg):
+    """gpt-oss's mixture of experts: router logits ``x W^T + b``; a softmax over each token's top
+    ``num_experts_per_tok`` logits; expert ``e``: ``gate_up = x @ G_e + g_e`` (gate and up interleaved: even and odd
+    columns), gate clamped above at ``swiglu_limit``, up to ``[-limit, limit]``, ``(up + 1) * gate * sigmoid(alpha *
+    gate) @ D_e + d_e``."""
+    logits = F.linear(x, m.router.weight, m.router.bias)
+    top_v, top_i = logits.topk(cfg.num_experts_per_tok, dim=-1)
+    top_p = top_v.softmax(-1)
+    e_ = m.experts
+    out = torch.zeros_like(x)
+    for e in range(m.router.weight.shape[0]):
+        weight = (top_p * (top_i == e)).sum(-1, keepdim=True)
+        gate_up = x @ e_.gate_up_proj[e] + e_.gate_up_proj_bias[e]
+        gate, up = gate_up[..., 0::2].clamp(max=cfg.swiglu_limit), gate_up[..., 1::2].clamp(-cfg.swiglu_limit,
+                                                                                            cfg.swiglu_limit)
+        hidden = (up + 1) * gate * torch.sigmoid(gate * cfg.swiglu_alpha)
+        out = out + weight * (hidden @ e_.down_proj[e] + e_.down_proj_bias[e])
     return out
 
 
@@ -539,13 +566,16 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
             n_rot = int(d * partial)
             q, k = partial_rotary(q, positions, theta, n_rot), partial_rotary(k, positions, theta, n_rot)
             v = split_heads(F.linear(x, w.v, w.v_bias), d)
-            t = attend(q, k, v, vis, scale=d ** -0.5, kv_of_query=w.kv_of_query, ablation=ablation, layer=i)
+            t = attend(q, k, v, vis, scale=d ** -0.5, kv_of_query=w.kv_of_query, ablation=ablation, layer=i,
+                       sinks=w.sinks)
             layers.append(t)
             attn_out = F.linear(merge(t), w.o, w.o_bias)
         h = h + attn_out
         x = rms_norm(h, layer.post_attention_layernorm.weight, cfg.rms_norm_eps)
         m = layer.mlp
-        if hasattr(m, "experts"):  # Mixtral, Qwen3-MoE: a sparse mixture of experts
+        if hasattr(m, "router"):  # gpt-oss: biased experts, clamped SwiGLU
+            h = h + gpt_oss_moe(x, m, cfg)
+        elif hasattr(m, "experts"):  # Mixtral, Qwen3-MoE: a sparse mixture of experts
             h = h + moe(x, m, cfg, act)
         elif hasattr(m, "gate_up_proj"):  # Phi-3: gate and up in one projection, gate first
             gate, up = lin(x, m.gate_up_proj).chunk(2, dim=-1)
@@ -745,7 +775,7 @@ _FAMILIES = {
     "marian": _bart_like, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, "llama": _llama_like,
     "mistral": _llama_like,
     "qwen2": _llama_like, "phi3": _llama_like, "mixtral": _llama_like, "qwen3_moe": _llama_like,
-    "qwen3": _llama_like, "gemma": _gemma_like, "gemma2": _gemma_like,
+    "qwen3": _llama_like, "gpt_oss": _llama_like, "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,
 }

@@ -19,8 +19,8 @@ from headprune_utils.model.pruning import count_attention_params, kv_mask_to_hea
 from . import reference as R
 from .fixtures import FIXTURES
 
-LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
-          "phi3")
+LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2",
+          "gemma3", "phi3")
 NEOX = ("gpt_neox", "gpt_neox_sequential")
 OPTS = ("opt", "opt_post_norm")
 CAUSAL = ("gpt2",) + NEOX + OPTS + LLAMAS
@@ -271,7 +271,7 @@ def test_attention_maps_equal_the_reference(name, impl):
 
 # ------------------------------------------------------------------ gradients and L0 gates
 @pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "llama_gqa", "qwen2", "qwen3", "gemma2", "gemma3",
-                                  "phi3", "mixtral"])
+                                  "phi3", "mixtral", "gpt_oss"])
 @pytest.mark.parametrize("how", ["zero", "uniform"])
 def test_gate_gradients_equal_the_reference(name, how):
     """d loss / d gates through the package's gates = autograd of the reference's LM loss (itself checked against
@@ -467,3 +467,43 @@ def test_attention_maps_inside_uniform_gates_are_the_gated_models(name):
     with head_gates(model, gates, ablation="zero"):  # zero replaces the OUTPUT: the gated head's map is its own
         zero_maps = attention_maps(model, batch)
     assert _diff(zero_maps[0], R.forward(model, batch).grids[None][0].probs) <= fx.atol
+
+
+# ------------------------------------------------------------------ attention sinks (gpt-oss)
+def test_sink_maps_are_attention_weights_and_the_distribution_measures_refuse_them():
+    """gpt-oss: each row of a head's map gives the sink its share (the reference's probabilities, checked above, sum
+    to less than 1); its maps under "uniform" gates mix in the uniform distribution over the visible keys; entropy,
+    head_js and the redundancy metrics js and hellinger refuse such rows (they need distributions), the others take
+    them; a model without sinks passes the same check."""
+    from headprune_utils.measure.head_scores import confidence_from_maps, entropy_from_maps
+    from headprune_utils.measure.redundancy import sentence_distances, stack_heads
+    from headprune_utils.model.attention import head_js
+
+    fx = FIXTURES["gpt_oss"]
+    model, batch = _model("gpt_oss", "eager"), fx.inputs()
+    maps = attention_maps(model, batch)
+    real = batch["attention_mask"].bool()
+    sums = maps[1].sum(-1)[real[:, None, :].expand(-1, 4, -1)]
+    assert float(sums.max()) < 1 - 1e-6 and 0 < float(sums.min()) < 0.5  # the sinks take a share of every row
+    gates = torch.tensor([[1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    with head_gates(model, gates, ablation="uniform"):
+        gated = attention_maps(model, batch)
+    row = gated[0][0, 1].sum(-1)  # head 1 of layer 0, gated to 0: uniform over its visible keys (window of 3)
+    assert _diff(row, torch.ones_like(row)) <= 1e-12
+    assert _diff(gated[0][:, 0], maps[0][:, 0]) == 0.0
+    with pytest.raises(ValueError, match="sum to .* not 1: a row must be a distribution.*attention sinks"):
+        entropy_from_maps(maps, real)
+    from headprune_utils.measure.head_scores import entropy
+
+    with pytest.raises(ValueError, match="entropy: rows of real queries"):
+        entropy(model, [batch])
+    with pytest.raises(ValueError, match="head_js: rows of real queries of layer 0"):
+        head_js(maps, maps, batch["attention_mask"])
+    stacked = stack_heads(maps)
+    for metric in ("js", "hellinger"):
+        with pytest.raises(ValueError, match=f"redundancy metric '{metric}'"):
+            sentence_distances(stacked, batch["attention_mask"], metric)
+    assert sentence_distances(stacked, batch["attention_mask"], "cosine").shape == (2, 8, 8)
+    assert confidence_from_maps(maps, real).shape == (2, 4)  # the largest weight on a key: defined without a sum
+    plain = attention_maps(_model("llama_gqa", "eager"), FIXTURES["llama_gqa"].inputs())
+    assert entropy_from_maps(plain, real).shape == (2, 4)

@@ -8,7 +8,8 @@
   ``(1 - g) * W_o[:, head] @ mean`` added to the output projection's bias;
 - ``"uniform"``: equals the HF model with the head's query projection zeroed (all scores equal, so HF's own
   masking makes the head uniform over the keys the query may see: padding, causality, sliding windows; T5 also
-  drops the head's relative-bias column, which every layer shares, so there the head is ablated in all layers);
+  drops the head's relative-bias column, which every layer shares, so there the head is ablated in all layers;
+  gpt-oss also sets the head's sink to -inf, which takes it out of the softmax);
 - Llama-family grouped-query attention: a physically pruned copy (query rows and output columns removed,
   uneven groups, an emptied key/value head, a layer with no head) equals zero ablation, in the reference and as
   an HF model built by hand; and greedy decoding by the reference equals HF ``generate`` with its KV cache.
@@ -82,7 +83,8 @@ def _attention(model, family, kind, layer):
     if family == "phi3":  # the queries are the first rows of the fused qkv_proj
         a = model.model.layers[layer].self_attn
         return a.qkv_proj, a.o_proj, "linear"
-    if family in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text"):
+    if family in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2",
+                  "gemma3_text"):
         a = model.model.layers[layer].self_attn
         return a.q_proj, a.o_proj, "linear"
     if family == "t5":
@@ -128,6 +130,15 @@ def _zero_query(model, fx, kind, layer, head):
             q.weight[:, s] = 0  # GPT-2: the query is the first third of c_attn's columns
         if q.bias is not None:
             q.bias[s] = 0
+        sinks = getattr(_module(model, fx.family, kind, layer), "sinks", None)
+        if sinks is not None:  # gpt-oss: the sink would still take its share of the equal scores
+            sinks[head] = float("-inf")
+
+
+def _module(model, family, kind, layer):
+    """The causal LMs' attention module of ``layer`` (None for the others: only gpt-oss has sinks)."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    return None if layers is None else getattr(layers[layer], "self_attn", None)
 
 
 def _edited(model, fx, how, gate=0.0, means=None):
@@ -348,17 +359,23 @@ def test_pruned_reference_equals_zero_ablation(name, keep):
 
 
 class _NoHeads(torch.nn.Module):
-    """A Llama attention layer with every head pruned: it adds nothing to the residual stream."""
+    """A Llama attention layer with every head pruned: it adds the output projection's bias (gpt-oss has one),
+    else nothing, to the residual stream."""
+
+    def __init__(self, bias=None):
+        super().__init__()
+        self.bias = bias
 
     def forward(self, hidden_states, *args, **kwargs):
-        return torch.zeros_like(hidden_states), None
+        out = torch.zeros_like(hidden_states)
+        return (out if self.bias is None else out + self.bias.detach()), None
 
 
 def hand_pruned_llama(model, keep: dict[int, list[int]]):
     """An HF Llama-family model pruned by hand: the kept query heads' rows of q_proj and columns of o_proj, and
     for each kept query head the rows of the key/value head it reads (HF's ``repeat_kv`` assumes even groups, so
     uneven groups are written out as one key/value head per query head); a layer with no head left adds
-    nothing (and keeps nothing in the KV cache)."""
+    its output projection's bias only (and keeps nothing in the KV cache)."""
     pruned = copy.deepcopy(model)
     cfg = model.config
     d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -367,7 +384,7 @@ def hand_pruned_llama(model, keep: dict[int, list[int]]):
     for layer, heads in keep.items():
         block = pruned.model.layers[layer]
         if not heads:
-            block.self_attn = _NoHeads()
+            block.self_attn = _NoHeads(block.self_attn.o_proj.bias)
             continue
         a = block.self_attn
         q_rows, kv_rows = rows(heads), rows([h // group for h in heads])
@@ -379,6 +396,8 @@ def hand_pruned_llama(model, keep: dict[int, list[int]]):
                 proj.out_features = len(r)
             a.o_proj.weight = torch.nn.Parameter(a.o_proj.weight[:, q_rows].clone())
             a.o_proj.in_features = len(q_rows)
+            if getattr(a, "sinks", None) is not None:  # gpt-oss: a sink per query head
+                a.sinks = torch.nn.Parameter(a.sinks[torch.tensor(heads)].clone())
         a.num_key_value_groups = 1
     return pruned
 

@@ -18,8 +18,9 @@ from .fixtures import FIXTURES
 MASK = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]])  # uneven groups; a key/value head emptied
 
 
-# (not the mixtures of experts: their float64 fixtures need the eager experts, a setting the saved config drops)
-@pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "llama_gqa", "qwen3", "gemma3", "phi3"])
+# the mixtures of experts' float64 fixtures need the eager experts, a setting the saved config drops: for gpt-oss (its
+# sinks sliced by pruning) the weights are compared, the logits not; Mixtral and Qwen3-MoE add nothing here
+@pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "llama_gqa", "qwen3", "gemma3", "phi3", "gpt_oss"])
 def test_a_saved_pruned_causal_lm_loads_back_the_same(name, tmp_path):
     fx = FIXTURES[name]
     model = prune_heads(fx.build("eager"), MASK)
@@ -27,9 +28,12 @@ def test_a_saved_pruned_causal_lm_loads_back_the_same(name, tmp_path):
     loaded = models.load_causal_lm(str(tmp_path), device="cpu", attn_implementation="eager")
     assert A.kept_heads(loaded) == A.kept_heads(model) == [[0, 2, 3], [3]]
     assert loaded.dtype == torch.float64  # the saved dtype, not the config's default
-    batch = fx.inputs()
-    with torch.no_grad():
-        assert torch.equal(loaded(**batch).logits, model(**batch).logits)
+    want, got = model.state_dict(), loaded.state_dict()
+    assert sorted(got) == sorted(want) and all(torch.equal(got[k], want[k]) for k in want)
+    if name != "gpt_oss":
+        batch = fx.inputs()
+        with torch.no_grad():
+            assert torch.equal(loaded(**batch).logits, model(**batch).logits)
     assert json.loads((tmp_path / PRUNED_FILE).read_text())["kept_heads"] == {"None": [[0, 2, 3], [3]]}
 
 

@@ -289,6 +289,12 @@ class Family:
         """A soft cap on the scaled scores (Gemma 2: ``cap * tanh(scores / cap)``, before any mask); None: none."""
         return None
 
+    def score_sink(self, site: AttentionSite) -> torch.Tensor | None:
+        """Per present head (``kept_heads`` order), a learned logit that joins each query's softmax as one more
+        column and is dropped after it (gpt-oss's attention sinks): a head's attention over the keys then sums to
+        less than 1. ``[n_present]``; None: no sink."""
+        return None
+
     def score_bias(self, site: AttentionSite, call: dict | None) -> torch.Tensor | None:
         """What the attention adds to the scaled scores of the present heads of ``site`` (in ``kept_heads`` order),
         broadcastable to ``[batch, n_present, n_queries, n_keys]``, e.g. T5's relative position bias; None: nothing.

@@ -1,4 +1,5 @@
-"""The Llama family: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 1-3 causal LMs (grouped-query attention).
+"""The Llama family: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 1-3, gpt-oss causal LMs (grouped-query
+attention).
 
 Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_heads * head_dim`` rows), ``k_proj`` /
 ``v_proj`` (``num_key_value_heads * head_dim`` rows each) and ``o_proj`` INSIDE the module. One grid, ``[n_layers,
@@ -20,6 +21,14 @@ function as the original does, the attention maps apply it: :meth:`LlamaFamily.s
 (``use_bidirectional_attention``, e.g. EmbeddingGemma) is refused, as the adapter's keys are causal. What Gemma does
 around the attention (scaled embeddings, norms of weight 1+w, norms after the attention, a soft-capped output) the
 adapter never touches.
+
+gpt-oss (``gpt_oss``: gpt-oss-20b, -120b) has biased projections, alternating sliding-window and global layers, a
+mixture of experts (untouched), and per head an attention SINK: a learned logit ``sinks[h]`` that joins each query's
+softmax as one more column and is dropped after it, so a head can give part of its attention to nothing. The sink is a
+parameter of its query head: pruning keeps the kept heads' sinks (the pruned layer passes them to the attention
+function as ``s_aux``, as the original does), the attention maps include it in each row's normalisation (a row sums to
+less than 1: :meth:`LlamaFamily.score_sink`), and ``"uniform"`` is, as everywhere, the mean of the visible keys'
+values (the head attends equally to every key it may see, nothing to the sink).
 
 Physical pruning removes the query heads' rows of ``q_proj`` and columns of ``o_proj``, and the rows of a
 key/value head in ``k_proj`` / ``v_proj`` once no kept query head reads it. The groups left may be uneven (3 query
@@ -97,7 +106,7 @@ class GroupedQueryAttention(nn.Module):
     cache keeps the un-gathered key/value heads."""
 
     def __init__(self, original: nn.Module, q_proj: nn.Linear, k_proj: nn.Linear, v_proj: nn.Linear,
-                 o_proj: nn.Linear, kv_index: torch.Tensor, head_dim: int):
+                 o_proj: nn.Linear, kv_index: torch.Tensor, head_dim: int, sinks: torch.Tensor | None = None):
         super().__init__()
         self.config = original.config
         self.layer_idx = original.layer_idx
@@ -122,6 +131,9 @@ class GroupedQueryAttention(nn.Module):
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
         # Qwen3, Gemma 3: an RMSNorm over each head's head_dim (shared by the heads, so kept whole); None elsewhere
         self.q_norm, self.k_norm = getattr(original, "q_norm", None), getattr(original, "k_norm", None)
+        # gpt-oss: the kept query heads' sink logits (the attention functions read module.sinks or s_aux)
+        self.sinks = None if sinks is None else nn.Parameter(sinks.detach().clone(),
+                                                             requires_grad=sinks.requires_grad)
         self.register_buffer("kv_index", kv_index.to(torch.long).to(q_proj.weight.device), persistent=False)
         self.num_heads = len(kv_index)
         self.num_key_value_heads = k_proj.out_features // head_dim
@@ -152,6 +164,8 @@ class GroupedQueryAttention(nn.Module):
         extra = dict([self._sliding]) if self._sliding is not None else {}
         if self.softcap is not None:
             extra["softcap"] = self.softcap
+        if self.sinks is not None:
+            extra["s_aux"] = self.sinks
         attn_output, attn_weights = attention_interface(
             self, query_states, key_states, value_states, attention_mask,
             dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling, **extra, **kwargs)
@@ -161,8 +175,8 @@ class GroupedQueryAttention(nn.Module):
 
 class LlamaFamily(Family):
     name = "llama"
-    model_types = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text") \
-        + _WRAPPERS
+    model_types = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
+                   "gpt_oss") + _WRAPPERS
     projections = "separate"
     linear = "Linear"
     positions = "rotary"
@@ -225,6 +239,9 @@ class LlamaFamily(Family):
     def score_softcap(self, site):
         return _softcap(site.module)
 
+    def score_sink(self, site):
+        return getattr(site.module, "sinks", None)  # gpt-oss: one per present query head, in kept order
+
     def visibility_problem(self, model, call_kwargs):
         if getattr(model.config, "model_type", None) not in _WRAPPERS:
             return None
@@ -261,9 +278,13 @@ class LlamaFamily(Family):
         kv_kept = sorted({old_kv[p] for p in keep_pos})
         kv_index = torch.tensor([kv_kept.index(old_kv[p]) for p in keep_pos], dtype=torch.long)
         kv_rows = torch.tensor([i * d + j for i in kv_kept for j in range(d)], dtype=torch.long)
+        sinks = getattr(module, "sinks", None)
+        if sinks is not None:  # gpt-oss: the kept query heads' sinks
+            sinks = sinks.detach()[torch.tensor(keep_pos, dtype=torch.long, device=sinks.device)].requires_grad_(
+                sinks.requires_grad)
         new = GroupedQueryAttention(
             module, slice_linear(module.q_proj, q_index, 0), slice_linear(module.k_proj, kv_rows, 0),
-            slice_linear(module.v_proj, kv_rows, 0), new_out, kv_index, d)
+            slice_linear(module.v_proj, kv_rows, 0), new_out, kv_index, d, sinks=sinks)
         new.train(module.training)
         setattr(site.parent, site.attr, new)
 
