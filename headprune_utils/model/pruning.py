@@ -31,7 +31,8 @@ from torch import nn
 
 from headprune_utils.model.architecture import (  # EmptyAttention: re-exported (users import it from here)
     ACTIVE_GATES_ATTR, EmptyAttention, attention_kinds, attention_sites, family_of, grid_name, head_shapes,
-    kept_heads, kind_dict, kind_value, kv_head_of, kv_shape, present_mask, set_kept_heads,
+    UnsupportedArchitectureError, kept_heads, kind_dict, kind_value, kv_head_of, kv_shape, present_mask,
+    set_kept_heads,
 )
 
 __all__ = ["PRUNED_FILE", "EmptyAttention", "count_attention_params", "kv_mask_to_head_mask", "load_pruned_weights",
@@ -63,6 +64,9 @@ def prune_heads(model: nn.Module, mask) -> nn.Module:
     before = {k: kept_heads(model, k) for k in attention_kinds(model)}
     # every grid is checked before anything changes
     after = {k: _kept_after(k, _check_mask(m, shapes[k], grid_name("mask", k)), before[k]) for k, m in masks.items()}
+    problem = family_of(model).prune_problem(model)
+    if problem is not None and any(after[k] != before[k] for k in after):
+        raise UnsupportedArchitectureError(problem)
     for kind, kept in after.items():
         _prune_grid(model, kind, before[kind], kept)
     set_kept_heads(model, kind_value(model, {**before, **after}))

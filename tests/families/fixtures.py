@@ -80,6 +80,7 @@ class Fixture:
     attn_implementations: tuple = ("eager", "sdpa")
     atol: float = 1e-9
     pad_token_id: int | None = None
+    prunable: bool = True  # False: the family refuses physical pruning (OLMo 2/3: norms over all heads together)
     notes: str = ""
 
     def config(self, attn_implementation: str = "eager"):
@@ -244,6 +245,27 @@ def _gpt_oss():
         tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2))
 
 
+def _olmo():
+    return tf.OlmoConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, clip_qkv=0.5,
+                         tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _olmo2():
+    return tf.Olmo2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                          tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _olmo3():
+    return tf.Olmo3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, sliding_window=3,
+                          layer_types=["sliding_attention", "full_attention"],
+                          rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                           "full_attention": {"rope_type": "default", "rope_theta": 500000.0}},
+                          tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
 def _mistral():
     return tf.MistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                             num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
@@ -368,6 +390,19 @@ _ALL = [
             notes="an attention sink per head (a learned logit in each softmax, dropped after it); biased projections; "
                   "layer 0 a sliding window of 3, layer 1 global; 4 biased experts, 2 per token, their SwiGLU "
                   "clamped at 1 (so the clamp bites on these weights); eager only (HF's sdpa has no sinks)"),
+    Fixture("olmo", "olmo", tf.OlmoForCausalLM, _olmo, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
+            atol=_LOOSE, positions="rotary",
+            notes="OLMo 1: parameter-free layer norms; q, k and v clamped to [-0.5, 0.5] (clip_qkv, so the clamp bites "
+                  "on these weights); 4 query heads on 2 key/value heads"),
+    Fixture("olmo2", "olmo2", tf.Olmo2ForCausalLM, _olmo2, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
+            atol=_LOOSE, positions="rotary", prunable=False,
+            notes="OLMo 2: q_norm / k_norm over the whole query / key projection (all heads together: not prunable "
+                  "head by head); RMSNorms after the attention and the MLP"),
+    Fixture("olmo3", "olmo3", tf.Olmo3ForCausalLM, _olmo3,
+            _one(Grid(2, 4, 2, 8, causal=True, windows=(2, None))), causal_lm=True, atol=_LOOSE, positions="rotary",
+            prunable=False,
+            notes="OLMo 3: OLMo 2's layer-wide norms; layer 0 a sliding window of 3 (rotary base 1e4), layer 1 global "
+                  "(base 5e5)"),
     Fixture("mistral", "mistral", tf.MistralForCausalLM, _mistral,
             _one(Grid(2, 4, 2, 8, causal=True, windows=(2, 2))), causal_lm=True, atol=_LOOSE,
             positions="rotary", notes="sliding window 3: a query sees itself and the 2 keys before it"),
@@ -408,3 +443,4 @@ FIXTURES: dict[str, Fixture] = {f.name: f for f in _ALL}
 CAUSAL_LMS = tuple(f.name for f in _ALL if f.causal_lm)
 ENCODER_DECODERS = tuple(f.name for f in _ALL if f.encoder_decoder)
 GQA = tuple(f.name for f in _ALL if any(g.n_kv_heads < g.n_heads for g in f.grids.values()))
+PRUNABLE = tuple(f.name for f in _ALL if f.prunable)

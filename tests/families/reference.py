@@ -464,7 +464,7 @@ def llama_heads(model) -> list[LlamaHeads]:
                               a.v_proj.bias, a.o_proj.weight, a.o_proj.bias,
                               torch.arange(cfg.num_attention_heads) // group, d,
                               None if qn is None else qn.weight, None if kn is None else kn.weight,
-                              cfg.rms_norm_eps, getattr(a, "sinks", None)))
+                              getattr(cfg, "rms_norm_eps", 0.0), getattr(a, "sinks", None)))
     return out
 
 
@@ -583,6 +583,61 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
         else:
             h = h + lin(act(lin(x, m.gate_proj)) * lin(x, m.up_proj), m.down_proj)
     h = rms_norm(h, model.model.norm.weight, cfg.rms_norm_eps)
+    return Trace(F.linear(h, model.lm_head.weight), {None: layers})
+
+
+# ------------------------------------------------------------------------------------------------ OLMo
+def _olmo_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None) -> Trace:
+    """OLMo (1): parameter-free layer norms (eps 1e-5) before the attention and the MLP, q/k/v clamped to
+    ``[-clip_qkv, clip_qkv]``; OLMo 2 and 3: no norm before the blocks, RMSNorms after the attention and after the MLP,
+    and q_norm / k_norm over the WHOLE query / key projection (all heads together) before rotary; OLMo 3's sliding
+    layers see the last ``sliding_window`` keys and each layer type has its own rotary base. Gated SiLU MLP."""
+    cfg = model.config
+    later = cfg.model_type in ("olmo2", "olmo3")
+    olmo3 = cfg.model_type == "olmo3"
+    heads = llama_heads(model) if heads is None else heads
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    n = ids.shape[1]
+    positions = torch.arange(n)
+    act = activation(cfg.hidden_act)
+    ablation = _grid_ablation(ablations, None)
+    clip = getattr(cfg, "clip_qkv", None)
+    plain = lambda y: F.layer_norm(y, y.shape[-1:], None, None, 1e-5)  # OLMo 1's norm: no weight, no bias
+    h = model.model.embed_tokens.weight[ids]
+    layers = []
+    for i, (layer, w) in enumerate(zip(model.model.layers, heads)):
+        kind = cfg.layer_types[i] if olmo3 else None
+        rope = cfg.rope_parameters[kind] if olmo3 else cfg.rope_parameters
+        if rope.get("rope_type", "default") != "default":
+            raise ValueError(f"rope_type {rope['rope_type']!r}: the reference does default rotary only")
+        window = cfg.sliding_window - 1 if kind == "sliding_attention" else None
+        x = h if later else plain(h)
+        a = layer.self_attn
+        if w.n_heads == 0:
+            layers.append(None)
+            attn_out = torch.zeros_like(h) if w.o_bias is None else w.o_bias.expand_as(h)
+        else:
+            d = w.head_dim
+            q, k, v = F.linear(x, w.q, w.q_bias), F.linear(x, w.k, w.k_bias), F.linear(x, w.v, w.v_bias)
+            if clip is not None:
+                q, k, v = q.clamp(-clip, clip), k.clamp(-clip, clip), v.clamp(-clip, clip)
+            if later:  # one RMSNorm over all heads of the projection
+                q, k = rms_norm(q, a.q_norm.weight, cfg.rms_norm_eps), rms_norm(k, a.k_norm.weight, cfg.rms_norm_eps)
+            q, k, v = split_heads(q, d), split_heads(k, d), split_heads(v, d)
+            q, k = rotary(q, positions, rope["rope_theta"]), rotary(k, positions, rope["rope_theta"])
+            t = attend(q, k, v, visible_keys(mask, n, causal=True, window=window), scale=d ** -0.5,
+                       kv_of_query=w.kv_of_query, ablation=ablation, layer=i)
+            layers.append(t)
+            attn_out = F.linear(merge(t), w.o, w.o_bias)
+        m = layer.mlp
+        ffn = lambda y: lin(act(lin(y, m.gate_proj)) * lin(y, m.up_proj), m.down_proj)
+        if later:
+            h = h + rms_norm(attn_out, layer.post_attention_layernorm.weight, cfg.rms_norm_eps)
+            h = h + rms_norm(ffn(h), layer.post_feedforward_layernorm.weight, cfg.rms_norm_eps)
+        else:
+            h = h + attn_out
+            h = h + ffn(plain(h))
+    h = rms_norm(h, model.model.norm.weight, cfg.rms_norm_eps) if later else plain(h)
     return Trace(F.linear(h, model.lm_head.weight), {None: layers})
 
 
@@ -775,7 +830,8 @@ _FAMILIES = {
     "marian": _bart_like, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, "llama": _llama_like,
     "mistral": _llama_like,
     "qwen2": _llama_like, "phi3": _llama_like, "mixtral": _llama_like, "qwen3_moe": _llama_like,
-    "qwen3": _llama_like, "gpt_oss": _llama_like, "gemma": _gemma_like, "gemma2": _gemma_like,
+    "qwen3": _llama_like, "gpt_oss": _llama_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
+    "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,
 }
@@ -815,7 +871,11 @@ def pruned_llama_forward(model, inputs: dict, keep: dict[int, list[int]]) -> Tra
     not in ``keep`` whole): rows of q and columns of o removed, key/value heads no kept head reads removed,
     uneven groups computed as they are. ``trace.grids[None][layer]`` is None for a layer left with no head."""
     heads = [prune_llama_heads(w, keep[i]) if i in keep else w for i, w in enumerate(llama_heads(model))]
-    forward_of = _gemma_like if model.config.model_type in ("gemma", "gemma2", "gemma3_text") else _llama_like
+    model_type = model.config.model_type
+    if model_type in ("olmo2", "olmo3"):
+        raise ValueError(f"{model_type}: its query/key norms span all heads, so it has no head-by-head pruning")
+    forward_of = (_gemma_like if model_type in ("gemma", "gemma2", "gemma3_text")
+                  else _olmo_like if model_type == "olmo" else _llama_like)
     return forward_of(model, inputs, None, heads=heads)
 
 

@@ -20,12 +20,15 @@ from . import reference as R
 from .fixtures import FIXTURES
 
 LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2",
-          "gemma3", "phi3")
+          "gemma3", "phi3", "olmo", "olmo2", "olmo3")
 NEOX = ("gpt_neox", "gpt_neox_sequential")
 OPTS = ("opt", "opt_post_norm")
 CAUSAL = ("gpt2",) + NEOX + OPTS + LLAMAS
+PRUNED = tuple(n for n in CAUSAL if FIXTURES[n].prunable)  # OLMo 2/3 refuse pruning (tested below)
+PRUNED_LLAMAS = tuple(n for n in LLAMAS if FIXTURES[n].prunable)
 FAMILY_OF = {"gpt2": "gpt2", "gpt_neox": "gpt_neox", "gpt_neox_sequential": "gpt_neox", "opt": "opt",
-             "opt_post_norm": "opt", "phi3": "phi3"}  # the rest: "llama"
+             "opt_post_norm": "opt", "phi3": "phi3", "olmo": "olmo", "olmo2": "olmo",
+             "olmo3": "olmo"}  # the rest: "llama"
 CASES = [(n, impl) for n in CAUSAL for impl in FIXTURES[n].attn_implementations]
 # pruning cases (kept query heads per layer; 4 query heads everywhere): uneven groups (3 heads on one kv head, 1
 # on the other), a key/value head left with no reader (GQA: heads 0 and 1 read kv head 0), an empty first or last layer
@@ -154,7 +157,7 @@ def test_head_means_and_contexts(name):
 
 # ------------------------------------------------------------------ physical pruning
 @pytest.mark.parametrize("case", list(KEEPS))
-@pytest.mark.parametrize("name", CAUSAL)
+@pytest.mark.parametrize("name", PRUNED)
 def test_pruned_equals_gated_and_the_reference(name, case):
     fx, batch, keep = FIXTURES[name], FIXTURES[name].inputs(), KEEPS[case]
     g = fx.grids[None]
@@ -183,7 +186,7 @@ def test_pruned_equals_gated_and_the_reference(name, case):
     assert count_attention_params(pruned) < count_attention_params(model)
 
 
-@pytest.mark.parametrize("name", LLAMAS)
+@pytest.mark.parametrize("name", PRUNED_LLAMAS)
 def test_uneven_groups_need_the_gather(name):
     """The check above fails when a pruned layer assumes even groups (HF's repeat_kv): kept query heads paired with
     key/value heads by position // group instead of by the head each reads."""
@@ -220,7 +223,7 @@ def test_pruning_twice_is_pruning_the_union(name):
         prune_heads(twice, _mask({0: [1], 1: [3]}, shape))
 
 
-@pytest.mark.parametrize("name", LLAMAS)
+@pytest.mark.parametrize("name", PRUNED_LLAMAS)
 def test_pruning_whole_key_value_groups(name):
     fx, batch = FIXTURES[name], FIXTURES[name].inputs()
     g = fx.grids[None]
@@ -239,7 +242,7 @@ def test_pruning_whole_key_value_groups(name):
         kv_mask_to_head_mask(pruned, torch.ones(g.n_layers, g.n_heads + 1))
 
 
-@pytest.mark.parametrize("name,impl", CASES)
+@pytest.mark.parametrize("name,impl", [(n, i) for n, i in CASES if n in PRUNED])
 def test_pruned_model_generates_as_the_gated_model_decodes(name, impl):
     """``generate`` with the KV cache (layers of different head counts, uneven groups and an empty layer) = the
     reference's greedy decoding of the unpruned model with those heads gated to zero, token for token."""
@@ -263,6 +266,8 @@ def test_attention_maps_equal_the_reference(name, impl):
         probs = ref.grids[None][layer].probs
         assert _diff(m, probs) <= fx.atol
         assert bool((m[~ref.grids[None][layer].visible[:, None].expand_as(m)] == 0).all())  # invisible keys: 0
+    if name not in PRUNED:
+        return
     pruned = prune_heads(_fresh(name, impl), _mask({0: [1, 2, 3], 1: []}, (2, 4)))
     pm = attention_maps(pruned, batch)
     assert _diff(pm[0][:, 1:], ref.grids[None][0].probs[:, 1:]) <= fx.atol  # layer 0 precedes any change
@@ -271,7 +276,7 @@ def test_attention_maps_equal_the_reference(name, impl):
 
 # ------------------------------------------------------------------ gradients and L0 gates
 @pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "llama_gqa", "qwen2", "qwen3", "gemma2", "gemma3",
-                                  "phi3", "mixtral", "gpt_oss"])
+                                  "phi3", "mixtral", "gpt_oss", "olmo", "olmo3"])
 @pytest.mark.parametrize("how", ["zero", "uniform"])
 def test_gate_gradients_equal_the_reference(name, how):
     """d loss / d gates through the package's gates = autograd of the reference's LM loss (itself checked against
@@ -311,7 +316,7 @@ def test_head_importance_and_l0_gates_run_on_a_causal_lm():
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # the model stays frozen
 
 
-@pytest.mark.parametrize("name", CAUSAL)
+@pytest.mark.parametrize("name", PRUNED)
 def test_a_cached_forward_after_an_empty_first_layer_counts_the_positions(name):
     """A forward continuing a KV cache without ``position_ids`` takes the positions seen from the cache of layer 0:
     an empty layer 0 must still count them (else the new token gets position 0 and another output)."""
@@ -333,7 +338,7 @@ def test_kept_key_value_heads_follow_pruning():
     assert [s.key.weight.shape[0] // g.head_dim for s in A.attention_sites(pruned)] == [1, 1]
 
 
-@pytest.mark.parametrize("name", CAUSAL)
+@pytest.mark.parametrize("name", PRUNED)
 def test_head_parameters_follow_the_heads_through_pruning(name):
     """Each head's own parameters (its query block, the key/value head it reads, its output columns), read by the
     adapter, are the same before and after pruning other heads (uneven groups: the kv head is found by index)."""
@@ -507,3 +512,23 @@ def test_sink_maps_are_attention_weights_and_the_distribution_measures_refuse_th
     assert confidence_from_maps(maps, real).shape == (2, 4)  # the largest weight on a key: defined without a sum
     plain = attention_maps(_model("llama_gqa", "eager"), FIXTURES["llama_gqa"].inputs())
     assert entropy_from_maps(plain, real).shape == (2, 4)
+
+
+# ------------------------------------------------------------------ OLMo 2/3: gates yes, pruning no
+@pytest.mark.parametrize("name", [n for n in CAUSAL if n not in PRUNED])
+def test_layer_wide_query_norms_refuse_pruning_before_anything_changes(name):
+    """OLMo 2/3 normalise all heads' queries together: prune_heads (and prune_kv_groups) refuse, naming the reason
+    and the way out, and leave the model as it was; a mask that removes nothing is no pruning and passes."""
+    from headprune_utils.model.architecture import UnsupportedArchitectureError
+
+    model, batch = _fresh(name), FIXTURES[name].inputs()
+    with torch.no_grad():
+        before = model(**batch).logits
+    with pytest.raises(UnsupportedArchitectureError, match=r"cannot be pruned head by head.*over all heads.*head_gates"):
+        prune_heads(model, _mask({0: [1, 2, 3], 1: [0, 1, 2, 3]}, (2, 4)))
+    with pytest.raises(UnsupportedArchitectureError, match="cannot be pruned head by head"):
+        prune_kv_groups(model, torch.tensor([[1, 0], [1, 1]]))
+    assert A.kept_heads(model) == [[0, 1, 2, 3]] * 2 and type(model.model.layers[0].self_attn).__name__.startswith("Olmo")
+    prune_heads(model, torch.ones(2, 4))
+    with torch.no_grad():
+        assert torch.equal(model(**batch).logits, before)

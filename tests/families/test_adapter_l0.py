@@ -14,7 +14,7 @@ from headprune_utils.train.hard_concrete import HardConcreteGateDict, HardConcre
 from .fixtures import FIXTURES
 
 NAMES = ("bert", "distilbert", "marian", "gpt2", "gpt_neox", "opt", "llama_gqa", "mistral", "qwen2", "qwen3",
-         "qwen3_moe", "gpt_oss", "gemma3", "phi3", "modernbert", "t5")
+         "qwen3_moe", "gpt_oss", "gemma3", "phi3", "olmo2", "modernbert", "t5")
 
 
 def _batch(name):

@@ -6,7 +6,8 @@
   projection's input scaled by the gate (a weight edit on a copy);
 - ``"mean"``: equals the HF model with the head's output-projection columns scaled by g and
   ``(1 - g) * W_o[:, head] @ mean`` added to the output projection's bias;
-- ``"uniform"``: equals the HF model with the head's query projection zeroed (all scores equal, so HF's own
+- ``"uniform"``: equals the HF model with the head's query projection zeroed (OLMo 2/3: its dims of the
+  layer-wide query norm's weight, as a zeroed row would change the other heads' norm) (all scores equal, so HF's own
   masking makes the head uniform over the keys the query may see: padding, causality, sliding windows; T5 also
   drops the head's relative-bias column, which every layer shares, so there the head is ablated in all layers;
   gpt-oss also sets the head's sink to -inf, which takes it out of the softmax);
@@ -24,7 +25,7 @@ import pytest
 import torch
 
 from . import reference as R
-from .fixtures import CAUSAL_LMS, ENCODER_DECODERS, FIXTURES, GQA
+from .fixtures import CAUSAL_LMS, ENCODER_DECODERS, FIXTURES, GQA, PRUNABLE
 
 NAMES = tuple(FIXTURES)
 ABLATED = [(0, 1), (1, 0), (1, 3)]  # (layer, head) pairs ablated in every grid
@@ -84,7 +85,7 @@ def _attention(model, family, kind, layer):
         a = model.model.layers[layer].self_attn
         return a.qkv_proj, a.o_proj, "linear"
     if family in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2",
-                  "gemma3_text"):
+                  "gemma3_text", "olmo", "olmo2", "olmo3"):
         a = model.model.layers[layer].self_attn
         return a.q_proj, a.o_proj, "linear"
     if family == "t5":
@@ -124,11 +125,13 @@ def _zero_query(model, fx, kind, layer, head):
     d = fx.grids[kind].head_dim
     s = slice(head * d, (head + 1) * d) if layout != "neox" else slice(3 * head * d, (3 * head + 1) * d)
     with torch.no_grad():
-        if layout in ("linear", "neox"):
+        if fx.family in ("olmo2", "olmo3"):  # one RMSNorm over all heads' queries: zero the head's norm weight (a
+            _module(model, fx.family, kind, layer).q_norm.weight[s] = 0  # zeroed q row would move the others' RMS)
+        elif layout in ("linear", "neox"):
             q.weight[s, :] = 0
         else:
             q.weight[:, s] = 0  # GPT-2: the query is the first third of c_attn's columns
-        if q.bias is not None:
+        if q.bias is not None and fx.family not in ("olmo2", "olmo3"):
             q.bias[s] = 0
         sinks = getattr(_module(model, fx.family, kind, layer), "sinks", None)
         if sinks is not None:  # gpt-oss: the sink would still take its share of the equal scores
@@ -330,7 +333,7 @@ def _zero_ablation_of(fx, keep):
     return R.Ablation("zero", gates)
 
 
-@pytest.mark.parametrize("name", GQA)
+@pytest.mark.parametrize("name", [n for n in GQA if n in PRUNABLE])
 @pytest.mark.parametrize("keep", [KEEP, {0: [3], 1: []}], ids=["uneven", "empty-layer"])
 def test_pruned_reference_equals_zero_ablation(name, keep):
     fx, model, batch = _build(name)
@@ -402,7 +405,7 @@ def hand_pruned_llama(model, keep: dict[int, list[int]]):
     return pruned
 
 
-@pytest.mark.parametrize("name", [n for n in GQA if FIXTURES[n].qkv == "separate"])  # by hand: q/k/v Linears
+@pytest.mark.parametrize("name", [n for n in GQA if FIXTURES[n].qkv == "separate" and n in PRUNABLE])  # q/k/v Linears
 @pytest.mark.parametrize("keep", [{0: [0, 1, 2], 1: []}, {0: [], 1: [0, 3]}], ids=["last-empty", "first-empty"])
 def test_hand_pruned_hf_model_equals_zero_ablation_and_generates(name, keep):
     fx, model, batch = _build(name)

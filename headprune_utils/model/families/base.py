@@ -289,6 +289,11 @@ class Family:
         """A soft cap on the scaled scores (Gemma 2: ``cap * tanh(scores / cap)``, before any mask); None: none."""
         return None
 
+    def prune_problem(self, model: nn.Module) -> str | None:
+        """Why ``model``'s heads cannot be removed one by one (physical pruning is refused, before anything
+        changes, with this reason); None: they can."""
+        return None
+
     def score_sink(self, site: AttentionSite) -> torch.Tensor | None:
         """Per present head (``kept_heads`` order), a learned logit that joins each query's softmax as one more
         column and is dropped after it (gpt-oss's attention sinks): a head's attention over the keys then sums to

@@ -131,6 +131,9 @@ class GroupedQueryAttention(nn.Module):
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
         # Qwen3, Gemma 3: an RMSNorm over each head's head_dim (shared by the heads, so kept whole); None elsewhere
         self.q_norm, self.k_norm = getattr(original, "q_norm", None), getattr(original, "k_norm", None)
+        clip = getattr(original, "clip", None) if isinstance(original, GroupedQueryAttention) else getattr(
+            self.config, "clip_qkv", None)
+        self.clip = None if clip is None else float(clip)  # OLMo 1: q, k and v clamped to [-clip, clip]
         # gpt-oss: the kept query heads' sink logits (the attention functions read module.sinks or s_aux)
         self.sinks = None if sinks is None else nn.Parameter(sinks.detach().clone(),
                                                              requires_grad=sinks.requires_grad)
@@ -147,10 +150,15 @@ class GroupedQueryAttention(nn.Module):
         hidden_shape = (*input_shape, -1, self.head_dim)
         query_states = self.q_proj(hidden_states).view(hidden_shape)
         key_states = self.k_proj(hidden_states).view(hidden_shape)
+        value_states = self.v_proj(hidden_states).view(hidden_shape)
+        if self.clip is not None:  # OLMo 1: q, k and v clamped
+            query_states = query_states.clamp(-self.clip, self.clip)
+            key_states = key_states.clamp(-self.clip, self.clip)
+            value_states = value_states.clamp(-self.clip, self.clip)
         if self.q_norm is not None:
             query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         query_states, key_states = query_states.transpose(1, 2), key_states.transpose(1, 2)
-        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value_states = value_states.transpose(1, 2)
         cos, sin = position_embeddings
         query_states, key_states = modeling.apply_rotary_pos_emb(query_states, key_states, cos, sin)
         if cache is not None:
@@ -223,7 +231,7 @@ class LlamaFamily(Family):
 
     def queries_keys(self, site, query_out, key_out, call_kwargs):
         q, k = super().queries_keys(site, query_out, key_out, call_kwargs)
-        q_norm, k_norm = getattr(site.module, "q_norm", None), getattr(site.module, "k_norm", None)
+        q_norm, k_norm = self.head_norms(site.module)
         if q_norm is not None:  # Qwen3, Gemma 3: each head RMS-normed over head_dim, before rotary
             q, k = q_norm(q), k_norm(k)
         cos, sin = (call_kwargs or {}).get("position_embeddings", (None, None))
@@ -232,6 +240,10 @@ class LlamaFamily(Family):
                              "(rotary angles); cannot place the queries and keys")
         modeling = _modeling(getattr(site.module, "modeling_name", type(site.module).__module__))
         return modeling.apply_rotary_pos_emb(q, k, cos.to(q.dtype), sin.to(q.dtype))
+
+    def head_norms(self, module):
+        """(q_norm, k_norm) applied to each head over its ``head_dim`` (Qwen3, Gemma 3), or (None, None)."""
+        return getattr(module, "q_norm", None), getattr(module, "k_norm", None)
 
     def score_scale(self, site):
         return float(getattr(site.module, "scaling", site.head_dim ** -0.5))

@@ -10,13 +10,14 @@ import headprune_utils.model.families.gpt2 as gpt2
 import headprune_utils.model.families.gpt_neox as gpt_neox
 import headprune_utils.model.families.llama as llama
 import headprune_utils.model.families.modernbert as modernbert
+import headprune_utils.model.families.olmo as olmo
 import headprune_utils.model.families.opt as opt
 import headprune_utils.model.families.phi3 as phi3
 import headprune_utils.model.families.t5 as t5
 from headprune_utils.model.families.base import Family, UnsupportedArchitectureError
 
 FAMILIES: list[Family] = [bert.FAMILY, distilbert.FAMILY, bart.FAMILY, gpt2.FAMILY, gpt_neox.FAMILY, llama.FAMILY,
-                           opt.FAMILY, phi3.FAMILY, modernbert.FAMILY, t5.FAMILY, t5.UMT5_FAMILY]
+                           olmo.FAMILY, opt.FAMILY, phi3.FAMILY, modernbert.FAMILY, t5.FAMILY, t5.UMT5_FAMILY]
 
 
 def register(family: Family) -> Family:
