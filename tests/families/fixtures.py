@@ -245,6 +245,28 @@ def _gpt_oss():
         tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2))
 
 
+def _smollm3():
+    return tf.SmolLM3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                            no_rope_layers=[1, 0], tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
+                            eos_token_id=2)
+
+
+def _granite():
+    return tf.GraniteConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                            attention_bias=True, attention_multiplier=0.2, embedding_multiplier=3.0,
+                            residual_multiplier=0.5, logits_scaling=2.0, tie_word_embeddings=False, pad_token_id=0,
+                            bos_token_id=1, eos_token_id=2)
+
+
+def _starcoder2():
+    return tf.Starcoder2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                               sliding_window=3, use_bias=True, residual_dropout=0.0, embedding_dropout=0.0,
+                               tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
 def _olmo():
     return tf.OlmoConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, clip_qkv=0.5,
@@ -390,6 +412,17 @@ _ALL = [
             notes="an attention sink per head (a learned logit in each softmax, dropped after it); biased projections; "
                   "layer 0 a sliding window of 3, layer 1 global; 4 biased experts, 2 per token, their SwiGLU "
                   "clamped at 1 (so the clamp bites on these weights); eager only (HF's sdpa has no sinks)"),
+    Fixture("smollm3", "smollm3", tf.SmolLM3ForCausalLM, _smollm3, _one(Grid(2, 4, 2, 8, causal=True)),
+            causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="layer 1 without rotary (NoPE: no_rope_layers [1, 0]); 4 query heads on 2 key/value heads"),
+    Fixture("granite", "granite", tf.GraniteForCausalLM, _granite, _one(Grid(2, 4, 2, 8, causal=True)),
+            causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="scores scaled by attention_multiplier 0.2 (not 8^-1/2); embeddings x3, residual branches x0.5, "
+                  "logits /2; biased projections"),
+    Fixture("starcoder2", "starcoder2", tf.Starcoder2ForCausalLM, _starcoder2,
+            _one(Grid(2, 4, 2, 8, causal=True, windows=(2, 2))), causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="layer norms with biases, biased projections, a plain GELU MLP (c_fc, c_proj); a sliding window of 3 "
+                  "in every layer"),
     Fixture("olmo", "olmo", tf.OlmoForCausalLM, _olmo, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
             atol=_LOOSE, positions="rotary",
             notes="OLMo 1: parameter-free layer norms; q, k and v clamped to [-0.5, 0.5] (clip_qkv, so the clamp bites "

@@ -550,11 +550,17 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
     positions = torch.arange(n)
     act = activation(cfg.hidden_act)
     ablation = _grid_ablation(ablations, None)
-    h = model.model.embed_tokens.weight[ids]
+    starcoder2 = cfg.model_type == "starcoder2"  # layer norms with biases, a plain MLP
+    # StarCoder2: LayerNorm (weight, bias, norm_epsilon); the others: RMSNorm
+    norm = (lambda y, m: layer_norm(y, m)) if starcoder2 else (lambda y, m: rms_norm(y, m.weight, cfg.rms_norm_eps))
+    granite = cfg.model_type == "granite"  # multipliers of the embeddings, the scores, each residual branch, the logits
+    h = model.model.embed_tokens.weight[ids] * (cfg.embedding_multiplier if granite else 1.0)
+    branch = cfg.residual_multiplier if granite else 1.0
     layers = []
     for i, (layer, w) in enumerate(zip(model.model.layers, heads)):
-        x = rms_norm(h, layer.input_layernorm.weight, cfg.rms_norm_eps)
+        x = norm(h, layer.input_layernorm)
         vis = visible_keys(mask, n, causal=True, window=_llama_window(cfg, i))
+        use_rope = bool(cfg.no_rope_layers[i]) if cfg.model_type == "smollm3" else True  # SmolLM3's NoPE layers
         if w.n_heads == 0:
             layers.append(None)
             attn_out = torch.zeros_like(h) if w.o_bias is None else w.o_bias.expand_as(h)
@@ -564,16 +570,20 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
             if w.q_norm is not None:  # Qwen3: each head's query and key RMS-normed over head_dim, before rotary
                 q, k = rms_norm(q, w.q_norm, w.norm_eps), rms_norm(k, w.k_norm, w.norm_eps)
             n_rot = int(d * partial)
-            q, k = partial_rotary(q, positions, theta, n_rot), partial_rotary(k, positions, theta, n_rot)
+            if use_rope:
+                q, k = partial_rotary(q, positions, theta, n_rot), partial_rotary(k, positions, theta, n_rot)
             v = split_heads(F.linear(x, w.v, w.v_bias), d)
-            t = attend(q, k, v, vis, scale=d ** -0.5, kv_of_query=w.kv_of_query, ablation=ablation, layer=i,
+            scale = cfg.attention_multiplier if granite else d ** -0.5
+            t = attend(q, k, v, vis, scale=scale, kv_of_query=w.kv_of_query, ablation=ablation, layer=i,
                        sinks=w.sinks)
             layers.append(t)
             attn_out = F.linear(merge(t), w.o, w.o_bias)
-        h = h + attn_out
-        x = rms_norm(h, layer.post_attention_layernorm.weight, cfg.rms_norm_eps)
+        h = h + attn_out * branch
+        x = norm(h, layer.post_attention_layernorm)
         m = layer.mlp
-        if hasattr(m, "router"):  # gpt-oss: biased experts, clamped SwiGLU
+        if starcoder2:
+            h = h + lin(act(lin(x, m.c_fc)), m.c_proj)
+        elif hasattr(m, "router"):  # gpt-oss: biased experts, clamped SwiGLU
             h = h + gpt_oss_moe(x, m, cfg)
         elif hasattr(m, "experts"):  # Mixtral, Qwen3-MoE: a sparse mixture of experts
             h = h + moe(x, m, cfg, act)
@@ -581,9 +591,10 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
             gate, up = lin(x, m.gate_up_proj).chunk(2, dim=-1)
             h = h + lin(act(gate) * up, m.down_proj)
         else:
-            h = h + lin(act(lin(x, m.gate_proj)) * lin(x, m.up_proj), m.down_proj)
-    h = rms_norm(h, model.model.norm.weight, cfg.rms_norm_eps)
-    return Trace(F.linear(h, model.lm_head.weight), {None: layers})
+            h = h + lin(act(lin(x, m.gate_proj)) * lin(x, m.up_proj), m.down_proj) * branch
+    h = norm(h, model.model.norm)
+    logits = F.linear(h, model.lm_head.weight)
+    return Trace(logits / cfg.logits_scaling if granite else logits, {None: layers})
 
 
 # ------------------------------------------------------------------------------------------------ OLMo
@@ -830,7 +841,8 @@ _FAMILIES = {
     "marian": _bart_like, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, "llama": _llama_like,
     "mistral": _llama_like,
     "qwen2": _llama_like, "phi3": _llama_like, "mixtral": _llama_like, "qwen3_moe": _llama_like,
-    "qwen3": _llama_like, "gpt_oss": _llama_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
+    "qwen3": _llama_like, "gpt_oss": _llama_like, "smollm3": _llama_like, "granite": _llama_like,
+    "starcoder2": _llama_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
     "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,

@@ -20,7 +20,7 @@ from . import reference as R
 from .fixtures import FIXTURES
 
 LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2",
-          "gemma3", "phi3", "olmo", "olmo2", "olmo3")
+          "gemma3", "phi3", "olmo", "olmo2", "olmo3", "smollm3", "granite", "starcoder2")
 NEOX = ("gpt_neox", "gpt_neox_sequential")
 OPTS = ("opt", "opt_post_norm")
 CAUSAL = ("gpt2",) + NEOX + OPTS + LLAMAS
@@ -532,3 +532,25 @@ def test_layer_wide_query_norms_refuse_pruning_before_anything_changes(name):
     prune_heads(model, torch.ones(2, 4))
     with torch.no_grad():
         assert torch.equal(model(**batch).logits, before)
+
+
+def test_a_pruned_starcoder2_layer_drops_out_its_output_while_training_as_the_original():
+    """StarCoder2 applies dropout to the attention's output while training (residual_dropout): with the same seed, the
+    pruned model in train mode equals the gated model (gates of 0 on the pruned heads, "zero") in train mode, and
+    differs from the pruned model without dropout."""
+    fx = FIXTURES["starcoder2"]
+    cfg = fx.config("eager")
+    cfg.residual_dropout = 0.3
+    torch.manual_seed(0)
+    model = fx.model_class._from_config(cfg, attn_implementation="eager").to(torch.float64)
+    batch, mask = fx.inputs(), _mask({0: [0, 1, 2], 1: [3]}, (2, 4))
+    pruned = prune_heads(copy.deepcopy(model), mask).train()
+    model.train()
+    torch.manual_seed(5)
+    with head_gates(model, mask, ablation="zero"):
+        gated = model(**batch).logits
+    torch.manual_seed(5)
+    ours = pruned(**batch).logits
+    assert _diff(ours, gated) <= 1e-9
+    torch.manual_seed(5)
+    assert _diff(pruned.eval()(**batch).logits, ours) > 1e-3  # the dropout acted

@@ -182,6 +182,14 @@ def test_cost_dims_of_a_mixture_of_experts_count_the_routed_experts():
     assert architecture.head_shape(oss) == (2, 4) and architecture.kv_shape(oss) == (2, 2)
 
 
+def test_cost_dims_of_starcoder2_count_its_two_matrix_mlp():
+    from transformers import Starcoder2Config
+
+    cfg = Starcoder2Config(vocab_size=50, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           hidden_size=32, intermediate_size=40)
+    assert architecture.family_of(cfg).cost_dims(cfg).ffn_macs_per_token() == 2 * 32 * 40  # c_fc, c_proj: no gate
+
+
 def test_cost_dims_count_grouped_key_value_heads_cheaper():
     from transformers import LlamaConfig
 

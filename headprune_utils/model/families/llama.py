@@ -1,5 +1,5 @@
-"""The Llama family: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 1-3, gpt-oss causal LMs (grouped-query
-attention).
+"""The Llama family: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 1-3, gpt-oss, SmolLM3, Granite and
+StarCoder2 causal LMs (grouped-query attention).
 
 Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_heads * head_dim`` rows), ``k_proj`` /
 ``v_proj`` (``num_key_value_heads * head_dim`` rows each) and ``o_proj`` INSIDE the module. One grid, ``[n_layers,
@@ -29,6 +29,12 @@ parameter of its query head: pruning keeps the kept heads' sinks (the pruned lay
 function as ``s_aux``, as the original does), the attention maps include it in each row's normalisation (a row sums to
 less than 1: :meth:`LlamaFamily.score_sink`), and ``"uniform"`` is, as everywhere, the mean of the visible keys'
 values (the head attends equally to every key it may see, nothing to the sink).
+
+SmolLM3 skips rotary in every fourth layer (NoPE: the module's ``use_rope`` false), which a pruned layer and the
+attention maps follow; Granite scales the scores by ``attention_multiplier`` (the module's ``scaling``) and multiplies
+embeddings, residual branches and logits by constants the adapter never touches; StarCoder2 has biased projections, a
+sliding window over every layer, and dropout on the attention's output while training (``residual_dropout``), which a
+pruned layer applies too.
 
 Physical pruning removes the query heads' rows of ``q_proj`` and columns of ``o_proj``, and the rows of a
 key/value head in ``k_proj`` / ``v_proj`` once no kept query head reads it. The groups left may be uneven (3 query
@@ -121,12 +127,14 @@ class GroupedQueryAttention(nn.Module):
             self._sliding = original._sliding
         elif hasattr(original, "sliding_window"):
             self._sliding = ("sliding_window", original.sliding_window)
-        elif getattr(self.config, "model_type", None) in ("mistral", "mixtral"):
+        elif getattr(self.config, "model_type", None) in ("mistral", "mixtral", "starcoder2"):
             self._sliding = ("sliding_window", getattr(self.config, "sliding_window", None))
         else:
             self._sliding = None
         self.modeling_name = getattr(original, "modeling_name", type(original).__module__)
         self.softcap = _softcap(original)  # Gemma 2's soft cap on the scores, passed on as the original does
+        self.use_rope = bool(getattr(original, "use_rope", True))  # SmolLM3: False in its NoPE layers
+        self.residual_dropout = float(getattr(original, "residual_dropout", 0.0))  # StarCoder2, while training
         self.num_key_value_groups = 1  # the attention function gets one key/value head per query head
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
         # Qwen3, Gemma 3: an RMSNorm over each head's head_dim (shared by the heads, so kept whole); None elsewhere
@@ -159,8 +167,9 @@ class GroupedQueryAttention(nn.Module):
             query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         query_states, key_states = query_states.transpose(1, 2), key_states.transpose(1, 2)
         value_states = value_states.transpose(1, 2)
-        cos, sin = position_embeddings
-        query_states, key_states = modeling.apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        if self.use_rope:
+            cos, sin = position_embeddings
+            query_states, key_states = modeling.apply_rotary_pos_emb(query_states, key_states, cos, sin)
         if cache is not None:
             key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
         key_states = key_states.index_select(1, self.kv_index)
@@ -178,13 +187,16 @@ class GroupedQueryAttention(nn.Module):
             self, query_states, key_states, value_states, attention_mask,
             dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling, **extra, **kwargs)
         attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        return self.o_proj(attn_output), attn_weights
+        out = self.o_proj(attn_output)
+        if self.residual_dropout:
+            out = nn.functional.dropout(out, p=self.residual_dropout, training=self.training)
+        return out, attn_weights
 
 
 class LlamaFamily(Family):
     name = "llama"
     model_types = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
-                   "gpt_oss") + _WRAPPERS
+                   "gpt_oss", "smollm3", "granite", "starcoder2") + _WRAPPERS
     projections = "separate"
     linear = "Linear"
     positions = "rotary"
@@ -234,6 +246,8 @@ class LlamaFamily(Family):
         q_norm, k_norm = self.head_norms(site.module)
         if q_norm is not None:  # Qwen3, Gemma 3: each head RMS-normed over head_dim, before rotary
             q, k = q_norm(q), k_norm(k)
+        if not getattr(site.module, "use_rope", True):  # SmolLM3's NoPE layers: no positions in the scores
+            return q, k
         cos, sin = (call_kwargs or {}).get("position_embeddings", (None, None))
         if cos is None:
             raise ValueError(f"layer {site.layer}: the attention module was called without position_embeddings "
@@ -313,7 +327,9 @@ class LlamaFamily(Family):
         experts = getattr(cfg, "num_experts_per_tok", None)
         if experts:  # mixture of experts (Mixtral, Qwen3-MoE): the experts a token is routed to, each a gated MLP
             d_ffn = int(experts) * int(getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size)
-        return CostDims(n_layers, n_heads, self.kv_heads(cfg, None), head_dim_of(cfg), d_model, d_ffn, ffn_matrices=3)
+        matrices = 2 if cfg.model_type == "starcoder2" else 3  # StarCoder2: c_fc, c_proj (no gate)
+        return CostDims(n_layers, n_heads, self.kv_heads(cfg, None), head_dim_of(cfg), d_model, d_ffn,
+                        ffn_matrices=matrices)
 
 
 FAMILY = LlamaFamily()
