@@ -267,6 +267,19 @@ def _starcoder2():
                                tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
+def _cohere():
+    return tf.CohereConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, use_qk_norm=True,
+                           logit_scale=0.5, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _cohere2():
+    return tf.Cohere2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, sliding_window=3,
+                            layer_types=["sliding_attention", "full_attention"], logit_scale=0.5,
+                            tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
 def _olmo():
     return tf.OlmoConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, clip_qkv=0.5,
@@ -423,6 +436,13 @@ _ALL = [
             _one(Grid(2, 4, 2, 8, causal=True, windows=(2, 2))), causal_lm=True, atol=_LOOSE, positions="rotary",
             notes="layer norms with biases, biased projections, a plain GELU MLP (c_fc, c_proj); a sliding window of 3 "
                   "in every layer"),
+    Fixture("cohere", "cohere", tf.CohereForCausalLM, _cohere, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
+            atol=_LOOSE, positions="rotary",
+            notes="Command R: parallel residual under one bias-free layer norm; each query and key head layer-normed "
+                  "with its own weights (use_qk_norm); rotary on interleaved pairs; logits x0.5; tied embeddings"),
+    Fixture("cohere2", "cohere2", tf.Cohere2ForCausalLM, _cohere2,
+            _one(Grid(2, 4, 2, 8, causal=True, windows=(2, None))), causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="Command R7B: layer 0 a sliding window of 3 with rotary, layer 1 global without positions"),
     Fixture("olmo", "olmo", tf.OlmoForCausalLM, _olmo, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
             atol=_LOOSE, positions="rotary",
             notes="OLMo 1: parameter-free layer norms; q, k and v clamped to [-0.5, 0.5] (clip_qkv, so the clamp bites "

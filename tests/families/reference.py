@@ -205,6 +205,16 @@ def rotary(x, positions, theta: float):
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
+def rotary_interleaved(x, positions, theta: float):
+    """Rotary in Cohere's layout: dimension pair (2i, 2i + 1) rotates by the angle position * theta^(-2i/d)."""
+    d = x.shape[-1]
+    inv_freq = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = (positions.to(torch.float64)[:, None] * inv_freq[None, :]).to(x.dtype)  # [seq, d/2]
+    even, odd = x[..., 0::2], x[..., 1::2]
+    c, s = angles.cos(), angles.sin()
+    return torch.stack([even * c - odd * s, odd * c + even * s], dim=-1).flatten(-2)
+
+
 # ------------------------------------------------------------------------------------------------ BERT, RoBERTa
 def _bert_like(model, inputs, ablations) -> Trace:
     cfg = model.config
@@ -482,11 +492,15 @@ def prune_llama_heads(heads: LlamaHeads, keep: list[int]) -> LlamaHeads:
         return None if t is None else t[r]
 
     q_rows, kv_rows = rows(keep), rows(kv_kept)
+
+    def norm_rows(weight, ids):  # Cohere: a weight row per head; Qwen3, Gemma 3: one row shared by the heads
+        return weight if weight is None or weight.dim() == 1 else weight[torch.tensor(ids, dtype=torch.long)]
+
     return LlamaHeads(
         heads.q[q_rows], pick(heads.q_bias, q_rows), heads.k[kv_rows], pick(heads.k_bias, kv_rows),
         heads.v[kv_rows], pick(heads.v_bias, kv_rows), heads.o[:, q_rows], heads.o_bias,
         torch.tensor([kv_kept.index(int(heads.kv_of_query[h])) for h in keep], dtype=torch.long), d,
-        heads.q_norm, heads.k_norm, heads.norm_eps,  # the head norms are per head-dim, shared: unchanged
+        norm_rows(heads.q_norm, keep), norm_rows(heads.k_norm, kv_kept), heads.norm_eps,
         None if heads.sinks is None else heads.sinks[torch.tensor(keep, dtype=torch.long)])  # a sink per query head
 
 
@@ -595,6 +609,56 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
     h = norm(h, model.model.norm)
     logits = F.linear(h, model.lm_head.weight)
     return Trace(logits / cfg.logits_scaling if granite else logits, {None: layers})
+
+
+# ------------------------------------------------------------------------------------------------ Cohere
+def _cohere_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None) -> Trace:
+    """Cohere (Command R) and Cohere 2: one bias-free layer norm before each layer, whose attention and MLP both read
+    it (parallel residual); with ``use_qk_norm``, each query and key head layer-normed over head_dim with weights of its
+    own (``[heads, head_dim]``); rotary on interleaved pairs (Cohere 2: only in its sliding-window layers, the global
+    ones without positions); gated SiLU MLP; logits scaled by ``logit_scale``."""
+    cfg = model.config
+    cohere2 = cfg.model_type == "cohere2"
+    heads = llama_heads(model) if heads is None else heads
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    n = ids.shape[1]
+    positions = torch.arange(n)
+    theta = cfg.rope_parameters["rope_theta"]
+    act = activation(cfg.hidden_act)
+    ablation = _grid_ablation(ablations, None)
+
+    def ln(y, weight):  # mean-subtracting, no bias; weight broadcast over the last dims
+        y = y - y.mean(-1, keepdim=True)
+        return weight * y / torch.sqrt(y.pow(2).mean(-1, keepdim=True) + cfg.layer_norm_eps)
+
+    h = model.model.embed_tokens.weight[ids]
+    layers = []
+    for i, (layer, w) in enumerate(zip(model.model.layers, heads)):
+        sliding = cohere2 and cfg.layer_types[i] == "sliding_attention"
+        window = cfg.sliding_window - 1 if sliding else None
+        x = ln(h, layer.input_layernorm.weight)
+        if w.n_heads == 0:
+            layers.append(None)
+            attn_out = torch.zeros_like(h) if w.o_bias is None else w.o_bias.expand_as(h)
+        else:
+            d = w.head_dim
+            b = x.shape[0]
+            q = F.linear(x, w.q, w.q_bias).view(b, n, -1, d)  # [batch, seq, heads, d]
+            k = F.linear(x, w.k, w.k_bias).view(b, n, -1, d)
+            if w.q_norm is not None:  # per-head weights [heads, d] (the kept heads' rows after pruning)
+                q, k = ln(q, w.q_norm), ln(k, w.k_norm)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
+            if sliding or not cohere2:
+                q, k = rotary_interleaved(q, positions, theta), rotary_interleaved(k, positions, theta)
+            v = split_heads(F.linear(x, w.v, w.v_bias), d)
+            t = attend(q, k, v, visible_keys(mask, n, causal=True, window=window), scale=d ** -0.5,
+                       kv_of_query=w.kv_of_query, ablation=ablation, layer=i)
+            layers.append(t)
+            attn_out = F.linear(merge(t), w.o, w.o_bias)
+        m = layer.mlp
+        h = h + attn_out + lin(act(lin(x, m.gate_proj)) * lin(x, m.up_proj), m.down_proj)
+    h = ln(h, model.model.norm.weight)
+    return Trace(F.linear(h, model.lm_head.weight) * cfg.logit_scale, {None: layers})
 
 
 # ------------------------------------------------------------------------------------------------ OLMo
@@ -842,7 +906,7 @@ _FAMILIES = {
     "mistral": _llama_like,
     "qwen2": _llama_like, "phi3": _llama_like, "mixtral": _llama_like, "qwen3_moe": _llama_like,
     "qwen3": _llama_like, "gpt_oss": _llama_like, "smollm3": _llama_like, "granite": _llama_like,
-    "starcoder2": _llama_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
+    "starcoder2": _llama_like, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
     "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,
@@ -887,7 +951,8 @@ def pruned_llama_forward(model, inputs: dict, keep: dict[int, list[int]]) -> Tra
     if model_type in ("olmo2", "olmo3"):
         raise ValueError(f"{model_type}: its query/key norms span all heads, so it has no head-by-head pruning")
     forward_of = (_gemma_like if model_type in ("gemma", "gemma2", "gemma3_text")
-                  else _olmo_like if model_type == "olmo" else _llama_like)
+                  else _olmo_like if model_type == "olmo"
+                  else _cohere_like if model_type in ("cohere", "cohere2") else _llama_like)
     return forward_of(model, inputs, None, heads=heads)
 
 

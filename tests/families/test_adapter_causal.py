@@ -20,7 +20,7 @@ from . import reference as R
 from .fixtures import FIXTURES
 
 LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2",
-          "gemma3", "phi3", "olmo", "olmo2", "olmo3", "smollm3", "granite", "starcoder2")
+          "gemma3", "phi3", "olmo", "olmo2", "olmo3", "smollm3", "granite", "starcoder2", "cohere", "cohere2")
 NEOX = ("gpt_neox", "gpt_neox_sequential")
 OPTS = ("opt", "opt_post_norm")
 CAUSAL = ("gpt2",) + NEOX + OPTS + LLAMAS
@@ -276,7 +276,7 @@ def test_attention_maps_equal_the_reference(name, impl):
 
 # ------------------------------------------------------------------ gradients and L0 gates
 @pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "llama_gqa", "qwen2", "qwen3", "gemma2", "gemma3",
-                                  "phi3", "mixtral", "gpt_oss", "olmo", "olmo3"])
+                                  "phi3", "mixtral", "gpt_oss", "olmo", "olmo3", "cohere", "smollm3"])
 @pytest.mark.parametrize("how", ["zero", "uniform"])
 def test_gate_gradients_equal_the_reference(name, how):
     """d loss / d gates through the package's gates = autograd of the reference's LM loss (itself checked against

@@ -1,5 +1,5 @@
-"""The Llama family: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 1-3, gpt-oss, SmolLM3, Granite and
-StarCoder2 causal LMs (grouped-query attention).
+"""The Llama family: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 1-3, gpt-oss, SmolLM3, Granite,
+StarCoder2, Cohere (Command R) and Cohere 2 causal LMs (grouped-query attention).
 
 Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_heads * head_dim`` rows), ``k_proj`` /
 ``v_proj`` (``num_key_value_heads * head_dim`` rows each) and ``o_proj`` INSIDE the module. One grid, ``[n_layers,
@@ -34,7 +34,11 @@ SmolLM3 skips rotary in every fourth layer (NoPE: the module's ``use_rope`` fals
 attention maps follow; Granite scales the scores by ``attention_multiplier`` (the module's ``scaling``) and multiplies
 embeddings, residual branches and logits by constants the adapter never touches; StarCoder2 has biased projections, a
 sliding window over every layer, and dropout on the attention's output while training (``residual_dropout``), which a
-pruned layer applies too.
+pruned layer applies too. Cohere (Command R, Aya) rotates interleaved pairs of dimensions (its own rotary function)
+and, with ``use_qk_norm``, layer-normalises each query and key head with weights of its own (``q_norm.weight``
+``[n_heads, head_dim]``, ``k_norm.weight`` ``[n_kv_heads, head_dim]``): a pruned layer keeps the kept heads' rows of
+them; Cohere 2 uses rotary only in its sliding-window layers (the global ones have no positions), which a pruned layer
+and the maps follow.
 
 Physical pruning removes the query heads' rows of ``q_proj`` and columns of ``o_proj``, and the rows of a
 key/value head in ``k_proj`` / ``v_proj`` once no kept query head reads it. The groups left may be uneven (3 query
@@ -90,6 +94,28 @@ def _layers(model: nn.Module):
     return getattr(base, "layers", None)
 
 
+def _uses_rope(module: nn.Module) -> bool:
+    """Whether the attention module applies rotary: SmolLM3's NoPE layers (``use_rope`` false) and Cohere 2's global
+    layers (no sliding window) do not."""
+    if isinstance(module, GroupedQueryAttention):
+        return module.use_rope
+    if getattr(getattr(module, "config", None), "model_type", None) == "cohere2":
+        return getattr(module, "sliding_window", None) is not None
+    return bool(getattr(module, "use_rope", True))
+
+
+def _per_head_norm(norm: nn.Module | None, rows: list[int]) -> nn.Module | None:
+    """Cohere's head norms have a weight row per head: a copy keeping ``rows``; a norm shared by the heads (a 1-d
+    weight: Qwen3, Gemma 3) or None is returned as it is."""
+    if norm is None or norm.weight.dim() != 2:
+        return norm
+    import copy
+    new = copy.deepcopy(norm)
+    new.weight = nn.Parameter(norm.weight.detach()[torch.tensor(rows, dtype=torch.long)].clone(),
+                              requires_grad=norm.weight.requires_grad)
+    return new
+
+
 def head_dim_of(cfg) -> int:
     """A Llama-family config's head size (its ``head_dim``, else hidden / heads)."""
     return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
@@ -112,7 +138,8 @@ class GroupedQueryAttention(nn.Module):
     cache keeps the un-gathered key/value heads."""
 
     def __init__(self, original: nn.Module, q_proj: nn.Linear, k_proj: nn.Linear, v_proj: nn.Linear,
-                 o_proj: nn.Linear, kv_index: torch.Tensor, head_dim: int, sinks: torch.Tensor | None = None):
+                 o_proj: nn.Linear, kv_index: torch.Tensor, head_dim: int, sinks: torch.Tensor | None = None,
+                 q_norm: nn.Module | None = None, k_norm: nn.Module | None = None):
         super().__init__()
         self.config = original.config
         self.layer_idx = original.layer_idx
@@ -133,12 +160,14 @@ class GroupedQueryAttention(nn.Module):
             self._sliding = None
         self.modeling_name = getattr(original, "modeling_name", type(original).__module__)
         self.softcap = _softcap(original)  # Gemma 2's soft cap on the scores, passed on as the original does
-        self.use_rope = bool(getattr(original, "use_rope", True))  # SmolLM3: False in its NoPE layers
+        self.use_rope = _uses_rope(original)  # SmolLM3's NoPE layers, Cohere 2's global layers: False
         self.residual_dropout = float(getattr(original, "residual_dropout", 0.0))  # StarCoder2, while training
         self.num_key_value_groups = 1  # the attention function gets one key/value head per query head
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
-        # Qwen3, Gemma 3: an RMSNorm over each head's head_dim (shared by the heads, so kept whole); None elsewhere
-        self.q_norm, self.k_norm = getattr(original, "q_norm", None), getattr(original, "k_norm", None)
+        # Qwen3, Gemma 3: an RMSNorm over each head's head_dim (shared by the heads, so kept whole); Cohere: a layer
+        # norm with a weight row per head (the caller passes the kept heads' rows); None elsewhere
+        self.q_norm = q_norm if q_norm is not None else getattr(original, "q_norm", None)
+        self.k_norm = k_norm if k_norm is not None else getattr(original, "k_norm", None)
         clip = getattr(original, "clip", None) if isinstance(original, GroupedQueryAttention) else getattr(
             self.config, "clip_qkv", None)
         self.clip = None if clip is None else float(clip)  # OLMo 1: q, k and v clamped to [-clip, clip]
@@ -196,7 +225,7 @@ class GroupedQueryAttention(nn.Module):
 class LlamaFamily(Family):
     name = "llama"
     model_types = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
-                   "gpt_oss", "smollm3", "granite", "starcoder2") + _WRAPPERS
+                   "gpt_oss", "smollm3", "granite", "starcoder2", "cohere", "cohere2") + _WRAPPERS
     projections = "separate"
     linear = "Linear"
     positions = "rotary"
@@ -242,11 +271,13 @@ class LlamaFamily(Family):
         return torch.arange(n_present) // int(module.num_key_value_groups)
 
     def queries_keys(self, site, query_out, key_out, call_kwargs):
-        q, k = super().queries_keys(site, query_out, key_out, call_kwargs)
+        b, s, _ = query_out.shape
+        q, k = query_out.view(b, s, -1, site.head_dim), key_out.view(b, s, -1, site.head_dim)
         q_norm, k_norm = self.head_norms(site.module)
-        if q_norm is not None:  # Qwen3, Gemma 3: each head RMS-normed over head_dim, before rotary
+        if q_norm is not None:  # Qwen3, Gemma 3, Cohere: each head normed over head_dim ([b, s, heads, d]), before rotary
             q, k = q_norm(q), k_norm(k)
-        if not getattr(site.module, "use_rope", True):  # SmolLM3's NoPE layers: no positions in the scores
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        if not _uses_rope(site.module):  # SmolLM3's NoPE layers, Cohere 2's global layers: no positions
             return q, k
         cos, sin = (call_kwargs or {}).get("position_embeddings", (None, None))
         if cos is None:
@@ -310,7 +341,9 @@ class LlamaFamily(Family):
                 sinks.requires_grad)
         new = GroupedQueryAttention(
             module, slice_linear(module.q_proj, q_index, 0), slice_linear(module.k_proj, kv_rows, 0),
-            slice_linear(module.v_proj, kv_rows, 0), new_out, kv_index, d, sinks=sinks)
+            slice_linear(module.v_proj, kv_rows, 0), new_out, kv_index, d, sinks=sinks,
+            q_norm=_per_head_norm(getattr(module, "q_norm", None), list(keep_pos)),
+            k_norm=_per_head_norm(getattr(module, "k_norm", None), kv_kept))
         new.train(module.training)
         setattr(site.parent, site.attr, new)
 
