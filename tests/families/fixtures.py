@@ -280,6 +280,28 @@ def _cohere2():
                             tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
+def _ministral():
+    return tf.MinistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                              sliding_window=3, layer_types=["sliding_attention", "full_attention"],
+                              tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _seed_oss():
+    return tf.SeedOssConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                            attention_bias=True, attention_out_bias=True, tie_word_embeddings=False, pad_token_id=0,
+                            bos_token_id=1, eos_token_id=2)
+
+
+def _qwen2_moe():
+    return _eager_experts(tf.Qwen2MoeConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=37, moe_intermediate_size=19,
+        shared_expert_intermediate_size=23, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=64, num_experts=4, num_experts_per_tok=2, norm_topk_prob=False, mlp_only_layers=[1],
+        qkv_bias=True, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2))
+
+
 def _olmo():
     return tf.OlmoConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, clip_qkv=0.5,
@@ -443,6 +465,16 @@ _ALL = [
     Fixture("cohere2", "cohere2", tf.Cohere2ForCausalLM, _cohere2,
             _one(Grid(2, 4, 2, 8, causal=True, windows=(2, None))), causal_lm=True, atol=_LOOSE, positions="rotary",
             notes="Command R7B: layer 0 a sliding window of 3 with rotary, layer 1 global without positions"),
+    Fixture("ministral", "ministral", tf.MinistralForCausalLM, _ministral,
+            _one(Grid(2, 4, 2, 8, causal=True, windows=(2, None))), causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="Ministral: layer 0 a sliding window of 3, layer 1 global"),
+    Fixture("seed_oss", "seed_oss", tf.SeedOssForCausalLM, _seed_oss, _one(Grid(2, 4, 2, 8, causal=True)),
+            causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="Seed-OSS: biased q/k/v and output projections (attention_out_bias)"),
+    Fixture("qwen2_moe", "qwen2_moe", tf.Qwen2MoeForCausalLM, _qwen2_moe, _one(Grid(2, 4, 2, 8, causal=True)),
+            causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="Qwen1.5-MoE / Qwen2-MoE: q/k/v biases; layer 0 a mixture of 4 experts (2 per token) plus a shared "
+                  "expert gated by a sigmoid, layer 1 a dense MLP (mlp_only_layers)"),
     Fixture("olmo", "olmo", tf.OlmoForCausalLM, _olmo, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
             atol=_LOOSE, positions="rotary",
             notes="OLMo 1: parameter-free layer norms; q, k and v clamped to [-0.5, 0.5] (clip_qkv, so the clamp bites "

@@ -522,13 +522,17 @@ def moe(x, m, cfg, act):
     ``norm_topk_prob``), each expert a gated MLP ``down(act(gate(x)) * up(x))`` from the stacked expert weights."""
     logits = F.linear(x, m.gate.weight)
     top_p, top_i = logits.softmax(-1).topk(cfg.num_experts_per_tok, dim=-1)
-    if cfg.model_type == "mixtral" or getattr(cfg, "norm_topk_prob", False):
+    if cfg.model_type == "mixtral" or getattr(cfg, "norm_topk_prob", False):  # Qwen2/3-MoE: when norm_topk_prob
         top_p = top_p / top_p.sum(-1, keepdim=True)
     out = torch.zeros_like(x)
     for e in range(m.gate.weight.shape[0]):
         weight = (top_p * (top_i == e)).sum(-1, keepdim=True)  # 0 where the token is not routed to expert e
         gate, up = F.linear(x, m.experts.gate_up_proj[e]).chunk(2, dim=-1)
         out = out + weight * F.linear(act(gate) * up, m.experts.down_proj[e])
+    if hasattr(m, "shared_expert"):  # Qwen2-MoE: a gated MLP every token takes, weighted by sigmoid(gate . x)
+        s = m.shared_expert
+        shared = lin(act(lin(x, s.gate_proj)) * lin(x, s.up_proj), s.down_proj)
+        out = out + torch.sigmoid(F.linear(x, m.shared_expert_gate.weight)) * shared
     return out
 
 
@@ -906,7 +910,7 @@ _FAMILIES = {
     "mistral": _llama_like,
     "qwen2": _llama_like, "phi3": _llama_like, "mixtral": _llama_like, "qwen3_moe": _llama_like,
     "qwen3": _llama_like, "gpt_oss": _llama_like, "smollm3": _llama_like, "granite": _llama_like,
-    "starcoder2": _llama_like, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
+    "starcoder2": _llama_like, "qwen2_moe": _llama_like, "ministral": _llama_like, "seed_oss": _llama_like, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
     "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,

@@ -174,6 +174,12 @@ def test_cost_dims_of_a_mixture_of_experts_count_the_routed_experts():
     # per token: the experts it is routed to, each a gated MLP of its own width (Qwen3-MoE: moe_intermediate_size)
     assert architecture.family_of(mixtral).cost_dims(mixtral).ffn_macs_per_token() == 3 * 32 * (2 * 40)
     assert architecture.family_of(qwen).cost_dims(qwen).ffn_macs_per_token() == 3 * 32 * (3 * 12)
+    from transformers import Qwen2MoeConfig
+
+    qwen2 = Qwen2MoeConfig(vocab_size=50, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           hidden_size=32, intermediate_size=40, moe_intermediate_size=12,
+                           shared_expert_intermediate_size=20, num_experts=8, num_experts_per_tok=2)
+    assert architecture.family_of(qwen2).cost_dims(qwen2).ffn_macs_per_token() == 3 * 32 * (2 * 12 + 20)  # + shared
     from transformers import GptOssConfig
 
     oss = GptOssConfig(vocab_size=50, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

@@ -1,5 +1,5 @@
 """The Llama family: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 1-3, gpt-oss, SmolLM3, Granite,
-StarCoder2, Cohere (Command R) and Cohere 2 causal LMs (grouped-query attention).
+StarCoder2, Cohere (Command R), Cohere 2, Ministral, Seed-OSS and Qwen2-MoE causal LMs (grouped-query attention).
 
 Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_heads * head_dim`` rows), ``k_proj`` /
 ``v_proj`` (``num_key_value_heads * head_dim`` rows each) and ``o_proj`` INSIDE the module. One grid, ``[n_layers,
@@ -225,7 +225,8 @@ class GroupedQueryAttention(nn.Module):
 class LlamaFamily(Family):
     name = "llama"
     model_types = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
-                   "gpt_oss", "smollm3", "granite", "starcoder2", "cohere", "cohere2") + _WRAPPERS
+                   "gpt_oss", "smollm3", "granite", "starcoder2", "cohere", "cohere2", "ministral", "seed_oss",
+                   "qwen2_moe") + _WRAPPERS
     projections = "separate"
     linear = "Linear"
     positions = "rotary"
@@ -360,6 +361,7 @@ class LlamaFamily(Family):
         experts = getattr(cfg, "num_experts_per_tok", None)
         if experts:  # mixture of experts (Mixtral, Qwen3-MoE): the experts a token is routed to, each a gated MLP
             d_ffn = int(experts) * int(getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size)
+            d_ffn += int(getattr(cfg, "shared_expert_intermediate_size", None) or 0)  # Qwen2-MoE: + a shared expert
         matrices = 2 if cfg.model_type == "starcoder2" else 3  # StarCoder2: c_fc, c_proj (no gate)
         return CostDims(n_layers, n_heads, self.kv_heads(cfg, None), head_dim_of(cfg), d_model, d_ffn,
                         ffn_matrices=matrices)
