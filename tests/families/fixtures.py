@@ -302,6 +302,18 @@ def _qwen2_moe():
         qkv_bias=True, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2))
 
 
+def _helium():
+    return tf.HeliumConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                           tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _ernie4_5():
+    return tf.Ernie4_5Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                             use_bias=True, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
 def _olmo():
     return tf.OlmoConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, clip_qkv=0.5,
@@ -475,6 +487,11 @@ _ALL = [
             causal_lm=True, atol=_LOOSE, positions="rotary",
             notes="Qwen1.5-MoE / Qwen2-MoE: q/k/v biases; layer 0 a mixture of 4 experts (2 per token) plus a shared "
                   "expert gated by a sigmoid, layer 1 a dense MLP (mlp_only_layers)"),
+    Fixture("helium", "helium", tf.HeliumForCausalLM, _helium, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
+            atol=_LOOSE, positions="rotary", notes="Helium: rotary on interleaved pairs of dimensions"),
+    Fixture("ernie4_5", "ernie4_5", tf.Ernie4_5ForCausalLM, _ernie4_5, _one(Grid(2, 4, 2, 8, causal=True)),
+            causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="ERNIE 4.5: rotary on interleaved pairs; biases on every projection and the MLP (use_bias)"),
     Fixture("olmo", "olmo", tf.OlmoForCausalLM, _olmo, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
             atol=_LOOSE, positions="rotary",
             notes="OLMo 1: parameter-free layer norms; q, k and v clamped to [-0.5, 0.5] (clip_qkv, so the clamp bites "

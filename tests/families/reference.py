@@ -588,7 +588,9 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
             if w.q_norm is not None:  # Qwen3: each head's query and key RMS-normed over head_dim, before rotary
                 q, k = rms_norm(q, w.q_norm, w.norm_eps), rms_norm(k, w.k_norm, w.norm_eps)
             n_rot = int(d * partial)
-            if use_rope:
+            if use_rope and cfg.model_type in ("helium", "ernie4_5"):  # interleaved pairs (2i, 2i + 1)
+                q, k = rotary_interleaved(q, positions, theta), rotary_interleaved(k, positions, theta)
+            elif use_rope:
                 q, k = partial_rotary(q, positions, theta, n_rot), partial_rotary(k, positions, theta, n_rot)
             v = split_heads(F.linear(x, w.v, w.v_bias), d)
             scale = cfg.attention_multiplier if granite else d ** -0.5
@@ -910,7 +912,7 @@ _FAMILIES = {
     "mistral": _llama_like,
     "qwen2": _llama_like, "phi3": _llama_like, "mixtral": _llama_like, "qwen3_moe": _llama_like,
     "qwen3": _llama_like, "gpt_oss": _llama_like, "smollm3": _llama_like, "granite": _llama_like,
-    "starcoder2": _llama_like, "qwen2_moe": _llama_like, "ministral": _llama_like, "seed_oss": _llama_like, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
+    "starcoder2": _llama_like, "qwen2_moe": _llama_like, "helium": _llama_like, "ernie4_5": _llama_like, "ministral": _llama_like, "seed_oss": _llama_like, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
     "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,

@@ -86,7 +86,7 @@ def _attention(model, family, kind, layer):
         return a.qkv_proj, a.o_proj, "linear"
     if family in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2",
                   "gemma3_text", "olmo", "olmo2", "olmo3", "smollm3", "granite", "starcoder2", "cohere",
-                  "cohere2", "ministral", "seed_oss", "qwen2_moe"):
+                  "cohere2", "ministral", "seed_oss", "qwen2_moe", "helium", "ernie4_5"):
         a = model.model.layers[layer].self_attn
         return a.q_proj, a.o_proj, "linear"
     if family == "t5":

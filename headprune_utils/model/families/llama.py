@@ -1,5 +1,6 @@
 """The Llama family: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 1-3, gpt-oss, SmolLM3, Granite,
-StarCoder2, Cohere (Command R), Cohere 2, Ministral, Seed-OSS and Qwen2-MoE causal LMs (grouped-query attention).
+StarCoder2, Cohere (Command R), Cohere 2, Ministral, Seed-OSS, Qwen2-MoE, Helium and ERNIE 4.5 causal LMs
+(grouped-query attention).
 
 Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_heads * head_dim`` rows), ``k_proj`` /
 ``v_proj`` (``num_key_value_heads * head_dim`` rows each) and ``o_proj`` INSIDE the module. One grid, ``[n_layers,
@@ -34,7 +35,8 @@ SmolLM3 skips rotary in every fourth layer (NoPE: the module's ``use_rope`` fals
 attention maps follow; Granite scales the scores by ``attention_multiplier`` (the module's ``scaling``) and multiplies
 embeddings, residual branches and logits by constants the adapter never touches; StarCoder2 has biased projections, a
 sliding window over every layer, and dropout on the attention's output while training (``residual_dropout``), which a
-pruned layer applies too. Cohere (Command R, Aya) rotates interleaved pairs of dimensions (its own rotary function)
+pruned layer applies too. Helium and ERNIE 4.5 rotate interleaved pairs of dimensions through their own rotary
+functions, as Cohere (Command R, Aya) does
 and, with ``use_qk_norm``, layer-normalises each query and key head with weights of its own (``q_norm.weight``
 ``[n_heads, head_dim]``, ``k_norm.weight`` ``[n_kv_heads, head_dim]``): a pruned layer keeps the kept heads' rows of
 them; Cohere 2 uses rotary only in its sliding-window layers (the global ones have no positions), which a pruned layer
@@ -226,7 +228,7 @@ class LlamaFamily(Family):
     name = "llama"
     model_types = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
                    "gpt_oss", "smollm3", "granite", "starcoder2", "cohere", "cohere2", "ministral", "seed_oss",
-                   "qwen2_moe") + _WRAPPERS
+                   "qwen2_moe", "helium", "ernie4_5") + _WRAPPERS
     projections = "separate"
     linear = "Linear"
     positions = "rotary"
