@@ -34,17 +34,21 @@ SEQUENCE_KEYS = ("input_ids", "attention_mask", "token_type_ids", "position_ids"
 
 
 def _examples(batch: dict[str, torch.Tensor]) -> Iterable[dict[str, torch.Tensor]]:
-    """Split a padded batch into single-example batches with the padding trimmed."""
+    """Split a padded batch into single-example batches with the padding trimmed: the positions its
+    ``attention_mask`` marks real (right or left padding alike) of the token-aligned inputs, and of ``labels`` when
+    they are per token (a causal LM's, shaped as ``input_ids``)."""
     mask = batch.get("attention_mask")
     n = int(batch["labels"].shape[0])
+    ids = batch.get("input_ids")
+    token_labels = ids is not None and batch["labels"].shape == ids.shape
     for i in range(n):
-        length = int(mask[i].sum()) if mask is not None else None
+        real = mask[i].bool() if mask is not None else None
         one = {}
         for k, v in batch.items():
             if not isinstance(v, torch.Tensor):
                 one[k] = v
-            elif k in SEQUENCE_KEYS and v.dim() >= 2:
-                one[k] = v[i : i + 1, :length]
+            elif real is not None and v.dim() >= 2 and (k in SEQUENCE_KEYS or (k == "labels" and token_labels)):
+                one[k] = v[i : i + 1][:, real]
             else:
                 one[k] = v[i : i + 1]
         yield one
@@ -106,6 +110,11 @@ def head_importance(
             for batch in batches:
                 if "labels" not in batch:
                     raise ValueError("head_importance needs batches with labels (the gradient is of the model's loss)")
+                mask = batch.get("attention_mask")
+                if mask is not None and mask.dim() == 2 and bool((mask.sum(-1) == 0).any()):
+                    rows = (mask.sum(-1) == 0).nonzero().flatten().tolist()
+                    raise ValueError(f"head_importance: example(s) {rows} of a batch have no real token "
+                                     "(attention_mask all 0): there is nothing to score")
                 parts = _examples(batch) if per_example else (batch,)
                 for part in parts:
                     n = int(part["labels"].shape[0])

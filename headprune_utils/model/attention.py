@@ -140,6 +140,10 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str |
     else:
         inputs = {k: v for k, v in batch.items() if k != "labels"}
         forward = model
+    ids = inputs["input_ids"] if "input_ids" in inputs else inputs["inputs_embeds"]
+    b, s = ids.shape[:2]
+    if b == 0 or s == 0:
+        raise ValueError(f"attention_maps: an empty batch (input of shape {list(ids.shape)}): no token to attend from")
     was_training = model.training
     model.eval()
     try:
@@ -148,8 +152,6 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str |
     finally:
         model.train(was_training)
 
-    ids = inputs["input_ids"] if "input_ids" in inputs else inputs["inputs_embeds"]
-    b, s = ids.shape[:2]
     key_mask = store.get("key_mask")
     n_q = n_k = s
     if query_side(kind) == "target":  # decoder self-attention or cross attention: queries are the decoder positions
@@ -267,7 +269,8 @@ def require_distributions(maps, attention_mask: torch.Tensor, what: str) -> None
     present head of ``maps`` (per layer ``[batch, heads, seq, keys]``, or one such tensor; all-NaN heads are absent)
     sums to 1 within :data:`ROW_SUM_TOL`. Entropy, the JS divergence and the redundancy measures treat a row as a
     distribution over the keys; a head with an attention sink (gpt-oss) gives part of each row to no key."""
-    layers = [maps] if isinstance(maps, torch.Tensor) else list(maps)
+    stacked = isinstance(maps, torch.Tensor)  # [batch, N, seq, keys]: heads of all layers, flat
+    layers = [maps] if stacked else list(maps)
     for i, a in enumerate(layers):
         real = attention_mask.to(a.device).bool()
         if real.shape != (a.shape[0], a.shape[2]):
@@ -276,9 +279,11 @@ def require_distributions(maps, attention_mask: torch.Tensor, what: str) -> None
         rows = real[:, None, :].expand_as(sums) & ~torch.isnan(sums)
         off = (sums - 1).abs().masked_fill(~rows, 0.0)
         if bool((off > ROW_SUM_TOL).any()):
-            lo, hi = float(sums[rows].min()), float(sums[rows].max())
+            heads = sorted({int(h) for h in (off > ROW_SUM_TOL).nonzero()[:, 1].tolist()})
+            lo, hi = float(sums[:, heads][rows[:, heads]].min()), float(sums[:, heads][rows[:, heads]].max())
+            where = f"flat heads {heads}" if stacked else f"layer {i}, heads {heads}"
             raise ValueError(
-                f"{what}: rows of real queries of layer {i} sum to {lo:.4g}..{hi:.4g}, not 1: a row must be a "
+                f"{what}: rows of real queries of {where} sum to {lo:.4g}..{hi:.4g}, not 1: a row must be a "
                 "distribution over the keys (a model with attention sinks, such as gpt-oss, gives part of each row "
                 "to the sink, which is no key; its maps are attention weights, not distributions)")
 
@@ -297,6 +302,12 @@ def head_js(
     """
     if len(maps_a) != len(maps_b):
         raise ValueError(f"different numbers of layers: {len(maps_a)} and {len(maps_b)}")
+    for a in (*maps_a, *maps_b):
+        if tuple(attention_mask.shape) != (a.shape[0], a.shape[2]):
+            raise ValueError(f"head_js: attention_mask of shape {list(attention_mask.shape)} for maps of "
+                             f"{a.shape[0]} sentences of {a.shape[2]} queries (it must be [batch, seq] of the maps)")
+    if not bool(attention_mask.bool().any()):
+        raise ValueError("head_js: attention_mask is all 0: no query token to average over")
     require_distributions(maps_a, attention_mask, "head_js")
     require_distributions(maps_b, attention_mask, "head_js")
     rows = []

@@ -2,8 +2,9 @@
 
 Head ``h`` of layer ``l`` owns rows ``h*d:(h+1)*d`` of the query, key and value projections (weights and
 biases) and the same columns of the attention output projection's weight (``d`` = head_dim). The output
-projection's bias is shared by the layer's heads and belongs to none. Heads are in ORIGINAL ids; a head that
-is physically absent (``architecture.kept_heads``) gives NaN.
+projection's bias is shared by the layer's heads and belongs to none. A gpt-oss head also owns its attention sink
+(part ``"sink"``, which only such models have). Heads are in ORIGINAL ids; a head that is physically absent
+(``architecture.kept_heads``) gives NaN.
 
 A model with one grid of heads gets one grid per part; a model with several (an encoder-decoder's ``"enc"``,
 ``"dec"`` and ``"cross"``, ``architecture.attention_kinds``) gets a dict of them by kind.
@@ -28,9 +29,9 @@ def _grid_parameters(model: nn.Module, kind: str | None) -> dict[str, list[list[
     for site in attention_sites(model, kind):
         for pos, h in enumerate(kept[site.layer]):
             # the family's adapter knows where the head's rows are (fused projections; grouped-query attention:
-            # the key/value head it reads, shared with its group)
+            # the key/value head it reads, shared with its group); parts beyond PARTS (gpt-oss's "sink") as it says
             for part, flat in family.head_parameters(site, pos).items():
-                out[part][site.layer][h] = flat
+                out.setdefault(part, [[None] * n_heads for _ in range(n_layers)])[site.layer][h] = flat
     return out
 
 
@@ -44,12 +45,15 @@ def head_parameters(model: nn.Module) -> dict:
 
 
 def _grid_change(pb: dict, pa: dict, n_layers: int, n_heads: int) -> dict[str, torch.Tensor]:
-    res = {p: torch.full((n_layers, n_heads), math.nan, dtype=torch.float64) for p in (*PARTS, "all")}
+    if set(pb) != set(pa):
+        raise ValueError(f"models whose heads have different parts: {sorted(pb)} and {sorted(pa)}")
+    parts = (*PARTS, *sorted(set(pb) - set(PARTS)))
+    res = {p: torch.full((n_layers, n_heads), math.nan, dtype=torch.float64) for p in (*parts, "all")}
     for l in range(n_layers):
         for h in range(n_heads):
             num = den = 0.0
             ok = True
-            for part in PARTS:
+            for part in parts:
                 b, a = pb[part][l][h], pa[part][l][h]
                 if a is None or b is None:
                     ok = False
@@ -64,7 +68,8 @@ def _grid_change(pb: dict, pa: dict, n_layers: int, n_heads: int) -> dict[str, t
 
 def relative_change(before: nn.Module, after: nn.Module) -> dict:
     """``||theta_after - theta_before|| / ||theta_before||`` per head, ``{part: [n_layers, n_heads]}`` float64,
-    for each of :data:`PARTS` and ``"all"`` (the four parts together). NaN where the head is absent in either.
+    for each of :data:`PARTS` (and ``"sink"`` for gpt-oss) and ``"all"`` (the parts together). NaN where the head is
+    absent in either.
     A model with several grids of heads: ``{kind: {part: [n_layers, n_heads]}}``."""
     kinds = attention_kinds(before)
     if attention_kinds(after) != kinds:

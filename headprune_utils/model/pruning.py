@@ -94,7 +94,39 @@ def _prune_grid(model: nn.Module, kind, kept_before: list[list[int]], kept_after
         keep_pos = [present.index(h) for h in kept_after[site.layer]]
         if len(keep_pos) == len(present):
             continue
+        old = site.module
         family.prune_layer(site, keep_pos)
+        new = getattr(site.parent, site.attr)
+        if new is not old:
+            _carry_output_hooks(model, old, new)
+
+
+def _carry_output_hooks(model: nn.Module, old: nn.Module, new: nn.Module) -> None:
+    """Hugging Face (v5) records ``output_attentions`` by forward hooks on the modules of each model's attention
+    class, installed once per model: a replaced attention module (a pruned Llama-family layer, a layer left empty)
+    would drop out of ``model(..., output_attentions=True)`` and shift the later layers' indices, silently. The
+    replacement gets the forward hooks the old module had (HF's, once installed, and any of the user's), or, before
+    HF installed any, the capture hooks HF gives the old module's class."""
+    if old._forward_hooks:
+        for key in ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called"):
+            getattr(new, key).update(getattr(old, key))
+        return
+    try:
+        from transformers.modeling_utils import PreTrainedModel
+        from transformers.utils import output_capturing as capture
+    except ImportError:  # a transformers without output recorders: nothing to carry
+        return
+    if getattr(model, "_output_capturing_hooks_installed", False):
+        return
+    done = set()
+    for owner in (m for m in model.modules() if isinstance(m, PreTrainedModel)):
+        for key, specs in capture._CAN_RECORD_REGISTRY.get(owner).items():
+            for spec in specs if isinstance(specs, list) else [specs]:
+                target = spec.target_class if isinstance(spec, capture.OutputRecorder) else spec
+                index = spec.index if isinstance(spec, capture.OutputRecorder) else (0 if "hidden_states" in key else 1)
+                if isinstance(target, type) and isinstance(old, target) and key not in done:
+                    capture.install_output_capuring_hook(new, key, index)
+                    done.add(key)
 
 
 def kv_mask_to_head_mask(model: nn.Module, kv_mask) -> torch.Tensor:

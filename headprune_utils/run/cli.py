@@ -110,8 +110,12 @@ def flags_error(args: argparse.Namespace) -> str | None:
     if args.where and not (args.cells_only or args.from_cells):
         return ("--where is for --cells-only (compute a slice) or --from-cells (an interim render of a complete "
                 "slice); a full run's notebook analyses every cell of its study")
-    if args.from_cells and (args.cells_only or args.fresh or args.executor != "local"):
-        return "--from-cells renders stored cells; it does not go with --cells-only, --fresh or --executor"
+    if args.from_cells and (args.cells_only or args.fresh or args.fresh_caches or args.executor != "local"):
+        return ("--from-cells renders stored cells (no model is trained or read); it does not go with --cells-only, "
+                "--fresh, --fresh-caches or --executor")
+    if args.plan and args.where:
+        return ("--plan sizes every planned cell of the studies; it does not go with --where (--plan --plan-slices "
+                "lists each slice not yet complete with the --where that computes it)")
     try:
         parse_where(args.where)
     except ValueError as exc:

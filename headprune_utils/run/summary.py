@@ -13,6 +13,7 @@ missing number reads ``n/a``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -279,12 +280,51 @@ def read_verdicts(name: str, profile: str) -> pd.DataFrame | None:
             raise ValueError(f"{shown_path(paths.meta)} is not readable ({exc}): {again}") from None
         if recorded is not None and recorded != profile:
             problem = f"its run_meta.json records profile {recorded!r}, not {profile!r} (outputs copied across profiles)"
+    if problem is None:
+        problem = _disagrees_with_metrics(v, paths.metrics, profile)
     if problem is not None:
         raise ValueError(f"{where} is not a verdict table this profile's render wrote: {problem}; {again}")
     note = interim_note(name, profile)
     if note and "scale" in v.columns:
         v["scale"] = v["scale"].astype(str) + "; " + note
     return v
+
+
+def _disagrees_with_metrics(v: pd.DataFrame, metrics_file, profile: str) -> str | None:
+    """Why the verdict table ``v`` is not the one its render recorded in ``metrics.json`` beside it (the same rows,
+    in order: claim, task, analysis, verdict, effect to 1e-5 relative: the table's 6 digits), or None. A table copied from another profile,
+    or with rows removed or edited, disagrees; a ``metrics.json`` without a ``verdicts`` list checks nothing."""
+    if not metrics_file.exists():
+        return None
+    try:
+        metrics = json.loads(metrics_file.read_text(encoding="utf-8"))
+    except (ValueError, OSError):
+        return None  # damaged_outputs names an unreadable metrics.json
+    if metrics.get("profile") not in (None, profile):
+        return f"the metrics.json beside it records profile {metrics.get('profile')!r}, not {profile!r}"
+    recorded = metrics.get("verdicts")
+    if not isinstance(recorded, list):
+        return None
+    if len(recorded) != len(v):
+        return f"it has {len(v)} rows where its run's metrics.json records {len(recorded)} (rows removed or added)"
+    for i, (row, want) in enumerate(zip(v.to_dict("records"), recorded)):
+        for col in ("claim_id", "task", "analysis", "verdict"):
+            got, exp = row.get(col), want.get(col)
+            if _blank(got) and _blank(exp):
+                continue
+            if str(got) != str(exp):
+                return (f"row {i + 1} ({row.get('claim_id')}) has {col} {got!r} where its run's metrics.json records "
+                        f"{exp!r}")
+        got, exp = pd.to_numeric(pd.Series([row.get("effect")]), errors="coerce").iloc[0], want.get("effect")
+        exp = float("nan") if exp is None else float(exp)
+        if not (math.isnan(got) and math.isnan(exp)) and not abs(got - exp) <= 1e-5 * abs(exp) + 1e-12:
+            return (f"row {i + 1} ({row.get('claim_id')}) has effect {got} where its run's metrics.json records "
+                    f"{exp} (a table of another run or profile)")
+    return None
+
+
+def _blank(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x)) or x == ""
 
 
 def _flips(dep: pd.DataFrame, verdicts: pd.DataFrame, claim_id: str) -> str:

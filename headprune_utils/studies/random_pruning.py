@@ -83,6 +83,9 @@ class RandomPruningConfig(glue_workbench.MaskingStudyConfig):
             raise ParameterError(f"regimes must be a non-empty list of {REGIMES}, got {self.regimes}")
         if isinstance(self.mask_draws, bool) or not isinstance(self.mask_draws, int) or self.mask_draws < 1:
             raise ParameterError(f"mask_draws must be an integer >= 1 (random masks per model), got {self.mask_draws!r}")
+        if not self.tolerance >= 0 or self.tolerance == float("inf"):
+            raise ParameterError(f"tolerance must be a finite number >= 0 (the score drop that counts as limited), got "
+                                 f"{self.tolerance!r}")
         super().check()
         self.check_fractions("fractions", self.fractions)
         self.check_finetune_fractions()

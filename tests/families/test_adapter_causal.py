@@ -503,12 +503,16 @@ def test_sink_maps_are_attention_weights_and_the_distribution_measures_refuse_th
 
     with pytest.raises(ValueError, match="entropy: rows of real queries"):
         entropy(model, [batch])
-    with pytest.raises(ValueError, match="head_js: rows of real queries of layer 0"):
+    with pytest.raises(ValueError, match=r"head_js: rows of real queries of layer 0, heads \[0, 1, 2, 3\]"):
         head_js(maps, maps, batch["attention_mask"])
     stacked = stack_heads(maps)
     for metric in ("js", "hellinger"):
         with pytest.raises(ValueError, match=f"redundancy metric '{metric}'"):
             sentence_distances(stacked, batch["attention_mask"], metric)
+    fixed = [m.clone() for m in maps]
+    fixed[0] = fixed[0] / fixed[0].sum(-1, keepdim=True).clamp_min(1e-30)  # layer 0 made distributions: layer 1 named
+    with pytest.raises(ValueError, match=r"flat heads \[4, 5, 6, 7\]"):
+        sentence_distances(stack_heads(fixed), batch["attention_mask"], "js")
     assert sentence_distances(stacked, batch["attention_mask"], "cosine").shape == (2, 8, 8)
     assert confidence_from_maps(maps, real).shape == (2, 4)  # the largest weight on a key: defined without a sum
     plain = attention_maps(_model("llama_gqa", "eager"), FIXTURES["llama_gqa"].inputs())
@@ -544,7 +548,12 @@ def test_a_pruned_starcoder2_layer_drops_out_its_output_while_training_as_the_or
     cfg.residual_dropout = 0.3
     torch.manual_seed(0)
     model = fx.model_class._from_config(cfg, attn_implementation="eager").to(torch.float64)
-    batch, mask = fx.inputs(), _mask({0: [0, 1, 2], 1: [3]}, (2, 4))
+    for keep in ({0: [0, 1, 2], 1: [3]}, {0: [], 1: [3]}):  # an empty layer drops out its output's bias too
+        _check_dropout_as_gated(fx, model, _mask(keep, (2, 4)))
+
+
+def _check_dropout_as_gated(fx, model, mask):
+    batch = fx.inputs()
     pruned = prune_heads(copy.deepcopy(model), mask).train()
     model.train()
     torch.manual_seed(5)
@@ -555,3 +564,75 @@ def test_a_pruned_starcoder2_layer_drops_out_its_output_while_training_as_the_or
     assert _diff(ours, gated) <= 1e-9
     torch.manual_seed(5)
     assert _diff(pruned.eval()(**batch).logits, ours) > 1e-3  # the dropout acted
+
+
+# ------------------------------------------------------------------ output_attentions after pruning
+@pytest.mark.parametrize("hooked_first", [False, True], ids=["pruned-first", "recorded-first"])
+@pytest.mark.parametrize("name", PRUNED)
+def test_output_attentions_of_a_pruned_model_keep_every_layer_in_place(name, hooked_first):
+    """HF records output_attentions by hooks on its attention class: a replaced module (a pruned Llama-family layer,
+    an empty layer) keeps them (carried over, or given before HF installs any), so the tuple has one entry per layer,
+    the kept heads' maps (equal to attention_maps' rows of the kept heads), an empty layer ``[batch, 0, seq, seq]``."""
+    fx = FIXTURES[name]
+    model, batch = _fresh(name), fx.inputs()
+    if hooked_first:  # HF installs its recording hooks at the first call that asks for attentions
+        model(**batch, output_attentions=True)
+    keep = {0: [0, 2, 3], 1: []}
+    prune_heads(model, _mask(keep, (2, 4)))
+    with torch.no_grad():
+        got = model(**batch, output_attentions=True).attentions
+        maps = attention_maps(model, batch)
+    assert len(got) == 2
+    assert tuple(got[1].shape) == (2, 0, 7, 7)
+    assert _diff(got[0], maps[0][:, keep[0]]) <= fx.atol
+
+
+def test_per_example_importance_trims_left_and_right_padding_of_a_causal_lm():
+    """``head_importance(per_example=True)`` on a padded causal-LM batch (per-token labels, -100 on padding) equals
+    the importance over the examples given one by one, unpadded, whether the batch is padded on the right or the
+    left."""
+    from headprune_utils.measure.importance import head_importance
+
+    model = _fresh("llama_gqa")
+    ids = FIXTURES["llama_gqa"].inputs()["input_ids"]
+    alone = [{"input_ids": ids[:1], "attention_mask": torch.ones(1, 7, dtype=torch.long), "labels": ids[:1]},
+             {"input_ids": ids[1:, :5], "attention_mask": torch.ones(1, 5, dtype=torch.long), "labels": ids[1:, :5]}]
+    want = head_importance(model, alone, normalize_layers=False)
+    right = torch.ones(2, 7, dtype=torch.long)
+    right[1, 5:] = 0
+    left = torch.ones(2, 7, dtype=torch.long)
+    left[1, :2] = 0
+    row1_left = torch.cat([torch.zeros(1, 2, dtype=torch.long), ids[1:, :5]], 1)
+    for mask, rows in ((right, ids), (left, torch.cat([ids[:1], row1_left]))):
+        batch = {"input_ids": rows, "attention_mask": mask, "labels": rows.masked_fill(mask == 0, -100)}
+        got = head_importance(model, [batch], per_example=True, normalize_layers=False)
+        assert _diff(got, want) <= 1e-9 * float(want.abs().max())
+
+
+def test_a_gpt_oss_heads_sink_is_one_of_its_parameters():
+    """head_weights: a gpt-oss head owns its sink (part "sink"); moving one sink moves that head's "sink" and "all"
+    change alone; families without sinks have no such part."""
+    from headprune_utils.model.head_weights import head_parameters, relative_change
+
+    before = _fresh("gpt_oss")
+    after = copy.deepcopy(before)
+    with torch.no_grad():
+        after.model.layers[0].self_attn.sinks[1] += 5.0
+    change = relative_change(before, after)
+    assert change["sink"][0, 1] > 0 and float(change["sink"].nan_to_num().abs().sum()) == float(change["sink"][0, 1])
+    assert change["all"][0, 1] > 0 and float(change["all"][1].abs().sum()) == 0.0
+    assert "sink" not in head_parameters(_fresh("llama_gqa"))
+
+
+def test_olmo2_has_no_clamp_whatever_its_config_says():
+    """HF's OLMo 2 attention ignores a clip_qkv key in its config; so do the maps (equal to HF's own attentions)."""
+    fx = FIXTURES["olmo2"]
+    cfg = fx.config("eager")
+    cfg.clip_qkv = 0.5
+    model = fx.model_class._from_config(cfg, attn_implementation="eager").to(torch.float64).eval()
+    batch = fx.inputs()
+    with torch.no_grad():
+        hf = model(**batch, output_attentions=True).attentions
+        ours = attention_maps(model, batch)
+    for layer in range(2):
+        assert _diff(ours[layer], hf[layer]) <= 1e-6

@@ -306,11 +306,11 @@ def test_umt5_attention_maps_equal_the_models_own(kind):
     batch, keep = FX.inputs(), UMT5_KEEPS["first-empty"]
     for model in (_umt5(), prune_heads(copy.deepcopy(_umt5()), {kind: _mask(keep)})):
         kept = A.kept_heads(model, kind)
-        hf = list(_hf_maps(model, batch, kind))  # the layers with heads (an empty layer records nothing)
-        assert len(hf) == sum(1 for ids in kept if ids)
+        hf = list(_hf_maps(model, batch, kind))  # one per layer (an empty layer: a map of no head)
+        assert len(hf) == len(kept) and all(m.shape[1] == len(ids) for m, ids in zip(hf, kept))
         for layer, got in enumerate(attention_maps(model, batch, kind)):
             gone = [h for h in range(SHAPE[1]) if h not in kept[layer]]
             assert bool(torch.isnan(got[:, gone]).all())
+            want = hf.pop(0)
             if kept[layer]:
-                want = hf.pop(0)
                 assert want.shape[1] == len(kept[layer]) and _diff(got[:, kept[layer]], want) <= 1e-12, layer

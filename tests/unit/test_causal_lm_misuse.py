@@ -124,3 +124,32 @@ def test_a_gpt2_config_edited_after_the_model_was_built_is_caught():
     with pytest.raises(ValueError, match="the weights hold 4 query heads"):
         with head_gates(model, torch.ones(2, 8)):
             pass
+
+
+def test_measures_refuse_batches_they_cannot_score():
+    """Found by a user who read only the README: head_js with a mask of another batch or length (broadcast, or a bare
+    torch error), or all 0 (zeros returned); attention_maps of an empty batch; head_importance of a batch whose
+    examples have no real token (zeros returned). Each is now a clear error."""
+    import torch
+
+    from headprune_utils.measure.importance import head_importance
+    from headprune_utils.model import models
+    from headprune_utils.model.attention import attention_maps, head_js
+
+    model = models.tiny_causal_lm(40, pad_token_id=0, hidden_size=16, intermediate_size=16, num_hidden_layers=2,
+                                  num_attention_heads=2, num_key_value_heads=1).eval()
+    ids = torch.randint(3, 40, (3, 5))
+    mask = torch.ones(3, 5, dtype=torch.long)
+    maps = attention_maps(model, {"input_ids": ids, "attention_mask": mask})
+    assert head_js(maps, maps, mask).abs().max() == 0
+    for bad in (mask[:1], mask[:, :4]):
+        with pytest.raises(ValueError, match=r"head_js: attention_mask of shape .* for maps of 3 sentences of 5"):
+            head_js(maps, maps, bad)
+    with pytest.raises(ValueError, match="attention_mask is all 0"):
+        head_js(maps, maps, torch.zeros_like(mask))
+    with pytest.raises(ValueError, match="an empty batch"):
+        attention_maps(model, {"input_ids": ids[:0], "attention_mask": mask[:0]})
+    empty = mask.clone()
+    empty[1] = 0
+    with pytest.raises(ValueError, match=r"example\(s\) \[1\] of a batch have no real token"):
+        head_importance(model, [{"input_ids": ids, "attention_mask": empty, "labels": ids}])

@@ -227,6 +227,12 @@ def test_where_needs_cells_only_or_from_cells(capsys):
     assert main(["--profile", "smoke", "--where", "seed=0"]) == 2
     assert "--where is for --cells-only (compute a slice) or --from-cells" in capsys.readouterr().err
     assert flags_error(build_parser().parse_args(["--from-cells", "--where", "task=SST-2"])) is None
+    # --plan sizes every planned cell: with --where it would list cells the selection leaves out, so it is refused
+    assert "--plan sizes every planned cell" in flags_error(
+        build_parser().parse_args(["--plan", "--cells-only", "--where", "seed=0"]))
+    # --from-cells reads stored cells alone: moving the model caches aside has no place there
+    assert "does not go with --cells-only, --fresh, --fresh-caches" in flags_error(
+        build_parser().parse_args(["--from-cells", "--fresh-caches"]))
 
 
 def test_an_interim_render_computes_nothing_and_analyses_the_selection_alone(tmp_path, monkeypatch):

@@ -224,6 +224,9 @@ def test_mask_draws_are_averaged_within_the_model(tiny_model_dir, tiny_glue_root
     from headprune_utils.studies.config import ParameterError
     with pytest.raises(ParameterError, match="mask_draws"):
         config(tiny_model_dir, tiny_glue_root, mask_draws=0)
+    for bad in (-0.02, float("nan"), float("inf")):  # a README-only user's negative tolerance passed --check
+        with pytest.raises(ParameterError, match="tolerance must be|'tolerance' must be finite"):
+            config(tiny_model_dir, tiny_glue_root, tolerance=bad)
 
 
 def test_finetune_tasks_limit_the_fine_tuned_regime(tiny_model_dir, tiny_glue_root):

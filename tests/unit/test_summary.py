@@ -236,3 +236,35 @@ def test_a_supported_superiority_below_its_margin_says_so():
     assert summary.below_margin({**base, "verdict": "not supported"}) == ""
     assert summary.below_margin({**base, "test": "non-inferiority (greater); t"}) == ""
     assert summary.below_margin({**base, "margin": 0.0}) == "" and summary.below_margin({**base, "margin": None}) == ""
+
+
+def test_a_verdict_table_must_be_the_one_its_run_recorded(tmp_path, monkeypatch):
+    """A verdict table copied from another profile over this one's (run_meta.json and metrics.json left as they
+    were), rows removed, or an effect edited: it is not what the render recorded in metrics.json, and the summary
+    and the report refuse it, naming the difference; the table as written reads back."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    monkeypatch.setenv("HEADPRUNE_OUTPUT_DIR", str(tmp_path))
+    repo = Path(__file__).resolve().parents[2] / "outputs" / "compensation"
+    for profile in ("standard", "standard-next"):
+        shutil.copytree(repo / profile / "tables", tmp_path / "compensation" / profile / "tables")
+        for f in ("metrics.json", "run_meta.json"):
+            shutil.copy(repo / profile / f, tmp_path / "compensation" / profile / f)
+    table = tmp_path / "compensation" / "standard" / "tables" / "verdicts.csv"
+    original = table.read_bytes()
+    assert len(summary.read_verdicts("compensation", "standard")) == len(
+        json.loads((repo / "standard" / "metrics.json").read_text())["verdicts"])
+    shutil.copy(tmp_path / "compensation" / "standard-next" / "tables" / "verdicts.csv", table)
+    with pytest.raises(ValueError,
+                       match=r"not a verdict table this profile's render wrote: row \d+ .* has (effect|verdict)"):
+        summary.read_verdicts("compensation", "standard")
+    lines = original.decode().splitlines(keepends=True)
+    table.write_text("".join(lines[:-3]))  # three rows removed, whole
+    with pytest.raises(ValueError, match=r"has 41 rows where its run's metrics.json records 44 \(rows removed"):
+        summary.read_verdicts("compensation", "standard")
+    table.write_bytes(original.replace(b",supported,", b",not supported,", 1) if b",supported," in original
+                      else original.replace(b",not testable,", b",inconclusive,", 1))
+    with pytest.raises(ValueError, match="has verdict .* where its run's metrics.json records"):
+        summary.read_verdicts("compensation", "standard")

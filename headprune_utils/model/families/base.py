@@ -61,8 +61,8 @@ class EmptyAttention(nn.Module):
     """Stands in for an attention module whose heads are all pruned.
 
     Returns a ``[batch, seq, 0]`` context (or, when the output projection lives inside the attention
-    module as in DistilBERT, Marian and BART, that projection applied to it: its bias), and no attention
-    weights. ``cache_layer_idx``: for a decoder self-attention, the layer whose KV cache gets a
+    module as in DistilBERT, Marian and BART, that projection applied to it: its bias), and attention weights
+    ``[batch, 0, seq, keys]`` (no head; ``output_attentions`` keeps the layer in its place). ``cache_layer_idx``: for a decoder self-attention, the layer whose KV cache gets a
     ``[batch, 1, seq, 1]`` zero placeholder per call, so that the cache still counts the positions seen.
     """
 
@@ -74,19 +74,28 @@ class EmptyAttention(nn.Module):
         self.n_heads = 0
         self.num_heads = 0
         self.cache_layer_idx = cache_layer_idx
+        self.residual_dropout = 0.0  # StarCoder2: dropout on the attention's output while training, as the original
 
     def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
         # the KV cache, by the keyword the family's layer passes it under (GPT-NeoX: layer_past)
         cache = next((kwargs[k] for k in ("cache", "past_key_values", "layer_past") if kwargs.get(k) is not None),
                      None)
+        n_keys = hidden_states.shape[1]
         if self.cache_layer_idx is not None and cache is not None:
             self_cache = getattr(cache, "self_attention_cache", cache)
             placeholder = hidden_states.new_zeros(hidden_states.shape[0], 1, hidden_states.shape[1], 1)
-            self_cache.update(placeholder, placeholder, self.cache_layer_idx)
+            keys, _ = self_cache.update(placeholder, placeholder, self.cache_layer_idx)
+            n_keys = keys.shape[2]
+        source = next((kwargs[k] for k in ("key_value_states", "encoder_hidden_states") if kwargs.get(k) is not None),
+                      None)
+        if source is not None:  # cross attention: the keys are the source positions
+            n_keys = source.shape[1]
         ctx = hidden_states.new_zeros(*hidden_states.shape[:-1], 0)
         if self.out_proj is not None:
             ctx = self.out_proj(ctx)
-        return ctx, None
+        if self.residual_dropout:
+            ctx = nn.functional.dropout(ctx, p=self.residual_dropout, training=self.training)
+        return ctx, hidden_states.new_zeros(hidden_states.shape[0], 0, hidden_states.shape[1], n_keys)
 
 
 def slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
@@ -401,6 +410,7 @@ class Family:
         """Replace ``site``'s attention module by an :class:`EmptyAttention` (every head gone); ``new_out`` is the
         output projection with no input column."""
         empty = EmptyAttention(new_out if site.out_proj_inside else None, cache_layer_idx=cache_layer_idx)
+        empty.train(site.module.training)  # a new module is in training mode; the layer it replaces may not be
         setattr(site.parent, site.attr, empty)
         if not site.out_proj_inside:
             self.set_out_proj(site, new_out)

@@ -34,8 +34,8 @@ values (the head attends equally to every key it may see, nothing to the sink).
 SmolLM3 skips rotary in every fourth layer (NoPE: the module's ``use_rope`` false), which a pruned layer and the
 attention maps follow; Granite scales the scores by ``attention_multiplier`` (the module's ``scaling``) and multiplies
 embeddings, residual branches and logits by constants the adapter never touches; StarCoder2 has biased projections, a
-sliding window over every layer, and dropout on the attention's output while training (``residual_dropout``), which a
-pruned layer applies too. Helium and ERNIE 4.5 rotate interleaved pairs of dimensions through their own rotary
+sliding window over every layer, and dropout on the attention's output while training (``residual_dropout``, as
+Seed-OSS), which a pruned or emptied layer applies too. Helium and ERNIE 4.5 rotate interleaved pairs of dimensions through their own rotary
 functions, as Cohere (Command R, Aya) does
 and, with ``use_qk_norm``, layer-normalises each query and key head with weights of its own (``q_norm.weight``
 ``[n_heads, head_dim]``, ``k_norm.weight`` ``[n_kv_heads, head_dim]``): a pruned layer keeps the kept heads' rows of
@@ -170,8 +170,8 @@ class GroupedQueryAttention(nn.Module):
         # norm with a weight row per head (the caller passes the kept heads' rows); None elsewhere
         self.q_norm = q_norm if q_norm is not None else getattr(original, "q_norm", None)
         self.k_norm = k_norm if k_norm is not None else getattr(original, "k_norm", None)
-        clip = getattr(original, "clip", None) if isinstance(original, GroupedQueryAttention) else getattr(
-            self.config, "clip_qkv", None)
+        clip = getattr(original, "clip", None) if isinstance(original, GroupedQueryAttention) else (
+            getattr(self.config, "clip_qkv", None) if self.config.model_type == "olmo" else None)
         self.clip = None if clip is None else float(clip)  # OLMo 1: q, k and v clamped to [-clip, clip]
         # gpt-oss: the kept query heads' sink logits (the attention functions read module.sinks or s_aux)
         self.sinks = None if sinks is None else nn.Parameter(sinks.detach().clone(),
@@ -299,6 +299,13 @@ class LlamaFamily(Family):
     def score_softcap(self, site):
         return _softcap(site.module)
 
+    def head_parameters(self, site, pos):
+        out = super().head_parameters(site, pos)
+        sinks = getattr(site.module, "sinks", None)
+        if sinks is not None:  # gpt-oss: the head's sink logit is its own parameter
+            out["sink"] = sinks.detach()[pos:pos + 1].to("cpu", torch.float64)
+        return out
+
     def score_sink(self, site):
         return getattr(site.module, "sinks", None)  # gpt-oss: one per present query head, in kept order
 
@@ -334,6 +341,8 @@ class LlamaFamily(Family):
         new_out = slice_linear(module.o_proj, q_index, dim=1)
         if not keep_pos:
             self.empty_site(site, new_out, self.cache_layer_idx(site))
+            # StarCoder2 drops out the attention's output while training: the empty layer's (its bias) too
+            getattr(site.parent, site.attr).residual_dropout = float(getattr(module, "residual_dropout", 0.0))
             return
         kv_kept = sorted({old_kv[p] for p in keep_pos})
         kv_index = torch.tensor([kv_kept.index(old_kv[p]) for p in keep_pos], dtype=torch.long)

@@ -29,8 +29,11 @@ _WHOLE_LAYER_NORMS = ("olmo2", "olmo3")  # q_norm / k_norm over all heads of a l
 
 
 def _clip(module) -> float | None:
-    """OLMo 1's clamp of q, k and v (None: none)."""
-    clip = getattr(getattr(module, "config", None), "clip_qkv", None)
+    """OLMo 1's clamp of q, k and v (None: none; OLMo 2 and 3 have no clamp, whatever their config says)."""
+    cfg = getattr(module, "config", None)
+    if getattr(cfg, "model_type", None) != "olmo":
+        return None
+    clip = getattr(cfg, "clip_qkv", None)
     return None if clip is None else float(clip)
 
 
