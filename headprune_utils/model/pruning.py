@@ -116,7 +116,8 @@ def _carry_output_hooks(model: nn.Module, old: nn.Module, new: nn.Module) -> Non
         from transformers.utils import output_capturing as capture
     except ImportError:  # a transformers without output recorders: nothing to carry
         return
-    if getattr(model, "_output_capturing_hooks_installed", False):
+    install = getattr(capture, "install_output_capuring_hook", None)  # HF's own installer (its spelling)
+    if install is None or getattr(model, "_output_capturing_hooks_installed", False):
         return
     done = set()
     for owner in (m for m in model.modules() if isinstance(m, PreTrainedModel)):
@@ -125,7 +126,7 @@ def _carry_output_hooks(model: nn.Module, old: nn.Module, new: nn.Module) -> Non
                 target = spec.target_class if isinstance(spec, capture.OutputRecorder) else spec
                 index = spec.index if isinstance(spec, capture.OutputRecorder) else (0 if "hidden_states" in key else 1)
                 if isinstance(target, type) and isinstance(old, target) and key not in done:
-                    capture.install_output_capuring_hook(new, key, index)
+                    install(new, key, index)
                     done.add(key)
 
 
