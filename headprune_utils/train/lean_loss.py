@@ -45,9 +45,16 @@ __all__ = ["unsupported_reason", "lean_loss"]
 _ATTN = ("sdpa", "eager")
 
 
+def _records_only(hook) -> bool:
+    """Hugging Face's own output-recording hook (``output_attentions``): it only records, and only while a forward
+    asks for the outputs, which the lean loss never does."""
+    return (getattr(hook, "__module__", "") or "").startswith("transformers.") and getattr(
+        hook, "__name__", "") == "output_capturing_hook"
+
+
 def _hooked(model: nn.Module) -> str | None:
     for name, m in model.named_modules():
-        if m._forward_hooks or m._forward_pre_hooks:
+        if m._forward_pre_hooks or any(not _records_only(h) for h in m._forward_hooks.values()):
             return name or "the model"
     return None
 

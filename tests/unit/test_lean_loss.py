@@ -207,3 +207,19 @@ def test_on_cuda_in_float32_and_under_bf16_autocast():
             ref = model(**batch).logits
         logits = lean_loss(model, batch, g, "uniform")[1]
     torch.testing.assert_close(logits.float(), ref.float(), rtol=0.05, atol=0.05)
+
+
+def test_hugging_faces_output_recording_hooks_leave_the_lean_loss_exact():
+    """After a forward with output_attentions (HF installs its recording hooks on the attention modules), and after
+    pruning a layer to empty (the replacement gets them too), the lean loss still applies and equals the model's."""
+    model = tiny_model(dtype=torch.float64)
+    batch = batch_of(make_enc(seed=2))
+    with torch.no_grad():
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_attentions=True)
+    assert unsupported_reason(model) is None
+    mask = torch.ones(L, H)
+    mask[1] = 0  # no head left in layer 1
+    prune_heads(model, mask)
+    assert unsupported_reason(model) is None
+    ref = model(**batch)
+    torch.testing.assert_close(lean_loss(model, batch)[1], ref.logits, rtol=0, atol=1e-12)
