@@ -35,12 +35,11 @@ SmolLM3 skips rotary in every fourth layer (NoPE: the module's ``use_rope`` fals
 attention maps follow; Granite scales the scores by ``attention_multiplier`` (the module's ``scaling``) and multiplies
 embeddings, residual branches and logits by constants the adapter never touches; StarCoder2 has biased projections, a
 sliding window over every layer, and dropout on the attention's output while training (``residual_dropout``, as
-Seed-OSS), which a pruned or emptied layer applies too. Helium and ERNIE 4.5 rotate interleaved pairs of dimensions through their own rotary
-functions, as Cohere (Command R, Aya) does
-and, with ``use_qk_norm``, layer-normalises each query and key head with weights of its own (``q_norm.weight``
-``[n_heads, head_dim]``, ``k_norm.weight`` ``[n_kv_heads, head_dim]``): a pruned layer keeps the kept heads' rows of
-them; Cohere 2 uses rotary only in its sliding-window layers (the global ones have no positions), which a pruned layer
-and the maps follow.
+Seed-OSS), which a pruned or emptied layer applies too. Helium, ERNIE 4.5 and Cohere (Command R, Aya) rotate
+interleaved pairs of dimensions through their own rotary functions. Cohere with ``use_qk_norm`` layer-normalises each
+query and key head with weights of its own (``q_norm.weight`` ``[n_heads, head_dim]``, ``k_norm.weight``
+``[n_kv_heads, head_dim]``): a pruned layer keeps the kept heads' rows of them. Cohere 2 uses rotary only in its
+sliding-window layers (the global ones have no positions), which a pruned layer and the maps follow.
 
 Physical pruning removes the query heads' rows of ``q_proj`` and columns of ``o_proj``, and the rows of a
 key/value head in ``k_proj`` / ``v_proj`` once no kept query head reads it. The groups left may be uneven (3 query
@@ -54,6 +53,7 @@ that the cache still counts the positions seen).
 """
 from __future__ import annotations
 
+import copy
 import importlib
 
 import torch
@@ -111,7 +111,6 @@ def _per_head_norm(norm: nn.Module | None, rows: list[int]) -> nn.Module | None:
     weight: Qwen3, Gemma 3) or None is returned as it is."""
     if norm is None or norm.weight.dim() != 2:
         return norm
-    import copy
     new = copy.deepcopy(norm)
     new.weight = nn.Parameter(norm.weight.detach()[torch.tensor(rows, dtype=torch.long)].clone(),
                               requires_grad=norm.weight.requires_grad)
