@@ -101,6 +101,12 @@ def per_head(table: pd.DataFrame, cfg=None) -> pd.DataFrame:
         raise ValueError("the cells' table has no 'ablation' column (each cell's semantics)")
     nxt = next_seeds(table, cfg)
     own = getattr(cfg, "baseline_seeds", None) is not None
+    seeds = sorted(table["seed"].unique())
+    if not own and len(seeds) < 2:
+        raise ValueError(
+            f"the compensation measures compare each seed's runs with the next seed's unpruned run (a ring), and the "
+            f"cells hold only seed {', '.join(map(str, seeds)) or '(none)'}: select at least two seeds (e.g. "
+            "--from-cells --where seed=0 seed=1) or give the study baseline_seeds (a comparison run per seed)")
     full = {(r.task, r.ablation, r.seed): r for r in table[table["strategy"] == "none"].itertuples()}
     rows = []
     for r in table[table["strategy"] != "none"].itertuples():

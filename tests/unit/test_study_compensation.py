@@ -262,3 +262,13 @@ def test_plan_cells_are_independent_and_costed(tiny_model_dir, tiny_glue_root, m
     monkeypatch.setattr(study, "run_cell", lambda ctx, cell: {"seen": dict(cell)})
     out = list(study.STUDY.run(None, cells[:2], {}))
     assert [(c.key, r["seen"]) for c, r in out] == [(c.key, dict(c.axes)) for c in cells[:2]]
+
+
+def test_one_seed_without_comparison_runs_is_a_clear_error():
+    """The ring pairs each seed with the NEXT seed's unpruned run: cells of one seed alone (an interim render
+    ``--from-cells --where seed=0``) have none, and used to give an empty table that failed later with a bare
+    KeyError. Now the error names the seeds and the way out; two seeds are enough."""
+    t = synthetic(False, n_seeds=3)
+    with pytest.raises(ValueError, match=r"only seed 0: select at least two seeds .*--where seed=0 seed=1"):
+        study.per_head(t[t["seed"] == 0])
+    assert set(study.per_head(t[t["seed"] < 2])["seed"]) == {0, 1}
