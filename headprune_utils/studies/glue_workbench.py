@@ -172,12 +172,19 @@ class GlueStudyConfig:
                 raise ParameterError(f"{name}: {exc}") from None
 
     def check_pruned_heads(self, name: str, fractions: list[float], some_kept: bool = False) -> None:
-        """Every fraction prunes at least one head once rounded (and, with ``some_kept``, keeps at least one):
-        a budget that rounds to 0 heads would silently repeat the unpruned reference."""
+        """Every fraction prunes at least one head once rounded (and, with ``some_kept``, keeps at least one), and no
+        two prune the same number: a budget that rounds to 0 heads would silently repeat the unpruned reference, two
+        that round to one count one mask under two labels."""
         n_layers, n_heads = self.head_shape()
         total = n_layers * n_heads
+        counts: dict[int, float] = {}
         for f in fractions:
             n = masks.n_pruned_for_fraction(f, n_layers, n_heads)
+            if n in counts:
+                raise ParameterError(f"{name}: {counts[n]:g} and {f:g} both prune {n} of {total} heads once rounded "
+                                     "(one mask under two labels); give budgets at least "
+                                     f"{1 / total:.4g} apart")
+            counts[n] = f
             if n == 0:
                 raise ParameterError(f"{name}: {f:g} prunes no head of {total} once rounded (0 is the unpruned "
                                      f"reference, always included); the smallest budget is {1 / total:.4g}")

@@ -287,11 +287,16 @@ class NMTHeadsConfig:
             raise ParameterError(f"{name} must not repeat, got {fractions}")
         for t in types:
             n_layers, n_heads = (sum(s[0] for s in shapes.values()), shapes["enc"][1]) if t == "all" else shapes[t]
+            counts: dict[int, float] = {}
             for f in fractions:
                 try:
                     n = masks.n_pruned_for_fraction(f, n_layers, n_heads)
                 except masks.BudgetError as exc:
                     raise ParameterError(f"{name} ({t}): {exc}") from None
+                if n in counts:
+                    raise ParameterError(f"{name} ({t}): {counts[n]:g} and {f:g} both prune {n} of "
+                                         f"{n_layers * n_heads} heads once rounded (one mask under two labels)")
+                counts[n] = f
                 if n == 0:
                     raise ParameterError(f"{name} ({t}): fraction {f} prunes no head of {n_layers * n_heads} "
                                          "(the unpruned model is the 'model' cell)")

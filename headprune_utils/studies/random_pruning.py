@@ -88,6 +88,7 @@ class RandomPruningConfig(glue_workbench.MaskingStudyConfig):
                                  f"{self.tolerance!r}")
         super().check()
         self.check_fractions("fractions", self.fractions)
+        self.check_pruned_heads("fractions", [f for f in self.fractions if f != 0])  # 0: the unpruned model
         self.check_finetune_fractions()
 
 
