@@ -41,7 +41,7 @@ from torch import nn
 
 from headprune_utils.measure.mask_sweep import evaluate_masks, logits_masks
 from headprune_utils.model.architecture import attention_sites, head_shape, kept_heads, present_mask
-from headprune_utils.model.attention import attention_maps, require_distributions
+from headprune_utils.model.attention import attention_maps, check_maps, require_distributions
 from headprune_utils.model.gates import Ablation
 from headprune_utils.tasks.data import get_task
 from headprune_utils.tasks.metrics import main_score
@@ -110,6 +110,7 @@ def _mean_from_maps(stat, maps: list[torch.Tensor], queries: torch.Tensor) -> to
     n = int(queries.sum())
     if n == 0:
         raise ValueError("no query tokens (every sequence is only special tokens or padding)")
+    check_maps(maps, queries, "head scores")
     return (_query_sums([stat(a) for a in maps], queries) / n).to(torch.float32)
 
 

@@ -30,7 +30,7 @@ import torch
 from scipy import stats
 from torch import nn
 
-from headprune_utils.model.attention import attention_maps
+from headprune_utils.model.attention import attention_maps, check_maps
 from headprune_utils.tasks.data import DataUnavailableError, resolve_data_dir
 from headprune_utils.measure.head_scores import query_mask
 
@@ -55,6 +55,7 @@ RARE_SHARE = 0.5
 # ----------------------------------------------------------------------------- positional heads
 def _positional_counts(maps: list[torch.Tensor], queries: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
     pos = torch.arange(queries.shape[1])
+    check_maps(maps, queries, "positional heads")
     prev, nxt = [], []
     for a in maps:
         q = queries.to(a.device)[:, None, :]
@@ -345,6 +346,7 @@ def rare_counts_from_maps(maps: list[torch.Tensor], input_ids: torch.Tensor, que
     n_cand = cand.sum(dim=1).cpu()
     chance = torch.where(n_cand > 0, rare.sum(1) / n_cand.clamp_min(1), torch.zeros(()))  # per sentence
     per_query = cand.cpu() & (n_cand > 0)[:, None]
+    check_maps(maps, queries, "rare-word heads")
     hits = []
     for a in maps:
         absent = torch.isnan(a).transpose(0, 1).flatten(1).all(dim=1).cpu()

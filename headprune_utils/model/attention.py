@@ -188,6 +188,14 @@ def attention_maps(model: nn.Module, batch: dict[str, torch.Tensor], kind: str |
         maps.append(out)
     if len(maps) != n_layers:
         raise RuntimeError(f"expected {n_layers} layers, found {len(maps)}")
+    rows = inputs.get("decoder_attention_mask") if query_side(kind) == "target" else key_mask
+    for layer, a in enumerate(maps):  # a present head is finite where a query is real; an absent one all NaN
+        bad = [kept[layer][j] for j in faulty_heads(a[:, kept[layer]], rows, absent_ok=False)] if kept[layer] else []
+        if bad:
+            raise ValueError(
+                f"attention_maps: layer {layer}, heads {bad} (present) have NaN or infinite attention weights in "
+                "rows of real queries: a numerical fault of the model or its inputs (weights with NaN, a "
+                "half-precision overflow); left as they are, the scores would read them as heads pruned away")
     return maps
 
 
@@ -261,6 +269,42 @@ def js_divergence(p: torch.Tensor, q: torch.Tensor, eps: float = 0.0) -> torch.T
     return ((kl_pm + kl_qm) / 2).clamp_min(0.0)
 
 
+def faulty_heads(a: torch.Tensor, queries: torch.Tensor | None, absent_ok: bool = True) -> list[int]:
+    """The heads (indices into dim 1 of ``a``, ``[batch, heads, seq, keys]``) with a NaN or infinite weight in a row
+    of a real query (``queries`` bool ``[batch, seq]``; None or another shape: every row), except, with
+    ``absent_ok``, those NaN at every position (absent heads). See :func:`check_maps`."""
+    if not a.is_floating_point():
+        return []
+    absent = torch.isnan(a).transpose(0, 1).flatten(1).all(dim=1)  # [H]
+    bad = ~torch.isfinite(a)
+    if queries is not None and tuple(queries.shape) == (a.shape[0], a.shape[2]):
+        bad = bad & queries.to(a.device).bool()[:, None, :, None]
+    faulty = bad.transpose(0, 1).flatten(1).any(dim=1)
+    if absent_ok:
+        faulty = faulty & ~absent
+    return faulty.nonzero().flatten().tolist()
+
+
+def check_maps(maps, queries: torch.Tensor | None, what: str, absent_ok: bool = True) -> None:
+    """Raise ValueError naming the layer and heads where a head of ``maps`` (per layer ``[batch, heads, seq, keys]``,
+    or one such tensor of flat heads) has a NaN or infinite weight in a row of a real query (``queries``: bool
+    ``[batch, seq]``, 1 = looked at; None or another shape: every row) without being ABSENT. An absent head (pruned
+    away: :func:`attention_maps` marks it) is NaN at every position; anything else non-finite is a numerical fault
+    (NaN weights, a half-precision overflow, hand-made maps) that the scores would otherwise read as an absent head
+    (a NaN mean) or as a real one (an argmax that picks the NaN). ``absent_ok=False``: every head is present (the
+    maps' maker knows which are), so one NaN everywhere is a fault too."""
+    stacked = isinstance(maps, torch.Tensor)
+    for i, a in enumerate([maps] if stacked else list(maps)):
+        heads = faulty_heads(a, queries, absent_ok)
+        if heads:
+            where = f"flat heads {heads}" if stacked else f"layer {i}, heads {heads}"
+            raise ValueError(
+                f"{what}: {where} have NaN or infinite attention weights in rows of real queries"
+                + (" but are not absent (an absent, pruned head is NaN at every position)" if absent_ok else
+                   " though present") + ": a numerical fault of the model, its inputs or "
+                "the maps (weights with NaN, a half-precision overflow), not a pruned head")
+
+
 ROW_SUM_TOL = 1e-4  # a row of a map counts as a distribution when it sums to 1 within this
 
 
@@ -271,6 +315,7 @@ def require_distributions(maps, attention_mask: torch.Tensor, what: str) -> None
     distribution over the keys; a head with an attention sink (gpt-oss) gives part of each row to no key."""
     stacked = isinstance(maps, torch.Tensor)  # [batch, N, seq, keys]: heads of all layers, flat
     layers = [maps] if stacked else list(maps)
+    check_maps(maps, attention_mask, what)
     for i, a in enumerate(layers):
         real = attention_mask.to(a.device).bool()
         if real.shape != (a.shape[0], a.shape[2]):

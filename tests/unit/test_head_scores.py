@@ -292,3 +292,37 @@ def test_attention_scores_in_one_forward_equal_the_separate_scores():
         num, den = num + n_q * np.concatenate(per), den + n_q
     np.testing.assert_allclose(got["confidence_no_special_keys"].flatten().numpy(), num / den, rtol=1e-5)
     assert bool((got["confidence_no_special_keys"] <= got["confidence"] + 1e-7).all())
+
+
+def test_a_partly_nan_head_is_a_fault_not_an_absent_head():
+    """An absent head is NaN everywhere; a head with a NaN or inf weight in a real query's row only is a numerical
+    fault: the mean scores and the argmax counts refuse it, naming the layer and head, where they read it as an
+    absent head (a NaN mean) or as a real one (an argmax that picks the NaN). NaN in padded rows is not looked at."""
+    from headprune_utils.measure.specialized import positional_from_maps, rare_counts_from_maps
+    q = query_mask(ATT)
+    for bad in (float("nan"), float("inf")):
+        maps = hand_maps()
+        maps[0][0, 1, 1, 0] = bad  # one weight of head 1, a real query
+        for score in (confidence_from_maps, entropy_from_maps, positional_from_maps):
+            with pytest.raises(ValueError, match=r"layer 0, heads \[1\] have NaN or infinite attention"):
+                score(maps, q)
+        with pytest.raises(ValueError, match=r"layer 0, heads \[1\]"):
+            rare_counts_from_maps(maps, torch.arange(10).view(2, 5), q, {})
+    maps = hand_maps()
+    maps[0][1, 1, 4, :] = float("nan")  # the padded query of sentence 1: no score reads it
+    assert torch.isnan(confidence_from_maps(maps, q)[0, 2]) and torch.isfinite(confidence_from_maps(maps, q)[0, :2]).all()
+
+
+def test_attention_maps_refuse_a_present_head_with_nan_weights():
+    """A model whose weights carry a NaN gives NaN maps: an error naming the layer and its present heads, not
+    maps that every score would read as heads pruned away."""
+    model = tiny_model()
+    with torch.no_grad():
+        model.bert.encoder.layer[1].attention.self.query.weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"attention_maps: layer 1, heads \[0\] \(present\) have NaN"):
+        attention_maps(model, tiny_inputs())
+    pruned = prune_heads(tiny_model(), torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1]]))
+    with torch.no_grad():  # head 0 of layer 1 is absent: the first PRESENT head (id 1) is named by its own id
+        pruned.bert.encoder.layer[1].attention.self.query.weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"layer 1, heads \[1\] \(present\)"):
+        attention_maps(pruned, tiny_inputs())
