@@ -314,6 +314,43 @@ def _ernie4_5():
                              use_bias=True, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
+def _arcee():
+    return tf.ArceeConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, attention_bias=True,
+                          tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _apertus():
+    return tf.ApertusConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, hidden_act="xielu",
+                            dtype=torch.float64, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
+                            eos_token_id=2)
+
+
+def _exaone4():
+    return tf.Exaone4Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, sliding_window=3,
+                            sliding_window_pattern=2, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                            tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _hunyuan():
+    return tf.HunYuanDenseV1Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                                   tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _nanochat():
+    return tf.NanoChatConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                             final_logit_softcapping=2.0, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
+                             eos_token_id=2)
+
+
 def _olmo():
     return tf.OlmoConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, clip_qkv=0.5,
@@ -492,6 +529,23 @@ _ALL = [
     Fixture("ernie4_5", "ernie4_5", tf.Ernie4_5ForCausalLM, _ernie4_5, _one(Grid(2, 4, 2, 8, causal=True)),
             causal_lm=True, atol=_LOOSE, positions="rotary",
             notes="ERNIE 4.5: rotary on interleaved pairs; biases on every projection and the MLP (use_bias)"),
+    Fixture("arcee", "arcee", tf.ArceeForCausalLM, _arcee, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
+            atol=_LOOSE, positions="rotary", notes="Arcee (AFM): a plain relu^2 MLP (up, down: no gate); biased q/k/v/o"),
+    Fixture("apertus", "apertus", tf.ApertusForCausalLM, _apertus, _one(Grid(2, 4, 2, 8, causal=True)),
+            causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="Apertus: Qwen3's per-head query/key RMSNorms before rotary; a plain MLP with the learned xIELU "
+                  "activation"),
+    Fixture("exaone4", "exaone4", tf.Exaone4ForCausalLM, _exaone4,
+            _one(Grid(2, 4, 2, 8, causal=True, windows=(2, None))), causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="EXAONE 4: per-head query/key RMSNorms; no norm before the blocks, RMSNorms after the attention and "
+                  "the MLP; layer 0 a sliding window of 3 with rotary, layer 1 global without positions"),
+    Fixture("hunyuan_v1_dense", "hunyuan_v1_dense", tf.HunYuanDenseV1ForCausalLM, _hunyuan,
+            _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="Hunyuan dense: per-head query/key RMSNorms AFTER rotary (query_layernorm, key_layernorm)"),
+    Fixture("nanochat", "nanochat", tf.NanoChatForCausalLM, _nanochat, _one(Grid(2, 4, 2, 8, causal=True)),
+            causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="nanochat: RMSNorms without weights (one after the embedding), per-head query/key norms after "
+                  "rotary, rotary by minus the angle, a relu^2 MLP (fc1, fc2), logits soft-capped at 2"),
     Fixture("olmo", "olmo", tf.OlmoForCausalLM, _olmo, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
             atol=_LOOSE, positions="rotary",
             notes="OLMo 1: parameter-free layer norms; q, k and v clamped to [-0.5, 0.5] (clip_qkv, so the clamp bites "

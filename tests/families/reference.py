@@ -187,7 +187,7 @@ def rms_norm(x, weight, eps):
 def activation(name: str):
     table = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu, "swish": F.silu,
              "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-             "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh")}
+             "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"), "relu2": lambda x: F.relu(x) ** 2}
     if name not in table:
         raise ValueError(f"activation {name!r} is not in the reference's table {sorted(table)}")
     return table[name]
@@ -465,6 +465,10 @@ def llama_heads(model) -> list[LlamaHeads]:
     for layer in model.model.layers:
         a = layer.self_attn
         qn, kn = getattr(a, "q_norm", None), getattr(a, "k_norm", None)
+        if qn is None:  # Hunyuan's names
+            qn, kn = getattr(a, "query_layernorm", None), getattr(a, "key_layernorm", None)
+        if qn is not None and getattr(qn, "weight", None) is None:  # nanochat: RMSNorms without a weight
+            qn = kn = type("Unweighted", (), {"weight": torch.ones(d, dtype=a.q_proj.weight.dtype)})()
         if hasattr(a, "qkv_proj"):  # Phi-3: one projection, rows: the query heads, the keys, the values
             w, q_w, kv_w = a.qkv_proj.weight, cfg.num_attention_heads * d, cfg.num_key_value_heads * d
             out.append(LlamaHeads(w[:q_w], None, w[q_w:q_w + kv_w], None, w[q_w + kv_w:], None, a.o_proj.weight,
@@ -556,7 +560,21 @@ def gpt_oss_moe(x, m, cfg):
     return out
 
 
+def xielu(x, act):
+    """Apertus's xIELU activation from its module's parameters: ``a_p x^2 + b x`` for x > 0, else
+    ``a_n (expm1(min(x, eps)) - x) + b x``, with ``a_p = softplus(alpha_p)``, ``a_n = b + softplus(alpha_n)``."""
+    a_p, a_n = F.softplus(act.alpha_p), act._beta_scalar + F.softplus(act.alpha_n)
+    b, eps = act._beta_scalar, act._eps_scalar
+    return torch.where(x > 0, a_p * x * x + b * x, (torch.expm1(torch.clamp(x, max=eps)) - x) * a_n + b * x)
+
+
 def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None) -> Trace:
+    """Llama and its relatives. Besides the plain layer (pre-norm, rotary, gated MLP), per model type: Qwen3 / Apertus
+    / EXAONE 4 RMS-norm each query and key head before rotary, Hunyuan and nanochat after it; EXAONE 4 has no norm
+    before its blocks but RMSNorms after the attention and the MLP, and (with a sliding window) no positions in its
+    global layers; nanochat has norms without weights (one more right after the embedding), rotates by minus the
+    angle (its rotate-half is the mirror of Llama's), a plain relu^2 MLP (as Arcee; Apertus: xIELU) and soft-capped
+    logits."""
     cfg = model.config
     if cfg.rope_parameters.get("rope_type", "default") != "default":
         raise ValueError(f"rope_type {cfg.rope_parameters['rope_type']!r}: the reference does default rotary only")
@@ -566,42 +584,69 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
     n = ids.shape[1]
     positions = torch.arange(n)
-    act = activation(cfg.hidden_act)
+    act = None if cfg.hidden_act == "xielu" else activation(cfg.hidden_act)  # Apertus: xIELU, from its module
     ablation = _grid_ablation(ablations, None)
     starcoder2 = cfg.model_type == "starcoder2"  # layer norms with biases, a plain MLP
-    # StarCoder2: LayerNorm (weight, bias, norm_epsilon); the others: RMSNorm
-    norm = (lambda y, m: layer_norm(y, m)) if starcoder2 else (lambda y, m: rms_norm(y, m.weight, cfg.rms_norm_eps))
+    exaone4 = cfg.model_type == "exaone4"  # norms after the blocks, not before
+    nanochat = cfg.model_type == "nanochat"
+    after_rope = cfg.model_type in ("hunyuan_v1_dense", "nanochat")  # head norms after rotary
+    # StarCoder2: LayerNorm (weight, bias, norm_epsilon); nanochat: RMSNorm without weight; the others: RMSNorm
+    norm = ((lambda y, m: layer_norm(y, m)) if starcoder2 else
+            (lambda y, m: rms_norm(y, 1.0, cfg.rms_norm_eps)) if nanochat else
+            (lambda y, m: rms_norm(y, m.weight, cfg.rms_norm_eps)))
     granite = cfg.model_type == "granite"  # multipliers of the embeddings, the scores, each residual branch, the logits
     h = model.model.embed_tokens.weight[ids] * (cfg.embedding_multiplier if granite else 1.0)
+    if nanochat:  # a norm right after the embedding
+        h = norm(h, None)
     branch = cfg.residual_multiplier if granite else 1.0
     layers = []
     for i, (layer, w) in enumerate(zip(model.model.layers, heads)):
-        x = norm(h, layer.input_layernorm)
+        # Apertus names its norms attention_layernorm and feedforward_layernorm
+        pre_attn = layer.attention_layernorm if hasattr(layer, "attention_layernorm") else getattr(
+            layer, "input_layernorm", None)
+        pre_mlp = layer.feedforward_layernorm if hasattr(layer, "feedforward_layernorm") else getattr(
+            layer, "post_attention_layernorm", None)
+        x = h if exaone4 else norm(h, pre_attn)
         vis = visible_keys(mask, n, causal=True, window=_llama_window(cfg, i))
         use_rope = bool(cfg.no_rope_layers[i]) if cfg.model_type == "smollm3" else True  # SmolLM3's NoPE layers
+        if exaone4 and cfg.sliding_window is not None:  # EXAONE 4: rotary in the sliding layers only
+            use_rope = cfg.layer_types[i] == "sliding_attention"
         if w.n_heads == 0:
             layers.append(None)
             attn_out = torch.zeros_like(h) if w.o_bias is None else w.o_bias.expand_as(h)
         else:
             d = w.head_dim
             q, k = split_heads(F.linear(x, w.q, w.q_bias), d), split_heads(F.linear(x, w.k, w.k_bias), d)
-            if w.q_norm is not None:  # Qwen3: each head's query and key RMS-normed over head_dim, before rotary
+            if w.q_norm is not None and not after_rope:  # Qwen3: each head's query and key RMS-normed over head_dim
                 q, k = rms_norm(q, w.q_norm, w.norm_eps), rms_norm(k, w.k_norm, w.norm_eps)
             n_rot = int(d * partial)
             if use_rope and cfg.model_type in ("helium", "ernie4_5"):  # interleaved pairs (2i, 2i + 1)
                 q, k = rotary_interleaved(q, positions, theta), rotary_interleaved(k, positions, theta)
-            elif use_rope:
-                q, k = partial_rotary(q, positions, theta, n_rot), partial_rotary(k, positions, theta, n_rot)
+            elif use_rope:  # nanochat rotates by minus the angle
+                p = -positions if nanochat else positions
+                q, k = partial_rotary(q, p, theta, n_rot), partial_rotary(k, p, theta, n_rot)
+            if w.q_norm is not None and after_rope:  # Hunyuan, nanochat: the head norms after rotary
+                q, k = rms_norm(q, w.q_norm, w.norm_eps), rms_norm(k, w.k_norm, w.norm_eps)
             v = split_heads(F.linear(x, w.v, w.v_bias), d)
             scale = cfg.attention_multiplier if granite else d ** -0.5
             t = attend(q, k, v, vis, scale=scale, kv_of_query=w.kv_of_query, ablation=ablation, layer=i,
                        sinks=w.sinks)
             layers.append(t)
             attn_out = F.linear(merge(t), w.o, w.o_bias)
+        if exaone4:  # the attention's and the MLP's outputs normed before each residual sum
+            h = h + norm(attn_out, layer.post_attention_layernorm)
+            m = layer.mlp
+            h = h + norm(lin(act(lin(h, m.gate_proj)) * lin(h, m.up_proj), m.down_proj), layer.post_feedforward_layernorm)
+            continue
         h = h + attn_out * branch
-        x = norm(h, layer.post_attention_layernorm)
+        x = norm(h, pre_mlp)
         m = layer.mlp
-        if starcoder2:
+        if nanochat:  # fc1, relu^2, fc2
+            h = h + lin(act(lin(x, m.fc1)), m.fc2)
+        elif not hasattr(m, "gate_proj") and hasattr(m, "up_proj"):  # Arcee (relu^2), Apertus (xIELU): no gate
+            f = (lambda y: xielu(y, m.act_fn)) if cfg.hidden_act == "xielu" else act
+            h = h + lin(f(lin(x, m.up_proj)), m.down_proj)
+        elif starcoder2:
             h = h + lin(act(lin(x, m.c_fc)), m.c_proj)
         elif hasattr(m, "router"):  # gpt-oss: biased experts, clamped SwiGLU
             h = h + gpt_oss_moe(x, m, cfg)
@@ -614,6 +659,8 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
             h = h + lin(act(lin(x, m.gate_proj)) * lin(x, m.up_proj), m.down_proj) * branch
     h = norm(h, model.model.norm)
     logits = F.linear(h, model.lm_head.weight)
+    if nanochat and cfg.final_logit_softcapping is not None:
+        logits = cfg.final_logit_softcapping * torch.tanh(logits / cfg.final_logit_softcapping)
     return Trace(logits / cfg.logits_scaling if granite else logits, {None: layers})
 
 
@@ -912,7 +959,9 @@ _FAMILIES = {
     "mistral": _llama_like,
     "qwen2": _llama_like, "phi3": _llama_like, "mixtral": _llama_like, "qwen3_moe": _llama_like,
     "qwen3": _llama_like, "gpt_oss": _llama_like, "smollm3": _llama_like, "granite": _llama_like,
-    "starcoder2": _llama_like, "qwen2_moe": _llama_like, "helium": _llama_like, "ernie4_5": _llama_like, "ministral": _llama_like, "seed_oss": _llama_like, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
+    "starcoder2": _llama_like, "qwen2_moe": _llama_like, "helium": _llama_like, "ernie4_5": _llama_like, "ministral": _llama_like, "seed_oss": _llama_like,
+    "arcee": _llama_like, "apertus": _llama_like, "exaone4": _llama_like, "hunyuan_v1_dense": _llama_like,
+    "nanochat": _llama_like, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
     "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,

@@ -21,7 +21,8 @@ from .fixtures import FIXTURES
 
 LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2",
           "gemma3", "phi3", "olmo", "olmo2", "olmo3", "smollm3", "granite", "starcoder2", "cohere", "cohere2",
-          "ministral", "seed_oss", "qwen2_moe", "helium", "ernie4_5")
+          "ministral", "seed_oss", "qwen2_moe", "helium", "ernie4_5", "arcee", "apertus", "exaone4", "hunyuan_v1_dense",
+          "nanochat")
 NEOX = ("gpt_neox", "gpt_neox_sequential")
 OPTS = ("opt", "opt_post_norm")
 CAUSAL = ("gpt2",) + NEOX + OPTS + LLAMAS
@@ -636,3 +637,46 @@ def test_olmo2_has_no_clamp_whatever_its_config_says():
         ours = attention_maps(model, batch)
     for layer in range(2):
         assert _diff(ours[layer], hf[layer]) <= 1e-6
+
+
+_MOE = ("mixtral", "qwen3_moe", "gpt_oss", "qwen2_moe")
+
+
+@pytest.mark.parametrize("name", [n for n in LLAMAS if n not in _MOE])
+def test_flop_estimate_of_a_dense_mlp_counts_its_own_weights(name):
+    """The adapter's MLP cost (multiply-adds per token: ``ffn_matrices x d_model x d_ffn``) equals the weights of a
+    layer's MLP as built (gated: 3 matrices; StarCoder2, Arcee, Apertus, nanochat: 2), counted from the modules."""
+    model = FIXTURES[name].build("eager")
+    cfg = model.config
+    mlp = model.model.layers[0].mlp
+    weights = sum(m.weight.numel() for m in mlp.modules() if isinstance(m, torch.nn.Linear))
+    assert A.family_of(cfg).cost_dims(cfg).ffn_macs_per_token() == weights
+
+
+@pytest.mark.parametrize("name", PRUNED_LLAMAS)
+def test_a_pruned_layer_calls_the_attention_function_with_the_originals_settings(name):
+    """What a layer hands the attention function besides q, k and v (the sliding window, the soft cap, the scaling,
+    the sinks) is what flash attention and other kernels read instead of the mask: a pruned layer passes what the
+    original passes, layer by layer (recorded through an attention function registered for the test)."""
+    import importlib
+
+    from transformers import AttentionInterface
+
+    fx = FIXTURES[name]
+    model = fx.build("eager")
+    eager = importlib.import_module(type(A.attention_sites(model, None)[0].module).__module__)
+    eager = getattr(eager, "eager_attention_forward", None) or importlib.import_module(
+        "transformers.models.llama.modeling_llama").eager_attention_forward
+    calls = []
+
+    def record(module, q, k, v, mask, **kwargs):
+        calls.append((module.layer_idx, kwargs.get("sliding_window"), kwargs.get("softcap"), kwargs.get("scaling"),
+                      kwargs.get("s_aux") is not None))
+        return eager(module, q, k, v, mask, **kwargs)
+
+    AttentionInterface.register("headprune_test_record", record)
+    model.config._attn_implementation = "headprune_test_record"
+    model(**fx.inputs())
+    original, calls[:] = list(calls), []
+    prune_heads(model, torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1]]))(**fx.inputs())
+    assert calls == original and len(original) == 2

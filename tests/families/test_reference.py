@@ -86,7 +86,8 @@ def _attention(model, family, kind, layer):
         return a.qkv_proj, a.o_proj, "linear"
     if family in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2",
                   "gemma3_text", "olmo", "olmo2", "olmo3", "smollm3", "granite", "starcoder2", "cohere",
-                  "cohere2", "ministral", "seed_oss", "qwen2_moe", "helium", "ernie4_5"):
+                  "cohere2", "ministral", "seed_oss", "qwen2_moe", "helium", "ernie4_5", "arcee", "apertus",
+                  "exaone4", "hunyuan_v1_dense", "nanochat"):
         a = model.model.layers[layer].self_attn
         return a.q_proj, a.o_proj, "linear"
     if family == "t5":
@@ -402,7 +403,8 @@ def hand_pruned_llama(model, keep: dict[int, list[int]]):
             a.o_proj.in_features = len(q_rows)
             if getattr(a, "sinks", None) is not None:  # gpt-oss: a sink per query head
                 a.sinks = torch.nn.Parameter(a.sinks[torch.tensor(heads)].clone())
-            if getattr(a, "q_norm", None) is not None and a.q_norm.weight.dim() == 2:  # Cohere: a row per head
+            if getattr(getattr(a, "q_norm", None), "weight", None) is not None and a.q_norm.weight.dim() == 2:
+                # Cohere: a row per head (nanochat's norms have no weight)
                 a.q_norm.weight = torch.nn.Parameter(a.q_norm.weight[torch.tensor(heads)].clone())
                 a.k_norm.weight = torch.nn.Parameter(a.k_norm.weight[torch.tensor([h // group for h in heads])].clone())
         a.num_key_value_groups = 1

@@ -1,6 +1,6 @@
 """The Llama family: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 1-3, gpt-oss, SmolLM3, Granite,
-StarCoder2, Cohere (Command R), Cohere 2, Ministral, Seed-OSS, Qwen2-MoE, Helium and ERNIE 4.5 causal LMs
-(grouped-query attention).
+StarCoder2, Cohere (Command R), Cohere 2, Ministral, Seed-OSS, Qwen2-MoE, Helium, ERNIE 4.5, Arcee, Apertus, EXAONE 4,
+Hunyuan (dense) and nanochat causal LMs (grouped-query attention).
 
 Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_heads * head_dim`` rows), ``k_proj`` /
 ``v_proj`` (``num_key_value_heads * head_dim`` rows each) and ``o_proj`` INSIDE the module. One grid, ``[n_layers,
@@ -40,6 +40,13 @@ interleaved pairs of dimensions through their own rotary functions. Cohere with 
 query and key head with weights of its own (``q_norm.weight`` ``[n_heads, head_dim]``, ``k_norm.weight``
 ``[n_kv_heads, head_dim]``): a pruned layer keeps the kept heads' rows of them. Cohere 2 uses rotary only in its
 sliding-window layers (the global ones have no positions), which a pruned layer and the maps follow.
+
+Apertus and EXAONE 4 RMS-normalise each query and key head before rotary as Qwen3 does; EXAONE 4 with a sliding window
+uses rotary in its sliding layers only (its global layers have no positions, and pass no window to the attention
+function) and normalises after its blocks rather than before (untouched). Hunyuan (dense) and nanochat normalise each
+query and key head AFTER rotary (Hunyuan's ``query_layernorm`` / ``key_layernorm``; nanochat's norms have no weight),
+an order a pruned layer and the attention maps keep. Arcee, Apertus and nanochat have MLPs of two matrices (no gate),
+which the FLOP estimate counts.
 
 Physical pruning removes the query heads' rows of ``q_proj`` and columns of ``o_proj``, and the rows of a
 key/value head in ``k_proj`` / ``v_proj`` once no kept query head reads it. The groups left may be uneven (3 query
@@ -101,15 +108,37 @@ def _uses_rope(module: nn.Module) -> bool:
     layers (no sliding window) do not."""
     if isinstance(module, GroupedQueryAttention):
         return module.use_rope
-    if getattr(getattr(module, "config", None), "model_type", None) == "cohere2":
+    model_type = getattr(getattr(module, "config", None), "model_type", None)
+    if model_type == "cohere2":
         return getattr(module, "sliding_window", None) is not None
+    if model_type == "exaone4":  # EXAONE 4: with a sliding window, its global layers have no positions
+        return module.sliding_window is None or bool(module.is_sliding)
     return bool(getattr(module, "use_rope", True))
+
+
+# the model types that normalise each query and key head AFTER rotary (the others that have head norms: before)
+_NORM_AFTER_ROPE = ("hunyuan_v1_dense", "nanochat")
+
+
+def _norm_after_rope(module: nn.Module) -> bool:
+    """Whether the module's per-head query/key norms come after rotary (Hunyuan, nanochat) rather than before."""
+    if isinstance(module, GroupedQueryAttention):
+        return module.norm_after_rope
+    return getattr(getattr(module, "config", None), "model_type", None) in _NORM_AFTER_ROPE
+
+
+def _head_norms(module: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
+    """The module's per-head query and key norms (``q_norm`` / ``k_norm``; Hunyuan's ``query_layernorm`` /
+    ``key_layernorm``), or (None, None)."""
+    if getattr(module, "q_norm", None) is not None:
+        return module.q_norm, module.k_norm
+    return getattr(module, "query_layernorm", None), getattr(module, "key_layernorm", None)
 
 
 def _per_head_norm(norm: nn.Module | None, rows: list[int]) -> nn.Module | None:
     """Cohere's head norms have a weight row per head: a copy keeping ``rows``; a norm shared by the heads (a 1-d
     weight: Qwen3, Gemma 3) or None is returned as it is."""
-    if norm is None or norm.weight.dim() != 2:
+    if norm is None or getattr(norm, "weight", None) is None or norm.weight.dim() != 2:  # nanochat: no weight
         return norm
     new = copy.deepcopy(norm)
     new.weight = nn.Parameter(norm.weight.detach()[torch.tensor(rows, dtype=torch.long)].clone(),
@@ -153,6 +182,8 @@ class GroupedQueryAttention(nn.Module):
         # attention reads it): Qwen2 per layer, Mistral from the config, Llama nothing
         if isinstance(original, GroupedQueryAttention):
             self._sliding = original._sliding
+        elif getattr(self.config, "model_type", None) == "exaone4":  # its global layers pass no window
+            self._sliding = ("sliding_window", original.sliding_window if original.is_sliding else None)
         elif hasattr(original, "sliding_window"):
             self._sliding = ("sliding_window", original.sliding_window)
         elif getattr(self.config, "model_type", None) in ("mistral", "mixtral", "starcoder2"):
@@ -167,8 +198,10 @@ class GroupedQueryAttention(nn.Module):
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
         # Qwen3, Gemma 3: an RMSNorm over each head's head_dim (shared by the heads, so kept whole); Cohere: a layer
         # norm with a weight row per head (the caller passes the kept heads' rows); None elsewhere
-        self.q_norm = q_norm if q_norm is not None else getattr(original, "q_norm", None)
-        self.k_norm = k_norm if k_norm is not None else getattr(original, "k_norm", None)
+        own_q, own_k = _head_norms(original)
+        self.q_norm = q_norm if q_norm is not None else own_q
+        self.k_norm = k_norm if k_norm is not None else own_k
+        self.norm_after_rope = _norm_after_rope(original)  # Hunyuan, nanochat: the head norms after rotary
         clip = getattr(original, "clip", None) if isinstance(original, GroupedQueryAttention) else (
             getattr(self.config, "clip_qkv", None) if self.config.model_type == "olmo" else None)
         self.clip = None if clip is None else float(clip)  # OLMo 1: q, k and v clamped to [-clip, clip]
@@ -193,13 +226,15 @@ class GroupedQueryAttention(nn.Module):
             query_states = query_states.clamp(-self.clip, self.clip)
             key_states = key_states.clamp(-self.clip, self.clip)
             value_states = value_states.clamp(-self.clip, self.clip)
-        if self.q_norm is not None:
+        if self.q_norm is not None and not self.norm_after_rope:
             query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         query_states, key_states = query_states.transpose(1, 2), key_states.transpose(1, 2)
         value_states = value_states.transpose(1, 2)
         if self.use_rope:
             cos, sin = position_embeddings
             query_states, key_states = modeling.apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        if self.q_norm is not None and self.norm_after_rope:  # Hunyuan, nanochat ([b, heads, s, d]: over d alike)
+            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         if cache is not None:
             key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
         key_states = key_states.index_select(1, self.kv_index)
@@ -227,7 +262,8 @@ class LlamaFamily(Family):
     name = "llama"
     model_types = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
                    "gpt_oss", "smollm3", "granite", "starcoder2", "cohere", "cohere2", "ministral", "seed_oss",
-                   "qwen2_moe", "helium", "ernie4_5") + _WRAPPERS
+                   "qwen2_moe", "helium", "ernie4_5", "arcee", "apertus", "exaone4", "hunyuan_v1_dense",
+                   "nanochat") + _WRAPPERS
     projections = "separate"
     linear = "Linear"
     positions = "rotary"
@@ -276,21 +312,24 @@ class LlamaFamily(Family):
         b, s, _ = query_out.shape
         q, k = query_out.view(b, s, -1, site.head_dim), key_out.view(b, s, -1, site.head_dim)
         q_norm, k_norm = self.head_norms(site.module)
-        if q_norm is not None:  # Qwen3, Gemma 3, Cohere: each head normed over head_dim ([b, s, heads, d]), before rotary
+        after = _norm_after_rope(site.module)
+        if q_norm is not None and not after:  # Qwen3, Gemma 3, Cohere: each head normed over head_dim, before rotary
             q, k = q_norm(q), k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
-        if not _uses_rope(site.module):  # SmolLM3's NoPE layers, Cohere 2's global layers: no positions
-            return q, k
-        cos, sin = (call_kwargs or {}).get("position_embeddings", (None, None))
-        if cos is None:
-            raise ValueError(f"layer {site.layer}: the attention module was called without position_embeddings "
-                             "(rotary angles); cannot place the queries and keys")
-        modeling = _modeling(getattr(site.module, "modeling_name", type(site.module).__module__))
-        return modeling.apply_rotary_pos_emb(q, k, cos.to(q.dtype), sin.to(q.dtype))
+        if _uses_rope(site.module):  # not SmolLM3's NoPE layers, Cohere 2's and EXAONE 4's global layers
+            cos, sin = (call_kwargs or {}).get("position_embeddings", (None, None))
+            if cos is None:
+                raise ValueError(f"layer {site.layer}: the attention module was called without position_embeddings "
+                                 "(rotary angles); cannot place the queries and keys")
+            modeling = _modeling(getattr(site.module, "modeling_name", type(site.module).__module__))
+            q, k = modeling.apply_rotary_pos_emb(q, k, cos.to(q.dtype), sin.to(q.dtype))
+        if q_norm is not None and after:  # Hunyuan, nanochat: normed after rotary
+            q, k = q_norm(q), k_norm(k)
+        return q, k
 
     def head_norms(self, module):
-        """(q_norm, k_norm) applied to each head over its ``head_dim`` (Qwen3, Gemma 3), or (None, None)."""
-        return getattr(module, "q_norm", None), getattr(module, "k_norm", None)
+        """(q_norm, k_norm) applied to each head over its ``head_dim`` (Qwen3, Gemma 3, Hunyuan), or (None, None)."""
+        return _head_norms(module)
 
     def score_scale(self, site):
         return float(getattr(site.module, "scaling", site.head_dim ** -0.5))
@@ -353,8 +392,8 @@ class LlamaFamily(Family):
         new = GroupedQueryAttention(
             module, slice_linear(module.q_proj, q_index, 0), slice_linear(module.k_proj, kv_rows, 0),
             slice_linear(module.v_proj, kv_rows, 0), new_out, kv_index, d, sinks=sinks,
-            q_norm=_per_head_norm(getattr(module, "q_norm", None), list(keep_pos)),
-            k_norm=_per_head_norm(getattr(module, "k_norm", None), kv_kept))
+            q_norm=_per_head_norm(_head_norms(module)[0], list(keep_pos)),
+            k_norm=_per_head_norm(_head_norms(module)[1], kv_kept))
         new.train(module.training)
         setattr(site.parent, site.attr, new)
 
@@ -372,7 +411,8 @@ class LlamaFamily(Family):
         if experts:  # mixture of experts (Mixtral, Qwen3-MoE): the experts a token is routed to, each a gated MLP
             d_ffn = int(experts) * int(getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size)
             d_ffn += int(getattr(cfg, "shared_expert_intermediate_size", None) or 0)  # Qwen2-MoE: + a shared expert
-        matrices = 2 if cfg.model_type == "starcoder2" else 3  # StarCoder2: c_fc, c_proj (no gate)
+        # StarCoder2 (c_fc, c_proj), Arcee, Apertus, nanochat: an MLP of two matrices (no gate)
+        matrices = 2 if cfg.model_type in ("starcoder2", "arcee", "apertus", "nanochat") else 3
         return CostDims(n_layers, n_heads, self.kv_heads(cfg, None), head_dim_of(cfg), d_model, d_ffn,
                         ffn_matrices=matrices)
 
