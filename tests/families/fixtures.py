@@ -351,6 +351,14 @@ def _nanochat():
                              eos_token_id=2)
 
 
+def _glm(config_class):
+    return config_class(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+                        attention_bias=True, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
+                        eos_token_id=2)
+
+
 def _olmo():
     return tf.OlmoConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, clip_qkv=0.5,
@@ -546,6 +554,13 @@ _ALL = [
             causal_lm=True, atol=_LOOSE, positions="rotary",
             notes="nanochat: RMSNorms without weights (one after the embedding), per-head query/key norms after "
                   "rotary, rotary by minus the angle, a relu^2 MLP (fc1, fc2), logits soft-capped at 2"),
+    Fixture("glm", "glm", tf.GlmForCausalLM, lambda: _glm(tf.GlmConfig), _one(Grid(2, 4, 2, 8, causal=True)),
+            causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="GLM-4 9B chat: rotary on interleaved pairs of the first half of each head; biased q/k/v; gate and "
+                  "up in one projection"),
+    Fixture("glm4", "glm4", tf.Glm4ForCausalLM, lambda: _glm(tf.Glm4Config), _one(Grid(2, 4, 2, 8, causal=True)),
+            causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="GLM-4-0414: GLM's attention; sandwich norms (after the attention and the MLP as well)"),
     Fixture("olmo", "olmo", tf.OlmoForCausalLM, _olmo, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
             atol=_LOOSE, positions="rotary",
             notes="OLMo 1: parameter-free layer norms; q, k and v clamped to [-0.5, 0.5] (clip_qkv, so the clamp bites "

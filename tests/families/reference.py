@@ -572,7 +572,8 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
     """Llama and its relatives. Besides the plain layer (pre-norm, rotary, gated MLP), per model type: Qwen3 / Apertus
     / EXAONE 4 RMS-norm each query and key head before rotary, Hunyuan and nanochat after it; EXAONE 4 has no norm
     before its blocks but RMSNorms after the attention and the MLP, and (with a sliding window) no positions in its
-    global layers; nanochat has norms without weights (one more right after the embedding), rotates by minus the
+    global layers; GLM and GLM-4 rotate interleaved pairs of the first half of each head, GLM-4 with sandwich norms;
+    nanochat has norms without weights (one more right after the embedding), rotates by minus the
     angle (its rotate-half is the mirror of Llama's), a plain relu^2 MLP (as Arcee; Apertus: xIELU) and soft-capped
     logits."""
     cfg = model.config
@@ -622,6 +623,9 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
             n_rot = int(d * partial)
             if use_rope and cfg.model_type in ("helium", "ernie4_5"):  # interleaved pairs (2i, 2i + 1)
                 q, k = rotary_interleaved(q, positions, theta), rotary_interleaved(k, positions, theta)
+            elif use_rope and cfg.model_type in ("glm", "glm4"):  # interleaved pairs of the first n_rot dims
+                q, k = (torch.cat([rotary_interleaved(t[..., :n_rot], positions, theta), t[..., n_rot:]], -1)
+                        for t in (q, k))
             elif use_rope:  # nanochat rotates by minus the angle
                 p = -positions if nanochat else positions
                 q, k = partial_rotary(q, p, theta, n_rot), partial_rotary(k, p, theta, n_rot)
@@ -637,6 +641,12 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
             h = h + norm(attn_out, layer.post_attention_layernorm)
             m = layer.mlp
             h = h + norm(lin(act(lin(h, m.gate_proj)) * lin(h, m.up_proj), m.down_proj), layer.post_feedforward_layernorm)
+            continue
+        if cfg.model_type == "glm4":  # sandwich norms: after the attention and after the MLP as well
+            h = h + norm(attn_out, layer.post_self_attn_layernorm)
+            m = layer.mlp
+            gate, up = lin(norm(h, layer.post_attention_layernorm), m.gate_up_proj).chunk(2, dim=-1)
+            h = h + norm(lin(act(gate) * up, m.down_proj), layer.post_mlp_layernorm)
             continue
         h = h + attn_out * branch
         x = norm(h, pre_mlp)
@@ -961,7 +971,7 @@ _FAMILIES = {
     "qwen3": _llama_like, "gpt_oss": _llama_like, "smollm3": _llama_like, "granite": _llama_like,
     "starcoder2": _llama_like, "qwen2_moe": _llama_like, "helium": _llama_like, "ernie4_5": _llama_like, "ministral": _llama_like, "seed_oss": _llama_like,
     "arcee": _llama_like, "apertus": _llama_like, "exaone4": _llama_like, "hunyuan_v1_dense": _llama_like,
-    "nanochat": _llama_like, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
+    "nanochat": _llama_like, "glm": _llama_like, "glm4": _llama_like, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
     "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,

@@ -87,7 +87,7 @@ def _attention(model, family, kind, layer):
     if family in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2",
                   "gemma3_text", "olmo", "olmo2", "olmo3", "smollm3", "granite", "starcoder2", "cohere",
                   "cohere2", "ministral", "seed_oss", "qwen2_moe", "helium", "ernie4_5", "arcee", "apertus",
-                  "exaone4", "hunyuan_v1_dense", "nanochat"):
+                  "exaone4", "hunyuan_v1_dense", "nanochat", "glm", "glm4"):
         a = model.model.layers[layer].self_attn
         return a.q_proj, a.o_proj, "linear"
     if family == "t5":

@@ -1,6 +1,6 @@
 """The Llama family: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 1-3, gpt-oss, SmolLM3, Granite,
 StarCoder2, Cohere (Command R), Cohere 2, Ministral, Seed-OSS, Qwen2-MoE, Helium, ERNIE 4.5, Arcee, Apertus, EXAONE 4,
-Hunyuan (dense) and nanochat causal LMs (grouped-query attention).
+Hunyuan (dense), nanochat, GLM and GLM-4 causal LMs (grouped-query attention).
 
 Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_heads * head_dim`` rows), ``k_proj`` /
 ``v_proj`` (``num_key_value_heads * head_dim`` rows each) and ``o_proj`` INSIDE the module. One grid, ``[n_layers,
@@ -46,7 +46,8 @@ uses rotary in its sliding layers only (its global layers have no positions, and
 function) and normalises after its blocks rather than before (untouched). Hunyuan (dense) and nanochat normalise each
 query and key head AFTER rotary (Hunyuan's ``query_layernorm`` / ``key_layernorm``; nanochat's norms have no weight),
 an order a pruned layer and the attention maps keep. Arcee, Apertus and nanochat have MLPs of two matrices (no gate),
-which the FLOP estimate counts.
+which the FLOP estimate counts. GLM and GLM-4 rotate interleaved pairs of the first half of each head through their
+own rotary function (and GLM-4 normalises after its blocks as well as before: untouched).
 
 Physical pruning removes the query heads' rows of ``q_proj`` and columns of ``o_proj``, and the rows of a
 key/value head in ``k_proj`` / ``v_proj`` once no kept query head reads it. The groups left may be uneven (3 query
@@ -263,7 +264,7 @@ class LlamaFamily(Family):
     model_types = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
                    "gpt_oss", "smollm3", "granite", "starcoder2", "cohere", "cohere2", "ministral", "seed_oss",
                    "qwen2_moe", "helium", "ernie4_5", "arcee", "apertus", "exaone4", "hunyuan_v1_dense",
-                   "nanochat") + _WRAPPERS
+                   "nanochat", "glm", "glm4") + _WRAPPERS
     projections = "separate"
     linear = "Linear"
     positions = "rotary"
