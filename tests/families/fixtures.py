@@ -359,6 +359,15 @@ def _glm(config_class):
                         eos_token_id=2)
 
 
+def _stablelm(parallel: bool):
+    return tf.StableLmConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                              "partial_rotary_factor": 0.25},
+                             qk_layernorm=True, use_qkv_bias=True, use_parallel_residual=parallel,
+                             tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
 def _olmo():
     return tf.OlmoConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, clip_qkv=0.5,
@@ -561,6 +570,13 @@ _ALL = [
     Fixture("glm4", "glm4", tf.Glm4ForCausalLM, lambda: _glm(tf.Glm4Config), _one(Grid(2, 4, 2, 8, causal=True)),
             causal_lm=True, atol=_LOOSE, positions="rotary",
             notes="GLM-4-0414: GLM's attention; sandwich norms (after the attention and the MLP as well)"),
+    Fixture("stablelm", "stablelm", tf.StableLmForCausalLM, lambda: _stablelm(False),
+            _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="StableLM 2: rotary on the first quarter of each head; a layer norm module per query and key head "
+                  "(qk_layernorm); biased q/k/v; layer norms with biases"),
+    Fixture("stablelm_parallel", "stablelm", tf.StableLmForCausalLM, lambda: _stablelm(True),
+            _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="StableLM with the attention and the MLP in parallel (use_parallel_residual)"),
     Fixture("olmo", "olmo", tf.OlmoForCausalLM, _olmo, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
             atol=_LOOSE, positions="rotary",
             notes="OLMo 1: parameter-free layer norms; q, k and v clamped to [-0.5, 0.5] (clip_qkv, so the clamp bites "

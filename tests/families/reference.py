@@ -467,6 +467,9 @@ def llama_heads(model) -> list[LlamaHeads]:
         qn, kn = getattr(a, "q_norm", None), getattr(a, "k_norm", None)
         if qn is None:  # Hunyuan's names
             qn, kn = getattr(a, "query_layernorm", None), getattr(a, "key_layernorm", None)
+        if qn is None and getattr(a, "qk_layernorm", False):  # StableLM: one LayerNorm per head -> rows [heads, d]
+            qn, kn = (type("PerHead", (), {"weight": torch.stack([m.weight for m in ln.norms])})()
+                      for ln in (a.q_layernorm, a.k_layernorm))
         if qn is not None and getattr(qn, "weight", None) is None:  # nanochat: RMSNorms without a weight
             qn = kn = type("Unweighted", (), {"weight": torch.ones(d, dtype=a.q_proj.weight.dtype)})()
         if hasattr(a, "qkv_proj"):  # Phi-3: one projection, rows: the query heads, the keys, the values
@@ -478,7 +481,8 @@ def llama_heads(model) -> list[LlamaHeads]:
                               a.v_proj.bias, a.o_proj.weight, a.o_proj.bias,
                               torch.arange(cfg.num_attention_heads) // group, d,
                               None if qn is None else qn.weight, None if kn is None else kn.weight,
-                              getattr(cfg, "rms_norm_eps", 0.0), getattr(a, "sinks", None)))
+                              getattr(cfg, "rms_norm_eps", None) or getattr(cfg, "layer_norm_eps", 0.0),
+                              getattr(a, "sinks", None)))
     return out
 
 
@@ -588,11 +592,12 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
     act = None if cfg.hidden_act == "xielu" else activation(cfg.hidden_act)  # Apertus: xIELU, from its module
     ablation = _grid_ablation(ablations, None)
     starcoder2 = cfg.model_type == "starcoder2"  # layer norms with biases, a plain MLP
+    stablelm = cfg.model_type == "stablelm"  # layer norms with biases; per-head layer norms; maybe parallel
     exaone4 = cfg.model_type == "exaone4"  # norms after the blocks, not before
     nanochat = cfg.model_type == "nanochat"
     after_rope = cfg.model_type in ("hunyuan_v1_dense", "nanochat")  # head norms after rotary
     # StarCoder2: LayerNorm (weight, bias, norm_epsilon); nanochat: RMSNorm without weight; the others: RMSNorm
-    norm = ((lambda y, m: layer_norm(y, m)) if starcoder2 else
+    norm = ((lambda y, m: layer_norm(y, m)) if starcoder2 or stablelm else
             (lambda y, m: rms_norm(y, 1.0, cfg.rms_norm_eps)) if nanochat else
             (lambda y, m: rms_norm(y, m.weight, cfg.rms_norm_eps)))
     granite = cfg.model_type == "granite"  # multipliers of the embeddings, the scores, each residual branch, the logits
@@ -618,7 +623,10 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
         else:
             d = w.head_dim
             q, k = split_heads(F.linear(x, w.q, w.q_bias), d), split_heads(F.linear(x, w.k, w.k_bias), d)
-            if w.q_norm is not None and not after_rope:  # Qwen3: each head's query and key RMS-normed over head_dim
+            if w.q_norm is not None and stablelm:  # a layer norm (no bias) per head, weights [heads, d]
+                q, k = (F.layer_norm(t, (d,), None, None, w.norm_eps) * wt[:, None, :]
+                        for t, wt in ((q, w.q_norm), (k, w.k_norm)))
+            elif w.q_norm is not None and not after_rope:  # Qwen3: each head's query and key RMS-normed over head_dim
                 q, k = rms_norm(q, w.q_norm, w.norm_eps), rms_norm(k, w.k_norm, w.norm_eps)
             n_rot = int(d * partial)
             if use_rope and cfg.model_type in ("helium", "ernie4_5"):  # interleaved pairs (2i, 2i + 1)
@@ -647,6 +655,10 @@ def _llama_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None)
             m = layer.mlp
             gate, up = lin(norm(h, layer.post_attention_layernorm), m.gate_up_proj).chunk(2, dim=-1)
             h = h + norm(lin(act(gate) * up, m.down_proj), layer.post_mlp_layernorm)
+            continue
+        if stablelm and cfg.use_parallel_residual:  # the attention and the MLP both read the first norm
+            m = layer.mlp
+            h = h + attn_out + lin(act(lin(x, m.gate_proj)) * lin(x, m.up_proj), m.down_proj)
             continue
         h = h + attn_out * branch
         x = norm(h, pre_mlp)
@@ -971,7 +983,7 @@ _FAMILIES = {
     "qwen3": _llama_like, "gpt_oss": _llama_like, "smollm3": _llama_like, "granite": _llama_like,
     "starcoder2": _llama_like, "qwen2_moe": _llama_like, "helium": _llama_like, "ernie4_5": _llama_like, "ministral": _llama_like, "seed_oss": _llama_like,
     "arcee": _llama_like, "apertus": _llama_like, "exaone4": _llama_like, "hunyuan_v1_dense": _llama_like,
-    "nanochat": _llama_like, "glm": _llama_like, "glm4": _llama_like, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
+    "nanochat": _llama_like, "glm": _llama_like, "glm4": _llama_like, "stablelm": _llama_like, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
     "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,

@@ -22,7 +22,7 @@ from .fixtures import FIXTURES
 LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2",
           "gemma3", "phi3", "olmo", "olmo2", "olmo3", "smollm3", "granite", "starcoder2", "cohere", "cohere2",
           "ministral", "seed_oss", "qwen2_moe", "helium", "ernie4_5", "arcee", "apertus", "exaone4", "hunyuan_v1_dense",
-          "nanochat", "glm", "glm4")
+          "nanochat", "glm", "glm4", "stablelm", "stablelm_parallel")
 NEOX = ("gpt_neox", "gpt_neox_sequential")
 OPTS = ("opt", "opt_post_norm")
 CAUSAL = ("gpt2",) + NEOX + OPTS + LLAMAS

@@ -87,7 +87,7 @@ def _attention(model, family, kind, layer):
     if family in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2",
                   "gemma3_text", "olmo", "olmo2", "olmo3", "smollm3", "granite", "starcoder2", "cohere",
                   "cohere2", "ministral", "seed_oss", "qwen2_moe", "helium", "ernie4_5", "arcee", "apertus",
-                  "exaone4", "hunyuan_v1_dense", "nanochat", "glm", "glm4"):
+                  "exaone4", "hunyuan_v1_dense", "nanochat", "glm", "glm4", "stablelm"):
         a = model.model.layers[layer].self_attn
         return a.q_proj, a.o_proj, "linear"
     if family == "t5":
@@ -407,6 +407,11 @@ def hand_pruned_llama(model, keep: dict[int, list[int]]):
                 # Cohere: a row per head (nanochat's norms have no weight)
                 a.q_norm.weight = torch.nn.Parameter(a.q_norm.weight[torch.tensor(heads)].clone())
                 a.k_norm.weight = torch.nn.Parameter(a.k_norm.weight[torch.tensor([h // group for h in heads])].clone())
+            if getattr(a, "qk_layernorm", False):  # StableLM: a norm module per head (and a view by its head counts)
+                a.q_layernorm.norms = torch.nn.ModuleList([a.q_layernorm.norms[h] for h in heads])
+                a.k_layernorm.norms = torch.nn.ModuleList([a.k_layernorm.norms[h // group] for h in heads])
+            if hasattr(a, "num_heads"):
+                a.num_heads = a.num_key_value_heads = len(heads)
         a.num_key_value_groups = 1
     return pruned
 

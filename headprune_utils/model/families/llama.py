@@ -1,6 +1,6 @@
 """The Llama family: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 1-3, gpt-oss, SmolLM3, Granite,
 StarCoder2, Cohere (Command R), Cohere 2, Ministral, Seed-OSS, Qwen2-MoE, Helium, ERNIE 4.5, Arcee, Apertus, EXAONE 4,
-Hunyuan (dense), nanochat, GLM and GLM-4 causal LMs (grouped-query attention).
+Hunyuan (dense), nanochat, GLM, GLM-4 and StableLM causal LMs (grouped-query attention).
 
 Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` (``num_attention_heads * head_dim`` rows), ``k_proj`` /
 ``v_proj`` (``num_key_value_heads * head_dim`` rows each) and ``o_proj`` INSIDE the module. One grid, ``[n_layers,
@@ -46,7 +46,9 @@ uses rotary in its sliding layers only (its global layers have no positions, and
 function) and normalises after its blocks rather than before (untouched). Hunyuan (dense) and nanochat normalise each
 query and key head AFTER rotary (Hunyuan's ``query_layernorm`` / ``key_layernorm``; nanochat's norms have no weight),
 an order a pruned layer and the attention maps keep. Arcee, Apertus and nanochat have MLPs of two matrices (no gate),
-which the FLOP estimate counts. GLM and GLM-4 rotate interleaved pairs of the first half of each head through their
+which the FLOP estimate counts. StableLM (2) rotates the first part of each head only, may layer-normalise each query
+and key head with a norm module of its own (``qk_layernorm``: a pruned layer keeps the kept heads' modules) and may add
+the attention and the MLP in parallel. GLM and GLM-4 rotate interleaved pairs of the first half of each head through their
 own rotary function (and GLM-4 normalises after its blocks as well as before: untouched).
 
 Physical pruning removes the query heads' rows of ``q_proj`` and columns of ``o_proj``, and the rows of a
@@ -130,15 +132,34 @@ def _norm_after_rope(module: nn.Module) -> bool:
 
 def _head_norms(module: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
     """The module's per-head query and key norms (``q_norm`` / ``k_norm``; Hunyuan's ``query_layernorm`` /
-    ``key_layernorm``), or (None, None)."""
+    ``key_layernorm``; StableLM's ``q_layernorm`` / ``k_layernorm`` when ``qk_layernorm``), or (None, None)."""
     if getattr(module, "q_norm", None) is not None:
         return module.q_norm, module.k_norm
+    if getattr(module, "qk_layernorm", False):  # StableLM: a layer norm per head (a list), only when asked for
+        return module.q_layernorm, module.k_layernorm
     return getattr(module, "query_layernorm", None), getattr(module, "key_layernorm", None)
+
+
+def _norms_per_head_module(norm: nn.Module | None) -> bool:
+    """StableLM's head norms: one LayerNorm module per head (``norms``), applied to ``[batch, heads, seq, head_dim]``
+    (the heads on dim 1), where the others take ``[batch, seq, heads, head_dim]``."""
+    return norm is not None and isinstance(getattr(norm, "norms", None), nn.ModuleList)
+
+
+def _rotary_dims(module: nn.Module) -> int | None:
+    """StableLM rotates the first ``rotary_ndims`` dims of each head by handing only those to its rotary function
+    (Phi-3's and GLM's functions split the head themselves); None elsewhere."""
+    return getattr(module, "rotary_ndims", None)
 
 
 def _per_head_norm(norm: nn.Module | None, rows: list[int]) -> nn.Module | None:
     """Cohere's head norms have a weight row per head: a copy keeping ``rows``; a norm shared by the heads (a 1-d
     weight: Qwen3, Gemma 3) or None is returned as it is."""
+    if _norms_per_head_module(norm):  # StableLM: a module per head, the kept heads' modules kept
+        new = copy.deepcopy(norm)
+        new.norms = nn.ModuleList([new.norms[i] for i in rows])
+        new.num_heads = len(rows)
+        return new
     if norm is None or getattr(norm, "weight", None) is None or norm.weight.dim() != 2:  # nanochat: no weight
         return norm
     new = copy.deepcopy(norm)
@@ -157,6 +178,34 @@ def _modeling(name: str):
     if not hasattr(module, "apply_rotary_pos_emb") or not hasattr(module, "eager_attention_forward"):
         module = importlib.import_module(_LLAMA_MODELING)
     return module
+
+
+def _normed_placed(q: torch.Tensor, k: torch.Tensor, q_norm, k_norm, after_rope: bool, position_embeddings, modeling,
+                   rotary_ndims: int | None, cast: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Queries and keys ``[batch, seq, heads, head_dim]`` -> ``[batch, heads, seq, head_dim]``, head-normed and rotated
+    in the family's order: the head norms before rotary (on ``[b, s, heads, d]``; StableLM's module per head on
+    ``[b, heads, s, d]``) or after it (Hunyuan, nanochat); rotary from ``position_embeddings`` (None: no positions)
+    through the family's own function, on the first ``rotary_ndims`` dims when given (StableLM). ``cast``: the angles
+    in the queries' dtype (the attention maps); a pruned layer uses them as given, as the original does."""
+    per_module = _norms_per_head_module(q_norm)
+    if q_norm is not None and not after_rope and not per_module:
+        q, k = q_norm(q), k_norm(k)
+    q, k = q.transpose(1, 2), k.transpose(1, 2)
+    if q_norm is not None and not after_rope and per_module:
+        q, k = q_norm(q), k_norm(k)
+    if position_embeddings is not None:
+        cos, sin = position_embeddings
+        if cast:
+            cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+        if rotary_ndims is not None and rotary_ndims < q.shape[-1]:
+            r = rotary_ndims
+            q_rot, k_rot = modeling.apply_rotary_pos_emb(q[..., :r], k[..., :r], cos, sin)
+            q, k = torch.cat((q_rot, q[..., r:]), dim=-1), torch.cat((k_rot, k[..., r:]), dim=-1)
+        else:
+            q, k = modeling.apply_rotary_pos_emb(q, k, cos, sin)
+    if q_norm is not None and after_rope:  # Hunyuan, nanochat ([b, heads, s, d]: over d alike)
+        q, k = q_norm(q), k_norm(k)
+    return q, k
 
 
 class GroupedQueryAttention(nn.Module):
@@ -203,6 +252,7 @@ class GroupedQueryAttention(nn.Module):
         self.q_norm = q_norm if q_norm is not None else own_q
         self.k_norm = k_norm if k_norm is not None else own_k
         self.norm_after_rope = _norm_after_rope(original)  # Hunyuan, nanochat: the head norms after rotary
+        self.rotary_ndims = _rotary_dims(original)  # StableLM: rotary on the first rotary_ndims dims only
         clip = getattr(original, "clip", None) if isinstance(original, GroupedQueryAttention) else (
             getattr(self.config, "clip_qkv", None) if self.config.model_type == "olmo" else None)
         self.clip = None if clip is None else float(clip)  # OLMo 1: q, k and v clamped to [-clip, clip]
@@ -227,15 +277,10 @@ class GroupedQueryAttention(nn.Module):
             query_states = query_states.clamp(-self.clip, self.clip)
             key_states = key_states.clamp(-self.clip, self.clip)
             value_states = value_states.clamp(-self.clip, self.clip)
-        if self.q_norm is not None and not self.norm_after_rope:
-            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
-        query_states, key_states = query_states.transpose(1, 2), key_states.transpose(1, 2)
+        query_states, key_states = _normed_placed(
+            query_states, key_states, self.q_norm, self.k_norm, self.norm_after_rope,
+            position_embeddings if self.use_rope else None, modeling, self.rotary_ndims)
         value_states = value_states.transpose(1, 2)
-        if self.use_rope:
-            cos, sin = position_embeddings
-            query_states, key_states = modeling.apply_rotary_pos_emb(query_states, key_states, cos, sin)
-        if self.q_norm is not None and self.norm_after_rope:  # Hunyuan, nanochat ([b, heads, s, d]: over d alike)
-            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
         if cache is not None:
             key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
         key_states = key_states.index_select(1, self.kv_index)
@@ -264,7 +309,7 @@ class LlamaFamily(Family):
     model_types = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
                    "gpt_oss", "smollm3", "granite", "starcoder2", "cohere", "cohere2", "ministral", "seed_oss",
                    "qwen2_moe", "helium", "ernie4_5", "arcee", "apertus", "exaone4", "hunyuan_v1_dense",
-                   "nanochat", "glm", "glm4") + _WRAPPERS
+                   "nanochat", "glm", "glm4", "stablelm") + _WRAPPERS
     projections = "separate"
     linear = "Linear"
     positions = "rotary"
@@ -313,20 +358,15 @@ class LlamaFamily(Family):
         b, s, _ = query_out.shape
         q, k = query_out.view(b, s, -1, site.head_dim), key_out.view(b, s, -1, site.head_dim)
         q_norm, k_norm = self.head_norms(site.module)
-        after = _norm_after_rope(site.module)
-        if q_norm is not None and not after:  # Qwen3, Gemma 3, Cohere: each head normed over head_dim, before rotary
-            q, k = q_norm(q), k_norm(k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        angles = None
         if _uses_rope(site.module):  # not SmolLM3's NoPE layers, Cohere 2's and EXAONE 4's global layers
-            cos, sin = (call_kwargs or {}).get("position_embeddings", (None, None))
-            if cos is None:
+            angles = (call_kwargs or {}).get("position_embeddings", (None, None))
+            if angles[0] is None:
                 raise ValueError(f"layer {site.layer}: the attention module was called without position_embeddings "
                                  "(rotary angles); cannot place the queries and keys")
-            modeling = _modeling(getattr(site.module, "modeling_name", type(site.module).__module__))
-            q, k = modeling.apply_rotary_pos_emb(q, k, cos.to(q.dtype), sin.to(q.dtype))
-        if q_norm is not None and after:  # Hunyuan, nanochat: normed after rotary
-            q, k = q_norm(q), k_norm(k)
-        return q, k
+        modeling = _modeling(getattr(site.module, "modeling_name", type(site.module).__module__))
+        return _normed_placed(q, k, q_norm, k_norm, _norm_after_rope(site.module), angles, modeling,
+                              _rotary_dims(site.module), cast=True)
 
     def head_norms(self, module):
         """(q_norm, k_norm) applied to each head over its ``head_dim`` (Qwen3, Gemma 3, Hunyuan), or (None, None)."""
