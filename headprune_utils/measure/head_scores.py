@@ -6,8 +6,9 @@ physically absent (``pruning.prune_heads``) are NaN.
 Queries and keys. Scores that average over tokens average over the real QUERY tokens of the data
 (token-weighted, pooled over all sentences, so longer sentences weigh more). With ``exclude_special=True``
 the special tokens are left out as queries by a tokenizer-independent rule: the first and the last real
-token of every sequence ([CLS]/<s> and the final [SEP]/</s>), padding, and any id in ``special_ids`` (e.g.
-the middle [SEP] of a sentence pair). For :func:`confidence` and :func:`entropy` KEYS are never filtered: each
+token of every sequence ([CLS]/<s> and the final [SEP]/</s>, found by the attention mask, so padding may be on
+either side), padding, and any id in ``special_ids`` (e.g. the middle [SEP] of a sentence pair). A causal LM
+without such tokens wants ``exclude_special=False``. For :func:`confidence` and :func:`entropy` KEYS are never filtered: each
 row is the model's full distribution over all real keys, specials included (EOS dropped as a query only).
 :func:`attention_scores` also gives confidence with the special tokens excluded as KEYS (the same rule picks
 them), the reading of Voita et al.'s "maximum attention weight excluding the end of sentence symbol" in which a
@@ -64,19 +65,23 @@ def query_mask(
 ) -> torch.Tensor:
     """Which positions count as queries, bool ``[batch, seq]``.
 
-    attention_mask: ``[batch, seq]``, 1 = real token (right padding assumed: real tokens first).
-    With ``exclude_special``: the first and the last real token of each row are dropped, and every position
-    whose id (``input_ids``, needed then) is in ``special_ids``. Padding is never a query.
+    attention_mask: ``[batch, seq]``, 1 = real token (padding on either side).
+    With ``exclude_special``: the first and the last REAL token of each row are dropped (by the mask, so left
+    padding drops the right ones: BERT's [CLS] and [SEP]; a causal LM without such tokens wants
+    ``exclude_special=False``), and every position whose id (``input_ids``, needed then) is in ``special_ids``.
+    Padding is never a query.
     """
     real = attention_mask.bool()
     if not exclude_special:
         return real
     q = real.clone()
-    lengths = real.sum(dim=1)
+    n = real.shape[1]
     rows = torch.arange(real.shape[0], device=real.device)
-    has = lengths > 0
-    q[rows[has], 0] = False
-    q[rows[has], (lengths[has] - 1)] = False
+    has = real.any(dim=1)
+    first = real.to(torch.int8).argmax(dim=1)  # the first real position (argmax: the first maximum)
+    last = n - 1 - real.flip(1).to(torch.int8).argmax(dim=1)
+    q[rows[has], first[has]] = False
+    q[rows[has], last[has]] = False
     if special_ids:
         if input_ids is None:
             raise ValueError("special_ids needs input_ids")

@@ -46,6 +46,27 @@ def test_query_mask_drops_first_last_padding_and_special_ids():
         query_mask(ATT, special_ids={3})
 
 
+def test_query_mask_finds_the_special_tokens_by_the_mask_under_left_padding():
+    """Left padding: the first and last REAL tokens are dropped (they were positions 0 and length - 1 before, a
+    real middle token dropped and the last one kept); a sentence scores the same padded on either side."""
+    left = torch.tensor([[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0]])
+    assert query_mask(left).tolist() == [[False, False, False, True, True, True, False],
+                                         [False, True, True, True, True, True, False], [False] * 7]
+    from headprune_utils.model import models
+
+    model = models.tiny_causal_lm(60, seed=0, pad_token_id=0, hidden_size=32, intermediate_size=64,
+                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2).eval()
+    ids = torch.randint(3, 60, (1, 6), generator=torch.Generator().manual_seed(0))
+    pad = torch.zeros(1, 2, dtype=torch.long)
+    alone = {"input_ids": ids, "attention_mask": torch.ones(1, 6, dtype=torch.long)}
+    left = {"input_ids": torch.cat([pad, ids], 1), "attention_mask": torch.tensor([[0, 0] + [1] * 6])}
+    right = {"input_ids": torch.cat([ids, pad], 1), "attention_mask": torch.tensor([[1] * 6 + [0, 0]])}
+    for score in (confidence, entropy):  # rotary positions are relative: the same sentence, the same maps
+        base = score(model, [alone])
+        for batch in (left, right):
+            assert torch.allclose(score(model, [batch]), base, atol=1e-5), score.__name__
+
+
 def test_confidence_and_entropy_from_hand_maps():
     maps = hand_maps()
     q = query_mask(ATT)  # 3 queries in the first row (n = 5), 2 in the second (n = 4)
