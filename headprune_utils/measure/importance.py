@@ -54,6 +54,29 @@ def _examples(batch: dict[str, torch.Tensor]) -> Iterable[dict[str, torch.Tensor
         yield one
 
 
+def _is_causal_lm(model: nn.Module) -> bool:
+    """Whether ``model`` is one of Hugging Face's causal-LM classes (its loss shifts the labels by one)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return type(model).__name__ in set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+
+
+def _targets_from_real_positions(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A causal LM's batch whose labels no longer count a token predicted FROM a padding position (under left
+    padding, the first real token of a row is predicted from the pad before it): that label set to -100, as
+    ``lm_loss`` and ``perplexity`` count tokens (position ``t`` predicts ``t + 1`` where both are real) and as the
+    per-example form, which trims the padding, does. Other batches are returned as they are."""
+    labels, mask, ids = batch.get("labels"), batch.get("attention_mask"), batch.get("input_ids")
+    if (labels is None or mask is None or ids is None or labels.shape != ids.shape or mask.shape != ids.shape
+            or labels.dim() != 2 or not _is_causal_lm(model)):
+        return batch
+    from_pad = torch.zeros_like(mask, dtype=torch.bool)
+    from_pad[:, 1:] = ~mask[:, :-1].bool()
+    if not bool(from_pad.any()):
+        return batch
+    return {**batch, "labels": labels.masked_fill(from_pad.to(labels.device), -100)}
+
+
 def layer_normalize(scores: torch.Tensor) -> torch.Tensor:
     """Divide each row (layer) of ``scores`` ``[n_layers, n_heads]`` by its L2 norm over its non-NaN entries.
 
@@ -87,6 +110,10 @@ def head_importance(
         are physically absent (``kept_heads``) are NaN in any case.
     per_example: take ``|.|`` per example instead of per batch (exact Michel et al.; slower).
 
+    A causal LM's loss counts the tokens ``lm_loss`` counts: a target predicted from a padding position (the first
+    real token of a left-padded row) is left out in both forms. Each batch (or example) weighs by its number of
+    examples, not of tokens.
+
     Returns ``I`` with ``I[l, h] = (1/N) sum_b n_b |dL_b/dg[l, h]|`` (or its per-example form), then normalised.
     """
     n_layers, n_heads = head_shape(model)
@@ -115,7 +142,7 @@ def head_importance(
                     rows = (mask.sum(-1) == 0).nonzero().flatten().tolist()
                     raise ValueError(f"head_importance: example(s) {rows} of a batch have no real token "
                                      "(attention_mask all 0): there is nothing to score")
-                parts = _examples(batch) if per_example else (batch,)
+                parts = _examples(batch) if per_example else (_targets_from_real_positions(model, batch),)
                 for part in parts:
                     n = int(part["labels"].shape[0])
                     gates = gate_values.detach().clone().requires_grad_(True)

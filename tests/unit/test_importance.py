@@ -162,3 +162,31 @@ def test_other_families_finite_and_normalised(kind):
     out = head_importance(tiny_model(kind), make_batches())
     assert not bool(torch.isnan(out).any())
     assert torch.allclose(out.norm(dim=1), torch.ones(3), rtol=1e-5)
+
+
+def test_a_causal_lms_importance_counts_the_tokens_lm_loss_counts_under_left_padding():
+    """Left padding: the first real token of a row is predicted from a pad. Hugging Face's loss counts that target;
+    lm_loss and the per-example form (which trims the padding) do not. Batch-mode importance now leaves it out too:
+    equal to |d lm_loss / d gates| of an own hook-free gradient (the gated model's mean token loss, the pad-predicted
+    targets excluded), and a batch of one left-padded sentence scores as the sentence alone."""
+    import torch.nn.functional as F
+
+    from headprune_utils.model import models
+
+    model = models.tiny_causal_lm(60, seed=0, pad_token_id=0, hidden_size=32, intermediate_size=64,
+                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2).eval()
+    ids = torch.randint(3, 60, (1, 6), generator=torch.Generator().manual_seed(1))
+    left = {"input_ids": torch.cat([torch.zeros(1, 2, dtype=torch.long), ids], 1),
+            "attention_mask": torch.tensor([[0, 0] + [1] * 6])}
+    left["labels"] = left["input_ids"].masked_fill(left["attention_mask"] == 0, -100)
+    alone = {"input_ids": ids, "attention_mask": torch.ones(1, 6, dtype=torch.long), "labels": ids.clone()}
+    got = head_importance(model, [left], normalize_layers=False)
+    assert torch.allclose(got, head_importance(model, [alone], normalize_layers=False), atol=1e-6)
+    assert torch.allclose(got, head_importance(model, [left], normalize_layers=False, per_example=True), atol=1e-6)
+    gates = torch.ones(2, 4, requires_grad=True)
+    with head_gates(model, gates):
+        logits = model(input_ids=left["input_ids"], attention_mask=left["attention_mask"]).logits
+    real = (left["attention_mask"][:, :-1] * left["attention_mask"][:, 1:]).bool()
+    loss = F.cross_entropy(logits[:, :-1][real], left["input_ids"][:, 1:][real])
+    (grad,) = torch.autograd.grad(loss, gates)
+    assert torch.allclose(got, grad.abs(), atol=1e-6)
