@@ -33,6 +33,7 @@ ONE penalty: ``expected_l0()`` is the expected number of open gates summed over 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -40,7 +41,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from headprune_utils.model.architecture import SEQ2SEQ_KINDS, attention_kinds, head_shapes
+from headprune_utils.model.architecture import SEQ2SEQ_KINDS, attention_kinds, head_shapes, present_mask
 from headprune_utils.model.gates import Ablation, head_gates
 from headprune_utils.train import phases
 
@@ -229,11 +230,36 @@ def l0_train(
         at ``min_steps``) where ``until(history)`` is true, e.g. the gates settled
         (:func:`headprune_utils.analysis.preconditions.gates_settled`); ``steps`` stays the cap. None: every step.
     Each step applies a fresh sample ``gates()`` (train mode) through ``head_gates(model, z, ablation)``.
+    A model pruned before (``prune_heads``): its absent heads' gates are closed in every record and in the mask,
+    and left out of the penalty (the expected number of open PRESENT heads), so the mask can prune the model again.
     Returns :class:`L0Result`; ``gates`` is left in eval mode, the model's mode and ``requires_grad`` restored.
     """
+    if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not math.isfinite(lam) or lam < 0:
+        raise ValueError(f"lam must be a finite number >= 0 (the weight of the expected number of open heads), "
+                         f"got {lam!r}")
     loss_fn = loss_fn or _default_loss
     device = next(model.parameters()).device
     gates.to(device)
+    # heads pruned away before (physically absent) have no gate to learn: closed, and not counted by the penalty
+    present = present_mask(model)
+    if isinstance(gates, HardConcreteGateDict):
+        present = {k: present[k].to(device) for k in gates.kinds}
+        shapes = {k: tuple(gates.gates[k].log_alpha.shape) for k in gates.kinds}
+        model_shapes = {k: tuple(m.shape) for k, m in present.items()}
+    else:
+        present = present.to(device)
+        shapes, model_shapes = tuple(gates.log_alpha.shape), tuple(present.shape)
+    if shapes != model_shapes:
+        raise ValueError(f"gates of shape {shapes} for a model whose heads are {model_shapes} "
+                         "(HardConcreteGates.for_model builds them to fit)")
+
+    def only_present(m):
+        return {k: v * present[k] for k, v in m.items()} if isinstance(m, dict) else m * present
+
+    def expected_open():
+        if isinstance(gates, HardConcreteGateDict):
+            return torch.stack([(g.open_prob() * present[k]).sum() for k, g in gates.gates.items()]).sum()
+        return (gates.open_prob() * present).sum()
     trainable = [p for p in model.parameters() if p.requires_grad]
     flags = [p.requires_grad for p in model.parameters()]
     opt = torch.optim.Adam(list(gates.parameters()), lr=lr)
@@ -263,13 +289,13 @@ def l0_train(
                     z = gates()
                     with head_gates(model, z, ablation=ablation, means=means):
                         task_loss = loss_fn(model, batch)
-                    l0 = gates.expected_l0()
+                    l0 = expected_open()
                     loss = task_loss + lam * l0
                     loss.backward()
                     opt.step()
                     if model_opt is not None:
                         model_opt.step()
-                    det = gates.deterministic(threshold)
+                    det = only_present(gates.deterministic(threshold))
                     n = n_open(det)
                     record = {"step": step, "loss": loss.detach().item(), "task_loss": task_loss.detach().item(),
                               "expected_l0": l0.detach().item(), "open": n}
@@ -287,7 +313,7 @@ def l0_train(
         for p, f in zip(model.parameters(), flags):
             p.requires_grad_(f)
         model.train(was_training)
-    final = gates.deterministic(threshold)
+    final = only_present(gates.deterministic(threshold))
     if isinstance(final, dict):
         result.mask = {k: m.detach().cpu().to(torch.float32) for k, m in final.items()}
     else:

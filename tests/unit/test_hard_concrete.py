@@ -236,3 +236,23 @@ def test_l0_train_with_a_gate_dict_freezes_the_model_and_returns_masks_by_type()
     assert all(p.grad is None for p in model.parameters())
     res0 = l0_train(model, HardConcreteGateDict.for_model(model, kinds=("enc",)), [batch], lam=0.0, steps=3, lr=0.05)
     assert n_open(res0.mask) == 8
+
+
+def test_l0_train_on_a_pruned_model_keeps_its_absent_heads_closed_and_out_of_the_penalty():
+    """After prune_heads, the absent heads had gates that read as open (an all-ones mask that prune_heads then
+    refused; a penalty counting heads that do not exist). Now they are closed in every record and in the mask, the
+    penalty is the expected number of open PRESENT heads (by hand), and the mask prunes the model again."""
+    model = prune_heads(tiny_model(), torch.tensor([[1, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 0]]))
+    gates = HardConcreteGates.for_model(model, init_log_alpha=10.0)
+    batch = tiny_inputs()
+    batch["labels"] = torch.tensor([0, 1, 2])
+    r = l0_train(model, gates, [batch], lam=0.0, steps=2)
+    assert r.mask.tolist() == [[1, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 0]]
+    assert all(h["open"] == 6 for h in r.history)
+    present = torch.tensor([[1, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 0]], dtype=torch.float32)
+    assert r.history[-1]["expected_l0"] == pytest.approx(float((gates.open_prob() * present).sum()), rel=1e-6)
+    prune_heads(model, r.mask)  # the same heads: nothing new to prune, and no refusal
+    with pytest.raises(ValueError, match="lam must be a finite number >= 0"):
+        l0_train(model, gates, [batch], lam=-1.0, steps=1)
+    with pytest.raises(ValueError, match=r"gates of shape \(2, 4\)"):
+        l0_train(model, HardConcreteGates(2, 4), [batch], lam=0.1, steps=1)
