@@ -271,18 +271,20 @@ def head_gates(
                     handles.append(site.value.register_forward_hook(make_value_hook((kind, site.layer))))
                 hook = make_gate_hook(site, ids)
                 handles.append(site.out_proj.register_forward_pre_hook(hook))
-        outer = getattr(model, ACTIVE_GATES_ATTR, [])
-        setattr(model, ACTIVE_GATES_ATTR, outer + [(abl, grids)])  # prune_heads and the maps read it
+        entry = (abl, grids)
+        setattr(model, ACTIVE_GATES_ATTR, getattr(model, ACTIVE_GATES_ATTR, []) + [entry])  # prune_heads, maps
         pushed = True
         yield gates
     finally:
         for h in handles:
             h.remove()
         state.clear()
-        if pushed:  # this block's entry only (an error before it was recorded leaves the outer blocks' as they are)
-            if outer:
-                setattr(model, ACTIVE_GATES_ATTR, outer)
-            else:
+        if pushed:  # this block's entry only, found by identity: blocks left out of order (an ExitStack, manual
+            # __exit__) remove their own, never an inner block's (an error before it was recorded: nothing)
+            left = [e for e in getattr(model, ACTIVE_GATES_ATTR, []) if e is not entry]
+            if left:
+                setattr(model, ACTIVE_GATES_ATTR, left)
+            elif hasattr(model, ACTIVE_GATES_ATTR):
                 delattr(model, ACTIVE_GATES_ATTR)
 
 

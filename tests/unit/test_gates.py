@@ -184,3 +184,27 @@ def test_other_families_all_ones_and_zero_gate_equals_pruning(kind):
     assert torch.allclose(logits(model, inputs), gated, atol=1e-5)
     assert kept_heads(model) == [[0, 2], [], [0, 1, 2]]
     assert len(attention_sites(model)) == 3
+
+
+def test_gate_blocks_left_out_of_order_remove_their_own_record_only():
+    """Enter A, enter B, leave A, leave B (an ExitStack or manual __exit__): between the exits B is still gating and
+    active_gates shows B alone (it showed nothing), and afterwards no record is left (A's stayed behind, and
+    prune_heads refused the model as 'inside a head_gates block' from then on)."""
+    from headprune_utils.model.architecture import active_gates
+
+    model = tiny_model()
+    x = tiny_inputs()
+    base = model(**x).logits
+    a_gates, b_gates = torch.ones(3, 4), torch.ones(3, 4)
+    a_gates[0, 0], b_gates[1, 1] = 0.0, 0.0
+    a, b = head_gates(model, a_gates), head_gates(model, b_gates)
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    assert [g[None] for _, g in active_gates(model)] == [b_gates]
+    with head_gates(model, b_gates):
+        only_b = model(**x).logits
+    assert torch.allclose(model(**x).logits, only_b)  # B alone is gating
+    b.__exit__(None, None, None)
+    assert active_gates(model) == [] and torch.allclose(model(**x).logits, base)
+    prune_heads(model, a_gates)  # not refused
