@@ -109,8 +109,20 @@ def ablate_heads(
 
 
 def _as_grid(gates, shape: tuple[int, int], name: str, allow_out_of_range: bool = False) -> torch.Tensor:
+    if gates is None:
+        raise ValueError(f"{name} is None: give a [n_layers, n_heads] = {list(shape)} tensor of gate values "
+                         "(1 = the head kept, 0 = removed)")
     if not isinstance(gates, torch.Tensor):
-        gates = torch.as_tensor(gates, dtype=torch.float32)
+        try:
+            gates = torch.as_tensor(gates, dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"{name} must be a [n_layers, n_heads] = {list(shape)} grid of numbers, got "
+                             f"{type(gates).__name__} ({exc})") from None
+    if gates.is_complex():
+        raise ValueError(f"{name} must be real numbers, got dtype {gates.dtype}")
+    if gates.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device (a tensor without values): give gates with values "
+                         "(they may be on the CPU; they are moved to each layer's device)")
     if tuple(gates.shape) != shape:
         raise ValueError(f"{name} must have shape [n_layers, n_heads] = {list(shape)}, got {list(gates.shape)}")
     g = gates.detach()
@@ -147,9 +159,12 @@ def _check_means(model: nn.Module, grids: dict, means, name: str = "mean") -> di
         raise ValueError(f"means lack the gated attention type(s) {missing}")
     for k in grids:
         shape = head_shape(model, k)
-        if tuple(by_kind[k].shape[:2]) != shape:
-            raise ValueError(f"{grid_name('means', k)} must be [n_layers, n_heads, head_dim] with "
-                             f"[n_layers, n_heads] = {list(shape)}, got {list(by_kind[k].shape)}")
+        dims = sorted({int(site.head_dim) for site in attention_sites(model, k)})
+        want = list(shape) + (dims if len(dims) == 1 else ["head_dim"])
+        got = tuple(torch.as_tensor(by_kind[k]).shape)
+        if len(got) != 3 or got[:2] != shape or (len(dims) == 1 and got[2] != dims[0]):
+            raise ValueError(f"{grid_name('means', k)} must be [n_layers, n_heads, head_dim] = {want}, got "
+                             f"{list(got)} (head_means(model, batches) computes them)")
         finite = torch.isfinite(torch.as_tensor(by_kind[k]))
         if not bool(finite.all()):
             bad = sorted({tuple(int(i) for i in x[:2]) for x in torch.nonzero(~finite)})[:5]
@@ -176,8 +191,11 @@ def head_gates(
     Encoder-decoders: ``gates`` is a dict by attention type (``"enc"``, ``"dec"``, ``"cross"``; any subset),
     see the module docstring for the ablations each type supports.
     ``means``: ``[n_layers, n_heads, head_dim]`` from :func:`head_means` (a dict of them by type for
-    encoder-decoders), required for ``"mean"``.
+    encoder-decoders), required for ``"mean"`` and read by it only (the other ablations leave them unread, so one
+    loop may pass them with every ablation).
     Yields ``gates`` as checked (the same tensor objects, so callers can keep a handle on ``requires_grad`` ones).
+    The gates are read at every forward, not copied: changing them in place inside the block changes the gating
+    (what a training loop over gate values relies on), and their values are checked when the block opens only.
     """
     abl = as_ablation(ablation)
     gates = check_gates(model, gates, allow_out_of_range)

@@ -208,3 +208,21 @@ def test_gate_blocks_left_out_of_order_remove_their_own_record_only():
     b.__exit__(None, None, None)
     assert active_gates(model) == [] and torch.allclose(model(**x).logits, base)
     prune_heads(model, a_gates)  # not refused
+
+
+def test_gates_and_means_that_cannot_work_are_refused_when_the_block_opens_naming_them():
+    """Odd gate values (None, text, complex, meta tensors) and means of a wrong head size used to give bare torch or
+    Python errors (means: only at the first forward)."""
+    model = tiny_model()
+    for bad, match in ((None, "gates is None"), ("0101", "grid of numbers, got str"),
+                       (torch.ones(3, 4, dtype=torch.complex64), "real numbers"),
+                       (torch.ones(3, 4, device="meta"), "meta device")):
+        with pytest.raises(ValueError, match=match):
+            with head_gates(model, bad):
+                pass
+    d = attention_sites(model)[0].head_dim
+    for shape in ((3, 4), (3, 4, d + 1)):
+        with pytest.raises(ValueError, match=rf"means must be \[n_layers, n_heads, head_dim\] = \[3, 4, {d}\]"):
+            with head_gates(model, torch.ones(3, 4), ablation="mean", means=torch.zeros(shape)):
+                pass
+    assert not hasattr(model, "_headprune_active_gates") or not model._headprune_active_gates
