@@ -791,6 +791,66 @@ def _olmo_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None) 
     return Trace(F.linear(h, model.lm_head.weight), {None: layers})
 
 
+# ------------------------------------------------------------------------------------------------ DeepSeek-V3
+def _deepseek_v3(model, inputs, ablations, keep: dict[int, list[int]] | None = None) -> Trace:
+    """DeepSeek-V3's multi-head latent attention, head by head: head h's query ``[q_nope_h | rot(q_rope_h)]`` from
+    ``q_proj`` (or ``q_b_proj(rms(q_a_proj x))``), its key ``[k_nope_h | rot(k_rope)]`` and value from
+    ``kv_b_proj(rms(latent))``, the rotated key part ``k_rope`` shared by the heads (both from ``kv_a_proj_with_mqa``);
+    rotary on the rope parts (interleaved pairs de-interleaved first when ``rope_interleave``); scores scaled by
+    ``qk_head_dim ** -0.5`` (default rope: no YaRN mscale). Dense gated SiLU MLPs only (the fixture has no expert
+    layer). ``keep``: the reference of a model pruned to those heads per layer (their rows and columns only)."""
+    cfg = model.config
+    rope = cfg.rope_parameters
+    if rope.get("rope_type", "default") != "default" or cfg.first_k_dense_replace < cfg.num_hidden_layers:
+        raise ValueError("the DeepSeek-V3 reference does default rotary and dense MLPs only")
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    n = ids.shape[1]
+    positions = torch.arange(n)
+    eps = cfg.rms_norm_eps
+    nope, rot, dv, rank = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
+    act = activation(cfg.hidden_act)
+    ablation = _grid_ablation(ablations, None)
+
+    def place(x):  # rotary on the rope part
+        if cfg.rope_interleave:
+            x = torch.cat([x[..., 0::2], x[..., 1::2]], -1)
+        return rotary(x, positions, rope["rope_theta"])
+
+    h = model.model.embed_tokens.weight[ids]
+    layers = []
+    for i, layer in enumerate(model.model.layers):
+        a = layer.self_attn
+        heads = list(range(cfg.num_attention_heads)) if keep is None or i not in keep else sorted(keep[i])
+        x = rms_norm(h, layer.input_layernorm.weight, eps)
+        if not heads:
+            layers.append(None)
+            attn_out = torch.zeros_like(h) if a.o_proj.bias is None else a.o_proj.bias.expand_as(h)
+        else:
+            q = (lin(x, a.q_proj) if cfg.q_lora_rank is None
+                 else lin(rms_norm(lin(x, a.q_a_proj), a.q_a_layernorm.weight, eps), a.q_b_proj))
+            q = split_heads(q, nope + rot)[:, heads]  # [b, kept, n, nope + rot]
+            latent = lin(x, a.kv_a_proj_with_mqa)
+            kv = split_heads(lin(rms_norm(latent[..., :rank], a.kv_a_layernorm.weight, eps), a.kv_b_proj),
+                             nope + dv)[:, heads]
+            k_rope = place(latent[..., rank:][:, None])  # [b, 1, n, rot]: one for every head
+            q = torch.cat([q[..., :nope], place(q[..., nope:])], -1)
+            k = torch.cat([kv[..., :nope], k_rope.expand(-1, len(heads), -1, -1)], -1)
+            v = kv[..., nope:]
+            if ablation is not None and keep is not None:
+                raise ValueError("ablations of a pruned model's reference: gate the unpruned one instead")
+            t = attend(q, k, v, visible_keys(mask, n, causal=True), scale=(nope + rot) ** -0.5,
+                       kv_of_query=torch.arange(len(heads)), ablation=ablation, layer=i)
+            layers.append(t)
+            cols = torch.tensor([hh * dv + j for hh in heads for j in range(dv)], dtype=torch.long)
+            attn_out = F.linear(merge(t), a.o_proj.weight[:, cols], a.o_proj.bias)
+        h = h + attn_out
+        x = rms_norm(h, layer.post_attention_layernorm.weight, eps)
+        m = layer.mlp
+        h = h + lin(act(lin(x, m.gate_proj)) * lin(x, m.up_proj), m.down_proj)
+    h = rms_norm(h, model.model.norm.weight, eps)
+    return Trace(F.linear(h, model.lm_head.weight), {None: layers})
+
+
 # ------------------------------------------------------------------------------------------------ Gemma
 def gemma_norm(x, weight, eps):
     """Gemma's RMSNorm: the weight is an offset from 1 (``(1 + weight) * x / rms(x)``)."""
@@ -983,7 +1043,8 @@ _FAMILIES = {
     "qwen3": _llama_like, "gpt_oss": _llama_like, "smollm3": _llama_like, "granite": _llama_like,
     "starcoder2": _llama_like, "qwen2_moe": _llama_like, "helium": _llama_like, "ernie4_5": _llama_like, "ministral": _llama_like, "seed_oss": _llama_like,
     "arcee": _llama_like, "apertus": _llama_like, "exaone4": _llama_like, "hunyuan_v1_dense": _llama_like,
-    "nanochat": _llama_like, "glm": _llama_like, "glm4": _llama_like, "stablelm": _llama_like, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
+    "nanochat": _llama_like, "glm": _llama_like, "glm4": _llama_like, "stablelm": _llama_like,
+    "deepseek_v3": _deepseek_v3, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
     "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,

@@ -25,12 +25,13 @@ LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "mixtral", "qwen2", "qwen3", "qwe
           "nanochat", "glm", "glm4", "stablelm", "stablelm_parallel")
 NEOX = ("gpt_neox", "gpt_neox_sequential")
 OPTS = ("opt", "opt_post_norm")
-CAUSAL = ("gpt2",) + NEOX + OPTS + LLAMAS
+MLA = ("deepseek_v3", "deepseek_v3_plain")  # multi-head latent attention
+CAUSAL = ("gpt2",) + NEOX + OPTS + LLAMAS + MLA
 PRUNED = tuple(n for n in CAUSAL if FIXTURES[n].prunable)  # OLMo 2/3 refuse pruning (tested below)
 PRUNED_LLAMAS = tuple(n for n in LLAMAS if FIXTURES[n].prunable)
 FAMILY_OF = {"gpt2": "gpt2", "gpt_neox": "gpt_neox", "gpt_neox_sequential": "gpt_neox", "opt": "opt",
              "opt_post_norm": "opt", "phi3": "phi3", "olmo": "olmo", "olmo2": "olmo",
-             "olmo3": "olmo"}  # the rest: "llama"
+             "olmo3": "olmo", "deepseek_v3": "deepseek", "deepseek_v3_plain": "deepseek"}  # the rest: "llama"
 CASES = [(n, impl) for n in CAUSAL for impl in FIXTURES[n].attn_implementations]
 # pruning cases (kept query heads per layer; 4 query heads everywhere): uneven groups (3 heads on one kv head, 1
 # on the other), a key/value head left with no reader (GQA: heads 0 and 1 read kv head 0), an empty first or last layer
@@ -142,7 +143,7 @@ def test_uniform_during_cached_generation_is_an_error(name):
     assert torch.equal(seq, want)
 
 
-@pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "mistral"])
+@pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "mistral", "deepseek_v3"])
 def test_head_means_and_contexts(name):
     fx, model, batch = FIXTURES[name], _model(name, "sdpa"), FIXTURES[name].inputs()
     g = fx.grids[None]
@@ -278,7 +279,8 @@ def test_attention_maps_equal_the_reference(name, impl):
 
 # ------------------------------------------------------------------ gradients and L0 gates
 @pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "llama_gqa", "qwen2", "qwen3", "gemma2", "gemma3",
-                                  "phi3", "mixtral", "gpt_oss", "olmo", "olmo3", "cohere", "smollm3"])
+                                  "phi3", "mixtral", "gpt_oss", "olmo", "olmo3", "cohere", "smollm3", "deepseek_v3",
+                                  "hunyuan_v1_dense", "stablelm"])
 @pytest.mark.parametrize("how", ["zero", "uniform"])
 def test_gate_gradients_equal_the_reference(name, how):
     """d loss / d gates through the package's gates = autograd of the reference's LM loss (itself checked against
@@ -360,6 +362,10 @@ def test_head_parameters_follow_the_heads_through_pruning(name):
             want_key = sites[0].query.weight.detach()[rows].reshape(-1)
             if sites[0].query.bias is not None:
                 want_key = torch.cat([want_key, sites[0].query.bias.detach()[rows]])
+        elif name in MLA:  # kv_b_proj's rows head by head: [k_nope | v]; the key part is head h's first rows
+            m = sites[0].module
+            block = h * (m.qk_nope_head_dim + m.v_head_dim)
+            want_key = m.kv_b_proj.weight.detach()[block:block + m.qk_nope_head_dim].reshape(-1)
         elif name == "phi3":  # qkv_proj's rows: the query heads, then the key heads (no bias)
             kv = g.kv_head_of(h)
             want_key = sites[0].query.weight.detach()[g.n_heads * d + kv * d:g.n_heads * d + (kv + 1) * d].reshape(-1)
@@ -680,3 +686,84 @@ def test_a_pruned_layer_calls_the_attention_function_with_the_originals_settings
     original, calls[:] = list(calls), []
     prune_heads(model, torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1]]))(**fx.inputs())
     assert calls == original and len(original) == 2
+
+
+@pytest.mark.parametrize("name", MLA)
+def test_latent_attention_prunes_each_heads_own_rows_and_keeps_the_shared_latent(name):
+    """DeepSeek-V3: pruning keeps the kept heads' query rows, their [k_nope | v] rows of kv_b_proj and their o_proj
+    columns; the latent projection and the shared rotated key part (and so the KV cache) stay whole. The FLOP
+    estimate of latent attention is refused, not guessed."""
+    fx = FIXTURES[name]
+    model = _model(name, "eager")
+    cfg = model.config
+    pruned = prune_heads(_fresh(name), _mask({0: [1, 3], 1: [2]}, (2, 4)))
+    qk, kv = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, cfg.qk_nope_head_dim + cfg.v_head_dim
+    for layer, kept in ((0, [1, 3]), (1, [2])):
+        a, b = model.model.layers[layer].self_attn, pruned.model.layers[layer].self_attn
+        q_a, q_b = (a.q_proj, b.q_proj) if a.q_proj is not None else (a.q_b_proj, b.q_b_proj)
+        assert torch.equal(q_b.weight, torch.cat([q_a.weight[h * qk:(h + 1) * qk] for h in kept]))
+        assert torch.equal(b.kv_b_proj.weight, torch.cat([a.kv_b_proj.weight[h * kv:(h + 1) * kv] for h in kept]))
+        assert torch.equal(b.o_proj.weight, torch.cat([a.o_proj.weight[:, h * cfg.v_head_dim:(h + 1) * cfg.v_head_dim]
+                                                       for h in kept], 1))
+        assert torch.equal(b.kv_a_proj_with_mqa.weight, a.kv_a_proj_with_mqa.weight)
+    with torch.no_grad():
+        cache = pruned(**fx.inputs(padded=False), use_cache=True).past_key_values
+    assert cache.layers[0].keys.shape[-1] == cfg.kv_lora_rank  # the compressed latent, whatever the heads
+    with pytest.raises(A.UnsupportedArchitectureError, match="latent attention"):
+        A.family_of(cfg).cost_dims(cfg)
+
+
+@pytest.mark.parametrize("name", ["arcee", "glm", "stablelm", "llama_gqa"])
+def test_a_sliding_window_key_the_model_never_reads_windows_neither_maps_nor_uniform(name):
+    """Hugging Face keeps unknown config.json keys as attributes: a stray ``sliding_window`` on a model whose own
+    masks never window (Llama, Arcee, GLM, StableLM, ...) changes nothing in HF, and now nothing in the attention
+    maps (against HF's eager attentions) or the "uniform" ablation (against HF with the heads' queries zeroed,
+    which makes their attention uniform over the visible keys); both windowed it before."""
+    fx = FIXTURES[name]
+    cfg = fx.config("eager")
+    cfg.sliding_window = 3
+    torch.manual_seed(0)
+    model = fx.model_class._from_config(cfg, attn_implementation="eager").to(torch.float64).eval()
+    batch = fx.inputs(seq=9)
+    with torch.no_grad():
+        hf = model(**batch, output_attentions=True).attentions
+    real = batch["attention_mask"].bool()[:, None, :, None]
+    for ours, theirs in zip(attention_maps(model, batch), hf):
+        assert _diff(ours.masked_fill(~real, 0), theirs.masked_fill(~real, 0)) <= 1e-6
+    gates = torch.ones(2, 4, dtype=torch.float64)
+    gates[1, 2] = 0.0
+    zeroed = copy.deepcopy(model)
+    q = A.attention_sites(zeroed)[1].query
+    with torch.no_grad():
+        q.weight[2 * 8:3 * 8] = 0
+        if q.bias is not None:
+            q.bias[2 * 8:3 * 8] = 0
+        want = zeroed(**batch).logits
+        with head_gates(model, gates, ablation="uniform"):
+            got = model(**batch).logits
+    assert _diff(got, want) <= 1e-6
+
+
+@pytest.mark.parametrize("name", ["stablelm", "cohere"])
+def test_a_heads_own_query_key_norm_is_one_of_its_parameters(name):
+    """StableLM's norm module per head and Cohere's norm weight row per head belong to their head: a change to head
+    1's query norm (and to key/value head 0's key norm) is that head's change in head_weights (parts "query_norm",
+    "key_norm"), and no other head's; Qwen3's shared norm belongs to no head."""
+    from headprune_utils.model.head_weights import relative_change
+
+    fx = FIXTURES[name]
+    before = fx.build("eager")
+    after = copy.deepcopy(before)
+    a = after.model.layers[0].self_attn
+    with torch.no_grad():
+        if name == "stablelm":
+            a.q_layernorm.norms[1].weight += 1.0
+            a.k_layernorm.norms[0].weight += 1.0
+        else:
+            a.q_norm.weight[1] += 1.0
+            a.k_norm.weight[0] += 1.0
+    change = relative_change(before, after)
+    assert {(int(l), int(h)) for l, h in torch.nonzero(change["query_norm"] > 0)} == {(0, 1)}
+    assert {(int(l), int(h)) for l, h in torch.nonzero(change["key_norm"] > 0)} == {(0, 0), (0, 1)}  # kv head 0
+    assert float(change["query"].abs().max()) == 0.0
+    assert "query_norm" not in relative_change(FIXTURES["qwen3"].build("eager"), FIXTURES["qwen3"].build("eager"))

@@ -8,10 +8,13 @@
     gpt2        GPT-2 causal LMs (fused Conv1D c_attn)
     gpt_neox    Pythia / GPT-NeoX causal LMs (fused query_key_value laid out head by head, partial rotary)
     llama       Llama, Mistral, Ministral, Mixtral, Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE, Gemma 1-3, gpt-oss, SmolLM3,
-                Granite, StarCoder2, Cohere 1-2, Seed-OSS, Helium, ERNIE 4.5 causal LMs (grouped-query attention, rotary or none, sliding windows, per-head query/key norms,
+                Granite, StarCoder2, Cohere 1-2, Seed-OSS, Helium, ERNIE 4.5, Arcee, Apertus, EXAONE 4, Hunyuan,
+                nanochat, GLM, GLM-4, StableLM causal LMs (grouped-query attention, rotary or none, sliding windows,
+                per-head query/key norms,
                 soft-capped scores, attention sinks)
     olmo        OLMo 1-3 (q/k/v clamps; OLMo 2/3's query/key norms span all heads: gates yes, pruning refused)
     phi3        Phi-3 / Phi-4-mini causal LMs (the Llama family's attention with one fused qkv_proj)
+    deepseek    DeepSeek-V3 causal LMs (multi-head latent attention: a shared compressed latent and rotated key)
     opt         OPT causal LMs (separate projections, learned positions, pre- or post-layer-norm)
     modernbert  ModernBERT encoders (fused Wqkv, rotary, local and global layers)
     t5          T5 encoder-decoders (three grids, per-head relative position bias)

@@ -130,6 +130,14 @@ def _norm_after_rope(module: nn.Module) -> bool:
     return getattr(getattr(module, "config", None), "model_type", None) in _NORM_AFTER_ROPE
 
 
+def _windowed(module: nn.Module) -> bool:
+    """Whether the model of this attention module masks by a sliding window at all: its modelling module builds
+    sliding-window masks (Mistral, Qwen2, Gemma 2, ...). Llama, Arcee, GLM, StableLM and others never do, whatever
+    ``sliding_window`` their config carries (Hugging Face keeps unknown ``config.json`` keys as attributes)."""
+    name = getattr(module, "modeling_name", type(module).__module__)
+    return hasattr(importlib.import_module(name), "create_sliding_window_causal_mask")
+
+
 def _head_norms(module: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
     """The module's per-head query and key norms (``q_norm`` / ``k_norm``; Hunyuan's ``query_layernorm`` /
     ``key_layernorm``; StableLM's ``q_layernorm`` / ``k_layernorm`` when ``qk_layernorm``), or (None, None)."""
@@ -144,6 +152,20 @@ def _norms_per_head_module(norm: nn.Module | None) -> bool:
     """StableLM's head norms: one LayerNorm module per head (``norms``), applied to ``[batch, heads, seq, head_dim]``
     (the heads on dim 1), where the others take ``[batch, seq, heads, head_dim]``."""
     return norm is not None and isinstance(getattr(norm, "norms", None), nn.ModuleList)
+
+
+def _own_norm_parameters(norm: nn.Module | None, i: int) -> torch.Tensor | None:
+    """Head ``i``'s own norm parameters, flat float64 on the CPU (weight, then bias): StableLM's module ``norms[i]``,
+    Cohere's weight row ``i``; None for a norm the heads share (Qwen3, Gemma 3: a weight of ``head_dim``) or none."""
+    if _norms_per_head_module(norm):
+        own = norm.norms[i]
+        parts = [own.weight] + ([own.bias] if getattr(own, "bias", None) is not None else [])
+    elif norm is not None and getattr(norm, "weight", None) is not None and norm.weight.dim() == 2:
+        parts = [norm.weight[i]] + ([norm.bias[i]] if getattr(norm, "bias", None) is not None
+                                    and norm.bias.dim() == 2 else [])
+    else:
+        return None
+    return torch.cat([p.detach().reshape(-1) for p in parts if p is not None]).to("cpu", torch.float64)
 
 
 def _rotary_dims(module: nn.Module) -> int | None:
@@ -383,6 +405,12 @@ class LlamaFamily(Family):
         sinks = getattr(site.module, "sinks", None)
         if sinks is not None:  # gpt-oss: the head's sink logit is its own parameter
             out["sink"] = sinks.detach()[pos:pos + 1].to("cpu", torch.float64)
+        q_norm, k_norm = _head_norms(site.module)
+        kv = int(self.site_kv_index(site, site.query.weight.shape[0] // site.head_dim)[pos])
+        for part, norm, i in (("query_norm", q_norm, pos), ("key_norm", k_norm, kv)):
+            own = _own_norm_parameters(norm, i)
+            if own is not None:  # Cohere, StableLM: each head's norm is its own (a shared one belongs to no head)
+                out[part] = own
         return out
 
     def score_sink(self, site):
@@ -401,7 +429,7 @@ class LlamaFamily(Family):
     def window(self, model, site):
         cfg = _text(model.config)
         window = getattr(cfg, "sliding_window", None)
-        if window is None:
+        if window is None or not _windowed(site.module):  # a config key the model's own masks never read
             return None
         types = getattr(cfg, "layer_types", None)
         if types is not None and types[site.layer] != "sliding_attention":

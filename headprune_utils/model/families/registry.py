@@ -5,6 +5,7 @@ from torch import nn
 
 import headprune_utils.model.families.bart as bart
 import headprune_utils.model.families.bert as bert
+import headprune_utils.model.families.deepseek as deepseek
 import headprune_utils.model.families.distilbert as distilbert
 import headprune_utils.model.families.gpt2 as gpt2
 import headprune_utils.model.families.gpt_neox as gpt_neox
@@ -17,7 +18,8 @@ import headprune_utils.model.families.t5 as t5
 from headprune_utils.model.families.base import Family, UnsupportedArchitectureError
 
 FAMILIES: list[Family] = [bert.FAMILY, distilbert.FAMILY, bart.FAMILY, gpt2.FAMILY, gpt_neox.FAMILY, llama.FAMILY,
-                           olmo.FAMILY, opt.FAMILY, phi3.FAMILY, modernbert.FAMILY, t5.FAMILY, t5.UMT5_FAMILY]
+                           olmo.FAMILY, opt.FAMILY, phi3.FAMILY, modernbert.FAMILY, t5.FAMILY, t5.UMT5_FAMILY,
+                           deepseek.FAMILY]
 
 
 def register(family: Family) -> Family:
