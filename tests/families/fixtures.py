@@ -378,6 +378,15 @@ def _deepseek_v3(q_lora: bool):
                                tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
+def _deepseek_v2():
+    return tf.DeepseekV2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, moe_intermediate_size=19,
+                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None,
+                               kv_lora_rank=10, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=8,
+                               first_k_dense_replace=2, max_position_embeddings=64,
+                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                               tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
 def _olmo():
     return tf.OlmoConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, clip_qkv=0.5,
@@ -595,6 +604,10 @@ _ALL = [
     Fixture("deepseek_v3_plain", "deepseek_v3", tf.DeepseekV3ForCausalLM, lambda: _deepseek_v3(False),
             _one(Grid(2, 4, 4, 8, causal=True)), causal_lm=True, atol=_LOOSE, positions="rotary",
             notes="DeepSeek-V3 without query compression (q_proj) and with rotate-half rotary"),
+    Fixture("deepseek_v2", "deepseek_v2", tf.DeepseekV2ForCausalLM, _deepseek_v2,
+            _one(Grid(2, 4, 4, 8, causal=True)), causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="DeepSeek-V2 (-Lite: no query compression): V3's latent attention with rotary as complex angles on "
+                  "interleaved pairs (computed in float32 by HF); dense MLPs"),
     Fixture("olmo", "olmo", tf.OlmoForCausalLM, _olmo, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
             atol=_LOOSE, positions="rotary",
             notes="OLMo 1: parameter-free layer norms; q, k and v clamped to [-0.5, 0.5] (clip_qkv, so the clamp bites "

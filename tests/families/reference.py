@@ -793,7 +793,7 @@ def _olmo_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None) 
 
 # ------------------------------------------------------------------------------------------------ DeepSeek-V3
 def _deepseek_v3(model, inputs, ablations, keep: dict[int, list[int]] | None = None) -> Trace:
-    """DeepSeek-V3's multi-head latent attention, head by head: head h's query ``[q_nope_h | rot(q_rope_h)]`` from
+    """DeepSeek-V3's (and V2's: rotary on interleaved pairs in place) multi-head latent attention, head by head: head h's query ``[q_nope_h | rot(q_rope_h)]`` from
     ``q_proj`` (or ``q_b_proj(rms(q_a_proj x))``), its key ``[k_nope_h | rot(k_rope)]`` and value from
     ``kv_b_proj(rms(latent))``, the rotated key part ``k_rope`` shared by the heads (both from ``kv_a_proj_with_mqa``);
     rotary on the rope parts (interleaved pairs de-interleaved first when ``rope_interleave``); scores scaled by
@@ -812,7 +812,9 @@ def _deepseek_v3(model, inputs, ablations, keep: dict[int, list[int]] | None = N
     ablation = _grid_ablation(ablations, None)
 
     def place(x):  # rotary on the rope part
-        if cfg.rope_interleave:
+        if cfg.model_type == "deepseek_v2":  # pairs (2i, 2i + 1) turned in place (complex angles)
+            return rotary_interleaved(x, positions, rope["rope_theta"])
+        if cfg.rope_interleave:  # V3: the pairs de-interleaved first
             x = torch.cat([x[..., 0::2], x[..., 1::2]], -1)
         return rotary(x, positions, rope["rope_theta"])
 
@@ -1044,7 +1046,7 @@ _FAMILIES = {
     "starcoder2": _llama_like, "qwen2_moe": _llama_like, "helium": _llama_like, "ernie4_5": _llama_like, "ministral": _llama_like, "seed_oss": _llama_like,
     "arcee": _llama_like, "apertus": _llama_like, "exaone4": _llama_like, "hunyuan_v1_dense": _llama_like,
     "nanochat": _llama_like, "glm": _llama_like, "glm4": _llama_like, "stablelm": _llama_like,
-    "deepseek_v3": _deepseek_v3, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
+    "deepseek_v3": _deepseek_v3, "deepseek_v2": _deepseek_v3, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
     "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,

@@ -25,13 +25,14 @@ LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "mixtral", "qwen2", "qwen3", "qwe
           "nanochat", "glm", "glm4", "stablelm", "stablelm_parallel")
 NEOX = ("gpt_neox", "gpt_neox_sequential")
 OPTS = ("opt", "opt_post_norm")
-MLA = ("deepseek_v3", "deepseek_v3_plain")  # multi-head latent attention
+MLA = ("deepseek_v3", "deepseek_v3_plain", "deepseek_v2")  # multi-head latent attention
 CAUSAL = ("gpt2",) + NEOX + OPTS + LLAMAS + MLA
 PRUNED = tuple(n for n in CAUSAL if FIXTURES[n].prunable)  # OLMo 2/3 refuse pruning (tested below)
 PRUNED_LLAMAS = tuple(n for n in LLAMAS if FIXTURES[n].prunable)
 FAMILY_OF = {"gpt2": "gpt2", "gpt_neox": "gpt_neox", "gpt_neox_sequential": "gpt_neox", "opt": "opt",
              "opt_post_norm": "opt", "phi3": "phi3", "olmo": "olmo", "olmo2": "olmo",
-             "olmo3": "olmo", "deepseek_v3": "deepseek", "deepseek_v3_plain": "deepseek"}  # the rest: "llama"
+             "olmo3": "olmo", "deepseek_v3": "deepseek", "deepseek_v3_plain": "deepseek",
+             "deepseek_v2": "deepseek"}  # the rest: "llama"
 CASES = [(n, impl) for n in CAUSAL for impl in FIXTURES[n].attn_implementations]
 # pruning cases (kept query heads per layer; 4 query heads everywhere): uneven groups (3 heads on one kv head, 1
 # on the other), a key/value head left with no reader (GQA: heads 0 and 1 read kv head 0), an empty first or last layer

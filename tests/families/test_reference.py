@@ -90,7 +90,7 @@ def _attention(model, family, kind, layer):
                   "exaone4", "hunyuan_v1_dense", "nanochat", "glm", "glm4", "stablelm"):
         a = model.model.layers[layer].self_attn
         return a.q_proj, a.o_proj, "linear"
-    if family == "deepseek_v3":  # the queries: q_proj, or q_b_proj (compressed); head h's rows h*qk:(h+1)*qk
+    if family in ("deepseek_v3", "deepseek_v2"):  # the queries: q_proj, or q_b_proj (compressed); head h's rows h*qk:(h+1)*qk
         a = model.model.layers[layer].self_attn
         return (a.q_proj if a.q_proj is not None else a.q_b_proj), a.o_proj, "linear"
     if family == "t5":

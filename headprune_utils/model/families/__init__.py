@@ -14,7 +14,7 @@
                 soft-capped scores, attention sinks)
     olmo        OLMo 1-3 (q/k/v clamps; OLMo 2/3's query/key norms span all heads: gates yes, pruning refused)
     phi3        Phi-3 / Phi-4-mini causal LMs (the Llama family's attention with one fused qkv_proj)
-    deepseek    DeepSeek-V3 causal LMs (multi-head latent attention: a shared compressed latent and rotated key)
+    deepseek    DeepSeek-V2 / -V3 causal LMs (multi-head latent attention: a shared compressed latent and rotated key)
     opt         OPT causal LMs (separate projections, learned positions, pre- or post-layer-norm)
     modernbert  ModernBERT encoders (fused Wqkv, rotary, local and global layers)
     t5          T5 encoder-decoders (three grids, per-head relative position bias)

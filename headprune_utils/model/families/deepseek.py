@@ -1,4 +1,4 @@
-"""DeepSeek-V3 causal LMs (and the models built on its architecture, e.g. Kimi K2): multi-head LATENT attention.
+"""DeepSeek-V2 and -V3 causal LMs (and models built on them, e.g. Kimi K2, Moonlight): multi-head LATENT attention.
 
 Heads: ``model.layers[i].self_attn`` with
 - the queries: ``q_proj`` (no query compression) or ``q_b_proj(q_a_layernorm(q_a_proj(x)))``, ``qk_head_dim =
@@ -11,8 +11,9 @@ Heads: ``model.layers[i].self_attn`` with
 - ``o_proj`` over the heads' ``v_head_dim`` contexts.
 Head ``h``'s query is ``[q_nope_h | rot(q_rope_h)]`` and its key ``[k_nope_h | rot(k_rope)]``: every head has its own
 query, key and value but shares the rotated key part and the latent. One grid, ``[n_layers, num_attention_heads]``;
-as many key/value heads as query heads. Causal; rotary on the rope parts only, interleaved pairs when the config's
-``rope_interleave`` says so (through the module's own functions); scores scaled by the module's ``scaling`` (YaRN's
+as many key/value heads as query heads. Causal; rotary on the rope parts only (through the module's own functions:
+V3 interleaved pairs de-interleaved when the config's ``rope_interleave`` says so, else rotate-half; V2 complex angles
+on interleaved pairs, computed in float32 as its module does); scores scaled by the module's ``scaling`` (YaRN's
 mscale included). The mixture of experts is never touched.
 
 Physical pruning keeps the kept heads' query rows (``q_proj`` / ``q_b_proj``), their ``[k_nope | v]`` rows of
@@ -47,7 +48,7 @@ def _modeling(module: nn.Module):
 
 class DeepseekFamily(Family):
     name = "deepseek"
-    model_types = ("deepseek_v3",)
+    model_types = ("deepseek_v3", "deepseek_v2")
     projections = "latent"
     linear = "Linear"
     positions = "rotary (on a part of each head, shared key part)"
@@ -100,14 +101,18 @@ class DeepseekFamily(Family):
         kv = m.kv_b_proj(m.kv_a_layernorm(latent)).view(b, s, -1, nope + int(m.v_head_dim)).transpose(1, 2)
         k_pass = kv[..., :nope]
         k_rot = k_rot.view(b, 1, s, rope)
-        cos, sin = (call_kwargs or {}).get("position_embeddings", (None, None))
-        if cos is None:
+        angles = (call_kwargs or {}).get("position_embeddings")
+        if angles is None:
             raise ValueError(f"layer {site.layer}: the attention module was called without position_embeddings "
                              "(rotary angles); cannot place the queries and keys")
         modeling = _modeling(m)
-        rotate = (modeling.apply_rotary_pos_emb_interleave if m.config.rope_interleave
-                  else modeling.apply_rotary_pos_emb)
-        q_rot, k_rot = rotate(q_rot, k_rot, cos.to(q_rot.dtype), sin.to(q_rot.dtype))
+        if isinstance(angles, torch.Tensor):  # DeepSeek-V2: complex angles, pairs (2i, 2i + 1) turned in place
+            q_rot, k_rot = modeling.apply_rotary_emb(q_rot, k_rot, angles)
+        else:
+            cos, sin = angles
+            rotate = (modeling.apply_rotary_pos_emb_interleave if getattr(m.config, "rope_interleave", False)
+                      else modeling.apply_rotary_pos_emb)
+            q_rot, k_rot = rotate(q_rot, k_rot, cos.to(q_rot.dtype), sin.to(q_rot.dtype))
         k_rot = k_rot.expand(-1, k_pass.shape[1], -1, -1)
         return torch.cat([q_pass, q_rot], dim=-1), torch.cat([k_pass, k_rot], dim=-1)
 
