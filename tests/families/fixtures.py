@@ -387,6 +387,12 @@ def _deepseek_v2():
                                tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
+def _bloom(post_norm_residual: bool):
+    return tf.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4,
+                          apply_residual_connection_post_layernorm=post_norm_residual, hidden_dropout=0.0,
+                          attention_dropout=0.0, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
 def _olmo():
     return tf.OlmoConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, clip_qkv=0.5,
@@ -608,6 +614,14 @@ _ALL = [
             _one(Grid(2, 4, 4, 8, causal=True)), causal_lm=True, atol=_LOOSE, positions="rotary",
             notes="DeepSeek-V2 (-Lite: no query compression): V3's latent attention with rotary as complex angles on "
                   "interleaved pairs (computed in float32 by HF); dense MLPs"),
+    Fixture("bloom", "bloom", tf.BloomForCausalLM, lambda: _bloom(False), _one(Grid(2, 4, 4, 8, causal=True)),
+            causal_lm=True, atol=_LOOSE, positions="alibi", attn_implementations=("eager",),
+            notes="BLOOM: ALiBi (a slope per head times the key's position), a fused query_key_value laid out head by "
+                  "head, the residual added inside the attention; tied embeddings; eager only (its own attention)"),
+    Fixture("bloom_post_norm", "bloom", tf.BloomForCausalLM, lambda: _bloom(True),
+            _one(Grid(2, 4, 4, 8, causal=True)), causal_lm=True, atol=_LOOSE, positions="alibi",
+            attn_implementations=("eager",),
+            notes="BLOOM with the residual taken after the layer norms (apply_residual_connection_post_layernorm)"),
     Fixture("olmo", "olmo", tf.OlmoForCausalLM, _olmo, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
             atol=_LOOSE, positions="rotary",
             notes="OLMo 1: parameter-free layer norms; q, k and v clamped to [-0.5, 0.5] (clip_qkv, so the clamp bites "

@@ -791,6 +791,63 @@ def _olmo_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None) 
     return Trace(F.linear(h, model.lm_head.weight), {None: layers})
 
 
+# ------------------------------------------------------------------------------------------------ BLOOM
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """ALiBi's slope per head (Press et al.): ``2^(-8 i / n)`` for ``i = 1..n`` when ``n`` is a power of 2; else those of
+    the nearest lower power of 2 followed by every other slope of the next one."""
+    closest = 2 ** math.floor(math.log2(n_heads))
+    base = 2.0 ** (-(2.0 ** -(math.log2(closest) - 3)))
+    slopes = [base ** p for p in range(1, closest + 1)]
+    if closest != n_heads:
+        extra = 2.0 ** (-(2.0 ** -(math.log2(2 * closest) - 3)))
+        slopes += [extra ** p for p in range(1, 1 + 2 * min(closest, n_heads - closest), 2)]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+def _bloom(model, inputs, ablations, keep: dict[int, list[int]] | None = None) -> Trace:
+    """BLOOM: a layer norm on the embeddings; per layer a fused query/key/value projection laid out head by head,
+    scores ``q . k / sqrt(d) + slope_h * position(key)`` (positions count the real tokens; ALiBi), the residual taken
+    before the layer norm or after it (``apply_residual_connection_post_layernorm``), a tanh-GELU MLP; logits from the
+    tied embeddings. ``keep``: the reference of a model pruned to those heads per layer."""
+    cfg = model.config
+    t = model.transformer
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    b, n = ids.shape
+    n_heads, d = cfg.n_head, cfg.hidden_size // cfg.n_head
+    position = ((mask.cumsum(-1) - 1) * mask).to(torch.float64)  # [b, keys]
+    slopes = alibi_slopes(n_heads)
+    ablation = _grid_ablation(ablations, None)
+    post = cfg.apply_residual_connection_post_layernorm
+    h = layer_norm(t.word_embeddings.weight[ids], t.word_embeddings_layernorm)
+    layers = []
+    for i, block in enumerate(t.h):
+        a = block.self_attention
+        heads = list(range(n_heads)) if keep is None or i not in keep else sorted(keep[i])
+        x = layer_norm(h, block.input_layernorm)
+        residual = x if post else h
+        if not heads:
+            layers.append(None)
+            attn = a.dense.bias.expand_as(h)
+        else:
+            if ablation is not None and keep is not None:
+                raise ValueError("ablations of a pruned model's reference: gate the unpruned one instead")
+            qkv = lin(x, a.query_key_value).view(b, n, n_heads, 3, d)[:, :, heads]
+            q, k, v = (qkv[..., j, :].transpose(1, 2) for j in range(3))
+            bias = slopes[heads].to(q.dtype)[None, :, None, None] * position.to(q.dtype)[:, None, None, :]
+            tr = attend(q, k, v, visible_keys(mask, n, causal=True), scale=d ** -0.5, bias=bias,
+                        kv_of_query=torch.arange(len(heads)), ablation=ablation, layer=i)
+            layers.append(tr)
+            cols = torch.tensor([hh * d + j for hh in heads for j in range(d)], dtype=torch.long)
+            attn = F.linear(merge(tr), a.dense.weight[:, cols], a.dense.bias)
+        h = residual + attn
+        x = layer_norm(h, block.post_attention_layernorm)
+        residual = x if post else h
+        m = block.mlp
+        h = residual + lin(F.gelu(lin(x, m.dense_h_to_4h), approximate="tanh"), m.dense_4h_to_h)
+    h = layer_norm(h, t.ln_f)
+    return Trace(F.linear(h, model.lm_head.weight), {None: layers})
+
+
 # ------------------------------------------------------------------------------------------------ DeepSeek-V3
 def _deepseek_v3(model, inputs, ablations, keep: dict[int, list[int]] | None = None) -> Trace:
     """DeepSeek-V3's (and V2's: rotary on interleaved pairs in place) multi-head latent attention, head by head: head h's query ``[q_nope_h | rot(q_rope_h)]`` from
@@ -1046,7 +1103,7 @@ _FAMILIES = {
     "starcoder2": _llama_like, "qwen2_moe": _llama_like, "helium": _llama_like, "ernie4_5": _llama_like, "ministral": _llama_like, "seed_oss": _llama_like,
     "arcee": _llama_like, "apertus": _llama_like, "exaone4": _llama_like, "hunyuan_v1_dense": _llama_like,
     "nanochat": _llama_like, "glm": _llama_like, "glm4": _llama_like, "stablelm": _llama_like,
-    "deepseek_v3": _deepseek_v3, "deepseek_v2": _deepseek_v3, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
+    "deepseek_v3": _deepseek_v3, "deepseek_v2": _deepseek_v3, "bloom": _bloom, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
     "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,

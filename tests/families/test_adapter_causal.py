@@ -26,13 +26,14 @@ LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "mixtral", "qwen2", "qwen3", "qwe
 NEOX = ("gpt_neox", "gpt_neox_sequential")
 OPTS = ("opt", "opt_post_norm")
 MLA = ("deepseek_v3", "deepseek_v3_plain", "deepseek_v2")  # multi-head latent attention
-CAUSAL = ("gpt2",) + NEOX + OPTS + LLAMAS + MLA
+ALIBI = ("bloom", "bloom_post_norm")  # fused rows head by head, as GPT-NeoX's; ALiBi
+CAUSAL = ("gpt2",) + NEOX + OPTS + LLAMAS + MLA + ALIBI
 PRUNED = tuple(n for n in CAUSAL if FIXTURES[n].prunable)  # OLMo 2/3 refuse pruning (tested below)
 PRUNED_LLAMAS = tuple(n for n in LLAMAS if FIXTURES[n].prunable)
 FAMILY_OF = {"gpt2": "gpt2", "gpt_neox": "gpt_neox", "gpt_neox_sequential": "gpt_neox", "opt": "opt",
              "opt_post_norm": "opt", "phi3": "phi3", "olmo": "olmo", "olmo2": "olmo",
              "olmo3": "olmo", "deepseek_v3": "deepseek", "deepseek_v3_plain": "deepseek",
-             "deepseek_v2": "deepseek"}  # the rest: "llama"
+             "deepseek_v2": "deepseek", "bloom": "bloom", "bloom_post_norm": "bloom"}  # the rest: "llama"
 CASES = [(n, impl) for n in CAUSAL for impl in FIXTURES[n].attn_implementations]
 # pruning cases (kept query heads per layer; 4 query heads everywhere): uneven groups (3 heads on one kv head, 1
 # on the other), a key/value head left with no reader (GQA: heads 0 and 1 read kv head 0), an empty first or last layer
@@ -182,7 +183,7 @@ def test_pruned_equals_gated_and_the_reference(name, case):
         if not keep[site.layer]:
             assert site.query is None and isinstance(site.module, A.EmptyAttention)
             continue
-        fused = name == "gpt2" or name in NEOX  # one projection holds q, k and v
+        fused = name == "gpt2" or name in NEOX + ALIBI  # one projection holds q, k and v
         assert site.query.weight.shape[-1 if name == "gpt2" else 0] == (3 if fused else 1) * len(
             keep[site.layer]) * g.head_dim
         if name in LLAMAS:
@@ -210,7 +211,7 @@ def test_uneven_groups_need_the_gather(name):
             assert _diff(pruned(**batch).logits, want) > 1e-3
 
 
-@pytest.mark.parametrize("name", ["llama_gqa", "gpt2", "gpt_neox"])
+@pytest.mark.parametrize("name", ["llama_gqa", "gpt2", "gpt_neox", "bloom", "deepseek_v3"])
 def test_pruning_twice_is_pruning_the_union(name):
     fx, batch = FIXTURES[name], FIXTURES[name].inputs()
     g = fx.grids[None]
@@ -281,7 +282,7 @@ def test_attention_maps_equal_the_reference(name, impl):
 # ------------------------------------------------------------------ gradients and L0 gates
 @pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "llama_gqa", "qwen2", "qwen3", "gemma2", "gemma3",
                                   "phi3", "mixtral", "gpt_oss", "olmo", "olmo3", "cohere", "smollm3", "deepseek_v3",
-                                  "hunyuan_v1_dense", "stablelm"])
+                                  "hunyuan_v1_dense", "stablelm", "bloom"])
 @pytest.mark.parametrize("how", ["zero", "uniform"])
 def test_gate_gradients_equal_the_reference(name, how):
     """d loss / d gates through the package's gates = autograd of the reference's LM loss (itself checked against
@@ -358,7 +359,7 @@ def test_head_parameters_follow_the_heads_through_pruning(name):
             w = sites[0].query.weight.detach()
             want_key = torch.cat([w[:, g.n_heads * d + h * d:g.n_heads * d + (h + 1) * d].t().reshape(-1),
                                   sites[0].query.bias.detach()[g.n_heads * d + h * d:g.n_heads * d + (h + 1) * d]])
-        elif name in NEOX:  # rows head by head: head h's key block at h*3d + d : h*3d + 2d
+        elif name in NEOX + ALIBI:  # rows head by head: head h's key block at h*3d + d : h*3d + 2d
             rows = slice(3 * h * d + d, 3 * h * d + 2 * d)
             want_key = sites[0].query.weight.detach()[rows].reshape(-1)
             if sites[0].query.bias is not None:

@@ -5,6 +5,7 @@ from torch import nn
 
 import headprune_utils.model.families.bart as bart
 import headprune_utils.model.families.bert as bert
+import headprune_utils.model.families.bloom as bloom
 import headprune_utils.model.families.deepseek as deepseek
 import headprune_utils.model.families.distilbert as distilbert
 import headprune_utils.model.families.gpt2 as gpt2
@@ -19,7 +20,7 @@ from headprune_utils.model.families.base import Family, UnsupportedArchitectureE
 
 FAMILIES: list[Family] = [bert.FAMILY, distilbert.FAMILY, bart.FAMILY, gpt2.FAMILY, gpt_neox.FAMILY, llama.FAMILY,
                            olmo.FAMILY, opt.FAMILY, phi3.FAMILY, modernbert.FAMILY, t5.FAMILY, t5.UMT5_FAMILY,
-                           deepseek.FAMILY]
+                           deepseek.FAMILY, bloom.FAMILY]
 
 
 def register(family: Family) -> Family:
