@@ -97,15 +97,15 @@ def test_a_bert_laid_out_model_of_another_model_type_is_taken_by_its_layout():
 
 
 def test_unsupported_architecture_names_the_supported_families():
-    from transformers import BloomConfig, BloomForCausalLM
+    from transformers import FalconConfig, FalconForCausalLM
 
-    cfg = BloomConfig(vocab_size=50, hidden_size=16, n_layer=1, n_head=2)
-    model = BloomForCausalLM(cfg)
+    cfg = FalconConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
+    model = FalconForCausalLM(cfg)
     for call in (lambda: architecture.attention_sites(model), lambda: architecture.head_shape(cfg)):
         with pytest.raises(architecture.UnsupportedArchitectureError) as err:
             call()
         msg = str(err.value)
-        assert "(bloom)" in msg
+        assert "(falcon)" in msg
         for family in registry.FAMILIES:
             assert family.name in msg
         assert "bert" in msg and "distilbert" in msg and "marian" in msg
@@ -221,14 +221,14 @@ def test_load_causal_lm_refuses_an_unsupported_family_before_reading_weights(tmp
 
     from headprune_utils.model import models
 
-    transformers.BloomForCausalLM(transformers.BloomConfig(vocab_size=50, hidden_size=16, n_layer=1,
-                                                           n_head=2)).save_pretrained(tmp_path)
+    transformers.FalconForCausalLM(transformers.FalconConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                                             num_attention_heads=2)).save_pretrained(tmp_path)
 
     def read_weights(*args, **kwargs):
         raise AssertionError("the weights were read before the family was checked")
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", read_weights)
-    with pytest.raises(architecture.UnsupportedArchitectureError, match="bloom"):
+    with pytest.raises(architecture.UnsupportedArchitectureError, match="falcon"):
         models.load_causal_lm(str(tmp_path), device="cpu")
 
 

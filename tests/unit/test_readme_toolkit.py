@@ -1021,10 +1021,10 @@ def test_gpt2_prune_equals_zero_gates():
 
 # ----------------------------------------------------------------------------------- unsupported / offline
 def _tiny_unsupported():
-    """A causal LM of a family no adapter covers (BLOOM: fused query_key_value, ALiBi)."""
+    """A causal LM of a family no adapter covers (Falcon: three fused query/key/value layouts)."""
     torch.manual_seed(0)
-    cfg = transformers.BloomConfig(vocab_size=60, hidden_size=32, n_layer=2, n_head=4)
-    return transformers.BloomForCausalLM(cfg).eval()
+    cfg = transformers.FalconConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+    return transformers.FalconForCausalLM(cfg).eval()
 
 
 def test_unsupported_architecture_gates_lists_families():
