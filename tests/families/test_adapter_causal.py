@@ -88,12 +88,13 @@ def test_adapter_declares_the_grid_and_key_value_groups(name):
 
 
 def test_unsupported_architecture_lists_the_causal_families():
-    from transformers import BloomConfig
+    from transformers import FalconConfig
 
-    cfg = BloomConfig(vocab_size=50, hidden_size=16, n_layer=1, n_head=2)
+    cfg = FalconConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
     with pytest.raises(A.UnsupportedArchitectureError) as err:
         A.head_shape(cfg)
-    for word in ("gpt2", "gpt_neox", "opt", "llama", "mistral", "qwen2", "qwen3", "gemma", "modernbert"):
+    for word in ("gpt2", "gpt_neox", "opt", "llama", "mistral", "qwen2", "qwen3", "gemma", "modernbert", "bloom",
+                 "deepseek_v3"):
         assert word in str(err.value)
 
 

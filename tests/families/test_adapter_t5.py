@@ -77,9 +77,9 @@ def test_adapter_declares_three_grids():
 
 
 def test_unsupported_architecture_lists_t5():
-    from transformers import BloomConfig
+    from transformers import FalconConfig
 
-    cfg = BloomConfig(vocab_size=50, hidden_size=16, n_layer=1, n_head=2)
+    cfg = FalconConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
     with pytest.raises(A.UnsupportedArchitectureError) as err:
         A.head_shape(cfg)
     assert "t5" in str(err.value)

@@ -732,7 +732,7 @@ GATE_CASES = [
     pytest.param(dict(gates=torch.ones(12)), ["gates", "[3, 4]", "[12]"], id="gate-flat"),
     pytest.param(dict(gates={"enc": torch.ones(3, 4)}), ["gates", "one grid"], id="gate-dict-for-an-encoder"),
     pytest.param(dict(gates=torch.full((3, 4), 0.5), ablation="mean"), ["means="], id="gate-mean-without-means"),
-    pytest.param(dict(gates=torch.ones(3, 4), ablation="mean", means=torch.zeros(2, 4, 8)), ["means", "[3, 4]"],
+    pytest.param(dict(gates=torch.ones(3, 4), ablation="mean", means=torch.zeros(2, 4, 8)), ["means", "[3, 4, 8]", "[2, 4, 8]"],
                  id="gate-means-wrong-shape"),
     pytest.param(dict(gates=torch.ones(3, 4), ablation="random"), ["ablation", "'random'"], id="gate-unknown-ablation"),
 ]

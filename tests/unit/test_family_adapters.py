@@ -132,7 +132,7 @@ def test_a_registered_adapter_is_asked_first_and_can_be_removed():
 def test_adapters_declare_what_their_heads_are():
     for family in registry.FAMILIES:
         assert family.name and family.model_types
-        assert family.projections in ("separate", "fused") and family.linear in ("Linear", "Conv1D")
+        assert family.projections in ("separate", "fused", "latent") and family.linear in ("Linear", "Conv1D")
         assert family.positions
     bart = architecture.family_of(type("C", (), {"model_type": "marian"})())
     assert bart.causal_kinds == ("dec",)

@@ -197,7 +197,7 @@ class Family:
     name: str = ""
     model_types: tuple[str, ...] = ()  # ``config.model_type`` values it covers
     # what its heads are (documentation for users, and the registry's error message)
-    projections: Literal["separate", "fused"] = "separate"
+    projections: Literal["separate", "fused", "latent"] = "separate"
     linear: Literal["Linear", "Conv1D"] = "Linear"
     positions: str = "absolute"
     causal_kinds: tuple[str | None, ...] = ()  # grids whose queries see only earlier keys
