@@ -22,7 +22,8 @@ import copy
 import torch
 from torch import nn
 
-from headprune_utils.model.families.base import AttentionSite, EmptyAttention, Family, base_model, rows_of, slice_linear
+from headprune_utils.model.families.base import AttentionSite, EmptyAttention, base_model, slice_linear
+from headprune_utils.model.families.gpt_neox import GPTNeoXFamily
 
 
 def _layers(model: nn.Module):
@@ -110,7 +111,10 @@ class BloomEmptyAttention(EmptyAttention):
         return residual + out, weights
 
 
-class BloomFamily(Family):
+class BloomFamily(GPTNeoXFamily):
+    """GPT-NeoX's head-by-head fused layout (its value split, head parameters, output projection and cache), with
+    BLOOM's attribute names, ALiBi instead of rotary, and pruned layers of its own."""
+
     name = "bloom"
     model_types = ("bloom",)
     projections = "fused"
@@ -136,19 +140,8 @@ class BloomFamily(Family):
                                        out_proj_inside=True))
         return sites
 
-    def present_heads(self, site):
-        return 0 if site.query is None else int(site.query.weight.shape[0]) // (3 * site.head_dim)
-
-    def _split(self, site, output):
-        b, s, _ = output.shape
-        return output.view(b, s, -1, 3, site.head_dim)
-
-    def split_values(self, site, output):
-        return self._split(site, output)[..., 2, :]
-
-    def queries_keys(self, site, query_out, key_out, call_kwargs):
-        fused = self._split(site, query_out)
-        return fused[..., 0, :].transpose(1, 2), fused[..., 1, :].transpose(1, 2)
+    def queries_keys(self, site, query_out, key_out, call_kwargs):  # no rotary: ALiBi is a score bias
+        return self._part(site, query_out, 0).transpose(1, 2), self._part(site, key_out, 1).transpose(1, 2)
 
     def score_scale(self, site):
         return float(site.module.inv_norm_factor)
@@ -167,24 +160,12 @@ class BloomFamily(Family):
         b = kept.shape[0] // len(heads)
         return kept.view(b, len(heads), 1, kept.shape[-1])  # [batch, present, 1 (every query), keys]
 
-    def head_parameters(self, site, pos):
-        d = site.head_dim
-        w, bias = site.query.weight.detach(), site.query.bias
-        block = 3 * d * pos
-        out = {part: rows_of(w, bias, slice(block + i * d, block + (i + 1) * d), 0)
-               for i, part in enumerate(("query", "key", "value"))}
-        out["output"] = site.out_proj.weight.detach()[:, pos * d:(pos + 1) * d].reshape(-1).to("cpu", torch.float64)
-        return out
-
     def prune_problem(self, model):
         cfg = model.config
         if int(getattr(cfg, "pretraining_tp", 1)) > 1 and getattr(cfg, "slow_but_exact", False):
             return ("BLOOM with pretraining_tp > 1 and slow_but_exact splits the output projection by the full width, "
                     "which a pruned layer no longer has: set slow_but_exact=False (the same result up to rounding)")
         return None
-
-    def cache_layer_idx(self, site):
-        return getattr(site.module, "layer_idx", site.layer)
 
     def prune_layer(self, site, keep_pos):
         module = site.module
@@ -200,9 +181,6 @@ class BloomFamily(Family):
         heads = _original_heads(module, _model_heads(module))[torch.tensor(keep_pos, dtype=torch.long)]
         new = pruned_attention(module, slice_linear(module.query_key_value, rows, 0), new_out, heads)
         setattr(site.parent, site.attr, new)
-
-    def set_out_proj(self, site, new):
-        site.module.dense = new
 
     def cost_shape(self, cfg):
         return int(cfg.n_layer), int(cfg.n_head), int(cfg.hidden_size), 4 * int(cfg.hidden_size)
