@@ -393,6 +393,12 @@ def _bloom(post_norm_residual: bool):
                           attention_dropout=0.0, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
+def _falcon(**layout):
+    return tf.FalconConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                           max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0, pad_token_id=0,
+                           bos_token_id=1, eos_token_id=2, **layout)
+
+
 def _olmo():
     return tf.OlmoConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, clip_qkv=0.5,
@@ -622,6 +628,26 @@ _ALL = [
             _one(Grid(2, 4, 4, 8, causal=True)), causal_lm=True, atol=_LOOSE, positions="alibi",
             attn_implementations=("eager",),
             notes="BLOOM with the residual taken after the layer norms (apply_residual_connection_post_layernorm)"),
+    Fixture("falcon_mq", "falcon", tf.FalconForCausalLM,
+            lambda: _falcon(multi_query=True, parallel_attn=True, new_decoder_architecture=False, bias=False),
+            _one(Grid(2, 4, 1, 8, causal=True)), causal_lm=True, atol=_LOOSE, positions="rotary",
+            qkv="falcon_multi_query",
+            notes="Falcon-7B's layout: multi-query (query_key_value's rows: the 4 query heads, then one key and one "
+                  "value for all), rotary, attention and MLP in parallel off one layer norm, no biases"),
+    Fixture("falcon_new", "falcon", tf.FalconForCausalLM,
+            lambda: _falcon(new_decoder_architecture=True, num_kv_heads=2, bias=False),
+            _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True, atol=_LOOSE, positions="rotary",
+            qkv="falcon_grouped",
+            notes="Falcon-40B's new decoder architecture: 4 query heads on 2 key/value heads, query_key_value's rows "
+                  "group by group (its 2 queries, its key, its value), rotary, two layer norms (ln_attn, ln_mlp)"),
+    Fixture("falcon_rw", "falcon", tf.FalconForCausalLM,
+            lambda: _falcon(alibi=True, multi_query=False, parallel_attn=False, new_decoder_architecture=False,
+                            bias=True),
+            _one(Grid(2, 4, 4, 8, causal=True)), causal_lm=True, atol=_LOOSE, positions="alibi",
+            qkv="query_key_value",
+            notes="Falcon-RW's layout: query_key_value head by head (each head's q | k | v), ALiBi added through the "
+                  "attention mask (a row per head; HF rounds slope x position to bfloat16), attention then MLP, "
+                  "biases"),
     Fixture("olmo", "olmo", tf.OlmoForCausalLM, _olmo, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
             atol=_LOOSE, positions="rotary",
             notes="OLMo 1: parameter-free layer norms; q, k and v clamped to [-0.5, 0.5] (clip_qkv, so the clamp bites "

@@ -848,6 +848,78 @@ def _bloom(model, inputs, ablations, keep: dict[int, list[int]] | None = None) -
     return Trace(F.linear(h, model.lm_head.weight), {None: layers})
 
 
+# ------------------------------------------------------------------------------------------------ Falcon
+def _falcon_qkv(qkv, cfg, b: int, n: int):
+    """Falcon's fused output ``[b, n, rows]`` -> q ``[b, H, n, d]``, k and v ``[b, KV, n, d]`` by its layout: group by
+    group (``new_decoder_architecture``: each key/value head's queries, its key, its value), multi-query (every query,
+    then one key and one value), else head by head (each head's q | k | v)."""
+    H = cfg.num_attention_heads
+    d = cfg.hidden_size // H
+    if cfg.new_decoder_architecture:
+        grouped = qkv.view(b, n, cfg.num_kv_heads, H // cfg.num_kv_heads + 2, d)
+        q, k, v = grouped[..., :-2, :].reshape(b, n, H, d), grouped[..., -2, :], grouped[..., -1, :]
+    elif cfg.multi_query:
+        q, k, v = qkv[..., :H * d].view(b, n, H, d), qkv[..., H * d:(H + 1) * d].view(b, n, 1, d), \
+            qkv[..., (H + 1) * d:].view(b, n, 1, d)
+    else:
+        heads = qkv.view(b, n, H, 3, d)
+        q, k, v = heads[..., 0, :], heads[..., 1, :], heads[..., 2, :]
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+
+def _falcon(model, inputs, ablations) -> Trace:
+    """Falcon in its three layouts (see :func:`_falcon_qkv`): rotary on each whole query and key head, or ALiBi
+    (``slope_h * position(key) / sqrt(d)`` added to the scaled scores, positions counting the real tokens; HF rounds
+    ``slope * position`` to bfloat16, which the reference does too); the attention and the MLP in parallel (one layer
+    norm, or ``ln_attn`` / ``ln_mlp`` in the new architecture) or one after the other; an exact-GELU MLP; tied
+    embeddings."""
+    cfg = model.config
+    t = model.transformer
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    b, n = ids.shape
+    H = cfg.num_attention_heads
+    d = cfg.hidden_size // H
+    n_kv = cfg.num_kv_heads if cfg.new_decoder_architecture else (1 if cfg.multi_query else H)
+    kv_of_query = torch.arange(H) // (H // n_kv)
+    bias = None
+    if cfg.alibi:
+        position = ((mask.cumsum(-1) - 1) * mask)  # [b, keys], long
+        slope_pos = alibi_slopes(H).to(torch.bfloat16)[None, :, None] * position[:, None, :]  # bfloat16, as HF
+        bias = (slope_pos.to(torch.float64) / math.sqrt(d))[:, :, None, :]  # [b, H, 1, keys]
+    else:
+        rope = cfg.rope_parameters
+        if rope.get("rope_type", "default") != "default":
+            raise ValueError(f"rope_type {rope['rope_type']!r}: the reference does default rotary only")
+        theta = rope["rope_theta"]
+    positions = torch.arange(n)
+    two_norms = cfg.new_decoder_architecture and cfg.num_ln_in_parallel_attn == 2
+    ablation = _grid_ablation(ablations, None)
+    h = t.word_embeddings.weight[ids]
+    layers = []
+    for i, block in enumerate(t.h):
+        a = block.self_attention
+        x = layer_norm(h, block.ln_attn if two_norms else block.input_layernorm)
+        q, k, v = _falcon_qkv(lin(x, a.query_key_value), cfg, b, n)
+        if not cfg.alibi:
+            q, k = rotary(q, positions, theta), rotary(k, positions, theta)
+        tr = attend(q, k, v, visible_keys(mask, n, causal=True), scale=d ** -0.5, bias=bias, kv_of_query=kv_of_query,
+                    ablation=ablation, layer=i)
+        layers.append(tr)
+        attn = lin(merge(tr), a.dense)
+        if cfg.new_decoder_architecture or cfg.parallel_attn:  # x + attn(ln(x)) + mlp(ln'(x))
+            mlp_in, residual = (layer_norm(h, block.ln_mlp) if two_norms else x), h
+        else:  # x' = x + attn(ln(x)); x' + mlp(ln2(x'))
+            residual = h + attn
+            mlp_in = layer_norm(residual, block.post_attention_layernorm)
+        m = block.mlp
+        out = lin(activation(cfg.activation)(lin(mlp_in, m.dense_h_to_4h)), m.dense_4h_to_h)
+        if cfg.new_decoder_architecture or cfg.parallel_attn:
+            out = out + attn
+        h = residual + out
+    h = layer_norm(h, t.ln_f)
+    return Trace(F.linear(h, model.lm_head.weight), {None: layers})
+
+
 # ------------------------------------------------------------------------------------------------ DeepSeek-V3
 def _deepseek_v3(model, inputs, ablations, keep: dict[int, list[int]] | None = None) -> Trace:
     """DeepSeek-V3's (and V2's: rotary on interleaved pairs in place) multi-head latent attention, head by head: head h's query ``[q_nope_h | rot(q_rope_h)]`` from
@@ -1103,7 +1175,7 @@ _FAMILIES = {
     "starcoder2": _llama_like, "qwen2_moe": _llama_like, "helium": _llama_like, "ernie4_5": _llama_like, "ministral": _llama_like, "seed_oss": _llama_like,
     "arcee": _llama_like, "apertus": _llama_like, "exaone4": _llama_like, "hunyuan_v1_dense": _llama_like,
     "nanochat": _llama_like, "glm": _llama_like, "glm4": _llama_like, "stablelm": _llama_like,
-    "deepseek_v3": _deepseek_v3, "deepseek_v2": _deepseek_v3, "bloom": _bloom, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
+    "deepseek_v3": _deepseek_v3, "deepseek_v2": _deepseek_v3, "bloom": _bloom, "falcon": _falcon, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
     "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,

@@ -77,9 +77,9 @@ def test_adapter_declares_three_grids():
 
 
 def test_unsupported_architecture_lists_t5():
-    from transformers import FalconConfig
+    from transformers import FalconH1Config
 
-    cfg = FalconConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
+    cfg = FalconH1Config(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, mamba_d_ssm=16, mamba_n_heads=4, mamba_d_head=4, mamba_d_state=8, intermediate_size=37)
     with pytest.raises(A.UnsupportedArchitectureError) as err:
         A.head_shape(cfg)
     assert "t5" in str(err.value)

@@ -97,15 +97,16 @@ def test_a_bert_laid_out_model_of_another_model_type_is_taken_by_its_layout():
 
 
 def test_unsupported_architecture_names_the_supported_families():
-    from transformers import FalconConfig, FalconForCausalLM
+    from transformers import FalconH1Config, FalconH1ForCausalLM
 
-    cfg = FalconConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
-    model = FalconForCausalLM(cfg)
+    # Falcon-H1: a hybrid (Mamba-2 mixers beside the attention in every layer), which no adapter covers
+    cfg = FalconH1Config(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, mamba_d_ssm=16, mamba_n_heads=4, mamba_d_head=4, mamba_d_state=8, intermediate_size=37)
+    model = FalconH1ForCausalLM(cfg)
     for call in (lambda: architecture.attention_sites(model), lambda: architecture.head_shape(cfg)):
         with pytest.raises(architecture.UnsupportedArchitectureError) as err:
             call()
         msg = str(err.value)
-        assert "(falcon)" in msg
+        assert "(falcon_h1)" in msg
         for family in registry.FAMILIES:
             assert family.name in msg
         assert "bert" in msg and "distilbert" in msg and "marian" in msg
@@ -221,14 +222,13 @@ def test_load_causal_lm_refuses_an_unsupported_family_before_reading_weights(tmp
 
     from headprune_utils.model import models
 
-    transformers.FalconForCausalLM(transformers.FalconConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
-                                                             num_attention_heads=2)).save_pretrained(tmp_path)
+    transformers.FalconH1ForCausalLM(transformers.FalconH1Config(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, mamba_d_ssm=16, mamba_n_heads=4, mamba_d_head=4, mamba_d_state=8, intermediate_size=37)).save_pretrained(tmp_path)
 
     def read_weights(*args, **kwargs):
         raise AssertionError("the weights were read before the family was checked")
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", read_weights)
-    with pytest.raises(architecture.UnsupportedArchitectureError, match="falcon"):
+    with pytest.raises(architecture.UnsupportedArchitectureError, match="falcon_h1"):
         models.load_causal_lm(str(tmp_path), device="cpu")
 
 

@@ -1021,10 +1021,12 @@ def test_gpt2_prune_equals_zero_gates():
 
 # ----------------------------------------------------------------------------------- unsupported / offline
 def _tiny_unsupported():
-    """A causal LM of a family no adapter covers (Falcon: three fused query/key/value layouts)."""
+    """A causal LM of a family no adapter covers (Falcon-H1: Mamba-2 mixers beside the attention in every layer)."""
     torch.manual_seed(0)
-    cfg = transformers.FalconConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
-    return transformers.FalconForCausalLM(cfg).eval()
+    cfg = transformers.FalconH1Config(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, mamba_d_ssm=16, mamba_n_heads=4, mamba_d_head=4,
+                                      mamba_d_state=8, intermediate_size=37)
+    return transformers.FalconH1ForCausalLM(cfg).eval()
 
 
 def test_unsupported_architecture_gates_lists_families():

@@ -15,6 +15,8 @@
     olmo        OLMo 1-3 (q/k/v clamps; OLMo 2/3's query/key norms span all heads: gates yes, pruning refused)
     phi3        Phi-3 / Phi-4-mini causal LMs (the Llama family's attention with one fused qkv_proj)
     bloom       BLOOM causal LMs (ALiBi, fused query_key_value head by head, the residual added inside the attention)
+    falcon      Falcon causal LMs (fused query_key_value in three layouts: grouped, multi-query, head by head;
+                rotary or ALiBi through the mask)
     deepseek    DeepSeek-V2 / -V3 causal LMs (multi-head latent attention: a shared compressed latent and rotated key)
     opt         OPT causal LMs (separate projections, learned positions, pre- or post-layer-norm)
     modernbert  ModernBERT encoders (fused Wqkv, rotary, local and global layers)

@@ -458,13 +458,19 @@ class LlamaFamily(Family):
         if sinks is not None:  # gpt-oss: the kept query heads' sinks
             sinks = sinks.detach()[torch.tensor(keep_pos, dtype=torch.long, device=sinks.device)].requires_grad_(
                 sinks.requires_grad)
-        new = GroupedQueryAttention(
-            module, slice_linear(module.q_proj, q_index, 0), slice_linear(module.k_proj, kv_rows, 0),
+        new = self.pruned_attention(
+            module, keep_pos, slice_linear(module.q_proj, q_index, 0), slice_linear(module.k_proj, kv_rows, 0),
             slice_linear(module.v_proj, kv_rows, 0), new_out, kv_index, d, sinks=sinks,
             q_norm=_per_head_norm(_head_norms(module)[0], list(keep_pos)),
             k_norm=_per_head_norm(_head_norms(module)[1], kv_kept))
         new.train(module.training)
         setattr(site.parent, site.attr, new)
+
+    def pruned_attention(self, original, keep_pos, q_proj, k_proj, v_proj, o_proj, kv_index, head_dim, **parts):
+        """The module a pruned layer becomes (``keep_pos``: the kept heads' positions in ``original``): a
+        :class:`GroupedQueryAttention` of the sliced projections; a family whose module is called otherwise (another
+        keyword for the cache, a mask per head) returns its subclass."""
+        return GroupedQueryAttention(original, q_proj, k_proj, v_proj, o_proj, kv_index, head_dim, **parts)
 
     def set_out_proj(self, site, new):
         site.module.o_proj = new

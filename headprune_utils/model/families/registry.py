@@ -8,6 +8,7 @@ import headprune_utils.model.families.bert as bert
 import headprune_utils.model.families.bloom as bloom
 import headprune_utils.model.families.deepseek as deepseek
 import headprune_utils.model.families.distilbert as distilbert
+import headprune_utils.model.families.falcon as falcon
 import headprune_utils.model.families.gpt2 as gpt2
 import headprune_utils.model.families.gpt_neox as gpt_neox
 import headprune_utils.model.families.llama as llama
@@ -20,7 +21,7 @@ from headprune_utils.model.families.base import Family, UnsupportedArchitectureE
 
 FAMILIES: list[Family] = [bert.FAMILY, distilbert.FAMILY, bart.FAMILY, gpt2.FAMILY, gpt_neox.FAMILY, llama.FAMILY,
                            olmo.FAMILY, opt.FAMILY, phi3.FAMILY, modernbert.FAMILY, t5.FAMILY, t5.UMT5_FAMILY,
-                           deepseek.FAMILY, bloom.FAMILY]
+                           deepseek.FAMILY, bloom.FAMILY, falcon.FAMILY]
 
 
 def register(family: Family) -> Family:
