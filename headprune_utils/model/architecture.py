@@ -41,7 +41,7 @@ __all__ = [
     "UnsupportedArchitectureError", "active_gates", "attention_kinds", "attention_sites", "base_model", "family_of",
     "grid_name", "head_shape", "head_shapes", "is_encoder_decoder", "kept_heads", "kept_kv_heads", "kv_head_of",
     "kv_shape", "key_mask_source", "key_padding_mask_from_call", "kind_dict", "kind_value", "layout_problem",
-    "present_mask", "query_side", "set_kept_heads",
+    "model_layers", "present_mask", "query_side", "set_kept_heads",
 ]
 
 _KEPT_ATTR = "_headprune_kept_heads"
@@ -198,6 +198,14 @@ def head_shape(config_or_model, kind: AttentionKind | None = None):
     if kinds == (None,):
         return shapes[None]
     return shapes if kind is None else shapes[kind]
+
+
+def model_layers(config_or_model, kind: AttentionKind | None = None) -> list[int]:
+    """The model layer (its index among all layers of the stack) of each row of grid ``kind``: ``0 .. n_layers - 1``,
+    except in a hybrid, whose rows are its attention layers only (Granite 4.0-H: the layers that are not Mamba)."""
+    cfg = getattr(config_or_model, "config", config_or_model)
+    _check_kind(config_or_model, kind)
+    return list(family_of(config_or_model).model_layers(cfg, kind))
 
 
 def kv_shape(config_or_model, kind: AttentionKind | None = None) -> tuple[int, int]:

@@ -33,7 +33,9 @@ class Grid:
     ``h // (n_heads // n_kv_heads)`` (grouped-query attention; ``n_kv_heads == n_heads`` elsewhere).
     ``causal``: a query sees keys at its own position and before only. ``cross``: queries come from the decoder,
     keys and values from the encoder's output. ``windows``: a key is visible only within this distance |query - key|
-    (per layer, ``None`` = no window; see ``Fixture.grids`` of Mistral and ModernBERT).
+    (per layer, ``None`` = no window; see ``Fixture.grids`` of Mistral and ModernBERT); ``chunks``: a key is visible
+    only from the queries of its own chunk of that many positions (per layer; Llama 4's chunked attention).
+    ``model_layers``: in a hybrid (Granite 4.0-H), the model layer of each row (the grid holds its attention layers).
     """
 
     n_layers: int
@@ -43,6 +45,8 @@ class Grid:
     causal: bool = False
     cross: bool = False
     windows: tuple = ()  # per layer: None (full) or an int; empty = full everywhere
+    chunks: tuple = ()  # per layer: None or a chunk size c (a key visible only from queries of its chunk: i//c == j//c)
+    model_layers: tuple = ()  # a hybrid's rows: the model layer of each (its attention layers); empty = the identity
 
     @property
     def group_size(self) -> int:
@@ -50,6 +54,9 @@ class Grid:
 
     def kv_head_of(self, head: int) -> int:
         return head // self.group_size
+
+    def model_layer(self, row: int) -> int:
+        return self.model_layers[row] if self.model_layers else row
 
 
 @dataclass(frozen=True)
@@ -399,6 +406,27 @@ def _falcon(**layout):
                            bos_token_id=1, eos_token_id=2, **layout)
 
 
+def _llama4():
+    return tf.Llama4TextConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=16, intermediate_size_mlp=24,
+                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                               num_local_experts=3, num_experts_per_tok=1, moe_layers=[1], no_rope_layers=[1, 0],
+                               attention_chunk_size=4, attn_temperature_tuning=True, floor_scale=2, attn_scale=0.5,
+                               use_qk_norm=True, max_position_embeddings=64,
+                               rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                               tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _granite_hybrid(rope: bool):
+    return tf.GraniteMoeHybridConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=24, shared_intermediate_size=24, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, num_local_experts=0,
+        layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+        position_embedding_type="rope" if rope else None, mamba_n_heads=4, mamba_d_state=8, mamba_n_groups=2,
+        mamba_chunk_size=4, mamba_d_conv=3, embedding_multiplier=2.0, attention_multiplier=0.3, residual_multiplier=0.5,
+        logits_scaling=2.0, max_position_embeddings=64, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2)
+
+
 def _olmo():
     return tf.OlmoConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, clip_qkv=0.5,
@@ -648,6 +676,20 @@ _ALL = [
             notes="Falcon-RW's layout: query_key_value head by head (each head's q | k | v), ALiBi added through the "
                   "attention mask (a row per head; HF rounds slope x position to bfloat16), attention then MLP, "
                   "biases"),
+    Fixture("llama4", "llama4_text", tf.Llama4ForCausalLM, _llama4,
+            _one(Grid(2, 4, 2, 8, causal=True, chunks=(4, None))), causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="Llama 4: layer 0 rotary on interleaved pairs, a weightless RMS norm over each query and key head, "
+                  "chunked attention (chunks of 4 positions) and a dense gated MLP; layer 1 without positions, its "
+                  "queries scaled by 1 + 0.5 log(1 + floor((position + 1) / 2)), every earlier key visible, and a "
+                  "mixture of 3 experts (top 1, sigmoid-weighted) beside a shared expert"),
+    Fixture("granite_hybrid", "granitemoehybrid", tf.GraniteMoeHybridForCausalLM, lambda: _granite_hybrid(False),
+            _one(Grid(2, 4, 2, 8, causal=True, model_layers=(1, 3))), causal_lm=True, atol=_LOOSE, positions="none",
+            notes="Granite 4.0-H: 4 layers, Mamba-2 (layers 0, 2: 4 SSM heads of 16 in 2 groups, state 8, conv 3) and "
+                  "attention (layers 1, 3: the grid's 2 rows) without positions; scores scaled by 0.3; embedding, "
+                  "residual and logit multipliers; the shared gated MLP"),
+    Fixture("granite_hybrid_rope", "granitemoehybrid", tf.GraniteMoeHybridForCausalLM, lambda: _granite_hybrid(True),
+            _one(Grid(2, 4, 2, 8, causal=True, model_layers=(1, 3))), causal_lm=True, atol=_LOOSE, positions="rotary",
+            notes="Granite 4.0-H with rotary in its attention layers (position_embedding_type='rope')"),
     Fixture("olmo", "olmo", tf.OlmoForCausalLM, _olmo, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
             atol=_LOOSE, positions="rotary",
             notes="OLMo 1: parameter-free layer norms; q, k and v clamped to [-0.5, 0.5] (clip_qkv, so the clamp bites "

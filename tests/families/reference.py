@@ -464,6 +464,8 @@ def llama_heads(model) -> list[LlamaHeads]:
     out = []
     for layer in model.model.layers:
         a = layer.self_attn
+        if a is None:  # a hybrid's Mamba layer: no heads (the heads' list is the attention layers')
+            continue
         qn, kn = getattr(a, "q_norm", None), getattr(a, "k_norm", None)
         if qn is None:  # Hunyuan's names
             qn, kn = getattr(a, "query_layernorm", None), getattr(a, "key_layernorm", None)
@@ -734,6 +736,158 @@ def _cohere_like(model, inputs, ablations, heads: list[LlamaHeads] | None = None
         h = h + attn_out + lin(act(lin(x, m.gate_proj)) * lin(x, m.up_proj), m.down_proj)
     h = ln(h, model.model.norm.weight)
     return Trace(F.linear(h, model.lm_head.weight) * cfg.logit_scale, {None: layers})
+
+
+# ------------------------------------------------------------------------------------------------ Llama 4
+def llama4_moe(x, m, act):
+    """Llama 4's mixture of experts: router logits ``x R^T``; each token's top ``k`` experts, weighted by the sigmoid
+    of their logits, take ``x * weight`` as input (the weight applied BEFORE the expert); expert ``e``:
+    ``(up * act(gate)) @ D_e`` with ``[gate | up] = x @ GU_e``; plus a shared gated MLP every token takes."""
+    logits = F.linear(x, m.router.weight)
+    top_v, top_i = logits.topk(m.router.top_k, dim=-1)
+    out = torch.zeros_like(x)
+    for e in range(logits.shape[-1]):
+        weight = (torch.sigmoid(top_v) * (top_i == e)).sum(-1, keepdim=True)  # 0 where not routed to e
+        gate, up = ((x * weight) @ m.experts.gate_up_proj[e]).chunk(2, dim=-1)
+        out = out + (up * act(gate)) @ m.experts.down_proj[e]
+    s = m.shared_expert
+    return out + lin(act(lin(x, s.gate_proj)) * lin(x, s.up_proj), s.down_proj)
+
+
+def _llama4(model, inputs, ablations, heads: list[LlamaHeads] | None = None) -> Trace:
+    """Llama 4's text model. Rotary layers (``no_rope_layers[i]`` = 1): rotary on interleaved pairs, then (with
+    ``use_qk_norm``) an RMS norm without weight over each query and key head, and with ``attention_chunk_size``
+    chunked attention (a query sees the earlier keys of its own chunk). NoPE layers: no rotary, no norm, every earlier
+    key, and (``attn_temperature_tuning``) queries times ``1 + attn_scale * log(1 + floor((p + 1) / floor_scale))``.
+    RMSNorms before the blocks; a gated MLP or (``moe_layers``) a mixture of experts."""
+    cfg = model.config
+    if cfg.rope_parameters.get("rope_type", "default") != "default":
+        raise ValueError(f"rope_type {cfg.rope_parameters['rope_type']!r}: the reference does default rotary only")
+    theta = cfg.rope_parameters["rope_theta"]
+    heads = llama_heads(model) if heads is None else heads
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    n = ids.shape[1]
+    positions = torch.arange(n)
+    act = activation(cfg.hidden_act)
+    ablation = _grid_ablation(ablations, None)
+    eps = cfg.rms_norm_eps
+    h = model.model.embed_tokens.weight[ids]
+    layers = []
+    for i, (layer, w) in enumerate(zip(model.model.layers, heads)):
+        rope = bool(cfg.no_rope_layers[i])
+        x = rms_norm(h, layer.input_layernorm.weight, eps)
+        vis = visible_keys(mask, n, causal=True)
+        if rope and cfg.attention_chunk_size is not None:
+            chunk = positions // cfg.attention_chunk_size
+            vis = vis & (chunk[:, None] == chunk[None, :])[None]
+        if w.n_heads == 0:
+            layers.append(None)
+            attn_out = torch.zeros_like(h)
+        else:
+            d = w.head_dim
+            q, k = split_heads(F.linear(x, w.q, w.q_bias), d), split_heads(F.linear(x, w.k, w.k_bias), d)
+            if rope:
+                q, k = rotary_interleaved(q, positions, theta), rotary_interleaved(k, positions, theta)
+                if cfg.use_qk_norm:
+                    q, k = rms_norm(q, 1.0, eps), rms_norm(k, 1.0, eps)
+            elif cfg.attn_temperature_tuning:
+                scale = torch.log1p(torch.floor((positions.to(q.dtype) + 1) / cfg.floor_scale)) * cfg.attn_scale + 1
+                q = q * scale[None, None, :, None]
+            v = split_heads(F.linear(x, w.v, w.v_bias), d)
+            t = attend(q, k, v, vis, scale=d ** -0.5, kv_of_query=w.kv_of_query, ablation=ablation, layer=i)
+            layers.append(t)
+            attn_out = F.linear(merge(t), w.o, w.o_bias)
+        h = h + attn_out
+        x = rms_norm(h, layer.post_attention_layernorm.weight, eps)
+        f = layer.feed_forward
+        h = h + (llama4_moe(x, f, act) if i in cfg.moe_layers else
+                 lin(act(lin(x, f.gate_proj)) * lin(x, f.up_proj), f.down_proj))
+    h = rms_norm(h, model.model.norm.weight, eps)
+    return Trace(F.linear(h, model.lm_head.weight), {None: layers})
+
+
+# ------------------------------------------------------------------------------------------------ Granite 4.0-H
+def mamba2(x, m, mask):
+    """A Mamba-2 mixer (Granite 4.0-H's), written out as its recurrence, one position at a time: padding positions
+    zeroed; ``[z | xBC | dt] = in_proj(x)``; a causal depthwise convolution of ``xBC`` (kernel ``K``, left-padded
+    with zeros), SiLU, padding zeroed again, split into ``x`` (``H`` heads of ``P``), ``B`` and ``C`` (``G`` groups of
+    ``N``); ``dt = softplus(dt + dt_bias)``, ``A = -exp(A_log)``; per head ``h`` (group ``g = h // (H / G)``) the state
+    ``S <- exp(dt A_h) S + dt x_h B_g^T`` and the output ``y_h = S C_g + D_h x_h``; then
+    ``out_proj(w * rms_groups(y * silu(z)))``."""
+    b, n, _ = x.shape
+    keep = mask.to(x.dtype)[:, :, None]
+    proj = lin(x * keep, m.in_proj)
+    inner, H, P, G, N = m.intermediate_size, m.num_heads, m.head_dim, m.n_groups, m.ssm_state_size
+    z, xbc, dt = proj.split([inner, m.conv_dim, H], dim=-1)
+    K = m.conv1d.weight.shape[-1]
+    padded = F.pad(xbc.transpose(1, 2), (K - 1, 0))  # [b, channels, K - 1 + n]
+    w = m.conv1d.weight[:, 0]  # [channels, K]
+    conv = torch.stack([(padded[:, :, t:t + K] * w).sum(-1) for t in range(n)], dim=-1) + m.conv1d.bias[:, None]
+    xbc = F.silu(conv).transpose(1, 2) * keep
+    xs, B, C = xbc.split([inner, G * N, G * N], dim=-1)
+    xs, B, C = xs.view(b, n, H, P), B.view(b, n, G, N), C.view(b, n, G, N)
+    dt = F.softplus(dt + m.dt_bias)  # [b, n, H]
+    A = -torch.exp(m.A_log)
+    state = x.new_zeros(b, H, P, N)
+    ys = []
+    for t in range(n):
+        Bt, Ct = B[:, t].repeat_interleave(H // G, dim=1), C[:, t].repeat_interleave(H // G, dim=1)  # [b, H, N]
+        decay = torch.exp(dt[:, t] * A)[:, :, None, None]
+        state = decay * state + (dt[:, t][:, :, None] * xs[:, t])[..., None] * Bt[:, :, None, :]
+        ys.append((state * Ct[:, :, None, :]).sum(-1) + m.D[None, :, None] * xs[:, t])
+    y = torch.stack(ys, dim=1).reshape(b, n, inner) * F.silu(z)
+    groups = y.view(b, n, G, inner // G)
+    y = (groups / torch.sqrt(groups.pow(2).mean(-1, keepdim=True) + m.norm.variance_epsilon)).view(b, n, inner)
+    return lin(m.norm.weight * y, m.out_proj)
+
+
+def _granite_hybrid(model, inputs, ablations, heads: list[LlamaHeads] | None = None) -> Trace:
+    """Granite 4.0-H: embeddings times ``embedding_multiplier``; per layer an RMSNorm, then a Mamba-2 mixer
+    (``layer_types[i] == "linear_attention"``) or a grouped-query attention (rotary if ``position_embedding_type ==
+    "rope"``, else none; scores scaled by ``attention_multiplier``), its output times ``residual_multiplier`` added;
+    an RMSNorm and the shared gated MLP (``input_linear``: gate | up), times ``residual_multiplier``; logits divided by
+    ``logits_scaling``. The grid's rows (and ``heads``, ``ablations``' rows, the trace's layers) are the attention
+    layers, in order."""
+    cfg = model.config
+    if cfg.num_local_experts:
+        raise ValueError("the Granite 4.0-H reference has the shared MLP only (num_local_experts=0)")
+    heads = llama_heads(model) if heads is None else heads
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    n = ids.shape[1]
+    positions = torch.arange(n)
+    act = activation(cfg.hidden_act)
+    ablation = _grid_ablation(ablations, None)
+    eps = cfg.rms_norm_eps
+    h = model.model.embed_tokens.weight[ids] * cfg.embedding_multiplier
+    layers = []
+    row = 0
+    for i, layer in enumerate(model.model.layers):
+        x = rms_norm(h, layer.input_layernorm.weight, eps)
+        if cfg.layer_types[i] == "linear_attention":
+            out = mamba2(x, layer.mamba, mask)
+        else:
+            w = heads[row]
+            if w.n_heads == 0:
+                layers.append(None)
+                out = torch.zeros_like(h)
+            else:
+                d = w.head_dim
+                q, k = split_heads(F.linear(x, w.q, w.q_bias), d), split_heads(F.linear(x, w.k, w.k_bias), d)
+                if cfg.position_embedding_type == "rope":
+                    theta = cfg.rope_parameters["rope_theta"]
+                    q, k = rotary(q, positions, theta), rotary(k, positions, theta)
+                v = split_heads(F.linear(x, w.v, w.v_bias), d)
+                t = attend(q, k, v, visible_keys(mask, n, causal=True), scale=cfg.attention_multiplier,
+                           kv_of_query=w.kv_of_query, ablation=ablation, layer=row)
+                layers.append(t)
+                out = F.linear(merge(t), w.o, w.o_bias)
+            row += 1
+        h = h + out * cfg.residual_multiplier
+        x = rms_norm(h, layer.post_attention_layernorm.weight, eps)
+        gate, up = lin(x, layer.shared_mlp.input_linear).chunk(2, dim=-1)
+        h = h + lin(act(gate) * up, layer.shared_mlp.output_linear) * cfg.residual_multiplier
+    h = rms_norm(h, model.model.norm.weight, eps)
+    return Trace(F.linear(h, model.lm_head.weight) / cfg.logits_scaling, {None: layers})
 
 
 # ------------------------------------------------------------------------------------------------ OLMo
@@ -1175,7 +1329,7 @@ _FAMILIES = {
     "starcoder2": _llama_like, "qwen2_moe": _llama_like, "helium": _llama_like, "ernie4_5": _llama_like, "ministral": _llama_like, "seed_oss": _llama_like,
     "arcee": _llama_like, "apertus": _llama_like, "exaone4": _llama_like, "hunyuan_v1_dense": _llama_like,
     "nanochat": _llama_like, "glm": _llama_like, "glm4": _llama_like, "stablelm": _llama_like,
-    "deepseek_v3": _deepseek_v3, "deepseek_v2": _deepseek_v3, "bloom": _bloom, "falcon": _falcon, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
+    "deepseek_v3": _deepseek_v3, "deepseek_v2": _deepseek_v3, "bloom": _bloom, "falcon": _falcon, "llama4_text": _llama4, "granitemoehybrid": _granite_hybrid, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
     "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,
@@ -1221,6 +1375,8 @@ def pruned_llama_forward(model, inputs: dict, keep: dict[int, list[int]]) -> Tra
         raise ValueError(f"{model_type}: its query/key norms span all heads, so it has no head-by-head pruning")
     forward_of = (_gemma_like if model_type in ("gemma", "gemma2", "gemma3_text")
                   else _olmo_like if model_type == "olmo"
+                  else _llama4 if model_type == "llama4_text"
+                  else _granite_hybrid if model_type == "granitemoehybrid"
                   else _cohere_like if model_type in ("cohere", "cohere2") else _llama_like)
     return forward_of(model, inputs, None, heads=heads)
 

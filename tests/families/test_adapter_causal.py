@@ -22,7 +22,7 @@ from .fixtures import FIXTURES
 LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2",
           "gemma3", "phi3", "olmo", "olmo2", "olmo3", "smollm3", "granite", "starcoder2", "cohere", "cohere2",
           "ministral", "seed_oss", "qwen2_moe", "helium", "ernie4_5", "arcee", "apertus", "exaone4", "hunyuan_v1_dense",
-          "nanochat", "glm", "glm4", "stablelm", "stablelm_parallel")
+          "nanochat", "glm", "glm4", "stablelm", "stablelm_parallel", "llama4", "granite_hybrid", "granite_hybrid_rope")
 NEOX = ("gpt_neox", "gpt_neox_sequential")
 OPTS = ("opt", "opt_post_norm")
 MLA = ("deepseek_v3", "deepseek_v3_plain", "deepseek_v2")  # multi-head latent attention
@@ -31,7 +31,8 @@ FALCONS = ("falcon_mq", "falcon_new", "falcon_rw")  # fused rows in three layout
 CAUSAL = ("gpt2",) + NEOX + OPTS + LLAMAS + MLA + ALIBI + FALCONS
 PRUNED = tuple(n for n in CAUSAL if FIXTURES[n].prunable)  # OLMo 2/3 refuse pruning (tested below)
 PRUNED_LLAMAS = tuple(n for n in LLAMAS if FIXTURES[n].prunable)
-FAMILY_OF = {"gpt2": "gpt2", "gpt_neox": "gpt_neox", "gpt_neox_sequential": "gpt_neox", "opt": "opt",
+FAMILY_OF = {"llama4": "llama4", "granite_hybrid": "granite_hybrid", "granite_hybrid_rope": "granite_hybrid",
+             "gpt2": "gpt2", "gpt_neox": "gpt_neox", "gpt_neox_sequential": "gpt_neox", "opt": "opt",
              "opt_post_norm": "opt", "phi3": "phi3", "olmo": "olmo", "olmo2": "olmo",
              "olmo3": "olmo", "deepseek_v3": "deepseek", "deepseek_v3_plain": "deepseek",
              "deepseek_v2": "deepseek", "bloom": "bloom", "bloom_post_norm": "bloom",
@@ -177,7 +178,9 @@ def test_pruned_equals_gated_and_the_reference(name, case):
         ours = pruned(**batch).logits
         with head_gates(model, mask, ablation="zero"):
             gated = model(**batch).logits
-    assert _diff(ours, gated) <= 1e-9  # both HF's own arithmetic: float64 throughout but for its float32 roundings
+    # both HF's own arithmetic: float64 throughout but for its float32 roundings; Llama 4 rotates in float32, where a
+    # 1e-16 difference of the sliced projections' float64 products (another GEMM shape) can flip a rounding
+    assert _diff(ours, gated) <= (fx.atol if name == "llama4" else 1e-9)
     want = R.pruned_llama_forward(model, batch, keep) if name in LLAMAS else R.forward(model, batch,
                                                                                        R.Ablation("zero", mask))
     assert _diff(ours, want.logits) <= fx.atol
@@ -286,7 +289,7 @@ def test_attention_maps_equal_the_reference(name, impl):
 # ------------------------------------------------------------------ gradients and L0 gates
 @pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "llama_gqa", "qwen2", "qwen3", "gemma2", "gemma3",
                                   "phi3", "mixtral", "gpt_oss", "olmo", "olmo3", "cohere", "smollm3", "deepseek_v3",
-                                  "hunyuan_v1_dense", "stablelm", "bloom", "falcon_new", "falcon_rw"])
+                                  "hunyuan_v1_dense", "stablelm", "bloom", "falcon_new", "falcon_rw", "llama4"])
 @pytest.mark.parametrize("how", ["zero", "uniform"])
 def test_gate_gradients_equal_the_reference(name, how):
     """d loss / d gates through the package's gates = autograd of the reference's LM loss (itself checked against
@@ -338,7 +341,9 @@ def test_a_cached_forward_after_an_empty_first_layer_counts_the_positions(name):
         full = pruned(input_ids=ids).logits
         out = pruned(input_ids=ids[:, :-1], use_cache=True)
         step = pruned(input_ids=ids[:, -1:], past_key_values=out.past_key_values, use_cache=True).logits
-    assert _diff(step[:, -1], full[:, -1]) <= 1e-9
+    # a hybrid's Mamba layers step their recurrence in float32 where the full forward scans in chunks: the unpruned
+    # model's cached step differs by 6e-7 too (a wrong position would move the logits by far more)
+    assert _diff(step[:, -1], full[:, -1]) <= (fx.atol if name.startswith("granite_hybrid") else 1e-9)
 
 
 def test_kept_key_value_heads_follow_pruning():
@@ -659,7 +664,7 @@ def test_olmo2_has_no_clamp_whatever_its_config_says():
         assert _diff(ours[layer], hf[layer]) <= 1e-6
 
 
-_MOE = ("mixtral", "qwen3_moe", "gpt_oss", "qwen2_moe")
+_MOE = ("mixtral", "qwen3_moe", "gpt_oss", "qwen2_moe", "llama4", "granite_hybrid", "granite_hybrid_rope")
 
 
 @pytest.mark.parametrize("name", [n for n in LLAMAS if n not in _MOE])
@@ -815,3 +820,51 @@ def test_falcon_alibi_rows_follow_the_heads_original_ids():
         for site in sites:
             site.module.mask_heads = torch.arange(len(site.module.mask_heads))
         assert _diff(pruned(**batch).logits, want.logits) > 1e-3
+
+
+# ------------------------------------------------------------------ Llama 4
+def test_llama4_flop_estimate_counts_the_experts_a_token_takes_and_refuses_mixed_widths():
+    """All expert layers: a token takes its routed experts and the shared one (gated MLPs of ``intermediate_size``),
+    counted from the weights; dense and expert layers of different widths (the fixture) are refused, not averaged."""
+    import transformers as tf
+
+    cfg = FIXTURES["llama4"].config()
+    with pytest.raises(A.UnsupportedArchitectureError, match="differ in width"):
+        A.family_of(cfg).cost_dims(cfg)
+    cfg.moe_layers = [0, 1]
+    model = tf.Llama4ForCausalLM(cfg)
+    moe = model.model.layers[0].feed_forward
+    one_expert = moe.experts.gate_up_proj[0].numel() + moe.experts.down_proj[0].numel()
+    shared = sum(m.weight.numel() for m in moe.shared_expert.modules() if isinstance(m, torch.nn.Linear))
+    dims = A.family_of(cfg).cost_dims(cfg)
+    assert dims.ffn_macs_per_token() == cfg.num_experts_per_tok * one_expert + shared
+    assert dims.attention_macs_per_token() == sum(
+        getattr(model.model.layers[0].self_attn, p).weight.numel() for p in ("q_proj", "k_proj", "v_proj", "o_proj"))
+
+
+def test_llama4_multimodal_wrapper_is_refused_with_the_text_model_named():
+    import transformers as tf
+
+    cfg = tf.Llama4Config(text_config=FIXTURES["llama4"].config().to_dict())
+    with pytest.raises(A.UnsupportedArchitectureError, match="Llama4ForCausalLM"):
+        A.head_shape(cfg)
+
+
+# ------------------------------------------------------------------ a hybrid (Granite 4.0-H)
+def test_a_hybrids_grid_is_its_attention_layers_and_its_mamba_layers_stay_whole():
+    """Granite 4.0-H's grid has a row per ATTENTION layer (``model_layers`` maps rows to the model's layers); pruning
+    every head of a row empties that attention layer and leaves every Mamba layer's weights as they were; the FLOP
+    estimate (no term for a Mamba layer) is refused."""
+    fx = FIXTURES["granite_hybrid"]
+    model = _fresh("granite_hybrid")
+    assert A.model_layers(model) == list(fx.grids[None].model_layers) == [1, 3]
+    assert A.model_layers(FIXTURES["llama_gqa"].config()) == [0, 1]
+    sites = A.attention_sites(model)
+    assert [s.module for s in sites] == [model.model.layers[1].self_attn, model.model.layers[3].self_attn]
+    mamba = {k: v.clone() for k, v in model.state_dict().items() if ".mamba." in k}
+    prune_heads(model, _mask({0: [], 1: [0, 3]}, (2, 4)))
+    assert isinstance(model.model.layers[1].self_attn, A.EmptyAttention)
+    after = model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in mamba.items())
+    with pytest.raises(A.UnsupportedArchitectureError, match="Mamba"):
+        A.family_of(model).cost_dims(model.config)

@@ -60,6 +60,21 @@ def _ablations(fx, how, gate=0.0, means=None) -> dict | R.Ablation:
 
 # ------------------------------------------------------------------ where each family's heads are (test side only)
 def _attention(model, family, kind, layer):
+    if family == "granitemoehybrid":  # the grid's rows are the attention layers
+        a = model.model.layers[_row_layer(model, layer)].self_attn
+        return a.q_proj, a.o_proj, "linear"
+    return _attention_of_layer(model, family, kind, layer)
+
+
+def _row_layer(model, row: int) -> int:
+    """The model layer of grid row ``row`` (a hybrid's rows are its attention layers; elsewhere the same)."""
+    types = getattr(model.config, "layer_types", None)
+    if model.config.model_type != "granitemoehybrid":
+        return row
+    return [i for i, t in enumerate(types) if t != "linear_attention"][row]
+
+
+def _attention_of_layer(model, family, kind, layer):
     """(query projection, output projection, layout) of one attention layer; layout "linear", "conv1d" or "neox"
     (a Linear output projection; the query rows of head h at h*3d:h*3d+d of the fused projection)."""
     if family in ("bert", "roberta"):
@@ -87,7 +102,7 @@ def _attention(model, family, kind, layer):
     if family in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2",
                   "gemma3_text", "olmo", "olmo2", "olmo3", "smollm3", "granite", "starcoder2", "cohere",
                   "cohere2", "ministral", "seed_oss", "qwen2_moe", "helium", "ernie4_5", "arcee", "apertus",
-                  "exaone4", "hunyuan_v1_dense", "nanochat", "glm", "glm4", "stablelm"):
+                  "exaone4", "hunyuan_v1_dense", "nanochat", "glm", "glm4", "stablelm", "llama4_text"):
         a = model.model.layers[layer].self_attn
         return a.q_proj, a.o_proj, "linear"
     if family == "bloom":  # fused rows head by head: head h's q | k | v at h*3d:(h+1)*3d (as GPT-NeoX)
@@ -166,7 +181,7 @@ def _falcon_query_start(cfg, head: int) -> int:
 def _module(model, family, kind, layer):
     """The causal LMs' attention module of ``layer`` (None for the others: only gpt-oss has sinks)."""
     layers = getattr(getattr(model, "model", None), "layers", None)
-    return None if layers is None else getattr(layers[layer], "self_attn", None)
+    return None if layers is None else getattr(layers[_row_layer(model, layer)], "self_attn", None)
 
 
 def _edited(model, fx, how, gate=0.0, means=None):
@@ -220,6 +235,8 @@ def test_visible_keys_follow_the_grid(name):
                 want &= j <= i
             if grid.windows and grid.windows[layer] is not None:
                 want &= (i - j).abs() <= grid.windows[layer]
+            if grid.chunks and grid.chunks[layer] is not None:
+                want &= i // grid.chunks[layer] == j // grid.chunks[layer]
             keys_real = real if kind in (None, "enc", "cross") else torch.ones(real.shape[0], n_k, dtype=torch.bool)
             assert torch.equal(t.visible, want[None] & keys_real[:, None, :]), (kind, layer)
             assert bool((t.probs[~t.visible[:, None].expand_as(t.probs)] == 0).all())
@@ -416,7 +433,7 @@ def hand_pruned_llama(model, keep: dict[int, list[int]]):
     group = cfg.num_attention_heads // cfg.num_key_value_heads
     rows = lambda ids: torch.cat([torch.arange(i * d, (i + 1) * d) for i in ids])
     for layer, heads in keep.items():
-        block = pruned.model.layers[layer]
+        block = pruned.model.layers[_row_layer(model, layer)]
         if not heads:
             block.self_attn = _NoHeads(block.self_attn.o_proj.bias)
             continue

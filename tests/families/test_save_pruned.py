@@ -21,7 +21,7 @@ MASK = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]])  # uneven grou
 # the mixtures of experts' float64 fixtures need the eager experts, a setting the saved config drops: for gpt-oss (its
 # sinks sliced by pruning) the weights are compared, the logits not; Mixtral and Qwen3-MoE add nothing here
 @pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "llama_gqa", "qwen3", "gemma3", "phi3", "gpt_oss", "bloom",
-                                  "deepseek_v3", "stablelm", "falcon_new", "falcon_rw", "falcon_mq"])
+                                  "deepseek_v3", "stablelm", "falcon_new", "falcon_rw", "falcon_mq", "llama4"])
 def test_a_saved_pruned_causal_lm_loads_back_the_same(name, tmp_path):
     fx = FIXTURES[name]
     model = prune_heads(fx.build("eager"), MASK)

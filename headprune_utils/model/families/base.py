@@ -224,6 +224,11 @@ class Family:
         """``(n_layers, n_query_heads)`` of the original model's grid ``kind``."""
         raise NotImplementedError
 
+    def model_layers(self, cfg, kind: str | None = None) -> list[int]:
+        """The model layer of each grid row (its index among all the stack's layers): every layer, unless the
+        family is a hybrid whose grid holds its attention layers only."""
+        return list(range(self.head_shape(cfg, kind)[0]))
+
     def kv_heads(self, cfg, kind: str | None) -> int:
         """Key/value heads per layer of grid ``kind`` (as many as query heads unless grouped)."""
         return self.head_shape(cfg, kind)[1]

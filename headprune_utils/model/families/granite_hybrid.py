@@ -1,0 +1,65 @@
+"""IBM Granite 4.0 hybrid causal LMs (``granitemoehybrid``: Granite-4.0-H): Mamba-2 layers with, every few layers,
+a Llama-family attention layer. Only the attention layers have heads.
+
+The grid is ``[n_attention_layers, n_query_heads]``: its rows are the model's ATTENTION layers in order
+(``config.layer_types[i] != "linear_attention"``; :meth:`GraniteHybridFamily.model_layers` gives each row's index among
+all layers), so a hybrid's masks, scores and pictures have a row per attention layer and none for the Mamba layers,
+which the adapter never touches. An attention layer is Granite's (``model.layers[i].self_attn``: separate
+``q_proj`` / ``k_proj`` / ``v_proj`` / ``o_proj``, grouped-query attention, scores scaled by ``attention_multiplier``)
+with rotary when ``position_embedding_type == "rope"`` and no positions otherwise (Granite-4.0-H: NoPE). Pruning is
+the Llama family's (a :class:`~headprune_utils.model.families.llama.GroupedQueryAttention`, its KV cache at the
+model layer's own index of the hybrid cache; an emptied layer an ``EmptyAttention``). The FLOP estimate, which has no
+term for a Mamba layer, is refused.
+"""
+from __future__ import annotations
+
+
+from headprune_utils.model.families.base import UnsupportedArchitectureError
+from headprune_utils.model.families.llama import LlamaFamily, _head_norms, _normed_placed
+
+_MAMBA = "linear_attention"  # the layer type of the Mamba-2 layers
+
+
+def _uses_rope(cfg) -> bool:
+    return getattr(cfg, "position_embedding_type", None) == "rope"
+
+
+class GraniteHybridFamily(LlamaFamily):
+    name = "granite_hybrid"
+    model_types = ("granitemoehybrid",)
+    positions = "rotary or none (NoPE)"
+
+    def model_layers(self, cfg, kind=None) -> list[int]:
+        """The model layer of each grid row: the attention layers' indices, in order."""
+        return [i for i, t in enumerate(cfg.layer_types) if t != _MAMBA]
+
+    def head_shape(self, cfg, kind):
+        return len(self.model_layers(cfg)), int(cfg.num_attention_heads)
+
+    def sites(self, model, kind):
+        cfg = model.config
+        layers = model.model.layers
+        return [self.site(row, layers[i], cfg) for row, i in enumerate(self.model_layers(cfg))]
+
+    def position_embedding(self, cfg):
+        return "rotary" if _uses_rope(cfg) else "none (NoPE)"
+
+    def queries_keys(self, site, query_out, key_out, call_kwargs):
+        if _uses_rope(site.module.config):
+            return super().queries_keys(site, query_out, key_out, call_kwargs)
+        b, s, _ = query_out.shape
+        d = site.head_dim
+        q_norm, k_norm = _head_norms(site.module)
+        return _normed_placed(query_out.view(b, s, -1, d), key_out.view(b, s, -1, d), q_norm, k_norm, False, None,
+                              None, None, cast=True)  # no positions: no rotary function needed
+
+    def window(self, model, site):
+        return None  # no sliding window (and layer_types names the Mamba layers, not windows)
+
+    def cost_dims(self, cfg):
+        raise UnsupportedArchitectureError(
+            "granitemoehybrid: the FLOP estimate has no term for a Mamba-2 layer (most of this hybrid's layers), so "
+            "it is not estimated")
+
+
+FAMILY = GraniteHybridFamily()
