@@ -427,6 +427,14 @@ def _granite_hybrid(rope: bool):
         eos_token_id=2)
 
 
+def _bamba():
+    return tf.BambaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=24, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, attn_layer_indices=[0, 2], mamba_n_heads=4, mamba_d_state=8, mamba_n_groups=1,
+        mamba_chunk_size=4, mamba_d_conv=4, max_position_embeddings=64, tie_word_embeddings=False, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2)
+
+
 def _olmo():
     return tf.OlmoConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, clip_qkv=0.5,
@@ -690,6 +698,13 @@ _ALL = [
     Fixture("granite_hybrid_rope", "granitemoehybrid", tf.GraniteMoeHybridForCausalLM, lambda: _granite_hybrid(True),
             _one(Grid(2, 4, 2, 8, causal=True, model_layers=(1, 3))), causal_lm=True, atol=_LOOSE, positions="rotary",
             notes="Granite 4.0-H with rotary in its attention layers (position_embedding_type='rope')"),
+    Fixture("bamba", "bamba", tf.BambaForCausalLM, _bamba,
+            _one(Grid(2, 4, 2, 8, causal=True, model_layers=(0, 2))), causal_lm=True, atol=5 * _LOOSE,
+            positions="rotary",
+            notes="Bamba: 3 layers, attention (layers 0, 2: the grid's 2 rows, rotary on half of each head) around a "
+                  "Mamba-2 layer (4 SSM heads of 16 in 1 group, state 8, conv 4); gated MLPs (atol 5e-5: HF's Mamba "
+                  "scan and norms round through float32, and Bamba has no multipliers keeping the activations small: "
+                  "the reference and HF differ by up to 1.7e-5)"),
     Fixture("olmo", "olmo", tf.OlmoForCausalLM, _olmo, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
             atol=_LOOSE, positions="rotary",
             notes="OLMo 1: parameter-free layer norms; q, k and v clamped to [-0.5, 0.5] (clip_qkv, so the clamp bites "

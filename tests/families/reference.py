@@ -463,7 +463,7 @@ def llama_heads(model) -> list[LlamaHeads]:
     group = cfg.num_attention_heads // cfg.num_key_value_heads
     out = []
     for layer in model.model.layers:
-        a = layer.self_attn
+        a = getattr(layer, "self_attn", None)
         if a is None:  # a hybrid's Mamba layer: no heads (the heads' list is the attention layers')
             continue
         qn, kn = getattr(a, "q_norm", None), getattr(a, "k_norm", None)
@@ -841,15 +841,17 @@ def mamba2(x, m, mask):
     return lin(m.norm.weight * y, m.out_proj)
 
 
-def _granite_hybrid(model, inputs, ablations, heads: list[LlamaHeads] | None = None) -> Trace:
-    """Granite 4.0-H: embeddings times ``embedding_multiplier``; per layer an RMSNorm, then a Mamba-2 mixer
-    (``layer_types[i] == "linear_attention"``) or a grouped-query attention (rotary if ``position_embedding_type ==
-    "rope"``, else none; scores scaled by ``attention_multiplier``), its output times ``residual_multiplier`` added;
-    an RMSNorm and the shared gated MLP (``input_linear``: gate | up), times ``residual_multiplier``; logits divided by
-    ``logits_scaling``. The grid's rows (and ``heads``, ``ablations``' rows, the trace's layers) are the attention
-    layers, in order."""
+def _mamba_hybrid(model, inputs, ablations, heads: list[LlamaHeads] | None = None) -> Trace:
+    """Bamba and Granite 4.0-H: per layer an RMSNorm, then a Mamba-2 mixer (``layers_block_type[i] ==
+    "linear_attention"``) or a grouped-query attention, added to the residual; an RMSNorm and a gated MLP, added.
+    Bamba: rotary on half of each head, scores scaled by ``head_dim ** -0.5``, the MLP ``feed_forward`` (gate, up,
+    down). Granite 4.0-H: embeddings times ``embedding_multiplier``; rotary if ``position_embedding_type == "rope"``,
+    else none; scores scaled by ``attention_multiplier``; both branches times ``residual_multiplier``; the shared MLP
+    (``input_linear``: gate | up); logits divided by ``logits_scaling``. The grid's rows (and ``heads``,
+    ``ablations``' rows, the trace's layers) are the attention layers, in order."""
     cfg = model.config
-    if cfg.num_local_experts:
+    granite = cfg.model_type == "granitemoehybrid"
+    if granite and cfg.num_local_experts:
         raise ValueError("the Granite 4.0-H reference has the shared MLP only (num_local_experts=0)")
     heads = llama_heads(model) if heads is None else heads
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
@@ -858,12 +860,15 @@ def _granite_hybrid(model, inputs, ablations, heads: list[LlamaHeads] | None = N
     act = activation(cfg.hidden_act)
     ablation = _grid_ablation(ablations, None)
     eps = cfg.rms_norm_eps
-    h = model.model.embed_tokens.weight[ids] * cfg.embedding_multiplier
+    rope = cfg.position_embedding_type == "rope" if granite else True
+    partial = cfg.rope_parameters.get("partial_rotary_factor", 1.0) if rope else None
+    branch = cfg.residual_multiplier if granite else 1.0
+    h = model.model.embed_tokens.weight[ids] * (cfg.embedding_multiplier if granite else 1.0)
     layers = []
     row = 0
     for i, layer in enumerate(model.model.layers):
         x = rms_norm(h, layer.input_layernorm.weight, eps)
-        if cfg.layer_types[i] == "linear_attention":
+        if cfg.layers_block_type[i] == "linear_attention":
             out = mamba2(x, layer.mamba, mask)
         else:
             w = heads[row]
@@ -873,21 +878,28 @@ def _granite_hybrid(model, inputs, ablations, heads: list[LlamaHeads] | None = N
             else:
                 d = w.head_dim
                 q, k = split_heads(F.linear(x, w.q, w.q_bias), d), split_heads(F.linear(x, w.k, w.k_bias), d)
-                if cfg.position_embedding_type == "rope":
-                    theta = cfg.rope_parameters["rope_theta"]
-                    q, k = rotary(q, positions, theta), rotary(k, positions, theta)
+                if rope:
+                    theta, n_rot = cfg.rope_parameters["rope_theta"], int(d * partial)
+                    q, k = partial_rotary(q, positions, theta, n_rot), partial_rotary(k, positions, theta, n_rot)
                 v = split_heads(F.linear(x, w.v, w.v_bias), d)
-                t = attend(q, k, v, visible_keys(mask, n, causal=True), scale=cfg.attention_multiplier,
-                           kv_of_query=w.kv_of_query, ablation=ablation, layer=row)
+                t = attend(q, k, v, visible_keys(mask, n, causal=True),
+                           scale=cfg.attention_multiplier if granite else d ** -0.5, kv_of_query=w.kv_of_query,
+                           ablation=ablation, layer=row)
                 layers.append(t)
                 out = F.linear(merge(t), w.o, w.o_bias)
             row += 1
-        h = h + out * cfg.residual_multiplier
-        x = rms_norm(h, layer.post_attention_layernorm.weight, eps)
-        gate, up = lin(x, layer.shared_mlp.input_linear).chunk(2, dim=-1)
-        h = h + lin(act(gate) * up, layer.shared_mlp.output_linear) * cfg.residual_multiplier
-    h = rms_norm(h, model.model.norm.weight, eps)
-    return Trace(F.linear(h, model.lm_head.weight) / cfg.logits_scaling, {None: layers})
+        h = h + out * branch
+        if granite:
+            x = rms_norm(h, layer.post_attention_layernorm.weight, eps)
+            gate, up = lin(x, layer.shared_mlp.input_linear).chunk(2, dim=-1)
+            h = h + lin(act(gate) * up, layer.shared_mlp.output_linear) * branch
+        else:
+            x = rms_norm(h, layer.pre_ff_layernorm.weight, eps)
+            f = layer.feed_forward
+            h = h + lin(act(lin(x, f.gate_proj)) * lin(x, f.up_proj), f.down_proj)
+    h = rms_norm(h, (model.model.norm if granite else model.model.final_layernorm).weight, eps)
+    logits = F.linear(h, model.lm_head.weight)
+    return Trace(logits / cfg.logits_scaling if granite else logits, {None: layers})
 
 
 # ------------------------------------------------------------------------------------------------ OLMo
@@ -1329,7 +1341,7 @@ _FAMILIES = {
     "starcoder2": _llama_like, "qwen2_moe": _llama_like, "helium": _llama_like, "ernie4_5": _llama_like, "ministral": _llama_like, "seed_oss": _llama_like,
     "arcee": _llama_like, "apertus": _llama_like, "exaone4": _llama_like, "hunyuan_v1_dense": _llama_like,
     "nanochat": _llama_like, "glm": _llama_like, "glm4": _llama_like, "stablelm": _llama_like,
-    "deepseek_v3": _deepseek_v3, "deepseek_v2": _deepseek_v3, "bloom": _bloom, "falcon": _falcon, "llama4_text": _llama4, "granitemoehybrid": _granite_hybrid, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
+    "deepseek_v3": _deepseek_v3, "deepseek_v2": _deepseek_v3, "bloom": _bloom, "falcon": _falcon, "llama4_text": _llama4, "granitemoehybrid": _mamba_hybrid, "bamba": _mamba_hybrid, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
     "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,
@@ -1376,7 +1388,7 @@ def pruned_llama_forward(model, inputs: dict, keep: dict[int, list[int]]) -> Tra
     forward_of = (_gemma_like if model_type in ("gemma", "gemma2", "gemma3_text")
                   else _olmo_like if model_type == "olmo"
                   else _llama4 if model_type == "llama4_text"
-                  else _granite_hybrid if model_type == "granitemoehybrid"
+                  else _mamba_hybrid if model_type in ("granitemoehybrid", "bamba")
                   else _cohere_like if model_type in ("cohere", "cohere2") else _llama_like)
     return forward_of(model, inputs, None, heads=heads)
 

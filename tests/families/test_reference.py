@@ -60,7 +60,7 @@ def _ablations(fx, how, gate=0.0, means=None) -> dict | R.Ablation:
 
 # ------------------------------------------------------------------ where each family's heads are (test side only)
 def _attention(model, family, kind, layer):
-    if family == "granitemoehybrid":  # the grid's rows are the attention layers
+    if family in ("granitemoehybrid", "bamba"):  # the grid's rows are the attention layers
         a = model.model.layers[_row_layer(model, layer)].self_attn
         return a.q_proj, a.o_proj, "linear"
     return _attention_of_layer(model, family, kind, layer)
@@ -68,10 +68,9 @@ def _attention(model, family, kind, layer):
 
 def _row_layer(model, row: int) -> int:
     """The model layer of grid row ``row`` (a hybrid's rows are its attention layers; elsewhere the same)."""
-    types = getattr(model.config, "layer_types", None)
-    if model.config.model_type != "granitemoehybrid":
+    if model.config.model_type not in ("granitemoehybrid", "bamba"):
         return row
-    return [i for i, t in enumerate(types) if t != "linear_attention"][row]
+    return [i for i, t in enumerate(model.config.layers_block_type) if t != "linear_attention"][row]
 
 
 def _attention_of_layer(model, family, kind, layer):

@@ -13,7 +13,7 @@
                 per-head query/key norms,
                 soft-capped scores, attention sinks)
     llama4      Llama 4 text models (chunked attention, NoPE layers with query temperature, weightless q/k norms)
-    granite_hybrid  Granite 4.0-H (Mamba-2 layers and Llama-family attention layers: the grid's rows are the
+    hybrid      Bamba, Granite 4.0-H (Mamba-2 layers and Llama-family attention layers: the grid's rows are the
                 attention layers)
     olmo        OLMo 1-3 (q/k/v clamps; OLMo 2/3's query/key norms span all heads: gates yes, pruning refused)
     phi3        Phi-3 / Phi-4-mini causal LMs (the Llama family's attention with one fused qkv_proj)

@@ -11,7 +11,7 @@ import headprune_utils.model.families.distilbert as distilbert
 import headprune_utils.model.families.falcon as falcon
 import headprune_utils.model.families.gpt2 as gpt2
 import headprune_utils.model.families.gpt_neox as gpt_neox
-import headprune_utils.model.families.granite_hybrid as granite_hybrid
+import headprune_utils.model.families.hybrid as hybrid
 import headprune_utils.model.families.llama as llama
 import headprune_utils.model.families.llama4 as llama4
 import headprune_utils.model.families.modernbert as modernbert
@@ -24,7 +24,7 @@ from headprune_utils.model.families.base import Family, UnsupportedArchitectureE
 FAMILIES: list[Family] = [bert.FAMILY, distilbert.FAMILY, bart.FAMILY, gpt2.FAMILY, gpt_neox.FAMILY, llama.FAMILY,
                            olmo.FAMILY, opt.FAMILY, phi3.FAMILY, modernbert.FAMILY, t5.FAMILY, t5.UMT5_FAMILY,
                            deepseek.FAMILY, bloom.FAMILY, falcon.FAMILY, llama4.FAMILY,
-                           granite_hybrid.FAMILY]
+                           hybrid.FAMILY]
 
 
 def register(family: Family) -> Family:

@@ -1,18 +1,18 @@
-"""IBM Granite 4.0 hybrid causal LMs (``granitemoehybrid``: Granite-4.0-H): Mamba-2 layers with, every few layers,
-a Llama-family attention layer. Only the attention layers have heads.
+"""Hybrid causal LMs of Mamba-2 layers and, every few layers, a Llama-family attention layer: IBM's Bamba
+(``bamba``) and Granite 4.0-H (``granitemoehybrid``). Only the attention layers have heads.
 
 The grid is ``[n_attention_layers, n_query_heads]``: its rows are the model's ATTENTION layers in order
-(``config.layer_types[i] != "linear_attention"``; :meth:`GraniteHybridFamily.model_layers` gives each row's index among
+(``config.layers_block_type[i] != "linear_attention"``; :meth:`HybridFamily.model_layers` gives each row's index among
 all layers), so a hybrid's masks, scores and pictures have a row per attention layer and none for the Mamba layers,
-which the adapter never touches. An attention layer is Granite's (``model.layers[i].self_attn``: separate
-``q_proj`` / ``k_proj`` / ``v_proj`` / ``o_proj``, grouped-query attention, scores scaled by ``attention_multiplier``)
-with rotary when ``position_embedding_type == "rope"`` and no positions otherwise (Granite-4.0-H: NoPE). Pruning is
-the Llama family's (a :class:`~headprune_utils.model.families.llama.GroupedQueryAttention`, its KV cache at the
-model layer's own index of the hybrid cache; an emptied layer an ``EmptyAttention``). The FLOP estimate, which has no
-term for a Mamba layer, is refused.
+which the adapter never touches. An attention layer (``model.layers[i].self_attn``) has separate ``q_proj`` /
+``k_proj`` / ``v_proj`` / ``o_proj`` and grouped-query attention, as Llama's: Bamba's with rotary on half of each
+head; Granite's with its scores scaled by ``attention_multiplier``, and rotary when ``position_embedding_type ==
+"rope"``, no positions otherwise (Granite-4.0-H: NoPE). Pruning is the Llama family's (a
+:class:`~headprune_utils.model.families.llama.GroupedQueryAttention`, its KV cache at the model layer's own index of
+the hybrid cache; an emptied layer an ``EmptyAttention``). The FLOP estimate, which has no term for a Mamba layer,
+is refused.
 """
 from __future__ import annotations
-
 
 from headprune_utils.model.families.base import UnsupportedArchitectureError
 from headprune_utils.model.families.llama import LlamaFamily, _head_norms, _normed_placed
@@ -21,17 +21,20 @@ _MAMBA = "linear_attention"  # the layer type of the Mamba-2 layers
 
 
 def _uses_rope(cfg) -> bool:
-    return getattr(cfg, "position_embedding_type", None) == "rope"
+    """Bamba always rotates; Granite 4.0-H only with ``position_embedding_type == "rope"``."""
+    if cfg.model_type == "granitemoehybrid":
+        return getattr(cfg, "position_embedding_type", None) == "rope"
+    return True
 
 
-class GraniteHybridFamily(LlamaFamily):
-    name = "granite_hybrid"
-    model_types = ("granitemoehybrid",)
-    positions = "rotary or none (NoPE)"
+class HybridFamily(LlamaFamily):
+    name = "hybrid"
+    model_types = ("granitemoehybrid", "bamba")
+    positions = "rotary (Bamba: on half of each head) or none (Granite 4.0-H: NoPE)"
 
     def model_layers(self, cfg, kind=None) -> list[int]:
         """The model layer of each grid row: the attention layers' indices, in order."""
-        return [i for i, t in enumerate(cfg.layer_types) if t != _MAMBA]
+        return [i for i, t in enumerate(cfg.layers_block_type) if t != _MAMBA]
 
     def head_shape(self, cfg, kind):
         return len(self.model_layers(cfg)), int(cfg.num_attention_heads)
@@ -54,12 +57,12 @@ class GraniteHybridFamily(LlamaFamily):
                               None, None, cast=True)  # no positions: no rotary function needed
 
     def window(self, model, site):
-        return None  # no sliding window (and layer_types names the Mamba layers, not windows)
+        return None  # no sliding window (and the layer types name the Mamba layers, not windows)
 
     def cost_dims(self, cfg):
         raise UnsupportedArchitectureError(
-            "granitemoehybrid: the FLOP estimate has no term for a Mamba-2 layer (most of this hybrid's layers), so "
+            f"{cfg.model_type}: the FLOP estimate has no term for a Mamba-2 layer (most of this hybrid's layers), so "
             "it is not estimated")
 
 
-FAMILY = GraniteHybridFamily()
+FAMILY = HybridFamily()
