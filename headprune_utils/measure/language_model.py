@@ -41,6 +41,9 @@ def lm_loss(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], gates=
                 mask = batch.get("attention_mask")
                 if mask is None:  # as Hugging Face's models take it: every token real
                     mask = torch.ones_like(ids)
+                if tuple(mask.shape) != tuple(ids.shape):  # no cache here: a column per position, no more
+                    raise ValueError(f"attention_mask must have the shape of input_ids {list(ids.shape)}, got "
+                                     f"{list(mask.shape)}")
                 logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
                 target = batch.get("labels")
                 if target is None:

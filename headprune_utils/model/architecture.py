@@ -165,7 +165,7 @@ def _checked(model: nn.Module, family: Family, kind, sites: list[AttentionSite])
     n_layers = head_shape(model, kind)[0]
     if len(sites) != n_layers:
         raise ValueError(f"the config gives {n_layers} {where}layers but the model has {len(sites)}: {edited}")
-    kept = kept_heads(model, kind)
+    kept = _recorded_kept(model, kind)
     kept_kv = None
     for site in sites:
         n = family.present_heads(site)
@@ -174,7 +174,7 @@ def _checked(model: nn.Module, family: Family, kind, sites: list[AttentionSite])
                              f"pruning record say {len(kept[site.layer])}: {edited}")
         n_kv = family.present_kv_heads(site)
         if n_kv is not None:
-            kept_kv = kept_kv if kept_kv is not None else kept_kv_heads(model, kind)
+            kept_kv = kept_kv if kept_kv is not None else _recorded_kept_kv(model, kind)
             if n_kv != len(kept_kv[site.layer]):
                 raise ValueError(f"{where}layer {site.layer}: the weights hold {n_kv} key/value heads, the config "
                                  f"and the pruning record say {len(kept_kv[site.layer])}: {edited}")
@@ -224,6 +224,8 @@ def kv_head_of(config_or_model, kind: AttentionKind | None = None) -> list[int]:
     layer; physical pruning keeps a key/value head as long as one kept query head reads it."""
     cfg = getattr(config_or_model, "config", config_or_model)
     _check_kind(config_or_model, kind)
+    if isinstance(config_or_model, nn.Module):  # a model: its weights must agree with its config
+        attention_sites(config_or_model, kind)
     return list(family_of(config_or_model).kv_of_query(cfg, kind))
 
 
@@ -238,7 +240,14 @@ def _all_heads(shape: tuple[int, int]) -> list[list[int]]:
 
 
 def kept_heads(model: nn.Module, kind: AttentionKind | None = None):
-    """Original ids of the heads still present, per layer (encoder-decoders: a dict by type, or ``kind``'s)."""
+    """Original ids of the heads still present, per layer (encoder-decoders: a dict by type, or ``kind``'s), once the
+    weights agree with the config and the pruning record (an edited config is an error, as for the gates)."""
+    attention_sites(model, kind)
+    return _recorded_kept(model, kind)
+
+
+def _recorded_kept(model: nn.Module, kind: AttentionKind | None = None):
+    """:func:`kept_heads` from the record and the config alone (for the check itself)."""
     _check_kind(model, kind)
     kept = getattr(model, _KEPT_ATTR, None)
     kinds = attention_kinds(model)
@@ -255,8 +264,13 @@ def kept_heads(model: nn.Module, kind: AttentionKind | None = None):
 def kept_kv_heads(model: nn.Module, kind: AttentionKind | None = None) -> list[list[int]]:
     """Original ids of the key/value heads still present, per layer of grid ``kind``: those some kept query head
     reads (:func:`kv_head_of`); the physical pruner keeps exactly these."""
-    kv = kv_head_of(model, kind)
-    return [sorted({kv[h] for h in ids}) for ids in kept_heads(model, kind)]
+    attention_sites(model, kind)
+    return _recorded_kept_kv(model, kind)
+
+
+def _recorded_kept_kv(model: nn.Module, kind: AttentionKind | None = None) -> list[list[int]]:
+    kv = list(family_of(model).kv_of_query(model.config, kind))
+    return [sorted({kv[h] for h in ids}) for ids in _recorded_kept(model, kind)]
 
 
 def set_kept_heads(model: nn.Module, kept) -> None:
@@ -282,10 +296,25 @@ def present_mask(model: nn.Module, kind: AttentionKind | None = None):
 
 
 def key_padding_mask_from_call(args: tuple, kwargs: dict) -> torch.Tensor | None:
-    """The 2-D ``attention_mask`` ([batch, seq], 1 = real token) a base model was called with."""
+    """The 2-D ``attention_mask`` ([batch, seq], 1 = real token) a base model was called with; a ValueError naming
+    both shapes when a tensor mask is not 2-D or does not cover the inputs (its batch, and at least their positions:
+    more with a KV cache)."""
     mask = kwargs.get("attention_mask")
     if mask is None and len(args) >= 2:
         mask = args[1]
+    if not isinstance(mask, torch.Tensor):
+        return mask
+    inputs = next((kwargs[k] for k in ("input_ids", "inputs_embeds") if isinstance(kwargs.get(k), torch.Tensor)),
+                  args[0] if args and isinstance(args[0], torch.Tensor) else None)
+    want = "" if inputs is None else f" for inputs of shape {list(inputs.shape)}"
+    if mask.dim() != 2:
+        raise ValueError(f"attention_mask of shape {list(mask.shape)}{want}: the toolkit reads a 2-D padding mask "
+                         "[batch, seq] (1 = real token, 0 = padding)")
+    if inputs is not None and inputs.dim() >= 2 and (mask.shape[0] != inputs.shape[0]
+                                                     or mask.shape[1] < inputs.shape[1]):
+        raise ValueError(f"attention_mask of shape {list(mask.shape)} does not cover the inputs of shape "
+                         f"{list(inputs.shape)}: it needs their batch and a column per position (more only for "
+                         "positions already in a KV cache)")
     return mask
 
 

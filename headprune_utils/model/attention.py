@@ -76,7 +76,12 @@ def capture_queries_keys(model: nn.Module, kind: str | None = None) -> Iterator[
         problem = family.visibility_problem(model, kwargs)
         if problem and causal:
             raise ValueError(f"attention maps need the keys each query may see: {problem}")
-        store["key_mask"] = key_padding_mask_from_call(args, kwargs)
+        mask = key_padding_mask_from_call(args, kwargs)
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if isinstance(mask, torch.Tensor) and isinstance(ids, torch.Tensor) and mask.shape[1] != ids.shape[1]:
+            raise ValueError(f"attention maps need a full-sequence forward: attention_mask of shape "
+                             f"{list(mask.shape)} for inputs of shape {list(ids.shape)} (a column per position)")
+        store["key_mask"] = mask
 
     def make_call(layer: int):
         def hook(module, args, kwargs):

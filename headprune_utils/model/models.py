@@ -214,17 +214,40 @@ def load_causal_lm(
         if dtype is not None:
             kwargs["dtype"] = dtype
         try:
-            model = _from_pretrained(AutoModelForCausalLM, name, offline_hint=_OFFLINE_CAUSAL, **kwargs)
+            model, info = _from_pretrained(AutoModelForCausalLM, name, offline_hint=_OFFLINE_CAUSAL,
+                                           output_loading_info=True, **kwargs)
         except RuntimeError as exc:
             if "mismatched" not in str(exc):
                 raise
             raise ValueError(
-                f"{name}: its weights do not have the shapes its config gives. A physically pruned model keeps the "
-                "unpruned model's config: save it with pruning.save_pruned (which records the heads it keeps) and "
-                f"load_causal_lm loads it back. ({exc})") from exc
+                f"{name}: its weights do not have the shapes its config gives. {_SAVE_PRUNED} ({exc})") from exc
+        renamed = _renamed_weights(info)
+        if renamed:  # e.g. a pruned Falcon layer's q/k/v/o_proj where the config's module has query_key_value
+            raise ValueError(
+                f"{name}: its weights are not laid out as its config's model: {renamed}; loading would leave those "
+                f"weights at random. {_SAVE_PRUNED}")
     attention_sites(model)  # fail now on an architecture the gates cannot reach
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     return model.to(dev).eval()
+
+
+_SAVE_PRUNED = ("A physically pruned model keeps the unpruned model's config: save it with pruning.save_pruned (which "
+                "records the heads it keeps) and load_causal_lm loads it back.")
+
+
+def _renamed_weights(info: dict) -> str:
+    """Modules of the checkpoint whose weights the model class misses while the checkpoint holds OTHER weights in
+    the same module (a layer built otherwise than its config says, as a plainly saved pruned layer is), in words;
+    "" when none."""
+    parent = lambda key: key.rsplit(".", 2)[0] if key.count(".") >= 2 else ""
+    missing = {parent(k): k for k in info.get("missing_keys", ())}
+    unexpected = {parent(k): k for k in info.get("unexpected_keys", ())}
+    shared = sorted(set(missing) & set(unexpected) - {""})
+    if not shared:
+        return ""
+    where = shared[0]
+    return (f"{len(shared)} module(s), e.g. {where} (the model expects {missing[where]}, the checkpoint has "
+            f"{unexpected[where]})")
 
 
 _OFFLINE_CAUSAL = ("For offline work build a small causal LM with models.tiny_causal_lm and train it "

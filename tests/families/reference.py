@@ -757,7 +757,8 @@ def llama4_moe(x, m, act):
 def _llama4(model, inputs, ablations, heads: list[LlamaHeads] | None = None) -> Trace:
     """Llama 4's text model. Rotary layers (``no_rope_layers[i]`` = 1): rotary on interleaved pairs, then (with
     ``use_qk_norm``) an RMS norm without weight over each query and key head, and with ``attention_chunk_size``
-    chunked attention (a query sees the earlier keys of its own chunk). NoPE layers: no rotary, no norm, every earlier
+    chunked attention (a query sees the earlier keys of its own chunk, chunks counted from the row's first real
+    token). NoPE layers: no rotary, no norm, every earlier
     key, and (``attn_temperature_tuning``) queries times ``1 + attn_scale * log(1 + floor((p + 1) / floor_scale))``.
     RMSNorms before the blocks; a gated MLP or (``moe_layers``) a mixture of experts."""
     cfg = model.config
@@ -777,9 +778,10 @@ def _llama4(model, inputs, ablations, heads: list[LlamaHeads] | None = None) -> 
         rope = bool(cfg.no_rope_layers[i])
         x = rms_norm(h, layer.input_layernorm.weight, eps)
         vis = visible_keys(mask, n, causal=True)
-        if rope and cfg.attention_chunk_size is not None:
-            chunk = positions // cfg.attention_chunk_size
-            vis = vis & (chunk[:, None] == chunk[None, :])[None]
+        if rope and cfg.attention_chunk_size is not None:  # chunks counted from each row's first real token
+            lead = (mask.cumsum(-1) == 0).sum(-1)  # [b]: the row's left padding
+            chunk = torch.div(positions[None, :] - lead[:, None], cfg.attention_chunk_size, rounding_mode="floor")
+            vis = vis & (chunk[:, :, None] == chunk[:, None, :])
         if w.n_heads == 0:
             layers.append(None)
             attn_out = torch.zeros_like(h)

@@ -871,3 +871,35 @@ def test_a_hybrids_grid_is_its_attention_layers_and_its_mamba_layers_stay_whole(
     assert all(torch.equal(after[k], v) for k, v in mamba.items())
     with pytest.raises(A.UnsupportedArchitectureError, match="Mamba"):
         A.family_of(model).cost_dims(model.config)
+
+
+def test_llama4_chunks_start_at_each_rows_first_real_token():
+    """Left padding moves the chunk boundaries of Llama 4's chunked layers (the model's mask counts its chunks from
+    the first real token): the maps equal HF's eager attention weights on every real query row, and "uniform"
+    equals HF with the head's query zeroed (equal scores over exactly the keys the model lets it see)."""
+    fx = FIXTURES["llama4"]
+    model = _fresh("llama4")
+    ids = fx.inputs(padded=False, seq=9)["input_ids"]
+    am = torch.ones_like(ids)
+    am[0, :3] = 0  # row 0 left-padded by 3: its chunks are 3-6, 7-8; row 1's 0-3, 4-7, 8
+    batch = {"input_ids": ids, "attention_mask": am}
+    real = am.bool()
+    with torch.no_grad():
+        hf = model(**batch, output_attentions=True).attentions
+        maps = attention_maps(model, batch)
+        assert _diff(maps[0].transpose(1, 2)[real], hf[0].transpose(1, 2)[real]) <= fx.atol
+        assert bool(hf[0][0, 0, 8, 7] > 0) and bool(maps[0][0, 0, 8, 7] > 0)  # key 7 shares query 8's chunk
+        edited = copy.deepcopy(model)
+        edited.model.layers[0].self_attn.q_proj.weight[8:16] = 0  # head 1 of layer 0
+        gates = torch.ones(2, 4)
+        gates[0, 1] = 0
+        with head_gates(model, gates, ablation="uniform"):
+            uniform = model(**batch).logits
+        assert _diff(uniform[real], edited(**batch).logits[real]) <= fx.atol
+
+
+def test_a_hybrid_without_attention_layers_has_no_heads_and_says_so():
+    cfg = FIXTURES["bamba"].config()
+    cfg.attn_layer_indices = []
+    with pytest.raises(A.UnsupportedArchitectureError, match="no attention heads"):
+        A.head_shape(cfg)

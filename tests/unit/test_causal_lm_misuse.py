@@ -113,6 +113,9 @@ def test_a_config_edited_after_the_model_was_built_is_caught(field, value):
         architecture.attention_sites(model)
     with pytest.raises(ValueError, match="was the config edited"):
         prune_heads(model, torch.ones(architecture.head_shape(model)))
+    for reader in (architecture.kept_heads, architecture.kept_kv_heads, architecture.kv_head_of):  # the readers too
+        with pytest.raises(ValueError, match="was the config edited"):
+            reader(model)
 
 
 def test_a_gpt2_config_edited_after_the_model_was_built_is_caught():
@@ -153,3 +156,30 @@ def test_measures_refuse_batches_they_cannot_score():
     empty[1] = 0
     with pytest.raises(ValueError, match=r"example\(s\) \[1\] of a batch have no real token"):
         head_importance(model, [{"input_ids": ids, "attention_mask": empty, "labels": ids}])
+
+
+@pytest.mark.parametrize("mask_shape", [(2, 4), (1, 6), (2, 6, 1)], ids=["short", "other-batch", "3-d"])
+def test_an_attention_mask_that_does_not_cover_the_inputs_is_named(mask_shape):
+    """A mask of another length or batch than input_ids (a batching slip): "uniform" blamed a KV cache ("after -2
+    cached positions"), the maps and the loss failed inside torch; now each names both shapes."""
+    from headprune_utils.measure.language_model import lm_loss
+    from headprune_utils.model.attention import attention_maps
+
+    model, batch = _tiny(), _batch()
+    batch["attention_mask"] = torch.ones(mask_shape, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"attention_mask (of|must have the) shape"):
+        with head_gates(model, torch.ones(2, 4), ablation="uniform"), torch.no_grad():
+            model(**batch)
+    with pytest.raises(ValueError, match=r"attention_mask of shape"):
+        attention_maps(model, batch)
+    with pytest.raises(ValueError, match=r"attention_mask (of|must have the) shape"):
+        lm_loss(model, [batch])
+
+
+def test_attention_maps_refuse_a_mask_longer_than_the_inputs():
+    from headprune_utils.model.attention import attention_maps
+
+    model, batch = _tiny(), _batch()
+    batch["attention_mask"] = torch.ones(2, 8, dtype=torch.long)
+    with pytest.raises(ValueError, match="full-sequence forward"):
+        attention_maps(model, batch)

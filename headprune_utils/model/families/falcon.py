@@ -35,7 +35,7 @@ from torch import nn
 from headprune_utils.model.families.base import (
     AttentionSite, CostDims, EmptyAttention, base_model, rows_of, slice_linear,
 )
-from headprune_utils.model.families.llama import GroupedQueryAttention, LlamaFamily, _normed_placed
+from headprune_utils.model.families.llama import GroupedQueryAttention, LlamaFamily, place_queries_keys
 
 _MODELING = "transformers.models.falcon.modeling_falcon"
 
@@ -168,7 +168,7 @@ class FalconFamily(LlamaFamily):
             if angles[0] is None:
                 raise ValueError(f"layer {site.layer}: the attention module was called without position_embeddings "
                                  "(rotary angles); cannot place the queries and keys")
-        return _normed_placed(query_out.view(b, s, -1, d), key_out.view(b, s, -1, d), None, None, False, angles,
+        return place_queries_keys(query_out.view(b, s, -1, d), key_out.view(b, s, -1, d), None, None, False, angles,
                               importlib.import_module(_MODELING), None, cast=True)
 
     def call_extras(self, site, kwargs, output):

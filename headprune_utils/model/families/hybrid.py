@@ -15,7 +15,7 @@ is refused.
 from __future__ import annotations
 
 from headprune_utils.model.families.base import UnsupportedArchitectureError
-from headprune_utils.model.families.llama import LlamaFamily, _head_norms, _normed_placed
+from headprune_utils.model.families.llama import LlamaFamily, head_norms_of, place_queries_keys
 
 _MAMBA = "linear_attention"  # the layer type of the Mamba-2 layers
 
@@ -37,7 +37,12 @@ class HybridFamily(LlamaFamily):
         return [i for i, t in enumerate(cfg.layers_block_type) if t != _MAMBA]
 
     def head_shape(self, cfg, kind):
-        return len(self.model_layers(cfg)), int(cfg.num_attention_heads)
+        layers = self.model_layers(cfg)
+        if not layers:
+            raise UnsupportedArchitectureError(
+                f"{cfg.model_type}: every layer is a Mamba layer (no attention layer in layers_block_type), so the "
+                "model has no attention heads to gate, score or prune")
+        return len(layers), int(cfg.num_attention_heads)
 
     def sites(self, model, kind):
         cfg = model.config
@@ -52,8 +57,8 @@ class HybridFamily(LlamaFamily):
             return super().queries_keys(site, query_out, key_out, call_kwargs)
         b, s, _ = query_out.shape
         d = site.head_dim
-        q_norm, k_norm = _head_norms(site.module)
-        return _normed_placed(query_out.view(b, s, -1, d), key_out.view(b, s, -1, d), q_norm, k_norm, False, None,
+        q_norm, k_norm = head_norms_of(site.module)
+        return place_queries_keys(query_out.view(b, s, -1, d), key_out.view(b, s, -1, d), q_norm, k_norm, False, None,
                               None, None, cast=True)  # no positions: no rotary function needed
 
     def window(self, model, site):

@@ -138,7 +138,7 @@ def _windowed(module: nn.Module) -> bool:
     return hasattr(importlib.import_module(name), "create_sliding_window_causal_mask")
 
 
-def _head_norms(module: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
+def head_norms_of(module: nn.Module) -> tuple[nn.Module | None, nn.Module | None]:
     """The module's per-head query and key norms (``q_norm`` / ``k_norm``; Hunyuan's ``query_layernorm`` /
     ``key_layernorm``; StableLM's ``q_layernorm`` / ``k_layernorm`` when ``qk_layernorm``), or (None, None)."""
     if getattr(module, "q_norm", None) is not None:
@@ -202,7 +202,7 @@ def _modeling(name: str):
     return module
 
 
-def _normed_placed(q: torch.Tensor, k: torch.Tensor, q_norm, k_norm, after_rope: bool, position_embeddings, modeling,
+def place_queries_keys(q: torch.Tensor, k: torch.Tensor, q_norm, k_norm, after_rope: bool, position_embeddings, modeling,
                    rotary_ndims: int | None, cast: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Queries and keys ``[batch, seq, heads, head_dim]`` -> ``[batch, heads, seq, head_dim]``, head-normed and rotated
     in the family's order: the head norms before rotary (on ``[b, s, heads, d]``; StableLM's module per head on
@@ -270,7 +270,7 @@ class GroupedQueryAttention(nn.Module):
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
         # Qwen3, Gemma 3: an RMSNorm over each head's head_dim (shared by the heads, so kept whole); Cohere: a layer
         # norm with a weight row per head (the caller passes the kept heads' rows); None elsewhere
-        own_q, own_k = _head_norms(original)
+        own_q, own_k = head_norms_of(original)
         self.q_norm = q_norm if q_norm is not None else own_q
         self.k_norm = k_norm if k_norm is not None else own_k
         self.norm_after_rope = _norm_after_rope(original)  # Hunyuan, nanochat: the head norms after rotary
@@ -285,11 +285,21 @@ class GroupedQueryAttention(nn.Module):
         self.num_heads = len(kv_index)
         self.num_key_value_heads = k_proj.out_features // head_dim
 
+    def modeling(self):
+        """The modelling module whose rotary and eager attention the layer uses (Llama's where its own has none)."""
+        return _modeling(self.modeling_name)
+
+    def place(self, query_states, key_states, position_embeddings, modeling, cache):
+        """Queries and keys ``[batch, seq, heads, head_dim]`` -> ``[batch, heads, seq, head_dim]``, normed and rotated
+        as the family's module does (a family with another placement overrides this)."""
+        return place_queries_keys(query_states, key_states, self.q_norm, self.k_norm, self.norm_after_rope,
+                                  position_embeddings if self.use_rope else None, modeling, self.rotary_ndims)
+
     def forward(self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None, cache=None,
                 **kwargs):
         if cache is None:
             cache = kwargs.pop("past_key_values", None)
-        modeling = _modeling(self.modeling_name)
+        modeling = self.modeling()
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         query_states = self.q_proj(hidden_states).view(hidden_shape)
@@ -299,9 +309,7 @@ class GroupedQueryAttention(nn.Module):
             query_states = query_states.clamp(-self.clip, self.clip)
             key_states = key_states.clamp(-self.clip, self.clip)
             value_states = value_states.clamp(-self.clip, self.clip)
-        query_states, key_states = _normed_placed(
-            query_states, key_states, self.q_norm, self.k_norm, self.norm_after_rope,
-            position_embeddings if self.use_rope else None, modeling, self.rotary_ndims)
+        query_states, key_states = self.place(query_states, key_states, position_embeddings, modeling, cache)
         value_states = value_states.transpose(1, 2)
         if cache is not None:
             key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
@@ -387,12 +395,12 @@ class LlamaFamily(Family):
                 raise ValueError(f"layer {site.layer}: the attention module was called without position_embeddings "
                                  "(rotary angles); cannot place the queries and keys")
         modeling = _modeling(getattr(site.module, "modeling_name", type(site.module).__module__))
-        return _normed_placed(q, k, q_norm, k_norm, _norm_after_rope(site.module), angles, modeling,
+        return place_queries_keys(q, k, q_norm, k_norm, _norm_after_rope(site.module), angles, modeling,
                               _rotary_dims(site.module), cast=True)
 
     def head_norms(self, module):
         """(q_norm, k_norm) applied to each head over its ``head_dim`` (Qwen3, Gemma 3, Hunyuan), or (None, None)."""
-        return _head_norms(module)
+        return head_norms_of(module)
 
     def score_scale(self, site):
         return float(getattr(site.module, "scaling", site.head_dim ** -0.5))
@@ -405,7 +413,7 @@ class LlamaFamily(Family):
         sinks = getattr(site.module, "sinks", None)
         if sinks is not None:  # gpt-oss: the head's sink logit is its own parameter
             out["sink"] = sinks.detach()[pos:pos + 1].to("cpu", torch.float64)
-        q_norm, k_norm = _head_norms(site.module)
+        q_norm, k_norm = head_norms_of(site.module)
         kv = int(self.site_kv_index(site, site.query.weight.shape[0] // site.head_dim)[pos])
         for part, norm, i in (("query_norm", q_norm, pos), ("key_norm", k_norm, kv)):
             own = _own_norm_parameters(norm, i)
@@ -461,8 +469,8 @@ class LlamaFamily(Family):
         new = self.pruned_attention(
             module, keep_pos, slice_linear(module.q_proj, q_index, 0), slice_linear(module.k_proj, kv_rows, 0),
             slice_linear(module.v_proj, kv_rows, 0), new_out, kv_index, d, sinks=sinks,
-            q_norm=_per_head_norm(_head_norms(module)[0], list(keep_pos)),
-            k_norm=_per_head_norm(_head_norms(module)[1], kv_kept))
+            q_norm=_per_head_norm(head_norms_of(module)[0], list(keep_pos)),
+            k_norm=_per_head_norm(head_norms_of(module)[1], kv_kept))
         new.train(module.training)
         setattr(site.parent, site.attr, new)
 

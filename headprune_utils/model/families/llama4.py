@@ -7,8 +7,9 @@ Heads: ``model.layers[i].self_attn`` with separate ``q_proj`` / ``k_proj`` / ``v
 - rotary layers (``use_rope``): rotary on interleaved pairs of each query and key head (complex angles,
   ``freqs_cis``, computed in float32 by the module), then, when ``use_qk_norm``, an RMS norm without weight over each
   head's ``head_dim`` (shared by all heads: a head's scores stay its own); with ``attention_chunk_size``, CHUNKED
-  attention: a query sees the earlier keys of its own chunk of ``attention_chunk_size`` positions only
-  (``layer_types[i] == "chunked_attention"``; :meth:`Llama4Family.visible_keys`);
+  attention: a query sees the earlier keys of its own chunk of ``attention_chunk_size`` positions only, the chunks
+  counted from each row's first real token as the model's mask counts them (``layer_types[i] ==
+  "chunked_attention"``; :meth:`Llama4Family.visible_keys`);
 - layers without positions (NoPE, every fourth): no rotary, no norm, every earlier key visible, and with
   ``attn_temperature_tuning`` each query scaled by ``1 + attn_scale * log(1 + floor((position + 1) / floor_scale))``
   (positions counted from the start of the cache).
@@ -71,34 +72,19 @@ def _placed(q: torch.Tensor, k: torch.Tensor, settings: dict, freqs_cis, offset:
 
 class Llama4GroupedAttention(GroupedQueryAttention):
     """A pruned Llama 4 layer: Llama 4's attention computation over the kept query heads, each paired with the
-    key/value head it reads (``kv_index``)."""
+    key/value head it reads (``kv_index``): the Llama family's pruned layer with Llama 4's placement of queries and
+    keys and its own attention function."""
 
     def __init__(self, original: nn.Module, *args, **kwargs):
         super().__init__(original, *args, **kwargs)
         self.settings = dict(_settings(original))
 
-    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, cache=None, **kwargs):
-        if cache is None:
-            cache = kwargs.pop("past_key_values", None)
-        modeling = importlib.import_module(self.modeling_name)
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        offset = cache.get_seq_length(self.layer_idx) if cache is not None else 0
-        query_states, key_states = _placed(self.q_proj(hidden_states).view(hidden_shape),
-                                           self.k_proj(hidden_states).view(hidden_shape), self.settings,
-                                           position_embeddings, offset, modeling)
-        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        if cache is not None:
-            key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
-        key_states = key_states.index_select(1, self.kv_index)
-        value_states = value_states.index_select(1, self.kv_index)
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
-                                                                    modeling.eager_attention_forward)
-        attn_output, attn_weights = attention_interface(
-            self, query_states, key_states, value_states, attention_mask,
-            dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling, **kwargs)
-        return self.o_proj(attn_output.reshape(*input_shape, -1).contiguous()), attn_weights
+    def modeling(self):
+        return importlib.import_module(self.modeling_name)  # Llama 4's own eager attention (no float32 softmax)
+
+    def place(self, query_states, key_states, position_embeddings, modeling, cache):
+        offset = cache.get_seq_length(self.layer_idx) if cache is not None else 0  # the NoPE layers' positions
+        return _placed(query_states, key_states, self.settings, position_embeddings, offset, modeling)
 
 
 class Llama4Family(LlamaFamily):
@@ -133,9 +119,13 @@ class Llama4Family(LlamaFamily):
         cfg = model.config
         chunk = getattr(cfg, "attention_chunk_size", None)
         if chunk is not None and cfg.layer_types[site.layer] == "chunked_attention":
-            i = torch.arange(n_queries, device=allowed.device)[:, None]
-            j = torch.arange(n_keys, device=allowed.device)[None, :]
-            allowed = allowed & (i // int(chunk) == j // int(chunk))[None]
+            # the chunks start at each row's first real token (the model's chunked mask counts left padding out)
+            lead = torch.zeros(batch, dtype=torch.long, device=allowed.device) if key_mask is None else (
+                key_mask.to(allowed.device).long().cumsum(-1) == 0).sum(-1)
+            i = torch.arange(n_queries, device=allowed.device)[None, :, None] - lead[:, None, None]
+            j = torch.arange(n_keys, device=allowed.device)[None, None, :] - lead[:, None, None]
+            allowed = allowed & (torch.div(i, int(chunk), rounding_mode="floor")
+                                 == torch.div(j, int(chunk), rounding_mode="floor"))
         return allowed
 
     def pruned_attention(self, original, keep_pos, q_proj, k_proj, v_proj, o_proj, kv_index, head_dim, **parts):
