@@ -168,8 +168,8 @@ class FalconFamily(LlamaFamily):
             if angles[0] is None:
                 raise ValueError(f"layer {site.layer}: the attention module was called without position_embeddings "
                                  "(rotary angles); cannot place the queries and keys")
-        return place_queries_keys(query_out.view(b, s, -1, d), key_out.view(b, s, -1, d), None, None, False, angles,
-                              importlib.import_module(_MODELING), None, cast=True)
+        return place_queries_keys(query_out.view(b, s, -1, d), key_out.view(b, s, -1, d), None, None, False,
+                                  angles, importlib.import_module(_MODELING), None, cast=True)
 
     def call_extras(self, site, kwargs, output):
         mask = kwargs.get("attention_mask")

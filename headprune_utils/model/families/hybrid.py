@@ -58,8 +58,9 @@ class HybridFamily(LlamaFamily):
         b, s, _ = query_out.shape
         d = site.head_dim
         q_norm, k_norm = head_norms_of(site.module)
-        return place_queries_keys(query_out.view(b, s, -1, d), key_out.view(b, s, -1, d), q_norm, k_norm, False, None,
-                              None, None, cast=True)  # no positions: no rotary function needed
+        # no positions: no rotary function needed
+        return place_queries_keys(query_out.view(b, s, -1, d), key_out.view(b, s, -1, d), q_norm, k_norm, False,
+                                  None, None, None, cast=True)
 
     def window(self, model, site):
         return None  # no sliding window (and the layer types name the Mamba layers, not windows)

@@ -202,8 +202,8 @@ def _modeling(name: str):
     return module
 
 
-def place_queries_keys(q: torch.Tensor, k: torch.Tensor, q_norm, k_norm, after_rope: bool, position_embeddings, modeling,
-                   rotary_ndims: int | None, cast: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def place_queries_keys(q: torch.Tensor, k: torch.Tensor, q_norm, k_norm, after_rope: bool, position_embeddings,
+                       modeling, rotary_ndims: int | None, cast: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Queries and keys ``[batch, seq, heads, head_dim]`` -> ``[batch, heads, seq, head_dim]``, head-normed and rotated
     in the family's order: the head norms before rotary (on ``[b, s, heads, d]``; StableLM's module per head on
     ``[b, heads, s, d]``) or after it (Hunyuan, nanochat); rotary from ``position_embeddings`` (None: no positions)
@@ -396,7 +396,7 @@ class LlamaFamily(Family):
                                  "(rotary angles); cannot place the queries and keys")
         modeling = _modeling(getattr(site.module, "modeling_name", type(site.module).__module__))
         return place_queries_keys(q, k, q_norm, k_norm, _norm_after_rope(site.module), angles, modeling,
-                              _rotary_dims(site.module), cast=True)
+                                  _rotary_dims(site.module), cast=True)
 
     def head_norms(self, module):
         """(q_norm, k_norm) applied to each head over its ``head_dim`` (Qwen3, Gemma 3, Hunyuan), or (None, None)."""
