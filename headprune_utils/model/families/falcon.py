@@ -27,6 +27,7 @@ values out of the fused rows by the layout, and under ALiBi add each head's row 
 """
 from __future__ import annotations
 
+import functools
 import importlib
 
 import torch
@@ -69,6 +70,13 @@ def _blocks(module: nn.Module) -> tuple[list[int], list[int], list[int]]:
 
 
 def _rows(starts: list[int], d: int) -> torch.Tensor:
+    """The rows of the blocks starting at ``starts`` (``d`` each), built once per layout: the maps and "uniform" ask
+    for them at every forward of every layer."""
+    return _rows_cached(tuple(starts), d)
+
+
+@functools.lru_cache(maxsize=64)
+def _rows_cached(starts: tuple[int, ...], d: int) -> torch.Tensor:
     return torch.tensor([s + j for s in starts for j in range(d)], dtype=torch.long)
 
 
