@@ -30,6 +30,9 @@ class HeadAblation:
     reads_context: bool = False
     # encoder-decoder attention types it supports (None: all); one-grid models always
     kinds: tuple[str, ...] | None = None
+    # whether the replacement stands for an attention pattern's output, which a head's output gate (Qwen3-Next's
+    # gated attention: ``context * sigmoid(gate)`` before the output projection) multiplies as it does the real one
+    gated_by_output: bool = False
 
     def supports(self, kind: str | None) -> bool:
         return kind is None or self.kinds is None or kind in self.kinds
@@ -41,13 +44,17 @@ class HeadAblation:
 
     def apply(self, context: torch.Tensor, gates: torch.Tensor, *, values: torch.Tensor | None = None,
               key_mask: torch.Tensor | None = None, means: torch.Tensor | None = None,
-              rows: torch.Tensor | None = None, visible: torch.Tensor | None = None) -> torch.Tensor:
-        """``context * g + (1 - g) * ablated`` (see ``gates.ablate_heads`` for the arguments). Differentiable in
-        ``gates``."""
+              rows: torch.Tensor | None = None, visible: torch.Tensor | None = None,
+              out_gate: torch.Tensor | None = None) -> torch.Tensor:
+        """``context * g + (1 - g) * ablated`` (see ``gates.ablate_heads`` for the arguments; ``out_gate``: the
+        heads' output gates, broadcastable to ``context``, which multiply a replacement that is
+        :attr:`gated_by_output`). Differentiable in ``gates``."""
         g = gates.view(*([1] * (context.dim() - 2)), -1, 1)  # [1, 1, heads, 1]
         extra = {} if visible is None else {"visible": visible}
-        return context * g + (1 - g) * self.ablated(context, values=values, key_mask=key_mask, means=means, rows=rows,
-                                                    **extra)
+        replacement = self.ablated(context, values=values, key_mask=key_mask, means=means, rows=rows, **extra)
+        if out_gate is not None and self.gated_by_output:
+            replacement = replacement * out_gate
+        return context * g + (1 - g) * replacement
 
     def attention_under_gate(self, probs: torch.Tensor, gates: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
         """The attention maps ``probs`` ``[batch, heads, q, k]`` of heads gated by ``gates`` ``[heads]`` (``visible``
@@ -88,6 +95,7 @@ class UniformAblation(HeadAblation):
 
     name = "uniform"
     needs_values = True
+    gated_by_output = True  # the head attends uniformly; a gated attention's output gate still applies
     kinds = ("enc",)  # decoder self-attention (causal, cached values) and cross attention are not implemented
 
     def attention_under_gate(self, probs, gates, visible):

@@ -41,7 +41,10 @@ a key/value head are gated independently). ``"zero"`` and ``"mean"`` work everyw
 ``"uniform"`` is uniform over the keys each query may SEE, by the family adapter's rule (padding, the causal prefix,
 Mistral/Qwen sliding windows), with each query head reading its own key/value head's values; it needs a full-sequence
 forward (the visible prefix is in the KV cache, out of the hooks' reach), so a forward that continues a non-empty KV
-cache (``generate()`` after its first step) raises ValueError instead of computing a wrong answer.
+cache (``generate()`` after its first step) raises ValueError instead of computing a wrong answer. A gated attention
+(Qwen3-Next, Qwen3.5: each head's context times the sigmoid of its own gate before the output projection) is gated
+after its output gate, where its context enters the output projection; ``"uniform"``'s replacement (the mean of the
+visible values) is multiplied by the head's own output gate, as the head's attention output would be.
 
 Gates may require grad: the hooks are differentiable in ``g`` (gradient importance, L0 gates).
 Hooks are removed when the ``with`` block ends, also on error.
@@ -224,9 +227,9 @@ def head_gates(
 
         return capture_mask
 
-    def make_value_hook(key):
+    def make_capture_hook(part, key):
         def hook(module, args, output):
-            state[("value",) + key] = output
+            state[(part,) + key] = output
 
         return hook
 
@@ -268,6 +271,8 @@ def head_gates(
             if abl.needs_means:
                 needs["means"] = means_by[kind][layer].to(device=ctx.device, dtype=ctx.dtype).index_select(
                     0, index.to(ctx.device))
+            if abl.gated_by_output and family.output_gated(site):  # Qwen3-Next: the replacement gated as the head
+                needs["out_gate"] = family.output_gate(site, state.pop(("query",) + key))
             out = abl.apply(ctx4, g, **needs)
             return (out.reshape(b, s, -1),) + tuple(args[1:])
 
@@ -286,7 +291,9 @@ def head_gates(
                 if not ids:
                     continue
                 if abl.needs_values:
-                    handles.append(site.value.register_forward_hook(make_value_hook((kind, site.layer))))
+                    handles.append(site.value.register_forward_hook(make_capture_hook("value", (kind, site.layer))))
+                if abl.gated_by_output and family.output_gated(site):
+                    handles.append(site.query.register_forward_hook(make_capture_hook("query", (kind, site.layer))))
                 hook = make_gate_hook(site, ids)
                 handles.append(site.out_proj.register_forward_pre_hook(hook))
         entry = (abl, grids)

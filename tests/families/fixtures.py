@@ -142,6 +142,9 @@ def _redraw(model: torch.nn.Module, seed: int) -> None:
                 p.copy_(0.1 * noise)
             else:
                 p.copy_(0.3 * noise)
+        for name, b in model.named_buffers():  # a router's score correction (Nemotron-H), zero when built
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn(b.shape, generator=g, dtype=torch.float64).to(b.dtype))
         if hasattr(model, "final_logits_bias"):
             b = model.final_logits_bias
             b.copy_(0.1 * torch.randn(b.shape, generator=g, dtype=torch.float64).to(b.dtype))
@@ -435,6 +438,48 @@ def _bamba():
         bos_token_id=1, eos_token_id=2)
 
 
+def _qwen3_next():
+    return _eager_experts(tf.Qwen3NextConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=24, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, linear_conv_kernel_dim=3, linear_key_head_dim=8, linear_value_head_dim=6,
+        linear_num_key_heads=2, linear_num_value_heads=4, num_experts=3, num_experts_per_tok=2, moe_intermediate_size=12,
+        shared_expert_intermediate_size=16, decoder_sparse_step=1, mlp_only_layers=[2],
+        layer_types=["full_attention", "linear_attention", "full_attention"],
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        max_position_embeddings=64, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2))
+
+
+def _qwen3_5():
+    return tf.Qwen3_5TextConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=24, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, linear_conv_kernel_dim=4, linear_key_head_dim=8, linear_value_head_dim=8,
+        linear_num_key_heads=2, linear_num_value_heads=2,
+        layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        max_position_embeddings=64, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _qwen3_5_moe():
+    return _eager_experts(tf.Qwen3_5MoeTextConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=1, head_dim=8,
+        linear_conv_kernel_dim=3, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=1,
+        linear_num_value_heads=2, num_experts=3, num_experts_per_tok=2, moe_intermediate_size=12,
+        shared_expert_intermediate_size=16, layer_types=["full_attention", "linear_attention", "full_attention"],
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        max_position_embeddings=64, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2))
+
+
+def _nemotron_h():
+    return _eager_experts(tf.NemotronHConfig(
+        vocab_size=VOCAB, hidden_size=32,
+        layers_block_type=["full_attention", "linear_attention", "moe", "full_attention", "mlp"],
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, mamba_num_heads=4, mamba_head_dim=8, n_groups=2,
+        ssm_state_size=8, conv_kernel=3, chunk_size=4, intermediate_size=24, n_routed_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=12, moe_shared_expert_intermediate_size=16, n_group=2, topk_group=1,
+        routed_scaling_factor=1.5, norm_topk_prob=True, max_position_embeddings=64, tie_word_embeddings=False,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2))
+
+
 def _olmo():
     return tf.OlmoConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, clip_qkv=0.5,
@@ -705,6 +750,39 @@ _ALL = [
                   "Mamba-2 layer (4 SSM heads of 16 in 1 group, state 8, conv 4); gated MLPs (atol 5e-5: HF's Mamba "
                   "scan and norms round through float32, and Bamba has no multipliers keeping the activations small: "
                   "the reference and HF differ by up to 1.7e-5)"),
+    Fixture("qwen3_next", "qwen3_next", tf.Qwen3NextForCausalLM, _qwen3_next,
+            _one(Grid(2, 4, 2, 8, causal=True, model_layers=(0, 2))), causal_lm=True, atol=5 * _LOOSE,
+            positions="rotary",
+            notes="Qwen3-Next: 3 layers, gated attention (layers 0, 2: the grid's 2 rows; q_proj's rows head by head, "
+                  "each head's 8 query rows then its 8 output-gate rows; the head's context times sigmoid(gate) "
+                  "before o_proj; per-head query/key RMSNorms of weight 1 + w; rotary on the first half of each head) "
+                  "around a gated DeltaNet layer (2 key heads of 8, 4 value heads of 6, conv 3, fused qkvz and ba "
+                  "projections); layers 0, 1 a mixture of 3 experts (top 2) beside a sigmoid-gated shared expert, "
+                  "layer 2 a dense MLP (atol 5e-5: HF's delta rule runs in float32)"),
+    Fixture("qwen3_5", "qwen3_5_text", tf.Qwen3_5ForCausalLM, _qwen3_5,
+            _one(Grid(2, 4, 2, 8, causal=True, model_layers=(1, 3))), causal_lm=True, atol=5 * _LOOSE,
+            positions="rotary",
+            notes="Qwen3.5 (text): Qwen3-Next's gated attention (layers 1, 3: the grid's 2 rows; rotary on a quarter "
+                  "of each head) after gated DeltaNet layers (0, 2: 2 key and 2 value heads of 8, conv 4, separate "
+                  "qkv, z, b and a projections); dense gated MLPs (atol as qwen3_next's)"),
+    Fixture("qwen3_5_moe", "qwen3_5_moe_text", tf.Qwen3_5MoeForCausalLM, _qwen3_5_moe,
+            _one(Grid(2, 4, 1, 8, causal=True, model_layers=(0, 2))), causal_lm=True, atol=10 * _LOOSE,
+            positions="rotary",
+            notes="Qwen3.5-MoE (text): gated attention (layers 0, 2: the grid's 2 rows, 4 query heads on 1 key/value "
+                  "head, rotary on half of each head) around a gated DeltaNet layer (1 key head, 2 value heads), "
+                  "every layer with a mixture of 3 experts (top 2) beside a sigmoid-gated shared expert (atol 1e-4: "
+                  "HF rounds its norms, delta rule, router and softmax through float32; the reference and HF differ "
+                  "by up to 6.3e-5 under a 'uniform' ablation, and by 3e-14 with those round trips made float64, "
+                  "checked by hand)"),
+    Fixture("nemotron_h", "nemotron_h", tf.NemotronHForCausalLM, _nemotron_h,
+            _one(Grid(2, 4, 2, 8, causal=True, model_layers=(0, 3))), causal_lm=True, atol=5 * _LOOSE,
+            positions="none",
+            notes="Nemotron-H: 5 layers of one block each (pre-RMSNorm, the block, the residual): attention without "
+                  "positions (layers 0, 3: the grid's 2 rows; module at layers[i].mixer), a Mamba-2 mixer (layer 1: 4 "
+                  "SSM heads of 8 in 2 groups, state 8, conv 3), a mixture of 4 relu^2 experts (layer 2: sigmoid "
+                  "router with a score correction, 2 groups of which 1 is chosen, top 2, renormalised and scaled by "
+                  "1.5, beside a shared relu^2 expert), a relu^2 MLP (layer 4); HF returns the logits in float32 "
+                  "(atol 5e-5: its norms and scan round through float32 as well)"),
     Fixture("olmo", "olmo", tf.OlmoForCausalLM, _olmo, _one(Grid(2, 4, 2, 8, causal=True)), causal_lm=True,
             atol=_LOOSE, positions="rotary",
             notes="OLMo 1: parameter-free layer norms; q, k and v clamped to [-0.5, 0.5] (clip_qkv, so the clamp bites "

@@ -6,13 +6,15 @@ math, one head at a time. ``test_reference.py`` shows it equals Hugging Face's f
 attention probabilities) and HF's ``generate``. Nothing here imports headprune_utils.
 
 Ablating a head mixes what it outputs (its context, ``[head_dim]`` per query position, the input of the output
-projection) with a replacement, by a gate ``g`` (1 = the head as it is, 0 = fully ablated)::
+projection; in a gated attention (Qwen3-Next, Qwen3.5) the attention's output times the head's output gate) with a
+replacement, by a gate ``g`` (1 = the head as it is, 0 = fully ablated)::
 
     context_h  <-  g * context_h + (1 - g) * replacement_h
 
 - ``"zero"``:    replacement 0 (equals removing the head from the output projection);
 - ``"uniform"``: the head attends uniformly over the keys its query may SEE: padding excluded, and in causal
-                 (and windowed) attention only the visible keys; i.e. the mean of those keys' value vectors;
+                 (and windowed) attention only the visible keys; i.e. the mean of those keys' value vectors
+                 (a gated attention: times the head's output gate, which still applies);
 - ``"mean"``:    a given per-head vector (``means[layer, head]``, e.g. :func:`head_means` over some data).
 
 Shapes: probabilities ``[batch, heads, queries, keys]``; contexts ``[batch, queries, heads, head_dim]``.
@@ -80,14 +82,18 @@ class Trace:
 
 # ------------------------------------------------------------------------------------------------ one attention
 def attend(q, k, v, visible, *, scale: float, bias=None, kv_of_query=None, ablation: Ablation | None = None,
-           layer: int = 0, softcap: float | None = None, sinks=None) -> LayerTrace:
+           layer: int = 0, softcap: float | None = None, sinks=None, out_gate=None) -> LayerTrace:
     """Scaled dot-product attention of every head, then the ablation of ``layer``'s heads.
 
     q: ``[batch, heads, queries, head_dim]``; k, v: ``[batch, kv_heads, keys, head_dim]``;
     visible: ``[batch, queries, keys]`` bool; bias: ``[heads, queries, keys]`` added to the scores (T5) or None;
     kv_of_query: ``[heads]`` which key/value head each query head reads (default: even groups, head // group);
     softcap: the scaled scores become ``softcap * tanh(scores / softcap)`` (Gemma 2), before the bias and the mask;
-    sinks: ``[heads]`` logits, one more column of each query's softmax, dropped after it (gpt-oss), or None.
+    sinks: ``[heads]`` logits, one more column of each query's softmax, dropped after it (gpt-oss), or None;
+    out_gate: ``[batch, heads, queries, head_dim]``, the sigmoid of each head's output gate (Qwen3-Next, Qwen3.5),
+    or None: a head's context is then ``(probs @ v) * out_gate``, what enters the output projection. Its
+    "uniform" replacement is ``(uniform @ v) * out_gate`` (the head attends uniformly, its gate still applies);
+    "zero" is 0 and "mean" the given means (of the gated contexts, as :func:`head_means` takes them).
     """
     n_heads, n_kv = q.shape[1], k.shape[1]
     if ablation is not None and ablation.gates.shape[1] != n_heads:
@@ -109,6 +115,8 @@ def attend(q, k, v, visible, *, scale: float, bias=None, kv_of_query=None, ablat
         logits = torch.cat([scores, sinks.to(q.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)], dim=-1)
         probs = logits.softmax(-1)[..., :-1]
     contexts = probs @ v  # [batch, heads, queries, head_dim]
+    if out_gate is not None:
+        contexts = contexts * out_gate
     mixed = contexts
     if ablation is not None:
         g = ablation.gates[layer].to(q.dtype)[None, :, None, None]
@@ -117,6 +125,8 @@ def attend(q, k, v, visible, *, scale: float, bias=None, kv_of_query=None, ablat
         elif ablation.how == "uniform":
             uniform = visible.to(q.dtype) / visible.sum(-1, keepdim=True)  # [batch, queries, keys]
             replacement = uniform[:, None] @ v
+            if out_gate is not None:  # the head attends uniformly; its output gate still applies
+                replacement = replacement * out_gate
         else:
             replacement = ablation.means[layer].to(q.dtype)[None, :, None, :].expand_as(contexts)
         mixed = g * contexts + (1 - g) * replacement
@@ -433,8 +443,10 @@ def _gpt_neox(model, inputs, ablations) -> Trace:
 class LlamaHeads:
     """One Llama-family attention layer's weights, head by head: ``q``: ``[n_heads * d, hidden]`` (and bias),
     ``k``, ``v``: ``[n_kv * d, hidden]``, ``o``: ``[hidden, n_heads * d]``; ``kv_of_query[h]``: which key/value
-    head query head ``h`` reads. A physically pruned layer is the same with fewer rows/columns (see
-    :func:`prune_llama_heads`); ``n_heads`` may be 0 (the layer then adds ``o_bias`` or nothing)."""
+    head query head ``h`` reads; ``q_gate``: a gated attention's output-gate rows ``[n_heads * d, hidden]`` (and
+    bias; head h's context is multiplied by ``sigmoid(q_gate_h x)`` before ``o``), else None. A physically pruned
+    layer is the same with fewer rows/columns (see :func:`prune_llama_heads`); ``n_heads`` may be 0 (the layer then
+    adds ``o_bias`` or nothing)."""
 
     q: torch.Tensor
     q_bias: torch.Tensor | None
@@ -450,10 +462,16 @@ class LlamaHeads:
     k_norm: torch.Tensor | None = None  # ... and over each key head
     norm_eps: float = 0.0
     sinks: torch.Tensor | None = None  # gpt-oss: one sink logit per query head
+    q_gate: torch.Tensor | None = None  # Qwen3-Next, Qwen3.5: each head's output-gate rows, in q's head order
+    q_gate_bias: torch.Tensor | None = None
 
     @property
     def n_heads(self) -> int:
         return len(self.kv_of_query)
+
+
+# the attention of these model types has an output gate: q_proj holds each head's query rows and its gate rows
+GATED_ATTENTION = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 
 
 def llama_heads(model) -> list[LlamaHeads]:
@@ -464,6 +482,8 @@ def llama_heads(model) -> list[LlamaHeads]:
     out = []
     for layer in model.model.layers:
         a = getattr(layer, "self_attn", None)
+        if a is None and getattr(layer, "block_type", None) == "full_attention":  # Nemotron-H: one mixer per layer
+            a = layer.mixer
         if a is None:  # a hybrid's Mamba layer: no heads (the heads' list is the attention layers')
             continue
         qn, kn = getattr(a, "q_norm", None), getattr(a, "k_norm", None)
@@ -474,6 +494,17 @@ def llama_heads(model) -> list[LlamaHeads]:
                       for ln in (a.q_layernorm, a.k_layernorm))
         if qn is not None and getattr(qn, "weight", None) is None:  # nanochat: RMSNorms without a weight
             qn = kn = type("Unweighted", (), {"weight": torch.ones(d, dtype=a.q_proj.weight.dtype)})()
+        if cfg.model_type in GATED_ATTENTION:  # q_proj's rows head by head: head h's d query rows, then its d
+            rows = a.q_proj.weight.view(cfg.num_attention_heads, 2, d, -1)  # output-gate rows ([h*2d, (h+1)*2d))
+            q_w, gate_w = rows[:, 0].flatten(0, 1), rows[:, 1].flatten(0, 1)
+            q_b = gate_b = None
+            if a.q_proj.bias is not None:
+                q_b, gate_b = a.q_proj.bias.view(cfg.num_attention_heads, 2, d).unbind(1)
+                q_b, gate_b = q_b.flatten(), gate_b.flatten()
+            out.append(LlamaHeads(q_w, q_b, a.k_proj.weight, a.k_proj.bias, a.v_proj.weight, a.v_proj.bias,
+                                  a.o_proj.weight, a.o_proj.bias, torch.arange(cfg.num_attention_heads) // group, d,
+                                  qn.weight, kn.weight, cfg.rms_norm_eps, None, gate_w, gate_b))
+            continue
         if hasattr(a, "qkv_proj"):  # Phi-3: one projection, rows: the query heads, the keys, the values
             w, q_w, kv_w = a.qkv_proj.weight, cfg.num_attention_heads * d, cfg.num_key_value_heads * d
             out.append(LlamaHeads(w[:q_w], None, w[q_w:q_w + kv_w], None, w[q_w + kv_w:], None, a.o_proj.weight,
@@ -511,7 +542,8 @@ def prune_llama_heads(heads: LlamaHeads, keep: list[int]) -> LlamaHeads:
         heads.v[kv_rows], pick(heads.v_bias, kv_rows), heads.o[:, q_rows], heads.o_bias,
         torch.tensor([kv_kept.index(int(heads.kv_of_query[h])) for h in keep], dtype=torch.long), d,
         norm_rows(heads.q_norm, keep), norm_rows(heads.k_norm, kv_kept), heads.norm_eps,
-        None if heads.sinks is None else heads.sinks[torch.tensor(keep, dtype=torch.long)])  # a sink per query head
+        None if heads.sinks is None else heads.sinks[torch.tensor(keep, dtype=torch.long)],  # a sink per query head
+        pick(heads.q_gate, q_rows), pick(heads.q_gate_bias, q_rows))  # the kept heads' output-gate rows
 
 
 def _llama_window(cfg, layer: int) -> int | None:
@@ -527,12 +559,13 @@ def _llama_window(cfg, layer: int) -> int | None:
 
 
 def moe(x, m, cfg, act):
-    """A sparse mixture of experts (Mixtral, Qwen3-MoE): each token's router softmax over the experts, its top
-    ``num_experts_per_tok`` (their weights renormalised to sum 1 in Mixtral, and in Qwen3-MoE when
-    ``norm_topk_prob``), each expert a gated MLP ``down(act(gate(x)) * up(x))`` from the stacked expert weights."""
+    """A sparse mixture of experts (Mixtral, Qwen3-MoE, Qwen3-Next, Qwen3.5-MoE): each token's router softmax over the
+    experts, its top ``num_experts_per_tok`` (their weights renormalised to sum 1 in Mixtral and Qwen3.5-MoE, and in
+    Qwen2/3-MoE and Qwen3-Next when ``norm_topk_prob``), each expert a gated MLP ``down(act(gate(x)) * up(x))`` from
+    the stacked expert weights; Qwen2-MoE, Qwen3-Next and Qwen3.5-MoE add a shared expert."""
     logits = F.linear(x, m.gate.weight)
     top_p, top_i = logits.softmax(-1).topk(cfg.num_experts_per_tok, dim=-1)
-    if cfg.model_type == "mixtral" or getattr(cfg, "norm_topk_prob", False):  # Qwen2/3-MoE: when norm_topk_prob
+    if cfg.model_type in ("mixtral", "qwen3_5_moe_text") or getattr(cfg, "norm_topk_prob", False):
         top_p = top_p / top_p.sum(-1, keepdim=True)
     out = torch.zeros_like(x)
     for e in range(m.gate.weight.shape[0]):
@@ -902,6 +935,196 @@ def _mamba_hybrid(model, inputs, ablations, heads: list[LlamaHeads] | None = Non
     h = rms_norm(h, (model.model.norm if granite else model.model.final_layernorm).weight, eps)
     logits = F.linear(h, model.lm_head.weight)
     return Trace(logits / cfg.logits_scaling if granite else logits, {None: layers})
+
+
+# ------------------------------------------------------------------------------------------------ Qwen3-Next, Qwen3.5
+def l2_normalize(x, eps: float = 1e-6):
+    """``x / sqrt(sum(x^2) + eps)`` over the last dim (the gated DeltaNet's query and key normalisation)."""
+    return x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps)
+
+
+def gated_deltanet(x, m, mask, cfg):
+    """A gated DeltaNet layer (Qwen3-Next's, Qwen3.5's), written out as its recurrence, one position at a time.
+
+    Padding positions' inputs zeroed; the projections: ``[q | k | v]`` (``n_k`` key heads of ``dk`` for q and k,
+    ``n_v`` value heads of ``dv`` for v), ``z`` (``n_v`` x ``dv``), ``b`` and ``a`` (one per value head); a causal
+    depthwise convolution of ``[q | k | v]`` (kernel ``K``, zeros on the left, no bias), then the activation (SiLU);
+    q and k L2-normalised per head, q scaled by ``dk^-1/2``; key head ``i`` serves the ``r = n_v / n_k`` consecutive
+    value heads ``i*r .. i*r + r - 1``; ``beta = sigmoid(b)``, ``g = -exp(A_log) * softplus(a + dt_bias)``; per value
+    head a state ``S`` ``[dk, dv]`` from zero::
+
+        S <- exp(g_t) S;   S <- S + k_t (beta_t (v_t - S^T k_t))^T;   o_t = S^T q_t
+
+    then per value head the gated RMSNorm ``w * o / rms(o) * silu(z)`` (the norm before the gate, over dv) and
+    ``out_proj``."""
+    b, n, _ = x.shape
+    nk, nv, dk, dv = cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim, \
+        cfg.linear_value_head_dim
+    r = nv // nk
+    x = x * mask.to(x.dtype)[:, :, None]  # padding positions' inputs zeroed
+    if hasattr(m, "in_proj_qkvz"):  # Qwen3-Next: fused projections, their rows grouped by KEY head
+        # per key head i: [q_i (dk) | k_i (dk) | v (r * dv: value heads i*r ..) | z (r * dv)], and [b (r) | a (r)]
+        qkvz = lin(x, m.in_proj_qkvz).view(b, n, nk, 2 * dk + 2 * r * dv)
+        q, k, v, z = qkvz.split([dk, dk, r * dv, r * dv], dim=-1)
+        beta_in, a = lin(x, m.in_proj_ba).view(b, n, nk, 2 * r).split([r, r], dim=-1)
+        qkv = torch.cat([q.flatten(2), k.flatten(2), v.flatten(2)], -1)  # the convolution's channels: all q | k | v
+        z, beta_in, a = z.reshape(b, n, nv, dv), beta_in.reshape(b, n, nv), a.reshape(b, n, nv)
+    else:  # Qwen3.5: in_proj_qkv's rows [all q | all k | all v]; z, b, a projections of their own
+        qkv = lin(x, m.in_proj_qkv)
+        z, beta_in, a = lin(x, m.in_proj_z).view(b, n, nv, dv), lin(x, m.in_proj_b), lin(x, m.in_proj_a)
+    K = m.conv1d.weight.shape[-1]
+    padded = F.pad(qkv.transpose(1, 2), (K - 1, 0))  # [b, channels, K - 1 + n]
+    w = m.conv1d.weight[:, 0]  # [channels, K]
+    conv = torch.stack([(padded[:, :, t:t + K] * w).sum(-1) for t in range(n)], dim=-1)
+    if m.conv1d.bias is not None:
+        conv = conv + m.conv1d.bias[:, None]
+    qkv = activation(cfg.hidden_act)(conv).transpose(1, 2)
+    q, k, v = qkv.split([nk * dk, nk * dk, nv * dv], dim=-1)
+    key_of_value = torch.arange(nv) // r  # the key (and query) head each value head reads
+    q = (l2_normalize(q.view(b, n, nk, dk)) * dk ** -0.5)[:, :, key_of_value]  # [b, n, nv, dk]
+    k = l2_normalize(k.view(b, n, nk, dk))[:, :, key_of_value]
+    v = v.view(b, n, nv, dv)
+    beta = torch.sigmoid(beta_in)  # [b, n, nv]
+    g = -torch.exp(m.A_log) * F.softplus(a + m.dt_bias)
+    state = x.new_zeros(b, nv, dk, dv)
+    outs = []
+    for t in range(n):
+        kt = k[:, t]
+        state = torch.exp(g[:, t])[:, :, None, None] * state
+        predicted = (state * kt[..., None]).sum(-2)  # S^T k_t: [b, nv, dv]
+        state = state + kt[..., None] * (beta[:, t, :, None] * (v[:, t] - predicted))[:, :, None, :]
+        outs.append((state * q[:, t][..., None]).sum(-2))  # S^T q_t
+    o = torch.stack(outs, dim=1)  # [b, n, nv, dv]
+    o = m.norm.weight * o / torch.sqrt(o.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps) * F.silu(z)
+    return lin(o.reshape(b, n, nv * dv), m.out_proj)
+
+
+def _gated_deltanet_hybrid(model, inputs, ablations, heads: list[LlamaHeads] | None = None) -> Trace:
+    """Qwen3-Next, Qwen3.5 and Qwen3.5-MoE (text): per layer an RMSNorm of weight (1 + w), then a gated DeltaNet layer
+    (``layer_types[i] == "linear_attention"``, see :func:`gated_deltanet`) or a gated attention layer, added to the
+    residual; an RMSNorm (1 + w) and the MLP, added: a dense gated MLP, or (Qwen3-Next, Qwen3.5-MoE) a mixture of
+    experts with a sigmoid-gated shared expert (:func:`moe`); a final RMSNorm (1 + w); ``lm_head``. The gated
+    attention: per-head query and key RMSNorms (1 + w) over head_dim, rotary (rotate-half) on the first
+    ``partial_rotary_factor * head_dim`` dims of each head, grouped-query attention scaled by ``head_dim ** -0.5``,
+    each head's context times ``sigmoid(q_gate x)`` (its output gate, ``attend(out_gate=...)``), ``o_proj``. The
+    grid's rows (and ``heads``, ``ablations``' rows, the trace's layers) are the attention layers, in order."""
+    cfg = model.config
+    rope = cfg.rope_parameters
+    if rope.get("rope_type", "default") != "default":
+        raise ValueError(f"rope_type {rope['rope_type']!r}: the reference does default rotary only")
+    heads = llama_heads(model) if heads is None else heads
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    n = ids.shape[1]
+    positions = torch.arange(n)
+    act = activation(cfg.hidden_act)
+    ablation = _grid_ablation(ablations, None)
+    eps = cfg.rms_norm_eps
+    h = model.model.embed_tokens.weight[ids]
+    layers = []
+    row = 0
+    for i, layer in enumerate(model.model.layers):
+        x = gemma_norm(h, layer.input_layernorm.weight, eps)
+        if cfg.layer_types[i] == "linear_attention":
+            out = gated_deltanet(x, layer.linear_attn, mask, cfg)
+        else:
+            w = heads[row]
+            if w.n_heads == 0:
+                layers.append(None)
+                out = torch.zeros_like(h) if w.o_bias is None else w.o_bias.expand_as(h)
+            else:
+                d = w.head_dim
+                q, k = split_heads(F.linear(x, w.q, w.q_bias), d), split_heads(F.linear(x, w.k, w.k_bias), d)
+                q, k = gemma_norm(q, w.q_norm, w.norm_eps), gemma_norm(k, w.k_norm, w.norm_eps)
+                n_rot = int(d * rope.get("partial_rotary_factor", 1.0))
+                q, k = (partial_rotary(t, positions, rope["rope_theta"], n_rot) for t in (q, k))
+                v = split_heads(F.linear(x, w.v, w.v_bias), d)
+                gate = torch.sigmoid(split_heads(F.linear(x, w.q_gate, w.q_gate_bias), d))
+                t = attend(q, k, v, visible_keys(mask, n, causal=True), scale=d ** -0.5, kv_of_query=w.kv_of_query,
+                           ablation=ablation, layer=row, out_gate=gate)
+                layers.append(t)
+                out = F.linear(merge(t), w.o, w.o_bias)
+            row += 1
+        h = h + out
+        x = gemma_norm(h, layer.post_attention_layernorm.weight, eps)
+        m = layer.mlp
+        h = h + (moe(x, m, cfg, act) if hasattr(m, "experts") else
+                 lin(act(lin(x, m.gate_proj)) * lin(x, m.up_proj), m.down_proj))
+    h = gemma_norm(h, model.model.norm.weight, eps)
+    return Trace(F.linear(h, model.lm_head.weight), {None: layers})
+
+
+# ------------------------------------------------------------------------------------------------ Nemotron-H
+def nemotron_moe(x, m, cfg):
+    """Nemotron-H's mixture of experts: router scores ``sigmoid(x W^T)``; the experts in ``n_group`` groups, a group
+    scored by the sum of its 2 best ``scores + e_score_correction_bias``; the ``topk_group`` best groups' experts
+    eligible; among them the ``num_experts_per_tok`` best by ``scores + correction``; their weights the (uncorrected)
+    scores, renormalised to sum 1 when ``norm_topk_prob``, times ``routed_scaling_factor``; each expert
+    ``down(relu2(up x))`` (no gate); plus the shared expert ``down(relu2(up x))``."""
+    if cfg.moe_latent_size is not None:
+        raise ValueError("the Nemotron-H reference has no latent projection of the experts (moe_latent_size=None)")
+    act = activation(cfg.mlp_hidden_act)
+    scores = torch.sigmoid(F.linear(x, m.gate.weight))
+    choice = scores + m.gate.e_score_correction_bias
+    n_experts = choice.shape[-1]
+    grouped = choice.view(*choice.shape[:-1], cfg.n_group, n_experts // cfg.n_group)
+    group_scores = grouped.topk(2, dim=-1).values.sum(-1)
+    best = group_scores.topk(cfg.topk_group, dim=-1).indices
+    eligible = torch.zeros_like(group_scores, dtype=torch.bool).scatter(-1, best, True)
+    eligible = eligible[..., None].expand_as(grouped).reshape(choice.shape)
+    top_i = choice.masked_fill(~eligible, float("-inf")).topk(cfg.num_experts_per_tok, dim=-1).indices
+    top_w = scores.gather(-1, top_i)
+    if cfg.norm_topk_prob:
+        top_w = top_w / (top_w.sum(-1, keepdim=True) + 1e-20)
+    top_w = top_w * cfg.routed_scaling_factor
+    out = torch.zeros_like(x)
+    for e in range(n_experts):
+        weight = (top_w * (top_i == e)).sum(-1, keepdim=True)  # 0 where the token is not routed to expert e
+        out = out + weight * F.linear(act(F.linear(x, m.experts.up_proj[e])), m.experts.down_proj[e])
+    s = m.shared_experts
+    return out + lin(act(lin(x, s.up_proj)), s.down_proj)
+
+
+def _nemotron_h(model, inputs, ablations, heads: list[LlamaHeads] | None = None) -> Trace:
+    """Nemotron-H: every layer ONE block, ``h + block(rms(h))``, the block by ``layers_block_type[i]``: a Mamba-2 mixer
+    (:func:`mamba2`), grouped-query attention without positions (scores scaled by ``head_dim ** -0.5``), a relu^2 MLP
+    ``down(relu2(up x))`` or a mixture of experts (:func:`nemotron_moe`); a final RMSNorm (``norm_f``); ``lm_head``
+    (HF returns the logits in float32; these stay float64). The grid's rows (and ``heads``, ``ablations``' rows, the
+    trace's layers) are the attention blocks, in order."""
+    cfg = model.config
+    heads = llama_heads(model) if heads is None else heads
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    n = ids.shape[1]
+    ablation = _grid_ablation(ablations, None)
+    eps = cfg.layer_norm_epsilon
+    h = model.model.embeddings.weight[ids]
+    layers = []
+    row = 0
+    for i, layer in enumerate(model.model.layers):
+        x = rms_norm(h, layer.norm.weight, eps)
+        kind, m = cfg.layers_block_type[i], layer.mixer
+        if kind == "linear_attention":
+            out = mamba2(x, m, mask)
+        elif kind == "full_attention":
+            w = heads[row]
+            if w.n_heads == 0:
+                layers.append(None)
+                out = torch.zeros_like(h) if w.o_bias is None else w.o_bias.expand_as(h)
+            else:
+                d = w.head_dim
+                q, k = split_heads(F.linear(x, w.q, w.q_bias), d), split_heads(F.linear(x, w.k, w.k_bias), d)
+                v = split_heads(F.linear(x, w.v, w.v_bias), d)
+                t = attend(q, k, v, visible_keys(mask, n, causal=True), scale=d ** -0.5, kv_of_query=w.kv_of_query,
+                           ablation=ablation, layer=row)
+                layers.append(t)
+                out = F.linear(merge(t), w.o, w.o_bias)
+            row += 1
+        elif kind == "mlp":
+            out = lin(activation(cfg.mlp_hidden_act)(lin(x, m.up_proj)), m.down_proj)
+        else:
+            out = nemotron_moe(x, m, cfg)
+        h = h + out
+    h = rms_norm(h, model.model.norm_f.weight, eps)
+    return Trace(F.linear(h, model.lm_head.weight), {None: layers})
 
 
 # ------------------------------------------------------------------------------------------------ OLMo
@@ -1344,6 +1567,8 @@ _FAMILIES = {
     "arcee": _llama_like, "apertus": _llama_like, "exaone4": _llama_like, "hunyuan_v1_dense": _llama_like,
     "nanochat": _llama_like, "glm": _llama_like, "glm4": _llama_like, "stablelm": _llama_like,
     "deepseek_v3": _deepseek_v3, "deepseek_v2": _deepseek_v3, "bloom": _bloom, "falcon": _falcon, "llama4_text": _llama4, "granitemoehybrid": _mamba_hybrid, "bamba": _mamba_hybrid, "cohere": _cohere_like, "cohere2": _cohere_like, "olmo": _olmo_like, "olmo2": _olmo_like, "olmo3": _olmo_like,
+    **{model_type: _gated_deltanet_hybrid for model_type in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")},
+    "nemotron_h": _nemotron_h,
     "gemma": _gemma_like, "gemma2": _gemma_like,
     "gemma3_text": _gemma_like,
     "t5": _t5, "modernbert": _modernbert,
@@ -1391,6 +1616,8 @@ def pruned_llama_forward(model, inputs: dict, keep: dict[int, list[int]]) -> Tra
                   else _olmo_like if model_type == "olmo"
                   else _llama4 if model_type == "llama4_text"
                   else _mamba_hybrid if model_type in ("granitemoehybrid", "bamba")
+                  else _gated_deltanet_hybrid if model_type in GATED_ATTENTION
+                  else _nemotron_h if model_type == "nemotron_h"
                   else _cohere_like if model_type in ("cohere", "cohere2") else _llama_like)
     return forward_of(model, inputs, None, heads=heads)
 

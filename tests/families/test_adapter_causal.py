@@ -22,7 +22,8 @@ from .fixtures import FIXTURES
 LLAMAS = ("llama_gqa", "llama_mqa", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2",
           "gemma3", "phi3", "olmo", "olmo2", "olmo3", "smollm3", "granite", "starcoder2", "cohere", "cohere2",
           "ministral", "seed_oss", "qwen2_moe", "helium", "ernie4_5", "arcee", "apertus", "exaone4", "hunyuan_v1_dense",
-          "nanochat", "glm", "glm4", "stablelm", "stablelm_parallel", "llama4", "granite_hybrid", "granite_hybrid_rope", "bamba")
+          "nanochat", "glm", "glm4", "stablelm", "stablelm_parallel", "llama4", "granite_hybrid", "granite_hybrid_rope", "bamba", "qwen3_next", "qwen3_5", "qwen3_5_moe", "nemotron_h")
+GATED = ("qwen3_next", "qwen3_5", "qwen3_5_moe")  # gated attention: q_proj holds each head's query and gate rows
 NEOX = ("gpt_neox", "gpt_neox_sequential")
 OPTS = ("opt", "opt_post_norm")
 MLA = ("deepseek_v3", "deepseek_v3_plain", "deepseek_v2")  # multi-head latent attention
@@ -32,6 +33,8 @@ CAUSAL = ("gpt2",) + NEOX + OPTS + LLAMAS + MLA + ALIBI + FALCONS
 PRUNED = tuple(n for n in CAUSAL if FIXTURES[n].prunable)  # OLMo 2/3 refuse pruning (tested below)
 PRUNED_LLAMAS = tuple(n for n in LLAMAS if FIXTURES[n].prunable)
 FAMILY_OF = {"llama4": "llama4", "granite_hybrid": "hybrid", "granite_hybrid_rope": "hybrid", "bamba": "hybrid",
+             "qwen3_next": "qwen3_next", "qwen3_5": "qwen3_next", "qwen3_5_moe": "qwen3_next",
+             "nemotron_h": "hybrid",
              "gpt2": "gpt2", "gpt_neox": "gpt_neox", "gpt_neox_sequential": "gpt_neox", "opt": "opt",
              "opt_post_norm": "opt", "phi3": "phi3", "olmo": "olmo", "olmo2": "olmo",
              "olmo3": "olmo", "deepseek_v3": "deepseek", "deepseek_v3_plain": "deepseek",
@@ -190,8 +193,8 @@ def test_pruned_equals_gated_and_the_reference(name, case):
             assert site.query is None and isinstance(site.module, A.EmptyAttention)
             continue
         fused = name == "gpt2" or name in NEOX + ALIBI  # one projection holds q, k and v
-        assert site.query.weight.shape[-1 if name == "gpt2" else 0] == (3 if fused else 1) * len(
-            keep[site.layer]) * g.head_dim
+        blocks = 3 if fused else 2 if name in GATED else 1  # a gated q_proj: each head's query and gate rows
+        assert site.query.weight.shape[-1 if name == "gpt2" else 0] == blocks * len(keep[site.layer]) * g.head_dim
         if name in LLAMAS + FALCONS:  # a pruned Falcon layer has separate q, k and v (cut out of its fused rows)
             assert site.key.weight.shape[0] == site.value.weight.shape[0] == len(kv_kept) * g.head_dim
     assert count_attention_params(pruned) < count_attention_params(model)
@@ -402,7 +405,8 @@ def test_head_parameters_follow_the_heads_through_pruning(name):
     for site in A.attention_sites(pruned):
         for pos, h in enumerate(keep[site.layer]):
             before, after = family.head_parameters(sites[site.layer], h), family.head_parameters(site, pos)
-            assert all(torch.equal(before[p], after[p]) for p in ("query", "key", "value", "output"))
+            assert set(before) == set(after)
+            assert all(torch.equal(before[p], after[p]) for p in before)  # a gated head's "output_gate" too
 
 
 @pytest.mark.parametrize("name", ["llama_gqa", "gpt2", "gpt_neox"])
@@ -667,7 +671,8 @@ def test_olmo2_has_no_clamp_whatever_its_config_says():
         assert _diff(ours[layer], hf[layer]) <= 1e-6
 
 
-_MOE = ("mixtral", "qwen3_moe", "gpt_oss", "qwen2_moe", "llama4", "granite_hybrid", "granite_hybrid_rope", "bamba")
+_MOE = ("mixtral", "qwen3_moe", "gpt_oss", "qwen2_moe", "llama4", "granite_hybrid", "granite_hybrid_rope", "bamba",
+        "qwen3_next", "qwen3_5", "qwen3_5_moe", "nemotron_h")  # experts, or hybrids whose FLOP estimate is refused
 
 
 @pytest.mark.parametrize("name", [n for n in LLAMAS if n not in _MOE])
@@ -903,3 +908,111 @@ def test_a_hybrid_without_attention_layers_has_no_heads_and_says_so():
     cfg.attn_layer_indices = []
     with pytest.raises(A.UnsupportedArchitectureError, match="no attention heads"):
         A.head_shape(cfg)
+
+
+# ------------------------------------------------------------------ gated attention (Qwen3-Next, Qwen3.5)
+
+
+@pytest.mark.parametrize("name", GATED)
+def test_gated_uniform_is_the_head_attending_evenly_under_its_own_output_gate(name):
+    """A head whose QUERY rows of ``q_proj`` are zeroed (its gate rows kept) scores every key 0 after its RMS norm
+    and rotary: HF's model then computes exactly "uniform" for it, the mean of the visible values times the head's own
+    output gate. head_gates' "uniform" equals that edited model on every real position; with the replacement left
+    ungated it would not (the gate is far from 1 on these weights)."""
+    fx = FIXTURES[name]
+    model = _fresh(name)
+    batch = fx.inputs()
+    real = batch["attention_mask"].bool()
+    layer = fx.grids[None].model_layer(1)
+    d = fx.grids[None].head_dim
+    edited = copy.deepcopy(model)
+    with torch.no_grad():
+        edited.model.layers[layer].self_attn.q_proj.weight[2 * 2 * d:2 * 2 * d + d] = 0  # head 2's query rows
+        gates = torch.ones(2, 4)
+        gates[1, 2] = 0
+        with head_gates(model, gates, ablation="uniform"):
+            uniform = model(**batch).logits
+        want = edited(**batch).logits
+        assert _diff(uniform[real], want[real]) <= fx.atol
+        assert _diff(model(**batch).logits[real], want[real]) > 1e-3  # the edit matters
+
+
+@pytest.mark.parametrize("name", GATED)
+def test_gated_head_parameters_are_its_query_and_gate_rows(name):
+    """Head h's "query" part is its rows ``h*2d : h*2d+d`` of ``q_proj``, its "output_gate" part the next ``d`` rows
+    (the layout HF's module splits); both follow the head through pruning (checked above for every family)."""
+    fx = FIXTURES[name]
+    model = _model(name, "eager")
+    family = A.family_of(model)
+    site = A.attention_sites(model)[0]
+    d = fx.grids[None].head_dim
+    w = model.model.layers[fx.grids[None].model_layer(0)].self_attn.q_proj.weight.detach()
+    for h in range(fx.grids[None].n_heads):
+        got = family.head_parameters(site, h)
+        assert torch.equal(got["query"], w[2 * h * d:2 * h * d + d].reshape(-1).double())
+        assert torch.equal(got["output_gate"], w[2 * h * d + d:2 * (h + 1) * d].reshape(-1).double())
+    assert A.present_mask(model).tolist() == [[True] * 4] * 2
+
+
+@pytest.mark.parametrize("name", GATED)
+def test_gated_hybrids_grid_is_its_attention_layers_and_its_deltanet_layers_stay_whole(name):
+    fx = FIXTURES[name]
+    model = _fresh(name)
+    rows = list(fx.grids[None].model_layers)
+    assert A.model_layers(model) == rows
+    assert [s.module for s in A.attention_sites(model)] == [model.model.layers[i].self_attn for i in rows]
+    linear = {k: v.clone() for k, v in model.state_dict().items() if ".linear_attn." in k}
+    assert linear
+    prune_heads(model, _mask({0: [1], 1: []}, (2, 4)))
+    assert isinstance(model.model.layers[rows[1]].self_attn, A.EmptyAttention)
+    assert model.model.layers[rows[0]].self_attn.q_proj.weight.shape[0] == 2 * fx.grids[None].head_dim
+    after = model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in linear.items())
+    with pytest.raises(A.UnsupportedArchitectureError, match="DeltaNet"):
+        A.family_of(model).cost_dims(model.config)
+
+
+def test_qwen3_5_multimodal_wrapper_is_refused_and_its_checkpoint_loads_as_the_text_model(tmp_path):
+    """Qwen3.5's checkpoints are multimodal: the wrapper is refused naming AutoModelForCausalLM, and
+    ``load_causal_lm`` of such a checkpoint gives the text model (its language-model weights), whose logits on text
+    equal the wrapper's."""
+    import transformers as tf
+
+    from headprune_utils.model import models
+
+    vision = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=24, out_hidden_size=32, patch_size=4,
+                  temporal_patch_size=2, spatial_merge_size=2)
+    cfg = tf.Qwen3_5Config(text_config=FIXTURES["qwen3_5"].config().to_dict(), vision_config=vision)
+    with pytest.raises(A.UnsupportedArchitectureError, match="AutoModelForCausalLM"):
+        A.head_shape(cfg)
+    torch.manual_seed(0)
+    wrapper = tf.Qwen3_5ForConditionalGeneration(cfg).eval()
+    with pytest.raises(A.UnsupportedArchitectureError, match="AutoModelForCausalLM"):
+        A.attention_sites(wrapper)
+    wrapper.save_pretrained(tmp_path)
+    text = models.load_causal_lm(str(tmp_path), device="cpu")
+    assert text.config.model_type == "qwen3_5_text" and A.head_shape(text) == (2, 4)
+    ids = FIXTURES["qwen3_5"].inputs(padded=False)["input_ids"]
+    with torch.no_grad():
+        assert torch.equal(text(input_ids=ids).logits, wrapper(input_ids=ids).logits)
+
+
+def test_nemotron_h_grid_is_its_attention_mixers_and_its_other_blocks_stay_whole():
+    """Nemotron-H's layers are one block each (attention, Mamba-2, MLP or mixture of experts, all at
+    ``layers[i].mixer``): the grid's rows are the attention blocks; pruning leaves every other block's weights as they
+    were; the attention has no positions (the maps need no rotary angles); the FLOP estimate is refused."""
+    fx = FIXTURES["nemotron_h"]
+    model = _fresh("nemotron_h")
+    rows = list(fx.grids[None].model_layers)
+    assert A.model_layers(model) == rows == [0, 3]
+    assert [s.module for s in A.attention_sites(model)] == [model.model.layers[i].mixer for i in rows]
+    others = {k: v.clone() for k, v in model.state_dict().items()
+              if k.startswith("model.layers.") and int(k.split(".")[2]) not in rows}
+    assert others
+    prune_heads(model, _mask({0: [], 1: [2]}, (2, 4)))
+    assert isinstance(model.model.layers[0].mixer, A.EmptyAttention)
+    after = model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in others.items())
+    assert A.family_of(model).position_embedding(model.config) == "none (NoPE)"
+    with pytest.raises(A.UnsupportedArchitectureError, match="Mamba"):
+        A.family_of(model).cost_dims(model.config)

@@ -6,11 +6,12 @@
   projection's input scaled by the gate (a weight edit on a copy);
 - ``"mean"``: equals the HF model with the head's output-projection columns scaled by g and
   ``(1 - g) * W_o[:, head] @ mean`` added to the output projection's bias;
-- ``"uniform"``: equals the HF model with the head's query projection zeroed (OLMo 2/3: its dims of the
-  layer-wide query norm's weight, as a zeroed row would change the other heads' norm) (all scores equal, so HF's own
-  masking makes the head uniform over the keys the query may see: padding, causality, sliding windows; T5 also
-  drops the head's relative-bias column, which every layer shares, so there the head is ablated in all layers;
-  gpt-oss also sets the head's sink to -inf, which takes it out of the softmax);
+- ``"uniform"``: equals the HF model with the head's query projection zeroed (a gated attention's query rows, its
+  output-gate rows kept; OLMo 2/3: its dims of the layer-wide query norm's weight, as a zeroed row would change the
+  other heads' norm) (all scores equal, so HF's own masking makes the head uniform over the keys the query may see:
+  padding, causality, sliding windows; T5 also drops the head's relative-bias column, which every layer shares, so
+  there the head is ablated in all layers; gpt-oss also sets the head's sink to -inf, which takes it out of the
+  softmax);
 - Llama-family grouped-query attention: a physically pruned copy (query rows and output columns removed,
   uneven groups, an emptied key/value head, a layer with no head) equals zero ablation, in the reference and as
   an HF model built by hand; and greedy decoding by the reference equals HF ``generate`` with its KV cache.
@@ -59,18 +60,26 @@ def _ablations(fx, how, gate=0.0, means=None) -> dict | R.Ablation:
 
 
 # ------------------------------------------------------------------ where each family's heads are (test side only)
+# gated attention: q_proj's rows head by head, head h's query rows h*2d:h*2d+d, then its output-gate rows
+GATED = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+HYBRIDS = ("granitemoehybrid", "bamba", "nemotron_h", *GATED)  # attention layers between recurrent ones
+
+
 def _attention(model, family, kind, layer):
-    if family in ("granitemoehybrid", "bamba"):  # the grid's rows are the attention layers
-        a = model.model.layers[_row_layer(model, layer)].self_attn
-        return a.q_proj, a.o_proj, "linear"
+    if family in HYBRIDS:  # the grid's rows are the attention layers (Nemotron-H's attention: its layer's mixer)
+        block = model.model.layers[_row_layer(model, layer)]
+        a = block.mixer if family == "nemotron_h" else block.self_attn
+        return a.q_proj, a.o_proj, "gated" if family in GATED else "linear"
     return _attention_of_layer(model, family, kind, layer)
 
 
 def _row_layer(model, row: int) -> int:
     """The model layer of grid row ``row`` (a hybrid's rows are its attention layers; elsewhere the same)."""
-    if model.config.model_type not in ("granitemoehybrid", "bamba"):
+    cfg = model.config
+    if cfg.model_type not in HYBRIDS:
         return row
-    return [i for i, t in enumerate(model.config.layers_block_type) if t != "linear_attention"][row]
+    types = cfg.layer_types if cfg.model_type in GATED else cfg.layers_block_type
+    return [i for i, t in enumerate(types) if t == "full_attention"][row]
 
 
 def _attention_of_layer(model, family, kind, layer):
@@ -151,12 +160,14 @@ def _zero_query(model, fx, kind, layer, head):
     if layout == "falcon":
         start = _falcon_query_start(model.config, head)
         s = slice(start, start + d)
+    elif layout == "gated":  # the head's query rows, not its output-gate rows (the gate still applies)
+        s = slice(2 * head * d, (2 * head + 1) * d)
     else:
         s = slice(head * d, (head + 1) * d) if layout != "neox" else slice(3 * head * d, (3 * head + 1) * d)
     with torch.no_grad():
         if fx.family in ("olmo2", "olmo3"):  # one RMSNorm over all heads' queries: zero the head's norm weight (a
             _module(model, fx.family, kind, layer).q_norm.weight[s] = 0  # zeroed q row would move the others' RMS)
-        elif layout in ("linear", "neox", "falcon"):
+        elif layout in ("linear", "neox", "falcon", "gated"):
             q.weight[s, :] = 0
         else:
             q.weight[:, s] = 0  # GPT-2: the query is the first third of c_attn's columns
@@ -422,10 +433,10 @@ class _NoHeads(torch.nn.Module):
 
 
 def hand_pruned_llama(model, keep: dict[int, list[int]]):
-    """An HF Llama-family model pruned by hand: the kept query heads' rows of q_proj and columns of o_proj, and
-    for each kept query head the rows of the key/value head it reads (HF's ``repeat_kv`` assumes even groups, so
-    uneven groups are written out as one key/value head per query head); a layer with no head left adds
-    its output projection's bias only (and keeps nothing in the KV cache)."""
+    """An HF Llama-family model pruned by hand: the kept query heads' rows of q_proj (a gated attention's: their
+    output-gate rows too) and columns of o_proj, and for each kept query head the rows of the key/value head it reads
+    (HF's ``repeat_kv`` assumes even groups, so uneven groups are written out as one key/value head per query head);
+    a layer with no head left adds its output projection's bias only (and keeps nothing in the KV cache)."""
     pruned = copy.deepcopy(model)
     cfg = model.config
     d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -433,19 +444,22 @@ def hand_pruned_llama(model, keep: dict[int, list[int]]):
     rows = lambda ids: torch.cat([torch.arange(i * d, (i + 1) * d) for i in ids])
     for layer, heads in keep.items():
         block = pruned.model.layers[_row_layer(model, layer)]
+        attr = "mixer" if cfg.model_type == "nemotron_h" else "self_attn"  # Nemotron-H: one mixer per layer
         if not heads:
-            block.self_attn = _NoHeads(block.self_attn.o_proj.bias)
+            setattr(block, attr, _NoHeads(getattr(block, attr).o_proj.bias))
             continue
-        a = block.self_attn
-        q_rows, kv_rows = rows(heads), rows([h // group for h in heads])
+        a = getattr(block, attr)
+        q_rows, kv_rows, o_cols = rows(heads), rows([h // group for h in heads]), rows(heads)
+        if cfg.model_type in GATED:  # each kept head's query rows and its output-gate rows: 2d rows per head
+            q_rows = torch.cat([torch.arange(2 * i * d, 2 * (i + 1) * d) for i in heads])
         with torch.no_grad():
             for proj, r in ((a.q_proj, q_rows), (a.k_proj, kv_rows), (a.v_proj, kv_rows)):
                 proj.weight = torch.nn.Parameter(proj.weight[r].clone())
                 if proj.bias is not None:
                     proj.bias = torch.nn.Parameter(proj.bias[r].clone())
                 proj.out_features = len(r)
-            a.o_proj.weight = torch.nn.Parameter(a.o_proj.weight[:, q_rows].clone())
-            a.o_proj.in_features = len(q_rows)
+            a.o_proj.weight = torch.nn.Parameter(a.o_proj.weight[:, o_cols].clone())
+            a.o_proj.in_features = len(o_cols)
             if getattr(a, "sinks", None) is not None:  # gpt-oss: a sink per query head
                 a.sinks = torch.nn.Parameter(a.sinks[torch.tensor(heads)].clone())
             if getattr(getattr(a, "q_norm", None), "weight", None) is not None and a.q_norm.weight.dim() == 2:

@@ -21,7 +21,8 @@ MASK = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]])  # uneven grou
 # the mixtures of experts' float64 fixtures need the eager experts, a setting the saved config drops: for gpt-oss (its
 # sinks sliced by pruning) the weights are compared, the logits not; Mixtral and Qwen3-MoE add nothing here
 @pytest.mark.parametrize("name", ["gpt2", "gpt_neox", "opt", "llama_gqa", "qwen3", "gemma3", "phi3", "gpt_oss", "bloom",
-                                  "deepseek_v3", "stablelm", "falcon_new", "falcon_rw", "falcon_mq", "llama4"])
+                                  "deepseek_v3", "stablelm", "falcon_new", "falcon_rw", "falcon_mq", "llama4",
+                                  "qwen3_5"])
 def test_a_saved_pruned_causal_lm_loads_back_the_same(name, tmp_path):
     fx = FIXTURES[name]
     model = prune_heads(fx.build("eager"), MASK)
@@ -52,8 +53,8 @@ def test_an_encoder_decoder_loads_back_by_its_own_class(tmp_path):
 
 # Qwen3's pruned layers keep its weight names (their shapes differ); Falcon's and Phi-3's pruned layers are cut into
 # q/k/v/o_proj where the config's module has a fused projection (names the model class would miss, left random);
-# Bamba's too, with Mamba layers between
-@pytest.mark.parametrize("name", ["qwen3", "falcon_new", "falcon_rw", "phi3", "bamba"])
+# Bamba's too, with Mamba layers between; Qwen3.5's gated q_proj keeps its name, half its rows per head gone
+@pytest.mark.parametrize("name", ["qwen3", "falcon_new", "falcon_rw", "phi3", "bamba", "qwen3_5"])
 def test_a_pruned_model_saved_the_plain_way_is_refused_with_the_reason(name, tmp_path):
     model = prune_heads(FIXTURES[name].build("eager", dtype=torch.float32), MASK)
     model.save_pretrained(tmp_path)

@@ -15,6 +15,8 @@
     llama4      Llama 4 text models (chunked attention, NoPE layers with query temperature, weightless q/k norms)
     hybrid      Bamba, Granite 4.0-H (Mamba-2 layers and Llama-family attention layers: the grid's rows are the
                 attention layers)
+    qwen3_next  Qwen3-Next, Qwen3.5 (gated DeltaNet layers and GATED attention layers: each head's context times the
+                sigmoid of its own gate rows of q_proj; the grid's rows are the attention layers)
     olmo        OLMo 1-3 (q/k/v clamps; OLMo 2/3's query/key norms span all heads: gates yes, pruning refused)
     phi3        Phi-3 / Phi-4-mini causal LMs (the Llama family's attention with one fused qkv_proj)
     bloom       BLOOM causal LMs (ALiBi, fused query_key_value head by head, the residual added inside the attention)

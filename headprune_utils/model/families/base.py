@@ -308,6 +308,18 @@ class Family:
         changes, with this reason); None: they can."""
         return None
 
+    def output_gated(self, site: AttentionSite) -> bool:
+        """Whether each head's context is multiplied, before the output projection, by an output gate that the query
+        projection also computes (Qwen3-Next's and Qwen3.5's gated attention: ``context_h * sigmoid(gate_h(x))``).
+        What enters ``out_proj`` (and what the gates scale, the head means average) is then the gated context; a
+        replacement that stands for an attention pattern (``"uniform"``) is gated too (:meth:`output_gate`)."""
+        return False
+
+    def output_gate(self, site: AttentionSite, query_out: torch.Tensor) -> torch.Tensor:
+        """``[batch, seq, n_present, head_dim]``: the multiplier of each present head's context (``kept_heads``
+        order), from what ``site.query`` output during the forward; only for :meth:`output_gated` sites."""
+        raise NotImplementedError(f"the {self.name} family has no output gate")
+
     def score_sink(self, site: AttentionSite) -> torch.Tensor | None:
         """Per present head (``kept_heads`` order), a learned logit that joins each query's softmax as one more
         column and is dropped after it (gpt-oss's attention sinks): a head's attention over the keys then sums to

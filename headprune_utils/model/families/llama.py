@@ -289,6 +289,16 @@ class GroupedQueryAttention(nn.Module):
         """The modelling module whose rotary and eager attention the layer uses (Llama's where its own has none)."""
         return _modeling(self.modeling_name)
 
+    def project_queries(self, hidden_states: torch.Tensor, input_shape) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The queries ``[batch, seq, heads, head_dim]`` and what gates the heads' contexts before ``o_proj``
+        (``[batch, seq, heads * head_dim]``; None: nothing, as here: a family with an output gate overrides this
+        and :meth:`gate_output`)."""
+        return self.q_proj(hidden_states).view(*input_shape, -1, self.head_dim), None
+
+    def gate_output(self, attn_output: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
+        """The heads' contexts ``[batch, seq, heads * head_dim]`` as they enter ``o_proj`` (here: as they are)."""
+        return attn_output
+
     def place(self, query_states, key_states, position_embeddings, modeling, cache):
         """Queries and keys ``[batch, seq, heads, head_dim]`` -> ``[batch, heads, seq, head_dim]``, normed and rotated
         as the family's module does (a family with another placement overrides this)."""
@@ -302,7 +312,7 @@ class GroupedQueryAttention(nn.Module):
         modeling = self.modeling()
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = self.q_proj(hidden_states).view(hidden_shape)
+        query_states, output_gate = self.project_queries(hidden_states, input_shape)
         key_states = self.k_proj(hidden_states).view(hidden_shape)
         value_states = self.v_proj(hidden_states).view(hidden_shape)
         if self.clip is not None:  # OLMo 1: q, k and v clamped
@@ -327,7 +337,7 @@ class GroupedQueryAttention(nn.Module):
         attn_output, attn_weights = attention_interface(
             self, query_states, key_states, value_states, attention_mask,
             dropout=0.0 if not self.training else self.attention_dropout, scaling=self.scaling, **extra, **kwargs)
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        attn_output = self.gate_output(attn_output.reshape(*input_shape, -1).contiguous(), output_gate)
         out = self.o_proj(attn_output)
         if self.residual_dropout:
             out = nn.functional.dropout(out, p=self.residual_dropout, training=self.training)
@@ -344,6 +354,8 @@ class LlamaFamily(Family):
     linear = "Linear"
     positions = "rotary"
     causal_kinds = (None,)
+    # blocks of head_dim rows per head in q_proj: 1 (its query); a gated attention's 2 (its query, then its gate)
+    query_blocks = 1
 
     def head_shape(self, cfg, kind):
         cfg = _text(cfg)
@@ -361,12 +373,17 @@ class LlamaFamily(Family):
                 "supported: the llama adapter's queries see only earlier keys")
         return [self.site(i, layer, cfg) for i, layer in enumerate(_layers(model))]
 
+    def attention_attr(self, cfg) -> str:
+        """The attribute of a decoder layer that holds its attention module."""
+        return "self_attn"
+
     def site(self, i: int, layer: nn.Module, cfg) -> AttentionSite:
         """Layer ``i``'s attention site: its separate query/key/value projections (none once the layer is empty)."""
-        a = layer.self_attn
+        attr = self.attention_attr(cfg)
+        a = getattr(layer, attr)
         empty = isinstance(a, EmptyAttention)
         return AttentionSite(
-            layer=i, parent=layer, attr="self_attn",
+            layer=i, parent=layer, attr=attr,
             query=None if empty else a.q_proj, key=None if empty else a.k_proj,
             value=None if empty else a.v_proj, out_proj=a.out_proj if empty else a.o_proj,
             head_dim=getattr(a, "head_dim", None) or head_dim_of(cfg), out_proj_inside=True,
@@ -414,7 +431,7 @@ class LlamaFamily(Family):
         if sinks is not None:  # gpt-oss: the head's sink logit is its own parameter
             out["sink"] = sinks.detach()[pos:pos + 1].to("cpu", torch.float64)
         q_norm, k_norm = head_norms_of(site.module)
-        kv = int(self.site_kv_index(site, site.query.weight.shape[0] // site.head_dim)[pos])
+        kv = int(self.site_kv_index(site, site.query.weight.shape[0] // (site.head_dim * self.query_blocks))[pos])
         for part, norm, i in (("query_norm", q_norm, pos), ("key_norm", k_norm, kv)):
             own = _own_norm_parameters(norm, i)
             if own is not None:  # Cohere, StableLM: each head's norm is its own (a shared one belongs to no head)
@@ -450,10 +467,11 @@ class LlamaFamily(Family):
     def prune_layer(self, site, keep_pos):
         module = site.module
         d = site.head_dim
-        n_present = module.q_proj.out_features // d
+        n_present = module.q_proj.out_features // (d * self.query_blocks)
         old_kv = self.site_kv_index(site, n_present).tolist()
-        q_index = torch.tensor([i * d + j for i in keep_pos for j in range(d)], dtype=torch.long)
-        new_out = slice_linear(module.o_proj, q_index, dim=1)
+        out_index = torch.tensor([i * d + j for i in keep_pos for j in range(d)], dtype=torch.long)
+        new_out = slice_linear(module.o_proj, out_index, dim=1)
+        q_index = self.query_rows(keep_pos, d)  # a gated attention's query rows hold each head's gate too
         if not keep_pos:
             self.empty_site(site, new_out, self.cache_layer_idx(site))
             # StarCoder2 drops out the attention's output while training: the empty layer's (its bias) too
@@ -473,6 +491,12 @@ class LlamaFamily(Family):
             k_norm=_per_head_norm(head_norms_of(module)[1], kv_kept))
         new.train(module.training)
         setattr(site.parent, site.attr, new)
+
+    def query_rows(self, keep_pos: list[int], head_dim: int) -> torch.Tensor:
+        """The rows of ``q_proj`` that the present heads at ``keep_pos`` own: ``query_blocks`` blocks of ``head_dim``
+        each, head by head (their query rows; in a gated attention their query rows, then their gate rows)."""
+        n = head_dim * self.query_blocks
+        return torch.tensor([i * n + j for i in keep_pos for j in range(n)], dtype=torch.long)
 
     def pruned_attention(self, original, keep_pos, q_proj, k_proj, v_proj, o_proj, kv_index, head_dim, **parts):
         """The module a pruned layer becomes (``keep_pos``: the kept heads' positions in ``original``): a

@@ -18,13 +18,14 @@ import headprune_utils.model.families.modernbert as modernbert
 import headprune_utils.model.families.olmo as olmo
 import headprune_utils.model.families.opt as opt
 import headprune_utils.model.families.phi3 as phi3
+import headprune_utils.model.families.qwen3_next as qwen3_next
 import headprune_utils.model.families.t5 as t5
 from headprune_utils.model.families.base import Family, UnsupportedArchitectureError
 
 FAMILIES: list[Family] = [bert.FAMILY, distilbert.FAMILY, bart.FAMILY, gpt2.FAMILY, gpt_neox.FAMILY, llama.FAMILY,
                            olmo.FAMILY, opt.FAMILY, phi3.FAMILY, modernbert.FAMILY, t5.FAMILY, t5.UMT5_FAMILY,
                            deepseek.FAMILY, bloom.FAMILY, falcon.FAMILY, llama4.FAMILY,
-                           hybrid.FAMILY]
+                           hybrid.FAMILY, qwen3_next.FAMILY]
 
 
 def register(family: Family) -> Family:
