@@ -389,6 +389,10 @@ class LlamaFamily(Family):
             head_dim=getattr(a, "head_dim", None) or head_dim_of(cfg), out_proj_inside=True,
         )
 
+    def query_width(self, site):
+        width = super().query_width(site)  # q_proj's rows, of which a gated attention's queries are half
+        return None if width is None else width // self.query_blocks
+
     def present_kv_heads(self, site):
         if site.key is None:
             return 0

@@ -75,10 +75,6 @@ class GatedAttentionHybridFamily(HybridFamily):
         self._text_only(model.config)
         return super().sites(model, kind)
 
-    def query_width(self, site):
-        weight = getattr(site.query, "weight", None)
-        return None if weight is None else int(weight.shape[0]) // 2  # the query half of q_proj's rows
-
     def _query_half(self, site, query_out: torch.Tensor, half: int) -> torch.Tensor:
         b, s, _ = query_out.shape
         d = site.head_dim
